@@ -1,0 +1,83 @@
+/** \file
+ * Arithmetic analysis: interval (bound) analysis of integer expressions and
+ * the simplifier. Bound inference, loop partitioning and codegen rely on it.
+ *
+ * An Analyzer holds facts about variables (a range [min, min + extent)) and
+ * answers questions under them: constant bounds of an expression, symbolic
+ * intervals, provability of a condition, and the simplified form.
+ */
+#ifndef KILN_ARITH_ANALYZER_H
+#define KILN_ARITH_ANALYZER_H
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <unordered_map>
+
+#include "kiln/ir/expr.h"
+#include "kiln/ir/stmt.h"
+
+namespace kiln::arith {
+
+/** Inclusive constant bounds; kNegInf/kPosInf mean unbounded. */
+struct ConstIntBound {
+  static constexpr int64_t kNegInf = std::numeric_limits<int64_t>::min();
+  static constexpr int64_t kPosInf = std::numeric_limits<int64_t>::max();
+  int64_t min = kNegInf;
+  int64_t max = kPosInf;
+  bool is_const() const { return min == max && min != kNegInf && min != kPosInf; }
+  bool bounded() const { return min != kNegInf && max != kPosInf; }
+};
+
+/** A symbolic inclusive interval [min, max]; an undefined end is unbounded. */
+struct IntervalSet {
+  Expr min, max;
+  static IntervalSet single_point(Expr e) { return {e, e}; }
+  static IntervalSet everything() { return {}; }
+  /** [r.min, r.min + r.extent - 1]. */
+  static IntervalSet from_range(const Range& r);
+  bool is_single_point() const;
+  bool bounded() const { return min.defined() && max.defined(); }
+  /** The range [min, max + 1); requires bounded(). */
+  Range to_range() const;
+};
+
+/** Union hull of two intervals (either end unbounded stays unbounded). */
+IntervalSet interval_union(const IntervalSet& a, const IntervalSet& b);
+
+class Analyzer {
+ public:
+  Analyzer();
+  ~Analyzer();
+  Analyzer(const Analyzer&) = delete;
+  Analyzer& operator=(const Analyzer&) = delete;
+
+  /** States var is in [range.min, range.min + range.extent). Rebinding replaces. */
+  void bind(const Var& var, const Range& range);
+  /** States var == value (substituted during simplification). */
+  void bind(const Var& var, const Expr& value);
+
+  /** Constant bounds of an integer expression under the bound facts. */
+  ConstIntBound const_int_bound(const Expr& e);
+  /**
+   * The interval e takes when each variable in `dom` ranges over its
+   * interval; variables not in `dom` stay symbolic (their bound facts are
+   * still used to simplify). Results are simplified.
+   */
+  IntervalSet eval_interval(const Expr& e, const std::unordered_map<const Variable*, IntervalSet>& dom);
+  /** True only if cond (bool) holds for every value of the bound variables. */
+  bool can_prove(const Expr& cond);
+  /** Constant folding, canonical affine form, min/max/div/mod with known ranges. */
+  Expr simplify(const Expr& e);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/** Simplify with no facts. */
+Expr simplify(const Expr& e);
+
+}  // namespace kiln::arith
+
+#endif  // KILN_ARITH_ANALYZER_H

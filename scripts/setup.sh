@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every Debian package kiln's build, tests, benchmarks and main job
+# need. Idempotent: packages already present are skipped by apt, and apt-get
+# update runs only when something is missing.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  llvm-19-dev libzstd-dev zlib1g-dev libedit-dev libxml2-dev libcurl4-openssl-dev
+  libsleef-dev
+  libxgboost-dev libsqlite3-dev sqlite3 nlohmann-json3-dev
+  libgtest-dev libgmock-dev
+  pybind11-dev python3-dev python3-numpy python3-pytest python3-matplotlib
+  libdlpack-dev
+  libopenmpi-dev openmpi-bin
+  python3-torch libdnnl-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

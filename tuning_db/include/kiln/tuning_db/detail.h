@@ -1,0 +1,145 @@
+/** \file
+ * Internals of the tuning database shared by its source files. Not part of
+ * the API: a thin RAII layer over SQLite (connections, cached prepared
+ * statements, transactions) that turns every SQLite failure into a
+ * kiln::Error with a hint. sqlite3.h stays out of the public headers.
+ */
+#ifndef KILN_TUNING_DB_DETAIL_H
+#define KILN_TUNING_DB_DETAIL_H
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/tuning_db/types.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace kiln::tuning_db::detail {
+
+/** Throws kiln::Error for SQLite result code `rc`, naming the file and what failed. */
+[[noreturn]] void throw_sqlite(int rc, sqlite3* db, const std::string& path,
+                               const std::string& what);
+
+/**
+ * A cached prepared statement in use. Binding indexes start at 1. The
+ * statement is reset and its bindings cleared when the Stmt goes away, so the
+ * cache can hand it out again.
+ */
+class Stmt {
+ public:
+  Stmt(sqlite3_stmt* stmt, sqlite3* db, const std::string* path);
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  ~Stmt();
+
+  Stmt& bind(int index, int64_t value);
+  Stmt& bind(int index, double value);
+  Stmt& bind(int index, const std::string& value);
+  Stmt& bind(int index, const std::optional<double>& value);
+  Stmt& bind_null(int index);
+  Stmt& bind_blob(int index, const void* data, size_t size);
+
+  /** Advances; true while a row is available. */
+  bool step();
+  /** Runs a statement that returns no rows. */
+  void run();
+
+  bool is_null(int col) const;
+  int64_t col_int(int col) const;
+  double col_double(int col) const;
+  std::optional<double> col_opt_double(int col) const;
+  std::string col_text(int col) const;
+  std::vector<unsigned char> col_blob(int col) const;
+
+ private:
+  sqlite3_stmt* stmt_;
+  sqlite3* db_;
+  const std::string* path_;
+};
+
+/** One SQLite connection with a cache of prepared statements keyed by SQL text. */
+class Connection {
+ public:
+  Connection(const std::string& path, bool read_only, bool create, int busy_timeout_ms);
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  ~Connection();
+
+  /** Prepares (once) and returns the statement for fixed SQL text; bind values, never splice. */
+  Stmt query(const std::string& sql);
+  /** Runs fixed SQL without parameters (DDL, PRAGMA, BEGIN/COMMIT). */
+  void exec(const std::string& sql);
+  /** A single integer from fixed SQL (PRAGMA user_version, COUNT(*)). */
+  int64_t scalar(const std::string& sql);
+  int64_t last_insert_id() const;
+  int64_t changes() const;
+  const std::string& path() const { return path_; }
+  sqlite3* handle() const { return db_; }
+
+ private:
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  std::map<std::string, sqlite3_stmt*> cache_;
+};
+
+/** BEGIN IMMEDIATE (or deferred for reads) ... COMMIT; rolls back unless committed. */
+class Transaction {
+ public:
+  explicit Transaction(Connection& conn, bool write = true);
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  ~Transaction();
+  void commit();
+
+ private:
+  Connection& conn_;
+  bool open_ = true;
+};
+
+/** The state behind a Database handle. */
+struct DatabaseState {
+  DatabaseState(const std::string& path, const OpenOptions& options);
+  std::string path;
+  OpenOptions options;
+  Connection conn;
+  int schema_version = 0;
+  mutable std::mutex mutex;
+};
+
+// ---- schema.cpp ----
+/** The application_id stamped into every kiln tuning database ("KILN"). */
+inline constexpr int32_t kApplicationId = 0x4B494C4E;
+int latest_schema_version();
+/**
+ * Checks the file at `path` without letting SQLite touch it: magic bytes,
+ * application id, schema version, and a size that matches the header.
+ * Returns false when the file is missing or empty (a new database).
+ */
+bool precheck_file(const std::string& path);
+/** Validates, creates or migrates the schema; returns the version in the file. */
+int prepare_schema(Connection& conn, bool read_only, bool is_new);
+/** Testing only: creates a database at an older schema version. */
+void create_schema_at(Connection& conn, int version);
+
+// ---- records.cpp (reading rows, shared by queries and export) ----
+/** The SELECT list and joins that read_record() understands. */
+extern const char* const kRecordSelect;
+Record read_record(const Stmt& stmt);
+/** Loads the features of the records in place (one query per record). */
+void load_features(Connection& conn, std::vector<Record>& records);
+/** The WHERE fragment and values for a target under a match mode. */
+std::string target_condition(TargetMatch match);
+int bind_target(Stmt& stmt, int index, const TargetInfo& target, TargetMatch match);
+std::string join_features(std::vector<std::string> features);
+std::vector<std::string> split_features(const std::string& text);
+double now_seconds();
+std::string new_uid();
+
+}  // namespace kiln::tuning_db::detail
+
+#endif  // KILN_TUNING_DB_DETAIL_H

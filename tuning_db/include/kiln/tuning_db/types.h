@@ -1,0 +1,160 @@
+/** \file
+ * The plain value types of the tuning database.
+ *
+ * Every type here is a plain struct of std::string, std::vector, std::optional
+ * and numbers, so that the pybind11 binding is a list of def_readwrite calls.
+ * Times are in seconds (double); timestamps are Unix seconds (UTC, double).
+ */
+#ifndef KILN_TUNING_DB_TYPES_H
+#define KILN_TUNING_DB_TYPES_H
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::tuning_db {
+
+/** Why a measured candidate has no valid run time (stored as text). */
+enum class ErrorKind { none, build_error, run_error, timeout, wrong_result };
+
+/** "none", "build_error", "run_error", "timeout" or "wrong_result". */
+std::string to_string(ErrorKind kind);
+/** Parses the text form; throws kiln::Error naming the allowed values. */
+ErrorKind parse_error_kind(const std::string& text);
+
+/**
+ * A target string plus the facts that make two records comparable: the same
+ * "llvm -mcpu=native" on another CPU, or from another kiln, is another target.
+ */
+struct TargetInfo {
+  std::string target;                     ///< e.g. "llvm -mcpu=znver3 -num-cores=2"
+  std::string cpu_model;                  ///< e.g. "AMD EPYC 7763 64-Core Processor"
+  std::vector<std::string> cpu_features;  ///< e.g. {"avx2", "fma"}; stored sorted, unique
+  std::string gpu_arch;                   ///< e.g. "sm_90"; empty for CPU targets
+  std::string kiln_version;               ///< e.g. "0.1.0"
+};
+
+/** How a query's TargetInfo selects stored targets. */
+enum class TargetMatch {
+  exact,        ///< every field, kiln_version included
+  hardware,     ///< target string, cpu model, features and gpu arch (any kiln version)
+  string_only,  ///< only the target string
+};
+
+/** Which derived run time ranks records as "best" (lower is better). */
+enum class Metric { median, min };
+
+/** A distinct computation to tune: its structural hash and its compute DAG. */
+struct Workload {
+  std::string key;          ///< opaque; the compiler's 16-hex-digit structural hash
+  std::string name;         ///< readable, e.g. "matmul_1024x1024x1024_float32"
+  std::string compute_dag;  ///< JSON text; stored in canonical (compact, sorted-key) form
+};
+
+/** A workload with its record counts, as listed by Database::workloads(). */
+struct WorkloadSummary {
+  std::string key;
+  std::string name;
+  int64_t records = 0;
+  int64_t errors = 0;
+};
+
+/** One tuning session; records point at it by uid so it survives export/import. */
+struct TuningRun {
+  std::string uid;                  ///< assigned by start_run() when empty
+  double started_at = 0;            ///< 0 = now, at start_run()
+  std::optional<double> ended_at;   ///< set by end_run()
+  int64_t budget = 0;               ///< trials the run was allowed
+  int64_t seed = 0;                 ///< random seed of the search
+  std::string machine;              ///< host name or any description of the machine
+};
+
+/** Cost-model features of one record: a rows x cols float matrix, row-major. */
+struct FeatureSet {
+  std::string extractor;  ///< name and version of the extractor, e.g. "ansor-v1"
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<float> values;  ///< rows * cols finite values
+};
+
+/** One measured schedule of a workload on a target. */
+struct Record {
+  int64_t id = 0;             ///< assigned by the database (local to it); 0 before insert
+  std::string uid;            ///< global identity, assigned when empty; import skips known uids
+  std::string workload_key;   ///< must name a workload added with add_workload()
+  TargetInfo target;
+  std::string trace;          ///< schedule trace: JSON array of step objects (canonicalised)
+  std::vector<double> run_times;       ///< every measured run time, seconds
+  std::optional<double> min_time;      ///< derived from run_times on insert
+  std::optional<double> median_time;   ///< derived from run_times on insert
+  ErrorKind error_kind = ErrorKind::none;
+  std::string error_msg;               ///< why the build/run failed; empty when none
+  std::optional<double> build_time;    ///< seconds spent building the candidate
+  std::string run_uid;                 ///< the TuningRun it came from; empty = none
+  double timestamp = 0;                ///< Unix seconds; 0 = now, at insert
+  std::optional<FeatureSet> features;  ///< side table; only loaded where asked for
+};
+
+/** Selects records for find(), training_records() and export. */
+struct RecordFilter {
+  std::optional<std::string> workload_key;
+  std::optional<TargetInfo> target;
+  TargetMatch match = TargetMatch::hardware;
+  bool include_errors = true;                   ///< failed records teach a cost model too
+  std::optional<std::string> feature_extractor; ///< only records with these features
+  bool with_features = false;                   ///< load the feature side table
+  int64_t limit = 0;                            ///< 0 = no limit
+};
+
+/** Record counts and the best run time of one workload on one target. */
+struct WorkloadTargetStats {
+  std::string workload_key;
+  std::string workload_name;
+  TargetInfo target;
+  int64_t records = 0;
+  int64_t errors = 0;
+  std::optional<double> best_median;
+  std::optional<double> best_min;
+};
+
+/** Totals of a database and the best result per workload and target. */
+struct Stats {
+  int64_t workloads = 0;
+  int64_t targets = 0;
+  int64_t tuning_runs = 0;
+  int64_t records = 0;
+  int64_t errors = 0;
+  std::map<std::string, int64_t> errors_by_kind;  ///< error kind text -> count (errors only)
+  std::vector<WorkloadTargetStats> per_workload;  ///< ordered by workload key, target
+};
+
+/**
+ * What prune() deletes: a record goes when any enabled rule selects it.
+ * Workloads, targets and runs stay (they are small and records may return).
+ */
+struct PruneOptions {
+  std::optional<int64_t> keep_best;  ///< keep the k best valid records per workload and target
+  Metric metric = Metric::median;    ///< ranking used by keep_best
+  bool drop_errors = false;          ///< delete every failed record
+  std::optional<double> older_than;  ///< delete records with timestamp < this (Unix seconds)
+  bool vacuum = false;               ///< give the freed pages back to the file system
+};
+
+/** Outcome of an import. */
+struct ImportResult {
+  int64_t added = 0;    ///< records inserted
+  int64_t skipped = 0;  ///< records whose uid was already present
+};
+
+/** How Database::open treats the file. */
+struct OpenOptions {
+  bool read_only = false;          ///< never write; fails on a database that needs migrating
+  bool create_if_missing = true;   ///< create a new database at a missing or empty path
+  int busy_timeout_ms = 60000;     ///< how long to wait for another writer's lock
+};
+
+}  // namespace kiln::tuning_db
+
+#endif  // KILN_TUNING_DB_TYPES_H
