@@ -13,7 +13,7 @@ PACKAGES=(
   pybind11-dev python3-dev python3-numpy python3-pytest python3-matplotlib
   libdlpack-dev
   libopenmpi-dev openmpi-bin
-  python3-torch libdnnl-dev
+  python3-torch libdnnl-dev python3-threadpoolctl
 )
 
 missing=()

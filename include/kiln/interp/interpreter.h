@@ -7,6 +7,25 @@
  * parameter, a pointer to a value of the parameter's dtype. Loads and stores
  * are bounds-checked against the buffers' shapes; an out-of-bounds access or
  * a failed AssertStmt raises kiln::Error naming the buffer and index.
+ *
+ * Semantics, where the IR leaves room (backends should agree with these):
+ *  - integers wrap to their width; integer Div/Mod/FloorDiv/FloorMod by zero
+ *    raises kiln::Error; float division by zero is IEEE;
+ *  - float32 (and float16/bfloat16) results are rounded to the type after
+ *    every operation; math intrinsics use the float versions (expf, ...);
+ *    sigmoid is 1/(1+exp(-x)); round is half to even (numpy's rule);
+ *  - float -> int truncates toward zero (NaN gives 0, out-of-range
+ *    saturates to int64 and then keeps the low bits);
+ *  - every For kind runs serially in order; AttrStmt is ignored;
+ *  - Allocate'd memory starts poisoned (quiet NaNs for floats, 0xA5 bytes
+ *    otherwise), so reads before writes show up in results;
+ *  - buffers are found through their `data` variable, so the 1-D buffers
+ *    of storage flattening reach their original's storage; every index is
+ *    checked against its dimension and the flat offset against the storage;
+ *  - if_then_else evaluates only the branch taken; with a vector condition
+ *    each branch is evaluated with only its lanes' loads performed;
+ *  - TensorLoad and Reduce (unlowered IR) raise kiln::Error.
+ * Errors are prefixed with "in function '<name>': ".
  */
 #ifndef KILN_INTERP_INTERPRETER_H
 #define KILN_INTERP_INTERPRETER_H
@@ -17,6 +36,7 @@
 
 namespace kiln {
 
+/** Runs f on args (see the calling convention above); throws kiln::Error on any fault. */
 void interpret(const PrimFunc& f, const std::vector<void*>& args);
 
 }  // namespace kiln

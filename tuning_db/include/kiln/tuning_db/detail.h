@@ -122,7 +122,7 @@ int latest_schema_version();
  */
 bool precheck_file(const std::string& path);
 /** Validates, creates or migrates the schema; returns the version in the file. */
-int prepare_schema(Connection& conn, bool read_only, bool is_new);
+int prepare_schema(Connection& conn, bool read_only);
 /** Testing only: creates a database at an older schema version. */
 void create_schema_at(Connection& conn, int version);
 
@@ -132,11 +132,37 @@ extern const char* const kRecordSelect;
 Record read_record(const Stmt& stmt);
 /** Loads the features of the records in place (one query per record). */
 void load_features(Connection& conn, std::vector<Record>& records);
+/** Little-endian float32 bytes, the storage form of FeatureSet::values. */
+std::vector<unsigned char> encode_floats(const std::vector<float>& values);
 /** The WHERE fragment and values for a target under a match mode. */
 std::string target_condition(TargetMatch match);
 int bind_target(Stmt& stmt, int index, const TargetInfo& target, TargetMatch match);
 std::string join_features(std::vector<std::string> features);
 std::vector<std::string> split_features(const std::string& text);
+/** SELECT text for a filter (kRecordSelect + WHERE + ORDER BY id), and its bindings. */
+std::string filter_sql(const RecordFilter& filter);
+void bind_filter(Stmt& stmt, const RecordFilter& filter);
+
+// ---- insert.cpp (writing, shared by add_records and import) ----
+/** Validates a record and fills the derived fields (canonical trace, min/median, uid, time). */
+Record normalise_record(const Record& record);
+/** Adds a workload, or checks that the stored one has the same compute DAG. */
+void upsert_workload(Connection& conn, const Workload& workload);
+/** Adds a tuning run unless its uid is known; returns the uid. */
+std::string upsert_run(Connection& conn, const TuningRun& run);
+/** Per-transaction caches of row ids, so a batch looks each key up once. */
+struct InsertCache {
+  std::map<std::string, int64_t> workloads, targets, runs;
+};
+/**
+ * Inserts a normalised record inside an open transaction; returns its id, or
+ * nothing when `skip_known_uid` and the uid is already present.
+ */
+std::optional<int64_t> insert_record(Connection& conn, InsertCache& cache, const Record& record,
+                                     bool skip_known_uid);
+void store_features(Connection& conn, int64_t record_id, const FeatureSet& features);
+void validate_features(const FeatureSet& features);
+
 double now_seconds();
 std::string new_uid();
 

@@ -153,6 +153,7 @@ struct OpenOptions {
   bool read_only = false;          ///< never write; fails on a database that needs migrating
   bool create_if_missing = true;   ///< create a new database at a missing or empty path
   int busy_timeout_ms = 60000;     ///< how long to wait for another writer's lock
+  int cache_size_mib = 16;         ///< SQLite page cache of this connection
 };
 
 }  // namespace kiln::tuning_db

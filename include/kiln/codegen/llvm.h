@@ -1,0 +1,95 @@
+/** \file
+ * The LLVM CPU backend: lowered PrimFuncs to machine code, in memory (ORC
+ * JIT) or as an object file. No LLVM type crosses this header.
+ *
+ * Input: PrimFuncs after lowering and the loop passes: storage flattened
+ * (one index per load and store, 1-D allocations), vector loops already
+ * rewritten into Ramp/Broadcast expressions. Each PrimFunc becomes an
+ * external function `int32_t name(void* const* args)` (c_runtime_api.h).
+ * The body is optimised with LLVM's O3 pipeline for the target's CPU and
+ * features. Assumptions the generated code makes:
+ *  - distinct buffer parameters do not overlap (they are marked noalias);
+ *  - buffer data is aligned to its element size (nothing wider is assumed,
+ *    so views at any element offset work);
+ *  - signed integer arithmetic of 32 and 64 bits does not overflow.
+ * Parallel loops run through kiln_parallel_launch; large or symbolic
+ * allocations through kiln_alloc_workspace; failed asserts call
+ * kiln_set_last_error and return -1.
+ */
+#ifndef KILN_CODEGEN_LLVM_H
+#define KILN_CODEGEN_LLVM_H
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/codegen/target.h"
+#include "kiln/ir/function.h"
+#include "kiln/runtime/c_runtime_api.h"
+#include "kiln/runtime/module.h"
+
+namespace kiln::codegen {
+
+/** Where the time of one build went, in milliseconds. */
+struct BuildTimings {
+  double codegen_ms = 0;   ///< IR to LLVM IR
+  double optimize_ms = 0;  ///< the O3 pipeline
+  double emit_ms = 0;      ///< LLVM IR to machine code
+  double link_ms = 0;      ///< JIT session, linking, symbol lookup
+  double total_ms() const { return codegen_ms + optimize_ms + emit_ms + link_ms; }
+};
+
+struct JitOptions {
+  /**
+   * Symbols resolved before the process's own (name, address): tests use it
+   * to stand in for runtime functions such as kiln_parallel_launch.
+   */
+  std::vector<std::pair<std::string, void*>> symbol_overrides;
+};
+
+/** Kernels compiled in memory. Copies share the code, which lives as long as any copy. */
+class JitModule {
+ public:
+  JitModule() = default;
+  bool defined() const { return impl_ != nullptr; }
+  /** The kernel called `name`; throws kiln::Error listing the kernels when there is none. */
+  KilnKernel get_function(const std::string& name) const;
+  /** Any symbol of the module (a kernel, an outlined body), or nullptr. */
+  void* lookup_symbol(const std::string& name) const;
+  /** Kernel names, in the order the functions were given. */
+  const std::vector<std::string>& function_names() const;
+  const BuildTimings& timings() const;
+
+  struct Impl;
+  explicit JitModule(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+/** Compiles `funcs` for `target` (kind llvm) and links them into this process. Throws kiln::Error. */
+JitModule jit_compile(const std::vector<PrimFunc>& funcs, const Target& target, const JitOptions& options = {});
+
+/**
+ * Compiles `funcs` into a runtime Module: the kernels plus their metadata
+ * (parameter names, dtypes, constant shapes, -1 for symbolic dimensions),
+ * callable with argument checking through Module::call.
+ */
+Module build_llvm(const std::vector<PrimFunc>& funcs, const Target& target);
+
+/** The metadata build_llvm attaches to a kernel. */
+KernelInfo kernel_info(const PrimFunc& func);
+
+/** Writes a relocatable, position-independent object file (ELF on Linux) defining the kernels. */
+void emit_object_file(const std::vector<PrimFunc>& funcs, const Target& target, const std::string& path);
+
+/** LLVM IR text of the module, before or after the O3 pipeline (for debugging and tests). */
+std::string emit_llvm_ir(const std::vector<PrimFunc>& funcs, const Target& target, bool optimize = true);
+
+/** Assembly text of the optimised module (for debugging and tests). */
+std::string emit_assembly(const std::vector<PrimFunc>& funcs, const Target& target);
+
+}  // namespace kiln::codegen
+
+#endif  // KILN_CODEGEN_LLVM_H

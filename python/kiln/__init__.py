@@ -1,0 +1,33 @@
+"""kiln: a tensor compiler.
+
+Declare computations with :mod:`kiln.te`, schedule them, then
+:func:`kiln.lower` them to a loop nest or :func:`kiln.build` them into a
+callable :class:`kiln.runtime.Module`::
+
+    import numpy as np, kiln
+    from kiln import te
+
+    A = te.placeholder((64, 64), name="A")
+    B = te.compute(A.shape, lambda i, j: A[i, j] * 2, name="B")
+    s = te.create_schedule(B)
+    io, ii = s[B].split(B.op.axis[0], factor=8)
+    s[B].vectorize(B.op.axis[1])
+    mod = kiln.build(s, [A, B])
+    a = np.random.rand(64, 64).astype("float32"); b = np.empty_like(a)
+    mod(a, b)  # writes into b
+
+Every error kiln reports is a :class:`kiln.KilnError` (a ``ValueError``)
+carrying the C++ message.
+"""
+from ._ffi import KilnError, _kiln
+from . import te, nd, runtime, ops
+from .driver import build, lower
+from .nd import cpu
+from .runtime import Module, TimeResult
+
+Target = _kiln.Target
+PrimFunc = _kiln.PrimFunc
+
+__version__ = "0.1.0"
+
+__all__ = ["KilnError", "te", "nd", "runtime", "ops", "build", "lower", "cpu", "Module", "TimeResult", "Target", "PrimFunc"]

@@ -1,0 +1,51 @@
+"""kiln.lower and kiln.build: from a schedule to a loop nest or to a callable module."""
+from ._ffi import KilnError, _kiln
+from .runtime import Module
+
+
+def _arg_tensors(args, what):
+    if isinstance(args, (_kiln.Tensor, _kiln.Operation)):
+        args = [args]
+    if not isinstance(args, (list, tuple)):
+        raise KilnError(f"{what}: args must be a list of tensors (inputs and outputs, in call order)")
+    out = []
+    for i, a in enumerate(args):
+        if isinstance(a, _kiln.Operation):
+            a = a.output(0)
+        if not isinstance(a, _kiln.Tensor):
+            raise KilnError(f"{what}: args[{i}] is a {type(a).__name__}, expected a tensor; "
+                            "scalar shape variables are added after the tensors automatically")
+        out.append(a)
+    return out
+
+
+def _check_schedule(s, what):
+    if not isinstance(s, _kiln.Schedule):
+        raise KilnError(f"{what}: expected a schedule (kiln.te.create_schedule), got {type(s).__name__}")
+
+
+def lower(s, args, name="main", run_passes=True, dump_ir=False):
+    """Lowers schedule ``s`` to a function taking ``args`` (tensors, in call order).
+
+    Scalar shape variables, if any, become int32 parameters after the tensors.
+    ``print()`` of the result shows the loop nest; ``run_passes=False`` gives the
+    nest before the loop passes, and ``dump_ir=True`` (or ``KILN_DUMP_IR=1``)
+    prints the IR after every pass.
+    """
+    _check_schedule(s, "lower")
+    return _kiln.lower(s, _arg_tensors(args, "lower"), name, run_passes, dump_ir)
+
+
+def build(s, args, target="llvm", name="main"):
+    """Compiles schedule ``s`` for ``target`` into a callable :class:`kiln.runtime.Module`.
+
+    ``target`` is a string (``"llvm"``: the host CPU; ``"llvm -mcpu=znver3 -num-cores=2"``)
+    or a :class:`kiln.Target`. The module is called with the arguments in the
+    order of ``args``: ``mod(a, b, c)``.
+    """
+    _check_schedule(s, "build")
+    tensors = _arg_tensors(args, "build")
+    native = _kiln.build(s, tensors, target, name)
+    # The kernel writes the computed tensors: numpy arrays passed there must be writeable.
+    written = [i for i, t in enumerate(tensors) if t.op.kind == "compute"]
+    return Module(native, entry_name=name, written=written)

@@ -1,0 +1,36 @@
+// The _kiln extension module: each part of the API is defined in its own
+// file (define_<thing>); this file only puts them together.
+#include <dlfcn.h>
+
+#include "kiln/runtime/c_runtime_api.h"
+#include "kiln_py.h"
+
+namespace {
+
+// Python loads extension modules with RTLD_LOCAL, so libkiln_runtime (a
+// dependency of _kiln) is not in the global symbol scope. The LLVM JIT looks
+// runtime functions such as kiln_parallel_launch up in that scope (as it
+// would in a C++ program linked against the runtime), so promote the already
+// loaded library to RTLD_GLOBAL. RTLD_NOLOAD makes this a no-op if it is not
+// loaded (it always is: _kiln links it).
+void expose_runtime_symbols() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&kiln_parallel_launch), &info) == 0 || !info.dli_fname) return;
+  // The handle is intentionally never closed: the library must stay global.
+  dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_kiln, m) {
+  using namespace kiln::python;
+  m.doc() = "kiln: a tensor compiler (native part; use the `kiln` package)";
+  expose_runtime_symbols();
+  define_error(m);
+  define_expr(m);
+  define_operation(m);
+  define_schedule(m);
+  define_lower(m);
+  define_runtime(m);
+  define_ops(m);
+}

@@ -1,0 +1,272 @@
+// Runtime values: NDArray (with DLPack in and out), Module (call and
+// time_evaluator) and TimeResult.
+//
+// Kernel arguments cross without copies: a numpy array becomes a borrowed
+// DLTensor over its own memory (the kernel writes straight into the caller's
+// output array), an object with __dlpack__ (a torch tensor) or a DLPack
+// capsule is taken over through its DLManagedTensor, and a kiln NDArray is
+// passed as is. Module::call checks every argument against the kernel's
+// metadata (rank, shape, dtype, device, contiguity) and reports mismatches as
+// kiln::Error; this file only adds the checks that need Python: numpy
+// alignment and writability, and unsupported Python types.
+#include <pybind11/numpy.h>
+
+#include <cstring>
+#include <deque>
+
+#include "kiln/runtime/module.h"
+#include "kiln/runtime/ndarray.h"
+#include "kiln/support/error.h"
+#include "kiln_py.h"
+
+namespace kiln::python {
+
+namespace {
+
+constexpr const char* kCapsuleName = "dltensor";
+constexpr const char* kUsedCapsuleName = "used_dltensor";
+
+std::string type_name(py::handle obj) { return py::str(obj.get_type().attr("__name__")); }
+
+// The DLPack dtype of a numpy dtype, or throws naming the argument.
+DLDataType numpy_dl_dtype(const py::dtype& dt, const std::string& where) {
+  char kind = dt.kind();
+  int bits = static_cast<int>(dt.itemsize()) * 8;
+  bool native = dt.attr("isnative").cast<bool>();
+  DLDataType d{};
+  d.lanes = 1;
+  d.bits = static_cast<uint8_t>(bits);
+  if (native && kind == 'f' && (bits == 16 || bits == 32 || bits == 64)) d.code = kDLFloat;
+  else if (native && kind == 'i' && bits <= 64) d.code = kDLInt;
+  else if (native && kind == 'u' && bits <= 64) d.code = kDLUInt;
+  else if (kind == 'b') d.code = kDLBoolCode;
+  else throw_user_error(where + " has numpy dtype " + std::string(py::str(static_cast<py::handle>(dt))) + ", which kiln cannot pass (use a native int, uint, float or bool dtype)");
+  return d;
+}
+
+// A DLPack capsule taken over by an NDArray; the capsule is marked used only
+// once the NDArray owns the tensor, so on error its producer still frees it.
+NDArray take_capsule(py::handle capsule, const std::string& where) {
+  if (!PyCapsule_IsValid(capsule.ptr(), kCapsuleName))
+    throw_user_error(where + ": the DLPack capsule is invalid or was already consumed (a capsule can be used once)");
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), kCapsuleName));
+  NDArray nd = NDArray::from_dlpack(managed);
+  PyCapsule_SetName(capsule.ptr(), kUsedCapsuleName);
+  return nd;
+}
+
+bool is_dlpack_provider(py::handle obj) { return py::hasattr(obj, "__dlpack__") && !py::isinstance<NDArray>(obj); }
+
+NDArray from_dlpack_object(py::handle obj, const std::string& where) {
+  if (PyCapsule_CheckExact(obj.ptr())) return take_capsule(obj, where);
+  if (!py::hasattr(obj, "__dlpack__")) throw_user_error(where + ": a " + type_name(obj) + " does not support DLPack (no __dlpack__)");
+  py::object capsule = obj.attr("__dlpack__")();
+  return take_capsule(capsule, where);
+}
+
+// The arguments of one call, with the storage the borrowed DLTensors point into.
+struct ArgPack {
+  std::deque<DLTensor> tensors;  // deque: addresses stay valid as it grows
+  std::deque<std::vector<int64_t>> dims;
+  std::vector<Arg> args;
+};
+
+void add_numpy(ArgPack& pack, const py::array& arr, const std::string& where, bool written) {
+  DLTensor t{};
+  t.dtype = numpy_dl_dtype(arr.dtype(), where);
+  if (!(arr.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_))
+    throw_user_error(where + " is a numpy array whose data is not aligned to its element size; pass an aligned copy (np.array(a))");
+  if (written && !arr.writeable()) throw_user_error(where + " is a read-only numpy array, but the kernel writes it; pass a writeable array");
+  int nd = static_cast<int>(arr.ndim());
+  std::vector<int64_t>& shape = pack.dims.emplace_back(nd);
+  std::vector<int64_t>& strides = pack.dims.emplace_back(nd);
+  int64_t item = arr.itemsize();
+  for (int d = 0; d < nd; ++d) {
+    shape[d] = arr.shape(d);
+    if (item == 0 || arr.strides(d) % item != 0) throw_user_error(where + " has byte strides that are not a multiple of its element size; pass a contiguous copy");
+    strides[d] = arr.strides(d) / item;
+  }
+  t.data = const_cast<void*>(arr.data());
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = nd;
+  t.shape = shape.data();
+  t.strides = strides.data();
+  pack.args.emplace_back(&pack.tensors.emplace_back(t));
+}
+
+void add_arg(ArgPack& pack, py::handle obj, const std::string& where, bool written) {
+  py::module_ np = py::module_::import("numpy");
+  if (obj.is_none()) {
+    // A null tensor: Module::call reports it with the parameter's expected dtype and shape.
+    pack.args.emplace_back(static_cast<const DLTensor*>(nullptr));
+  } else if (py::isinstance<NDArray>(obj)) {
+    pack.args.emplace_back(obj.cast<NDArray>());
+  } else if (py::isinstance<py::array>(obj)) {
+    add_numpy(pack, py::reinterpret_borrow<py::array>(obj), where, written);
+  } else if (is_dlpack_provider(obj) || PyCapsule_CheckExact(obj.ptr())) {
+    pack.args.emplace_back(from_dlpack_object(obj, where));
+  } else if (py::isinstance<py::bool_>(obj) || py::isinstance(obj, np.attr("bool_"))) {
+    pack.args.emplace_back(int64_t(obj.cast<bool>() ? 1 : 0));
+  } else if (PyIndex_Check(obj.ptr())) {
+    py::int_ v = py::reinterpret_steal<py::int_>(PyNumber_Index(obj.ptr()));
+    try {
+      pack.args.emplace_back(v.cast<long long>());
+    } catch (py::cast_error&) {
+      try {
+        pack.args.emplace_back(v.cast<unsigned long long>());  // Module::call reports the range
+      } catch (py::cast_error&) {
+        throw_user_error(where + " = " + std::string(py::str(obj)) + " does not fit in 64 bits");
+      }
+    }
+  } else if (py::isinstance<py::float_>(obj) || py::isinstance(obj, np.attr("floating"))) {
+    pack.args.emplace_back(obj.cast<double>());
+  } else {
+    throw_user_error(where + " is a " + type_name(obj) + "; pass a numpy array, a kiln NDArray, a DLPack tensor (e.g. torch), an int or a float");
+  }
+}
+
+ArgPack pack_args(const Module& mod, const std::string& name, const py::sequence& args, const std::vector<int>& written) {
+  const KernelInfo& k = mod.info(name);
+  ArgPack pack;
+  size_t n = py::len(args);
+  pack.args.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    std::string where = name + ": argument " + std::to_string(i);
+    if (i < k.params.size()) where += " (" + k.params[i].name + ")";
+    bool w = std::find(written.begin(), written.end(), static_cast<int>(i)) != written.end();
+    add_arg(pack, args[i], where, w);
+  }
+  return pack;
+}
+
+py::list kernel_params(const KernelInfo& k) {
+  py::list out;
+  for (const ParamInfo& p : k.params) {
+    py::dict d;
+    d["name"] = p.name;
+    d["kind"] = p.is_buffer ? "buffer" : "scalar";
+    d["dtype"] = p.dtype.str();
+    d["shape"] = p.shape;
+    out.append(d);
+  }
+  return out;
+}
+
+py::capsule export_dlpack(const NDArray& nd) {
+  DLManagedTensor* managed = nd.to_dlpack();
+  // A capsule nobody consumed still owns the tensor: free it when the capsule dies.
+  return py::capsule(managed, kCapsuleName, [](PyObject* cap) {
+    if (PyCapsule_IsValid(cap, kCapsuleName)) {
+      auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, kCapsuleName));
+      if (m && m->deleter) m->deleter(m);
+    }
+  });
+}
+
+py::array to_numpy(const NDArray& nd) {
+  if (nd.dtype().is_bfloat() || nd.dtype().is_vector() || nd.dtype().is_handle())
+    throw_user_error("an NDArray of dtype " + nd.dtype().str() + " has no numpy equivalent; export it with DLPack (e.g. to torch) instead");
+  py::dtype dt(nd.dtype().str());
+  py::array out(dt, nd.shape());
+  nd.copy_to(out.mutable_data(), nd.nbytes());
+  return out;
+}
+
+NDArray from_numpy(py::handle obj) {
+  // A C-contiguous version (a copy only when needed); the data is copied once more into the NDArray.
+  py::array arr = py::array::ensure(obj, py::array::c_style);
+  if (!arr) {
+    PyErr_Clear();
+    throw_user_error("kiln.nd.array: cannot convert a " + type_name(obj) + " to an array");
+  }
+  DLDataType dl = numpy_dl_dtype(arr.dtype(), "kiln.nd.array: the array");
+  std::vector<int64_t> shape(arr.shape(), arr.shape() + arr.ndim());
+  NDArray nd = NDArray::empty(shape, from_dlpack_dtype(dl));
+  nd.copy_from(arr.data(), nd.nbytes());
+  return nd;
+}
+
+}  // namespace
+
+void define_runtime(py::module_& m) {
+  py::class_<NDArray>(m, "NDArray", "An n-dimensional CPU array laid out as a DLPack tensor.")
+      .def_static("empty", [](std::vector<int64_t> shape, py::handle dtype) {
+        for (int64_t d : shape)
+          if (d < 0) throw_user_error("kiln.nd.empty: negative dimension in shape " + shape_to_string(shape));
+        return NDArray::empty(shape, to_dtype(dtype));
+      }, py::arg("shape"), py::arg("dtype") = "float32")
+      .def_static("from_numpy", &from_numpy, py::arg("array"), "A new array holding a copy of a numpy array (or anything numpy.asarray accepts).")
+      .def_static("from_dlpack", [](py::handle obj) { return from_dlpack_object(obj, "kiln.nd.from_dlpack"); }, py::arg("tensor"),
+                  "A zero-copy view of a DLPack tensor (an object with __dlpack__, e.g. a torch tensor, or a capsule).")
+      .def_property_readonly("shape", [](const NDArray& a) { return py::tuple(py::cast(a.shape())); })
+      .def_property_readonly("dtype", [](const NDArray& a) { return a.dtype().str(); })
+      .def_property_readonly("ndim", &NDArray::ndim)
+      .def_property_readonly("size", &NDArray::numel)
+      .def_property_readonly("nbytes", &NDArray::nbytes)
+      .def_property_readonly("device", [](const NDArray& a) { return device_to_string(a.device()); })
+      .def("is_contiguous", &NDArray::is_contiguous)
+      .def("numpy", &to_numpy, "A numpy copy of the array.")
+      .def("asnumpy", &to_numpy, "Same as numpy().")
+      .def("__array__", [](const NDArray& a, py::object dtype) -> py::object {
+        py::array arr = to_numpy(a);
+        return dtype.is_none() ? py::object(arr) : arr.attr("astype")(dtype);
+      }, py::arg("dtype") = py::none())
+      .def("copyfrom", [](const NDArray& a, py::handle src) {
+        if (py::isinstance<NDArray>(src)) {
+          a.copy_from(src.cast<NDArray>());
+          return a;
+        }
+        NDArray tmp = from_numpy(src);
+        if (tmp.shape() != a.shape() || tmp.dtype() != a.dtype())
+          throw_user_error("copyfrom: the source has shape " + shape_to_string(tmp.shape()) + " and dtype " + tmp.dtype().str() + ", the array has shape " +
+                           shape_to_string(a.shape()) + " and dtype " + a.dtype().str());
+        a.copy_from(tmp);
+        return a;
+      }, py::arg("source"), "Copies a numpy array or NDArray of the same shape and dtype in; returns self.")
+      .def("__dlpack__", [](const NDArray& a, py::object stream) { return export_dlpack(a); }, py::arg("stream") = py::none())
+      .def("__dlpack_device__", [](const NDArray& a) { return py::make_tuple(static_cast<int>(a.device().device_type), a.device().device_id); })
+      .def("to_dlpack", &export_dlpack, "A DLPack capsule sharing the memory (torch.utils.dlpack.from_dlpack accepts it).")
+      .def("same_memory", [](const NDArray& a, const NDArray& b) { return a.data() == b.data(); })
+      .def_property_readonly("data_ptr", [](const NDArray& a) { return reinterpret_cast<uintptr_t>(a.data()); })
+      .def("__repr__", [](const NDArray& a) {
+        return "kiln.nd.NDArray(shape=" + shape_to_string(a.shape()) + ", dtype=" + a.dtype().str() + ", device=" + device_to_string(a.device()) + ")";
+      });
+
+  py::class_<TimeResult>(m, "TimeResult", "Timings in seconds per call: one result per repeat.")
+      .def_readonly("results", &TimeResult::results)
+      .def_readonly("number", &TimeResult::number)
+      .def_property_readonly("mean", &TimeResult::mean)
+      .def_property_readonly("median", &TimeResult::median)
+      .def_property_readonly("min", &TimeResult::min)
+      .def_property_readonly("max", &TimeResult::max)
+      .def("__repr__", [](const TimeResult& r) {
+        return "TimeResult(mean=" + std::to_string(r.mean() * 1e3) + " ms, median=" + std::to_string(r.median() * 1e3) + " ms, min=" +
+               std::to_string(r.min() * 1e3) + " ms, results=" + std::to_string(r.results.size()) + ", number=" + std::to_string(r.number) + ")";
+      });
+
+  py::class_<Module>(m, "Module", "Compiled kernels, callable by name. Use kiln.build, which wraps it.")
+      .def_static("load", &Module::load, py::arg("path"), "Loads an exported kernel library (.so).")
+      .def("names", &Module::names)
+      .def("has", &Module::has, py::arg("name"))
+      .def("params", [](const Module& mod, const std::string& name) { return kernel_params(mod.info(name)); }, py::arg("name"))
+      .def("call", [](const Module& mod, const std::string& name, py::sequence args, std::vector<int> written) {
+        ArgPack pack = pack_args(mod, name, args, written);
+        // The kernel touches no Python object; the arguments stay referenced by `args`.
+        py::gil_scoped_release release;
+        mod.call(name, pack.args);
+      }, py::arg("name"), py::arg("args"), py::arg("written") = std::vector<int>{},
+         "Calls kernel `name`; `written` lists the argument positions the kernel writes (numpy arrays there must be writeable).")
+      .def("time_evaluator", [](const Module& mod, const std::string& name, py::sequence args, int number, int repeat, double min_repeat_ms, std::vector<int> written) {
+        ArgPack pack = pack_args(mod, name, args, written);
+        py::gil_scoped_release release;
+        return mod.time_evaluator(name, pack.args, number, repeat, min_repeat_ms);
+      }, py::arg("name"), py::arg("args"), py::arg("number") = 1, py::arg("repeat") = 1, py::arg("min_repeat_ms") = 0.0, py::arg("written") = std::vector<int>{})
+      .def("__repr__", [](const Module& mod) {
+        std::string r = "Module(kernels=[";
+        std::vector<std::string> names = mod.names();
+        for (size_t i = 0; i < names.size(); ++i) r += (i ? ", " : "") + names[i];
+        return r + "])";
+      });
+}
+
+}  // namespace kiln::python

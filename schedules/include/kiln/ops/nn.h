@@ -1,0 +1,46 @@
+/** \file
+ * The operator library: compute definitions of common deep-learning ops as
+ * tensor expressions. Each returns the output tensor; inputs are tensors the
+ * caller made (placeholders or other ops). Layouts: NCHW for images, OIHW
+ * for convolution weights, row-major matrices.
+ */
+#ifndef KILN_OPS_NN_H
+#define KILN_OPS_NN_H
+
+#include <string>
+
+#include "kiln/te/operation.h"
+
+namespace kiln::ops {
+
+using te::Tensor;
+
+/** C[i, j] = sum_k A[i, k] * B[k, j]. */
+Tensor matmul(const Tensor& A, const Tensor& B, const std::string& name = "C");
+/** C[b, i, j] = sum_k A[b, i, k] * B[b, k, j]. */
+Tensor batch_matmul(const Tensor& A, const Tensor& B, const std::string& name = "C");
+/** Zero padding of the last two dimensions of an NCHW tensor (inline it into its consumer). */
+Tensor pad2d(const Tensor& X, int pad_h, int pad_w, const std::string& name = "pad");
+/** NCHW conv2d with OIHW weights; the padding stage is returned through `padded` if asked. */
+Tensor conv2d_nchw(const Tensor& X, const Tensor& W, int stride, int pad, int dilation, const std::string& name = "conv", Tensor* padded = nullptr);
+/** Depthwise conv2d: W is [C, 1, KH, KW]. */
+Tensor depthwise_conv2d_nchw(const Tensor& X, const Tensor& W, int stride, int pad, const std::string& name = "dwconv", Tensor* padded = nullptr);
+/** Max pooling over kernel x kernel windows, NCHW. */
+Tensor max_pool2d(const Tensor& X, int kernel, int stride, int pad, const std::string& name = "maxpool");
+/** Average pooling (count includes padding), NCHW. */
+Tensor avg_pool2d(const Tensor& X, int kernel, int stride, const std::string& name = "avgpool");
+/** Softmax over the last axis of a 2-D tensor: max, exp, sum, divide stages. */
+Tensor softmax(const Tensor& X, const std::string& name = "softmax");
+/** Layer norm over the last axis of a 2-D tensor with gamma, beta of [N]. */
+Tensor layer_norm(const Tensor& X, const Tensor& gamma, const Tensor& beta, float eps = 1e-5f, const std::string& name = "layernorm");
+/** Transpose of a 2-D tensor. */
+Tensor transpose(const Tensor& X, const std::string& name = "T");
+/** Elementwise stages: add of two same-shape tensors, relu, gelu (tanh-free, erf form), bias add on the last axis. */
+Tensor add(const Tensor& A, const Tensor& B, const std::string& name = "add");
+Tensor relu(const Tensor& X, const std::string& name = "relu");
+Tensor gelu(const Tensor& X, const std::string& name = "gelu");
+Tensor bias_add(const Tensor& X, const Tensor& bias, const std::string& name = "bias_add");
+
+}  // namespace kiln::ops
+
+#endif  // KILN_OPS_NN_H

@@ -1,0 +1,246 @@
+// loop_partition: splits constant loops so that likely() guards vanish from
+// the main part.
+//
+// For a loop v in [m, m + e) and a guard `if (likely(c))` somewhere in its
+// body, the range of v over which c provably holds is searched conjunct by
+// conjunct (each one is expected to hold on a prefix or a suffix of the
+// range), the intersection is verified with the whole condition, and the
+// loop becomes up to three loops: before, main (guard replaced by its then
+// branch) and after (guard kept, or replaced by its else branch when the
+// condition is provably false there). Pieces are partitioned again for the
+// other guards; inner loops are partitioned with the outer range known.
+#include "kiln/arith/analyzer.h"
+#include "kiln/ir/functor.h"
+#include "kiln/pass/passes.h"
+
+#include <unordered_set>
+
+namespace kiln::pass {
+
+namespace {
+
+// A variable in scope: a loop variable over a range, or a let-bound one.
+struct Fact {
+  Var var;
+  Range range;  // for loops
+  Expr value;   // for lets
+};
+
+static void bind_fact(arith::Analyzer* an, const Fact& f) {
+  if (f.value.defined()) an->bind(f.var, f.value);
+  else an->bind(f.var, f.range);
+}
+
+static const Call* as_likely(const Expr& cond) {
+  const Call* c = cond.as<Call>();
+  return c && c->op == Intrinsic::Likely ? c : nullptr;
+}
+
+static void split_conjuncts(const Expr& e, std::vector<Expr>* out) {
+  if (const And* a = e.as<And>()) {
+    split_conjuncts(a->a, out);
+    split_conjuncts(a->b, out);
+  } else {
+    out->push_back(e);
+  }
+}
+
+// !c in the form an interval analysis handles best: an integer comparison
+// flips (for floats NaN forbids it), anything else gets a Not.
+static Expr negate(const Expr& c) {
+  if (const Not* n = c.as<Not>()) return n->a;
+  auto flip = [&](const auto* x, auto make) -> Expr { return x->a.dtype().is_float() ? Not::make(c) : make(x->a, x->b); };
+  if (const LT* x = c.as<LT>()) return flip(x, GE::make);
+  if (const LE* x = c.as<LE>()) return flip(x, GT::make);
+  if (const GT* x = c.as<GT>()) return flip(x, LE::make);
+  if (const GE* x = c.as<GE>()) return flip(x, LT::make);
+  if (const EQ* x = c.as<EQ>()) return flip(x, NE::make);
+  if (const NE* x = c.as<NE>()) return flip(x, EQ::make);
+  return Not::make(c);
+}
+
+// One occurrence of a guard, with the loops and lets that lie between the
+// loop being partitioned and it.
+struct GuardSite {
+  const IfThenElse* guard;
+  std::vector<Fact> inner;
+};
+
+class GuardCollector : public IRVisitor {
+ public:
+  std::vector<GuardSite> sites;
+
+ protected:
+  using IRVisitor::visit;
+  void visit(const For* op) override {
+    inner_.push_back({op->loop_var, Range(op->min, op->extent), Expr()});
+    visit_stmt(op->body);
+    inner_.pop_back();
+  }
+  void visit(const LetStmt* op) override {
+    inner_.push_back({op->var, Range(), op->value});
+    visit_stmt(op->body);
+    inner_.pop_back();
+  }
+  void visit(const IfThenElse* op) override {
+    if (as_likely(op->condition)) sites.push_back({op, inner_});
+    IRVisitor::visit(op);
+  }
+
+ private:
+  std::vector<Fact> inner_;
+};
+
+// Replaces every occurrence of one IfThenElse node by a statement.
+class GuardReplacer : public IRMutator {
+ public:
+  GuardReplacer(const IfThenElse* guard, Stmt with) : guard_(guard), with_(std::move(with)) {}
+
+ protected:
+  using IRMutator::visit;
+  Stmt visit(const IfThenElse* op) override { return op == guard_ ? with_ : IRMutator::visit(op); }
+
+ private:
+  const IfThenElse* guard_;
+  Stmt with_;
+};
+
+class Partitioner : public IRMutator {
+ protected:
+  using IRMutator::visit;
+
+  Stmt visit(const For* op) override {
+    const int64_t* min = as_const_int(op->min);
+    const int64_t* extent = as_const_int(op->extent);
+    // Thread-bound loops are not loops the kernel can split.
+    if (min && extent && *extent > 0 && op->kind != ForKind::ThreadBinding) {
+      Stmt pieces = partition(op, *min, *extent);
+      // Each piece is a For again: partition it for the remaining guards.
+      if (pieces.defined()) return mutate(pieces);
+    }
+    outer_.push_back({op->loop_var, Range(op->min, op->extent), Expr()});
+    Stmt body = mutate(op->body);
+    outer_.pop_back();
+    if (body.same_as(op->body)) return op;
+    return For::make(op->loop_var, op->min, op->extent, op->kind, body, op->thread_tag);
+  }
+
+  Stmt visit(const LetStmt* op) override {
+    outer_.push_back({op->var, Range(), op->value});
+    Stmt body = mutate(op->body);
+    outer_.pop_back();
+    return body.same_as(op->body) ? Stmt(op) : LetStmt::make(op->var, op->value, body);
+  }
+
+ private:
+  // Whether cond holds for every v in [lo, hi) at a guard site.
+  bool provable(const For* loop, const GuardSite& site, const Expr& cond, int64_t lo, int64_t hi) {
+    arith::Analyzer an;
+    for (const Fact& f : outer_) bind_fact(&an, f);
+    DataType t = loop->loop_var.dtype();
+    an.bind(loop->loop_var, Range(IntImm::make(t, lo), IntImm::make(t, hi - lo)));
+    for (const Fact& f : site.inner) bind_fact(&an, f);
+    return an.can_prove(cond);
+  }
+
+  bool provable_at_all(const For* loop, const std::vector<GuardSite>& sites, const Expr& cond, int64_t lo, int64_t hi) {
+    for (const GuardSite& s : sites) {
+      if (!provable(loop, s, cond, lo, hi)) return false;
+    }
+    return true;
+  }
+
+  // A conjunction is false where one of its conjuncts provably is.
+  bool provably_false(const For* loop, const std::vector<GuardSite>& sites, const Expr& cond, int64_t lo, int64_t hi) {
+    std::vector<Expr> conjuncts;
+    split_conjuncts(cond, &conjuncts);
+    for (const Expr& c : conjuncts) {
+      if (provable_at_all(loop, sites, negate(c), lo, hi)) return true;
+    }
+    return false;
+  }
+
+  // The largest k in [1, e] with pred(k), given pred(1); pred is expected to
+  // be monotone (a smaller range is easier to prove), and the caller
+  // verifies the answer anyway.
+  template <typename Pred>
+  static int64_t largest(int64_t e, Pred pred) {
+    int64_t lo = 1, hi = e;
+    while (lo < hi) {
+      int64_t mid = lo + (hi - lo + 1) / 2;
+      if (pred(mid)) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
+  }
+
+  // The sub-range [lo, hi) of [m, m + e) on which the guard's condition
+  // holds, found per conjunct; empty (lo >= hi) when none is found.
+  std::pair<int64_t, int64_t> true_range(const For* loop, const GuardSite& site, const Expr& cond, int64_t m, int64_t e) {
+    std::vector<Expr> conjuncts;
+    split_conjuncts(cond, &conjuncts);
+    int64_t lo = m, hi = m + e;
+    for (const Expr& c : conjuncts) {
+      if (provable(loop, site, c, m, m + 1)) {
+        int64_t k = largest(e, [&](int64_t k) { return provable(loop, site, c, m, m + k); });
+        hi = std::min(hi, m + k);
+      } else if (provable(loop, site, c, m + e - 1, m + e)) {
+        int64_t k = largest(e, [&](int64_t k) { return provable(loop, site, c, m + e - k, m + e); });
+        lo = std::max(lo, m + e - k);
+      } else {
+        return {m, m};
+      }
+      if (lo >= hi) return {m, m};
+    }
+    return {lo, hi};
+  }
+
+  // A piece [lo, hi) of the loop where the guard is not known to hold: the
+  // guard stays, unless its condition is provably false throughout.
+  Stmt side_piece(const For* loop, const IfThenElse* guard, const std::vector<GuardSite>& sites, const Expr& cond, int64_t lo, int64_t hi) {
+    if (lo >= hi) return Stmt();
+    Stmt body = loop->body;
+    if (provably_false(loop, sites, cond, lo, hi)) {
+      body = GuardReplacer(guard, guard->else_case.defined() ? guard->else_case : make_nop()).mutate(body);
+      if (is_nop(body)) return Stmt();
+    }
+    return make_piece(loop, lo, hi, body);
+  }
+
+  static Stmt make_piece(const For* loop, int64_t lo, int64_t hi, const Stmt& body) {
+    DataType t = loop->min.dtype();
+    return For::make(loop->loop_var, IntImm::make(t, lo), IntImm::make(t, hi - lo), loop->kind, body, loop->thread_tag);
+  }
+
+  // Splits the loop on the first guard that allows it; undefined if none.
+  Stmt partition(const For* loop, int64_t m, int64_t e) {
+    GuardCollector collector;
+    collector.visit_stmt(loop->body);
+    std::unordered_set<const IfThenElse*> tried;
+    for (const GuardSite& first : collector.sites) {
+      const IfThenElse* guard = first.guard;
+      if (!tried.insert(guard).second) continue;
+      // The same node may sit at several places; the proof must hold at each.
+      std::vector<GuardSite> sites;
+      for (const GuardSite& s : collector.sites) {
+        if (s.guard == guard) sites.push_back(s);
+      }
+      Expr cond = as_likely(guard->condition)->args[0];
+      auto [lo, hi] = true_range(loop, first, cond, m, e);
+      if (lo >= hi || !provable_at_all(loop, sites, cond, lo, hi)) continue;
+      Stmt main = make_piece(loop, lo, hi, GuardReplacer(guard, guard->then_case).mutate(loop->body));
+      Stmt before = side_piece(loop, guard, sites, cond, m, lo);
+      Stmt after = side_piece(loop, guard, sites, cond, hi, m + e);
+      return Seq::make({before, main, after});
+    }
+    return Stmt();
+  }
+
+  std::vector<Fact> outer_;
+};
+
+}  // namespace
+
+PrimFunc loop_partition(const PrimFunc& f) { return f.with_body(Partitioner().mutate(f.body())); }
+
+}  // namespace kiln::pass

@@ -1,0 +1,208 @@
+// Bound inference: which region of each stage must be computed, and the
+// ranges of every loop. Consumers are visited before producers, so when a
+// stage is computed inside a consumer's loop, the consumer's loops are known
+// and the region is what the consumer reads in one iteration of that loop.
+#include <algorithm>
+
+#include "kiln/arith/analyzer.h"
+#include "kiln/ir/functor.h"
+#include "kiln/ir/op.h"
+#include "kiln/support/error.h"
+#include "lower_internal.h"
+
+namespace kiln::te::detail {
+
+using arith::Analyzer;
+using arith::IntervalSet;
+
+static const ComputeOpNode* as_compute(const Operation& op) {
+  return op->kind == OpKind::Compute ? static_cast<const ComputeOpNode*>(op.get()) : nullptr;
+}
+
+void inline_stages(LowerState* st) {
+  for (const auto& sp : st->sch.stages()) {
+    const ComputeOpNode* c = as_compute(sp->op());
+    if (!c) continue;
+    // Producers come first, so their bodies are already inlined transitively.
+    Expr body = replace_tensor_reads(c->body, [&](const TensorNode* t, const std::vector<Expr>& idx) -> Expr {
+      const Stage* p = st->sch.state()->find(t->op.get());
+      if (!p || p->attach_type() != AttachType::Inline) return Expr();
+      const auto* pc = as_compute(p->op());
+      const Expr& pbody = st->bodies.at(pc);
+      return substitute(pbody, [&](const Variable* v) -> Expr {
+        for (size_t d = 0; d < pc->axis.size(); ++d)
+          if (pc->axis[d].var().get() == v) return idx[d];
+        return Expr();
+      });
+    });
+    st->bodies[c] = body;
+    if (sp->attach_type() == AttachType::Inline) continue;
+    post_order_visit(body, [&](const Expr& e) {
+      const TensorLoad* t = e.as<TensorLoad>();
+      if (!t) return;
+      auto& rs = st->readers[static_cast<const TensorNode*>(t->producer.get())->op.get()];
+      if (std::find(rs.begin(), rs.end(), sp.get()) == rs.end()) rs.push_back(sp.get());
+    });
+  }
+}
+
+// Ranges of derived iteration variables from their parents'.
+static void pass_down(LowerState* st, const Stage& s) {
+  for (const IterVarRelation& r : s.relations()) {
+    if (r.kind == IterVarRelation::Kind::Split) {
+      const Range& pr = st->ranges.at(r.parent.get());
+      Expr extent = pr.extent;
+      Expr inner_ext, outer_ext;
+      if (r.factor.defined()) {
+        inner_ext = r.factor;
+        const int64_t* e = as_const_int(extent);
+        if (e && *e < *as_const_int(r.factor)) inner_ext = extent;  // a factor larger than the axis
+        outer_ext = arith::simplify(floordiv(extent + r.factor - 1, r.factor));
+      } else {
+        outer_ext = r.nparts;
+        inner_ext = arith::simplify(floordiv(extent + r.nparts - 1, r.nparts));
+      }
+      st->ranges[r.outer.get()] = Range(0, outer_ext);
+      st->ranges[r.inner.get()] = Range(0, inner_ext);
+    } else {
+      const Range& o = st->ranges.at(r.outer.get());
+      const Range& i = st->ranges.at(r.inner.get());
+      st->ranges[r.parent.get()] = Range(0, arith::simplify(o.extent * i.extent));
+    }
+  }
+}
+
+// Values of root and intermediate variables from the leaf loop variables.
+static void pass_up(LowerState* st, const Stage& s) {
+  for (const IterVar& leaf : s.leaf_iter_vars()) {
+    const Range& r = st->ranges.at(leaf.get());
+    st->values[leaf.get()] = is_zero(r.min) ? Expr(leaf.var()) : arith::simplify(leaf.var() + r.min);
+  }
+  const auto& rels = s.relations();
+  for (auto it = rels.rbegin(); it != rels.rend(); ++it) {
+    const IterVarRelation& r = *it;
+    if (r.kind == IterVarRelation::Kind::Split) {
+      Expr inner_ext = st->ranges.at(r.inner.get()).extent;
+      Expr factor = r.factor.defined() ? r.factor : inner_ext;
+      const Range& pr = st->ranges.at(r.parent.get());
+      st->values[r.parent.get()] = arith::simplify(st->values.at(r.outer.get()) * factor + st->values.at(r.inner.get()) + pr.min);
+    } else {
+      Expr fused = st->values.at(r.parent.get());
+      const Range& o = st->ranges.at(r.outer.get());
+      const Range& i = st->ranges.at(r.inner.get());
+      st->values[r.outer.get()] = arith::simplify(floordiv(fused, i.extent) + o.min);
+      st->values[r.inner.get()] = arith::simplify(floormod(fused, i.extent) + i.min);
+    }
+  }
+}
+
+std::vector<Expr> split_guards(const LowerState& st, const Stage& s) {
+  std::vector<Expr> guards;
+  Analyzer ana;
+  for (const IterVar& leaf : s.leaf_iter_vars()) ana.bind(leaf.var(), loop_range(st, leaf));
+  for (const IterVarRelation& r : s.relations()) {
+    if (r.kind != IterVarRelation::Kind::Split) continue;
+    const Range& pr = st.ranges.at(r.parent.get());
+    Expr value = st.values.at(r.parent.get());
+    Expr cond = ana.simplify(value < pr.min + pr.extent);
+    if (!ana.can_prove(cond)) guards.push_back(cond);
+  }
+  return guards;
+}
+
+// The interval of each root variable of `consumer` while the loops inside
+// the attach point run (all its loops when attach is undefined).
+static std::unordered_map<const Variable*, IntervalSet> relaxed_roots(const LowerState& st, const Stage& consumer, const IterVar& attach, Analyzer* ana) {
+  std::unordered_map<const Variable*, IntervalSet> leaf_dom;
+  bool inside = !attach.defined();
+  for (const IterVar& leaf : consumer.leaf_iter_vars()) {
+    Range r = loop_range(st, leaf);
+    if (inside) leaf_dom[leaf.var().get()] = IntervalSet::from_range(r);
+    else ana->bind(leaf.var(), r);
+    if (leaf.same_as(attach)) inside = true;
+  }
+  std::unordered_map<const Variable*, IntervalSet> roots;
+  for (const IterVar& root : consumer.root_iter_vars()) {
+    const Range& r = st.ranges.at(root.get());
+    IntervalSet s = ana->eval_interval(st.values.at(root.get()), leaf_dom);
+    // Guards keep the consumer inside its domain, so clamp to it.
+    IntervalSet dom = IntervalSet::from_range(r);
+    Expr lo = s.min.defined() ? ana->simplify(max(s.min, dom.min)) : dom.min;
+    Expr hi = s.max.defined() ? ana->simplify(min(s.max, dom.max)) : dom.max;
+    roots[root.var().get()] = {lo, hi};
+  }
+  return roots;
+}
+
+// Binds the ranges of every loop variable known so far (the enclosing loops
+// of any stage), so regions simplify in terms of the loops they sit in.
+static void bind_known_loops(const LowerState& st, Analyzer* ana) {
+  for (const auto& sp : st.sch.stages())
+    for (const IterVar& leaf : sp->leaf_iter_vars())
+      if (st.ranges.count(leaf.get())) ana->bind(leaf.var(), loop_range(st, leaf));
+}
+
+// Adds to `region` what `reader` reads of `producer` while its loops inside `attach` run.
+static void add_reads(LowerState* st, const Stage& producer, const Stage& reader, const IterVar& attach, std::vector<IntervalSet>* region, std::vector<bool>* seen) {
+  Analyzer ana;
+  bind_known_loops(*st, &ana);
+  auto roots = relaxed_roots(*st, reader, attach, &ana);
+  post_order_visit(st->bodies.at(reader.op().get()), [&](const Expr& e) {
+    const TensorLoad* t = e.as<TensorLoad>();
+    if (!t || static_cast<const TensorNode*>(t->producer.get())->op.get() != producer.op().get()) return;
+    for (size_t d = 0; d < region->size(); ++d) {
+      IntervalSet s = ana.eval_interval(t->indices[d], roots);
+      (*region)[d] = (*seen)[d] ? arith::interval_union((*region)[d], s) : s;
+      (*seen)[d] = true;
+    }
+  });
+}
+
+// The region of `producer`, computed at loop `attach` of `parent`, that its readers need in
+// one iteration of that loop: the parent's reads over its inner loops, and the whole reads of
+// siblings computed at the same loop (they run after the producer in the same iteration).
+static std::vector<Range> required_region(LowerState* st, const Stage& producer, const Stage& parent, const IterVar& attach) {
+  size_t ndim = producer.op()->shape.size();
+  std::vector<IntervalSet> region(ndim);
+  std::vector<bool> seen(ndim, false);
+  for (const Stage* r : st->readers[producer.op().get()]) {
+    bool sibling = r->attach_type() == AttachType::Scope && r->attach_stage() == &parent && r->attach_ivar().same_as(attach);
+    KILN_USER_CHECK(r == &parent || sibling) << "stage '" << producer.name() << "' is computed at '" << parent.name() << "' but is also read by '" << r->name()
+                                             << "', which is not computed inside that loop; compute it at a loop that encloses all its readers, or compute_root";
+    add_reads(st, producer, *r, r == &parent ? attach : IterVar(), &region, &seen);
+  }
+  Analyzer ana;
+  bind_known_loops(*st, &ana);
+  std::vector<Range> out;
+  for (size_t d = 0; d < ndim; ++d) {
+    const Expr& shape = producer.op()->shape[d];
+    Expr lo = region[d].min.defined() ? ana.simplify(max(region[d].min, 0)) : Expr(0);
+    Expr hi = region[d].max.defined() ? ana.simplify(min(region[d].max, shape - 1)) : ana.simplify(shape - 1);
+    out.emplace_back(lo, ana.simplify(hi - lo + 1));
+  }
+  return out;
+}
+
+void infer_bounds(LowerState* st) {
+  const auto& stages = st->sch.stages();
+  for (auto it = stages.rbegin(); it != stages.rend(); ++it) {
+    const Stage& s = **it;
+    const ComputeOpNode* c = as_compute(s.op());
+    if (!c || s.attach_type() == AttachType::Inline) continue;
+    std::vector<Range> region;
+    if (s.attach_type() == AttachType::Scope) {
+      const Stage& parent = *s.attach_stage();
+      KILN_USER_CHECK(parent.attach_type() != AttachType::Inline) << "stage '" << s.name() << "' is computed at '" << parent.name() << "', which is inlined; compute it at a stored stage";
+      region = required_region(st, s, parent, s.attach_ivar());
+    } else {
+      for (const Expr& e : c->shape) region.emplace_back(0, e);
+    }
+    st->regions[c] = region;
+    for (size_t d = 0; d < c->axis.size(); ++d) st->ranges[c->axis[d].get()] = region[d];
+    for (const IterVar& r : c->reduce_axis) st->ranges[r.get()] = r.dom();
+    pass_down(st, s);
+    pass_up(st, s);
+  }
+}
+
+}  // namespace kiln::te::detail
