@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
     else if (a == "--mr") tiling.MR = std::stoi(v);
     else if (a == "--nr") tiling.NR = std::stoi(v);
     else if (a == "--ku") tiling.KU = std::stoi(v);
+    else if (a == "--panel-outer") tiling.panel_outer = v == "1";
     else {
       std::cerr << "unknown option " << a << "\n";
       return 2;
@@ -67,9 +68,8 @@ int main(int argc, char** argv) {
   std::printf("fp32 GEMM, %d thread(s), %d repeats; kiln: hand schedule MR=%d NR=%d KU=%d; peer: numpy (OpenBLAS)\n", threads, repeat, tiling.MR, tiling.NR, tiling.KU);
   std::printf("%-18s %10s %10s %10s %10s %9s %9s %8s %8s\n", "M x N x K", "kiln min", "kiln med", "blas min", "blas med", "kiln GF/s", "blas GF/s", "min k/b", "med k/b");
   for (const Shape& s : parse_shapes(shapes)) {
-    ops::PackedGemm g = ops::packed_matmul(s.M, s.N, s.K, tiling.NR);
-    te::Schedule sch = ops::schedule_packed_matmul(g, tiling);
-    Module mod = build(sch, {g.A, g.B, g.C}, "llvm", "gemm");
+    ops::CpuGemm g = ops::cpu_matmul(s.M, s.N, s.K, tiling);
+    Module mod = build(g.schedule, {g.A, g.B, g.C}, "llvm", "gemm");
     NDArray A = NDArray::empty({s.M, s.K}, DataType::Float(32)), B = NDArray::empty({s.K, s.N}, DataType::Float(32)), C = NDArray::empty({s.M, s.N}, DataType::Float(32));
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> d(-1, 1);

@@ -14,6 +14,7 @@ PACKAGES=(
   libdlpack-dev
   libopenmpi-dev openmpi-bin
   python3-torch libdnnl-dev python3-threadpoolctl
+  libopenblas0-pthread libopenblas-dev
 )
 
 missing=()

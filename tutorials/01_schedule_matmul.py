@@ -138,7 +138,8 @@ evaluate("4. cache_write: the MR x NR block accumulates in registers", s)
 # Step 5: parallelism. Fuse the two block loops into one loop of
 # (M/MR)*(N/NR) independent blocks and run it on all cores. compute_at now
 # attaches the accumulator to the fused loop (fuse first: an axis that was
-# fused is no longer a loop).
+# fused is no longer a loop). The gain depends on free cores: with other
+# work running, the measured time is what this machine gives right now.
 def register_blocked(s, C, CL, parallel=True):
     io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], MR, NR)
     block = s[C].fuse(io, jo)

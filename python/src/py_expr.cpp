@@ -14,6 +14,7 @@
 #include <pybind11/operators.h>
 
 #include <limits>
+#include <type_traits>
 
 #include "kiln/ir/op.h"
 #include "kiln/ir/printer.h"
@@ -156,6 +157,11 @@ void def_operators(Cls& cls) {
   for (bool is_eq : {true, false}) {
     cls.def(is_eq ? "__eq__" : "__ne__", [self, is_eq, eq, ne](const T& v, py::object other) -> py::object {
       if (other.is_none()) return py::bool_(!is_eq);
+      // Two IterVars compare by identity (so `axis in stage.leaf_iter_vars`
+      // works); against anything else `==` builds an expression, as for Expr.
+      if constexpr (std::is_same_v<T, IterVar>) {
+        if (py::isinstance<IterVar>(other)) return py::bool_(v.same_as(other.cast<IterVar>()) == is_eq);
+      }
       Expr a = self(v);
       return py::cast(is_eq ? eq(a, operand(other, a)) : ne(a, operand(other, a)));
     }, py::is_operator());
@@ -238,17 +244,6 @@ void define_expr(py::module_& m) {
         return s + ", " + iter_var_kind(v.kind()) + ")";
       });
   def_operators(iv);
-  // Two IterVars compare by identity (so `axis in stage.leaf_iter_vars` works);
-  // against anything else `==` builds an expression, as for Expr.
-  iv.def("__eq__", [](const IterVar& a, py::object b) -> py::object {
-    if (py::isinstance<IterVar>(b)) return py::bool_(a.same_as(b.cast<IterVar>()));
-    return py::cast(a.var() == operand(b, a.var()));
-  }, py::is_operator());
-  iv.def("__ne__", [](const IterVar& a, py::object b) -> py::object {
-    if (py::isinstance<IterVar>(b)) return py::bool_(!a.same_as(b.cast<IterVar>()));
-    return py::cast(a.var() != operand(b, a.var()));
-  }, py::is_operator());
-  iv.def("__hash__", [](const IterVar& v) { return std::hash<const void*>()(v.get()); });
 
   // Free functions: argument sugar over op.h.
   m.def("const", [](py::handle value, py::handle dtype) {

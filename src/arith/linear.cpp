@@ -21,18 +21,27 @@ uint64_t uabs(int64_t v) { return v < 0 ? 0 - static_cast<uint64_t>(v) : static_
 // does not fit (the most negative value of the type).
 bool negatable(DataType t, int64_t k) { return k < 0 && wneg(t, k) > 0; }
 
-bool is_div_of(IRNodeKind mod_kind, const Expr& e, const Expr& x, int64_t c) {
+// Whether e is y / c (of the division kind matching mod_kind) with y == x,
+// or with y == x mod a where c divides a (then y mod c == x mod c too).
+bool is_div_of(IRNodeKind mod_kind, const Expr& e, const Expr& x, int64_t c, Expr* y) {
   IRNodeKind div_kind = mod_kind == IRNodeKind::FloorMod ? IRNodeKind::FloorDiv : IRNodeKind::Div;
   if (e->kind != div_kind) return false;
-  const Expr& a = div_kind == IRNodeKind::FloorDiv ? e.as<FloorDiv>()->a : e.as<Div>()->a;
+  *y = div_kind == IRNodeKind::FloorDiv ? e.as<FloorDiv>()->a : e.as<Div>()->a;
   const Expr& b = div_kind == IRNodeKind::FloorDiv ? e.as<FloorDiv>()->b : e.as<Div>()->b;
   const IntImm* cb = b.as<IntImm>();
-  return cb && cb->value == c && expr_equal(a, x);
+  if (!cb || cb->value != c) return false;
+  if (expr_equal(*y, x)) return true;
+  if ((*y)->kind != mod_kind) return false;
+  const Expr& inner_x = mod_kind == IRNodeKind::FloorMod ? y->as<FloorMod>()->a : y->as<Mod>()->a;
+  const IntImm* a = (mod_kind == IRNodeKind::FloorMod ? y->as<FloorMod>()->b : y->as<Mod>()->b).as<IntImm>();
+  return a && a->value % c == 0 && expr_equal(inner_x, x);
 }
 
-// floordiv(x, c)*(k*c) + floormod(x, c)*k == x*k (and the same for truncating
-// div/mod): the identity of division with remainder. Returns true when it
-// merged a pair (the form is then no longer normalized).
+// floordiv(y, c)*(k*c) + floormod(y, c)*k == y*k (and the same for truncating
+// div/mod): the identity of division with remainder. The remainder may read
+// floormod(x, c) for y == floormod(x, a) with c | a, as split-of-fused loops
+// produce. Returns true when it merged a pair (the form is then no longer
+// normalized).
 bool merge_div_mod(LinearForm* f) {
   for (size_t i = 0; i < f->terms.size(); ++i) {
     const Expr& m = f->terms[i].atom;
@@ -43,10 +52,11 @@ bool merge_div_mod(LinearForm* f) {
     if (!c || c->value == 0) continue;
     int64_t k = f->terms[i].coeff;
     for (size_t j = 0; j < f->terms.size(); ++j) {
-      if (j == i || f->terms[j].coeff != wmul(f->dtype, k, c->value) || !is_div_of(m->kind, f->terms[j].atom, x, c->value)) continue;
+      Expr y;
+      if (j == i || f->terms[j].coeff != wmul(f->dtype, k, c->value) || !is_div_of(m->kind, f->terms[j].atom, x, c->value, &y)) continue;
       f->terms.erase(f->terms.begin() + std::max(i, j));
       f->terms.erase(f->terms.begin() + std::min(i, j));
-      linear_accumulate(f, x, k);
+      linear_accumulate(f, y, k);
       return true;
     }
   }

@@ -192,6 +192,15 @@ PrimFunc schedule_to_function(const Schedule& sch, const std::vector<Tensor>& ar
     st.buffers[t.op().get()] = b;
     params.push_back({b->data, b});
   }
+  // Scalar variables in argument shapes (symbolic sizes) follow the tensors, in order of appearance.
+  std::vector<const Variable*> scalars;
+  for (const Tensor& t : args)
+    for (const Expr& e : t.shape())
+      post_order_visit(e, [&](const Expr& x) {
+        const Variable* v = x.as<Variable>();
+        if (v && std::find(scalars.begin(), scalars.end(), v) == scalars.end()) scalars.push_back(v);
+      });
+  for (const Variable* v : scalars) params.push_back({Var(v), Buffer()});
   for (const auto& s : sch.stages()) {
     bool is_arg = st.buffers.count(s->op().get()) > 0;
     KILN_USER_CHECK(!s->is_placeholder() || is_arg) << "placeholder '" << s->name() << "' is read by the computation but is not among the arguments; add it to the argument list";

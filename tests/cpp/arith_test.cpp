@@ -134,6 +134,8 @@ TEST_F(ArithTest, CanonicalAffineForm) {
   check((x - 1) * 4 + 4, x * 4);
   check(floordiv(x, 8) * 8 + floormod(x, 8), x);
   check(truncdiv(x, 4) * 4 + truncmod(x, 4), x);
+  check(floordiv(floormod(x, 512), 16) * 16 + floormod(x, 16), floormod(x, 512));
+  check(floordiv(floormod(x, 512), 16) * 1024 + floormod(x, 16) * 64 + floordiv(x, 512) * 32768, x * 64);
   check(floordiv(x + y, 8) * 16 + floormod(x + y, 8) * 2, x * 2 + y * 2);
 }
 

@@ -15,7 +15,7 @@ namespace {
 using te::Schedule;
 using te::Tensor;
 using testing::all_close;
-using testing::interpret_on;
+using testing::run_backends;
 using testing::random_vector;
 namespace ref = testing::ref;
 
@@ -30,7 +30,7 @@ struct Matmul {
   ::testing::AssertionResult check(const Schedule& s) {
     PrimFunc f = te::lower(s, {A, B, C}, "matmul");
     std::vector<float> c(M * N, 12345.f);
-    interpret_on(f, {&a, &b, &c});
+    run_backends(f, {&a, &b, &c});
     return all_close(c, want);
   }
 };
@@ -127,7 +127,7 @@ TEST(LowerOps, BatchMatmul) {
   st.parallel(bi);
   st.vectorize(ji);
   std::vector<float> c(Bn * m * n);
-  interpret_on(te::lower(s, {A, B, C}), {&a, &b, &c});
+  run_backends(te::lower(s, {A, B, C}), {&a, &b, &c});
   EXPECT_TRUE(all_close(c, want));
 }
 
@@ -145,7 +145,7 @@ struct Conv {
   }
   ::testing::AssertionResult check(const Schedule& s) {
     std::vector<float> o(want.size(), -777.f);
-    interpret_on(te::lower(s, {X, W, O}, "conv"), {&x, &w, &o});
+    run_backends(te::lower(s, {X, W, O}, "conv"), {&x, &w, &o});
     return all_close(o, want);
   }
 };
@@ -203,7 +203,7 @@ TEST(LowerOps, DepthwiseConv) {
   auto& st = s[O];
   st.fuse(st.axis("n"), st.axis("c"));
   std::vector<float> o(want.size());
-  interpret_on(te::lower(s, {X, W, O}), {&x, &wt, &o});
+  run_backends(te::lower(s, {X, W, O}), {&x, &wt, &o});
   EXPECT_TRUE(all_close(o, want));
 }
 
@@ -221,7 +221,7 @@ TEST(LowerOps, Pooling) {
   sm.unroll(xi);
   s[AP.op()->input_tensors()[0]].compute_at(s[AP], s[AP].axis("y"));
   std::vector<float> om(want_m.size()), oa(want_a.size());
-  interpret_on(te::lower(s, {X, MP, AP}), {&x, &om, &oa});
+  run_backends(te::lower(s, {X, MP, AP}), {&x, &om, &oa});
   EXPECT_TRUE(all_close(om, want_m));
   EXPECT_TRUE(all_close(oa, want_a));
 }
@@ -247,7 +247,7 @@ TEST(LowerOps, Softmax) {
       out.vectorize(ji);
     }
     std::vector<float> o(m * n);
-    interpret_on(te::lower(s, {X, S}), {&x, &o});
+    run_backends(te::lower(s, {X, S}), {&x, &o});
     EXPECT_TRUE(all_close(o, want, 1e-5f)) << "variant " << variant;
   }
 }
@@ -264,7 +264,7 @@ TEST(LowerOps, LayerNorm) {
   (void)ii;
   out.parallel(io);
   std::vector<float> o(m * n);
-  interpret_on(te::lower(s, {X, G, Bt, L}), {&x, &g, &b, &o});
+  run_backends(te::lower(s, {X, G, Bt, L}), {&x, &g, &b, &o});
   EXPECT_TRUE(all_close(o, want, 1e-4f));
 }
 
@@ -278,7 +278,7 @@ TEST(LowerOps, TransposeTiled) {
   auto& st = s[T];
   st.tile(st.axis("i"), st.axis("j"), 4, 8);
   std::vector<float> o(m * n);
-  interpret_on(te::lower(s, {X, T}), {&x, &o});
+  run_backends(te::lower(s, {X, T}), {&x, &o});
   EXPECT_TRUE(all_close(o, want, 0));
 }
 
@@ -310,7 +310,7 @@ TEST(LowerOps, ElementwiseChain) {
       e.vectorize(ji);
     }
     std::vector<float> o(m * n);
-    interpret_on(te::lower(s, {X, Bias, E}), {&x, &bias, &o});
+    run_backends(te::lower(s, {X, Bias, E}), {&x, &bias, &o});
     EXPECT_TRUE(all_close(o, want, 1e-5f)) << "variant " << variant;
   }
 }

@@ -26,7 +26,7 @@ TEST(RandomTrace, MatmulMatchesReference) {
     // The trace replays to the same schedule.
     Schedule r = Schedule::from_trace({C}, te::Trace::from_json(s.trace().to_json()));
     std::vector<float> c(m * n, 99.f);
-    testing::interpret_on(te::lower(r, {A, B, C}), {&a, &b, &c});
+    testing::run_backends(te::lower(r, {A, B, C}), {&a, &b, &c});
     ASSERT_TRUE(testing::all_close(c, want)) << "seed " << seed << "\n" << s.trace().str();
   }
 }
@@ -43,7 +43,7 @@ TEST(RandomTrace, Conv2dMatchesReference) {
     Schedule s = te::create_schedule({O});
     testing::random_schedule(s, O, {P}, seed + 1000);
     std::vector<float> o(want.size(), 99.f);
-    testing::interpret_on(te::lower(s, {X, W, O}), {&x, &w, &o});
+    testing::run_backends(te::lower(s, {X, W, O}), {&x, &w, &o});
     ASSERT_TRUE(testing::all_close(o, want)) << "seed " << seed << "\n" << s.trace().str();
   }
 }

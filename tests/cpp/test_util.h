@@ -11,6 +11,9 @@
 
 #include "kiln/interp/interpreter.h"
 #include "kiln/ir/function.h"
+#ifdef KILN_WITH_LLVM
+#include "kiln/codegen/llvm.h"
+#endif
 
 namespace kiln::testing {
 
@@ -22,11 +25,33 @@ inline std::vector<float> random_vector(size_t n, uint32_t seed, float lo = -1.f
   return v;
 }
 
-/** Runs f through the interpreter with each vector as one buffer argument, in order. */
-inline void interpret_on(const PrimFunc& f, std::vector<std::vector<float>*> bufs) {
+/**
+ * Runs f on every backend with each vector as one buffer argument, in
+ * order: the reference interpreter writes into `bufs`, and (when kiln has
+ * the LLVM backend) the JIT-compiled function runs on copies of the same
+ * inputs and must agree with the interpreter on every buffer. Callers then
+ * compare `bufs` with their naive reference, so both backends are checked.
+ */
+inline void run_backends(const PrimFunc& f, std::vector<std::vector<float>*> bufs) {
+  std::vector<std::vector<float>> copies;
+  for (auto* b : bufs) copies.push_back(*b);
   std::vector<void*> args;
   for (auto* b : bufs) args.push_back(b->data());
   interpret(f, args);
+#ifdef KILN_WITH_LLVM
+  static const Target host = Target::host();
+  codegen::JitModule jit = codegen::jit_compile({f}, host);
+  std::vector<void*> jargs;
+  for (auto& c : copies) jargs.push_back(c.data());
+  int rc = jit.get_function(f.name())(jargs.data());
+  ASSERT_EQ(rc, 0) << "compiled " << f.name() << " failed";
+  for (size_t i = 0; i < bufs.size(); ++i)
+    for (size_t j = 0; j < copies[i].size(); ++j) {
+      float a = copies[i][j], b = (*bufs[i])[j];
+      if (std::isnan(a) && std::isnan(b)) continue;
+      ASSERT_LE(std::fabs(a - b) / std::max(1.0f, std::fabs(b)), 1e-4f) << "LLVM and the interpreter differ in argument " << i << " element " << j << ": " << a << " vs " << b;
+    }
+#endif
 }
 
 /** Max relative error, scaled by max(1, |ref|). */

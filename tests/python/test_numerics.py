@@ -327,3 +327,23 @@ def test_symbolic_shape_with_scalar_argument(rng):
         b = np.zeros(size, "float32")
         mod(a, b, size)
         np.testing.assert_allclose(b, a * 2 + 1, **TOL)
+
+
+@pytest.mark.parametrize("schedule", ["rfactor", "rfactor_vectorized"])
+def test_rfactor_reduction(rng, schedule):
+    n, m = 4, 256
+    X = te.placeholder((n, m), name="X")
+    k = te.reduce_axis((0, m), name="k")
+    Y = te.compute((n,), lambda i: te.sum(X[i, k], axis=k), name="Y")
+    s = te.create_schedule(Y)
+    ko, ki = s[Y].split(k, factor=8)
+    YF = s.rfactor(Y, ki, factor_axis=1)
+    assert YF.shape == (n, 8)
+    if schedule == "rfactor_vectorized":
+        # the partial sums are independent lanes: reduce over ko with ki vectorized
+        i, kv = s[YF].op.axis
+        s[YF].reorder(i, *s[YF].op.reduce_axis, kv)
+        s[YF].vectorize(kv)
+        s[Y].parallel(Y.op.axis[0])  # Y.op.axis still names Y's loop after rfactor
+    x = rand(rng, n, m)
+    np.testing.assert_allclose(run(s, [X, Y], [x]), x.sum(1), rtol=1e-5, atol=1e-5)

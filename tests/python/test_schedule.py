@@ -28,6 +28,10 @@ def test_declarations():
     D = te.compute((4, 5, 6), lambda n, c, h: A[n, c] + h, name="D")
     assert [a.name for a in D.op.axis] == ["n", "c", "h"]
     assert A(1, 2).kind == "TensorLoad"
+    i, j = C.op.axis
+    assert (i == C.op.axis[0]) is True and (i != j) is True and i in [j, i]
+    assert (i == 3).kind == "EQ"  # against a value: an expression
+    assert len({i, C.op.axis[0], j}) == 2
 
 
 def test_symbolic_shapes():

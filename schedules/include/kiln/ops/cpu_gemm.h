@@ -19,16 +19,30 @@ struct PackedGemm {
 };
 
 struct GemmTiling {
-  int MR = 6;   ///< rows of the register block
-  int NR = 16;  ///< columns of the register block (two AVX2 vectors)
+  int MR = 8;   ///< rows of the register block
+  int NR = 32;  ///< columns of the register block (two AVX-512 or four AVX2 vectors)
   int KU = 4;   ///< unroll of the k loop
   bool parallel = true;
+  /** Loop over column panels outside row blocks: each packed panel of B stays in cache while all rows pass. */
+  bool panel_outer = true;
 };
 
 /** C[M, N] = A[M, K] x B[K, N] with B packed in panels of nr columns; N must be a multiple of nr. */
 PackedGemm packed_matmul(int M, int N, int K, int nr);
 /** The register-blocked schedule described above. */
 te::Schedule schedule_packed_matmul(const PackedGemm& g, const GemmTiling& t);
+
+/**
+ * A GEMM kernel chosen by shape: the packed, register-blocked schedule when
+ * there are enough rows to amortise packing B, else a streaming schedule
+ * (no packing: each row of B is read once, contiguously, into NR-wide
+ * accumulators), which is what a matrix-vector product needs.
+ */
+struct CpuGemm {
+  te::Tensor A, B, C;
+  te::Schedule schedule;
+};
+CpuGemm cpu_matmul(int M, int N, int K, const GemmTiling& t = {});
 
 }  // namespace kiln::ops
 
