@@ -313,7 +313,6 @@ def test_integer_floordiv_floormod_match_python(rng):
 
 # lower.h: "scalar shape variables follow as int32 parameters"; until lowering
 # adds them, build reports the free variable (a KilnError, not a crash).
-@pytest.mark.xfail(raises=kiln.KilnError, reason="lower does not add scalar shape parameters yet", strict=False)
 def test_symbolic_shape_with_scalar_argument(rng):
     n = te.var("n")
     A = te.placeholder((n,), name="A")

@@ -175,7 +175,6 @@ def test_argument_errors(vadd, rng):
 
 # lower.h: "scalar shape variables follow as int32 parameters"; until lowering
 # adds them, build reports the free variable (a KilnError, not a crash).
-@pytest.mark.xfail(raises=kiln.KilnError, reason="lower does not add scalar shape parameters yet", strict=False)
 def test_scalar_argument_errors(rng):
     n = te.var("n")
     A = te.placeholder((n,), name="A")

@@ -1,0 +1,68 @@
+/** \file
+ * Measurement: candidates are built in parallel (threads) and each runs in a
+ * separate worker process with a time limit, so a crash or a hang costs one
+ * trial and is recorded as an error, never the session.
+ */
+#ifndef KILN_TUNER_MEASURE_H
+#define KILN_TUNER_MEASURE_H
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/tuner/search_space.h"
+
+namespace kiln::tuner {
+
+enum class MeasureError { None, BuildError, RunError, Timeout, WrongResult };
+const char* measure_error_name(MeasureError e);  ///< matches the tuning DB's error kinds
+
+struct MeasureOptions {
+  int number = 1;
+  int repeat = 3;
+  double min_repeat_ms = 20;
+  double timeout_s = 10;  ///< per candidate run, in the worker
+  int build_threads = 2;
+  /**
+   * Test hook: faults to inject, e.g. "crash@3,hang@5". The number is the
+   * index of a candidate among all candidates this Measurer has measured
+   * (0-based, counted across measure() calls). crash: the worker calls the
+   * built kernel with null buffer pointers, so the generated code itself
+   * faults (SIGSEGV). hang: the worker calls the kernel in an endless loop,
+   * as a candidate that never finishes would. When empty, the environment
+   * variable KILN_TUNER_INJECT_FAULTS is read instead.
+   */
+  std::string inject_faults;
+};
+
+struct MeasureResult {
+  std::vector<double> run_times;  ///< seconds per call, one per repeat
+  MeasureError error = MeasureError::None;
+  std::string error_msg;
+  double build_time = 0;
+  double min_time() const;
+  double median_time() const;
+};
+
+class Measurer {
+ public:
+  /** Allocates the task's random inputs (and its outputs, in memory shared with the workers) once. */
+  Measurer(const Task& task, const MeasureOptions& options);
+  ~Measurer();
+  Measurer(Measurer&&) noexcept;
+  /** Lowers, builds and runs each candidate (its trace must be set); one result each, in order. */
+  std::vector<MeasureResult> measure(const std::vector<Candidate>& candidates);
+  /** Runs the candidate and the unscheduled function on the same random inputs and compares outputs. */
+  bool check_correct(const Candidate& c, std::string* why = nullptr);
+  /** Candidates measured so far by this Measurer (the index the next one gets for inject_faults). */
+  int64_t measured_count() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::tuner
+
+#endif  // KILN_TUNER_MEASURE_H

@@ -1,0 +1,57 @@
+/** \file
+ * The search policy and the user-facing entry point of the auto-scheduler.
+ *
+ * Evolutionary search over complete candidates, ranked by the cost model:
+ * each round takes the best measured candidates plus random samples as a
+ * population, evolves it (mutation, crossover) for a few generations scored
+ * by the model, and measures a batch picked mostly by predicted score with
+ * some random exploration. Early stop when no improvement for a set number
+ * of rounds. Every measurement (errors too) goes into the tuning DB; traces
+ * already in the DB for the task are never measured again.
+ */
+#ifndef KILN_TUNER_TUNE_H
+#define KILN_TUNER_TUNE_H
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "kiln/tuner/measure.h"
+
+namespace kiln::tuner {
+
+struct TuneOptions {
+  int trials = 200;                 ///< candidates to measure (the budget)
+  int batch_size = 32;              ///< measured per round
+  int early_stop_rounds = 8;        ///< rounds without improvement before stopping
+  uint64_t seed = 0;
+  std::string db_path = "kiln_tuning.db";
+  double timeout_s = 10;            ///< per candidate run
+  MeasureOptions measure;
+  bool progress = true;             ///< live progress line on the terminal (stderr)
+  std::string curve_png;            ///< if set, write best GFLOP/s against trials as a PNG
+  std::string model_path;           ///< if set, load/save the cost model here
+};
+
+struct TuneResult {
+  std::string best_trace;           ///< JSON
+  double best_time = 0;             ///< seconds (median)
+  double best_gflops = 0;
+  double first_valid_time = 0;      ///< the first valid candidate of this session
+  int trials_measured = 0;          ///< in this session
+  int trials_skipped = 0;           ///< already in the DB
+  int errors = 0;
+  double elapsed_s = 0;
+  std::string db_path;
+  /** (trial, best GFLOP/s so far) after each batch. */
+  std::vector<std::pair<int, double>> curve;
+};
+
+TuneResult tune(const Task& task, const TuneOptions& options);
+
+/** The best schedule for the task recorded in the DB (replayed), if any. */
+std::optional<te::Schedule> best_schedule(const Task& task, const std::string& db_path, std::string* trace_json = nullptr);
+
+}  // namespace kiln::tuner
+
+#endif  // KILN_TUNER_TUNE_H
