@@ -1,9 +1,12 @@
 #include "kiln/ir/printer.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <ostream>
 #include <sstream>
+#include <unordered_map>
+#include <vector>
 
 #include "kiln/support/error.h"
 
@@ -80,9 +83,47 @@ class IRPrinter {
   void print_for(const For* op);
   void print_if(const IfThenElse* op);
 
+  // Two different variables with one name in scope at once (a consumer's
+  // loop `i` around a producer's loop `i`) would read as one: the inner one
+  // prints as `i_1`. Siblings keep their plain names.
+  const std::string& name_of(const Variable* v);
+  void bind(const Variable* v);
+  void unbind(const Variable* v);
+  /** An expression evaluated before a binding (loop bounds, let values), printed with the current names. */
+  std::string print_outside(const Expr& e) {
+    std::ostringstream os;
+    IRPrinter sub(os);
+    sub.names_ = names_;
+    sub.in_scope_ = in_scope_;
+    sub.print(e);
+    return os.str();
+  }
+
   std::ostream& os_;
   int indent_ = 0;
+  std::unordered_map<const Variable*, std::string> names_;
+  std::unordered_map<std::string, std::vector<const Variable*>> in_scope_;
 };
+
+const std::string& IRPrinter::name_of(const Variable* v) {
+  auto it = names_.find(v);
+  return it != names_.end() ? it->second : v->name;
+}
+
+void IRPrinter::bind(const Variable* v) {
+  std::vector<const Variable*>& stack = in_scope_[v->name];
+  int shadowed = 0;
+  for (const Variable* o : stack) shadowed += o != v;
+  names_[v] = shadowed ? v->name + "_" + std::to_string(shadowed) : v->name;
+  stack.push_back(v);
+}
+
+void IRPrinter::unbind(const Variable* v) {
+  std::vector<const Variable*>& stack = in_scope_[v->name];
+  if (!stack.empty()) stack.pop_back();
+  bool still_bound = std::find(stack.begin(), stack.end(), v) != stack.end();
+  if (!still_bound) names_.erase(v);
+}
 
 void IRPrinter::infix(const char* op, int prec, const Expr& a, const Expr& b, int min_prec, bool assoc) {
   bool paren = prec < min_prec;
@@ -142,7 +183,7 @@ void IRPrinter::print(const Expr& e, int min_prec) {
       return;
     }
     case IRNodeKind::StringImm: os_ << quote(e.as<StringImm>()->value); return;
-    case IRNodeKind::Variable: os_ << e.as<Variable>()->name; return;
+    case IRNodeKind::Variable: os_ << name_of(e.as<Variable>()); return;
     case IRNodeKind::Add: return infix(" + ", kAdd, e.as<Add>()->a, e.as<Add>()->b, min_prec, true);
     case IRNodeKind::Sub: return infix(" - ", kAdd, e.as<Sub>()->a, e.as<Sub>()->b, min_prec, true);
     // Products stay tight (`i*64 + j`) so the additive structure of index math stands out.
@@ -202,11 +243,12 @@ void IRPrinter::print(const Expr& e, int min_prec) {
     }
     case IRNodeKind::Let: {
       const Let* op = e.as<Let>();
-      os_ << "(let " << op->var.name() << " = ";
-      print(op->value);
-      os_ << " in ";
+      std::string value = print_outside(op->value);
+      bind(op->var.get());
+      os_ << "(let " << name_of(op->var.get()) << " = " << value << " in ";
       print(op->body);
       os_ << ")";
+      unbind(op->var.get());
       return;
     }
     case IRNodeKind::Reduce: return print_reduce(e.as<Reduce>());
@@ -241,12 +283,13 @@ void IRPrinter::print_for(const For* op) {
     case ForKind::Vectorized:
     case ForKind::Unrolled: os_ << for_kind_name(op->kind); break;
   }
-  os_ << " (" << op->loop_var.name() << ", ";
-  print(op->min);
-  os_ << ", ";
-  print(op->extent);
-  os_ << ")";
+  os_ << " (";
+  // The bounds are evaluated outside the loop: print them before binding its variable.
+  std::string bounds = print_outside(op->min) + ", " + print_outside(op->extent);
+  bind(op->loop_var.get());
+  os_ << name_of(op->loop_var.get()) << ", " << bounds << ")";
   block(op->body);
+  unbind(op->loop_var.get());
 }
 
 void IRPrinter::print_if(const IfThenElse* op) {
@@ -321,10 +364,12 @@ void IRPrinter::print(const Stmt& s) {
       // The body follows at the same depth: a let scopes to the end of its block.
       const LetStmt* op = s.as<LetStmt>();
       line_start();
-      os_ << "let " << op->var.name() << " = ";
-      print(op->value);
-      os_ << "\n";
-      return print(op->body);
+      std::string value = print_outside(op->value);
+      bind(op->var.get());
+      os_ << "let " << name_of(op->var.get()) << " = " << value << "\n";
+      print(op->body);
+      unbind(op->var.get());
+      return;
     }
     case IRNodeKind::Evaluate:
       line_start();

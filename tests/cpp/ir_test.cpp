@@ -506,5 +506,23 @@ TEST(Structural, HashDistinguishesRandomExpressions) {
   }
 }
 
+TEST(Printer, ShadowedLoopVariablesGetSuffixes) {
+  // Two different variables named i, one inside the other's loop: the inner prints as i_1.
+  Var outer("i"), inner("i");
+  Buffer b = Buffer::make("B", DataType::Int(32), {Expr(16)});
+  Stmt s = For::make(outer, 0, 4, ForKind::Serial,
+                     Seq::make({For::make(inner, 0, outer, ForKind::Serial, BufferStore::make(b, inner + outer, {inner * 4 + outer})),
+                                For::make(inner, 0, 2, ForKind::Serial, BufferStore::make(b, inner, {inner}))}));
+  EXPECT_EQ(to_string(s),
+            "for (i, 0, 4) {\n"
+            "  for (i_1, 0, i) {\n"
+            "    B[i_1*4 + i] = i_1 + i\n"
+            "  }\n"
+            "  for (i_1, 0, 2) {\n"
+            "    B[i_1] = i_1\n"
+            "  }\n"
+            "}\n");
+}
+
 }  // namespace
 }  // namespace kiln
