@@ -20,7 +20,7 @@ Every error kiln reports is a :class:`kiln.KilnError` (a ``ValueError``)
 carrying the C++ message.
 """
 from ._ffi import KilnError, _kiln
-from . import te, nd, runtime, ops
+from . import te, nd, runtime, ops, tuning_db
 from .driver import build, lower
 from .nd import cpu
 from .runtime import Module, TimeResult
@@ -30,4 +30,4 @@ PrimFunc = _kiln.PrimFunc
 
 __version__ = "0.1.0"
 
-__all__ = ["KilnError", "te", "nd", "runtime", "ops", "build", "lower", "cpu", "Module", "TimeResult", "Target", "PrimFunc"]
+__all__ = ["KilnError", "te", "nd", "runtime", "ops", "tuning_db", "build", "lower", "cpu", "Module", "TimeResult", "Target", "PrimFunc"]

@@ -28,6 +28,7 @@ void define_schedule(py::module_& m);
 void define_lower(py::module_& m);
 void define_runtime(py::module_& m);
 void define_ops(py::module_& m);
+void define_tuning_db(py::module_& m);
 
 /**
  * A Python value as an expression: an Expr, an IterVar (its variable), a

@@ -33,4 +33,5 @@ PYBIND11_MODULE(_kiln, m) {
   define_lower(m);
   define_runtime(m);
   define_ops(m);
+  define_tuning_db(m);
 }
