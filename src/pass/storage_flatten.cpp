@@ -102,18 +102,13 @@ class Flattener : public IRMutator {
 }  // namespace
 
 PrimFunc storage_flatten(const PrimFunc& f) {
+  // Parameters keep their logical, multi-dimensional buffers: they are the
+  // function's signature (what callers pass and Module::call checks). The
+  // body reads and writes their flat views, which share the same `data`.
   Flattener fl;
-  std::vector<Param> params = f.params();
-  bool params_changed = false;
-  for (Param& p : params) {
-    if (!p.is_buffer()) continue;
-    Buffer fb = fl.flat(p.buffer);
-    params_changed |= !fb.same_as(p.buffer);
-    p.buffer = fb;
-  }
-  Stmt body = fl.mutate(f.body());
-  if (!params_changed) return f.with_body(body);
-  return PrimFunc::make(f.name(), std::move(params), body);
+  for (const Param& p : f.params())
+    if (p.is_buffer()) fl.flat(p.buffer);
+  return f.with_body(fl.mutate(f.body()));
 }
 
 }  // namespace kiln::pass

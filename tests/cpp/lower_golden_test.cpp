@@ -12,7 +12,7 @@
 namespace kiln {
 namespace {
 
-const char* kTiledMatmul = R"(func matmul(A: float32[4096], B: float32[4096], C: float32[4096]) {
+const char* kTiledMatmul = R"(func matmul(A: float32[64, 64], B: float32[64, 64], C: float32[64, 64]) {
   parallel (i.outer, 0, 8) {
     for (j.outer, 0, 8) {
       for (i.inner, 0, 8) {
@@ -30,7 +30,7 @@ const char* kTiledMatmul = R"(func matmul(A: float32[4096], B: float32[4096], C:
 }
 )";
 
-const char* kConvInlinedPadding = R"(func conv2d(X: float32[72], W: float32[72], conv: float32[144]) {
+const char* kConvInlinedPadding = R"(func conv2d(X: float32[1, 2, 6, 6], W: float32[4, 2, 3, 3], conv: float32[1, 4, 6, 6]) {
   for (f, 0, 4) {
     for (y, 0, 6) {
       for (x, 0, 6) {
@@ -48,7 +48,7 @@ const char* kConvInlinedPadding = R"(func conv2d(X: float32[72], W: float32[72],
 }
 )";
 
-const char* kSoftmax = R"(func softmax(Y: float32[64], softmax: float32[64]) {
+const char* kSoftmax = R"(func softmax(Y: float32[4, 16], softmax: float32[4, 16]) {
   allocate softmax.max.global[float32 * 4] {
     for (i, 0, 4) {
       softmax.max[i] = (float32)-inf

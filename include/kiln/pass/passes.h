@@ -15,8 +15,10 @@ namespace kiln::pass {
  * Rewrites every multi-dimensional buffer access into a one-dimensional one:
  * buffer[i, j] becomes buffer'[i*stride0 + j*stride1] where buffer' is a 1-D
  * buffer of num_elements (honouring explicit strides, e.g. from
- * storage_align) that shares the original's `data` variable. Parameters and
- * Allocates are rewritten alike. Assumes no vector indices yet.
+ * storage_align) that shares the original's `data` variable. Allocates are
+ * rewritten to their flat buffers; parameters keep their logical buffers (the
+ * function's signature, which callers and Module::call check) while the body
+ * accesses their flat views. Assumes no vector indices yet.
  *
  * A strided buffer's flat size is one past its largest reachable offset,
  * 1 + sum((shape[i] - 1) * stride[i]). Shapes and indices become int32 (index
