@@ -1,28 +1,15 @@
 #include "kiln/ops/cpu_gemm.h"
 
-#include "kiln/ir/op.h"
+#include "kiln/ops/nn.h"
 #include "kiln/support/error.h"
 
 namespace kiln::ops {
 
-PackedGemm packed_matmul(int M, int N, int K, int nr) {
-  KILN_USER_CHECK(M > 0 && N > 0 && K > 0) << "packed_matmul: sizes must be positive";
-  KILN_USER_CHECK(nr > 0 && N % nr == 0) << "packed_matmul: N = " << N << " must be a multiple of the panel width " << nr;
-  PackedGemm g;
-  g.M = M, g.N = N, g.K = K, g.NR = nr;
-  g.A = te::placeholder({M, K}, DataType::Float(32), "A");
-  g.B = te::placeholder({K, N}, DataType::Float(32), "B");
-  g.packed_B = te::compute({N / nr, K, nr}, [&](const std::vector<Var>& i) { return g.B(i[1], i[0] * nr + i[2]); }, "packed_B", {"jo", "k", "ji"});
-  IterVar k = te::reduce_axis(Range(0, K), "k");
-  g.C = te::compute({M, N}, [&](const std::vector<Var>& i) { return te::sum(g.A(i[0], k.var()) * g.packed_B(floordiv(i[1], nr), k.var(), floormod(i[1], nr)), {k}); }, "C");
-  return g;
-}
-
-te::Schedule schedule_packed_matmul(const PackedGemm& g, const GemmTiling& t) {
-  KILN_USER_CHECK(t.NR == g.NR) << "schedule_packed_matmul: tiling NR " << t.NR << " differs from the packing width " << g.NR;
-  te::Schedule s = te::create_schedule({g.C});
-  te::Tensor CL = s.cache_write(g.C, "local");
-  te::Stage& c = s[g.C];
+te::Schedule schedule_packed_matmul(const te::Tensor& B, const te::Tensor& C, const GemmTiling& t) {
+  te::Schedule s = te::create_schedule({C});
+  te::Tensor packed_B = s.pack(B, {C}, 1, t.NR);
+  te::Tensor CL = s.cache_write(C, "local");
+  te::Stage& c = s[C];
   std::vector<IterVar> tiles = c.tile(c.axis("i"), c.axis("j"), t.MR, t.NR);
   if (t.panel_outer) c.reorder({tiles[1], tiles[0]});
   IterVar block = t.panel_outer ? c.fuse(tiles[1], tiles[0]) : c.fuse(tiles[0], tiles[1]);
@@ -35,9 +22,10 @@ te::Schedule schedule_packed_matmul(const PackedGemm& g, const GemmTiling& t) {
   cl.unroll(ki);
   cl.unroll(cl.axis("i"));
   cl.vectorize(cl.axis("j"));
-  te::Stage& p = s[g.packed_B];
-  if (t.parallel) p.parallel(p.axis("jo"));
-  p.vectorize(p.axis("ji"));
+  te::Stage& p = s[packed_B];
+  const auto& axes = p.leaf_iter_vars();  // [N/NR, K, NR]
+  if (t.parallel) p.parallel(axes[0]);
+  p.vectorize(axes[2]);
   return s;
 }
 
@@ -62,15 +50,12 @@ static te::Schedule schedule_streaming_matmul(const te::Tensor& C, const GemmTil
 }
 
 CpuGemm cpu_matmul(int M, int N, int K, const GemmTiling& t) {
-  if (M >= 2 * t.MR && N % t.NR == 0) {
-    PackedGemm g = packed_matmul(M, N, K, t.NR);
-    return {g.A, g.B, g.C, schedule_packed_matmul(g, t)};
-  }
+  KILN_USER_CHECK(M > 0 && N > 0 && K > 0) << "cpu_matmul: sizes must be positive, got " << M << "x" << N << "x" << K;
   te::Tensor A = te::placeholder({M, K}, DataType::Float(32), "A");
   te::Tensor B = te::placeholder({K, N}, DataType::Float(32), "B");
-  IterVar k = te::reduce_axis(Range(0, K), "k");
-  te::Tensor C = te::compute({M, N}, [&](const std::vector<Var>& i) { return te::sum(A(i[0], k.var()) * B(k.var(), i[1]), {k}); }, "C");
-  return {A, B, C, schedule_streaming_matmul(C, t)};
+  te::Tensor C = matmul(A, B);
+  bool packed = M >= 2 * t.MR && N % t.NR == 0;
+  return {A, B, C, packed ? schedule_packed_matmul(B, C, t) : schedule_streaming_matmul(C, t)};
 }
 
 }  // namespace kiln::ops

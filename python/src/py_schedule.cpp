@@ -198,6 +198,10 @@ void define_schedule(py::module_& m) {
       .def("cache_read", [](te::Schedule& s, py::handle tensor, const std::string& scope, py::handle readers) {
         return s.cache_read(to_tensor(tensor, "cache_read"), scope, to_tensor_list(readers, "cache_read readers"));
       }, py::arg("tensor"), py::arg("scope"), py::arg("readers"))
+      .def("pack", [](te::Schedule& s, py::handle tensor, py::handle readers, int dim, int factor) {
+        return s.pack(to_tensor(tensor, "pack"), to_tensor_list(readers, "pack readers"), dim, factor);
+      }, py::arg("tensor"), py::arg("readers"), py::arg("dim"), py::arg("factor"),
+         "Copies tensor into panels: dimension dim is split by factor into an outermost panel index and an innermost lane index; readers read the copy.")
       .def("cache_write", [](te::Schedule& s, py::handle tensor, const std::string& scope) { return s.cache_write(to_tensor(tensor, "cache_write"), scope); },
            py::arg("tensor"), py::arg("scope"))
       .def("rfactor", [](te::Schedule& s, py::handle tensor, py::handle axis, int factor_axis) {

@@ -121,6 +121,11 @@ struct Replayer {
       std::vector<Tensor> readers;
       for (int r : step.stages) readers.push_back(stage_at(r).op().output());
       sch.cache_read(s.op().output(), step.strings[0], readers);
+    } else if (k == "pack") {
+      need(0, 2);
+      std::vector<Tensor> readers;
+      for (int r : step.stages) readers.push_back(stage_at(r).op().output());
+      sch.pack(s.op().output(), readers, step.ints[0], step.ints[1]);
     } else if (k == "cache_write") need(0, 0, 1), sch.cache_write(s.op().output(), step.strings[0]);
     else if (k == "rfactor") need(1, 1), sch.rfactor(s.op().output(), leaf(s, step.axes[0]), step.ints[0]);
     else fail("unknown step kind '" + k + "'");

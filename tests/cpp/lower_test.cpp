@@ -113,6 +113,40 @@ TEST(LowerMatmul, Rfactor) {
   EXPECT_TRUE(mm2.check(s2));
 }
 
+TEST(LowerMatmul, PackedOperandRegisterTile) {
+  // The cpu_gemm structure on the plain matmul DAG: B packed into panels of 8
+  // columns, an accumulator tile in a local stage, vector loads from the panel.
+  const int m = 20, n = 24, k = 9;
+  Tensor A = te::placeholder({m, k}, DataType::Float(32), "A"), B = te::placeholder({k, n}, DataType::Float(32), "B");
+  Tensor C = ops::matmul(A, B);
+  auto a = random_vector(m * k, 21), b = random_vector(k * n, 22);
+  auto want = ref::matmul(a, b, m, n, k);
+  Schedule s = te::create_schedule({C});
+  Tensor BP = s.pack(B, {C}, 1, 8);
+  EXPECT_EQ(to_string(BP.shape()[0]) + "," + to_string(BP.shape()[1]) + "," + to_string(BP.shape()[2]), "3,9,8");
+  Tensor CL = s.cache_write(C, "local");
+  auto& st = s[C];
+  auto t = st.tile(st.axis("i"), st.axis("j"), 4, 8);
+  st.reorder({t[1], t[0], t[2], t[3]});
+  IterVar block = st.fuse(t[1], t[0]);
+  st.parallel(block);
+  st.vectorize(t[3]);
+  s[CL].compute_at(st, block);
+  auto& cl = s[CL];
+  cl.reorder({cl.axis("k"), cl.axis("i"), cl.axis("j")});
+  cl.unroll(cl.axis("i"));
+  cl.vectorize(cl.axis("j"));
+  s[BP].vectorize(s[BP].axis("ax2"));
+  std::vector<float> c(m * n);
+  run_backends(te::lower(s, {A, B, C}), {&a, &b, &c});
+  EXPECT_TRUE(all_close(c, want));
+  // The trace replays, pack included.
+  Schedule r = Schedule::from_trace({C}, te::Trace::from_json(s.trace().to_json()));
+  std::vector<float> c2(m * n);
+  run_backends(te::lower(r, {A, B, C}), {&a, &b, &c2});
+  EXPECT_TRUE(all_close(c2, want));
+}
+
 TEST(LowerOps, BatchMatmul) {
   const int Bn = 3, m = 9, n = 10, k = 7;
   Tensor A = te::placeholder({Bn, m, k}, DataType::Float(32), "A"), B = te::placeholder({Bn, k, n}, DataType::Float(32), "B");

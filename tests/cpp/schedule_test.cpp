@@ -94,6 +94,15 @@ TEST(ScheduleErrors, CacheWriteAfterSplitAndBadRfactor) {
   EXPECT_TRUE(throws_with([&] { s.cache_read(mm.A, "local", {mm.B}); }, "does not read it"));
 }
 
+TEST(ScheduleErrors, PackChecksDimensionFactorAndReaders) {
+  Mm mm;
+  Schedule s = te::create_schedule({mm.C});
+  EXPECT_TRUE(throws_with([&] { s.pack(mm.B, {mm.C}, 2, 4); }, "dimension 2 is out of range for a 2-D tensor"));
+  EXPECT_TRUE(throws_with([&] { s.pack(mm.B, {mm.C}, 1, 3); }, "(extent 8) must be a constant multiple of the factor 3"));
+  EXPECT_TRUE(throws_with([&] { s.pack(mm.B, {mm.A}, 1, 4); }, "does not read it"));
+  EXPECT_NO_THROW(s.pack(mm.B, {mm.C}, 1, 4));
+}
+
 TEST(ScheduleErrors, LoweringMissingArgument) {
   Mm mm;
   Schedule s = te::create_schedule({mm.C});

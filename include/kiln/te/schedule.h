@@ -158,6 +158,15 @@ class Schedule {
 
   /** A stage that copies `tensor` into `scope` for `readers`, who read the copy instead. */
   Tensor cache_read(const Tensor& tensor, const std::string& scope, const std::vector<Tensor>& readers);
+  /**
+   * A stage that copies `tensor` into a packed layout for `readers`: dimension
+   * `dim` (extent n, a multiple of `factor`) is split into n/factor panels
+   * that become the outermost dimension and `factor` lanes that become the
+   * innermost, e.g. B[K, N] packed on dim 1 by 16 is B.packed[N/16, K, 16].
+   * Readers index the packed copy, so a vector over the split dimension
+   * reads contiguous memory. The copy costs one pass over the tensor.
+   */
+  Tensor pack(const Tensor& tensor, const std::vector<Tensor>& readers, int dim, int factor);
   /** A stage that computes `tensor` into `scope`; the original stage becomes a copy out of it. */
   Tensor cache_write(const Tensor& tensor, const std::string& scope);
   /**

@@ -18,7 +18,7 @@ namespace kiln::te {
 
 struct TraceStep {
   /** split, split_nparts, fuse, reorder, vectorize, unroll, parallel, bind, compute_at,
-      compute_inline, compute_root, storage_align, pragma, cache_read, cache_write, rfactor. */
+      compute_inline, compute_root, storage_align, pragma, cache_read, pack, cache_write, rfactor. */
   std::string kind;
   int stage = -1;
   std::string stage_name;
