@@ -2,6 +2,8 @@
 #include "kiln/tuning_db/database.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "kiln/support/error.h"
 #include "kiln/tuning_db/detail.h"
@@ -57,14 +59,31 @@ Database Database::open(const std::string& path, const OpenOptions& options) {
   }
   auto state = std::make_unique<detail::DatabaseState>(path, options);
   auto& conn = state->conn;
+  // Switching the journal mode needs an exclusive lock, and SQLite may report
+  // a lock held by a concurrent creator at once instead of waiting on the busy
+  // handler; retry until the busy timeout so simultaneous first opens queue.
+  auto set_wal = [&] {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.busy_timeout_ms);
+    for (;;) {
+      try {
+        conn.exec("PRAGMA journal_mode = WAL");
+        return;
+      } catch (const Error& e) {
+        std::string msg = e.what();
+        bool busy = msg.find("lock") != std::string::npos || msg.find("busy") != std::string::npos;
+        if (!busy || std::chrono::steady_clock::now() >= deadline) throw;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  };
   // A new file goes to WAL before its first write, so concurrent creators agree.
-  if (!exists) conn.exec("PRAGMA journal_mode = WAL");
+  if (!exists) set_wal();
   state->schema_version = detail::prepare_schema(conn, options.read_only);
   if (!options.read_only) {
     // WAL: readers never block the writer, and writers of several processes queue on
     // the busy timeout. NORMAL sync: a killed process loses no committed batch (only a
     // power cut can lose the last commits), at a fraction of FULL's fsyncs.
-    conn.exec("PRAGMA journal_mode = WAL");
+    set_wal();
     conn.exec("PRAGMA synchronous = NORMAL");
   }
   conn.exec("PRAGMA foreign_keys = ON");
