@@ -24,6 +24,9 @@ from . import te, nd, runtime, ops, tuning_db
 from .driver import build, lower
 from .nd import cpu
 from .runtime import Module, TimeResult
+if hasattr(_kiln, "tuner"):  # built with the auto-scheduler (it needs XGBoost)
+    from . import tuner
+    from .tuner import tune
 
 Target = _kiln.Target
 PrimFunc = _kiln.PrimFunc
@@ -31,3 +34,5 @@ PrimFunc = _kiln.PrimFunc
 __version__ = "0.1.0"
 
 __all__ = ["KilnError", "te", "nd", "runtime", "ops", "tuning_db", "build", "lower", "cpu", "Module", "TimeResult", "Target", "PrimFunc"]
+if hasattr(_kiln, "tuner"):
+    __all__ += ["tuner", "tune"]

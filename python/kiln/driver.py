@@ -36,15 +36,38 @@ def lower(s, args, name="main", run_passes=True, dump_ir=False):
     return _kiln.lower(s, _arg_tensors(args, "lower"), name, run_passes, dump_ir)
 
 
-def build(s, args, target="llvm", name="main"):
+def _as_schedule(s, what):
+    """A schedule, or the default schedule of the given output tensor(s)."""
+    if isinstance(s, _kiln.Schedule):
+        return s
+    if isinstance(s, (_kiln.Tensor, _kiln.Operation)) or (isinstance(s, (list, tuple)) and s and all(
+            isinstance(t, (_kiln.Tensor, _kiln.Operation)) for t in s)):
+        return _kiln.Schedule.create(s)
+    _check_schedule(s, what)
+
+
+def build(s, args, target="llvm", name="main", db=None):
     """Compiles schedule ``s`` for ``target`` into a callable :class:`kiln.runtime.Module`.
 
-    ``target`` is a string (``"llvm"``: the host CPU; ``"llvm -mcpu=znver3 -num-cores=2"``)
-    or a :class:`kiln.Target`. The module is called with the arguments in the
-    order of ``args``: ``mod(a, b, c)``.
+    ``s`` is a schedule, or the output tensor(s) to build with their default
+    schedule. ``target`` is a string (``"llvm"``: the host CPU;
+    ``"llvm -mcpu=znver3 -num-cores=2"``) or a :class:`kiln.Target`. The module
+    is called with the arguments in the order of ``args``: ``mod(a, b, c)``.
+
+    With ``db`` (the path of a tuning database, see :func:`kiln.tune`) the
+    best record for this computation and target is applied instead of ``s``
+    when one exists; which one is logged at debug level (Python logging,
+    logger "kiln", or ``KILN_LOG=debug``).
     """
-    _check_schedule(s, "build")
+    s = _as_schedule(s, "build")
     tensors = _arg_tensors(args, "build")
+    if db is not None:
+        if not hasattr(_kiln, "tuner"):
+            raise KilnError("build(db=...): this kiln was built without the auto-scheduler (it needs XGBoost: libxgboost-dev)")
+        from . import tuner
+        found = tuner._best(tuner.make_task(tensors, target), db)
+        if found is not None:
+            s = found[0]
     native = _kiln.build(s, tensors, target, name)
     # The kernel writes the computed tensors: numpy arrays passed there must be writeable.
     written = [i for i, t in enumerate(tensors) if t.op.kind == "compute"]

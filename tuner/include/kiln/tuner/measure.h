@@ -7,6 +7,7 @@
 #define KILN_TUNER_MEASURE_H
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,8 @@ namespace kiln::tuner {
 
 enum class MeasureError { None, BuildError, RunError, Timeout, WrongResult };
 const char* measure_error_name(MeasureError e);  ///< matches the tuning DB's error kinds
+
+struct MeasureResult;
 
 struct MeasureOptions {
   int number = 1;
@@ -30,10 +33,14 @@ struct MeasureOptions {
    * (0-based, counted across measure() calls). crash: the worker calls the
    * built kernel with null buffer pointers, so the generated code itself
    * faults (SIGSEGV). hang: the worker calls the kernel in an endless loop,
-   * as a candidate that never finishes would. When empty, the environment
+   * as a candidate that never finishes would. wrong: the candidate measures
+   * normally, but check_correct sees its output corrupted (one element).
+   * Indices may be ranges ("wrong@0-99"). When empty, the environment
    * variable KILN_TUNER_INJECT_FAULTS is read instead.
    */
   std::string inject_faults;
+  /** If set, called after each candidate of a measure() call is done (index in the call, its result): for progress displays. */
+  std::function<void(size_t, const MeasureResult&)> on_result;
 };
 
 struct MeasureResult {

@@ -10,6 +10,12 @@
  * drawn from the factorisations of the extents, which loops are parallel,
  * the vector width, the unroll depth, compute locations). Every candidate
  * becomes a trace (te/trace.h), so it replays and stores as one.
+ *
+ * The rules (CPU targets only) are described in tuner/README.md. Decisions
+ * are independent slots (one axis's tile factors, one annotation), so every
+ * in-range value of every slot is valid: mutate and crossover cannot make an
+ * invalid candidate. The space is fixed at construction and its const
+ * methods may be called from several threads at once.
  */
 #ifndef KILN_TUNER_SEARCH_SPACE_H
 #define KILN_TUNER_SEARCH_SPACE_H
@@ -42,14 +48,18 @@ class SearchSpace {
   int num_sketches() const;
   /** A readable description of sketch i (for logs and tests). */
   std::string describe_sketch(int i) const;
-  /** A random complete candidate (random sketch, random annotation); always valid. */
+  /** A random complete candidate (random sketch, random annotation); always valid. Its trace is set. */
   Candidate sample(std::mt19937_64& rng) const;
+  /** A random annotation of sketch i (0 <= i < num_sketches()); trace set. */
+  Candidate sample_sketch(int i, std::mt19937_64& rng) const;
   /** A random valid neighbour: a tile factor moved between levels, another parallel depth, unroll step or location. */
   Candidate mutate(const Candidate& c, std::mt19937_64& rng) const;
   /** Combines decisions of two candidates of the same sketch (returns a copy of a when they differ). */
   Candidate crossover(const Candidate& a, const Candidate& b, std::mt19937_64& rng) const;
   /** Applies the candidate to a fresh schedule and fills its trace; throws kiln::Error if invalid. */
   te::Schedule materialize(Candidate* c) const;
+  /** The candidate's decisions by name ("sketch 0: C.i=4x2x1x8 ... C.unroll=2"), for logs. */
+  std::string describe_candidate(const Candidate& c) const;
 
  private:
   struct Impl;

@@ -26,13 +26,21 @@ struct TuneOptions {
   int early_stop_rounds = 8;        ///< rounds without improvement before stopping
   uint64_t seed = 0;
   std::string db_path = "kiln_tuning.db";
-  double timeout_s = 10;            ///< per candidate run
+  double timeout_s = 10;            ///< per candidate run (this one applies, not measure.timeout_s)
   MeasureOptions measure;
   bool progress = true;             ///< live progress line on the terminal (stderr)
   std::string curve_png;            ///< if set, write best GFLOP/s against trials as a PNG
   std::string model_path;           ///< if set, load/save the cost model here
+  /** Candidates per generation of the evolutionary search (each is lowered for its features: ~10-80 ms). */
+  int population = 64;
+  int generations = 3;              ///< generations evolved per round
 };
 
+/**
+ * The best_* fields describe the DB's best valid record of the task on this
+ * hardware after the session (earlier sessions included), checked against
+ * the unscheduled function; all zero/empty when there is none.
+ */
 struct TuneResult {
   std::string best_trace;           ///< JSON
   double best_time = 0;             ///< seconds (median)
@@ -51,6 +59,21 @@ TuneResult tune(const Task& task, const TuneOptions& options);
 
 /** The best schedule for the task recorded in the DB (replayed), if any. */
 std::optional<te::Schedule> best_schedule(const Task& task, const std::string& db_path, std::string* trace_json = nullptr);
+
+/** The best record of the task in the DB with its schedule replayed (for callers that log what they apply). */
+struct BestRecord {
+  te::Schedule schedule;
+  std::string trace_json;
+  int64_t record_id = 0;
+  double median_time = 0;  ///< seconds
+};
+/**
+ * Same lookup as best_schedule: the lowest median among valid records of the
+ * workload on the same hardware (target string, CPU model and features);
+ * records that no longer replay are passed over. No file: nullopt. With
+ * KILN_LOG=debug, says on stderr which record is used or why none.
+ */
+std::optional<BestRecord> best_record(const Task& task, const std::string& db_path);
 
 }  // namespace kiln::tuner
 

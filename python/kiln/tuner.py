@@ -1,0 +1,157 @@
+"""The auto-scheduler: search schedules for a computation on this machine.
+
+::
+
+    import kiln
+    from kiln import te
+
+    A = te.placeholder((512, 512), name="A")
+    B = te.placeholder((512, 512), name="B")
+    C = kiln.ops.matmul(A, B)
+    result = kiln.tune([A, B, C], trials=64, db="kiln_tuning.db", curve_png="curve.png")
+    print(result)                       # best time, GFLOP/s, speed-up, where it is stored
+    mod = kiln.build(C, [A, B, C], db="kiln_tuning.db")   # applies the best record
+
+A session measures each candidate in a worker process with a time limit (a
+crash or a hang costs one trial), stores every measurement in the tuning
+database (an SQLite file), never measures a schedule the database already
+has, and learns a cost model from all records of the database. Progress is
+shown on stderr. Every error is a :class:`kiln.KilnError`.
+"""
+import logging
+import os
+import tempfile
+import warnings
+
+from ._ffi import KilnError, _kiln
+
+_log = logging.getLogger("kiln")
+
+
+class TuneResult:
+    """What a tuning session found (times in seconds).
+
+    Attributes: ``best_time`` (median of the best schedule, the database's
+    best for this workload and machine, earlier sessions included; 0 when
+    none is valid), ``best_gflops``, ``best_trace`` (its schedule as JSON),
+    ``first_valid_time`` (first valid candidate of this session),
+    ``trials_measured``, ``trials_skipped`` (already in the database),
+    ``errors``, ``elapsed_s``, ``db_path``, ``curve`` (list of
+    ``(trials, best GFLOP/s so far)``), ``task`` (the :class:`Task`).
+    """
+
+    def __init__(self, fields, task):
+        self.__dict__.update(fields)
+        self.curve = [tuple(p) for p in fields["curve"]]
+        self.task = task
+
+    @property
+    def speedup(self):
+        """The best time against the first valid candidate of the session (1.0 when unknown)."""
+        if self.best_time > 0 and self.first_valid_time > 0:
+            return self.first_valid_time / self.best_time
+        return 1.0
+
+    def schedule(self):
+        """The best schedule, replayed on the task's tensors (None when there is none)."""
+        if not self.best_trace:
+            return None
+        return _kiln.Schedule.from_trace(self.task.outputs, self.best_trace)
+
+    def __repr__(self):
+        if self.best_time <= 0:
+            return (f"TuneResult({self.task.name}: no valid schedule; {self.trials_measured} trials, "
+                    f"{self.errors} errors, db={self.db_path!r})")
+        return (f"TuneResult({self.task.name}: best {self.best_time * 1e3:.4f} ms, {self.best_gflops:.1f} GFLOP/s, "
+                f"{self.speedup:.2f}x over the first valid candidate; {self.trials_measured} trials "
+                f"({self.errors} errors, {self.trials_skipped} skipped) in {self.elapsed_s:.1f} s; db={self.db_path!r})")
+
+
+Task = _kiln.tuner.Task
+
+
+def make_task(args, target="llvm", name=""):
+    """A tuning task from the kernel's arguments (input placeholders and outputs, in call order)."""
+    if isinstance(args, Task):
+        return args
+    from .driver import _arg_tensors
+    return _kiln.tuner.make_task(_arg_tensors(args, "make_task"), target, name)
+
+
+def tune(args, target="llvm", trials=200, db="kiln_tuning.db", seed=0, timeout=10.0, curve_png=None,
+         batch_size=32, early_stop_rounds=8, repeat=3, min_repeat_ms=20.0, number=1, build_threads=2,
+         progress=True, model_path=None, population=64, generations=3, name="", inject_faults=None):
+    """Tunes a computation and returns a :class:`TuneResult`.
+
+    ``args`` are the kernel's tensors (inputs and outputs, in call order) or a
+    :class:`Task`. ``trials`` is the budget of measured candidates, ``db`` the
+    tuning database file (created if missing; resumed if it has records),
+    ``timeout`` the time limit of one candidate's run in seconds. With
+    ``curve_png`` the best GFLOP/s against trials is plotted (matplotlib; a
+    warning, not an error, when it is missing). ``inject_faults`` is a test
+    hook (e.g. ``"crash@3"``, see the C++ MeasureOptions).
+    """
+    task = make_task(args, target, name)
+    if not isinstance(db, (str, os.PathLike)) or not str(db):
+        raise KilnError("tune: db must be the path of the tuning database file, e.g. 'kiln_tuning.db'")
+    options = dict(trials=int(trials), batch_size=int(batch_size), early_stop_rounds=int(early_stop_rounds),
+                   seed=int(seed), db_path=os.fspath(db), timeout_s=float(timeout), progress=bool(progress),
+                   model_path=model_path, population=int(population), generations=int(generations),
+                   number=int(number), repeat=int(repeat), min_repeat_ms=float(min_repeat_ms),
+                   build_threads=int(build_threads), inject_faults=inject_faults)
+    result = TuneResult(_kiln.tuner.tune(task, options), task)
+    if curve_png:
+        try:
+            plot_curve(result.curve, curve_png, f"{task.name} on {task.target}")
+        except KilnError as err:
+            warnings.warn(f"kiln.tune: no curve written: {err}", RuntimeWarning, stacklevel=2)
+    return result
+
+
+def plot_curve(curve, path, title="tuning curve"):
+    """Writes best GFLOP/s against trials as a PNG (atomically). Raises KilnError without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise KilnError("plot_curve: matplotlib is not installed (apt-get install python3-matplotlib)") from err
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    ax.step([p[0] for p in curve], [p[1] for p in curve], where="post", marker="o", markersize=3)
+    ax.set_xlabel("trials measured")
+    ax.set_ylabel("best GFLOP/s so far")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.set_ylim(bottom=0)
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(suffix=".png", dir=os.path.dirname(os.path.abspath(path)))
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    finally:
+        plt.close(fig)
+
+
+def best_schedule(args, target="llvm", db="kiln_tuning.db"):
+    """The best recorded schedule of a computation (replayed on its tensors), or None."""
+    found = _best(make_task(args, target), db)
+    return found[0] if found else None
+
+
+def _best(task, db):
+    found = _kiln.tuner.best_record(task, os.fspath(db))
+    if found is None:
+        _log.debug("kiln: no tuning record for %s (workload %s) on '%s' in %s", task.name, task.workload_key,
+                   task.target, db)
+        return None
+    sched, trace, record_id, median = found
+    _log.debug("kiln: using tuning record %d of %s for %s (workload %s) on '%s': median %.6g ms",
+               record_id, db, task.name, task.workload_key, task.target, median * 1e3)
+    return sched, trace, record_id, median
+
+
+__all__ = ["tune", "make_task", "best_schedule", "plot_curve", "Task", "TuneResult"]

@@ -1,0 +1,112 @@
+// The auto-scheduler (tuner/include/kiln/tuner/{task,tune}.h) as _kiln.tuner,
+// wrapped by python/kiln/tuner.py. A tuning session releases the GIL: it
+// touches no Python object, and its worker processes are forked from C++.
+#include "kiln/codegen/target.h"
+#include "kiln/support/error.h"
+#include "kiln/tuner/task.h"
+#include "kiln/tuner/tune.h"
+#include "kiln_py.h"
+
+namespace kiln::python {
+
+namespace {
+
+Target target_of(py::handle target) {
+  if (py::isinstance<Target>(target)) return target.cast<Target>();
+  if (py::isinstance<py::str>(target)) return Target::parse(target.cast<std::string>());
+  throw_user_error("a target must be a string such as \"llvm\" or a kiln Target");
+}
+
+// Options arrive as one dict of the Python keywords, so kiln/tuner.py owns the defaults' spelling.
+tuner::TuneOptions options_of(const py::dict& d) {
+  tuner::TuneOptions o;
+  auto get = [&](const char* key, auto* out) {
+    if (!d.contains(key) || d[key].is_none()) return;
+    try {
+      *out = d[key].cast<std::remove_pointer_t<decltype(out)>>();
+    } catch (const py::cast_error&) {
+      throw_user_error(std::string("tune: option '") + key + "' has the wrong type (" + std::string(py::str(d[key].get_type().attr("__name__"))) + ")");
+    }
+  };
+  get("trials", &o.trials);
+  get("batch_size", &o.batch_size);
+  get("early_stop_rounds", &o.early_stop_rounds);
+  get("seed", &o.seed);
+  get("db_path", &o.db_path);
+  get("timeout_s", &o.timeout_s);
+  get("progress", &o.progress);
+  get("curve_png", &o.curve_png);
+  get("model_path", &o.model_path);
+  get("population", &o.population);
+  get("generations", &o.generations);
+  get("number", &o.measure.number);
+  get("repeat", &o.measure.repeat);
+  get("min_repeat_ms", &o.measure.min_repeat_ms);
+  get("build_threads", &o.measure.build_threads);
+  get("inject_faults", &o.measure.inject_faults);
+  return o;
+}
+
+py::dict result_dict(const tuner::TuneResult& r) {
+  py::dict d;
+  d["best_trace"] = r.best_trace;
+  d["best_time"] = r.best_time;
+  d["best_gflops"] = r.best_gflops;
+  d["first_valid_time"] = r.first_valid_time;
+  d["trials_measured"] = r.trials_measured;
+  d["trials_skipped"] = r.trials_skipped;
+  d["errors"] = r.errors;
+  d["elapsed_s"] = r.elapsed_s;
+  d["db_path"] = r.db_path;
+  py::list curve;
+  for (const auto& [trials, gflops] : r.curve) curve.append(py::make_tuple(trials, gflops));
+  d["curve"] = curve;
+  return d;
+}
+
+}  // namespace
+
+void define_tuner(py::module_& m) {
+  py::module_ t = m.def_submodule("tuner", "The auto-scheduler (native part; use kiln.tuner).");
+  py::class_<tuner::Task>(t, "Task", "A tuning task: one compute DAG on one target, keyed by its workload key.")
+      .def_readonly("args", &tuner::Task::args)
+      .def_readonly("outputs", &tuner::Task::outputs)
+      .def_readonly("target", &tuner::Task::target)
+      .def_readonly("workload_key", &tuner::Task::workload_key)
+      .def_readonly("name", &tuner::Task::name)
+      .def_readonly("flop", &tuner::Task::flop)
+      .def("__repr__", [](const tuner::Task& k) { return "Task(" + k.name + ", key=" + k.workload_key + ", target=\"" + k.target.str() + "\")"; });
+
+  t.def("make_task", [](py::handle args, py::handle target, const std::string& name) {
+    return tuner::make_task(to_tensor_list(args, "make_task args"), target_of(target), name);
+  }, py::arg("args"), py::arg("target") = "llvm", py::arg("name") = "");
+
+  t.def("tune", [](const tuner::Task& task, const py::dict& options) {
+    tuner::TuneOptions o = options_of(options);
+    // Ctrl-C: between candidates the session looks for Python's pending
+    // signals and unwinds (the batch in flight is not stored, nothing is half-written).
+    o.measure.on_result = [](size_t, const tuner::MeasureResult&) {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    };
+    tuner::TuneResult r;
+    {
+      py::gil_scoped_release release;
+      r = tuner::tune(task, o);
+    }
+    return result_dict(r);
+  }, py::arg("task"), py::arg("options"), "Runs a tuning session; returns the result as a dict.");
+
+  // (schedule, trace JSON, record id, median seconds) of the best record, or None.
+  t.def("best_record", [](const tuner::Task& task, const std::string& db_path) -> py::object {
+    std::optional<tuner::BestRecord> b;
+    {
+      py::gil_scoped_release release;
+      b = tuner::best_record(task, db_path);
+    }
+    if (!b) return py::none();
+    return py::make_tuple(b->schedule, b->trace_json, b->record_id, b->median_time);
+  }, py::arg("task"), py::arg("db_path"));
+}
+
+}  // namespace kiln::python

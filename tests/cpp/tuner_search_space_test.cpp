@@ -1,0 +1,488 @@
+// The tuner's search space: tasks and flop counts, the sketch rules, and
+// candidates (sample / mutate / crossover) that always lower, replay from
+// their traces and compute the right result.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "kiln/ir/op.h"
+#include "kiln/ir/printer.h"
+#include "kiln/ir/structural.h"
+#include "kiln/ops/cpu_gemm.h"
+#include "kiln/ops/nn.h"
+#include "kiln/te/lower.h"
+#include "kiln/te/workload_key.h"
+#include "kiln/tuner/search_space.h"
+#include "reference_ops.h"
+#include "test_util.h"
+
+namespace kiln::tuner {
+namespace {
+
+using testing::ref::Vec;
+
+// A fixed target so that the rules (cores, vector lanes) do not depend on the host.
+const Target& rules_target() {
+  static const Target t = Target::parse("llvm -mcpu=skylake-avx512 -num-cores=2");
+  return t;
+}
+
+/** A DAG with its reference: ref maps the inputs' data to the outputs' data (args order). */
+struct Case {
+  std::string name;
+  std::vector<te::Tensor> args;
+  std::function<std::vector<Vec>(const std::vector<Vec>&)> ref;
+};
+
+size_t numel(const te::Tensor& t) {
+  size_t n = 1;
+  for (const Expr& e : t.shape()) n *= static_cast<size_t>(*as_const_int(e));
+  return n;
+}
+
+Case matmul_case(int M, int N, int K) {
+  te::Tensor A = te::placeholder({M, K}, DataType::Float(32), "A"), B = te::placeholder({K, N}, DataType::Float(32), "B");
+  return {"matmul", {A, B, ops::matmul(A, B)}, [=](const std::vector<Vec>& in) { return std::vector<Vec>{testing::ref::matmul(in[0], in[1], M, N, K)}; }};
+}
+
+Case dense_bias_relu_case(int M, int N, int K) {
+  te::Tensor A = te::placeholder({M, K}, DataType::Float(32), "A"), B = te::placeholder({K, N}, DataType::Float(32), "B");
+  te::Tensor bias = te::placeholder({N}, DataType::Float(32), "bias");
+  te::Tensor out = ops::relu(ops::bias_add(ops::matmul(A, B), bias));
+  return {"dense_bias_relu", {A, B, bias, out}, [=](const std::vector<Vec>& in) {
+            Vec c = testing::ref::matmul(in[0], in[1], M, N, K);
+            for (int i = 0; i < M; ++i)
+              for (int j = 0; j < N; ++j) c[i * N + j] = std::max(0.f, c[i * N + j] + in[2][j]);
+            return std::vector<Vec>{c};
+          }};
+}
+
+Case conv_case() {
+  testing::ref::ConvShape cs{1, 4, 8, 8, 8, 3, 3, 1, 1, 1};
+  te::Tensor X = te::placeholder({cs.N, cs.C, cs.H, cs.W}, DataType::Float(32), "X");
+  te::Tensor W = te::placeholder({cs.K, cs.C, cs.KH, cs.KW}, DataType::Float(32), "W");
+  te::Tensor O = ops::conv2d_nchw(X, W, cs.stride, cs.pad, cs.dilation);
+  return {"conv2d_pad", {X, W, O}, [=](const std::vector<Vec>& in) { return std::vector<Vec>{testing::ref::conv2d(in[0], in[1], cs)}; }};
+}
+
+Case softmax_case(int M, int N) {
+  te::Tensor X = te::placeholder({M, N}, DataType::Float(32), "X");
+  return {"softmax", {X, ops::softmax(X)}, [=](const std::vector<Vec>& in) { return std::vector<Vec>{testing::ref::softmax(in[0], M, N)}; }};
+}
+
+// add -> relu -> gelu: two inlined stages and an elementwise output.
+Case chain_case(int M, int N) {
+  te::Tensor X = te::placeholder({M, N}, DataType::Float(32), "X"), Y = te::placeholder({M, N}, DataType::Float(32), "Y");
+  te::Tensor out = ops::gelu(ops::relu(ops::add(X, Y)));
+  return {"elementwise_chain", {X, Y, out}, [=](const std::vector<Vec>& in) {
+            Vec o(M * N);
+            for (int i = 0; i < M * N; ++i) {
+              double x = std::max(0.f, in[0][i] + in[1][i]);
+              o[i] = float(x * 0.5 * (1.0 + std::erf(x * 0.70710678)));
+            }
+            return std::vector<Vec>{o};
+          }};
+}
+
+// Row sums of a wide matrix: few outputs, a long reduction (the rfactor rule).
+Case row_sum_case(int M, int N) {
+  te::Tensor X = te::placeholder({M, N}, DataType::Float(32), "X");
+  IterVar k = te::reduce_axis(Range(0, N), "k");
+  te::Tensor S = te::compute({M}, [&](const std::vector<Var>& i) { return te::sum(X(i[0], k.var()), {k}); }, "rowsum");
+  return {"row_sum", {X, S}, [=](const std::vector<Vec>& in) {
+            Vec o(M);
+            for (int i = 0; i < M; ++i) {
+              double s = 0;
+              for (int j = 0; j < N; ++j) s += in[0][i * N + j];
+              o[i] = float(s);
+            }
+            return std::vector<Vec>{o};
+          }};
+}
+
+Case layer_norm_case(int M, int N) {
+  te::Tensor X = te::placeholder({M, N}, DataType::Float(32), "X");
+  te::Tensor G = te::placeholder({N}, DataType::Float(32), "gamma"), Bt = te::placeholder({N}, DataType::Float(32), "beta");
+  return {"layer_norm", {X, G, Bt, ops::layer_norm(X, G, Bt)}, [=](const std::vector<Vec>& in) { return std::vector<Vec>{testing::ref::layer_norm(in[0], in[1], in[2], M, N, 1e-5f)}; }};
+}
+
+Case batch_matmul_case(int Bn, int M, int N, int K) {
+  te::Tensor A = te::placeholder({Bn, M, K}, DataType::Float(32), "A"), B = te::placeholder({Bn, K, N}, DataType::Float(32), "B");
+  return {"batch_matmul", {A, B, ops::batch_matmul(A, B)}, [=](const std::vector<Vec>& in) { return std::vector<Vec>{testing::ref::batch_matmul(in[0], in[1], Bn, M, N, K)}; }};
+}
+
+Case max_pool_case() {
+  te::Tensor X = te::placeholder({1, 3, 9, 9}, DataType::Float(32), "X");
+  return {"max_pool", {X, ops::max_pool2d(X, 3, 2, 1)}, [=](const std::vector<Vec>& in) { return std::vector<Vec>{testing::ref::max_pool2d(in[0], 1, 3, 9, 9, 3, 2, 1)}; }};
+}
+
+// Two outputs, one reading the other: the matmul cannot be fused (it is stored).
+Case two_outputs_case(int M, int N, int K) {
+  te::Tensor A = te::placeholder({M, K}, DataType::Float(32), "A"), B = te::placeholder({K, N}, DataType::Float(32), "B");
+  te::Tensor C = ops::matmul(A, B), R = ops::relu(C);
+  return {"two_outputs", {A, B, C, R}, [=](const std::vector<Vec>& in) {
+            Vec c = testing::ref::matmul(in[0], in[1], M, N, K), r = c;
+            for (float& x : r) x = std::max(0.f, x);
+            return std::vector<Vec>{c, r};
+          }};
+}
+
+Task task_of(const Case& c) { return make_task(c.args, rules_target(), c.name); }
+
+// Lowers the candidate, runs it (interpreter and LLVM) and compares with the reference.
+void check_computes(const Case& c, const SearchSpace& space, Candidate cand, uint32_t seed) {
+  te::Schedule s = space.materialize(&cand);
+  SCOPED_TRACE(space.describe_candidate(cand));
+  PrimFunc f = te::lower(s, c.args, c.name);
+  std::vector<Vec> bufs;
+  std::vector<Vec> inputs;
+  for (size_t i = 0; i < c.args.size(); ++i) {
+    bool input = c.args[i].op()->kind == te::OpKind::Placeholder;
+    bufs.push_back(input ? testing::random_vector(numel(c.args[i]), seed + static_cast<uint32_t>(i)) : Vec(numel(c.args[i]), 0.f));
+    if (input) inputs.push_back(bufs.back());
+  }
+  std::vector<std::vector<float>*> ptrs;
+  for (Vec& b : bufs) ptrs.push_back(&b);
+  testing::run_backends(f, ptrs);
+  std::vector<Vec> want = c.ref(inputs);
+  size_t o = 0;
+  for (size_t i = 0; i < c.args.size(); ++i)
+    if (c.args[i].op()->kind != te::OpKind::Placeholder) {
+      EXPECT_TRUE(testing::all_close(bufs[i], want[o++], 2e-4f)) << c.name << " output " << c.args[i].name();
+    }
+}
+
+// Every sketch of the case: a few samples each compute the right result.
+void check_all_sketches(const Case& c, int samples) {
+  Task task = task_of(c);
+  SearchSpace space(task);
+  std::cout << "[ sketches ] " << c.name << ": " << space.num_sketches() << " sketch(es)\n";
+  for (int i = 0; i < space.num_sketches(); ++i) std::cout << "             " << i << ": " << space.describe_sketch(i) << "\n";
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < space.num_sketches(); ++i)
+    for (int k = 0; k < samples; ++k) {
+      SCOPED_TRACE(c.name + " sketch " + std::to_string(i) + ": " + space.describe_sketch(i));
+      check_computes(c, space, space.sample_sketch(i, rng), 100 + k);
+      if (::testing::Test::HasFailure()) return;
+    }
+}
+
+bool describes(const SearchSpace& space, const std::string& needle) {
+  for (int i = 0; i < space.num_sketches(); ++i)
+    if (space.describe_sketch(i).find(needle) != std::string::npos) return true;
+  return false;
+}
+
+TEST(TunerTask, MakeTaskAndFlop) {
+  Case c = matmul_case(64, 48, 32);
+  Task t = task_of(c);
+  ASSERT_EQ(t.outputs.size(), 1u);
+  EXPECT_TRUE(t.outputs[0].same_tensor(c.args[2]));
+  EXPECT_EQ(t.flop, 2.0 * 64 * 48 * 32);
+  EXPECT_EQ(t.workload_key.size(), 16u);
+  EXPECT_EQ(t.workload_key, te::workload_key({c.args[2]}));
+  // The same DAG built again has the same key; the default name is readable.
+  Task u = make_task(matmul_case(64, 48, 32).args, rules_target());
+  EXPECT_EQ(u.workload_key, t.workload_key);
+  EXPECT_EQ(u.name, "C_64x48");
+}
+
+TEST(TunerTask, FlopOfPaddingAndSoftmax) {
+  // Padding is a copy (0 flop): conv counts only its multiply-adds.
+  Case conv = conv_case();
+  EXPECT_EQ(task_of(conv).flop, 2.0 * 1 * 8 * 8 * 8 * 4 * 3 * 3);
+  // softmax: max (1/elt), exp(x - m) (2/elt), sum (1/elt), divide (1/elt).
+  EXPECT_EQ(task_of(softmax_case(4, 16)).flop, 5.0 * 4 * 16);
+  EXPECT_EQ(count_flop({chain_case(2, 3).args[2]}), 6.0 * (1 + 1 + 5));  // add; relu (max); gelu (3 mul, add, erf)
+}
+
+TEST(TunerTask, MakeTaskErrors) {
+  Case c = matmul_case(4, 4, 4);
+  EXPECT_TRUE(testing::throws_with([&] { make_task({c.args[0], c.args[2]}, rules_target()); }, "'B' is read by the computation but is not among the arguments"));
+  EXPECT_TRUE(testing::throws_with([&] { make_task({c.args[0], c.args[1]}, rules_target()); }, "every argument is a placeholder"));
+  EXPECT_TRUE(testing::throws_with([&] { make_task({c.args[0], c.args[1], c.args[2], c.args[2]}, rules_target()); }, "appears twice"));
+}
+
+TEST(TunerSketch, RulesPerDag) {
+  // Matmul: both tilings, each also with B packed (rule 2 and the pack rule).
+  Task mm = task_of(matmul_case(64, 64, 64));
+  SearchSpace s_mm(mm);
+  EXPECT_EQ(s_mm.num_sketches(), 4);
+  EXPECT_TRUE(describes(s_mm, "C: tiled+cache_write ["));
+  EXPECT_TRUE(describes(s_mm, "C: tiled ["));
+  EXPECT_TRUE(describes(s_mm, "C: tiled+cache_write, pack 'B' ["));
+  EXPECT_TRUE(describes(s_mm, "C: tiled, pack 'B' ["));
+
+  Task dense = task_of(dense_bias_relu_case(64, 64, 64));
+  SearchSpace s_dense(dense);
+  EXPECT_EQ(s_dense.num_sketches(), 2);
+  EXPECT_TRUE(describes(s_dense, "C: tiled, at its consumer 'relu'; bias_add: inline; relu: fused consumer"));
+  EXPECT_TRUE(describes(s_dense, "C: tiled, at its consumer 'relu', pack 'B'; bias_add: inline; relu: fused consumer"));
+
+  // conv2d reads its input through a window and its weight without the output's column: nothing to pack.
+  Task conv = task_of(conv_case());
+  SearchSpace s_conv(conv);
+  EXPECT_TRUE(describes(s_conv, "conv.pad: inline"));
+  EXPECT_TRUE(describes(s_conv, "conv: tiled+cache_write"));
+  EXPECT_FALSE(describes(s_conv, "pack"));
+
+  Task sm = task_of(softmax_case(64, 64));
+  SearchSpace s_sm(sm);
+  EXPECT_EQ(s_sm.num_sketches(), 1);
+  EXPECT_TRUE(describes(s_sm, "softmax.max: simple (or at 'softmax'); softmax.exp: inline; softmax.sum: simple (or at 'softmax'); softmax: simple"));
+
+  // 8 outputs for 2 cores x 16 lanes, a reduction of 2048: rfactor besides the simple sketch.
+  Task rs = task_of(row_sum_case(8, 2048));
+  SearchSpace s_rs(rs);
+  EXPECT_EQ(s_rs.num_sketches(), 2);
+  EXPECT_TRUE(describes(s_rs, "rowsum: rfactor"));
+  // A skinny matmul gets rfactor on top of its tiling sketches.
+  SearchSpace s_gemv(task_of(matmul_case(1, 16, 1024)));
+  EXPECT_EQ(s_gemv.num_sketches(), 5);
+}
+
+// The pack rule takes only an input read with the output's innermost axis as
+// its last index and a reduce axis in another: B, never A.
+TEST(TunerSketch, PackRuleOperand) {
+  SearchSpace mm(task_of(matmul_case(32, 64, 16)));
+  EXPECT_TRUE(describes(mm, "pack 'B'"));
+  EXPECT_FALSE(describes(mm, "pack 'A'"));
+  SearchSpace bmm(task_of(batch_matmul_case(2, 8, 32, 16)));
+  EXPECT_EQ(bmm.num_sketches(), 4);
+  EXPECT_TRUE(describes(bmm, "C: tiled+cache_write, pack 'B'"));
+  // B transposed (read as Bt[j, k]): its rows are already contiguous along k.
+  te::Tensor A = te::placeholder({16, 32}, DataType::Float(32), "A"), Bt = te::placeholder({48, 32}, DataType::Float(32), "Bt");
+  IterVar k = te::reduce_axis(Range(0, 32), "k");
+  te::Tensor C = te::compute({16, 48}, [&](const std::vector<Var>& i) { return te::sum(A(i[0], k.var()) * Bt(i[1], k.var()), {k}); }, "C");
+  SearchSpace nt(make_task({A, Bt, C}, rules_target()));
+  EXPECT_EQ(nt.num_sketches(), 2);
+  EXPECT_FALSE(describes(nt, "pack"));
+  // An odd column count has no panel width that vectors fill.
+  SearchSpace odd(task_of(matmul_case(8, 15, 8)));
+  EXPECT_EQ(odd.num_sketches(), 2);
+  EXPECT_FALSE(describes(odd, "pack"));
+}
+
+TEST(TunerSketch, MaterializedStructure) {
+  std::mt19937_64 rng(1);
+  Task dense = task_of(dense_bias_relu_case(32, 32, 32));
+  SearchSpace space(dense);
+  Candidate c = space.sample_sketch(0, rng);
+  te::Schedule s = space.materialize(&c);
+  // The matmul is computed inside the relu's tile loop; bias_add is inlined.
+  const te::Stage& mm = s.stage(2);
+  ASSERT_EQ(mm.name(), "C");
+  EXPECT_EQ(mm.attach_type(), te::AttachType::Scope);
+  EXPECT_EQ(mm.attach_stage()->name(), "relu");
+  EXPECT_EQ(s.stage(4).attach_type(), te::AttachType::Inline);
+  EXPECT_FALSE(c.trace.steps.empty());
+
+  Task mm_task = task_of(matmul_case(32, 32, 32));
+  SearchSpace mm_space(mm_task);
+  Candidate cc = mm_space.sample_sketch(0, rng);
+  te::Schedule sc = mm_space.materialize(&cc);
+  ASSERT_EQ(sc.num_stages(), 4);  // A, B, C.local, C
+  EXPECT_EQ(sc.stage(2).scope(), "local");
+  EXPECT_EQ(sc.stage(2).attach_stage(), &sc.stage(3));
+  bool parallel = false;
+  for (const IterVar& iv : sc.stage(3).leaf_iter_vars())
+    if (const te::IterVarAttr* a = sc.stage(3).attr(iv)) parallel = parallel || a->kind == ForKind::Parallel;
+  EXPECT_TRUE(parallel);
+}
+
+int sketch_index(const SearchSpace& space, const std::string& needle) {
+  for (int i = 0; i < space.num_sketches(); ++i)
+    if (space.describe_sketch(i).find(needle) != std::string::npos) return i;
+  return -1;
+}
+
+// The factors of a tile as describe_candidate prints them ("C.j=2x1x1x32").
+std::vector<int> tile_of(const SearchSpace& space, const Candidate& c, const std::string& label) {
+  std::string d = space.describe_candidate(c) + " ";
+  size_t at = d.find(" " + label + "=");
+  if (at == std::string::npos) return {};
+  std::vector<int> out;
+  std::istringstream is(d.substr(at + label.size() + 2, d.find(' ', at + 1) - at - label.size() - 2));
+  for (std::string f; std::getline(is, f, 'x');) out.push_back(std::stoi(f));
+  return out;
+}
+
+// The candidate equivalent to the hand GEMM (schedules/cpu_gemm.cpp) lowers
+// to the same loop nest: B packed by 32, 8x32 register tile accumulated in
+// C.local at the fused (column panel, row block) loop, k unrolled by 4.
+TEST(TunerSketch, CpuGemmCandidate) {
+  Case c = matmul_case(64, 64, 64);
+  Task task = task_of(c);
+  SearchSpace space(task);
+  Candidate cand;
+  cand.sketch = sketch_index(space, "C: tiled+cache_write, pack 'B' [");
+  ASSERT_GE(cand.sketch, 0);
+  cand.decisions = {8, 1, 1, 8, 2, 1, 1, 32, 16, 4, /*parallel: fuse 2*/ 1, /*at S0*/ 1, /*panel-outer*/ 1, /*unroll 64*/ 2};
+  ASSERT_EQ(space.describe_candidate(cand), "sketch 2: C.i=8x1x1x8 C.j=2x1x1x32 C.k=16x4 C.parallel=1 C.location=1 C.panel_outer=1 C.unroll=2");
+  te::Schedule s = space.materialize(&cand);
+  // The hand schedule leaves the copy-out's row loop rolled; the candidate unrolls it.
+  ops::CpuGemm g = ops::cpu_matmul(64, 64, 64, ops::GemmTiling{8, 32, 4, true, true});
+  g.schedule[g.C].unroll(g.schedule[g.C].axis("i.inner"));
+  PrimFunc mine = te::lower(s, c.args, "gemm"), hand = te::lower(g.schedule, {g.A, g.B, g.C}, "gemm");
+  EXPECT_TRUE(structural_equal(mine, hand)) << "candidate:\n" << to_string(mine) << "\nhand:\n" << to_string(hand);
+  check_computes(c, space, cand, 9);
+  // Row-outer instead: the fused parallel loop now takes the row block first.
+  cand.decisions[12] = 0;
+  te::Schedule rows = space.materialize(&cand);
+  EXPECT_NE(to_string(te::lower(rows, c.args, "gemm")).find("parallel (i.outer.j.outer.fused"), std::string::npos);
+  check_computes(c, space, cand, 10);
+}
+
+// Pack sketches under sample, mutate and crossover: one pack step whose
+// panel width is the innermost factor of the packed axis, a multiple of the
+// vector lanes (16), and the result is right on both backends.
+TEST(TunerSketch, PackSketchesCompute) {
+  for (const Case& c : {matmul_case(32, 48, 64), batch_matmul_case(2, 8, 32, 16)}) {
+    Task task = task_of(c);
+    SearchSpace space(task);
+    int ndim = static_cast<int>(c.args.back().ndim());
+    for (int sk = 0; sk < space.num_sketches(); ++sk) {
+      if (space.describe_sketch(sk).find("pack") == std::string::npos) continue;
+      for (uint64_t seed = 0; seed < 3; ++seed) {
+        std::mt19937_64 rng(seed);
+        Candidate a = space.sample_sketch(sk, rng), b = space.sample_sketch(sk, rng);
+        Candidate m = space.mutate(a, rng);
+        Candidate x = space.crossover(m, b, rng);
+        for (const Candidate* cand : {&a, &m, &x}) {
+          SCOPED_TRACE(c.name + ": " + space.describe_candidate(*cand));
+          std::vector<te::TraceStep> packs;
+          for (const te::TraceStep& st : cand->trace.steps)
+            if (st.kind == "pack") packs.push_back(st);
+          ASSERT_EQ(packs.size(), 1u);
+          EXPECT_EQ(packs[0].stage_name, "B");
+          EXPECT_EQ(packs[0].ints[0], ndim - 1);
+          EXPECT_EQ(packs[0].ints[1], tile_of(space, *cand, "C.j").back());
+          EXPECT_EQ(packs[0].ints[1] % 16, 0);
+          check_computes(c, space, *cand, 20 + static_cast<uint32_t>(seed));
+        }
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(TunerSketch, MatmulComputes) { check_all_sketches(matmul_case(32, 48, 64), 3); }
+TEST(TunerSketch, SkinnyMatmulComputes) { check_all_sketches(matmul_case(2, 16, 512), 2); }
+TEST(TunerSketch, DenseBiasReluComputes) { check_all_sketches(dense_bias_relu_case(16, 32, 24), 4); }
+TEST(TunerSketch, Conv2dComputes) { check_all_sketches(conv_case(), 2); }
+TEST(TunerSketch, SoftmaxComputes) {
+  Case c = softmax_case(8, 64);
+  check_all_sketches(c, 6);
+  // Both reductions inside the output's row loop (the deepest location choice).
+  Task task = task_of(c);
+  SearchSpace space(task);
+  std::mt19937_64 rng(11);
+  int found = 0;
+  for (int k = 0; k < 200 && found < 2; ++k) {
+    Candidate cand = space.sample(rng);
+    std::string d = space.describe_candidate(cand);
+    if (d.find("softmax.max.location=1") == std::string::npos || d.find("softmax.sum.location=1") == std::string::npos) continue;
+    ++found;
+    te::Schedule s = space.materialize(&cand);
+    EXPECT_EQ(s.stage(1).attach_type(), te::AttachType::Scope);
+    check_computes(c, space, cand, 50 + k);
+  }
+  EXPECT_EQ(found, 2);
+}
+TEST(TunerSketch, LayerNormComputes) { check_all_sketches(layer_norm_case(6, 48), 6); }
+TEST(TunerSketch, BatchMatmulComputes) { check_all_sketches(batch_matmul_case(2, 8, 32, 16), 2); }
+TEST(TunerSketch, MaxPoolComputes) { check_all_sketches(max_pool_case(), 3); }
+TEST(TunerSketch, TwoOutputsComputes) { check_all_sketches(two_outputs_case(16, 32, 8), 2); }
+TEST(TunerSketch, ElementwiseChainComputes) { check_all_sketches(chain_case(12, 40), 4); }
+TEST(TunerSketch, RowSumComputes) { check_all_sketches(row_sum_case(4, 1024), 3); }
+
+// Random sample / mutate / crossover: always valid, replayable, lowerable.
+TEST(TunerSearchSpace, PropertyRandomCandidates) {
+  std::vector<Case> cases = {matmul_case(32, 48, 64), dense_bias_relu_case(16, 32, 24), conv_case(),         softmax_case(8, 64),
+                             chain_case(12, 40),      row_sum_case(4, 1024),             layer_norm_case(6, 48), two_outputs_case(16, 32, 8),
+                             batch_matmul_case(2, 8, 32, 16)};
+  int seeds = 0;
+  for (const Case& c : cases) {
+    Task task = task_of(c);
+    SearchSpace space(task);
+    for (uint64_t seed = 0; seed < 40; ++seed, ++seeds) {
+      std::mt19937_64 rng(seed);
+      Candidate a = space.sample(rng), b = space.sample(rng);
+      Candidate m = space.mutate(a, rng);
+      Candidate x = space.crossover(m, b, rng);
+      for (const Candidate* cand : {&a, &m, &x}) {
+        SCOPED_TRACE(c.name + " seed " + std::to_string(seed) + ": " + space.describe_candidate(*cand));
+        te::Schedule replay = te::Schedule::from_trace(task.outputs, te::Trace::from_json(cand->trace.to_json()));
+        EXPECT_EQ(replay.trace().to_json(), cand->trace.to_json());
+        EXPECT_NO_THROW(te::lower(replay, task.args, c.name));
+      }
+      // A mutation changes one slot at most; a crossover takes each decision from a parent.
+      ASSERT_EQ(m.sketch, a.sketch);
+      ASSERT_EQ(x.sketch, m.sketch);
+      ASSERT_EQ(m.decisions.size(), a.decisions.size());
+      int changed = 0;
+      for (size_t k = 0; k < a.decisions.size(); ++k) changed += a.decisions[k] != m.decisions[k];
+      EXPECT_LE(changed, 2);
+      for (size_t k = 0; k < x.decisions.size(); ++k) {
+        if (b.sketch == m.sketch) {
+          EXPECT_TRUE(x.decisions[k] == m.decisions[k] || x.decisions[k] == b.decisions[k]);
+        } else {
+          EXPECT_EQ(x.decisions[k], m.decisions[k]);
+        }
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+  std::cout << "[ property ] " << seeds << " seeds x (sample, mutate, crossover) valid\n";
+}
+
+TEST(TunerSearchSpace, DeterministicAndThreadSafe) {
+  Task task = task_of(conv_case());
+  SearchSpace space(task);
+  auto run = [&](uint64_t seed, std::vector<std::string>* out) {
+    std::mt19937_64 rng(seed);
+    for (int k = 0; k < 30; ++k) out->push_back(space.mutate(space.sample(rng), rng).trace.to_json());
+  };
+  std::vector<std::string> a, b, serial;
+  std::thread t1(run, 5, &a), t2(run, 5, &b);
+  t1.join();
+  t2.join();
+  run(5, &serial);
+  EXPECT_EQ(a, serial);
+  EXPECT_EQ(b, serial);
+  // A second space over the same task numbers sketches and decisions alike.
+  SearchSpace again(task);
+  std::mt19937_64 r1(5), r2(5);
+  EXPECT_EQ(again.sample(r1).trace.to_json(), space.sample(r2).trace.to_json());
+}
+
+TEST(TunerSearchSpace, InvalidCandidatesThrow) {
+  Task task = task_of(matmul_case(16, 16, 16));
+  SearchSpace space(task);
+  std::mt19937_64 rng(3);
+  Candidate c = space.sample_sketch(0, rng);
+  Candidate bad = c;
+  bad.sketch = 99;
+  EXPECT_TRUE(testing::throws_with([&] { space.materialize(&bad); }, "sketch 99"));
+  bad = c;
+  bad.decisions.pop_back();
+  EXPECT_TRUE(testing::throws_with([&] { space.materialize(&bad); }, "decisions"));
+  bad = c;
+  bad.decisions[0] += 1;  // the first tile's factors no longer multiply to the extent
+  EXPECT_TRUE(testing::throws_with([&] { space.materialize(&bad); }, "not the extent 16"));
+  EXPECT_TRUE(testing::throws_with([&] { space.mutate(bad, rng); }, "not the extent 16"));
+  // A pack sketch packs by the innermost factor of C.j, which must stay a panel width.
+  Candidate p = space.sample_sketch(2, rng);
+  p.decisions[4] = 1, p.decisions[5] = 1, p.decisions[6] = 2, p.decisions[7] = 8;
+  EXPECT_TRUE(testing::throws_with([&] { space.materialize(&p); }, "innermost factor 8; the sketch packs by it, so it must be one of 16"));
+  // Only CPU targets have rules.
+  Task gpu = make_task(matmul_case(16, 16, 16).args, Target::parse("cuda -arch=sm_90"));
+  EXPECT_TRUE(testing::throws_with([&] { SearchSpace s(gpu); }, "CPU targets"));
+}
+
+}  // namespace
+}  // namespace kiln::tuner

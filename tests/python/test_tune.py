@@ -1,0 +1,115 @@
+"""kiln.tune and kiln.build(..., db=): a tiny tuning session, then the best record applied."""
+import logging
+import os
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import te
+
+pytestmark = pytest.mark.skipif(not hasattr(kiln, "tune"), reason="kiln was built without the auto-scheduler (XGBoost)")
+
+
+def gemm(n):
+    A = te.placeholder((n, n), name="A")
+    B = te.placeholder((n, n), name="B")
+    return A, B, kiln.ops.matmul(A, B)
+
+
+def tiny(**kw):
+    opts = dict(trials=12, batch_size=6, early_stop_rounds=100, seed=3, repeat=3, min_repeat_ms=2.0,
+                progress=False, population=16, generations=2)
+    opts.update(kw)
+    return opts
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    """One session shared by the tests of this file (tuning is the slow part)."""
+    db = str(tmp_path_factory.mktemp("tune") / "tune.db")
+    A, B, C = gemm(64)
+    result = kiln.tune([A, B, C], db=db, **tiny())
+    return db, result
+
+
+def test_tune_returns_a_result_and_stores_every_record(session):
+    db, r = session
+    assert r.trials_measured == 12
+    assert r.best_time > 0
+    assert r.best_gflops == pytest.approx(r.task.flop / r.best_time * 1e-9)
+    assert r.first_valid_time >= r.best_time
+    assert r.speedup >= 1.0
+    assert r.db_path == db
+    assert len(r.curve) == 2 and r.curve[-1][0] == 12
+    assert r.best_trace.startswith("[")
+    assert "GFLOP/s" in repr(r)
+    with kiln.tuning_db.open(db) as d:
+        assert len(d.records(r.task.workload_key)) == r.trials_measured
+
+
+def test_build_with_db_applies_the_best_record(session, caplog):
+    db, r = session
+    A, B, C = gemm(64)  # new tensors, the same workload
+    with caplog.at_level(logging.DEBUG, logger="kiln"):
+        mod = kiln.build(C, [A, B, C], db=db)
+    assert any("using tuning record" in m for m in caplog.messages), caplog.messages
+    a = np.random.default_rng(0).uniform(-1, 1, (64, 64)).astype("float32")
+    b = np.random.default_rng(1).uniform(-1, 1, (64, 64)).astype("float32")
+    c = np.zeros((64, 64), dtype="float32")
+    mod(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+    # The applied schedule is the best record's, replayed on these tensors.
+    s = kiln.tuner.best_schedule([A, B, C], db=db)
+    assert s is not None
+    assert kiln.tuner.make_task([A, B, C]).workload_key == r.task.workload_key
+    assert len(s.trace().steps if hasattr(s.trace(), "steps") else str(s.trace())) > 0
+
+
+def test_build_with_db_without_a_record_keeps_the_schedule(session, caplog, tmp_path):
+    db, _ = session
+    A, B, C = gemm(32)  # not tuned
+    with caplog.at_level(logging.DEBUG, logger="kiln"):
+        mod = kiln.build(C, [A, B, C], db=db)
+    assert any("no tuning record" in m for m in caplog.messages), caplog.messages
+    a = np.ones((32, 32), dtype="float32")
+    c = np.zeros((32, 32), dtype="float32")
+    mod(a, a, c)
+    assert np.all(c == 32)
+    # A database file that does not exist is not created by a lookup.
+    missing = tmp_path / "none.db"
+    kiln.build(C, [A, B, C], db=str(missing))
+    assert not missing.exists()
+
+
+def test_resume_skips_known_traces_and_crash_is_recorded(tmp_path):
+    db = str(tmp_path / "t.db")
+    A, B, C = gemm(48)
+    r1 = kiln.tune([A, B, C], db=db, **tiny(trials=6, inject_faults="crash@1"))
+    assert r1.errors >= 1
+    r2 = kiln.tune([A, B, C], db=db, **tiny(trials=6))
+    assert r2.trials_skipped > 0
+    with kiln.tuning_db.open(db) as d:
+        recs = d.records(r1.task.workload_key)
+    assert len(recs) == r1.trials_measured + r2.trials_measured
+    assert len({rec.trace for rec in recs}) == len(recs)
+    assert any(rec.error_kind == "run_error" and "SIGSEGV" in rec.error_msg for rec in recs)
+
+
+def test_curve_png_and_bad_input(tmp_path, monkeypatch):
+    png = tmp_path / "curve.png"
+    kiln.tuner.plot_curve([(6, 10.0), (12, 20.5)], str(png), "test")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Without matplotlib: a clear KilnError, and no file.
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)
+    with pytest.raises(kiln.KilnError, match="matplotlib"):
+        kiln.tuner.plot_curve([(1, 1.0)], str(tmp_path / "none.png"))
+    assert not (tmp_path / "none.png").exists()
+    monkeypatch.undo()
+    A, B, C = gemm(16)
+    with pytest.raises(kiln.KilnError):
+        kiln.tune([A, B, C], db=str(tmp_path / "x.db"), **tiny(batch_size=0))
+    with pytest.raises(kiln.KilnError):
+        kiln.tune([A, B], db=str(tmp_path / "x.db"), **tiny())  # no output among the args
+    with pytest.raises(kiln.KilnError):
+        kiln.tune([A, B, C], db="", **tiny())

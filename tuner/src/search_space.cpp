@@ -1,0 +1,256 @@
+// The search space: sketches from the rules (sketch_rules.cpp), random
+// annotation, mutation and crossover over decision slots, and
+// materialization (search_space_apply.cpp).
+#include "kiln/tuner/search_space.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "kiln/support/error.h"
+#include "search_space_internal.h"
+
+namespace kiln::tuner {
+
+namespace detail {
+
+std::vector<int64_t> prime_factors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t p = 2; p * p <= n; ++p)
+    while (n % p == 0) {
+      out.push_back(p);
+      n /= p;
+    }
+  if (n > 1) out.push_back(n);
+  return out;
+}
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> lo, hi;
+  for (int64_t d = 1; d * d <= n; ++d)
+    if (n % d == 0) {
+      lo.push_back(d);
+      if (d * d != n) hi.push_back(n / d);
+    }
+  lo.insert(lo.end(), hi.rbegin(), hi.rend());
+  return lo;
+}
+
+std::vector<int> panel_widths(int64_t extent, int lanes) {
+  for (int w = lanes; w >= 2; w /= 2) {
+    std::vector<int> out;
+    for (int64_t d : divisors(extent))
+      if (d <= kMaxVectorExtent && d % w == 0) out.push_back(static_cast<int>(d));
+    if (!out.empty()) return out;
+  }
+  return {};
+}
+
+namespace {
+
+template <typename T>
+const T& pick(const std::vector<T>& v, std::mt19937_64& rng) {
+  return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)];
+}
+
+// The innermost factor of a tile: for vector axes mostly a multiple of the
+// lanes (or of half the lanes) that fits the vectorizer; otherwise any small
+// divisor. Larger inner factors stay possible through mutation.
+int64_t sample_inner(int64_t extent, bool vector_pref, int64_t max, int lanes, std::mt19937_64& rng) {
+  std::vector<int64_t> small;
+  for (int64_t d : divisors(extent))
+    if (d <= max) small.push_back(d);
+  if (vector_pref && std::uniform_real_distribution<double>(0, 1)(rng) < 0.85) {
+    for (int w : {lanes, lanes / 2}) {
+      if (w < 2) continue;
+      std::vector<int64_t> pref;
+      for (int64_t d : small)
+        if (d % w == 0) pref.push_back(d);
+      if (!pref.empty()) return pick(pref, rng);
+    }
+  }
+  return pick(small, rng);
+}
+
+bool inner_ok(const Slot& slot, int64_t inner) {
+  const std::vector<int>& a = slot.inner_allowed;
+  return a.empty() || std::find(a.begin(), a.end(), inner) != a.end();
+}
+
+std::string join_ints(const std::vector<int>& v) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  return os.str();
+}
+
+}  // namespace
+
+void sample_slot(const Slot& slot, int lanes, std::mt19937_64& rng, std::vector<int>* decisions) {
+  int* out = decisions->data() + slot.offset;
+  if (slot.kind == Slot::Kind::Choice) {
+    *out = std::uniform_int_distribution<int>(0, slot.choices - 1)(rng);
+    return;
+  }
+  // Innermost factor first, then every remaining prime to a random outer level.
+  std::fill(out, out + slot.size, 1);
+  int64_t inner = slot.size < 2                ? slot.extent
+                  : slot.inner_allowed.empty() ? sample_inner(slot.extent, slot.vector_pref, slot.sample_max, lanes, rng)
+                                               : pick(slot.inner_allowed, rng);
+  out[slot.size - 1] = static_cast<int>(inner);
+  std::uniform_int_distribution<int> level(0, std::max(0, slot.size - 2));
+  for (int64_t p : prime_factors(slot.extent / inner)) out[level(rng)] *= static_cast<int>(p);
+}
+
+bool mutate_slot(const Slot& slot, std::mt19937_64& rng, std::vector<int>* decisions) {
+  int* v = decisions->data() + slot.offset;
+  if (slot.kind == Slot::Kind::Choice) {
+    if (slot.choices < 2) return false;
+    int next = std::uniform_int_distribution<int>(0, slot.choices - 2)(rng);
+    *v = next >= *v ? next + 1 : next;
+    return true;
+  }
+  // Move one prime factor from one level to another, drawn from all such
+  // moves alike. A restricted innermost factor (a pack sketch's panel width)
+  // must stay allowed, so the moves that would break it are left out.
+  struct Move {
+    int src, dst;
+    int64_t prime;
+  };
+  std::vector<Move> moves;
+  for (int src = 0; src < slot.size; ++src) {
+    std::vector<int64_t> primes = prime_factors(v[src]);
+    primes.erase(std::unique(primes.begin(), primes.end()), primes.end());
+    for (int64_t p : primes)
+      for (int dst = 0; dst < slot.size; ++dst) {
+        if (dst == src) continue;
+        int64_t last = v[slot.size - 1];
+        if (src == slot.size - 1) last /= p;
+        if (dst == slot.size - 1) last *= p;
+        if (inner_ok(slot, last)) moves.push_back({src, dst, p});
+      }
+  }
+  if (moves.empty()) return false;
+  const Move& m = pick(moves, rng);
+  v[m.src] = static_cast<int>(v[m.src] / m.prime);
+  v[m.dst] = static_cast<int>(v[m.dst] * m.prime);
+  return true;
+}
+
+void check_decisions(const Sketch& sketch, const std::vector<int>& decisions) {
+  KILN_USER_CHECK(static_cast<int>(decisions.size()) == sketch.num_decisions)
+      << "candidate has " << decisions.size() << " decisions but its sketch needs " << sketch.num_decisions << " (" << sketch.description << ")";
+  for (const Slot& s : sketch.slots) {
+    const int* v = decisions.data() + s.offset;
+    if (s.kind == Slot::Kind::Choice) {
+      KILN_USER_CHECK(v[0] >= 0 && v[0] < s.choices) << "candidate decision '" << s.label << "' is " << v[0] << "; it must be in [0, " << s.choices << ")";
+      continue;
+    }
+    int64_t prod = 1;
+    for (int l = 0; l < s.size; ++l) {
+      KILN_USER_CHECK(v[l] >= 1) << "candidate tile '" << s.label << "' has factor " << v[l] << " at level " << l << "; factors must be positive";
+      prod *= v[l];
+    }
+    KILN_USER_CHECK(prod == s.extent) << "candidate tile '" << s.label << "' has factors whose product is " << prod << ", not the extent " << s.extent;
+    KILN_USER_CHECK(inner_ok(s, v[s.size - 1])) << "candidate tile '" << s.label << "' has innermost factor " << v[s.size - 1]
+                                                << "; the sketch packs by it, so it must be one of " << join_ints(s.inner_allowed);
+  }
+}
+
+}  // namespace detail
+
+struct SearchSpace::Impl {
+  Task task;  // a copy: the space must not depend on the caller's Task living on
+  detail::DagInfo dag;
+  std::vector<detail::Sketch> sketches;
+
+  const detail::Sketch& sketch_of(const Candidate& c) const {
+    KILN_USER_CHECK(c.sketch >= 0 && c.sketch < static_cast<int>(sketches.size()))
+        << "candidate names sketch " << c.sketch << " but task '" << task.name << "' has " << sketches.size() << " sketches";
+    return sketches[c.sketch];
+  }
+};
+
+SearchSpace::SearchSpace(const Task& task) : impl_(std::make_unique<Impl>()) {
+  KILN_USER_CHECK(!task.outputs.empty()) << "search space of task '" << task.name << "': it has no outputs (build it with make_task)";
+  KILN_USER_CHECK(task.target.kind == Target::Kind::LLVM) << "search space of task '" << task.name << "': the sketch rules are written for CPU targets (llvm), not "
+                                                          << task.target.kind_name() << "; GPU tuning needs thread-binding rules";
+  impl_->task = task;
+  impl_->dag = detail::analyze_dag(task);
+  impl_->sketches = detail::generate_sketches(impl_->dag);
+}
+
+SearchSpace::~SearchSpace() = default;
+SearchSpace::SearchSpace(SearchSpace&&) noexcept = default;
+
+int SearchSpace::num_sketches() const { return static_cast<int>(impl_->sketches.size()); }
+
+std::string SearchSpace::describe_sketch(int i) const {
+  KILN_USER_CHECK(i >= 0 && i < num_sketches()) << "sketch " << i << " out of range; there are " << num_sketches();
+  return impl_->sketches[i].description;
+}
+
+Candidate SearchSpace::sample_sketch(int sketch, std::mt19937_64& rng) const {
+  KILN_USER_CHECK(sketch >= 0 && sketch < num_sketches()) << "sketch " << sketch << " out of range; there are " << num_sketches();
+  const detail::Sketch& sk = impl_->sketches[sketch];
+  Candidate c;
+  c.sketch = sketch;
+  c.decisions.assign(sk.num_decisions, 0);
+  for (const detail::Slot& s : sk.slots) detail::sample_slot(s, impl_->dag.lanes, rng, &c.decisions);
+  materialize(&c);
+  return c;
+}
+
+Candidate SearchSpace::sample(std::mt19937_64& rng) const {
+  return sample_sketch(std::uniform_int_distribution<int>(0, num_sketches() - 1)(rng), rng);
+}
+
+Candidate SearchSpace::mutate(const Candidate& c, std::mt19937_64& rng) const {
+  const detail::Sketch& sk = impl_->sketch_of(c);
+  detail::check_decisions(sk, c.decisions);
+  Candidate out = c;
+  // Try slots in random order until one can change (a tile of extent 1 cannot).
+  std::vector<size_t> order(sk.slots.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  for (size_t i : order)
+    if (detail::mutate_slot(sk.slots[i], rng, &out.decisions)) break;
+  materialize(&out);
+  return out;
+}
+
+Candidate SearchSpace::crossover(const Candidate& a, const Candidate& b, std::mt19937_64& rng) const {
+  const detail::Sketch& sk = impl_->sketch_of(a);
+  detail::check_decisions(sk, a.decisions);
+  Candidate out = a;
+  if (a.sketch == b.sketch && b.decisions.size() == a.decisions.size()) {
+    detail::check_decisions(sk, b.decisions);
+    // Each slot (one axis's tile, one annotation) whole from one parent.
+    std::bernoulli_distribution from_b(0.5);
+    for (const detail::Slot& s : sk.slots)
+      if (from_b(rng)) std::copy_n(b.decisions.begin() + s.offset, s.size, out.decisions.begin() + s.offset);
+  }
+  materialize(&out);
+  return out;
+}
+
+te::Schedule SearchSpace::materialize(Candidate* c) const {
+  KILN_USER_CHECK(c) << "materialize of a null candidate";
+  const detail::Sketch& sk = impl_->sketch_of(*c);
+  te::Schedule s = impl_->task.fresh_schedule();
+  detail::apply_sketch(impl_->dag, sk, c->decisions, s);
+  c->trace = s.trace();
+  return s;
+}
+
+std::string SearchSpace::describe_candidate(const Candidate& c) const {
+  const detail::Sketch& sk = impl_->sketch_of(c);
+  detail::check_decisions(sk, c.decisions);
+  std::ostringstream os;
+  os << "sketch " << c.sketch << ":";
+  for (const detail::Slot& s : sk.slots) {
+    os << " " << s.label << "=";
+    for (int l = 0; l < s.size; ++l) os << (l ? "x" : "") << c.decisions[s.offset + l];
+  }
+  return os.str();
+}
+
+}  // namespace kiln::tuner

@@ -1,0 +1,345 @@
+// Replays a sketch and its decisions onto a fresh schedule. Every primitive
+// goes through te::Stage / te::Schedule, so the schedule's trace is the
+// candidate. Stages are scheduled consumers first: a stage computed at a
+// consumer's loop needs that loop to exist already.
+#include <algorithm>
+
+#include "kiln/support/error.h"
+#include "search_space_internal.h"
+
+namespace kiln::tuner::detail {
+
+namespace {
+
+/** A loop we made, with its extent (the stage API does not know extents before lowering). */
+struct Loop {
+  IterVar iv;
+  int64_t extent = 1;
+};
+
+class Applier {
+ public:
+  Applier(const DagInfo& dag, const Sketch& sk, const std::vector<int>& d, te::Schedule& s)
+      : dag_(dag), sk_(sk), d_(d), s_(s), attached_at_(dag.stages.size(), -1), outer_loop_(dag.stages.size()) {}
+
+  void run() {
+    for (size_t i = 0; i < sk_.plans.size(); ++i)
+      if (sk_.plans[i].kind == PlanKind::Inline) s_[dag_.stages[i].tensor].compute_inline();
+    for (size_t i = sk_.plans.size(); i-- > 0;) {
+      const StagePlan& p = sk_.plans[i];
+      switch (p.kind) {
+        case PlanKind::Simple: simple(static_cast<int>(i), p); break;
+        case PlanKind::Tiled:
+          pack_operand(static_cast<int>(i), p);
+          tiled(static_cast<int>(i), p);
+          break;
+        case PlanKind::TiledCache: {
+          // Packed first, so that the accumulator reads the packed copy;
+          // cache_write must be the first primitive on the stage.
+          pack_operand(static_cast<int>(i), p);
+          te::Tensor t = dag_.stages[i].tensor;
+          te::Tensor local = s_.cache_write(t, "local");
+          outer_inner(s_[t], s_[local], dag_.stages[i], p);
+          break;
+        }
+        case PlanKind::TiledFused:
+          pack_operand(static_cast<int>(i), p);
+          outer_inner(s_[dag_.stages[p.consumer].tensor], s_[dag_.stages[i].tensor], dag_.stages[i], p);
+          break;
+        case PlanKind::Rfactor: rfactor(static_cast<int>(i), p); break;
+        default: break;
+      }
+    }
+  }
+
+ private:
+  const int* tile(int slot) const { return &d_[sk_.slots[slot].offset]; }
+  int choice(int slot) const { return slot < 0 ? 0 : d_[sk_.slots[slot].offset]; }
+  int unroll_step(const StagePlan& p) const { return kUnrollSteps[choice(p.unroll)]; }
+  static int64_t product(const int* f, int n) {
+    int64_t x = 1;
+    for (int i = 0; i < n; ++i) x *= f[i];
+    return x;
+  }
+  static bool vectorizable(int64_t extent) { return extent >= 2 && extent <= kMaxVectorExtent; }
+
+  // Splits iv into loops of the given extents, outermost first; their product
+  // must be iv's extent when bounds are inferred (so no split leaves a guard).
+  static std::vector<Loop> split_into(te::Stage& st, IterVar iv, const int* f, int n) {
+    std::vector<Loop> out;
+    int64_t rest = product(f, n);
+    for (int l = 0; l + 1 < n; ++l) {
+      rest /= f[l];
+      auto [o, i] = st.split(iv, static_cast<int>(rest));
+      out.push_back({o, f[l]});
+      iv = i;
+    }
+    out.push_back({iv, f[n - 1]});
+    return out;
+  }
+
+  static void reorder(te::Stage& st, const std::vector<Loop>& order) {
+    std::vector<IterVar> ivs;
+    for (const Loop& l : order) ivs.push_back(l.iv);
+    if (ivs.size() > 1) st.reorder(ivs);
+  }
+
+  // Fuses the first `count` loops of `order` (which must be adjacent leaves) into one.
+  static Loop fuse_prefix(te::Stage& st, std::vector<Loop>* order, int count) {
+    count = std::clamp(count, 1, static_cast<int>(order->size()));
+    std::vector<IterVar> ivs;
+    int64_t extent = 1;
+    for (int k = 0; k < count; ++k) {
+      ivs.push_back((*order)[k].iv);
+      extent *= (*order)[k].extent;
+    }
+    Loop fused{st.fuse(ivs), extent};
+    order->erase(order->begin(), order->begin() + count);
+    order->insert(order->begin(), fused);
+    return fused;
+  }
+
+  // Unrolls the innermost loops of `loops` (from position `first` on, skipping
+  // the vectorized one) while the product of their extents stays within the
+  // step. The auto_unroll pragma alone would not reach them: the unroller
+  // leaves nests holding a vectorized loop alone.
+  static void unroll_inner(te::Stage& st, const std::vector<Loop>& loops, size_t first, int step, const IterVar& vectorized) {
+    if (step <= 0) return;
+    int64_t steps = 1;
+    for (size_t k = loops.size(); k-- > first;) {
+      const Loop& l = loops[k];
+      if (vectorized.defined() && l.iv.same_as(vectorized)) continue;
+      if (l.extent <= 1) continue;
+      steps *= l.extent;
+      if (steps > step) break;
+      st.unroll(l.iv);
+    }
+  }
+
+  static void annotate_unroll(te::Stage& st, const std::vector<Loop>& loops, size_t first, int step, const IterVar& vectorized) {
+    if (step <= 0 || loops.empty()) return;
+    st.pragma(loops[0].iv, "auto_unroll_max_step", step);
+    unroll_inner(st, loops, first, step, vectorized);
+  }
+
+  void simple(int i, const StagePlan& p) {
+    te::Stage& st = s_[dag_.stages[i].tensor];
+    const StageInfo& info = dag_.stages[i];
+    size_t n = info.spatial.size();
+    std::vector<IterVar> roots = st.leaf_iter_vars();
+    if (n == 0) {
+      std::vector<Loop> loops;
+      for (size_t k = 0; k < roots.size(); ++k) loops.push_back({roots[k], info.reduce[k]});
+      annotate_unroll(st, loops, 0, unroll_step(p), IterVar());
+      if (!roots.empty()) outer_loop_[i] = st.leaf_iter_vars()[0];
+      return;
+    }
+    std::vector<Loop> lead;
+    for (size_t k = 0; k + 1 < n; ++k) lead.push_back({roots[k], info.spatial[k]});
+    std::vector<Loop> parts = split_into(st, roots[n - 1], tile(p.vector_tile), 2);
+    lead.push_back(parts[0]);
+    Loop inner = parts[1];
+    std::vector<Loop> order = lead;
+    for (size_t k = 0; k < info.reduce.size(); ++k) order.push_back({roots[n + k], info.reduce[k]});
+    order.push_back(inner);
+    // A reduction keeps the vector loop innermost, inside its reduce loops.
+    if (info.reduction) reorder(st, order);
+    size_t first = 1;
+    if (p.consumer >= 0 && choice(p.location) == 1 && outer_loop_[p.consumer].defined() && readers_attached_at(i, p.consumer)) {
+      st.compute_at(s_[dag_.stages[p.consumer].tensor], outer_loop_[p.consumer]);
+      attached_at_[i] = p.consumer;
+      first = 0;
+    } else {
+      int depth = choice(p.parallel) + 1;
+      Loop fused = fuse_prefix(st, &order, std::min<int>(depth, static_cast<int>(lead.size())));
+      st.parallel(fused.iv);
+    }
+    IterVar vec;
+    if (vectorizable(inner.extent)) {
+      st.vectorize(inner.iv);
+      vec = inner.iv;
+    }
+    annotate_unroll(st, order, first, unroll_step(p), vec);
+    outer_loop_[i] = st.leaf_iter_vars()[0];
+  }
+
+  // The pack rule: the operand is copied into panels as wide as the packed
+  // axis's innermost tile factor, so each vector of the register tile reads
+  // one contiguous row of a panel. The copy is parallel over panels and
+  // vectorized along a panel row.
+  void pack_operand(int i, const StagePlan& p) {
+    if (p.pack < 0) return;
+    const StageInfo& info = dag_.stages[i];
+    int width = tile(p.spatial_tiles.back())[3];
+    te::Tensor packed = s_.pack(dag_.stages[p.pack].tensor, {info.tensor}, info.pack_dim, width);
+    te::Stage& st = s_[packed];
+    std::vector<IterVar> axes = st.leaf_iter_vars();  // [panels, the other dimensions..., width]
+    st.parallel(axes.front());
+    if (vectorizable(width)) st.vectorize(axes.back());
+  }
+
+  // Panel-outer: the innermost axis's loop goes before the previous axis's
+  // within one tile level, so a panel of B stays in cache while the rows of
+  // A stream past it (as in the hand GEMM).
+  void order_level(std::vector<Loop>* level, const StagePlan& p) const {
+    size_t n = level->size();
+    if (n >= 2 && choice(p.panel_order) == 1) std::swap((*level)[n - 2], (*level)[n - 1]);
+  }
+
+  // A stage may go inside output o's loop only if all its readers run there.
+  bool readers_attached_at(int i, int o) const {
+    for (int r : dag_.stages[i].readers)
+      if (r != o && attached_at_[r] != o) return false;
+    return true;
+  }
+
+  // Splits the stage's spatial axes into the tile levels [first, 4) and its
+  // reduce axes into R0 R1; S[level][axis], R[level][axis].
+  void split_levels(te::Stage& st, const StageInfo& info, const StagePlan& p, int first, std::vector<std::vector<Loop>>* S, std::vector<std::vector<Loop>>* R) const {
+    size_t n = info.spatial.size(), m = info.reduce.size();
+    std::vector<IterVar> roots = st.leaf_iter_vars();
+    S->assign(4, {});
+    R->assign(2, {});
+    for (size_t k = 0; k < n; ++k) {
+      std::vector<Loop> l = split_into(st, roots[k], tile(p.spatial_tiles[k]) + first, 4 - first);
+      for (int v = first; v < 4; ++v) (*S)[v].push_back(l[v - first]);
+    }
+    for (size_t k = 0; k < m; ++k) {
+      std::vector<Loop> l = split_into(st, roots[n + k], tile(p.reduce_tiles[k]), 2);
+      for (int v = 0; v < 2; ++v) (*R)[v].push_back(l[v]);
+    }
+  }
+
+  // The register tile: vectorize the innermost S3 loop, unroll within the
+  // last `tail` loops (S2 R1 S3), the pragma on the outermost loop.
+  void annotate_tile(te::Stage& st, const std::vector<Loop>& order, const Loop& innermost, size_t tail, const StagePlan& p) const {
+    IterVar vec;
+    if (vectorizable(innermost.extent)) {
+      st.vectorize(innermost.iv);
+      vec = innermost.iv;
+    }
+    annotate_unroll(st, order, order.size() - tail, unroll_step(p), vec);
+  }
+
+  void tiled(int i, const StagePlan& p) {
+    const StageInfo& info = dag_.stages[i];
+    te::Stage& st = s_[info.tensor];
+    std::vector<std::vector<Loop>> S, R;
+    split_levels(st, info, p, 0, &S, &R);
+    order_level(&S[0], p);
+    order_level(&S[1], p);
+    std::vector<Loop> order;
+    for (const auto* level : {&S[0], &S[1], &R[0], &S[2], &R[1], &S[3]}) order.insert(order.end(), level->begin(), level->end());
+    reorder(st, order);
+    fuse_prefix(st, &order, choice(p.parallel) + 1);
+    st.parallel(order[0].iv);
+    annotate_tile(st, order, S[3].back(), 2 * info.spatial.size() + info.reduce.size(), p);
+  }
+
+  // Rules 2 (cache_write) and 3 (fusion) share one structure: the outer stage
+  // (the copy out of the cache, or the elementwise consumer) takes the S0 S1
+  // levels and is parallel; the inner stage (the accumulator) is computed at
+  // its S1 (or S0) loop and takes the remaining levels with R0 R1.
+  void outer_inner(te::Stage& outer, te::Stage& inner, const StageInfo& info, const StagePlan& p) {
+    bool at_s0 = choice(p.location) == 1;
+    IterVar attach = tile_outer(outer, info, p, at_s0);
+    inner.compute_at(outer, attach);
+    std::vector<std::vector<Loop>> S, R;
+    split_levels(inner, info, p, at_s0 ? 1 : 2, &S, &R);
+    order_level(&S[1], p);
+    std::vector<Loop> order;
+    for (const auto* level : {&S[1], &R[0], &S[2], &R[1], &S[3]}) order.insert(order.end(), level->begin(), level->end());
+    reorder(inner, order);
+    annotate_tile(inner, order, S[3].back(), 2 * info.spatial.size() + info.reduce.size(), p);
+  }
+
+  // The outer stage of outer_inner: S0 S1 and the inner tile (S2*S3 per
+  // axis, vectorized). Returns the loop the inner stage is computed at.
+  IterVar tile_outer(te::Stage& outer, const StageInfo& info, const StagePlan& p, bool at_s0) const {
+    int n = static_cast<int>(info.spatial.size());
+    std::vector<IterVar> roots = outer.leaf_iter_vars();
+    std::vector<Loop> O0, O1, IN;
+    for (int k = 0; k < n; ++k) {
+      const int* f = tile(p.spatial_tiles[k]);
+      int levels[3] = {f[0], f[1], f[2] * f[3]};
+      std::vector<Loop> l = split_into(outer, roots[k], levels, 3);
+      O0.push_back(l[0]);
+      O1.push_back(l[1]);
+      IN.push_back(l[2]);
+    }
+    order_level(&O0, p);
+    order_level(&O1, p);
+    std::vector<Loop> order = O0;
+    order.insert(order.end(), O1.begin(), O1.end());
+    order.insert(order.end(), IN.begin(), IN.end());
+    reorder(outer, order);
+    int depth = std::clamp(choice(p.parallel) + 1, 1, 2 * n);
+    fuse_prefix(outer, &order, depth);
+    outer.parallel(order[0].iv);
+    // The attach loop: the last S0 (or S1) loop, or the fused loop holding it.
+    int attach = at_s0 ? n - 1 : 2 * n - 1;
+    size_t attach_pos = attach < depth ? 0 : static_cast<size_t>(attach - depth + 1);
+    IterVar attach_iv = order[attach_pos].iv;
+    // Vectorize the copy-out: the last inner loop, or its split by f3.
+    int f3 = tile(p.spatial_tiles[n - 1])[3];
+    IterVar vec;
+    if (vectorizable(IN.back().extent)) {
+      vec = IN.back().iv;
+    } else if (vectorizable(f3)) {
+      auto [o, v] = outer.split(IN.back().iv, f3);
+      order.back() = {o, IN.back().extent / f3};
+      order.push_back({v, f3});
+      vec = v;
+    }
+    if (vec.defined()) outer.vectorize(vec);
+    unroll_inner(outer, order, attach_pos + 1, unroll_step(p), vec);
+    return attach_iv;
+  }
+
+  // Rule 4: the fused reduce axis splits into (outer reduce, parallel part,
+  // vector part); the inner two become the data-parallel axis of C.rf.
+  void rfactor(int i, const StagePlan& p) {
+    const StageInfo& info = dag_.stages[i];
+    te::Stage& st = s_[info.tensor];
+    size_t n = info.spatial.size();
+    std::vector<IterVar> roots = st.leaf_iter_vars();
+    std::vector<IterVar> reduce(roots.begin() + n, roots.end());
+    IterVar k = st.fuse(reduce);
+    const int* f = tile(p.rfactor_tile);
+    auto [ko, ki] = st.split(k, f[1] * f[2]);
+    (void)ko;
+    te::Tensor rf_t = s_.rfactor(info.tensor, ki, 0);
+    te::Stage& rf = s_[rf_t];
+    std::vector<IterVar> leaves = rf.leaf_iter_vars();  // [ki, spatial..., ko]
+    auto [kio, kii] = rf.split(leaves[0], f[2]);
+    std::vector<Loop> order{{kio, f[1]}};
+    for (size_t d = 0; d < n; ++d) order.push_back({leaves[1 + d], info.spatial[d]});
+    order.push_back({leaves.back(), f[0]});
+    order.push_back({kii, f[2]});
+    reorder(rf, order);
+    fuse_prefix(rf, &order, std::min<int>(choice(p.parallel) + 1, static_cast<int>(n) + 1));
+    rf.parallel(order[0].iv);
+    IterVar vec;
+    if (vectorizable(f[2])) {
+      rf.vectorize(kii);
+      vec = kii;
+    }
+    annotate_unroll(rf, order, order.size() - 1, unroll_step(p), vec);
+  }
+
+  const DagInfo& dag_;
+  const Sketch& sk_;
+  const std::vector<int>& d_;
+  te::Schedule& s_;
+  std::vector<int> attached_at_;
+  std::vector<IterVar> outer_loop_;
+};
+
+}  // namespace
+
+void apply_sketch(const DagInfo& dag, const Sketch& sketch, const std::vector<int>& decisions, te::Schedule& s) {
+  check_decisions(sketch, decisions);
+  Applier(dag, sketch, decisions, s).run();
+}
+
+}  // namespace kiln::tuner::detail

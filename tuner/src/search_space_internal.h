@@ -1,0 +1,145 @@
+// Private to the search space (tuner/src/search_space*.cpp, sketch_rules.cpp):
+// what the sketch rules know about a DAG, the sketches they produce, and the
+// decision slots a candidate fills in.
+//
+// A sketch is one StagePlan per stage of task.fresh_schedule() (same order as
+// te::topo_sort(task.outputs)) plus the list of decision slots its plans
+// read. A candidate's decisions vector is the concatenation of the slots'
+// values, so every in-range value of every slot gives a valid schedule: no
+// slot constrains another, which keeps mutation and crossover trivially safe.
+// A value that follows from a decision is not a slot of its own: the pack
+// sketch's panel width is the innermost tile factor of the packed axis, and
+// that axis's slot only admits the allowed widths there, so the two cannot
+// disagree under mutation or crossover.
+#ifndef KILN_TUNER_SEARCH_SPACE_INTERNAL_H
+#define KILN_TUNER_SEARCH_SPACE_INTERNAL_H
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/te/schedule.h"
+#include "kiln/tuner/task.h"
+
+namespace kiln::tuner::detail {
+
+/** One stage of the task's DAG as the rules see it. */
+struct StageInfo {
+  te::Tensor tensor;                         ///< the tensor of the original DAG (Schedule::operator[] follows replacements)
+  const te::ComputeOpNode* op = nullptr;     ///< nullptr for placeholders
+  std::string name;
+  bool output = false;
+  bool reduction = false;
+  bool inlined = false;                      ///< rule 1: a non-output elementwise stage
+  bool has_reuse = false;                    ///< some input element is read by several output elements
+  std::vector<int64_t> spatial, reduce;      ///< constant extents of the data-parallel and reduce axes
+  Expr body;                                 ///< with inlined producers substituted
+  std::vector<int> reads;                    ///< stored (non-inlined) stages the body reads
+  std::vector<int> readers;                  ///< stored stages whose (inlined) bodies read this one
+  /** Multi-level-tiled stages: the input read as B of a matmul (see find_pack_operand), else -1. */
+  int pack_operand = -1;
+  int pack_dim = -1;                         ///< the operand's dimension indexed by the innermost spatial axis
+  std::vector<int> pack_widths;              ///< panel widths the pack sketch allows (innermost tile factors)
+  int64_t spatial_size() const;
+  int64_t reduce_size() const;
+};
+
+struct DagInfo {
+  std::vector<StageInfo> stages;
+  int cores = 1;
+  int lanes = 8;  ///< float32 lanes of one native vector register
+};
+
+/** Analyses the task's DAG; throws kiln::Error for symbolic shapes (the tuner needs constants). */
+DagInfo analyze_dag(const Task& task);
+
+/** Innermost loops longer than this are not vectorized (the vectorizer's limit). */
+inline constexpr int kMaxVectorExtent = 64;
+/** Pack sketches: sampling draws the innermost factor of the axes other than
+ * the packed one (the register tile's rows) up to this, so that rows x panel
+ * vectors of accumulators stay near the register file; mutation may go further. */
+inline constexpr int kMaxSampledRows = 8;
+
+/** A decision slot: a tile (factors whose product is an extent) or a choice in [0, choices). */
+struct Slot {
+  enum class Kind : uint8_t { Tile, Choice } kind = Kind::Choice;
+  int offset = 0;         ///< first position in Candidate::decisions
+  int size = 1;           ///< tile: number of factors (outermost first); choice: 1
+  int64_t extent = 1;     ///< tile: the product of the factors
+  int choices = 1;        ///< choice: the domain size
+  bool vector_pref = false;  ///< tile: sample innermost factors that are multiples of the vector lanes
+  /** Tile: when not empty, the innermost factor must be one of these (ascending). */
+  std::vector<int> inner_allowed;
+  /** Tile: sampling draws innermost factors up to this; mutation may grow them further. */
+  int sample_max = kMaxVectorExtent;
+  std::string label;      ///< "C.i", "C.parallel", ... (for errors and logs)
+};
+
+/** Values of the unroll choice: pragma auto_unroll_max_step (0 = none). */
+inline constexpr int kUnrollSteps[] = {0, 16, 64, 512};
+inline constexpr int kNumUnrollSteps = 4;
+
+enum class PlanKind : uint8_t {
+  None,           ///< a placeholder
+  Inline,         ///< rule 1
+  Simple,         ///< rule 5: fuse outer spatial loops for parallel, split the innermost for vectors
+  Tiled,          ///< rule 2 without cache_write: S0 S1 R0 S2 R1 S3 on the stage itself
+  TiledCache,     ///< rule 2: cache_write("local"), the accumulator at S1 (or S0) of the copy out
+  TiledFused,     ///< rule 3: the stage at S1 (or S0) of its elementwise output consumer
+  FusedConsumer,  ///< rule 3, the consumer side: tiled by its producer's plan
+  Rfactor,        ///< rule 4
+};
+const char* plan_kind_name(PlanKind k);
+
+struct StagePlan {
+  PlanKind kind = PlanKind::None;
+  /** TiledFused: the consumer; Simple: the output it may be computed at (-1 when none). */
+  int consumer = -1;
+  std::vector<int> spatial_tiles, reduce_tiles;  ///< slot ids, one per axis
+  int vector_tile = -1;   ///< Simple: 2-level tile of the innermost spatial axis
+  int rfactor_tile = -1;  ///< Rfactor: 3-level tile (outer reduce, parallel part, vector part) of the fused reduce axes
+  int parallel = -1;      ///< how many outer loops to fuse into the parallel loop, minus one
+  int location = -1;      ///< Simple: 0 root, 1 at the consumer; Tiled*: 0 at S1, 1 at S0
+  /** Tiled*: 1 puts the innermost axis's S0 and S1 loops outside the previous axis's (panel-outer). */
+  int panel_order = -1;
+  /** Tiled*: pack this input stage (its dimension StageInfo::pack_dim) into panels as wide as the innermost tile factor of the last axis. */
+  int pack = -1;
+  int unroll = -1;        ///< index into kUnrollSteps
+};
+
+struct Sketch {
+  std::vector<StagePlan> plans;  ///< one per stage
+  std::vector<Slot> slots;
+  int num_decisions = 0;
+  std::string description;
+};
+
+/** Applies the rules to the DAG; at least one sketch, at most kMaxSketches. */
+std::vector<Sketch> generate_sketches(const DagInfo& dag);
+inline constexpr int kMaxSketches = 64;
+
+/** Replays sketch + decisions onto s (a fresh schedule of the task); decisions must be valid. */
+void apply_sketch(const DagInfo& dag, const Sketch& sketch, const std::vector<int>& decisions, te::Schedule& s);
+
+/** Throws kiln::Error naming the first slot whose values are out of range. */
+void check_decisions(const Sketch& sketch, const std::vector<int>& decisions);
+
+/** Samples the slot's values into decisions (at slot.offset). */
+void sample_slot(const Slot& slot, int lanes, std::mt19937_64& rng, std::vector<int>* decisions);
+/** Changes the slot's values to a different valid value; false when the slot has only one. */
+bool mutate_slot(const Slot& slot, std::mt19937_64& rng, std::vector<int>* decisions);
+
+/** Panel widths worth packing an axis of this extent by: divisors up to
+ * kMaxVectorExtent that are multiples of the widest vector (lanes, lanes/2,
+ * ..., 2) that has any; empty when the extent is odd. */
+std::vector<int> panel_widths(int64_t extent, int lanes);
+
+/** Prime factors of n with repetition, ascending. */
+std::vector<int64_t> prime_factors(int64_t n);
+/** Divisors of n, ascending. */
+std::vector<int64_t> divisors(int64_t n);
+
+}  // namespace kiln::tuner::detail
+
+#endif  // KILN_TUNER_SEARCH_SPACE_INTERNAL_H

@@ -1,0 +1,375 @@
+// The sketch rules (in the manner of Ansor, for the CPU): which stages are
+// inlined, tiled, fused or factored, and which decisions each sketch leaves
+// open. See tuner/README.md for the rules in prose.
+#include <algorithm>
+#include <functional>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kiln/ir/functor.h"
+#include "kiln/support/error.h"
+#include "search_space_internal.h"
+
+namespace kiln::tuner::detail {
+
+int64_t StageInfo::spatial_size() const {
+  int64_t n = 1;
+  for (int64_t e : spatial) n *= e;
+  return n;
+}
+
+int64_t StageInfo::reduce_size() const {
+  int64_t n = 1;
+  for (int64_t e : reduce) n *= e;
+  return n;
+}
+
+const char* plan_kind_name(PlanKind k) {
+  switch (k) {
+    case PlanKind::None: return "input";
+    case PlanKind::Inline: return "inline";
+    case PlanKind::Simple: return "simple";
+    case PlanKind::Tiled: return "tiled";
+    case PlanKind::TiledCache: return "tiled+cache_write";
+    case PlanKind::TiledFused: return "tiled, at its consumer";
+    case PlanKind::FusedConsumer: return "fused consumer";
+    case PlanKind::Rfactor: return "rfactor";
+  }
+  return "?";
+}
+
+namespace {
+
+int64_t const_extent(const Expr& e, const std::string& what) {
+  const int64_t* v = as_const_int(e);
+  KILN_USER_CHECK(v && *v > 0) << "search space: " << what << " has a symbolic extent; tuning needs constant shapes";
+  return *v;
+}
+
+// Reuse (Ansor's condition for multi-level tiling): some read leaves out a
+// spatial axis, so one input element feeds several output elements. Axes of
+// extent 1 do not count: leaving them out reuses nothing.
+bool has_data_reuse(const StageInfo& s) {
+  bool reuse = false;
+  post_order_visit(s.body, [&](const Expr& e) {
+    const TensorLoad* t = e.as<TensorLoad>();
+    if (!t) return;
+    for (size_t d = 0; d < s.op->axis.size(); ++d) {
+      if (s.spatial[d] <= 1) continue;
+      const Variable* ax = s.op->axis[d].var().get();
+      bool found = false;
+      for (const Expr& idx : t->indices) found = found || uses_var(idx, [&](const Variable* v) { return v == ax; });
+      reuse = reuse || !found;
+    }
+  });
+  return reuse;
+}
+
+// The pack rule's operand: an input whose every read has the innermost
+// spatial axis (the vectorized one) as its last index, as a plain variable no
+// other index uses, while another index follows a reduce axis -- B of a
+// matmul or batch matmul. Along the reduction such a read jumps a whole row,
+// so the register tile's vectors come from a new cache line (and, for a wide
+// row, a new page) at every step; the packed copy [N/f, ..., K, f] makes
+// them contiguous. Inputs only: a computed operand would need its own
+// schedule to follow the copy. Sets s.pack_operand and s.pack_dim.
+void find_pack_operand(const DagInfo& dag, const std::unordered_map<const te::OperationNode*, int>& index, StageInfo& s) {
+  size_t n = s.spatial.size();
+  if (n == 0 || s.pack_widths.empty()) return;
+  const Variable* inner = s.op->axis[n - 1].var().get();
+  auto is_reduce = [&](const Variable* v) {
+    for (const IterVar& r : s.op->reduce_axis)
+      if (r.var().get() == v) return true;
+    return false;
+  };
+  std::unordered_map<int, std::pair<int, bool>> seen;  // stage -> (dimension, every read qualifies)
+  std::vector<int> order;
+  post_order_visit(s.op->body, [&](const Expr& e) {
+    const TensorLoad* t = e.as<TensorLoad>();
+    if (!t) return;
+    int p = index.at(static_cast<const te::TensorNode*>(t->producer.get())->op.get());
+    size_t last = t->indices.empty() ? 0 : t->indices.size() - 1;
+    bool ok = dag.stages[p].op == nullptr && last >= 1 && t->indices[last].as<Variable>() == inner;
+    bool strided = false;
+    for (size_t k = 0; ok && k < last; ++k) {
+      ok = !uses_var(t->indices[k], [&](const Variable* v) { return v == inner; });
+      strided = strided || uses_var(t->indices[k], is_reduce);
+    }
+    auto [it, fresh] = seen.try_emplace(p, static_cast<int>(last), true);
+    if (fresh) order.push_back(p);
+    it->second.second = it->second.second && ok && strided;
+  });
+  for (int p : order)
+    if (seen[p].second) {
+      s.pack_operand = p;
+      s.pack_dim = seen[p].first;
+      return;
+    }
+}
+
+}  // namespace
+
+DagInfo analyze_dag(const Task& task) {
+  DagInfo dag;
+  dag.lanes = std::max(1, task.target.natural_lanes(DataType::Float(32)));
+  dag.cores = task.target.num_cores > 0 ? task.target.num_cores : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<te::Operation> ops = te::topo_sort(task.outputs);
+  std::unordered_map<const te::OperationNode*, int> index;
+  for (size_t i = 0; i < ops.size(); ++i) index[ops[i].get()] = static_cast<int>(i);
+  dag.stages.resize(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    StageInfo& s = dag.stages[i];
+    s.tensor = ops[i].output();
+    s.name = ops[i]->name;
+    for (const te::Tensor& t : task.outputs) s.output = s.output || t.op().same_as(ops[i]);
+    if (ops[i]->kind != te::OpKind::Compute) continue;
+    s.op = static_cast<const te::ComputeOpNode*>(ops[i].get());
+    s.reduction = s.op->is_reduction();
+    s.inlined = !s.output && !s.reduction;
+    for (size_t d = 0; d < s.op->axis.size(); ++d) s.spatial.push_back(const_extent(s.op->shape[d], "dimension " + std::to_string(d) + " of '" + s.name + "'"));
+    for (const IterVar& r : s.op->reduce_axis) {
+      KILN_USER_CHECK(is_zero(r.dom().min)) << "search space: reduce axis '" << r.name() << "' of '" << s.name << "' must start at 0";
+      s.reduce.push_back(const_extent(r.dom().extent, "reduce axis '" + r.name() + "' of '" + s.name + "'"));
+    }
+    // Substitute inlined producers (already expanded: producers come first).
+    s.body = te::replace_tensor_reads(s.op->body, [&](const te::TensorNode* t, const std::vector<Expr>& idx) -> Expr {
+      const StageInfo& p = dag.stages[index.at(t->op.get())];
+      if (!p.inlined) return Expr();
+      return substitute(p.body, [&](const Variable* v) -> Expr {
+        for (size_t d = 0; d < p.op->axis.size(); ++d)
+          if (p.op->axis[d].var().get() == v) return idx[d];
+        return Expr();
+      });
+    });
+    post_order_visit(s.body, [&](const Expr& e) {
+      const TensorLoad* t = e.as<TensorLoad>();
+      if (!t) return;
+      int p = index.at(static_cast<const te::TensorNode*>(t->producer.get())->op.get());
+      if (std::find(s.reads.begin(), s.reads.end(), p) == s.reads.end()) s.reads.push_back(p);
+    });
+    s.has_reuse = s.reduction && has_data_reuse(s);
+    if (s.has_reuse && !s.spatial.empty()) s.pack_widths = panel_widths(s.spatial.back(), dag.lanes);
+    if (s.has_reuse) find_pack_operand(dag, index, s);
+  }
+  for (size_t i = 0; i < dag.stages.size(); ++i)
+    if (!dag.stages[i].inlined)
+      for (int p : dag.stages[i].reads) dag.stages[p].readers.push_back(static_cast<int>(i));
+  return dag;
+}
+
+namespace {
+
+// Rule 3's condition: the only reader of reduction stage c is an elementwise
+// output d of the same shape that reads c exactly at its own axes.
+int fusible_consumer(const DagInfo& dag, int c) {
+  const StageInfo& s = dag.stages[c];
+  if (s.output || s.readers.size() != 1) return -1;
+  int d = s.readers[0];
+  const StageInfo& o = dag.stages[d];
+  if (!o.output || o.reduction || o.spatial != s.spatial) return -1;
+  bool exact = true;
+  post_order_visit(o.body, [&](const Expr& e) {
+    const TensorLoad* t = e.as<TensorLoad>();
+    if (!t || static_cast<const te::TensorNode*>(t->producer.get())->op.get() != s.op) return;
+    for (size_t k = 0; k < t->indices.size(); ++k) exact = exact && t->indices[k].same_as(o.op->axis[k].var());
+  });
+  return exact ? d : -1;
+}
+
+// Rule 4's condition: too few output elements to fill the cores' vector
+// lanes twice over, and a reduction long enough to split.
+bool needs_rfactor(const DagInfo& dag, const StageInfo& s) {
+  return s.reduction && s.spatial_size() < 2 * dag.cores * dag.lanes && s.reduce_size() >= 16 * dag.lanes;
+}
+
+// Enumerates the cartesian product of the per-stage options, producers first
+// (a producer's rule 3 decides its consumer's plan).
+class Enumerator {
+ public:
+  explicit Enumerator(const DagInfo& dag) : dag_(dag) {}
+
+  std::vector<std::vector<StagePlan>> run() {
+    std::vector<StagePlan> plans(dag_.stages.size());
+    std::vector<bool> set(dag_.stages.size(), false);
+    visit(0, plans, set);
+    return std::move(out_);
+  }
+
+ private:
+  void visit(size_t i, std::vector<StagePlan>& plans, std::vector<bool>& set) {
+    if (out_.size() >= static_cast<size_t>(kMaxSketches)) return;
+    if (i == plans.size()) {
+      out_.push_back(plans);
+      return;
+    }
+    if (set[i]) return visit(i + 1, plans, set);
+    const StageInfo& s = dag_.stages[i];
+    auto with = [&](PlanKind k, int consumer = -1, bool pack = false) {
+      std::vector<StagePlan> p = plans;
+      std::vector<bool> st = set;
+      p[i].kind = k;
+      p[i].consumer = consumer;
+      p[i].pack = pack ? s.pack_operand : -1;
+      if (consumer >= 0 && k == PlanKind::TiledFused) {
+        p[consumer].kind = PlanKind::FusedConsumer;
+        st[consumer] = true;
+      }
+      visit(i + 1, p, st);
+    };
+    if (!s.op) return with(PlanKind::None);
+    if (s.inlined) return with(PlanKind::Inline);
+    if (s.has_reuse) {
+      // The pack rule adds a packed variant of each tiling sketch.
+      int d = fusible_consumer(dag_, static_cast<int>(i));
+      std::vector<bool> packs = {false};
+      if (s.pack_operand >= 0) packs.push_back(true);
+      for (bool pack : packs) {
+        if (d >= 0 && !set[d]) {
+          with(PlanKind::TiledFused, d, pack);
+        } else {
+          with(PlanKind::TiledCache, -1, pack);
+          with(PlanKind::Tiled, -1, pack);
+        }
+      }
+    } else {
+      with(PlanKind::Simple);
+    }
+    if (needs_rfactor(dag_, s)) with(PlanKind::Rfactor);
+  }
+
+  const DagInfo& dag_;
+  std::vector<std::vector<StagePlan>> out_;
+};
+
+// The output a Simple stage may be computed at: every reader is that output
+// (a Simple root stage) or another stage that may be computed at it. -1 if none.
+std::vector<int> attach_targets(const DagInfo& dag, const std::vector<StagePlan>& plans) {
+  std::vector<int> target(plans.size(), -1);
+  for (size_t i = plans.size(); i-- > 0;) {
+    const StageInfo& s = dag.stages[i];
+    if (plans[i].kind != PlanKind::Simple || s.output || s.readers.empty()) continue;
+    int t = -1;
+    bool ok = true;
+    for (int r : s.readers) {
+      int cand = dag.stages[r].output && plans[r].kind == PlanKind::Simple ? r : target[r];
+      ok = ok && cand >= 0 && (t < 0 || t == cand);
+      t = cand;
+    }
+    target[i] = ok ? t : -1;
+  }
+  return target;
+}
+
+class Layout {
+ public:
+  explicit Layout(Sketch* sk) : sk_(sk) {}
+  int tile(const std::string& label, int64_t extent, int levels, bool vector_pref = false, std::vector<int> inner_allowed = {}) {
+    Slot s;
+    s.kind = Slot::Kind::Tile;
+    s.size = levels;
+    s.extent = extent;
+    s.vector_pref = vector_pref;
+    s.inner_allowed = std::move(inner_allowed);
+    s.label = label;
+    return add(std::move(s));
+  }
+  int choice(const std::string& label, int choices) {
+    Slot s;
+    s.kind = Slot::Kind::Choice;
+    s.choices = std::max(1, choices);
+    s.label = label;
+    return add(std::move(s));
+  }
+
+ private:
+  int add(Slot s) {
+    s.offset = sk_->num_decisions;
+    sk_->num_decisions += s.size;
+    sk_->slots.push_back(std::move(s));
+    return static_cast<int>(sk_->slots.size()) - 1;
+  }
+  Sketch* sk_;
+};
+
+std::string axis_label(const StageInfo& s, size_t k, bool reduce) {
+  const IterVar& iv = reduce ? s.op->reduce_axis[k] : s.op->axis[k];
+  return s.name + "." + iv.name();
+}
+
+void lay_out(const DagInfo& dag, Sketch* sk) {
+  Layout lay(sk);
+  std::vector<int> targets = attach_targets(dag, sk->plans);
+  for (size_t i = 0; i < sk->plans.size(); ++i) {
+    StagePlan& p = sk->plans[i];
+    const StageInfo& s = dag.stages[i];
+    size_t n = s.spatial.size();
+    switch (p.kind) {
+      case PlanKind::Simple:
+        if (n > 0) {
+          p.vector_tile = lay.tile(axis_label(s, n - 1, false), s.spatial[n - 1], 2, !s.reduction);
+          p.parallel = lay.choice(s.name + ".parallel", static_cast<int>(n));
+        }
+        p.consumer = targets[i];
+        if (p.consumer >= 0) p.location = lay.choice(s.name + ".location", 2);
+        p.unroll = lay.choice(s.name + ".unroll", kNumUnrollSteps);
+        break;
+      case PlanKind::Tiled:
+      case PlanKind::TiledCache:
+      case PlanKind::TiledFused:
+        // With a pack, the last axis's innermost factor is the panel width.
+        for (size_t k = 0; k < n; ++k) {
+          bool last = k + 1 == n;
+          p.spatial_tiles.push_back(lay.tile(axis_label(s, k, false), s.spatial[k], 4, last, last && p.pack >= 0 ? s.pack_widths : std::vector<int>{}));
+          if (p.pack >= 0 && !last) sk->slots[p.spatial_tiles.back()].sample_max = kMaxSampledRows;
+        }
+        for (size_t k = 0; k < s.reduce.size(); ++k) p.reduce_tiles.push_back(lay.tile(axis_label(s, k, true), s.reduce[k], 2));
+        p.parallel = lay.choice(s.name + ".parallel", static_cast<int>(2 * n));
+        if (p.kind != PlanKind::Tiled) p.location = lay.choice(s.name + ".location", 2);
+        if (n >= 2) p.panel_order = lay.choice(s.name + ".panel_outer", 2);
+        p.unroll = lay.choice(s.name + ".unroll", kNumUnrollSteps);
+        break;
+      case PlanKind::Rfactor:
+        p.rfactor_tile = lay.tile(s.name + ".rfactor", s.reduce_size(), 3, true);
+        p.parallel = lay.choice(s.name + ".parallel", static_cast<int>(n + 1));
+        p.unroll = lay.choice(s.name + ".unroll", kNumUnrollSteps);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+std::string describe(const DagInfo& dag, const Sketch& sk) {
+  std::ostringstream os;
+  bool first = true;
+  for (size_t i = 0; i < sk.plans.size(); ++i) {
+    const StagePlan& p = sk.plans[i];
+    if (p.kind == PlanKind::None) continue;
+    os << (first ? "" : "; ") << dag.stages[i].name << ": " << plan_kind_name(p.kind);
+    first = false;
+    if (p.kind == PlanKind::TiledFused) os << " '" << dag.stages[p.consumer].name << "'";
+    if (p.pack >= 0) os << ", pack '" << dag.stages[p.pack].name << "'";
+    if (p.kind == PlanKind::Simple && p.consumer >= 0) os << " (or at '" << dag.stages[p.consumer].name << "')";
+  }
+  os << " [" << sk.slots.size() << " decisions]";
+  return os.str();
+}
+
+}  // namespace
+
+std::vector<Sketch> generate_sketches(const DagInfo& dag) {
+  std::vector<Sketch> sketches;
+  for (std::vector<StagePlan>& plans : Enumerator(dag).run()) {
+    Sketch sk;
+    sk.plans = std::move(plans);
+    lay_out(dag, &sk);
+    sk.description = describe(dag, sk);
+    sketches.push_back(std::move(sk));
+  }
+  KILN_CHECK(!sketches.empty()) << "no sketch generated";
+  return sketches;
+}
+
+}  // namespace kiln::tuner::detail

@@ -1,0 +1,103 @@
+// The tuner's side of the tuning database: the target facts records are
+// keyed on, canonical traces, and cost-model samples from stored records.
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+
+#include "kiln/tuning_db/jsonl.h"
+#include "tune_internal.h"
+
+namespace kiln::tuner::detail {
+
+namespace {
+
+// The CPU's marketing name: what makes a record's timings comparable to ours.
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string v = line.substr(colon + 1);
+    v.erase(0, v.find_first_not_of(" \t"));
+    v.erase(v.find_last_not_of(" \t\r") + 1);
+    return v;
+  }
+  return "unknown";
+}
+
+std::vector<std::string> sorted_unique(std::vector<std::string> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+}  // namespace
+
+tuning_db::TargetInfo target_info(const Target& target) {
+  tuning_db::TargetInfo t;
+  t.target = target.str();
+  t.kiln_version = kKilnVersion;
+  if (target.kind == Target::Kind::CUDA) {
+    t.gpu_arch = target.arch;
+  } else {
+    static const std::string model = cpu_model_name();
+    t.cpu_model = model;
+    t.cpu_features = sorted_unique(target.features);
+  }
+  return t;
+}
+
+std::string canonical_trace(const te::Trace& trace) { return tuning_db::canonical_json(trace.to_json(), "schedule trace"); }
+
+bool same_hardware(const tuning_db::TargetInfo& a, const tuning_db::TargetInfo& b) {
+  return a.target == b.target && a.cpu_model == b.cpu_model && a.gpu_arch == b.gpu_arch && sorted_unique(a.cpu_features) == sorted_unique(b.cpu_features);
+}
+
+tuning_db::ErrorKind to_error_kind(MeasureError e) {
+  switch (e) {
+    case MeasureError::None: return tuning_db::ErrorKind::none;
+    case MeasureError::BuildError: return tuning_db::ErrorKind::build_error;
+    case MeasureError::RunError: return tuning_db::ErrorKind::run_error;
+    case MeasureError::Timeout: return tuning_db::ErrorKind::timeout;
+    case MeasureError::WrongResult: return tuning_db::ErrorKind::wrong_result;
+  }
+  return tuning_db::ErrorKind::run_error;
+}
+
+std::vector<Sample> training_samples(const tuning_db::Database& db) {
+  tuning_db::RecordFilter filter;
+  filter.feature_extractor = feature_extractor_name();
+  filter.include_errors = true;
+  std::vector<tuning_db::Record> records = db.training_records(filter);
+  // The best (lowest) median per (workload, target) group: throughputs are relative to it.
+  std::map<std::string, double> best;
+  auto group_of = [](const tuning_db::Record& r) { return r.workload_key + "|" + r.target.target + "|" + r.target.cpu_model; };
+  for (const tuning_db::Record& r : records) {
+    if (r.error_kind != tuning_db::ErrorKind::none || !r.median_time || *r.median_time <= 0) continue;
+    auto [it, fresh] = best.emplace(group_of(r), *r.median_time);
+    if (!fresh) it->second = std::min(it->second, *r.median_time);
+  }
+  std::vector<Sample> out;
+  for (const tuning_db::Record& r : records) {
+    if (!r.features || r.features->cols != num_feature_columns() || r.features->rows <= 0) continue;
+    Sample s;
+    s.features.rows = static_cast<int>(r.features->rows);
+    s.features.cols = static_cast<int>(r.features->cols);
+    s.features.values = r.features->values;
+    s.group = group_of(r);
+    bool ok = r.error_kind == tuning_db::ErrorKind::none && r.median_time && *r.median_time > 0;
+    s.throughput = ok ? best[s.group] / *r.median_time : 0;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+bool debug_logging() {
+  const char* v = std::getenv("KILN_LOG");
+  return v && std::string(v) == "debug";
+}
+
+}  // namespace kiln::tuner::detail

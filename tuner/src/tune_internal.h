@@ -1,0 +1,134 @@
+/** \file
+ * Private to tune*.cpp and progress.cpp: the evolutionary search policy, the
+ * tuning database glue, the progress line and the curve plot.
+ */
+#ifndef KILN_TUNER_SRC_TUNE_INTERNAL_H
+#define KILN_TUNER_SRC_TUNE_INTERNAL_H
+
+#include <chrono>
+#include <memory>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "kiln/tuner/cost_model.h"
+#include "kiln/tuner/features.h"
+#include "kiln/tuner/search_space.h"
+#include "kiln/tuner/tune.h"
+#include "kiln/tuning_db/database.h"
+
+namespace kiln::tuner::detail {
+
+/** The version written into the tuning DB's target facts (the project's version). */
+inline constexpr const char* kKilnVersion = "0.1.0";
+
+// ---------------------------------------------------------------- tune_db.cpp
+
+/** The target facts the DB keys on: target string, CPU model (/proc/cpuinfo), features, GPU arch. */
+tuning_db::TargetInfo target_info(const Target& target);
+/** The canonical JSON of a trace: the DB's form, so equal schedules are equal strings. */
+std::string canonical_trace(const te::Trace& trace);
+/** Whether a stored record's target is the same hardware as `t` (TargetMatch::hardware). */
+bool same_hardware(const tuning_db::TargetInfo& a, const tuning_db::TargetInfo& b);
+tuning_db::ErrorKind to_error_kind(MeasureError e);
+/**
+ * Cost-model samples from every record of the DB with features of this
+ * extractor, throughputs normalised within each (workload, target) group:
+ * best / time, 0 for failures.
+ */
+std::vector<Sample> training_samples(const tuning_db::Database& db);
+/** True when KILN_LOG=debug: debug messages go to stderr. */
+bool debug_logging();
+
+// ---------------------------------------------------------------- tune_search.cpp
+
+/** A candidate with its schedule trace in canonical JSON (its identity). */
+struct Entry {
+  Candidate cand;
+  std::string key;
+};
+
+struct SearchParams {
+  int population = 64;       ///< candidates per generation
+  int generations = 3;
+  double mutate_prob = 0.85; ///< else crossover
+  double eps_random = 0.2;   ///< share of each batch picked at random (exploration)
+  int measured_seeds = 16;   ///< best measured candidates put into each initial population
+  int threads = 2;           ///< for lowering candidates to features
+};
+
+/**
+ * Ansor's search policy: evolution of complete candidates scored by the cost
+ * model. It owns the feature cache (by trace key) so that no candidate is
+ * lowered twice.
+ */
+class EvolutionarySearch {
+ public:
+  EvolutionarySearch(const Task& task, const SearchSpace& space, const CostModel& model, uint64_t seed, SearchParams params);
+  /**
+   * Up to n new candidates to measure, none of them in `measured` (this
+   * session) or `known` (the DB); candidates the search would have picked but
+   * that the DB already has are counted in *skipped (each trace once).
+   * `elite` are the best measured candidates of the session, best first.
+   */
+  std::vector<Entry> next_batch(int n, const std::vector<Entry>& elite, const std::unordered_set<std::string>& measured,
+                                const std::unordered_set<std::string>& known, int* skipped);
+  /** Features of a candidate of this search (nullptr when it does not lower). */
+  const Features* features(const std::string& key) const;
+
+ private:
+  /** Materialises a candidate; false when it is invalid. */
+  bool materialize(Candidate* c, std::string* key);
+  /** Lowers the entries that have no cached features yet (in parallel) and caches them. */
+  void featurize(const std::vector<Entry>& entries);
+  std::vector<double> score(const std::vector<Entry>& entries);
+  std::vector<Entry> evolve(const std::vector<Entry>& elite);
+
+  const Task& task_;
+  const SearchSpace& space_;
+  const CostModel& model_;
+  std::mt19937_64 rng_;
+  SearchParams params_;
+  /** key -> features; a null entry marks a candidate that failed to lower. */
+  std::unordered_map<std::string, std::shared_ptr<Features>> features_;
+  std::unordered_set<std::string> skipped_keys_;
+};
+
+// ---------------------------------------------------------------- progress.cpp
+
+/** One status line on stderr: rewritten in place on a terminal, plain lines (at most every few seconds) otherwise. */
+class Progress {
+ public:
+  Progress(bool enabled, std::string name, int budget);
+  void update(int done, int skipped, int errors, double best_gflops);
+  /** A message on its own line, without breaking the status line. */
+  void note(const std::string& line);
+  /** Ends the status line. */
+  void finish();
+  double elapsed() const;
+
+ private:
+  bool enabled_, tty_;
+  std::string name_;
+  int budget_;
+  std::chrono::steady_clock::time_point start_, last_print_;
+  bool line_open_ = false;
+  std::string last_line_;
+};
+
+/** The summary printed at the end of a session (several lines, no trailing newline). */
+std::string format_summary(const Task& task, const TuneResult& r, int64_t record_id, double db_best_before);
+
+/**
+ * Writes best GFLOP/s against trials as a PNG through scripts/plot_curve.py
+ * (matplotlib, Agg). Returns "" on success, else why not (e.g. matplotlib is
+ * missing); never throws for a plotting problem.
+ */
+std::string write_curve_png(const std::vector<std::pair<int, double>>& curve, const std::string& path, const std::string& title);
+
+}  // namespace kiln::tuner::detail
+
+#endif  // KILN_TUNER_SRC_TUNE_INTERNAL_H

@@ -1,0 +1,250 @@
+// kiln-tune: tunes one workload of the operator library on this machine,
+// stores every measurement in the tuning database, and compares the best
+// schedule with the peer library (numpy/OpenBLAS or PyTorch) in the same run.
+//
+//   kiln-tune matmul M N K                        [options]
+//   kiln-tune conv2d N C H W K KH KW stride pad   [options]
+//   kiln-tune dense_bias_gelu M N K               [options]
+//
+// Exit status: 0 success, 1 error, 2 bad usage.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kiln/driver/build.h"
+#include "kiln/ops/nn.h"
+#include "kiln/support/error.h"
+#include "kiln/tuner/tune.h"
+
+using namespace kiln;
+
+namespace {
+
+const char* kUsage = R"(usage: kiln-tune WORKLOAD SIZES... [options]
+
+workloads (fp32, from the operator library):
+  matmul M N K                         C[M,N] = A[M,K] B[K,N]
+  conv2d N C H W K KH KW stride pad    NCHW input, OIHW weights
+  dense_bias_gelu M N K                gelu(A[M,K] B[K,N] + bias[N])
+
+options:
+  --trials N         candidates to measure (default 200)
+  --db PATH          tuning database (default kiln_tuning.db)
+  --threads N        threads of the kernels and the peer (default: all cores)
+  --curve PNG        write best GFLOP/s against trials
+  --seed S           random seed of the search (default 0)
+  --batch N          candidates measured per round (default 32)
+  --early-stop R     stop after R rounds without improvement (default 8)
+  --timeout S        time limit of one candidate run, seconds (default 10)
+  --repeat R         timing repeats per candidate and in the comparison (default 3)
+  --target T         target string (default "llvm" with -num-cores=THREADS)
+  --model PATH       load/save the cost model here
+  --no-peer          skip the comparison with the peer library
+  --quiet            no progress line
+  --inject-faults S  test hook: e.g. crash@3,hang@5 (see MeasureOptions)
+)";
+
+struct Workload {
+  std::string kind, name;
+  std::vector<int> sizes;
+  std::vector<te::Tensor> args;
+};
+
+Workload make_workload(const std::string& kind, const std::vector<int>& v) {
+  Workload w{kind, "", v, {}};
+  auto need = [&](size_t n, const char* form) {
+    KILN_USER_CHECK(v.size() == n) << kind << " takes " << n << " sizes (" << form << "), got " << v.size();
+    for (int x : v) KILN_USER_CHECK(x >= 0) << kind << ": sizes must be non-negative";
+  };
+  auto f32 = DataType::Float(32);
+  if (kind == "matmul") {
+    need(3, "M N K");
+    te::Tensor A = te::placeholder({v[0], v[2]}, f32, "A"), B = te::placeholder({v[2], v[1]}, f32, "B");
+    w.args = {A, B, ops::matmul(A, B, "C")};
+    w.name = "matmul_" + std::to_string(v[0]) + "x" + std::to_string(v[1]) + "x" + std::to_string(v[2]);
+  } else if (kind == "conv2d") {
+    need(9, "N C H W K KH KW stride pad");
+    te::Tensor X = te::placeholder({v[0], v[1], v[2], v[3]}, f32, "X"), W = te::placeholder({v[4], v[1], v[5], v[6]}, f32, "W");
+    w.args = {X, W, ops::conv2d_nchw(X, W, v[7], v[8], 1, "conv")};
+    w.name = "conv2d_n" + std::to_string(v[0]) + "c" + std::to_string(v[1]) + "h" + std::to_string(v[2]) + "w" + std::to_string(v[3]) + "k" + std::to_string(v[4]) + "r" +
+             std::to_string(v[5]) + "s" + std::to_string(v[7]) + "p" + std::to_string(v[8]);
+  } else if (kind == "dense_bias_gelu") {
+    need(3, "M N K");
+    te::Tensor A = te::placeholder({v[0], v[2]}, f32, "A"), B = te::placeholder({v[2], v[1]}, f32, "B"), bias = te::placeholder({v[1]}, f32, "bias");
+    w.args = {A, B, bias, ops::gelu(ops::bias_add(ops::matmul(A, B, "dense"), bias, "bias_add"), "gelu")};
+    w.name = "dense_bias_gelu_" + std::to_string(v[0]) + "x" + std::to_string(v[1]) + "x" + std::to_string(v[2]);
+  } else {
+    KILN_USER_ERROR() << "unknown workload '" << kind << "'; known: matmul, conv2d, dense_bias_gelu";
+  }
+  return w;
+}
+
+std::string peer_dir() {
+  if (const char* env = std::getenv("KILN_BENCH_DIR")) return std::string(env) + "/peers";
+  // This file is tuner/tools/kiln_tune.cpp of the source tree; the peers are in bench/peers.
+  return (std::filesystem::path(__FILE__).parent_path() / ".." / ".." / "bench" / "peers").lexically_normal().string();
+}
+
+std::string run_command(const std::string& cmd, int* rc) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+  int st = pclose(p);
+  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+std::vector<double> parse_times(const std::string& json) {
+  std::vector<double> v;
+  size_t a = json.find("\"times\""), b = a == std::string::npos ? a : json.find('[', a), e = b == std::string::npos ? b : json.find(']', b);
+  if (e == std::string::npos) return v;
+  std::string body = json.substr(b + 1, e - b - 1);
+  for (size_t pos = 0; pos < body.size();) {
+    size_t end = body.find(',', pos);
+    v.push_back(std::strtod(body.substr(pos, end - pos).c_str(), nullptr));
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return v;
+}
+
+/** The peer's command line for a workload, and its name; empty when there is none. */
+std::pair<std::string, std::string> peer_command(const Workload& w, int threads, int repeat) {
+  std::string dir = peer_dir(), t = std::to_string(threads), r = std::to_string(repeat);
+  std::string env = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=" + t + " OMP_NUM_THREADS=" + t + " /usr/bin/python3 ";
+  auto s = [&](int i) { return std::to_string(w.sizes[i]) + " "; };
+  if (w.kind == "matmul") return {env + dir + "/numpy_gemm.py " + s(0) + s(1) + s(2) + r, "numpy (OpenBLAS)"};
+  if (w.kind == "conv2d") return {env + dir + "/torch_conv2d.py " + s(0) + s(1) + s(2) + s(3) + s(4) + s(5) + s(6) + s(7) + s(8) + t + " " + r + " 50 nchw", "PyTorch"};
+  return {env + dir + "/dense_gelu.py " + s(0) + s(1) + s(2) + t + " " + r + " numpy", "numpy matmul+bias+GELU"};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/** Times the best schedule in this process and the peer in a subprocess, one after the other. */
+void compare_with_peer(const tuner::Task& task, const Workload& w, const std::string& db, int threads, int repeat) {
+  std::optional<te::Schedule> s = tuner::best_schedule(task, db);
+  if (!s) {
+    std::printf("no valid record to compare with the peer\n");
+    return;
+  }
+  Module mod = build(*s, task.args, task.target, "main");
+  std::vector<Arg> args;
+  for (const te::Tensor& t : task.args) {
+    std::vector<int64_t> shape;
+    for (const Expr& d : t.shape()) shape.push_back(*as_const_int(d));
+    NDArray a = NDArray::empty(shape, t.dtype());
+    for (int64_t i = 0; i < a.numel(); ++i) a.data_as<float>()[i] = static_cast<float>((i * 7919 % 2001) - 1000) * 1e-3f;
+    args.emplace_back(a);
+  }
+  TimeResult kt = mod.time_evaluator("main", args, 1, repeat, 50);
+  auto [cmd, peer] = peer_command(w, threads, repeat);
+  int rc = 0;
+  std::vector<double> pt = parse_times(run_command(cmd + " 2>&1", &rc));
+  std::printf("\n%-34s %10s %10s %10s %10s %9s %9s %8s\n", "workload (threads)", "kiln min", "kiln med", "peer min", "peer med", "kiln GF/s", "peer GF/s", "med k/p");
+  double kmin = kt.min(), kmed = kt.median();
+  std::string label = w.name + " (" + std::to_string(threads) + ")";
+  if (rc != 0 || pt.empty()) {
+    std::printf("%-34s %8.3fms %8.3fms %10s %10s %9.1f %9s %8s\n", label.c_str(), kmin * 1e3, kmed * 1e3, "-", "-", task.flop / kmin * 1e-9, "-", "-");
+    std::printf("peer %s did not run (%s)\n", peer.c_str(), cmd.c_str());
+    return;
+  }
+  double pmin = *std::min_element(pt.begin(), pt.end()), pmed = median(pt);
+  std::printf("%-34s %8.3fms %8.3fms %8.3fms %8.3fms %9.1f %9.1f %8.2f\n", label.c_str(), kmin * 1e3, kmed * 1e3, pmin * 1e3, pmed * 1e3, task.flop / kmin * 1e-9,
+              task.flop / pmin * 1e-9, kmed / pmed);
+  std::printf("peer: %s; med k/p below 1 means kiln is faster\n", peer.c_str());
+}
+
+int run(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::string kind = argv[1];
+  std::vector<int> sizes;
+  int i = 2;
+  for (; i < argc && argv[i][0] != '-'; ++i) sizes.push_back(std::atoi(argv[i]));
+  tuner::TuneOptions o;
+  int threads = 0;
+  std::string target;
+  bool peer = true;
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--no-peer") { peer = false; continue; }
+    if (a == "--quiet") { o.progress = false; continue; }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "kiln-tune: %s needs a value\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+    std::string v = argv[++i];
+    if (a == "--trials") o.trials = std::stoi(v);
+    else if (a == "--db") o.db_path = v;
+    else if (a == "--threads") threads = std::stoi(v);
+    else if (a == "--curve") o.curve_png = v;
+    else if (a == "--seed") o.seed = std::stoull(v);
+    else if (a == "--batch") o.batch_size = std::stoi(v);
+    else if (a == "--early-stop") o.early_stop_rounds = std::stoi(v);
+    else if (a == "--timeout") o.timeout_s = std::stod(v);
+    else if (a == "--repeat") o.measure.repeat = std::stoi(v);
+    else if (a == "--target") target = v;
+    else if (a == "--model") o.model_path = v;
+    else if (a == "--inject-faults") o.measure.inject_faults = v;
+    else {
+      std::fprintf(stderr, "kiln-tune: unknown option %s\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+  }
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Before any kernel runs: the runtime's thread pool reads KILN_NUM_THREADS once.
+  setenv("KILN_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  if (target.empty()) target = "llvm -num-cores=" + std::to_string(threads);
+  Workload w = make_workload(kind, sizes);
+  tuner::Task task = tuner::make_task(w.args, Target::parse(target), w.name);
+  std::printf("kiln-tune: %s (%.3g GFLOP) on %s, %d thread(s), budget %d trials, db %s\n", task.name.c_str(), task.flop * 1e-9, task.target.str().c_str(), threads, o.trials,
+              o.db_path.c_str());
+  std::fflush(stdout);
+  tuner::TuneResult r = tuner::tune(task, o);
+  std::printf("best: %.4f ms, %.1f GFLOP/s; %d trials measured, %d errors, %d skipped, %.1f s\n", r.best_time * 1e3, r.best_gflops, r.trials_measured, r.errors,
+              r.trials_skipped, r.elapsed_s);
+  std::fflush(stdout);
+  if (peer) compare_with_peer(task, w, o.db_path, threads, std::max(3, o.measure.repeat));
+  return 0;
+}
+
+// XGBoost's OpenMP threads spin between the cost model's updates unless
+// told otherwise, and they share the two cores with the measurements. The
+// OpenMP runtime reads OMP_WAIT_POLICY when it loads (before main), so the
+// process starts itself again with the variable set.
+void prefer_passive_openmp(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY")) return;
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  prefer_passive_openmp(argv);
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln-tune: error: %s\n", e.what());
+    return 1;
+  }
+}
