@@ -10,9 +10,9 @@ seconds per call of each repeat. The caller sets OPENBLAS_NUM_THREADS.
 """
 import json
 import sys
-import time
 
 import numpy as np
+from peer_timing import time_repeats
 
 
 def numpy_impl(m, n, k):
@@ -56,18 +56,7 @@ def main():
     m, n, k, threads, repeats = (int(v) for v in sys.argv[1:6])
     impl = sys.argv[6] if len(sys.argv) > 6 else "numpy"
     run = torch_impl(m, n, k, threads) if impl == "torch" else numpy_impl(m, n, k)
-    run()
-    # Enough calls per repeat to last ~50 ms, as kiln's time_evaluator does.
-    t0 = time.perf_counter()
-    run()
-    one = max(time.perf_counter() - t0, 1e-7)
-    number = max(1, int(0.05 / one))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            run()
-        times.append((time.perf_counter() - t0) / number)
+    times = time_repeats(run, repeats, min_calls=2)
     print(json.dumps({"times": times, "impl": impl}))
 
 

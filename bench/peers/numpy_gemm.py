@@ -6,9 +6,9 @@ OPENBLAS_NUM_THREADS and unsets OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE.
 """
 import json
 import sys
-import time
 
 import numpy as np
+from peer_timing import time_repeats
 
 
 def main():
@@ -17,18 +17,7 @@ def main():
     a = rng.standard_normal((m, k), dtype=np.float32)
     b = rng.standard_normal((k, n), dtype=np.float32)
     c = np.empty((m, n), dtype=np.float32)
-    np.matmul(a, b, out=c)
-    # Enough calls per repeat to last ~50 ms, as kiln's time_evaluator does.
-    t0 = time.perf_counter()
-    np.matmul(a, b, out=c)
-    one = max(time.perf_counter() - t0, 1e-7)
-    number = max(1, int(0.05 / one))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            np.matmul(a, b, out=c)
-        times.append((time.perf_counter() - t0) / number)
+    times = time_repeats(lambda: np.matmul(a, b, out=c), repeats, min_calls=2)
     info = "unknown"
     try:
         from threadpoolctl import threadpool_info

@@ -16,9 +16,9 @@ count and whether oneDNN (mkldnn) is enabled.
 """
 import json
 import sys
-import time
 
 import numpy as np
+from peer_timing import time_repeats
 import torch
 
 
@@ -50,20 +50,7 @@ def main():
         # Warm up for at least 30 calls and 0.5 s: here PyTorch's first 10-20
         # calls of a shape run up to 30x slower (fresh memory for its outputs
         # until the allocator settles), and timing them would flatter kiln.
-        t0 = time.perf_counter()
-        calls = 0
-        while calls < 30 or time.perf_counter() - t0 < 0.5:
-            conv()
-            calls += 1
-        one = max((time.perf_counter() - t0) / calls, 1e-7)
-        # Enough calls per repeat to last repeat_ms, as kiln's time_evaluator does.
-        number = max(1, int(repeat_ms * 1e-3 / one + 0.999))
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for _ in range(number):
-                conv()
-            times.append((time.perf_counter() - t0) / number)
+        times = time_repeats(conv, repeats, repeat_ms * 1e-3, min_calls=30, min_seconds=0.5)
     print(json.dumps({"times": times, "layout": layout, "threads": torch.get_num_threads(), "mkldnn": torch.backends.mkldnn.is_available() and torch._C._get_mkldnn_enabled()}))
 
 
