@@ -141,9 +141,6 @@ bool Session::verify_improvements(const std::vector<Entry>& batch, std::vector<M
 void Session::store(const std::vector<Entry>& batch, const std::vector<MeasureResult>& results, const EvolutionarySearch& search) {
   std::vector<tuning_db::Record> records;
   std::vector<Sample> samples;
-  double norm = best;  // throughput relative to the best known: 1 for the best, 0 for failures
-  for (const MeasureResult& r : results)
-    if (r.error == MeasureError::None) norm = std::min(norm, r.median_time());
   for (size_t i = 0; i < batch.size(); ++i) {
     const MeasureResult& m = results[i];
     tuning_db::Record r;
@@ -161,7 +158,9 @@ void Session::store(const std::vector<Entry>& batch, const std::vector<MeasureRe
     if (f) {
       r.features = tuning_db::FeatureSet{feature_extractor_name(), f->rows, f->cols, f->values};
       bool ok = m.error == MeasureError::None && m.median_time() > 0;
-      samples.push_back({*f, ok ? norm / m.median_time() : 0.0, task.workload_key + "|" + target.target + "|" + target.cpu_model});
+      // Absolute throughput (1 / time): one scale across batches and sessions; the model
+      // normalises by each group's best itself. 0 marks a failure.
+      samples.push_back({*f, ok ? 1.0 / m.median_time() : 0.0, task.workload_key + "|" + target.target + "|" + target.cpu_model});
     }
     records.push_back(std::move(r));
   }

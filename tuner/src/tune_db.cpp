@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
-#include <map>
 
 #include "kiln/tuning_db/jsonl.h"
 #include "tune_internal.h"
@@ -72,14 +71,7 @@ std::vector<Sample> training_samples(const tuning_db::Database& db) {
   filter.feature_extractor = feature_extractor_name();
   filter.include_errors = true;
   std::vector<tuning_db::Record> records = db.training_records(filter);
-  // The best (lowest) median per (workload, target) group: throughputs are relative to it.
-  std::map<std::string, double> best;
   auto group_of = [](const tuning_db::Record& r) { return r.workload_key + "|" + r.target.target + "|" + r.target.cpu_model; };
-  for (const tuning_db::Record& r : records) {
-    if (r.error_kind != tuning_db::ErrorKind::none || !r.median_time || *r.median_time <= 0) continue;
-    auto [it, fresh] = best.emplace(group_of(r), *r.median_time);
-    if (!fresh) it->second = std::min(it->second, *r.median_time);
-  }
   std::vector<Sample> out;
   for (const tuning_db::Record& r : records) {
     if (!r.features || r.features->cols != num_feature_columns() || r.features->rows <= 0) continue;
@@ -89,7 +81,7 @@ std::vector<Sample> training_samples(const tuning_db::Database& db) {
     s.features.values = r.features->values;
     s.group = group_of(r);
     bool ok = r.error_kind == tuning_db::ErrorKind::none && r.median_time && *r.median_time > 0;
-    s.throughput = ok ? best[s.group] / *r.median_time : 0;
+    s.throughput = ok ? 1.0 / *r.median_time : 0;  // the model normalises within each group
     out.push_back(std::move(s));
   }
   return out;

@@ -16,10 +16,10 @@
 
 namespace kiln::tuner {
 
-/** One training sample: a candidate's features and its measured throughput (normalised within its task). */
+/** One training sample: a candidate's features and its measured throughput (the model normalises by the best of its group). */
 struct Sample {
   Features features;
-  double throughput = 0;  ///< higher is better; 0 for a failed candidate
+  double throughput = 0;  ///< higher is better, any positive scale shared within a group (e.g. 1/seconds); 0 for a failed candidate
   std::string group;      ///< the task (workload key): ranking is within a group
 };
 
