@@ -121,14 +121,17 @@ std::vector<double> parse_times(const std::string& json) {
   return v;
 }
 
-/** The peer's command line for a workload, and its name; empty when there is none. */
-std::pair<std::string, std::string> peer_command(const Workload& w, int threads, int repeat) {
+/** The peers' command lines for a workload, with their names (PyTorch: both memory layouts). */
+std::vector<std::pair<std::string, std::string>> peer_commands(const Workload& w, int threads, int repeat) {
   std::string dir = peer_dir(), t = std::to_string(threads), r = std::to_string(repeat);
   std::string env = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=" + t + " OMP_NUM_THREADS=" + t + " /usr/bin/python3 ";
   auto s = [&](int i) { return std::to_string(w.sizes[i]) + " "; };
-  if (w.kind == "matmul") return {env + dir + "/numpy_gemm.py " + s(0) + s(1) + s(2) + r, "numpy (OpenBLAS)"};
-  if (w.kind == "conv2d") return {env + dir + "/torch_conv2d.py " + s(0) + s(1) + s(2) + s(3) + s(4) + s(5) + s(6) + s(7) + s(8) + t + " " + r + " 50 nchw", "PyTorch"};
-  return {env + dir + "/dense_gelu.py " + s(0) + s(1) + s(2) + t + " " + r + " numpy", "numpy matmul+bias+GELU"};
+  if (w.kind == "matmul") return {{env + dir + "/numpy_gemm.py " + s(0) + s(1) + s(2) + r, "numpy (OpenBLAS)"}};
+  if (w.kind == "conv2d") {
+    std::string base = env + dir + "/torch_conv2d.py " + s(0) + s(1) + s(2) + s(3) + s(4) + s(5) + s(6) + s(7) + s(8) + t + " " + r + " 50 ";
+    return {{base + "nchw", "PyTorch (NCHW)"}, {base + "channels_last", "PyTorch (channels_last)"}};
+  }
+  return {{env + dir + "/dense_gelu.py " + s(0) + s(1) + s(2) + t + " " + r + " numpy", "numpy matmul+bias+GELU"}};
 }
 
 double median(std::vector<double> v) {
@@ -154,21 +157,22 @@ void compare_with_peer(const tuner::Task& task, const Workload& w, const std::st
     args.emplace_back(a);
   }
   TimeResult kt = mod.time_evaluator("main", args, 1, repeat, 50);
-  auto [cmd, peer] = peer_command(w, threads, repeat);
-  int rc = 0;
-  std::vector<double> pt = parse_times(run_command(cmd + " 2>&1", &rc));
-  std::printf("\n%-34s %10s %10s %10s %10s %9s %9s %8s\n", "workload (threads)", "kiln min", "kiln med", "peer min", "peer med", "kiln GF/s", "peer GF/s", "med k/p");
+  std::printf("\n%-34s %10s %10s %10s %10s %9s %9s %8s  %s\n", "workload (threads)", "kiln min", "kiln med", "peer min", "peer med", "kiln GF/s", "peer GF/s", "med k/p", "peer");
   double kmin = kt.min(), kmed = kt.median();
   std::string label = w.name + " (" + std::to_string(threads) + ")";
-  if (rc != 0 || pt.empty()) {
-    std::printf("%-34s %8.3fms %8.3fms %10s %10s %9.1f %9s %8s\n", label.c_str(), kmin * 1e3, kmed * 1e3, "-", "-", task.flop / kmin * 1e-9, "-", "-");
-    std::printf("peer %s did not run (%s)\n", peer.c_str(), cmd.c_str());
-    return;
+  for (const auto& [cmd, peer] : peer_commands(w, threads, repeat)) {
+    int rc = 0;
+    std::vector<double> pt = parse_times(run_command(cmd + " 2>&1", &rc));
+    if (rc != 0 || pt.empty()) {
+      std::printf("%-34s %8.3fms %8.3fms %10s %10s %9.1f %9s %8s  %s did not run (%s)\n", label.c_str(), kmin * 1e3, kmed * 1e3, "-", "-", task.flop / kmin * 1e-9, "-", "-",
+                  peer.c_str(), cmd.c_str());
+      continue;
+    }
+    double pmin = *std::min_element(pt.begin(), pt.end()), pmed = median(pt);
+    std::printf("%-34s %8.3fms %8.3fms %8.3fms %8.3fms %9.1f %9.1f %8.2f  %s\n", label.c_str(), kmin * 1e3, kmed * 1e3, pmin * 1e3, pmed * 1e3, task.flop / kmin * 1e-9,
+                task.flop / pmin * 1e-9, kmed / pmed, peer.c_str());
   }
-  double pmin = *std::min_element(pt.begin(), pt.end()), pmed = median(pt);
-  std::printf("%-34s %8.3fms %8.3fms %8.3fms %8.3fms %9.1f %9.1f %8.2f\n", label.c_str(), kmin * 1e3, kmed * 1e3, pmin * 1e3, pmed * 1e3, task.flop / kmin * 1e-9,
-              task.flop / pmin * 1e-9, kmed / pmed);
-  std::printf("peer: %s; med k/p below 1 means kiln is faster\n", peer.c_str());
+  std::printf("med k/p below 1 means kiln is faster\n");
 }
 
 int run(int argc, char** argv) {
