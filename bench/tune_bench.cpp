@@ -29,6 +29,7 @@
 #include "bench_util.h"
 #include "kiln/driver/build.h"
 #include "kiln/ops/nn.h"
+#include "kiln/tuner/openmp_policy.h"
 #include "kiln/tuner/tune.h"
 
 using namespace kiln;
@@ -175,20 +176,10 @@ int run_one_thread_count(int threads, const std::vector<std::string>& ids, int t
   return 0;
 }
 
-// XGBoost's OpenMP threads spin between the cost model's updates unless
-// told otherwise, and they share the two cores with the measurements. The
-// OpenMP runtime reads OMP_WAIT_POLICY when it loads (before main), so the
-// process starts itself again with the variable set.
-void prefer_passive_openmp(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY")) return;
-  setenv("OMP_WAIT_POLICY", "passive", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  prefer_passive_openmp(argv);
+  tuner::prefer_passive_openmp(argv);
   int trials = 64, repeat = 5;
   double timeout = 10;
   std::string threads = "2", workloads = "gemm,conv1,conv2,conv3,dense", db, curve_dir;

@@ -25,6 +25,7 @@
 #include "kiln/driver/build.h"
 #include "kiln/ops/nn.h"
 #include "kiln/support/error.h"
+#include "kiln/tuner/openmp_policy.h"
 #include "kiln/tuner/tune.h"
 
 using namespace kiln;
@@ -231,20 +232,10 @@ int run(int argc, char** argv) {
   return 0;
 }
 
-// XGBoost's OpenMP threads spin between the cost model's updates unless
-// told otherwise, and they share the two cores with the measurements. The
-// OpenMP runtime reads OMP_WAIT_POLICY when it loads (before main), so the
-// process starts itself again with the variable set.
-void prefer_passive_openmp(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY")) return;
-  setenv("OMP_WAIT_POLICY", "passive", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  prefer_passive_openmp(argv);
+  tuner::prefer_passive_openmp(argv);
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
