@@ -134,9 +134,7 @@ static std::unordered_map<const Variable*, IntervalSet> relaxed_roots(const Lowe
   return roots;
 }
 
-// Binds the ranges of every loop variable known so far (the enclosing loops
-// of any stage), so regions simplify in terms of the loops they sit in.
-static void bind_known_loops(const LowerState& st, Analyzer* ana) {
+void bind_known_loops(const LowerState& st, Analyzer* ana) {
   for (const auto& sp : st.sch.stages())
     for (const IterVar& leaf : sp->leaf_iter_vars())
       if (st.ranges.count(leaf.get())) ana->bind(leaf.var(), loop_range(st, leaf));

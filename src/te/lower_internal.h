@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/arith/analyzer.h"
 #include "kiln/ir/buffer.h"
 #include "kiln/te/schedule.h"
 
@@ -30,6 +31,10 @@ struct LowerState {
 
 /** The range a leaf's loop variable runs over: always [0, extent) (values add the root's min). */
 inline Range loop_range(const LowerState& st, const IterVar& leaf) { return Range(0, st.ranges.at(leaf.get()).extent); }
+
+/** Binds the range of every loop variable known so far (the loops of every stage), so
+    regions and extents simplify in terms of the loops they sit in. */
+void bind_known_loops(const LowerState& st, arith::Analyzer* ana);
 
 /** Substitutes inlined stages into their readers; fills bodies and readers. */
 void inline_stages(LowerState* st);

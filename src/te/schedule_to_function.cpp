@@ -154,14 +154,13 @@ std::vector<Expr> aligned_strides(const Stage& s, const std::vector<Expr>& shape
 std::vector<Expr> alloc_shape(const LowerState& st, const Stage& s) {
   const auto& region = st.regions.at(s.op().get());
   arith::Analyzer ana;
+  bool bound = false;
   std::vector<Expr> shape;
   for (size_t d = 0; d < region.size(); ++d) {
     Expr ext = region[d].extent;
     if (!as_const_int(ext)) {
-      // Bound the extent over all loop values: vars of every stage are bound.
-      for (const auto& sp : st.sch.stages())
-        for (const IterVar& l : sp->leaf_iter_vars())
-          if (st.ranges.count(l.get())) ana.bind(l.var(), loop_range(st, l));
+      // Bound the extent over all loop values (bind the loops once, when first needed).
+      if (!bound) bind_known_loops(st, &ana), bound = true;
       arith::ConstIntBound b = ana.const_int_bound(ext);
       const int64_t* full = as_const_int(s.op()->shape[d]);
       if (b.max == arith::ConstIntBound::kPosInf) ext = s.op()->shape[d];
@@ -219,11 +218,10 @@ PrimFunc schedule_to_function(const Schedule& sch, const std::vector<Tensor>& ar
   for (const auto& s : sch.stages()) {
     if (s->is_placeholder() || s->attach_type() != AttachType::Root) continue;
     seq.push_back(nb.build(*s));
-    if (!s->is_output() && !st.buffers.at(s->op().get())->data.same_as(Expr())) {
-      bool is_param = false;
-      for (const Param& p : params) is_param = is_param || p.buffer.same_as(st.buffers.at(s->op().get()));
-      if (!is_param) root_allocs.push_back(st.buffers.at(s->op().get()));
-    }
+    // Stages passed as arguments (outputs, or an intermediate the caller asked for) write the caller's memory.
+    const Buffer& buf = st.buffers.at(s->op().get());
+    bool is_param = std::any_of(params.begin(), params.end(), [&](const Param& p) { return p.buffer.same_as(buf); });
+    if (!is_param) root_allocs.push_back(buf);
   }
   Stmt body = Seq::make(seq);
   for (auto it = root_allocs.rbegin(); it != root_allocs.rend(); ++it) body = Allocate::make(*it, body);
