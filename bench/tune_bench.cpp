@@ -13,6 +13,7 @@
 //   conv2  ResNet 3x3, C=K=256, 14x14, pad 1        peer: PyTorch
 //   conv3  ResNet 1x1, C=64, K=256, 56x56           peer: PyTorch
 //   dense  gelu(A[128,768] B[768,3072] + bias)      peer: numpy matmul + bias + GELU
+// The convolutions are tuned in the blocked NCHWc layout (conv2d_nchwc); see conv().
 // With several thread counts each runs in its own process (the runtime reads
 // KILN_NUM_THREADS once per process).
 #include <sys/wait.h>
@@ -47,11 +48,16 @@ std::string join(const std::vector<int>& v) {
   return s;
 }
 
+// The tuned conv2d is conv2d_nchwc (input [1, C/16, H, W, 16], weights
+// [K/32, C/16, KH, KW, 16, 32]): the blocked layouts of CPU inference, as
+// TVM's x86 conv2d uses. The layout change is left to the graph level (once
+// per model for the weights), as PyTorch's channels_last leaves its own.
 Workload conv(const std::string& id, int C, int K, int HW, int R, int pad) {
   auto f32 = DataType::Float(32);
-  te::Tensor X = te::placeholder({1, C, HW, HW}, f32, "X"), W = te::placeholder({K, C, R, R}, f32, "W");
-  std::string name = "conv2d_c" + std::to_string(C) + "k" + std::to_string(K) + "_" + std::to_string(HW) + "x" + std::to_string(HW) + "_" + std::to_string(R) + "x" + std::to_string(R);
-  return {id, name, "PyTorch", "torch_conv2d.py " + join({1, C, HW, HW, K, R, R, 1, pad}), {X, W, ops::conv2d_nchw(X, W, 1, pad, 1, "conv")}};
+  int cb = ops::channel_block(C, 16), kb = ops::channel_block(K, 32);
+  te::Tensor X = te::placeholder({1, C / cb, HW, HW, cb}, f32, "X"), W = te::placeholder({K / kb, C / cb, R, R, cb, kb}, f32, "W");
+  std::string name = "conv2d_c" + std::to_string(C) + "k" + std::to_string(K) + "_" + std::to_string(HW) + "x" + std::to_string(HW) + "_" + std::to_string(R) + "x" + std::to_string(R) + "_nchwc";
+  return {id, name, "PyTorch", "torch_conv2d.py " + join({1, C, HW, HW, K, R, R, 1, pad}), {X, W, ops::conv2d_nchwc(X, W, 1, pad, "conv")}};
 }
 
 Workload make(const std::string& id) {

@@ -1,5 +1,7 @@
 #include "kiln/ops/nn.h"
 
+#include <algorithm>
+
 #include "kiln/ir/op.h"
 #include "kiln/support/error.h"
 
@@ -29,15 +31,24 @@ Tensor batch_matmul(const Tensor& A, const Tensor& B, const std::string& name) {
 }
 
 Tensor pad2d(const Tensor& X, int ph, int pw, const std::string& name) {
-  KILN_USER_CHECK(X.ndim() == 4) << "pad2d needs an NCHW tensor";
+  KILN_USER_CHECK(X.ndim() == 4 || X.ndim() == 5) << "pad2d needs an NCHW or NCHWc tensor, got '" << X.name() << "' (" << X.ndim() << "-D)";
+  KILN_USER_CHECK(ph >= 0 && pw >= 0) << "pad2d: the padding must be non-negative, got " << ph << " and " << pw;
   int64_t H = dim(X, 2), W = dim(X, 3);
-  return compute({X.shape()[0], X.shape()[1], Expr(static_cast<int>(H + 2 * ph)), Expr(static_cast<int>(W + 2 * pw))},
+  std::vector<Expr> shape = X.shape();
+  shape[2] = Expr(static_cast<int>(H + 2 * ph));
+  shape[3] = Expr(static_cast<int>(W + 2 * pw));
+  std::vector<std::string> names = {"n", "c", "h", "w", "cb"};
+  names.resize(X.ndim());
+  return compute(shape,
                  [&](const std::vector<Var>& i) {
                    Expr h = i[2] - ph, w = i[3] - pw;
                    Expr inside = h >= 0 && h < static_cast<int>(H) && w >= 0 && w < static_cast<int>(W);
-                   return if_then_else(inside, X(i[0], i[1], h, w), make_zero(X.dtype()));
+                   std::vector<Expr> idx(i.begin(), i.end());
+                   idx[2] = h;
+                   idx[3] = w;
+                   return if_then_else(inside, X(idx), make_zero(X.dtype()));
                  },
-                 name, {"n", "c", "h", "w"});
+                 name, names);
 }
 
 Tensor conv2d_nchw(const Tensor& X, const Tensor& Wt, int stride, int pad, int dilation, const std::string& name, Tensor* padded) {
@@ -55,6 +66,35 @@ Tensor conv2d_nchw(const Tensor& X, const Tensor& Wt, int stride, int pad, int d
                    return te::sum(P(i[0], rc.var(), i[2] * stride + ry.var() * dilation, i[3] * stride + rx.var() * dilation) * Wt(i[1], rc.var(), ry.var(), rx.var()), {rc, ry, rx});
                  },
                  name, {"n", "f", "y", "x"});
+}
+
+int channel_block(int channels, int preferred) {
+  KILN_USER_CHECK(channels > 0 && preferred > 0) << "channel_block: channels and the preferred block must be positive";
+  int best = 1;
+  for (int b = 1; b <= std::min(channels, preferred); ++b)
+    if (channels % b == 0) best = b;
+  return best;
+}
+
+Tensor conv2d_nchwc(const Tensor& X, const Tensor& Wt, int stride, int pad, const std::string& name, Tensor* padded) {
+  KILN_USER_CHECK(X.ndim() == 5 && Wt.ndim() == 6) << "conv2d_nchwc needs an [N, C/cb, H, W, cb] input and [K/kb, C/cb, KH, KW, cb, kb] weights, got '" << X.name()
+                                                   << "' (" << X.ndim() << "-D) and '" << Wt.name() << "' (" << Wt.ndim() << "-D)";
+  KILN_USER_CHECK(dim(X, 1) == dim(Wt, 1) && dim(X, 4) == dim(Wt, 4))
+      << "conv2d_nchwc: the input has " << dim(X, 1) << " blocks of " << dim(X, 4) << " channels but the weights expect " << dim(Wt, 1) << " blocks of " << dim(Wt, 4);
+  KILN_USER_CHECK(stride > 0 && pad >= 0) << "conv2d_nchwc: the stride must be positive and the padding non-negative";
+  Tensor P = pad > 0 ? pad2d(X, pad, pad, name + ".pad") : X;
+  if (padded) *padded = P;
+  int64_t KH = dim(Wt, 2), KW = dim(Wt, 3);
+  int64_t OH = (dim(P, 2) - KH) / stride + 1, OW = (dim(P, 3) - KW) / stride + 1;
+  KILN_USER_CHECK(dim(P, 2) >= KH && dim(P, 3) >= KW) << "conv2d_nchwc: the kernel is larger than the padded input";
+  IterVar rco = reduce_axis(Range(0, X.shape()[1]), "rco"), ry = reduce_axis(Range(0, Wt.shape()[2]), "ry"), rx = reduce_axis(Range(0, Wt.shape()[3]), "rx"),
+          rci = reduce_axis(Range(0, X.shape()[4]), "rci");
+  return compute({X.shape()[0], Wt.shape()[0], Expr(static_cast<int>(OH)), Expr(static_cast<int>(OW)), Wt.shape()[5]},
+                 [&](const std::vector<Var>& i) {
+                   Expr in = P(i[0], rco.var(), i[2] * stride + ry.var(), i[3] * stride + rx.var(), rci.var());
+                   return te::sum(in * Wt(i[1], rco.var(), ry.var(), rx.var(), rci.var(), i[4]), {rco, ry, rx, rci});
+                 },
+                 name, {"n", "fo", "y", "x", "fi"});
 }
 
 Tensor depthwise_conv2d_nchw(const Tensor& X, const Tensor& Wt, int stride, int pad, const std::string& name, Tensor* padded) {

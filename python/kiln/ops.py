@@ -1,8 +1,9 @@
 """Compute definitions of common operators, from kiln's C++ operator library.
 
 Layouts: NCHW images, OIHW convolution weights, row-major matrices. Each
-function returns the output tensor (conv2d_nchw and depthwise_conv2d_nchw
-return ``(output, padded)`` where ``padded`` is the padding stage or None),
+function returns the output tensor (conv2d_nchw, conv2d_nchwc and
+depthwise_conv2d_nchw return ``(output, padded)`` where ``padded`` is the
+padding stage or None),
 to be scheduled like any tensor made with :mod:`kiln.te`.
 """
 from ._ffi import _kiln
@@ -13,6 +14,8 @@ matmul = _ops.matmul
 batch_matmul = _ops.batch_matmul
 pad2d = _ops.pad2d
 conv2d_nchw = _ops.conv2d_nchw
+conv2d_nchwc = _ops.conv2d_nchwc
+channel_block = _ops.channel_block
 depthwise_conv2d_nchw = _ops.depthwise_conv2d_nchw
 max_pool2d = _ops.max_pool2d
 avg_pool2d = _ops.avg_pool2d
@@ -24,5 +27,5 @@ relu = _ops.relu
 gelu = _ops.gelu
 bias_add = _ops.bias_add
 
-__all__ = ["matmul", "batch_matmul", "pad2d", "conv2d_nchw", "depthwise_conv2d_nchw", "max_pool2d", "avg_pool2d",
+__all__ = ["matmul", "batch_matmul", "pad2d", "conv2d_nchw", "conv2d_nchwc", "channel_block", "depthwise_conv2d_nchw", "max_pool2d", "avg_pool2d",
            "softmax", "layer_norm", "transpose", "add", "relu", "gelu", "bias_add"]

@@ -18,6 +18,14 @@ void define_ops(py::module_& m) {
     return py::make_tuple(out, padded.defined() ? py::cast(padded) : py::none());
   }, py::arg("X"), py::arg("W"), py::arg("stride") = 1, py::arg("pad") = 0, py::arg("dilation") = 1, py::arg("name") = "conv",
      "Returns (output, padded input stage or None).");
+  ops.def("conv2d_nchwc", [](const Tensor& X, const Tensor& W, int stride, int pad, const std::string& name) {
+    Tensor padded;
+    Tensor out = kiln::ops::conv2d_nchwc(X, W, stride, pad, name, &padded);
+    return py::make_tuple(out, padded.defined() ? py::cast(padded) : py::none());
+  }, py::arg("X"), py::arg("W"), py::arg("stride") = 1, py::arg("pad") = 0, py::arg("name") = "conv",
+     "Blocked layouts: X [N, C/cb, H, W, cb], W [K/kb, C/cb, KH, KW, cb, kb], output [N, K/kb, OH, OW, kb]. Returns (output, padded input stage or None).");
+  ops.def("channel_block", &kiln::ops::channel_block, py::arg("channels"), py::arg("preferred"),
+          "The largest divisor of channels not above preferred (a block size for conv2d_nchwc).");
   ops.def("depthwise_conv2d_nchw", [](const Tensor& X, const Tensor& W, int stride, int pad, const std::string& name) {
     Tensor padded;
     Tensor out = kiln::ops::depthwise_conv2d_nchw(X, W, stride, pad, name, &padded);

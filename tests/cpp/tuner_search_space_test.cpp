@@ -69,6 +69,30 @@ Case conv_case() {
   return {"conv2d_pad", {X, W, O}, [=](const std::vector<Vec>& in) { return std::vector<Vec>{testing::ref::conv2d(in[0], in[1], cs)}; }};
 }
 
+// conv2d_nchwc against the NCHW reference: the blocked layouts are unpacked
+// to NCHW / OIHW here, and the reference's output packed back.
+Case conv_nchwc_case(int stride) {
+  testing::ref::ConvShape cs{1, 8, 7, 7, 16, 3, 3, stride, 1, 1};
+  const int cb = 4, kb = 8;
+  te::Tensor X = te::placeholder({cs.N, cs.C / cb, cs.H, cs.W, cb}, DataType::Float(32), "X");
+  te::Tensor W = te::placeholder({cs.K / kb, cs.C / cb, cs.KH, cs.KW, cb, kb}, DataType::Float(32), "W");
+  te::Tensor O = ops::conv2d_nchwc(X, W, cs.stride, cs.pad);
+  return {"conv2d_nchwc", {X, W, O}, [=](const std::vector<Vec>& in) {
+            Vec x(in[0].size()), w(in[1].size());
+            for (int c = 0; c < cs.C; ++c)
+              for (int hw = 0; hw < cs.H * cs.W; ++hw) x[c * cs.H * cs.W + hw] = in[0][((c / cb) * cs.H * cs.W + hw) * cb + c % cb];
+            const int taps = cs.KH * cs.KW;
+            for (int k = 0; k < cs.K; ++k)
+              for (int c = 0; c < cs.C; ++c)
+                for (int t = 0; t < taps; ++t) w[(k * cs.C + c) * taps + t] = in[1][((((k / kb) * (cs.C / cb) + c / cb) * taps + t) * cb + c % cb) * kb + k % kb];
+            Vec o = testing::ref::conv2d(x, w, cs), blocked(o.size());
+            const int pixels = cs.OH() * cs.OW();
+            for (int k = 0; k < cs.K; ++k)
+              for (int p = 0; p < pixels; ++p) blocked[((k / kb) * pixels + p) * kb + k % kb] = o[k * pixels + p];
+            return std::vector<Vec>{blocked};
+          }};
+}
+
 Case softmax_case(int M, int N) {
   te::Tensor X = te::placeholder({M, N}, DataType::Float(32), "X");
   return {"softmax", {X, ops::softmax(X)}, [=](const std::vector<Vec>& in) { return std::vector<Vec>{testing::ref::softmax(in[0], M, N)}; }};
@@ -229,6 +253,15 @@ TEST(TunerSketch, RulesPerDag) {
   EXPECT_TRUE(describes(s_conv, "conv.pad: inline"));
   EXPECT_TRUE(describes(s_conv, "conv: tiled+cache_write"));
   EXPECT_FALSE(describes(s_conv, "pack"));
+  // Its padding may be stored once instead of inlined (rule 1's exception).
+  EXPECT_TRUE(describes(s_conv, "conv.pad: simple"));
+
+  // NCHWc: the weights' last dimension is already one panel; no pack sketch.
+  SearchSpace s_nchwc(task_of(conv_nchwc_case(1)));
+  EXPECT_EQ(s_nchwc.num_sketches(), 4);
+  EXPECT_TRUE(describes(s_nchwc, "conv.pad: inline; conv: tiled+cache_write"));
+  EXPECT_TRUE(describes(s_nchwc, "conv.pad: simple; conv: tiled+cache_write"));
+  EXPECT_FALSE(describes(s_nchwc, "pack"));
 
   Task sm = task_of(softmax_case(64, 64));
   SearchSpace s_sm(sm);
@@ -240,9 +273,10 @@ TEST(TunerSketch, RulesPerDag) {
   SearchSpace s_rs(rs);
   EXPECT_EQ(s_rs.num_sketches(), 2);
   EXPECT_TRUE(describes(s_rs, "rowsum: rfactor"));
-  // A skinny matmul gets rfactor on top of its tiling sketches.
+  // A skinny matmul gets rfactor on top of its tiling sketches (B's rows of 16 are panels already).
   SearchSpace s_gemv(task_of(matmul_case(1, 16, 1024)));
-  EXPECT_EQ(s_gemv.num_sketches(), 5);
+  EXPECT_EQ(s_gemv.num_sketches(), 3);
+  EXPECT_TRUE(describes(s_gemv, "C: rfactor"));
 }
 
 // The pack rule takes only an input read with the output's innermost axis as
@@ -251,9 +285,13 @@ TEST(TunerSketch, PackRuleOperand) {
   SearchSpace mm(task_of(matmul_case(32, 64, 16)));
   EXPECT_TRUE(describes(mm, "pack 'B'"));
   EXPECT_FALSE(describes(mm, "pack 'A'"));
-  SearchSpace bmm(task_of(batch_matmul_case(2, 8, 32, 16)));
+  SearchSpace bmm(task_of(batch_matmul_case(2, 8, 64, 16)));
   EXPECT_EQ(bmm.num_sketches(), 4);
   EXPECT_TRUE(describes(bmm, "C: tiled+cache_write, pack 'B'"));
+  // Rows of two vectors (16 lanes here) are panels already: no pack sketch.
+  SearchSpace narrow(task_of(batch_matmul_case(2, 8, 32, 16)));
+  EXPECT_EQ(narrow.num_sketches(), 2);
+  EXPECT_FALSE(describes(narrow, "pack"));
   // B transposed (read as Bt[j, k]): its rows are already contiguous along k.
   te::Tensor A = te::placeholder({16, 32}, DataType::Float(32), "A"), Bt = te::placeholder({48, 32}, DataType::Float(32), "Bt");
   IterVar k = te::reduce_axis(Range(0, 32), "k");
@@ -374,6 +412,8 @@ TEST(TunerSketch, MatmulComputes) { check_all_sketches(matmul_case(32, 48, 64), 
 TEST(TunerSketch, SkinnyMatmulComputes) { check_all_sketches(matmul_case(2, 16, 512), 2); }
 TEST(TunerSketch, DenseBiasReluComputes) { check_all_sketches(dense_bias_relu_case(16, 32, 24), 4); }
 TEST(TunerSketch, Conv2dComputes) { check_all_sketches(conv_case(), 2); }
+TEST(TunerSketch, Conv2dNchwcComputes) { check_all_sketches(conv_nchwc_case(1), 2); }
+TEST(TunerSketch, Conv2dNchwcStride2Computes) { check_all_sketches(conv_nchwc_case(2), 1); }
 TEST(TunerSketch, SoftmaxComputes) {
   Case c = softmax_case(8, 64);
   check_all_sketches(c, 6);
@@ -404,7 +444,7 @@ TEST(TunerSketch, RowSumComputes) { check_all_sketches(row_sum_case(4, 1024), 3)
 TEST(TunerSearchSpace, PropertyRandomCandidates) {
   std::vector<Case> cases = {matmul_case(32, 48, 64), dense_bias_relu_case(16, 32, 24), conv_case(),         softmax_case(8, 64),
                              chain_case(12, 40),      row_sum_case(4, 1024),             layer_norm_case(6, 48), two_outputs_case(16, 32, 8),
-                             batch_matmul_case(2, 8, 32, 16)};
+                             batch_matmul_case(2, 8, 64, 16), conv_nchwc_case(1)};
   int seeds = 0;
   for (const Case& c : cases) {
     Task task = task_of(c);
@@ -461,7 +501,7 @@ TEST(TunerSearchSpace, DeterministicAndThreadSafe) {
 }
 
 TEST(TunerSearchSpace, InvalidCandidatesThrow) {
-  Task task = task_of(matmul_case(16, 16, 16));
+  Task task = task_of(matmul_case(16, 64, 16));
   SearchSpace space(task);
   std::mt19937_64 rng(3);
   Candidate c = space.sample_sketch(0, rng);
@@ -477,7 +517,7 @@ TEST(TunerSearchSpace, InvalidCandidatesThrow) {
   EXPECT_TRUE(testing::throws_with([&] { space.mutate(bad, rng); }, "not the extent 16"));
   // A pack sketch packs by the innermost factor of C.j, which must stay a panel width.
   Candidate p = space.sample_sketch(2, rng);
-  p.decisions[4] = 1, p.decisions[5] = 1, p.decisions[6] = 2, p.decisions[7] = 8;
+  p.decisions[4] = 1, p.decisions[5] = 2, p.decisions[6] = 4, p.decisions[7] = 8;
   EXPECT_TRUE(testing::throws_with([&] { space.materialize(&p); }, "innermost factor 8; the sketch packs by it, so it must be one of 16"));
   // Only CPU targets have rules.
   Task gpu = make_task(matmul_case(16, 16, 16).args, Target::parse("cuda -arch=sm_90"));

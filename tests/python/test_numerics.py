@@ -148,6 +148,28 @@ def test_conv2d_from_op_library(rng):
     np.testing.assert_allclose(run(s, [X, W, Y], [x, w]), conv2d_ref(x, w, 2, 1, 1), **TOL)
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv2d_nchwc_from_op_library(rng, stride):
+    # Blocked layouts: the reference runs on the NCHW / OIHW views of the same data.
+    c, k, cb, kb = 8, 12, kiln.ops.channel_block(8, 4), kiln.ops.channel_block(12, 8)
+    assert (cb, kb) == (4, 6)
+    X = te.placeholder((1, c // cb, 9, 9, cb), name="X")
+    W = te.placeholder((k // kb, c // cb, 3, 3, cb, kb), name="W")
+    Y, padded = kiln.ops.conv2d_nchwc(X, W, stride=stride, pad=1)
+    s = te.create_schedule(Y)
+    s[padded].compute_inline()
+    s[Y].vectorize(s[Y].op.axis[4])
+    x, w = rand(rng, 1, c, 9, 9), rand(rng, k, c, 3, 3)
+    x_blocked = x.reshape(1, c // cb, cb, 9, 9).transpose(0, 1, 3, 4, 2).copy()
+    w_blocked = w.reshape(k // kb, kb, c // cb, cb, 3, 3).transpose(0, 2, 4, 5, 3, 1).copy()
+    want = conv2d_ref(x, w, stride, 1, 1)
+    oh = want.shape[2]
+    want_blocked = want.reshape(1, k // kb, kb, oh, oh).transpose(0, 1, 3, 4, 2)
+    np.testing.assert_allclose(run(s, [X, W, Y], [x_blocked, w_blocked]), want_blocked, **TOL)
+    with pytest.raises(kiln.KilnError, match="blocks of 4 channels but the weights expect"):
+        kiln.ops.conv2d_nchwc(X, te.placeholder((2, 2, 3, 3, 2, 6), name="W2"))
+
+
 @pytest.mark.parametrize("stride,pad", [(1, 1), (2, 1)])
 @pytest.mark.parametrize("schedule", ["default", "inline_vectorized"])
 def test_depthwise_conv2d(rng, stride, pad, schedule):

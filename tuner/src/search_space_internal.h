@@ -32,6 +32,10 @@ struct StageInfo {
   bool output = false;
   bool reduction = false;
   bool inlined = false;                      ///< rule 1: a non-output elementwise stage
+  /** Rule 1's exception: a padding stage (its body has a condition) read by a
+   * tiled reduction may instead be computed once at root, so the register
+   * tile's loads carry no bounds test. */
+  bool may_materialize = false;
   bool has_reuse = false;                    ///< some input element is read by several output elements
   std::vector<int64_t> spatial, reduce;      ///< constant extents of the data-parallel and reduce axes
   Expr body;                                 ///< with inlined producers substituted

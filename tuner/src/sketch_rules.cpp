@@ -67,6 +67,33 @@ bool has_data_reuse(const StageInfo& s) {
   return reuse;
 }
 
+// An operand whose packed dimension is its last and holds at most two
+// vectors (conv2d_nchwc's weights) is laid out as panels already: each
+// reduce step's vectors are adjacent to the previous step's, so a pack would
+// only copy it.
+bool already_panels(const StageInfo& operand, int dim, int lanes) {
+  const te::Tensor& t = operand.tensor;
+  const int64_t* e = as_const_int(t.shape()[dim]);
+  return e && *e <= 2 * lanes && dim + 1 == t.ndim();
+}
+
+// Rule 1's exception: an inlined stage with a condition in its body
+// (padding) that this reuse stage reads gets the choice to be stored.
+void mark_materializable(DagInfo& dag, const std::unordered_map<const te::OperationNode*, int>& index, const StageInfo& s) {
+  post_order_visit(s.op->body, [&](const Expr& e) {
+    const TensorLoad* t = e.as<TensorLoad>();
+    if (!t) return;
+    StageInfo& p = dag.stages[index.at(static_cast<const te::TensorNode*>(t->producer.get())->op.get())];
+    if (!p.inlined || p.may_materialize) return;
+    bool conditional = false;
+    post_order_visit(p.op->body, [&](const Expr& x) {
+      const Call* c = x.as<Call>();
+      conditional = conditional || x.as<Select>() || (c && c->op == Intrinsic::IfThenElse);
+    });
+    p.may_materialize = conditional;
+  });
+}
+
 // The pack rule's operand: an input whose every read has the innermost
 // spatial axis (the vectorized one) as its last index, as a plain variable no
 // other index uses, while another index follows a reduce axis -- B of a
@@ -102,7 +129,7 @@ void find_pack_operand(const DagInfo& dag, const std::unordered_map<const te::Op
     it->second.second = it->second.second && ok && strided;
   });
   for (int p : order)
-    if (seen[p].second) {
+    if (seen[p].second && !already_panels(dag.stages[p], seen[p].first, dag.lanes)) {
       s.pack_operand = p;
       s.pack_dim = seen[p].first;
       return;
@@ -152,6 +179,7 @@ DagInfo analyze_dag(const Task& task) {
     s.has_reuse = s.reduction && has_data_reuse(s);
     if (s.has_reuse && !s.spatial.empty()) s.pack_widths = panel_widths(s.spatial.back(), dag.lanes);
     if (s.has_reuse) find_pack_operand(dag, index, s);
+    if (s.has_reuse) mark_materializable(dag, index, s);
   }
   for (size_t i = 0; i < dag.stages.size(); ++i)
     if (!dag.stages[i].inlined)
@@ -219,7 +247,11 @@ class Enumerator {
       visit(i + 1, p, st);
     };
     if (!s.op) return with(PlanKind::None);
-    if (s.inlined) return with(PlanKind::Inline);
+    if (s.inlined) {
+      with(PlanKind::Inline);
+      if (s.may_materialize) with(PlanKind::Simple);
+      return;
+    }
     if (s.has_reuse) {
       // The pack rule adds a packed variant of each tiling sketch.
       int d = fusible_consumer(dag_, static_cast<int>(i));

@@ -36,11 +36,14 @@ const char* kUsage = R"(usage: kiln-tune WORKLOAD SIZES... [options]
 
 workloads (fp32, from the operator library):
   matmul M N K                         C[M,N] = A[M,K] B[K,N]
-  conv2d N C H W K KH KW stride pad    NCHW input, OIHW weights
+  conv2d N C H W K KH KW stride pad    conv2d; the layout is --layout's
   dense_bias_gelu M N K                gelu(A[M,K] B[K,N] + bias[N])
 
 options:
   --trials N         candidates to measure (default 200)
+  --layout L         conv2d: nchwc (default; input [N,C/16,H,W,16], weights
+                     [K/32,C/16,KH,KW,16,32], output [N,K/32,OH,OW,32]; smaller
+                     blocks when 16/32 do not divide C/K) or nchw (OIHW weights)
   --db PATH          tuning database (default kiln_tuning.db)
   --threads N        threads of the kernels and the peer (default: all cores)
   --curve PNG        write best GFLOP/s against trials
@@ -62,7 +65,7 @@ struct Workload {
   std::vector<te::Tensor> args;
 };
 
-Workload make_workload(const std::string& kind, const std::vector<int>& v) {
+Workload make_workload(const std::string& kind, const std::vector<int>& v, const std::string& layout) {
   Workload w{kind, "", v, {}};
   auto need = [&](size_t n, const char* form) {
     KILN_USER_CHECK(v.size() == n) << kind << " takes " << n << " sizes (" << form << "), got " << v.size();
@@ -76,10 +79,17 @@ Workload make_workload(const std::string& kind, const std::vector<int>& v) {
     w.name = "matmul_" + std::to_string(v[0]) + "x" + std::to_string(v[1]) + "x" + std::to_string(v[2]);
   } else if (kind == "conv2d") {
     need(9, "N C H W K KH KW stride pad");
-    te::Tensor X = te::placeholder({v[0], v[1], v[2], v[3]}, f32, "X"), W = te::placeholder({v[4], v[1], v[5], v[6]}, f32, "W");
-    w.args = {X, W, ops::conv2d_nchw(X, W, v[7], v[8], 1, "conv")};
+    KILN_USER_CHECK(layout == "nchw" || layout == "nchwc") << "unknown conv2d layout '" << layout << "'; known: nchw, nchwc";
+    if (layout == "nchw") {
+      te::Tensor X = te::placeholder({v[0], v[1], v[2], v[3]}, f32, "X"), W = te::placeholder({v[4], v[1], v[5], v[6]}, f32, "W");
+      w.args = {X, W, ops::conv2d_nchw(X, W, v[7], v[8], 1, "conv")};
+    } else {
+      int cb = ops::channel_block(v[1], 16), kb = ops::channel_block(v[4], 32);
+      te::Tensor X = te::placeholder({v[0], v[1] / cb, v[2], v[3], cb}, f32, "X"), W = te::placeholder({v[4] / kb, v[1] / cb, v[5], v[6], cb, kb}, f32, "W");
+      w.args = {X, W, ops::conv2d_nchwc(X, W, v[7], v[8], "conv")};
+    }
     w.name = "conv2d_n" + std::to_string(v[0]) + "c" + std::to_string(v[1]) + "h" + std::to_string(v[2]) + "w" + std::to_string(v[3]) + "k" + std::to_string(v[4]) + "r" +
-             std::to_string(v[5]) + "s" + std::to_string(v[7]) + "p" + std::to_string(v[8]);
+             std::to_string(v[5]) + "s" + std::to_string(v[7]) + "p" + std::to_string(v[8]) + (layout == "nchwc" ? "_nchwc" : "");
   } else if (kind == "dense_bias_gelu") {
     need(3, "M N K");
     te::Tensor A = te::placeholder({v[0], v[2]}, f32, "A"), B = te::placeholder({v[2], v[1]}, f32, "B"), bias = te::placeholder({v[1]}, f32, "bias");
@@ -187,7 +197,7 @@ int run(int argc, char** argv) {
   for (; i < argc && argv[i][0] != '-'; ++i) sizes.push_back(std::atoi(argv[i]));
   tuner::TuneOptions o;
   int threads = 0;
-  std::string target;
+  std::string target, layout = "nchwc";
   bool peer = true;
   for (; i < argc; ++i) {
     std::string a = argv[i];
@@ -208,6 +218,7 @@ int run(int argc, char** argv) {
     else if (a == "--timeout") o.timeout_s = std::stod(v);
     else if (a == "--repeat") o.measure.repeat = std::stoi(v);
     else if (a == "--target") target = v;
+    else if (a == "--layout") layout = v;
     else if (a == "--model") o.model_path = v;
     else if (a == "--inject-faults") o.measure.inject_faults = v;
     else {
@@ -219,7 +230,7 @@ int run(int argc, char** argv) {
   // Before any kernel runs: the runtime's thread pool reads KILN_NUM_THREADS once.
   setenv("KILN_NUM_THREADS", std::to_string(threads).c_str(), 1);
   if (target.empty()) target = "llvm -num-cores=" + std::to_string(threads);
-  Workload w = make_workload(kind, sizes);
+  Workload w = make_workload(kind, sizes, layout);
   tuner::Task task = tuner::make_task(w.args, Target::parse(target), w.name);
   std::printf("kiln-tune: %s (%.3g GFLOP) on %s, %d thread(s), budget %d trials, db %s\n", task.name.c_str(), task.flop * 1e-9, task.target.str().c_str(), threads, o.trials,
               o.db_path.c_str());

@@ -19,10 +19,18 @@ using te::Tensor;
 Tensor matmul(const Tensor& A, const Tensor& B, const std::string& name = "C");
 /** C[b, i, j] = sum_k A[b, i, k] * B[b, k, j]. */
 Tensor batch_matmul(const Tensor& A, const Tensor& B, const std::string& name = "C");
-/** Zero padding of the last two dimensions of an NCHW tensor (inline it into its consumer). */
+/** Zero padding of dimensions 2 and 3 (H and W) of an NCHW or NCHWc tensor. */
 Tensor pad2d(const Tensor& X, int pad_h, int pad_w, const std::string& name = "pad");
 /** NCHW conv2d with OIHW weights; the padding stage is returned through `padded` if asked. */
 Tensor conv2d_nchw(const Tensor& X, const Tensor& W, int stride, int pad, int dilation, const std::string& name = "conv", Tensor* padded = nullptr);
+/** conv2d in the blocked layouts of CPU inference: input [N, C/cb, H, W, cb],
+ * weights [K/kb, C/cb, KH, KW, cb, kb], output [N, K/kb, OH, OW, kb]. The kb
+ * output channels of a pixel are contiguous (one or two vectors), as are the
+ * kb weights of one (input channel, tap): the layout the tuner's register
+ * tiles want. The layout change is the caller's (once per model for weights). */
+Tensor conv2d_nchwc(const Tensor& X, const Tensor& W, int stride, int pad, const std::string& name = "conv", Tensor* padded = nullptr);
+/** The channel block of a blocked layout: the largest divisor of channels not above preferred. */
+int channel_block(int channels, int preferred);
 /** Depthwise conv2d: W is [C, 1, KH, KW]. */
 Tensor depthwise_conv2d_nchw(const Tensor& X, const Tensor& W, int stride, int pad, const std::string& name = "dwconv", Tensor* padded = nullptr);
 /** Max pooling over kernel x kernel windows, NCHW. */
