@@ -20,9 +20,9 @@ shown on stderr. Every error is a :class:`kiln.KilnError`.
 """
 import logging
 import os
-import tempfile
 import warnings
 
+from . import plot_curve as _plot
 from ._ffi import KilnError, _kiln
 
 _log = logging.getLogger("kiln")
@@ -111,29 +111,9 @@ def tune(args, target="llvm", trials=200, db="kiln_tuning.db", seed=0, timeout=1
 def plot_curve(curve, path, title="tuning curve"):
     """Writes best GFLOP/s against trials as a PNG (atomically). Raises KilnError without matplotlib."""
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        _plot.write_png({"best": list(curve)}, path, title)
     except ImportError as err:
         raise KilnError("plot_curve: matplotlib is not installed (apt-get install python3-matplotlib)") from err
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    ax.step([p[0] for p in curve], [p[1] for p in curve], where="post", marker="o", markersize=3)
-    ax.set_xlabel("trials measured")
-    ax.set_ylabel("best GFLOP/s so far")
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.set_ylim(bottom=0)
-    fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=os.path.dirname(os.path.abspath(path)))
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    finally:
-        plt.close(fig)
 
 
 def best_schedule(args, target="llvm", db="kiln_tuning.db"):

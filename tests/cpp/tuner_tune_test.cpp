@@ -106,7 +106,7 @@ TEST(TunerTune, SessionBeatsNaiveStoresEveryRecordAndSurvivesACrash) {
     EXPECT_GE(r.curve[i].second, r.curve[i - 1].second);
   }
   EXPECT_NEAR(r.curve.back().second, r.best_gflops, 1e-6 * r.best_gflops);
-  // The curve's PNG (scripts/plot_curve.py), where Debian's python has matplotlib.
+  // The curve's PNG (python/kiln/plot_curve.py), where Debian's python has matplotlib.
   if (std::system("/usr/bin/python3 -c 'import matplotlib' 2>/dev/null") == 0) {
     std::ifstream png(db.dir / "curve.png", std::ios::binary);
     char magic[4] = {};

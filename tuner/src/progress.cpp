@@ -105,8 +105,9 @@ namespace {
 
 std::string plot_script() {
   if (const char* env = std::getenv("KILN_PLOT_CURVE_SCRIPT")) return env;
-  // This file is tuner/src/progress.cpp of the source tree; the script is scripts/plot_curve.py.
-  std::filesystem::path p = std::filesystem::path(__FILE__).parent_path() / ".." / ".." / "scripts" / "plot_curve.py";
+  // This file is tuner/src/progress.cpp of the source tree; the script is
+  // python/kiln/plot_curve.py (shared with kiln.tuner.plot_curve).
+  std::filesystem::path p = std::filesystem::path(__FILE__).parent_path() / ".." / ".." / "python" / "kiln" / "plot_curve.py";
   return p.lexically_normal().string();
 }
 
@@ -137,7 +138,7 @@ std::string shell_quote(const std::string& s) {
 std::string write_curve_png(const std::vector<std::pair<int, double>>& curve, const std::string& path, const std::string& title) {
   std::string script = plot_script();
   if (!std::filesystem::exists(script))
-    return "the plot script " + script + " is missing (set KILN_PLOT_CURVE_SCRIPT to scripts/plot_curve.py of the kiln sources)";
+    return "the plot script " + script + " is missing (set KILN_PLOT_CURVE_SCRIPT to python/kiln/plot_curve.py of the kiln sources)";
   std::ostringstream json;
   json.precision(17);
   json << "{\"title\": " << json_string(title) << ", \"output\": " << json_string(path) << ", \"points\": [";

@@ -123,7 +123,7 @@ class Progress {
 std::string format_summary(const Task& task, const TuneResult& r, int64_t record_id, double db_best_before);
 
 /**
- * Writes best GFLOP/s against trials as a PNG through scripts/plot_curve.py
+ * Writes best GFLOP/s against trials as a PNG through python/kiln/plot_curve.py
  * (matplotlib, Agg). Returns "" on success, else why not (e.g. matplotlib is
  * missing); never throws for a plotting problem.
  */
