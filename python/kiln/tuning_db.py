@@ -83,6 +83,16 @@ def _json_text(value, what):
         raise KilnError(f"{what} must be JSON text or a JSON-serialisable value ({err})") from None
 
 
+def _check_dict_fields(d, type_name, names):
+    """Raises KilnError unless d is a dict whose keys are all among names."""
+    if not isinstance(d, dict):
+        raise KilnError(f"{type_name}.from_dict: expected a dict, not {type(d).__name__}")
+    unknown = sorted(set(d) - set(names), key=str)
+    if unknown:
+        raise KilnError(f"{type_name}: unknown field(s) {', '.join(map(repr, unknown))}; "
+                        f"the fields are {', '.join(names)}")
+
+
 class _Struct:
     """to_dict / from_dict for the plain dataclasses below."""
 
@@ -91,13 +101,7 @@ class _Struct:
 
     @classmethod
     def from_dict(cls, d):
-        if not isinstance(d, dict):
-            raise KilnError(f"{cls.__name__}.from_dict: expected a dict, not {type(d).__name__}")
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(d) - set(names), key=str)
-        if unknown:
-            raise KilnError(f"{cls.__name__}: unknown field(s) {', '.join(map(repr, unknown))}; "
-                            f"the fields are {', '.join(names)}")
+        _check_dict_fields(d, cls.__name__, [f.name for f in dataclasses.fields(cls)])
         return cls(**d)
 
 
@@ -185,12 +189,7 @@ class FeatureSet:
 
     @classmethod
     def from_dict(cls, d):
-        if not isinstance(d, dict):
-            raise KilnError(f"FeatureSet.from_dict: expected a dict, not {type(d).__name__}")
-        unknown = sorted(set(d) - {"extractor", "rows", "cols", "values"}, key=str)
-        if unknown:
-            raise KilnError(f"FeatureSet: unknown field(s) {', '.join(map(repr, unknown))}; "
-                            "the fields are extractor, rows, cols, values")
+        _check_dict_fields(d, "FeatureSet", ["extractor", "rows", "cols", "values"])
         return cls(d.get("extractor", ""), d.get("values", []), d.get("rows"), d.get("cols"))
 
     def __eq__(self, other):
@@ -270,13 +269,7 @@ class Record:
 
     @classmethod
     def from_dict(cls, d):
-        if not isinstance(d, dict):
-            raise KilnError(f"Record.from_dict: expected a dict, not {type(d).__name__}")
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(d) - set(names), key=str)
-        if unknown:
-            raise KilnError(f"Record: unknown field(s) {', '.join(map(repr, unknown))}; "
-                            f"the fields are {', '.join(names)}")
+        _check_dict_fields(d, "Record", [f.name for f in dataclasses.fields(cls)])
         d = dict(d)
         if "target" in d:
             d["target"] = _target(d["target"], "Record: target")
