@@ -92,7 +92,7 @@ std::vector<Extra> nchwc_layout_changes(int C, int K, int HW, int OHW, int cb, i
 // PyTorch's channels_last leaves its own; the table shows it separately.
 Workload conv(const std::string& id, int C, int K, int HW, int R, int pad) {
   auto f32 = DataType::Float(32);
-  int cb = ops::channel_block(C, 16), kb = ops::channel_block(K, 32);
+  auto [cb, kb] = ops::nchwc_blocks(C, K);
   te::Tensor X = te::placeholder({1, C / cb, HW, HW, cb}, f32, "X"), W = te::placeholder({K / kb, C / cb, R, R, cb, kb}, f32, "W");
   std::string name = "conv2d_c" + std::to_string(C) + "k" + std::to_string(K) + "_" + std::to_string(HW) + "x" + std::to_string(HW) + "_" + std::to_string(R) + "x" + std::to_string(R) + "_nchwc";
   Workload w{id, name, "PyTorch", "torch_conv2d.py " + join({1, C, HW, HW, K, R, R, 1, pad}), {X, W, ops::conv2d_nchwc(X, W, 1, pad, "conv")}, {}};

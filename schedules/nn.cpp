@@ -76,6 +76,8 @@ int channel_block(int channels, int preferred) {
   return best;
 }
 
+NchwcBlocks nchwc_blocks(int in_channels, int out_channels) { return {channel_block(in_channels, 16), channel_block(out_channels, 32)}; }
+
 Tensor conv2d_nchwc(const Tensor& X, const Tensor& Wt, int stride, int pad, const std::string& name, Tensor* padded) {
   KILN_USER_CHECK(X.ndim() == 5 && Wt.ndim() == 6) << "conv2d_nchwc needs an [N, C/cb, H, W, cb] input and [K/kb, C/cb, KH, KW, cb, kb] weights, got '" << X.name()
                                                    << "' (" << X.ndim() << "-D) and '" << Wt.name() << "' (" << Wt.ndim() << "-D)";

@@ -45,7 +45,7 @@ TRIALS = 8 if SMALL else 64
 # one or two vectors, and the kb weights of one (input channel, tap) are
 # contiguous: the register tile the tuner's rules build is "some pixels x
 # kb channels", and every load in it is a plain vector load or a broadcast.
-cb, kb = kiln.ops.channel_block(C, 16), kiln.ops.channel_block(K, 32)
+cb, kb = kiln.ops.nchwc_blocks(C, K)
 print(f"conv2d {C}->{K} channels, {HW}x{HW}, {R}x{R}, pad {PAD}; blocks cb={cb} kb={kb}")
 
 

@@ -16,6 +16,7 @@ pad2d = _ops.pad2d
 conv2d_nchw = _ops.conv2d_nchw
 conv2d_nchwc = _ops.conv2d_nchwc
 channel_block = _ops.channel_block
+nchwc_blocks = _ops.nchwc_blocks
 depthwise_conv2d_nchw = _ops.depthwise_conv2d_nchw
 max_pool2d = _ops.max_pool2d
 avg_pool2d = _ops.avg_pool2d
@@ -27,5 +28,5 @@ relu = _ops.relu
 gelu = _ops.gelu
 bias_add = _ops.bias_add
 
-__all__ = ["matmul", "batch_matmul", "pad2d", "conv2d_nchw", "conv2d_nchwc", "channel_block", "depthwise_conv2d_nchw", "max_pool2d", "avg_pool2d",
+__all__ = ["matmul", "batch_matmul", "pad2d", "conv2d_nchw", "conv2d_nchwc", "channel_block", "nchwc_blocks", "depthwise_conv2d_nchw", "max_pool2d", "avg_pool2d",
            "softmax", "layer_norm", "transpose", "add", "relu", "gelu", "bias_add"]

@@ -26,6 +26,10 @@ void define_ops(py::module_& m) {
      "Blocked layouts: X [N, C/cb, H, W, cb], W [K/kb, C/cb, KH, KW, cb, kb], output [N, K/kb, OH, OW, kb]. Returns (output, padded input stage or None).");
   ops.def("channel_block", &kiln::ops::channel_block, py::arg("channels"), py::arg("preferred"),
           "The largest divisor of channels not above preferred (a block size for conv2d_nchwc).");
+  ops.def("nchwc_blocks", [](int in_channels, int out_channels) {
+    kiln::ops::NchwcBlocks b = kiln::ops::nchwc_blocks(in_channels, out_channels);
+    return py::make_tuple(b.cb, b.kb);
+  }, py::arg("in_channels"), py::arg("out_channels"), "conv2d_nchwc's default blocks (cb, kb): channel_block(C, 16), channel_block(K, 32).");
   ops.def("depthwise_conv2d_nchw", [](const Tensor& X, const Tensor& W, int stride, int pad, const std::string& name) {
     Tensor padded;
     Tensor out = kiln::ops::depthwise_conv2d_nchw(X, W, stride, pad, name, &padded);

@@ -84,7 +84,7 @@ Workload make_workload(const std::string& kind, const std::vector<int>& v, const
       te::Tensor X = te::placeholder({v[0], v[1], v[2], v[3]}, f32, "X"), W = te::placeholder({v[4], v[1], v[5], v[6]}, f32, "W");
       w.args = {X, W, ops::conv2d_nchw(X, W, v[7], v[8], 1, "conv")};
     } else {
-      int cb = ops::channel_block(v[1], 16), kb = ops::channel_block(v[4], 32);
+      auto [cb, kb] = ops::nchwc_blocks(v[1], v[4]);
       te::Tensor X = te::placeholder({v[0], v[1] / cb, v[2], v[3], cb}, f32, "X"), W = te::placeholder({v[4] / kb, v[1] / cb, v[5], v[6], cb, kb}, f32, "W");
       w.args = {X, W, ops::conv2d_nchwc(X, W, v[7], v[8], "conv")};
     }
