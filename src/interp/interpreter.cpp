@@ -5,6 +5,8 @@
 #include <unordered_map>
 
 #include "interp_value.h"
+#include "kiln/codegen/kernel_metadata.h"
+#include "kiln/runtime/arg_binder.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
@@ -523,6 +525,12 @@ void interpret(const PrimFunc& f, const std::vector<void*>& args) {
     // Name the function: the oracle runs many of them in one test.
     throw Error("in function '" + f.name() + "': " + e.what());
   }
+}
+
+void interpret_args(const PrimFunc& f, const std::vector<Arg>& args) {
+  KILN_USER_CHECK(f.defined()) << "interpret_args of an undefined function";
+  PackedArgs packed(codegen::kernel_info(f), args);
+  interpret(f, std::vector<void*>(packed.data(), packed.data() + packed.size()));
 }
 
 }  // namespace kiln

@@ -12,8 +12,24 @@ namespace {
 
 using nlohmann::json;
 
+json shape_expr_to_json(const ShapeExpr& e) {
+  if (e.is_const()) return e.value;
+  if (e.is_param()) return json{{"param", e.value}};
+  return json{{"op", ShapeExpr::op_name(e.op)}, {"a", shape_expr_to_json(e.operands.at(0))},
+              {"b", shape_expr_to_json(e.operands.at(1))}};
+}
+
+json exprs_to_json(const std::vector<ShapeExpr>& exprs) {
+  json arr = json::array();
+  for (const ShapeExpr& e : exprs) arr.push_back(shape_expr_to_json(e));
+  return arr;
+}
+
 json param_to_json(const ParamInfo& p) {
-  return json{{"name", p.name}, {"kind", p.is_buffer ? "buffer" : "scalar"}, {"dtype", p.dtype.str()}, {"shape", p.shape}};
+  json j{{"name", p.name}, {"kind", p.is_buffer ? "buffer" : "scalar"}, {"dtype", p.dtype.str()}, {"shape", p.shape}};
+  if (!p.dims.empty()) j["dims"] = exprs_to_json(p.dims);
+  if (!p.strides.empty()) j["strides"] = exprs_to_json(p.strides);
+  return j;
 }
 
 json kernel_to_json(const KernelInfo& k) {
@@ -33,6 +49,33 @@ std::string string_field(const json& obj, const char* key, const std::string& wh
   const json& v = field(obj, key, where);
   KILN_USER_CHECK(v.is_string()) << "corrupt kernel metadata: \"" << key << "\" of " << where << " is not a string";
   return v.get<std::string>();
+}
+
+ShapeExpr shape_expr_from_json(const json& j, const std::string& where) {
+  if (j.is_number_integer()) return ShapeExpr::constant(j.get<int64_t>());
+  KILN_USER_CHECK(j.is_object()) << "corrupt kernel metadata: " << where << " has " << j.dump()
+                                 << "; a dimension is an integer, {\"param\": i} or {\"op\": ..., \"a\": ..., \"b\": ...}";
+  if (j.contains("param")) {
+    const json& i = j["param"];
+    KILN_USER_CHECK(i.is_number_integer()) << "corrupt kernel metadata: " << where << " has " << j.dump()
+                                           << "; \"param\" is a parameter index";
+    return ShapeExpr::param(i.get<int64_t>());
+  }
+  std::string name = string_field(j, "op", where);
+  std::optional<ShapeExpr::Op> op = ShapeExpr::parse_op(name);
+  KILN_USER_CHECK(op) << "corrupt kernel metadata: " << where << " has unknown op \"" << name << "\"";
+  return ShapeExpr::binary(*op, shape_expr_from_json(field(j, "a", where), where),
+                           shape_expr_from_json(field(j, "b", where), where));
+}
+
+// Optional "dims" / "strides": absent in metadata written before they existed.
+std::vector<ShapeExpr> exprs_from_json(const json& j, const char* key, const std::string& where) {
+  std::vector<ShapeExpr> out;
+  auto it = j.find(key);
+  if (it == j.end()) return out;
+  KILN_USER_CHECK(it->is_array()) << "corrupt kernel metadata: \"" << key << "\" of " << where << " is not an array";
+  for (const json& d : *it) out.push_back(shape_expr_from_json(d, std::string(key) + " of " + where));
+  return out;
 }
 
 ParamInfo param_from_json(const json& j, const std::string& where) {
@@ -55,6 +98,8 @@ ParamInfo param_from_json(const json& j, const std::string& where) {
         << "corrupt kernel metadata: shape of " << where << " has " << d.dump() << "; dimensions are integers >= -1";
     p.shape.push_back(d.get<int64_t>());
   }
+  p.dims = exprs_from_json(j, "dims", where);
+  p.strides = exprs_from_json(j, "strides", where);
   return p;
 }
 

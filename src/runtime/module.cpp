@@ -5,11 +5,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
-#include <cstring>
 #include <limits>
 #include <unordered_map>
 
+#include "kiln/runtime/arg_binder.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
@@ -52,204 +51,9 @@ double TimeResult::mean() const {
   return sum / static_cast<double>(results.size());
 }
 
-// ------------------------------------------------------- argument packing
+// ------------------------------------------------------------------ calling
 
 namespace {
-
-// "vadd: argument 2 'C'": the prefix of every argument error.
-struct Where {
-  const KernelInfo& kernel;
-  size_t index;
-};
-
-std::ostream& operator<<(std::ostream& os, const Where& w) {
-  return os << w.kernel.name << ": argument " << w.index << " '" << w.kernel.params[w.index].name << "'";
-}
-
-// Expected shapes print symbolic dimensions as '?'.
-std::string expected_shape(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += shape[i] < 0 ? "?" : std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
-// "an int32", "a float32": error messages read as English.
-std::string a_or_an(const std::string& word) {
-  bool vowel = !word.empty() && std::string("aeiou").find(word[0]) != std::string::npos;
-  return (vowel ? "an " : "a ") + word;
-}
-
-std::string dl_dtype_string(DLDataType d) {
-  try {
-    return from_dlpack_dtype(d).str();
-  } catch (const Error&) {
-    return "(DLPack code " + std::to_string(d.code) + ", bits " + std::to_string(d.bits) + ", lanes " +
-           std::to_string(d.lanes) + ")";
-  }
-}
-
-void* pack_buffer(const Where& w, const Arg& a) {
-  const ParamInfo& p = w.kernel.params[w.index];
-  KILN_USER_CHECK(a.kind() == Arg::Kind::Tensor)
-      << w << " is " << a.kind_name() << ", expected " << a_or_an(p.dtype.str()) << " tensor of shape "
-      << expected_shape(p.shape);
-  const DLTensor* t = a.tensor();
-  KILN_USER_CHECK(t) << w << " is a null tensor, expected " << a_or_an(p.dtype.str()) << " tensor of shape "
-                     << expected_shape(p.shape);
-  std::vector<int64_t> shape(t->shape, t->shape + std::max(t->ndim, 0));
-  KILN_USER_CHECK(t->ndim == static_cast<int>(p.shape.size()))
-      << w << " has rank " << t->ndim << " (shape " << shape_to_string(shape) << "), expected rank " << p.shape.size()
-      << " (shape " << expected_shape(p.shape) << ")";
-  bool dtype_ok = false;
-  try {
-    dtype_ok = from_dlpack_dtype(t->dtype) == p.dtype;
-  } catch (const Error&) {
-  }
-  KILN_USER_CHECK(dtype_ok) << w << " has dtype " << dl_dtype_string(t->dtype) << ", expected " << p.dtype.str();
-  for (size_t d = 0; d < p.shape.size(); ++d) {
-    KILN_USER_CHECK(p.shape[d] < 0 || shape[d] == p.shape[d])
-        << w << " has shape " << shape_to_string(shape) << ", expected " << expected_shape(p.shape);
-  }
-  KILN_USER_CHECK(t->device.device_type == kDLCPU)
-      << w << " is on device " << device_to_string(t->device) << ", expected cpu; copy it to the host first";
-  int64_t numel = 1;
-  for (int64_t d : shape) numel *= d;
-  // An empty tensor's data is never read, and some producers leave it null.
-  KILN_USER_CHECK(t->data || numel == 0) << w << " has null data; pass an allocated array";
-  KILN_USER_CHECK(is_contiguous(*t)) << w << " is not contiguous (shape " << shape_to_string(shape) << ", strides "
-                                     << shape_to_string(std::vector<int64_t>(t->strides, t->strides + t->ndim))
-                                     << "); pass a compact row-major array, e.g. a contiguous copy";
-  return static_cast<char*>(t->data) + t->byte_offset;
-}
-
-// IEEE half from float, rounding to nearest even.
-uint16_t float_to_half(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
-  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to infinity
-  if (abs < 0x38800000u) {
-    // Below the smallest normal half: the result is a subnormal, f * 2^24 rounded.
-    float a;
-    std::memcpy(&a, &abs, 4);
-    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.0f)));
-  }
-  // Rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits to even.
-  abs += 0xc8000fffu + ((abs >> 13) & 1u);
-  return static_cast<uint16_t>(sign | (abs >> 13));
-}
-
-uint16_t float_to_bfloat16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // keep NaN a NaN
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-template <typename T>
-void store(uint64_t* slot, T value) {
-  std::memcpy(slot, &value, sizeof(T));
-}
-
-void pack_float_scalar(const Where& w, const Arg& a, DataType t, uint64_t* slot) {
-  // Integers widen to a float parameter (as in C); the reverse is refused below.
-  double v = a.kind() == Arg::Kind::Float ? a.float_value()
-             : a.too_big()                ? static_cast<double>(static_cast<uint64_t>(a.int_value()))
-                                          : static_cast<double>(a.int_value());
-  if (t.is_bfloat()) return store(slot, float_to_bfloat16(static_cast<float>(v)));
-  switch (t.bits()) {
-    case 16: return store(slot, float_to_half(static_cast<float>(v)));
-    case 32: return store(slot, static_cast<float>(v));
-    case 64: return store(slot, v);
-  }
-  KILN_USER_ERROR() << w << " has dtype " << t.str() << ", which Module::call cannot pass";
-}
-
-void pack_int_scalar(const Where& w, const Arg& a, DataType t, uint64_t* slot) {
-  int64_t v = a.int_value();
-  int bits = t.bits();
-  if (t.is_bool()) {
-    KILN_USER_CHECK(!a.too_big() && (v == 0 || v == 1)) << w << " = " << v << " is not a bool; pass 0 or 1";
-    return store(slot, static_cast<uint8_t>(v));
-  }
-  bool fits;
-  if (t.is_int()) {
-    fits = !a.too_big() && (bits == 64 || (v >= -(int64_t(1) << (bits - 1)) && v < (int64_t(1) << (bits - 1))));
-  } else {
-    fits = a.too_big() ? bits == 64 : v >= 0 && (bits == 64 || v < (int64_t(1) << bits));
-  }
-  KILN_USER_CHECK(fits) << w << " = " << (a.too_big() ? std::to_string(static_cast<uint64_t>(v)) : std::to_string(v))
-                        << " does not fit " << t.str();
-  switch (bits) {
-    case 8: return store(slot, static_cast<uint8_t>(v));
-    case 16: return store(slot, static_cast<uint16_t>(v));
-    case 32: return store(slot, static_cast<uint32_t>(v));
-    case 64: return store(slot, static_cast<uint64_t>(v));
-  }
-  KILN_USER_ERROR() << w << " has dtype " << t.str() << ", which Module::call cannot pass";
-}
-
-void pack_scalar(const Where& w, const Arg& a, uint64_t* slot) {
-  DataType t = w.kernel.params[w.index].dtype;
-  KILN_USER_CHECK(a.kind() != Arg::Kind::Tensor) << w << " is a tensor, expected " << a_or_an(t.str()) << " scalar";
-  KILN_USER_CHECK(t.is_scalar() && (t.is_float() || t.is_integer() || t.is_bool()))
-      << w << " has dtype " << t.str() << ", which Module::call cannot pass as a scalar";
-  *slot = 0;
-  if (t.is_float()) return pack_float_scalar(w, a, t, slot);
-  KILN_USER_CHECK(a.kind() == Arg::Kind::Int)
-      << w << " is a float (" << a.float_value() << "), expected " << a_or_an(t.str()) << " scalar; pass an integer";
-  pack_int_scalar(w, a, t, slot);
-}
-
-// Fills ptrs[i] per the calling convention; scalar values live in vals[i].
-void pack_args(const KernelInfo& k, const std::vector<Arg>& args, void** ptrs, uint64_t* vals) {
-  if (args.size() != k.params.size()) {
-    std::string names;
-    for (size_t i = 0; i < k.params.size(); ++i) names += (i ? ", " : "") + k.params[i].name;
-    KILN_USER_ERROR() << k.name << ": expected " << k.params.size() << " arguments (" << names << "), got " << args.size();
-  }
-  for (size_t i = 0; i < args.size(); ++i) {
-    Where w{k, i};
-    if (k.params[i].is_buffer) {
-      ptrs[i] = pack_buffer(w, args[i]);
-    } else {
-      pack_scalar(w, args[i], &vals[i]);
-      ptrs[i] = &vals[i];
-    }
-  }
-}
-
-// Packed arguments with inline storage: call() allocates nothing for up to 16 parameters.
-class PackedArgs {
- public:
-  PackedArgs(const KernelInfo& k, const std::vector<Arg>& args) {
-    size_t n = std::max(k.params.size(), args.size());
-    if (n > kInline) {
-      ptr_heap_.resize(n);
-      val_heap_.resize(n);
-      ptrs_ = ptr_heap_.data();
-      vals_ = val_heap_.data();
-    }
-    pack_args(k, args, ptrs_, vals_);
-  }
-  PackedArgs(const PackedArgs&) = delete;
-  PackedArgs& operator=(const PackedArgs&) = delete;
-  void* const* data() const { return ptrs_; }
-
- private:
-  static constexpr size_t kInline = 16;
-  void* ptr_inline_[kInline];
-  uint64_t val_inline_[kInline];
-  std::vector<void*> ptr_heap_;
-  std::vector<uint64_t> val_heap_;
-  void** ptrs_ = ptr_inline_;
-  uint64_t* vals_ = val_inline_;
-};
 
 void invoke(const std::string& name, KilnKernel fn, void* const* args) {
   kiln_set_last_error("");
@@ -303,6 +107,11 @@ Module::Module(std::shared_ptr<ModuleNode> backing, std::vector<KernelInfo> kern
         KILN_USER_CHECK(d >= -1) << "Module: kernel '" << k.name << "' parameter '" << p.name << "' has shape "
                                  << shape_to_string(p.shape) << "; use -1 for a symbolic dimension";
       }
+    }
+    try {
+      check_shape_metadata(k);
+    } catch (const Error& e) {
+      KILN_USER_ERROR() << "Module: " << e.what();
     }
   }
   state_->backing = std::move(backing);

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/codegen/kernel_metadata.h"  // kernel_info: the metadata build_llvm attaches
 #include "kiln/codegen/target.h"
 #include "kiln/ir/function.h"
 #include "kiln/runtime/c_runtime_api.h"
@@ -73,13 +74,11 @@ JitModule jit_compile(const std::vector<PrimFunc>& funcs, const Target& target, 
 
 /**
  * Compiles `funcs` into a runtime Module: the kernels plus their metadata
- * (parameter names, dtypes, constant shapes, -1 for symbolic dimensions),
- * callable with argument checking through Module::call.
+ * (kernel_info: parameter names, dtypes and shapes, symbolic ones as
+ * expressions of the scalar parameters), callable through Module::call,
+ * which binds and checks every shape at each call.
  */
 Module build_llvm(const std::vector<PrimFunc>& funcs, const Target& target);
-
-/** The metadata build_llvm attaches to a kernel. */
-KernelInfo kernel_info(const PrimFunc& func);
 
 /** Writes a relocatable, position-independent object file (ELF on Linux) defining the kernels. */
 void emit_object_file(const std::vector<PrimFunc>& funcs, const Target& target, const std::string& path);

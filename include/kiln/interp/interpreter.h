@@ -33,11 +33,20 @@
 #include <vector>
 
 #include "kiln/ir/function.h"
+#include "kiln/runtime/module.h"
 
 namespace kiln {
 
 /** Runs f on args (see the calling convention above); throws kiln::Error on any fault. */
 void interpret(const PrimFunc& f, const std::vector<void*>& args);
+
+/**
+ * Runs f on arrays and scalars, checked, bound and packed exactly as
+ * Module::call does for a compiled kernel (kiln/runtime/arg_binder.h):
+ * shape variables come from the arrays or are checked against them, and
+ * trailing shape scalars may be left out. Throws kiln::Error.
+ */
+void interpret_args(const PrimFunc& f, const std::vector<Arg>& args);
 
 }  // namespace kiln
 

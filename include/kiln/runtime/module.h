@@ -14,9 +14,14 @@
  *    function, not an array) holding the JSON of the kernel list, as written
  *    by kernels_to_json:
  *      [{"name": "vadd", "params": [
- *         {"name": "A", "kind": "buffer", "dtype": "float32", "shape": [-1]},
+ *         {"name": "A", "kind": "buffer", "dtype": "float32", "shape": [-1],
+ *          "dims": [{"param": 1}]},
  *         {"name": "n", "kind": "scalar", "dtype": "int32", "shape": []}]}]
- *    where -1 is a symbolic dimension (any extent is accepted).
+ *    where -1 is a dimension that is not a constant, and "dims" (optional)
+ *    gives every dimension as a ShapeExpr: an integer, {"param": i} (the
+ *    scalar parameter i) or {"op": "add", "a": ..., "b": ...}. A buffer may
+ *    also list "strides" the same way (absent: compact row-major).
+ *    Without "dims" a -1 dimension is not checked (metadata of old libraries).
  * The .so resolves kiln_parallel_launch and friends from libkiln_runtime,
  * so it should list that library as a dependency (or link it statically).
  */
@@ -32,6 +37,7 @@
 #include "kiln/ir/dtype.h"
 #include "kiln/runtime/c_runtime_api.h"
 #include "kiln/runtime/ndarray.h"
+#include "kiln/runtime/shape_expr.h"
 
 namespace kiln {
 
@@ -40,7 +46,16 @@ struct ParamInfo {
   std::string name;
   bool is_buffer = false;
   DataType dtype;  ///< element type of a buffer; value type of a scalar
-  std::vector<int64_t> shape;  ///< buffers only; -1 is a symbolic dimension
+  std::vector<int64_t> shape;  ///< buffers only; -1 where the dimension is not a constant
+  /**
+   * Buffers only: each dimension as the kernel computes it, from constants and
+   * the kernel's scalar parameters. Every call binds plain-parameter
+   * dimensions from the arrays and checks all of them (see arg_binder.h).
+   * Empty in metadata that predates it: then -1 dimensions go unchecked.
+   */
+  std::vector<ShapeExpr> dims;
+  /** Buffers only: element strides the kernel uses; empty means compact row-major (required of the array). */
+  std::vector<ShapeExpr> strides;
 
   bool operator==(const ParamInfo& o) const = default;
 };
@@ -144,11 +159,13 @@ class Module {
   const std::shared_ptr<ModuleNode>& backing() const;
 
   /**
-   * Checks `args` against the kernel's parameters (count; for buffers rank,
-   * each non-symbolic dimension, dtype, device cpu, non-null data and compact
-   * strides; for scalars the kind and range), packs them per the calling
-   * convention and calls the kernel. Any mismatch, or a non-zero return from
-   * the kernel, throws kiln::Error naming the kernel and the parameter.
+   * Checks `args` against the kernel's parameters (for buffers rank, dtype,
+   * device cpu, non-null data and compact strides; for scalars the kind and
+   * range), binds the shape variables from the arrays' shapes and checks
+   * every dimension against them (arg_binder.h), packs the arguments per the
+   * calling convention and calls the kernel. Trailing shape scalars that the
+   * arrays determine may be left out. Any mismatch, or a non-zero return
+   * from the kernel, throws kiln::Error naming the kernel and the parameter.
    */
   void call(const std::string& name, const std::vector<Arg>& args) const;
 

@@ -155,28 +155,6 @@ class JitModuleNode : public ModuleNode {
 };
 }  // namespace
 
-KernelInfo kernel_info(const PrimFunc& func) {
-  KernelInfo info;
-  info.name = func.name();
-  for (const Param& p : func.params()) {
-    ParamInfo pi;
-    pi.is_buffer = p.is_buffer();
-    if (p.is_buffer()) {
-      pi.name = p.buffer.name();
-      pi.dtype = p.buffer.dtype();
-      for (const Expr& e : p.buffer.shape()) {
-        const int64_t* v = as_const_int(e);
-        pi.shape.push_back(v ? *v : -1);
-      }
-    } else {
-      pi.name = p.var.name();
-      pi.dtype = p.var.dtype();
-    }
-    info.params.push_back(std::move(pi));
-  }
-  return info;
-}
-
 Module build_llvm(const std::vector<PrimFunc>& funcs, const Target& target) {
   JitModule jit = jit_compile(funcs, target);
   std::vector<KernelInfo> infos;
