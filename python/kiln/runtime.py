@@ -6,6 +6,11 @@ of the kernel's dtype and shape, and writeable where the kernel writes it: the
 kernel reads and writes the array's own memory, so ``mod(a, b, c)`` leaves the
 result in ``c``. Anything that does not match raises :class:`kiln.KilnError`
 naming the kernel and the parameter.
+
+Symbolic shapes (``n = te.var("n")``) are bound from the arrays at every
+call: ``n`` is taken from the first array that has it as a dimension and
+every other use must agree. The trailing scalar for ``n`` may be left out
+(``mod(a, b, c)``); when given, it must equal the arrays' dimension.
 """
 from ._ffi import KilnError, _kiln
 
@@ -39,7 +44,8 @@ class Module:
         return self._native.names()
 
     def params(self, name=None):
-        """The parameters of a kernel (default: the entry) as dicts: name, kind, dtype, shape (-1: any)."""
+        """The parameters of a kernel (default: the entry) as dicts: name, kind, dtype, shape
+        (-1 where not a constant) and, for buffers, dims (each an int or an expression such as "n + 1")."""
         return self._native.params(name or self.entry_name)
 
     def _written_for(self, name):

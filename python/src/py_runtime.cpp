@@ -6,9 +6,10 @@
 // output array), an object with __dlpack__ (a torch tensor) or a DLPack
 // capsule is taken over through its DLManagedTensor, and a kiln NDArray is
 // passed as is. Module::call checks every argument against the kernel's
-// metadata (rank, shape, dtype, device, contiguity) and reports mismatches as
-// kiln::Error; this file only adds the checks that need Python: numpy
-// alignment and writability, and unsupported Python types.
+// metadata (rank, shape, dtype, device, contiguity), binds shape variables
+// from the arrays (arg_binder.h) and reports mismatches as kiln::Error; this
+// file only adds the checks that need Python: numpy alignment and
+// writability, and unsupported Python types.
 #include <pybind11/numpy.h>
 
 #include <cstring>
@@ -140,6 +141,8 @@ ArgPack pack_args(const Module& mod, const std::string& name, const py::sequence
 }
 
 py::list kernel_params(const KernelInfo& k) {
+  std::vector<std::string> names;
+  for (const ParamInfo& p : k.params) names.push_back(p.name);
   py::list out;
   for (const ParamInfo& p : k.params) {
     py::dict d;
@@ -147,6 +150,15 @@ py::list kernel_params(const KernelInfo& k) {
     d["kind"] = p.is_buffer ? "buffer" : "scalar";
     d["dtype"] = p.dtype.str();
     d["shape"] = p.shape;
+    if (p.is_buffer) {
+      // Each dimension as declared: an int, or the expression text ("n", "n + 1").
+      py::list dims;
+      for (const ShapeExpr& e : p.dims) {
+        if (e.is_const()) dims.append(e.value);
+        else dims.append(e.str(names));
+      }
+      d["dims"] = dims;
+    }
     out.append(d);
   }
   return out;

@@ -740,7 +740,8 @@ TEST(CodegenLLVM, RuntimeModuleChecksAndCalls) {
   }
   mod.call("ew_mod", {a, b, c, n});
   for (int x = 0; x < n; ++x) ASSERT_EQ(c.data_as<float>()[x], 2.f * x + 1.5f);
-  EXPECT_THROW(mod.call("ew_mod", {a, b, c}), Error);
+  mod.call("ew_mod", {a, b, c});  // n is inferred from the arrays
+  EXPECT_THROW(mod.call("ew_mod", {a, b, c, n + 1}), Error);
 }
 
 // ------------------------------------------------------------ build time

@@ -459,8 +459,8 @@ class FakeNode : public ModuleNode {
   }
 };
 
-ParamInfo buffer(std::string name, DataType t, std::vector<int64_t> shape) { return {std::move(name), true, t, std::move(shape)}; }
-ParamInfo scalar(std::string name, DataType t) { return {std::move(name), false, t, {}}; }
+ParamInfo buffer(std::string name, DataType t, std::vector<int64_t> shape) { return {std::move(name), true, t, std::move(shape), {}, {}}; }
+ParamInfo scalar(std::string name, DataType t) { return {std::move(name), false, t, {}, {}, {}}; }
 
 std::vector<KernelInfo> test_kernels() {
   DataType f32 = DataType::Float(32);

@@ -173,8 +173,8 @@ def test_argument_errors(vadd, rng):
     np.testing.assert_allclose(c, a + 2 * b, rtol=1e-6)
 
 
-# lower.h: "scalar shape variables follow as int32 parameters"; until lowering
-# adds them, build reports the free variable (a KilnError, not a crash).
+# Shape variables follow the buffers as int32 parameters; a bad scalar for
+# one is a KilnError, not a crash (test_symbolic_shapes.py checks the values).
 def test_scalar_argument_errors(rng):
     n = te.var("n")
     A = te.placeholder((n,), name="A")
