@@ -42,8 +42,8 @@ void check_shape_metadata(const KernelInfo& kernel);
  * The arguments of one call, checked and bound against the kernel's
  * metadata (see the file comment) and packed per the calling convention of
  * c_runtime_api.h: data() has one pointer per parameter, including the
- * scalars that were inferred. Throws kiln::Error on any mismatch. Allocates
- * nothing for kernels of up to 16 parameters (binding aside).
+ * scalars that were inferred. Throws kiln::Error on any mismatch. The
+ * pointer and scalar slots are inline for up to 16 parameters.
  */
 class PackedArgs {
  public:
