@@ -8,7 +8,7 @@
 // blocked kernels. Each kiln result is checked element by element against
 // both PyTorch outputs and on a sample against a double-precision loop.
 //
-//   conv2d_bench [--threads N] [--repeat R] [--repeat-ms 50] [--shapes CxKxHxWxRxPxS,...]
+//   conv2d_bench [--threads N] [--repeat R] [--repeat-ms 50] [--shapes CxKxHxWxRxPxS,...] [--target "llvm -mcpu=haswell"]
 //                [--layout nchw|nchwc] [--kb 32] [--owb 0] [--ohb 1] [--cu 4] [--cb 16] [--gemm 1]
 //   (R = kernel size, P = padding, S = stride; batch 1). Each repeat of kiln
 //   and of PyTorch lasts at least --repeat-ms. On a machine shared with other
@@ -99,6 +99,7 @@ static double sampled_error(const float* X, const float* W, const float* Y, cons
 int main(int argc, char** argv) {
   int threads = 1, repeat = 7, repeat_ms = 50;
   ops::Conv2dTiling tiling;
+  std::string target_str = "llvm";  // the tiles (0: from the target) and the code are for this target
   std::string shapes = "64x64x56x56x3x1x1,256x256x14x14x3x1x1,64x256x56x56x1x0x1";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
@@ -106,6 +107,7 @@ int main(int argc, char** argv) {
     else if (a == "--repeat") repeat = std::stoi(v);
     else if (a == "--repeat-ms") repeat_ms = std::stoi(v);
     else if (a == "--shapes") shapes = v;
+    else if (a == "--target") target_str = v;
     else if (a == "--layout") tiling.nchw_out = v == "nchw";
     else if (a == "--kb") tiling.KB = std::stoi(v);
     else if (a == "--owb") tiling.OWB = std::stoi(v);
@@ -121,6 +123,8 @@ int main(int argc, char** argv) {
   // Before the runtime's thread pool starts: it reads KILN_NUM_THREADS once.
   setenv("KILN_NUM_THREADS", std::to_string(threads).c_str(), 1);
   tiling.parallel = threads > 1;
+  const Target target = Target::parse(target_str);
+  std::printf("target: %s (tile sizes of 0 come from it per shape)\n", target.str().c_str());
   std::printf("fp32 conv2d, batch 1, %d thread(s), %d repeats of >= %d ms; kiln: NCHW%s, CB=%d KB=%d OHB=%d CU=%d, input packing timed, weight packing not (wpack);\n"
               "peer: torch.nn.functional.conv2d (PyTorch CPU, oneDNN) on NCHW tensors (torch) and on channels_last ones (t-cl, converted untimed);\n"
               "ratios are kiln time / PyTorch time (below 1: kiln is faster)\n",
@@ -130,9 +134,9 @@ int main(int argc, char** argv) {
   std::printf("%-24s %-10s %9s %9s %6s | %9s %9s %5s %5s | %9s %9s %5s %5s |\n", "", "", "", "", "kiln", "NCHW", "", "k/t", "k/t", "chan-last", "", "k/cl", "k/cl");
   std::string tmp = "/tmp/kiln_conv2d_bench_" + std::to_string(getpid());
   for (const ops::Conv2dShape& s : parse_shapes(shapes)) {
-    ops::CpuConv2d cv = ops::cpu_conv2d(s, tiling);
-    Module wmod = build(cv.weight_schedule, {cv.W, cv.packed_W_out}, "llvm", "pack_weights");
-    Module mod = build(cv.schedule, {cv.X, cv.packed_W, cv.Y}, "llvm", "conv2d");
+    ops::CpuConv2d cv = ops::cpu_conv2d(s, tiling, target);
+    Module wmod = build(cv.weight_schedule, {cv.W, cv.packed_W_out}, target, "pack_weights");
+    Module mod = build(cv.schedule, {cv.X, cv.packed_W, cv.Y}, target, "conv2d");
     auto shape_of = [](const te::Tensor& t) {
       std::vector<int64_t> v;
       for (const Expr& e : t.shape()) v.push_back(*as_const_int(e));

@@ -2,7 +2,7 @@
 // OpenBLAS through numpy, in one run. Prints min and median of each and the
 // ratio kiln/peer in time (below 1 means kiln is faster) and in GFLOP/s.
 //
-//   gemm_bench [--threads N] [--repeat R] [--shapes MxNxK,...] [--mr 6 --nr 16 --ku 4]
+//   gemm_bench [--threads N] [--repeat R] [--shapes MxNxK,...] [--mr 6 --nr 16 --ku 4] [--target "llvm -mcpu=haswell"]
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -48,12 +48,14 @@ static double max_sampled_error(const float* A, const float* B, const float* C, 
 int main(int argc, char** argv) {
   int threads = 1, repeat = 7;
   ops::GemmTiling tiling;
+  std::string target_str = "llvm";  // the tile (unless --mr/--nr) and the code are for this target
   std::string shapes = "256x256x256,512x512x512,1024x1024x1024,2048x2048x2048,128x768x3072,1x4096x4096";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--threads") threads = std::stoi(v);
     else if (a == "--repeat") repeat = std::stoi(v);
     else if (a == "--shapes") shapes = v;
+    else if (a == "--target") target_str = v;
     else if (a == "--mr") tiling.MR = std::stoi(v);
     else if (a == "--nr") tiling.NR = std::stoi(v);
     else if (a == "--ku") tiling.KU = std::stoi(v);
@@ -66,13 +68,15 @@ int main(int argc, char** argv) {
   // Before the runtime's thread pool starts: it reads KILN_NUM_THREADS once.
   setenv("KILN_NUM_THREADS", std::to_string(threads).c_str(), 1);
   tiling.parallel = threads > 1;
-  std::printf("fp32 GEMM, %d thread(s), %d repeats; kiln: hand schedule MR=%d NR=%d KU=%d; peer: numpy (OpenBLAS)\n", threads, repeat, tiling.MR, tiling.NR, tiling.KU);
+  const Target target = Target::parse(target_str);
+  std::printf("fp32 GEMM, %d thread(s), %d repeats; kiln: hand schedule for %s, MR=%d NR=%d (0: from the target per shape) KU=%d; peer: numpy (OpenBLAS)\n", threads, repeat,
+              target.str().c_str(), tiling.MR, tiling.NR, tiling.KU);
   std::printf("%-18s %10s %10s %10s %10s %9s %9s %8s %8s\n", "M x N x K", "kiln min", "kiln med", "blas min", "blas med", "kiln GF/s", "blas GF/s", "min k/b", "med k/b");
   std::vector<double> build_ms;  // schedule + lower + codegen + JIT, per shape
   for (const Shape& s : parse_shapes(shapes)) {
     auto t0 = std::chrono::steady_clock::now();
-    ops::CpuGemm g = ops::cpu_matmul(s.M, s.N, s.K, tiling);
-    Module mod = build(g.schedule, {g.A, g.B, g.C}, "llvm", "gemm");
+    ops::CpuGemm g = ops::cpu_matmul(s.M, s.N, s.K, tiling, target);
+    Module mod = build(g.schedule, {g.A, g.B, g.C}, target, "gemm");
     build_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     NDArray A = NDArray::empty({s.M, s.K}, DataType::Float(32)), B = NDArray::empty({s.K, s.N}, DataType::Float(32)), C = NDArray::empty({s.M, s.N}, DataType::Float(32));
     std::mt19937 rng(1);

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <numeric>
 
 #include "kiln/ir/op.h"
+#include "kiln/ops/cpu_gemm.h"
+#include "kiln/ops/nn.h"
 #include "kiln/support/error.h"
 
 namespace kiln::ops {
@@ -11,15 +14,63 @@ namespace kiln::ops {
 using te::compute;
 using te::Tensor;
 
-int pick_conv_tile_width(int ow) {
-  // 14 columns x 2 vectors = 28 accumulators leave 4 of the 32 registers for
-  // the weight vectors and the broadcast. A divisor of ow avoids a tail tile,
-  // whose variable extent would stop the unrolling that keeps it in registers.
+int pick_conv_tile_width(int ow, int max_width) {
+  // A divisor of ow avoids a tail tile, whose variable extent would stop the
+  // unrolling that keeps it in registers.
   int best = 1;
-  for (int d = 1; d <= std::min(ow, 16); ++d)
-    if (ow % d == 0 && std::abs(d - 14) < std::abs(best - 14)) best = d;
+  for (int d = 1; d <= std::min(ow, max_width); ++d)
+    if (ow % d == 0) best = d;
   return best;
 }
+
+// One register left free beside the tile: with the input-channel and tap
+// loops unrolled, LLVM loads the next weight vector early (AVX2 measured 37
+// spills for a 14-pixel x 1-vector tile that fills all 16 exactly).
+constexpr int kSpareRegisters = 1;
+
+// KB and OWB of the blocked form: KB of two vectors or one (whichever
+// divides K and, with the widest OWB that then fits, fills more
+// accumulators; two on a tie: half the broadcasts per multiply-add).
+static void resolve_blocked_tile(Conv2dTiling& t, const RegisterBudget& b, const Conv2dShape& s) {
+  const int ohb = std::max(1, t.OHB);
+  int best_acc = -1, best_kb = t.KB, best_owb = t.OWB;
+  for (int v : {2, 1}) {
+    int kb = t.KB ? t.KB : v * b.lanes;
+    if (!t.KB && s.K % kb != 0) continue;
+    int vectors = (kb + b.lanes - 1) / b.lanes;
+    int owb = t.OWB ? t.OWB : pick_conv_tile_width(s.OW(), std::max(1, max_tile_rows(b.registers - kSpareRegisters, vectors) / ohb));
+    int acc = ohb * owb * vectors;
+    if (acc > best_acc) best_acc = acc, best_kb = kb, best_owb = owb;
+  }
+  if (best_acc < 0) {  // K is no multiple of the lanes: its largest divisor up to two vectors
+    best_kb = channel_block(s.K, 2 * b.lanes);
+    int vectors = (best_kb + b.lanes - 1) / b.lanes;
+    best_owb = t.OWB ? t.OWB : pick_conv_tile_width(s.OW(), std::max(1, max_tile_rows(b.registers - kSpareRegisters, vectors) / ohb));
+  }
+  t.KB = best_kb;
+  t.OWB = best_owb;
+}
+
+Conv2dTiling resolve_conv2d_tiling(const Conv2dTiling& given, const Target& target, const Conv2dShape& s) {
+  RegisterBudget b = register_budget(target);
+  KILN_USER_CHECK(given.CB >= 0 && given.KB >= 0 && given.OWB >= 0 && given.MR >= 0 && given.NR >= 0)
+      << "cpu_conv2d: the tile sizes CB, KB, OWB, MR and NR must be positive (or 0: from the target)";
+  Conv2dTiling t = given;
+  if (s.C <= 0 || s.K <= 0 || s.OW() <= 0) return t;  // check_shape names the problem
+  if (!t.CB) {
+    t.CB = channel_block(s.C, b.lanes);
+    if (t.CU > 0) t.CU = std::gcd(t.CU, t.CB);
+  }
+  resolve_blocked_tile(t, b, s);
+  if (t.unroll_taps < 0) t.unroll_taps = b.registers > 16 ? 1 : 0;
+  GemmTiling g;
+  g.MR = given.MR, g.NR = given.NR;
+  g = resolve_gemm_tiling(g, target, s.K, s.H * s.W);
+  t.MR = g.MR, t.NR = g.NR;
+  return t;
+}
+
+Conv2dTiling default_conv2d_tiling(const Target& target, const Conv2dShape& shape) { return resolve_conv2d_tiling({}, target, shape); }
 
 bool conv_is_pointwise_gemm(const Conv2dShape& s, const Conv2dTiling& t) {
   int64_t pixels = int64_t(s.H) * s.W;
@@ -45,7 +96,7 @@ static void check_shape(const Conv2dShape& s, const Conv2dTiling& t) {
 // ---------------------------------------------------------------- GEMM form
 
 // Y[n] = W x X[n], pixels as the columns of X and Y. Each MR x NR tile
-// broadcasts MR weights against NR/16 vectors of one input row per input
+// broadcasts MR weights against NR/lanes vectors of one input row per input
 // channel; the weights are packed [K/MR, C, MR] so the MR values of one step
 // are contiguous. X needs no packing: its rows are already contiguous.
 static void build_pointwise(CpuConv2d& r) {
@@ -171,7 +222,7 @@ static void build_blocked(CpuConv2d& r) {
   te::Stage& l = sch[BL];
   auto [cio, cii] = l.split(l.axis("rci"), t.CU);
   l.reorder({l.axis("rco"), l.axis("ry"), l.axis("rx"), cio, cii, l.axis("n"), l.axis("fo"), l.axis("y"), l.axis("x"), l.axis("fi")});
-  l.unroll(l.axis("rx"));
+  if (t.unroll_taps != 0) l.unroll(l.axis("rx"));
   l.unroll(cii);
   l.unroll(l.axis("y"));
   l.unroll(l.axis("x"));
@@ -187,11 +238,12 @@ static void build_blocked(CpuConv2d& r) {
   r.schedule = sch;
 }
 
-CpuConv2d cpu_conv2d(const Conv2dShape& shape, const Conv2dTiling& tiling) {
+CpuConv2d cpu_conv2d(const Conv2dShape& shape, const Target& target) { return cpu_conv2d(shape, Conv2dTiling{}, target); }
+
+CpuConv2d cpu_conv2d(const Conv2dShape& shape, const Conv2dTiling& tiling, const Target& target) {
   CpuConv2d r;
   r.shape = shape;
-  r.tiling = tiling;
-  if (r.tiling.OWB == 0 && shape.OW() > 0) r.tiling.OWB = pick_conv_tile_width(shape.OW());
+  r.tiling = resolve_conv2d_tiling(tiling, target, shape);
   check_shape(r.shape, r.tiling);
   if (conv_is_pointwise_gemm(r.shape, r.tiling)) build_pointwise(r);
   else build_blocked(r);

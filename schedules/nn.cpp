@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kiln/ir/op.h"
+#include "kiln/ops/register_tile.h"
 #include "kiln/support/error.h"
 
 namespace kiln::ops {
@@ -76,7 +77,12 @@ int channel_block(int channels, int preferred) {
   return best;
 }
 
-NchwcBlocks nchwc_blocks(int in_channels, int out_channels) { return {channel_block(in_channels, 16), channel_block(out_channels, 32)}; }
+NchwcBlocks nchwc_blocks(int in_channels, int out_channels, const Target& target) {
+  int lanes = register_budget(target).lanes;
+  return {channel_block(in_channels, lanes), channel_block(out_channels, 2 * lanes)};
+}
+
+NchwcBlocks nchwc_blocks(int in_channels, int out_channels) { return nchwc_blocks(in_channels, out_channels, host_target()); }
 
 Tensor conv2d_nchwc(const Tensor& X, const Tensor& Wt, int stride, int pad, const std::string& name, Tensor* padded) {
   KILN_USER_CHECK(X.ndim() == 5 && Wt.ndim() == 6) << "conv2d_nchwc needs an [N, C/cb, H, W, cb] input and [K/kb, C/cb, KH, KW, cb, kb] weights, got '" << X.name()

@@ -29,7 +29,7 @@ void define_ops(py::module_& m) {
   ops.def("nchwc_blocks", [](int in_channels, int out_channels) {
     kiln::ops::NchwcBlocks b = kiln::ops::nchwc_blocks(in_channels, out_channels);
     return py::make_tuple(b.cb, b.kb);
-  }, py::arg("in_channels"), py::arg("out_channels"), "conv2d_nchwc's default blocks (cb, kb): channel_block(C, 16), channel_block(K, 32).");
+  }, py::arg("in_channels"), py::arg("out_channels"), "conv2d_nchwc's default blocks (cb, kb) on the host: channel_block(C, lanes), channel_block(K, 2 * lanes).");
   ops.def("depthwise_conv2d_nchw", [](const Tensor& X, const Tensor& W, int stride, int pad, const std::string& name) {
     Tensor padded;
     Tensor out = kiln::ops::depthwise_conv2d_nchw(X, W, stride, pad, name, &padded);

@@ -132,4 +132,14 @@ int Target::natural_lanes(DataType t) const {
   return std::max(1, vector_bits / t.bits());
 }
 
+int Target::num_vector_registers() const {
+  if (kind == Kind::CUDA) return 0;
+  // The architecture is the triple's first component ("x86_64-pc-linux-gnu").
+  std::string arch = triple.substr(0, triple.find('-'));
+  if (arch == "aarch64" || arch == "arm64" || arch == "aarch64_be") return 32;
+  if (arch == "i386" || arch == "i486" || arch == "i586" || arch == "i686") return 8;
+  if (has_feature("avx512f")) return 32;
+  return 16;
+}
+
 }  // namespace kiln

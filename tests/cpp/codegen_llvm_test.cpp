@@ -80,8 +80,22 @@ TEST(Target, ParsesHostNamedCpuAndFeatures) {
   EXPECT_EQ(Target::parse("llvm -mcpu=skylake-avx512").vector_bits, 512);
   EXPECT_EQ(Target::parse("llvm -mcpu=skylake-avx512 -mattr=-avx512f").vector_bits, 256);
 
+  // Register files: 16 ymm without AVX-512, 32 zmm with it (and v0-v31 on AArch64).
+  EXPECT_EQ(z.num_vector_registers(), 16);
+  EXPECT_EQ(Target::parse("llvm -mcpu=haswell").num_vector_registers(), 16);
+  EXPECT_EQ(Target::parse("llvm -mcpu=x86-64").num_vector_registers(), 16);
+  EXPECT_EQ(Target::parse("llvm -mcpu=skylake-avx512").num_vector_registers(), 32);
+  EXPECT_EQ(Target::parse("llvm -mcpu=znver4").num_vector_registers(), 32);
+  EXPECT_EQ(Target::parse("llvm -mcpu=skylake-avx512 -mattr=-avx512f").num_vector_registers(), 16);
+  EXPECT_EQ(h.num_vector_registers(), h.has_feature("avx512f") ? 32 : 16);
+  Target arm;  // built by hand: only the host's LLVM backend is initialised here
+  arm.triple = "aarch64-unknown-linux-gnu";
+  arm.features = {"neon"};
+  EXPECT_EQ(arm.num_vector_registers(), 32);
+
   Target c = Target::parse("cuda -arch=sm_90");
   EXPECT_EQ(c.kind, Target::Kind::CUDA);
+  EXPECT_EQ(c.num_vector_registers(), 0);
   EXPECT_EQ(c.arch, "sm_90");
   EXPECT_EQ(c.str(), "cuda -arch=sm_90");
 }

@@ -1,6 +1,8 @@
 // The tuner's search space: tasks and flop counts, the sketch rules, and
 // candidates (sample / mutate / crossover) that always lower, replay from
-// their traces and compute the right result.
+// their traces and compute the right result. The rules' tests run for an
+// AVX2 and an AVX-512 target (lanes 8 / 16, registers 16 / 32); their
+// candidates run on the host (the schedules hold for any target).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +20,7 @@
 #include "kiln/te/workload_key.h"
 #include "kiln/tuner/search_space.h"
 #include "reference_ops.h"
+#include "target_params.h"
 #include "test_util.h"
 
 namespace kiln::tuner {
@@ -25,11 +28,25 @@ namespace {
 
 using testing::ref::Vec;
 
-// A fixed target so that the rules (cores, vector lanes) do not depend on the host.
-const Target& rules_target() {
-  static const Target t = Target::parse("llvm -mcpu=skylake-avx512 -num-cores=2");
+// The target of the rules (cores, vector lanes, registers), fixed so that
+// they do not depend on the host: AVX-512 for the plain tests, each of
+// rule_targets() for the parameterised ones (set by the fixture).
+Target& current_rules_target() {
+  static Target t = Target::parse("llvm -mcpu=skylake-avx512 -num-cores=2");
   return t;
 }
+const Target& rules_target() { return current_rules_target(); }
+int rules_lanes() { return rules_target().natural_lanes(DataType::Float(32)); }
+
+std::vector<std::string> rule_targets() { return {"llvm -mcpu=haswell -num-cores=2", "llvm -mcpu=skylake-avx512 -num-cores=2"}; }
+
+class RulesTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { current_rules_target() = Target::parse(GetParam()); }
+  void TearDown() override { current_rules_target() = Target::parse(rule_targets().back()); }
+};
+class TunerSketch : public RulesTest {};
+class TunerSearchSpace : public RulesTest {};
 
 /** A DAG with its reference: ref maps the inputs' data to the outputs' data (args order). */
 struct Case {
@@ -231,7 +248,7 @@ TEST(TunerTask, MakeTaskErrors) {
   EXPECT_TRUE(testing::throws_with([&] { make_task({c.args[0], c.args[1], c.args[2], c.args[2]}, rules_target()); }, "appears twice"));
 }
 
-TEST(TunerSketch, RulesPerDag) {
+TEST_P(TunerSketch, RulesPerDag) {
   // Matmul: both tilings, each also with B packed (rule 2 and the pack rule).
   Task mm = task_of(matmul_case(64, 64, 64));
   SearchSpace s_mm(mm);
@@ -281,15 +298,15 @@ TEST(TunerSketch, RulesPerDag) {
 
 // The pack rule takes only an input read with the output's innermost axis as
 // its last index and a reduce axis in another: B, never A.
-TEST(TunerSketch, PackRuleOperand) {
+TEST_P(TunerSketch, PackRuleOperand) {
   SearchSpace mm(task_of(matmul_case(32, 64, 16)));
   EXPECT_TRUE(describes(mm, "pack 'B'"));
   EXPECT_FALSE(describes(mm, "pack 'A'"));
   SearchSpace bmm(task_of(batch_matmul_case(2, 8, 64, 16)));
   EXPECT_EQ(bmm.num_sketches(), 4);
   EXPECT_TRUE(describes(bmm, "C: tiled+cache_write, pack 'B'"));
-  // Rows of two vectors (16 lanes here) are panels already: no pack sketch.
-  SearchSpace narrow(task_of(batch_matmul_case(2, 8, 32, 16)));
+  // Rows of two vectors are panels already: no pack sketch.
+  SearchSpace narrow(task_of(batch_matmul_case(2, 8, 2 * rules_lanes(), 16)));
   EXPECT_EQ(narrow.num_sketches(), 2);
   EXPECT_FALSE(describes(narrow, "pack"));
   // B transposed (read as Bt[j, k]): its rows are already contiguous along k.
@@ -305,7 +322,7 @@ TEST(TunerSketch, PackRuleOperand) {
   EXPECT_FALSE(describes(odd, "pack"));
 }
 
-TEST(TunerSketch, MaterializedStructure) {
+TEST_P(TunerSketch, MaterializedStructure) {
   std::mt19937_64 rng(1);
   Task dense = task_of(dense_bias_relu_case(32, 32, 32));
   SearchSpace space(dense);
@@ -352,7 +369,7 @@ std::vector<int> tile_of(const SearchSpace& space, const Candidate& c, const std
 // The candidate equivalent to the hand GEMM (schedules/cpu_gemm.cpp) lowers
 // to the same loop nest: B packed by 32, 8x32 register tile accumulated in
 // C.local at the fused (column panel, row block) loop, k unrolled by 4.
-TEST(TunerSketch, CpuGemmCandidate) {
+TEST_P(TunerSketch, CpuGemmCandidate) {
   Case c = matmul_case(64, 64, 64);
   Task task = task_of(c);
   SearchSpace space(task);
@@ -377,8 +394,8 @@ TEST(TunerSketch, CpuGemmCandidate) {
 
 // Pack sketches under sample, mutate and crossover: one pack step whose
 // panel width is the innermost factor of the packed axis, a multiple of the
-// vector lanes (16), and the result is right on both backends.
-TEST(TunerSketch, PackSketchesCompute) {
+// vector lanes, and the result is right on both backends.
+TEST_P(TunerSketch, PackSketchesCompute) {
   for (const Case& c : {matmul_case(32, 48, 64), batch_matmul_case(2, 8, 32, 16)}) {
     Task task = task_of(c);
     SearchSpace space(task);
@@ -399,7 +416,7 @@ TEST(TunerSketch, PackSketchesCompute) {
           EXPECT_EQ(packs[0].stage_name, "B");
           EXPECT_EQ(packs[0].ints[0], ndim - 1);
           EXPECT_EQ(packs[0].ints[1], tile_of(space, *cand, "C.j").back());
-          EXPECT_EQ(packs[0].ints[1] % 16, 0);
+          EXPECT_EQ(packs[0].ints[1] % rules_lanes(), 0);
           check_computes(c, space, *cand, 20 + static_cast<uint32_t>(seed));
         }
         if (::testing::Test::HasFailure()) return;
@@ -408,13 +425,40 @@ TEST(TunerSketch, PackSketchesCompute) {
   }
 }
 
-TEST(TunerSketch, MatmulComputes) { check_all_sketches(matmul_case(32, 48, 64), 3); }
-TEST(TunerSketch, SkinnyMatmulComputes) { check_all_sketches(matmul_case(2, 16, 512), 2); }
-TEST(TunerSketch, DenseBiasReluComputes) { check_all_sketches(dense_bias_relu_case(16, 32, 24), 4); }
-TEST(TunerSketch, Conv2dComputes) { check_all_sketches(conv_case(), 2); }
-TEST(TunerSketch, Conv2dNchwcComputes) { check_all_sketches(conv_nchwc_case(1), 2); }
-TEST(TunerSketch, Conv2dNchwcStride2Computes) { check_all_sketches(conv_nchwc_case(2), 1); }
-TEST(TunerSketch, SoftmaxComputes) {
+// Sampled pack candidates keep their register tile (rows x panel vectors of
+// accumulators, the panel's vectors and one broadcast) within the target's
+// vector registers, and the panels allowed fit one row at least.
+TEST_P(TunerSketch, SampledPackTilesFitTheRegisters) {
+  const int lanes = rules_lanes(), regs = rules_target().num_vector_registers();
+  for (const Case& c : {matmul_case(256, 256, 64), batch_matmul_case(4, 64, 128, 16)}) {
+    Task task = task_of(c);
+    SearchSpace space(task);
+    int checked = 0;
+    for (int sk = 0; sk < space.num_sketches(); ++sk) {
+      if (space.describe_sketch(sk).find("pack") == std::string::npos) continue;
+      std::mt19937_64 rng(sk);
+      for (int k = 0; k < 40; ++k, ++checked) {
+        Candidate cand = space.sample_sketch(sk, rng);
+        SCOPED_TRACE(space.describe_candidate(cand));
+        int width = tile_of(space, cand, "C.j").back(), vectors = (width + lanes - 1) / lanes;
+        int rows = tile_of(space, cand, "C.i").back();
+        std::vector<int> b = tile_of(space, cand, "C.b");
+        if (!b.empty()) rows *= b.back();
+        EXPECT_LE(rows * vectors + vectors + 1, regs) << "rows " << rows << ", panel " << width;
+        EXPECT_LE(vectors + vectors + 1, regs) << "panel " << width;
+      }
+    }
+    EXPECT_GT(checked, 0) << c.name << " has no pack sketch";
+  }
+}
+
+TEST_P(TunerSketch, MatmulComputes) { check_all_sketches(matmul_case(32, 48, 64), 3); }
+TEST_P(TunerSketch, SkinnyMatmulComputes) { check_all_sketches(matmul_case(2, 16, 512), 2); }
+TEST_P(TunerSketch, DenseBiasReluComputes) { check_all_sketches(dense_bias_relu_case(16, 32, 24), 4); }
+TEST_P(TunerSketch, Conv2dComputes) { check_all_sketches(conv_case(), 2); }
+TEST_P(TunerSketch, Conv2dNchwcComputes) { check_all_sketches(conv_nchwc_case(1), 2); }
+TEST_P(TunerSketch, Conv2dNchwcStride2Computes) { check_all_sketches(conv_nchwc_case(2), 1); }
+TEST_P(TunerSketch, SoftmaxComputes) {
   Case c = softmax_case(8, 64);
   check_all_sketches(c, 6);
   // Both reductions inside the output's row loop (the deepest location choice).
@@ -433,15 +477,15 @@ TEST(TunerSketch, SoftmaxComputes) {
   }
   EXPECT_EQ(found, 2);
 }
-TEST(TunerSketch, LayerNormComputes) { check_all_sketches(layer_norm_case(6, 48), 6); }
-TEST(TunerSketch, BatchMatmulComputes) { check_all_sketches(batch_matmul_case(2, 8, 32, 16), 2); }
-TEST(TunerSketch, MaxPoolComputes) { check_all_sketches(max_pool_case(), 3); }
-TEST(TunerSketch, TwoOutputsComputes) { check_all_sketches(two_outputs_case(16, 32, 8), 2); }
-TEST(TunerSketch, ElementwiseChainComputes) { check_all_sketches(chain_case(12, 40), 4); }
-TEST(TunerSketch, RowSumComputes) { check_all_sketches(row_sum_case(4, 1024), 3); }
+TEST_P(TunerSketch, LayerNormComputes) { check_all_sketches(layer_norm_case(6, 48), 6); }
+TEST_P(TunerSketch, BatchMatmulComputes) { check_all_sketches(batch_matmul_case(2, 8, 32, 16), 2); }
+TEST_P(TunerSketch, MaxPoolComputes) { check_all_sketches(max_pool_case(), 3); }
+TEST_P(TunerSketch, TwoOutputsComputes) { check_all_sketches(two_outputs_case(16, 32, 8), 2); }
+TEST_P(TunerSketch, ElementwiseChainComputes) { check_all_sketches(chain_case(12, 40), 4); }
+TEST_P(TunerSketch, RowSumComputes) { check_all_sketches(row_sum_case(4, 1024), 3); }
 
 // Random sample / mutate / crossover: always valid, replayable, lowerable.
-TEST(TunerSearchSpace, PropertyRandomCandidates) {
+TEST_P(TunerSearchSpace, PropertyRandomCandidates) {
   std::vector<Case> cases = {matmul_case(32, 48, 64), dense_bias_relu_case(16, 32, 24), conv_case(),         softmax_case(8, 64),
                              chain_case(12, 40),      row_sum_case(4, 1024),             layer_norm_case(6, 48), two_outputs_case(16, 32, 8),
                              batch_matmul_case(2, 8, 64, 16), conv_nchwc_case(1)};
@@ -480,7 +524,7 @@ TEST(TunerSearchSpace, PropertyRandomCandidates) {
   std::cout << "[ property ] " << seeds << " seeds x (sample, mutate, crossover) valid\n";
 }
 
-TEST(TunerSearchSpace, DeterministicAndThreadSafe) {
+TEST_P(TunerSearchSpace, DeterministicAndThreadSafe) {
   Task task = task_of(conv_case());
   SearchSpace space(task);
   auto run = [&](uint64_t seed, std::vector<std::string>* out) {
@@ -500,7 +544,7 @@ TEST(TunerSearchSpace, DeterministicAndThreadSafe) {
   EXPECT_EQ(again.sample(r1).trace.to_json(), space.sample(r2).trace.to_json());
 }
 
-TEST(TunerSearchSpace, InvalidCandidatesThrow) {
+TEST_P(TunerSearchSpace, InvalidCandidatesThrow) {
   Task task = task_of(matmul_case(16, 64, 16));
   SearchSpace space(task);
   std::mt19937_64 rng(3);
@@ -517,12 +561,18 @@ TEST(TunerSearchSpace, InvalidCandidatesThrow) {
   EXPECT_TRUE(testing::throws_with([&] { space.mutate(bad, rng); }, "not the extent 16"));
   // A pack sketch packs by the innermost factor of C.j, which must stay a panel width.
   Candidate p = space.sample_sketch(2, rng);
-  p.decisions[4] = 1, p.decisions[5] = 2, p.decisions[6] = 4, p.decisions[7] = 8;
-  EXPECT_TRUE(testing::throws_with([&] { space.materialize(&p); }, "innermost factor 8; the sketch packs by it, so it must be one of 16"));
+  const int half = rules_lanes() / 2;
+  p.decisions[4] = 1, p.decisions[5] = 2, p.decisions[6] = 32 / half, p.decisions[7] = half;
+  EXPECT_TRUE(testing::throws_with([&] { space.materialize(&p); },
+                                   "innermost factor " + std::to_string(half) + "; the sketch packs by it, so it must be one of " + std::to_string(2 * half)));
   // Only CPU targets have rules.
   Task gpu = make_task(matmul_case(16, 16, 16).args, Target::parse("cuda -arch=sm_90"));
   EXPECT_TRUE(testing::throws_with([&] { SearchSpace s(gpu); }, "CPU targets"));
 }
+
+auto target_name = [](const ::testing::TestParamInfo<std::string>& info) { return testing::target_test_name(info.param); };
+INSTANTIATE_TEST_SUITE_P(Targets, TunerSketch, ::testing::ValuesIn(rule_targets()), target_name);
+INSTANTIATE_TEST_SUITE_P(Targets, TunerSearchSpace, ::testing::ValuesIn(rule_targets()), target_name);
 
 }  // namespace
 }  // namespace kiln::tuner

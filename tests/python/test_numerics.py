@@ -153,9 +153,10 @@ def test_conv2d_nchwc_from_op_library(rng, stride):
     # Blocked layouts: the reference runs on the NCHW / OIHW views of the same data.
     c, k, cb, kb = 8, 12, kiln.ops.channel_block(8, 4), kiln.ops.channel_block(12, 8)
     assert (cb, kb) == (4, 6)
-    # The defaults: one 16-lane vector of inputs, two of outputs; divisors when those do not divide.
-    assert kiln.ops.nchwc_blocks(64, 256) == (16, 32)
-    assert kiln.ops.nchwc_blocks(3, 24) == (3, 24)
+    # The defaults: one vector of inputs, two of outputs (the host's lanes); divisors when those do not divide.
+    lanes = kiln.Target("llvm").natural_lanes("float32")
+    assert kiln.ops.nchwc_blocks(64, 256) == (lanes, 2 * lanes)
+    assert kiln.ops.nchwc_blocks(3, 24) == (3, kiln.ops.channel_block(24, 2 * lanes))
     X = te.placeholder((1, c // cb, 9, 9, cb), name="X")
     W = te.placeholder((k // kb, c // cb, 3, 3, cb, kb), name="W")
     Y, padded = kiln.ops.conv2d_nchwc(X, W, stride=stride, pad=1)

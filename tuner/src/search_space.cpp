@@ -35,11 +35,15 @@ std::vector<int64_t> divisors(int64_t n) {
   return lo;
 }
 
-std::vector<int> panel_widths(int64_t extent, int lanes) {
+int max_tile_rows(int registers, int vectors) { return std::max(1, (registers - 1 - vectors) / std::max(1, vectors)); }
+
+std::vector<int> panel_widths(int64_t extent, int lanes, int registers) {
   for (int w = lanes; w >= 2; w /= 2) {
     std::vector<int> out;
-    for (int64_t d : divisors(extent))
-      if (d <= kMaxVectorExtent && d % w == 0) out.push_back(static_cast<int>(d));
+    for (int64_t d : divisors(extent)) {
+      int vectors = static_cast<int>((d + lanes - 1) / lanes);
+      if (d <= kMaxVectorExtent && d % w == 0 && tile_registers(1, vectors) <= registers) out.push_back(static_cast<int>(d));
+    }
     if (!out.empty()) return out;
   }
   return {};
@@ -98,6 +102,27 @@ void sample_slot(const Slot& slot, int lanes, std::mt19937_64& rng, std::vector<
   out[slot.size - 1] = static_cast<int>(inner);
   std::uniform_int_distribution<int> level(0, std::max(0, slot.size - 2));
   for (int64_t p : prime_factors(slot.extent / inner)) out[level(rng)] *= static_cast<int>(p);
+}
+
+void fit_rows_to_registers(const DagInfo& dag, const Sketch& sk, std::mt19937_64& rng, std::vector<int>* decisions) {
+  for (const StagePlan& p : sk.plans) {
+    if (p.pack < 0 || p.spatial_tiles.empty()) continue;
+    const Slot& panel = sk.slots[p.spatial_tiles.back()];
+    int width = (*decisions)[panel.offset + panel.size - 1];
+    int vectors = (width + dag.lanes - 1) / dag.lanes;
+    int64_t budget = max_tile_rows(dag.registers, vectors);
+    for (size_t k = 0; k + 1 < p.spatial_tiles.size(); ++k) {
+      const Slot& rows = sk.slots[p.spatial_tiles[k]];
+      int64_t inner = (*decisions)[rows.offset + rows.size - 1];
+      if (inner > budget) {
+        Slot within = rows;
+        within.sample_max = budget;
+        sample_slot(within, dag.lanes, rng, decisions);
+        inner = (*decisions)[rows.offset + rows.size - 1];
+      }
+      budget = std::max<int64_t>(1, budget / inner);
+    }
+  }
 }
 
 bool mutate_slot(const Slot& slot, std::mt19937_64& rng, std::vector<int>* decisions) {
@@ -195,6 +220,7 @@ Candidate SearchSpace::sample_sketch(int sketch, std::mt19937_64& rng) const {
   c.sketch = sketch;
   c.decisions.assign(sk.num_decisions, 0);
   for (const detail::Slot& s : sk.slots) detail::sample_slot(s, impl_->dag.lanes, rng, &c.decisions);
+  detail::fit_rows_to_registers(impl_->dag, sk, rng, &c.decisions);
   materialize(&c);
   return c;
 }

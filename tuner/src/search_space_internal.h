@@ -52,7 +52,8 @@ struct StageInfo {
 struct DagInfo {
   std::vector<StageInfo> stages;
   int cores = 1;
-  int lanes = 8;  ///< float32 lanes of one native vector register
+  int lanes = 8;       ///< float32 lanes of one native vector register
+  int registers = 16;  ///< vector registers of the target (16 on AVX2, 32 on AVX-512)
 };
 
 /** Analyses the task's DAG; throws kiln::Error for symbolic shapes (the tuner needs constants). */
@@ -60,10 +61,14 @@ DagInfo analyze_dag(const Task& task);
 
 /** Innermost loops longer than this are not vectorized (the vectorizer's limit). */
 inline constexpr int kMaxVectorExtent = 64;
-/** Pack sketches: sampling draws the innermost factor of the axes other than
- * the packed one (the register tile's rows) up to this, so that rows x panel
- * vectors of accumulators stay near the register file; mutation may go further. */
-inline constexpr int kMaxSampledRows = 8;
+/** Registers a register tile of `rows` x `vectors` needs: the accumulators,
+ * one row of the packed operand's vectors and one broadcast. */
+inline int tile_registers(int64_t rows, int vectors) { return static_cast<int>(rows * vectors + vectors + 1); }
+/** The most rows of `vectors` accumulators that fit in `registers` (at least 1).
+ * Pack sketches sample the register tile's rows (the innermost factors of the
+ * axes other than the packed one) within this for the sampled panel width, so
+ * that the tile does not spill; mutation may go further. */
+int max_tile_rows(int registers, int vectors);
 
 /** A decision slot: a tile (factors whose product is an extent) or a choice in [0, choices). */
 struct Slot {
@@ -131,13 +136,18 @@ void check_decisions(const Sketch& sketch, const std::vector<int>& decisions);
 
 /** Samples the slot's values into decisions (at slot.offset). */
 void sample_slot(const Slot& slot, int lanes, std::mt19937_64& rng, std::vector<int>* decisions);
+/** Pack sketches: resamples the register tile's rows of each packed stage
+ * that would not fit the registers with the sampled panel width. */
+void fit_rows_to_registers(const DagInfo& dag, const Sketch& sketch, std::mt19937_64& rng, std::vector<int>* decisions);
 /** Changes the slot's values to a different valid value; false when the slot has only one. */
 bool mutate_slot(const Slot& slot, std::mt19937_64& rng, std::vector<int>* decisions);
 
 /** Panel widths worth packing an axis of this extent by: divisors up to
  * kMaxVectorExtent that are multiples of the widest vector (lanes, lanes/2,
- * ..., 2) that has any; empty when the extent is odd. */
-std::vector<int> panel_widths(int64_t extent, int lanes);
+ * ..., 2) that has any, and narrow enough that one row of accumulators fits
+ * the registers (at most 56 on AVX2, 64 on AVX-512); empty when the extent
+ * is odd. */
+std::vector<int> panel_widths(int64_t extent, int lanes, int registers);
 
 /** Prime factors of n with repetition, ascending. */
 std::vector<int64_t> prime_factors(int64_t n);

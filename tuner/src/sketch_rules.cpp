@@ -141,6 +141,7 @@ void find_pack_operand(const DagInfo& dag, const std::unordered_map<const te::Op
 DagInfo analyze_dag(const Task& task) {
   DagInfo dag;
   dag.lanes = std::max(1, task.target.natural_lanes(DataType::Float(32)));
+  dag.registers = std::max(8, task.target.num_vector_registers());
   dag.cores = task.target.num_cores > 0 ? task.target.num_cores : std::max(1u, std::thread::hardware_concurrency());
   std::vector<te::Operation> ops = te::topo_sort(task.outputs);
   std::unordered_map<const te::OperationNode*, int> index;
@@ -177,7 +178,7 @@ DagInfo analyze_dag(const Task& task) {
       if (std::find(s.reads.begin(), s.reads.end(), p) == s.reads.end()) s.reads.push_back(p);
     });
     s.has_reuse = s.reduction && has_data_reuse(s);
-    if (s.has_reuse && !s.spatial.empty()) s.pack_widths = panel_widths(s.spatial.back(), dag.lanes);
+    if (s.has_reuse && !s.spatial.empty()) s.pack_widths = panel_widths(s.spatial.back(), dag.lanes, dag.registers);
     if (s.has_reuse) find_pack_operand(dag, index, s);
     if (s.has_reuse) mark_materializable(dag, index, s);
   }
@@ -354,7 +355,8 @@ void lay_out(const DagInfo& dag, Sketch* sk) {
         for (size_t k = 0; k < n; ++k) {
           bool last = k + 1 == n;
           p.spatial_tiles.push_back(lay.tile(axis_label(s, k, false), s.spatial[k], 4, last, last && p.pack >= 0 ? s.pack_widths : std::vector<int>{}));
-          if (p.pack >= 0 && !last) sk->slots[p.spatial_tiles.back()].sample_max = kMaxSampledRows;
+          // The rows of the register tile: at most what fits beside the narrowest panel (fit_rows_to_registers narrows it to the sampled one).
+          if (p.pack >= 0 && !last) sk->slots[p.spatial_tiles.back()].sample_max = max_tile_rows(dag.registers, (s.pack_widths.front() + dag.lanes - 1) / dag.lanes);
         }
         for (size_t k = 0; k < s.reduce.size(); ++k) p.reduce_tiles.push_back(lay.tile(axis_label(s, k, true), s.reduce[k], 2));
         p.parallel = lay.choice(s.name + ".parallel", static_cast<int>(2 * n));

@@ -56,6 +56,13 @@ struct Target {
   bool has_feature(const std::string& feature) const;
   /** Lanes of `t` that fill one native vector register (at least 1). */
   int natural_lanes(DataType t) const;
+  /**
+   * Architectural vector registers a kernel's register tile can use: 32 on
+   * x86-64 with AVX-512 (zmm0-31) and on AArch64 (v0-v31), 16 on x86-64
+   * without it (SSE/AVX/AVX2), 8 on 32-bit x86; 0 for cuda. Register tiles
+   * larger than this spill to the stack.
+   */
+  int num_vector_registers() const;
 
   bool operator==(const Target& o) const { return str() == o.str(); }
   bool operator!=(const Target& o) const { return !(*this == o); }

@@ -88,6 +88,9 @@ llvm::SmallVector<char, 0> emit_machine_code(llvm::Module* module, llvm::TargetM
   llvm::SmallVector<char, 0> out;
   llvm::raw_svector_ostream os(out);
   llvm::legacy::PassManager pm;
+  // Verbose assembly carries the register allocator's notes ("32-byte
+  // Spill", "Folded Reload"), which the schedule tests count.
+  tm->Options.MCOptions.AsmVerbose = assembly;
   auto kind = assembly ? llvm::CodeGenFileType::AssemblyFile : llvm::CodeGenFileType::ObjectFile;
   KILN_CHECK(!tm->addPassesToEmitFile(pm, os, nullptr, kind)) << "LLVM cannot emit " << (assembly ? "assembly" : "object files") << " for " << tm->getTargetTriple().str();
   pm.run(*module);

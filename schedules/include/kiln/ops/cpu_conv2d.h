@@ -11,8 +11,9 @@
  *    TVM's alter_op_layout does) their packing is left out of the conv kernel;
  *  - each register tile of OHB x OWB output pixels x KB output channels is
  *    accumulated in registers (cache_write "local" at the tile loop, fully
- *    unrolled): per input channel and kernel tap it loads KB/16 weight
- *    vectors and broadcasts one input value per pixel;
+ *    unrolled): per input channel and kernel tap it loads KB/lanes weight
+ *    vectors and broadcasts one input value per pixel; the tile is sized
+ *    from the target's lanes and register file (register_tile.h);
  *  - the output is NCHW (a drop-in conv; the tile is transposed on the way
  *    out) or blocked [N, K/KB, OH, OW, KB].
  *
@@ -24,6 +25,8 @@
 #ifndef KILN_OPS_CPU_CONV2D_H
 #define KILN_OPS_CPU_CONV2D_H
 
+#include "kiln/codegen/target.h"
+#include "kiln/ops/register_tile.h"
 #include "kiln/te/schedule.h"
 
 namespace kiln::ops {
@@ -35,18 +38,22 @@ struct Conv2dShape {
   double flops() const { return 2.0 * N * K * OH() * OW() * C * KH * KW; }
 };
 
+/** Tile sizes; a 0 is filled in from the target and the shape (resolve_conv2d_tiling). */
 struct Conv2dTiling {
-  int CB = 16;   ///< input channels per packed block (the reduction's innermost run)
-  int KB = 32;   ///< output channels per register tile (two AVX-512 vectors)
-  int OWB = 0;   ///< output columns per register tile; 0 picks a divisor of OW near 14
+  int CB = 0;    ///< input channels per packed block (the reduction's innermost run); 0: the vector lanes
+  int KB = 0;    ///< output channels per register tile; 0: two vectors (or one, where that fills more registers)
+  int OWB = 0;   ///< output columns per register tile; 0: the widest divisor of OW that fits the registers
   int OHB = 1;   ///< output rows per register tile
   int CU = 4;    ///< unroll of the input-channel loop (inside a block; over all of C for the GEMM form)
   bool parallel = true;
   bool nchw_out = true;  ///< NCHW output; false keeps the blocked [N, K/KB, OH, OW, KB]
   /** A 1x1, stride 1, unpadded conv with NCHW output runs as a GEMM over pixels. */
   bool pointwise_as_gemm = true;
-  int MR = 8;   ///< output channels per register tile of the GEMM form
-  int NR = 32;  ///< pixels per register tile of the GEMM form (two AVX-512 vectors)
+  /** Unroll the kernel's column taps: -1 from the target (not with 16 registers or fewer, where LLVM
+   * keeps each input broadcast for the next tap and spills them), 0 no, 1 yes. */
+  int unroll_taps = -1;
+  int MR = 0;  ///< output channels per register tile of the GEMM form; 0: from the target (resolve_gemm_tiling)
+  int NR = 0;  ///< pixels per register tile of the GEMM form; 0: from the target
 };
 
 /** The two kernels of a packed conv2d and their tensors. */
@@ -68,20 +75,35 @@ struct CpuConv2d {
 };
 
 /**
- * Builds both compute DAGs and their schedules. The blocked form needs C to
- * be a multiple of CB and K of KB; kiln::Error names the sizes otherwise.
+ * The tiling for `shape` on `target`: the fields of `t` that are 0 filled in.
+ * CB = the lanes (or the largest divisor of C below them; CU then divides
+ * it); KB = two vectors, or one where the OWB that fits then covers more
+ * accumulators; OWB = the widest divisor of OW with OHB*OWB*KB/lanes +
+ * KB/lanes + 1 < the vector registers (one spare); MR x NR of the GEMM form as for
+ * cpu_matmul with K rows and H*W columns. AVX2 (16 registers) gets smaller
+ * tiles than AVX-512 (32).
  */
-CpuConv2d cpu_conv2d(const Conv2dShape& shape, const Conv2dTiling& tiling = {});
+Conv2dTiling resolve_conv2d_tiling(const Conv2dTiling& t, const Target& target, const Conv2dShape& shape);
+/** resolve_conv2d_tiling of the default Conv2dTiling. */
+Conv2dTiling default_conv2d_tiling(const Target& target, const Conv2dShape& shape);
 
-/** Whether cpu_conv2d takes the pointwise GEMM form for this shape and tiling. */
+/**
+ * Builds both compute DAGs and their schedules, the tiles sized for `target`
+ * (build the kernels for the same target). The blocked form needs C to be a
+ * multiple of CB and K of KB; kiln::Error names the sizes otherwise.
+ */
+CpuConv2d cpu_conv2d(const Conv2dShape& shape, const Conv2dTiling& tiling = {}, const Target& target = host_target());
+CpuConv2d cpu_conv2d(const Conv2dShape& shape, const Target& target);
+
+/** Whether cpu_conv2d takes the pointwise GEMM form for this shape and a resolved tiling. */
 bool conv_is_pointwise_gemm(const Conv2dShape& shape, const Conv2dTiling& tiling);
 
 /**
- * The register tile width used when tiling.OWB is 0: the divisor of ow
- * closest to 14, at most 16 (a width with no divisor near 14, such as a
- * prime above 16, gets a narrow and slow tile: a tail tile is not unrolled).
+ * The register tile width: the widest divisor of ow not above max_width (a
+ * width with no divisor near it, such as a prime, gets a narrow and slow
+ * tile: a tail tile would not be unrolled).
  */
-int pick_conv_tile_width(int ow);
+int pick_conv_tile_width(int ow, int max_width = 14);
 
 }  // namespace kiln::ops
 

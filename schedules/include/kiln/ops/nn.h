@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "kiln/codegen/target.h"
 #include "kiln/te/operation.h"
 
 namespace kiln::ops {
@@ -31,11 +32,14 @@ Tensor conv2d_nchw(const Tensor& X, const Tensor& W, int stride, int pad, int di
 Tensor conv2d_nchwc(const Tensor& X, const Tensor& W, int stride, int pad, const std::string& name = "conv", Tensor* padded = nullptr);
 /** The channel block of a blocked layout: the largest divisor of channels not above preferred. */
 int channel_block(int channels, int preferred);
-/** conv2d_nchwc's default blocks for C input and K output channels: cb = channel_block(C, 16)
- * (one AVX-512 vector of inputs per step), kb = channel_block(K, 32) (two vectors of outputs). */
+/** conv2d_nchwc's default blocks for C input and K output channels on `target`:
+ * cb = channel_block(C, lanes) (one vector of inputs per step), kb =
+ * channel_block(K, 2 * lanes) (two vectors of outputs); lanes are the
+ * target's fp32 lanes (8 on AVX2, 16 on AVX-512). Without a target: the host's. */
 struct NchwcBlocks {
   int cb, kb;
 };
+NchwcBlocks nchwc_blocks(int in_channels, int out_channels, const Target& target);
 NchwcBlocks nchwc_blocks(int in_channels, int out_channels);
 /** Depthwise conv2d: W is [C, 1, KH, KW]. */
 Tensor depthwise_conv2d_nchw(const Tensor& X, const Tensor& W, int stride, int pad, const std::string& name = "dwconv", Tensor* padded = nullptr);
