@@ -18,6 +18,7 @@ Scheduling (every primitive is recorded in the schedule's trace)::
     CL = s.cache_write(C, "local")          # C.op.axis still names C's loops
     trace = s.trace()                       # prints as JSON
     s2 = te.Schedule.from_trace(C, trace)   # replays it
+    print(trace.to_python())                # the Python that rebuilds it
 
 Dtype rules. Python operators on expressions (``+ - * / // % **``,
 comparisons, unary ``-``, ``abs``) follow kiln's C++ promotion rules

@@ -148,19 +148,6 @@ void define_stage(py::module_& m) {
       });
 }
 
-py::dict step_dict(const te::TraceStep& st) {
-  py::dict d;
-  d["kind"] = st.kind;
-  d["stage"] = st.stage;
-  d["stage_name"] = st.stage_name;
-  d["axes"] = st.axes;
-  d["axis_names"] = st.axis_names;
-  d["ints"] = st.ints;
-  d["strings"] = st.strings;
-  d["stages"] = st.stages;
-  return d;
-}
-
 }  // namespace
 
 void define_schedule(py::module_& m) {
@@ -170,11 +157,10 @@ void define_schedule(py::module_& m) {
       .def("to_json", &te::Trace::to_json)
       .def_static("from_json", &te::Trace::from_json, py::arg("text"))
       .def("pretty", &te::Trace::str, "One readable line per step.")
-      .def_property_readonly("steps", [](const te::Trace& t) {
-        py::list out;
-        for (const te::TraceStep& st : t.steps) out.append(step_dict(st));
-        return out;
-      }, "The steps as dicts (a copy).")
+      .def("to_python", &te::Trace::to_python,
+           "The Python that rebuilds the schedule: run it with `s` a fresh schedule of the same DAG and each tensor in a variable named after it.")
+      .def_property_readonly("steps", [](const te::Trace& t) { return py::module_::import("json").attr("loads")(t.to_json()); },
+                             "The steps as dicts in their JSON form (a copy).")
       .def("__len__", [](const te::Trace& t) { return t.steps.size(); })
       .def("__eq__", [](const te::Trace& a, py::object b) { return py::isinstance<te::Trace>(b) && a.to_json() == b.cast<te::Trace>().to_json(); })
       .def("__hash__", [](const te::Trace& t) { return std::hash<std::string>()(t.to_json()); })

@@ -8,6 +8,7 @@
 #include "kiln/ir/functor.h"
 #include "kiln/ir/op.h"
 #include "kiln/support/error.h"
+#include "iter_relations.h"
 #include "lower_internal.h"
 
 namespace kiln::te::detail {
@@ -46,69 +47,7 @@ void inline_stages(LowerState* st) {
   }
 }
 
-// Ranges of derived iteration variables from their parents'.
-static void pass_down(LowerState* st, const Stage& s) {
-  for (const IterVarRelation& r : s.relations()) {
-    if (r.kind == IterVarRelation::Kind::Split) {
-      const Range& pr = st->ranges.at(r.parent.get());
-      Expr extent = pr.extent;
-      Expr inner_ext, outer_ext;
-      if (r.factor.defined()) {
-        inner_ext = r.factor;
-        const int64_t* e = as_const_int(extent);
-        if (e && *e < *as_const_int(r.factor)) inner_ext = extent;  // a factor larger than the axis
-        outer_ext = arith::simplify(floordiv(extent + r.factor - 1, r.factor));
-      } else {
-        outer_ext = r.nparts;
-        inner_ext = arith::simplify(floordiv(extent + r.nparts - 1, r.nparts));
-      }
-      st->ranges[r.outer.get()] = Range(0, outer_ext);
-      st->ranges[r.inner.get()] = Range(0, inner_ext);
-    } else {
-      const Range& o = st->ranges.at(r.outer.get());
-      const Range& i = st->ranges.at(r.inner.get());
-      st->ranges[r.parent.get()] = Range(0, arith::simplify(o.extent * i.extent));
-    }
-  }
-}
-
-// Values of root and intermediate variables from the leaf loop variables.
-static void pass_up(LowerState* st, const Stage& s) {
-  for (const IterVar& leaf : s.leaf_iter_vars()) {
-    const Range& r = st->ranges.at(leaf.get());
-    st->values[leaf.get()] = is_zero(r.min) ? Expr(leaf.var()) : arith::simplify(leaf.var() + r.min);
-  }
-  const auto& rels = s.relations();
-  for (auto it = rels.rbegin(); it != rels.rend(); ++it) {
-    const IterVarRelation& r = *it;
-    if (r.kind == IterVarRelation::Kind::Split) {
-      Expr inner_ext = st->ranges.at(r.inner.get()).extent;
-      Expr factor = r.factor.defined() ? r.factor : inner_ext;
-      const Range& pr = st->ranges.at(r.parent.get());
-      st->values[r.parent.get()] = arith::simplify(st->values.at(r.outer.get()) * factor + st->values.at(r.inner.get()) + pr.min);
-    } else {
-      Expr fused = st->values.at(r.parent.get());
-      const Range& o = st->ranges.at(r.outer.get());
-      const Range& i = st->ranges.at(r.inner.get());
-      st->values[r.outer.get()] = arith::simplify(floordiv(fused, i.extent) + o.min);
-      st->values[r.inner.get()] = arith::simplify(floormod(fused, i.extent) + i.min);
-    }
-  }
-}
-
-std::vector<Expr> split_guards(const LowerState& st, const Stage& s) {
-  std::vector<Expr> guards;
-  Analyzer ana;
-  for (const IterVar& leaf : s.leaf_iter_vars()) ana.bind(leaf.var(), loop_range(st, leaf));
-  for (const IterVarRelation& r : s.relations()) {
-    if (r.kind != IterVarRelation::Kind::Split) continue;
-    const Range& pr = st.ranges.at(r.parent.get());
-    Expr value = st.values.at(r.parent.get());
-    Expr cond = ana.simplify(value < pr.min + pr.extent);
-    if (!ana.can_prove(cond)) guards.push_back(cond);
-  }
-  return guards;
-}
+std::vector<Expr> split_guards(const LowerState& st, const Stage& s) { return split_guards(s.relations(), s.leaf_iter_vars(), st.ranges, st.values); }
 
 // The interval of each root variable of `consumer` while the loops inside
 // the attach point run (all its loops when attach is undefined).
@@ -191,15 +130,17 @@ void infer_bounds(LowerState* st) {
     if (s.attach_type() == AttachType::Scope) {
       const Stage& parent = *s.attach_stage();
       KILN_USER_CHECK(parent.attach_type() != AttachType::Inline) << "stage '" << s.name() << "' is computed at '" << parent.name() << "', which is inlined; compute it at a stored stage";
-      region = required_region(st, s, parent, s.attach_ivar());
+      IterVar attach = s.attach_ivar();
+      KILN_CHECK(attach.defined()) << "stage '" << s.name() << "' is computed at '" << parent.name() << "', but no loop of it derives from the axis it was attached to";
+      region = required_region(st, s, parent, attach);
     } else {
       for (const Expr& e : c->shape) region.emplace_back(0, e);
     }
     st->regions[c] = region;
     for (size_t d = 0; d < c->axis.size(); ++d) st->ranges[c->axis[d].get()] = region[d];
     for (const IterVar& r : c->reduce_axis) st->ranges[r.get()] = r.dom();
-    pass_down(st, s);
-    pass_up(st, s);
+    pass_down(s.relations(), &st->ranges);
+    pass_up(s.relations(), s.leaf_iter_vars(), st->ranges, &st->values);
   }
 }
 

@@ -1,13 +1,17 @@
+// Stages, their loops and the schedule state; the primitives are in
+// src/te/step_*.cpp, each with its step record.
 #include "kiln/te/schedule.h"
 
 #include <algorithm>
 #include <sstream>
 
+#include "iter_relations.h"
+#include "step_internal.h"
 #include "kiln/support/error.h"
 
 namespace kiln::te {
 
-static std::string leaf_names(const std::vector<IterVar>& leaves) {
+std::string detail::leaf_names(const std::vector<IterVar>& leaves) {
   std::ostringstream os;
   os << "[";
   for (size_t i = 0; i < leaves.size(); ++i) os << (i ? ", " : "") << leaves[i].name();
@@ -38,7 +42,7 @@ const IterVarAttr* Stage::attr(const IterVar& iv) const {
 IterVar Stage::axis(const std::string& name) const {
   for (const IterVar& iv : leaf_iter_vars_)
     if (iv.name() == name) return iv;
-  KILN_USER_ERROR() << "stage '" << this->name() << "' has no leaf axis '" << name << "'; its leaf axes are " << leaf_names(leaf_iter_vars_);
+  KILN_USER_ERROR() << "stage '" << this->name() << "' has no leaf axis '" << name << "'; its leaf axes are " << detail::leaf_names(leaf_iter_vars_);
   return IterVar();
 }
 
@@ -48,7 +52,7 @@ int Stage::leaf_index(const IterVar& iv, const char* primitive) const {
     if (leaf_iter_vars_[i].same_as(iv)) return static_cast<int>(i);
   bool was_leaf = std::find_if(relations_.begin(), relations_.end(), [&](const IterVarRelation& r) { return r.parent.same_as(iv) || r.outer.same_as(iv) || r.inner.same_as(iv); }) != relations_.end();
   KILN_USER_ERROR() << primitive << " on stage '" << name() << "': axis '" << iv.name() << "' is not a leaf axis of this stage"
-                    << (was_leaf ? " any more (it was split or fused)" : " (it belongs to another stage)") << "; the leaf axes are " << leaf_names(leaf_iter_vars_);
+                    << (was_leaf ? " any more (it was split or fused)" : " (it belongs to another stage)") << "; the leaf axes are " << detail::leaf_names(leaf_iter_vars_);
   return -1;
 }
 
@@ -70,201 +74,9 @@ IterVar Stage::new_iter_var(const std::string& base, IterVarKind kind) {
   return IterVar(Var(name), Range(), kind);
 }
 
-static TraceStep make_step(const std::string& kind, const Stage& s, ScheduleState* owner) {
-  TraceStep step;
-  step.kind = kind;
-  step.stage = owner->index_of(&s);
-  step.stage_name = s.name();
-  return step;
-}
-
-static void add_axis(TraceStep* step, const Stage& s, const IterVar& iv) {
-  step->axes.push_back(s.leaf_index(iv, step->kind.c_str()));
-  step->axis_names.push_back(iv.name());
-}
-
-std::pair<IterVar, IterVar> Stage::split(const IterVar& axis, int factor) {
-  check_not_placeholder("split");
-  int pos = leaf_index(axis, "split");
-  KILN_USER_CHECK(factor > 0) << "split of axis '" << axis.name() << "' of stage '" << name() << "' by factor " << factor << ": the factor must be positive";
-  TraceStep step = make_step("split", *this, owner_);
-  add_axis(&step, *this, axis);
-  step.ints = {factor};
-  IterVar outer = new_iter_var(axis.name() + ".outer", axis.kind());
-  IterVar inner = new_iter_var(axis.name() + ".inner", axis.kind());
-  relations_.push_back({IterVarRelation::Kind::Split, axis, outer, inner, Expr(factor), Expr()});
-  leaf_iter_vars_.erase(leaf_iter_vars_.begin() + pos);
-  leaf_iter_vars_.insert(leaf_iter_vars_.begin() + pos, {outer, inner});
-  owner_->record(std::move(step));
-  return {outer, inner};
-}
-
-std::pair<IterVar, IterVar> Stage::split_nparts(const IterVar& axis, int nparts) {
-  check_not_placeholder("split");
-  int pos = leaf_index(axis, "split");
-  KILN_USER_CHECK(nparts > 0) << "split of axis '" << axis.name() << "' of stage '" << name() << "' into " << nparts << " parts: nparts must be positive";
-  TraceStep step = make_step("split_nparts", *this, owner_);
-  add_axis(&step, *this, axis);
-  step.ints = {nparts};
-  IterVar outer = new_iter_var(axis.name() + ".outer", axis.kind());
-  IterVar inner = new_iter_var(axis.name() + ".inner", axis.kind());
-  relations_.push_back({IterVarRelation::Kind::Split, axis, outer, inner, Expr(), Expr(nparts)});
-  leaf_iter_vars_.erase(leaf_iter_vars_.begin() + pos);
-  leaf_iter_vars_.insert(leaf_iter_vars_.begin() + pos, {outer, inner});
-  owner_->record(std::move(step));
-  return {outer, inner};
-}
-
-std::vector<IterVar> Stage::tile(const IterVar& x, const IterVar& y, int x_factor, int y_factor) {
-  auto [xo, xi] = split(x, x_factor);
-  auto [yo, yi] = split(y, y_factor);
-  reorder({xo, yo, xi, yi});
-  return {xo, yo, xi, yi};
-}
-
-IterVar Stage::fuse(const IterVar& outer, const IterVar& inner) {
-  check_not_placeholder("fuse");
-  int po = leaf_index(outer, "fuse"), pi = leaf_index(inner, "fuse");
-  KILN_USER_CHECK(pi == po + 1) << "fuse on stage '" << name() << "': axes '" << outer.name() << "' and '" << inner.name()
-                                << "' must be adjacent leaf axes, outer first; the leaf axes are " << leaf_names(leaf_iter_vars_) << " (reorder them first)";
-  KILN_USER_CHECK(outer.kind() == inner.kind()) << "fuse on stage '" << name() << "': cannot fuse reduction axis with data-parallel axis ('" << outer.name() << "', '" << inner.name() << "')";
-  TraceStep step = make_step("fuse", *this, owner_);
-  add_axis(&step, *this, outer);
-  add_axis(&step, *this, inner);
-  IterVar fused = new_iter_var(outer.name() + "." + inner.name() + ".fused", outer.kind());
-  relations_.push_back({IterVarRelation::Kind::Fuse, fused, outer, inner, Expr(), Expr()});
-  leaf_iter_vars_.erase(leaf_iter_vars_.begin() + po, leaf_iter_vars_.begin() + pi + 1);
-  leaf_iter_vars_.insert(leaf_iter_vars_.begin() + po, fused);
-  owner_->record(std::move(step));
-  return fused;
-}
-
-IterVar Stage::fuse(const std::vector<IterVar>& axes) {
-  KILN_USER_CHECK(!axes.empty()) << "fuse on stage '" << name() << "' with no axes";
-  IterVar acc = axes[0];
-  for (size_t i = 1; i < axes.size(); ++i) acc = fuse(acc, axes[i]);
-  return acc;
-}
-
-void Stage::reorder(const std::vector<IterVar>& order) {
-  check_not_placeholder("reorder");
-  TraceStep step = make_step("reorder", *this, owner_);
-  std::vector<int> pos;
-  for (const IterVar& iv : order) {
-    pos.push_back(leaf_index(iv, "reorder"));
-    step.axes.push_back(pos.back());
-    step.axis_names.push_back(iv.name());
-  }
-  std::vector<int> sorted = pos;
-  std::sort(sorted.begin(), sorted.end());
-  KILN_USER_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) << "reorder on stage '" << name() << "': an axis appears twice";
-  std::vector<IterVar> leaves = leaf_iter_vars_;
-  for (size_t i = 0; i < sorted.size(); ++i) leaves[sorted[i]] = order[i];
-  leaf_iter_vars_ = leaves;
-  owner_->record(std::move(step));
-}
-
-void Stage::set_annotation(const IterVar& axis, ForKind kind, const char* primitive, const std::string& tag) {
-  check_not_placeholder(primitive);
-  leaf_index(axis, primitive);
-  TraceStep step = make_step(primitive, *this, owner_);
-  add_axis(&step, *this, axis);
-  if (!tag.empty()) step.strings = {tag};
-  IterVarAttr& a = attrs_[axis.get()];
-  a.kind = kind;
-  a.thread_tag = tag;
-  owner_->record(std::move(step));
-}
-
-void Stage::vectorize(const IterVar& axis) {
-  KILN_USER_CHECK(!axis.defined() || axis.kind() != IterVarKind::Reduce)
-      << "vectorize on stage '" << name() << "': axis '" << axis.name() << "' is a reduction axis; only data-parallel axes can be vectorized (split the reduction and vectorize a data-parallel axis, or use rfactor)";
-  set_annotation(axis, ForKind::Vectorized, "vectorize");
-}
-
-void Stage::unroll(const IterVar& axis) { set_annotation(axis, ForKind::Unrolled, "unroll"); }
-
-void Stage::parallel(const IterVar& axis) {
-  KILN_USER_CHECK(!axis.defined() || axis.kind() != IterVarKind::Reduce)
-      << "parallel on stage '" << name() << "': axis '" << axis.name() << "' is a reduction axis; parallel reductions race on the accumulator (use rfactor to parallelize a reduction)";
-  set_annotation(axis, ForKind::Parallel, "parallel");
-}
-
-void Stage::bind(const IterVar& axis, const std::string& tag) {
-  static const char* const kTags[] = {"blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z", "vthread"};
-  bool known = std::find(std::begin(kTags), std::end(kTags), tag) != std::end(kTags);
-  KILN_USER_CHECK(known) << "bind on stage '" << name() << "': unknown thread tag '" << tag << "'; use blockIdx.x/y/z, threadIdx.x/y/z or vthread";
-  set_annotation(axis, ForKind::ThreadBinding, "bind", tag);
-}
-
-// True when `reader` reads `producer`, directly or through intermediate ops.
-static bool consumes(const Operation& reader, const Operation& producer) {
-  for (const Tensor& t : reader->input_tensors())
-    if (t.op().same_as(producer) || consumes(t.op(), producer)) return true;
-  return false;
-}
-
-void Stage::compute_at(Stage& parent, const IterVar& axis) {
-  check_not_placeholder("compute_at");
-  KILN_USER_CHECK(&parent != this) << "compute_at of stage '" << name() << "' at itself";
-  int pos = parent.leaf_index(axis, "compute_at");
-  KILN_USER_CHECK(consumes(parent.op(), op_)) << "compute_at of stage '" << name() << "' at stage '" << parent.name() << "': '" << parent.name() << "' does not read '" << name()
-                                               << "' (directly or through other stages); a stage can only be computed inside a stage that consumes it";
-  TraceStep step = make_step("compute_at", *this, owner_);
-  step.stages = {owner_->index_of(&parent)};
-  step.axes = {pos};
-  step.axis_names = {axis.name()};
-  attach_type_ = AttachType::Scope;
-  attach_stage_ = &parent;
-  attach_ivar_ = axis;
-  owner_->record(std::move(step));
-}
-
-void Stage::compute_inline() {
-  check_not_placeholder("compute_inline");
-  KILN_USER_CHECK(!static_cast<const ComputeOpNode*>(op_.get())->is_reduction())
-      << "compute_inline of stage '" << name() << "': it is a reduction; only elementwise (non-reduction) stages can be inlined into their consumers";
-  KILN_USER_CHECK(!is_output_) << "compute_inline of stage '" << name() << "': it is an output of the schedule and must be stored";
-  TraceStep step = make_step("compute_inline", *this, owner_);
-  attach_type_ = AttachType::Inline;
-  attach_stage_ = nullptr;
-  attach_ivar_ = IterVar();
-  owner_->record(std::move(step));
-}
-
-void Stage::compute_root() {
-  check_not_placeholder("compute_root");
-  TraceStep step = make_step("compute_root", *this, owner_);
-  attach_type_ = AttachType::Root;
-  attach_stage_ = nullptr;
-  attach_ivar_ = IterVar();
-  owner_->record(std::move(step));
-}
-
-void Stage::storage_align(const IterVar& axis, int factor, int offset) {
-  check_not_placeholder("storage_align");
-  int dim = -1;
-  for (size_t d = 0; d < root_iter_vars_.size(); ++d)
-    if (root_iter_vars_[d].same_as(axis) && axis.kind() == IterVarKind::DataPar) dim = static_cast<int>(d);
-  KILN_USER_CHECK(dim >= 0) << "storage_align on stage '" << name() << "': axis '" << (axis.defined() ? axis.name() : "?") << "' must be one of the stage's original data-parallel axes (a dimension of its buffer)";
-  KILN_USER_CHECK(factor > 0 && offset >= 0 && offset < factor) << "storage_align on stage '" << name() << "': need factor > 0 and 0 <= offset < factor, got factor " << factor << ", offset " << offset;
-  TraceStep step = make_step("storage_align", *this, owner_);
-  step.axes = {dim};
-  step.axis_names = {axis.name()};
-  step.ints = {factor, offset};
-  storage_aligns_.emplace_back(dim, factor, offset);
-  owner_->record(std::move(step));
-}
-
-void Stage::pragma(const IterVar& axis, const std::string& key, int value) {
-  check_not_placeholder("pragma");
-  KILN_USER_CHECK(!key.empty()) << "pragma on stage '" << name() << "' with an empty key";
-  TraceStep step = make_step("pragma", *this, owner_);
-  add_axis(&step, *this, axis);
-  step.strings = {key};
-  step.ints = {value};
-  attrs_[axis.get()].pragmas.emplace_back(key, Expr(value));
-  owner_->record(std::move(step));
+IterVar Stage::attach_ivar() const {
+  if (attach_type_ != AttachType::Scope) return IterVar();
+  return detail::derived_leaf(attach_stage_->relations(), attach_stage_->leaf_iter_vars(), attach_axis_);
 }
 
 // ---------------------------------------------------------------- state

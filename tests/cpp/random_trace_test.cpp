@@ -2,6 +2,9 @@
 // same results as the unscheduled function (through the interpreter).
 #include <gtest/gtest.h>
 
+#include <functional>
+
+#include "kiln/ir/op.h"
 #include "kiln/ops/nn.h"
 #include "kiln/te/lower.h"
 #include "random_schedule.h"
@@ -46,6 +49,58 @@ TEST(RandomTrace, Conv2dMatchesReference) {
     testing::run_backends(te::lower(s, {X, W, O}), {&x, &w, &o});
     ASSERT_TRUE(testing::all_close(o, want)) << "seed " << seed << "\n" << s.trace().str();
   }
+}
+
+// compute_at names an axis; a later split, tile or fuse of that axis moves the
+// attachment to the innermost loop derived from it (found by random schedules:
+// the producer used to be dropped from the loop nest).
+TEST(ComputeAt, FollowsLaterSplitsTilesAndFuses) {
+  const int m = 11, n = 13, k = 7;
+  Tensor A = te::placeholder({m, k}, DataType::Float(32), "A"), B = te::placeholder({k, n}, DataType::Float(32), "B");
+  Tensor P = te::compute({m, k}, [&](const std::vector<Var>& i) { return A(i[0], i[1]) * FloatImm::make(DataType::Float(32), 2.0) + FloatImm::make(DataType::Float(32), 1.0); }, "P");
+  Tensor C = ops::matmul(P, B);
+  auto a = testing::random_vector(m * k, 5), b = testing::random_vector(k * n, 6);
+  std::vector<float> p(a.size());
+  for (size_t i = 0; i < a.size(); ++i) p[i] = a[i] * 2.0f + 1.0f;
+  auto want = testing::ref::matmul(p, b, m, n, k);
+  struct Case {
+    const char* name;
+    const char* attach_at;  // C's axis given to compute_at
+    std::function<void(te::Stage&)> later;
+    const char* attached_leaf;  // where P ends up
+  };
+  std::vector<Case> cases = {
+      {"split j", "j", [](te::Stage& c) { c.split(c.axis("j"), 4); }, "j.inner"},
+      {"split_nparts i", "i", [](te::Stage& c) { c.split_nparts(c.axis("i"), 3); }, "i.inner"},
+      {"split twice", "j", [](te::Stage& c) { auto [o, i] = c.split(c.axis("j"), 4); c.split(o, 2); }, "j.inner"},
+      {"tile", "i", [](te::Stage& c) { c.tile(c.axis("i"), c.axis("j"), 4, 5); }, "i.inner"},
+      {"fuse", "j", [](te::Stage& c) { c.fuse(c.axis("i"), c.axis("j")); }, "i.j.fused"},
+      {"split then fuse", "i", [](te::Stage& c) { auto [o, i] = c.split(c.axis("i"), 4); c.fuse(i, c.axis("j")); }, "i.inner.j.fused"},
+      {"split, inner moved out", "i", [](te::Stage& c) { auto [o, i] = c.split(c.axis("i"), 4); c.reorder({i, o}); }, "i.outer"},
+  };
+  for (const Case& cs : cases) {
+    Schedule s = te::create_schedule({C});
+    s[P].compute_at(s[C], s[C].axis(cs.attach_at));
+    cs.later(s[C]);
+    EXPECT_EQ(s[P].attach_ivar().name(), cs.attached_leaf) << cs.name;
+    std::vector<float> c(m * n, 99.f);
+    testing::run_backends(te::lower(s, {A, B, C}), {&a, &b, &c});
+    EXPECT_TRUE(testing::all_close(c, want)) << cs.name << "\n" << s.trace().str();
+    // The trace replays to the same attachment.
+    Schedule r = Schedule::from_trace({C}, te::Trace::from_json(s.trace().to_json()));
+    EXPECT_EQ(r[P].attach_ivar().name(), cs.attached_leaf) << cs.name;
+  }
+}
+
+// Primitives that replace a stage's loops are refused while a stage is attached to them.
+TEST(ComputeAt, LoopReplacingPrimitivesAfterItAreRefused) {
+  Tensor A = te::placeholder({8, 6}, DataType::Float(32), "A"), B = te::placeholder({6, 4}, DataType::Float(32), "B");
+  Tensor P = te::compute({8, 6}, [&](const std::vector<Var>& i) { return A(i[0], i[1]) + FloatImm::make(DataType::Float(32), 1.0); }, "P");
+  Tensor C = ops::matmul(P, B);
+  Schedule s = te::create_schedule({C});
+  s[P].compute_at(s[C], s[C].axis("i"));
+  EXPECT_TRUE(testing::throws_with([&] { s.rfactor(C, s[C].axis("k")); }, "stage 'P' is computed at one of them; apply rfactor before compute_at of 'P'"));
+  EXPECT_TRUE(testing::throws_with([&] { s.cache_write(C, "local"); }, "apply cache_write before compute_at of 'P'"));
 }
 
 }  // namespace

@@ -157,8 +157,70 @@ TEST(Trace, StepThatNoLongerAppliesAndMalformedJson) {
   EXPECT_TRUE(throws_with([&] { Schedule::from_trace({mm.C}, bad_factor); }, "the factor must be positive"));
   EXPECT_TRUE(throws_with([&] { te::Trace::from_json("[{\"kind\": 3}]"); }, "trace step 0 is malformed"));
   EXPECT_TRUE(throws_with([&] { te::Trace::from_json("{not json"); }, "trace is not valid JSON"));
-  te::Trace unknown = te::Trace::from_json(R"([{"kind":"twist","stage":2}])");
-  EXPECT_TRUE(throws_with([&] { Schedule::from_trace({mm.C}, unknown); }, "unknown step kind 'twist'"));
+  EXPECT_TRUE(throws_with([&] { te::Trace::from_json(R"([{"kind":"twist","stage":2}])"); }, "unknown step kind 'twist'"));
+  EXPECT_TRUE(throws_with([&] { te::Trace::from_json(R"([{"kind":"split","stage":2,"axes":[0]}])"); }, "trace step 0 is malformed (it is missing arguments"));
+}
+
+// Traces written by the trace format before typed steps (the tuning DB holds
+// them): they parse, write back byte for byte (the DB identifies a schedule
+// by its JSON), and replay to the schedule the same primitives make now.
+TEST(Trace, OldFormatJsonReplays) {
+  Tensor A = te::placeholder({16, 12}, DataType::Float(32), "A"), B = te::placeholder({12, 8}, DataType::Float(32), "B");
+  Tensor C = ops::matmul(A, B);
+  Tensor D = ops::relu(C);
+  const std::string old_json =
+      R"([{"ints":[1,4],"kind":"pack","stage":1,"stage_name":"B","stages":[2]},{"kind":"cache_read","stage":0,"stage_name":"A","stages":[3],"strings":["local"]},)"
+      R"({"kind":"cache_write","stage":4,"stage_name":"C","strings":["local"]},{"axes":[0],"axis_names":["i"],"ints":[4],"kind":"split","stage":6,"stage_name":"relu"},)"
+      R"({"axes":[2],"axis_names":["j"],"ints":[2],"kind":"split_nparts","stage":6,"stage_name":"relu"},)"
+      R"({"axes":[0,2,1,3],"axis_names":["i.outer","j.outer","i.inner","j.inner"],"kind":"reorder","stage":6,"stage_name":"relu"},)"
+      R"({"axes":[0,1],"axis_names":["i.outer","j.outer"],"kind":"fuse","stage":6,"stage_name":"relu"},)"
+      R"({"axes":[0],"axis_names":["i.outer.j.outer.fused"],"kind":"compute_at","stage":5,"stage_name":"C","stages":[6]},)"
+      R"({"axes":[1],"axis_names":["j"],"kind":"compute_at","stage":4,"stage_name":"C.local","stages":[5]},)"
+      R"({"axes":[0],"axis_names":["i"],"kind":"compute_at","stage":1,"stage_name":"A.local","stages":[4]},{"kind":"compute_root","stage":3,"stage_name":"B.packed"},)"
+      R"({"axes":[0],"axis_names":["i"],"ints":[8,1],"kind":"storage_align","stage":4,"stage_name":"C.local"},)"
+      R"({"axes":[0],"axis_names":["i.outer.j.outer.fused"],"kind":"parallel","stage":6,"stage_name":"relu"},)"
+      R"({"axes":[2],"axis_names":["j.inner"],"kind":"vectorize","stage":6,"stage_name":"relu"},{"axes":[1],"axis_names":["i.inner"],"kind":"unroll","stage":6,"stage_name":"relu"},)"
+      R"({"axes":[0],"axis_names":["i.outer.j.outer.fused"],"ints":[16],"kind":"pragma","stage":6,"stage_name":"relu","strings":["auto_unroll_max_step"]}])";
+  te::Trace old = te::Trace::from_json(old_json);
+  EXPECT_EQ(old.to_json(), old_json);
+  ASSERT_EQ(old.steps.size(), 16u);
+  EXPECT_EQ(std::get<te::Pack>(old.steps[0]), (te::Pack{{1, "B"}, 1, 4, {2}}));
+  EXPECT_EQ(std::get<te::ComputeAt>(old.steps[7]), (te::ComputeAt{{5, "C"}, 6, {0, "i.outer.j.outer.fused"}}));
+  // The same primitives, applied now.
+  Schedule s = te::create_schedule({D});
+  Tensor BP = s.pack(B, {C}, 1, 4);
+  Tensor AS = s.cache_read(A, "local", {C});
+  Tensor CL = s.cache_write(C, "local");
+  te::Stage& d = s[D];
+  auto [io, ii] = d.split(d.axis("i"), 4);
+  auto [jo, ji] = d.split_nparts(d.axis("j"), 2);
+  d.reorder({io, jo, ii, ji});
+  IterVar f = d.fuse(io, jo);
+  s[C].compute_at(d, f);
+  s[CL].compute_at(s[C], s[C].axis("j"));
+  s[AS].compute_at(s[CL], s[CL].leaf_iter_vars()[0]);
+  s[BP].compute_root();
+  s[CL].storage_align(s[CL].root_iter_vars()[0], 8, 1);
+  d.parallel(f);
+  d.vectorize(ji);
+  d.unroll(ii);
+  d.pragma(f, "auto_unroll_max_step", 16);
+  EXPECT_EQ(s.trace(), old);
+  Schedule r = Schedule::from_trace({D}, old);
+  EXPECT_TRUE(structural_equal(te::lower(s, {A, B, D}), te::lower(r, {A, B, D})));
+
+  const std::string old_rfactor =
+      R"([{"axes":[2],"axis_names":["k"],"ints":[4],"kind":"split","stage":2,"stage_name":"C"},)"
+      R"({"axes":[3],"axis_names":["k.inner"],"ints":[1],"kind":"rfactor","stage":2,"stage_name":"C"},)"
+      R"({"axes":[0],"axis_names":["i"],"kind":"parallel","stage":3,"stage_name":"C"}])";
+  te::Trace rt = te::Trace::from_json(old_rfactor);
+  EXPECT_EQ(rt.to_json(), old_rfactor);
+  Schedule s2 = te::create_schedule({C});
+  auto [ko, ki] = s2[C].split(s2[C].axis("k"), 4);
+  s2.rfactor(C, ki, 1);
+  s2[C].parallel(s2[C].axis("i"));
+  EXPECT_EQ(s2.trace(), rt);
+  EXPECT_TRUE(structural_equal(te::lower(s2, {A, B, C}), te::lower(Schedule::from_trace({C}, rt), {A, B, C})));
 }
 
 TEST(WorkloadKey, StructuralNotNominal) {

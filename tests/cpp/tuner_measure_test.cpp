@@ -113,12 +113,7 @@ TEST(TunerMeasure, HangingCandidateTimesOut) {
 TEST(TunerMeasure, InvalidTraceIsBuildError) {
   Task task = gemm_task(64);
   Candidate bad = naive(task);
-  te::TraceStep step;
-  step.kind = "split";
-  step.stage = 7;  // the DAG has three stages
-  step.axes = {0};
-  step.ints = {4};
-  bad.trace.steps.push_back(step);
+  bad.trace.steps.push_back(te::Split{{7, "C"}, {0, "i"}, 4});  // the DAG has three stages
   Measurer m(task, quick());
   std::vector<MeasureResult> r = m.measure({bad, tiled(task, false)});
   EXPECT_EQ(r[0].error, MeasureError::BuildError);

@@ -409,14 +409,14 @@ TEST_P(TunerSketch, PackSketchesCompute) {
         Candidate x = space.crossover(m, b, rng);
         for (const Candidate* cand : {&a, &m, &x}) {
           SCOPED_TRACE(c.name + ": " + space.describe_candidate(*cand));
-          std::vector<te::TraceStep> packs;
-          for (const te::TraceStep& st : cand->trace.steps)
-            if (st.kind == "pack") packs.push_back(st);
+          std::vector<te::Pack> packs;
+          for (const te::Step& st : cand->trace.steps)
+            if (const auto* p = std::get_if<te::Pack>(&st)) packs.push_back(*p);
           ASSERT_EQ(packs.size(), 1u);
-          EXPECT_EQ(packs[0].stage_name, "B");
-          EXPECT_EQ(packs[0].ints[0], ndim - 1);
-          EXPECT_EQ(packs[0].ints[1], tile_of(space, *cand, "C.j").back());
-          EXPECT_EQ(packs[0].ints[1] % rules_lanes(), 0);
+          EXPECT_EQ(packs[0].stage.name, "B");
+          EXPECT_EQ(packs[0].dim, ndim - 1);
+          EXPECT_EQ(packs[0].factor, tile_of(space, *cand, "C.j").back());
+          EXPECT_EQ(packs[0].factor % rules_lanes(), 0);
           check_computes(c, space, *cand, 20 + static_cast<uint32_t>(seed));
         }
         if (::testing::Test::HasFailure()) return;

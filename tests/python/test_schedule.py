@@ -273,3 +273,78 @@ def test_pack_operand_into_panels():
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
     with pytest.raises(kiln.KilnError, match="multiple of the factor 5"):
         te.create_schedule(C).pack(B, [C], dim=1, factor=5)
+
+
+def _dag():
+    A, B, C = matmul(16, 24, 12)
+    D = te.compute((16, 24), lambda i, j: te.maximum(C[i, j], 0.0), name="relu")
+    return A, B, C, D
+
+
+def _rerun(code, tensors, outputs):
+    """Runs the printed Python on a fresh schedule of the same DAG; returns that schedule."""
+    s = te.create_schedule(outputs)
+    exec(code, {"s": s, **{t.name: t for t in tensors}})  # noqa: S102 - the code under test
+    return s
+
+
+def test_trace_prints_as_the_python_that_rebuilds_it():
+    A, B, C, D = _dag()
+    s = te.create_schedule(D)
+    BP = s.pack(B, [C], dim=1, factor=4)
+    AL = s.cache_read(A, "local", [C])
+    CL = s.cache_write(C, "local")
+    fused = s[D].fuse(*s[D].tile(D.op.axis[0], D.op.axis[1], 4, 8)[:2])
+    s[C].compute_at(s[D], fused)
+    jo, ji = s[C].split(s[C].op.axis[1], nparts=2)
+    s[CL].compute_at(s[C], ji)
+    s[AL].compute_at(s[CL], s[CL].op.axis[0])
+    s[BP].compute_root()
+    s[CL].storage_align(s[CL].op.axis[0], 8, 1)
+    s[CL].unroll(s[CL].op.axis[1])
+    s[D].parallel(fused)
+    s[D].vectorize(s[D].leaf_iter_vars[-1])
+    s[D].pragma(fused, "auto_unroll_max_step", 16)
+    t = s.trace()
+    code = t.to_python()
+    assert "i_outer, i_inner = s[relu].split(s[relu].axis(\"i\"), factor=4)" in code and "s[relu].fuse(" in code and "C_local = s.cache_write(C, \"local\")" in code
+    s2 = _rerun(code, [A, B, C, D], D)
+    assert s2.trace() == t
+    assert str(kiln.lower(s2, [A, B, D])) == str(kiln.lower(s, [A, B, D]))
+
+    # rfactor, and stages the printed code can only name by position
+    s = te.create_schedule(C)
+    ko, ki = s[C].split(C.op.reduce_axis[0], factor=4)
+    CF = s.rfactor(C, ki, factor_axis=1)
+    s[C].parallel(s[C].op.axis[0])
+    s[CF].compute_at(s[C], s[C].op.axis[1])
+    t = s.trace()
+    assert _rerun(t.to_python(), [A, B, C], C).trace() == t
+    old = te.Trace.from_json('[{"kind":"compute_at","stage":0,"stage_name":"P","stages":[2],"axes":[1]}]')
+    assert "s.stages[2]" in old.to_python()
+
+
+def test_compute_at_follows_later_splits_tiles_and_fuses():
+    m, n, k = 13, 10, 7
+    A = te.placeholder((m, k), name="A")
+    B = te.placeholder((k, n), name="B")
+    P = te.compute((m, k), lambda i, j: A[i, j] * 2.0 + 1.0, name="P")
+    r = te.reduce_axis((0, k), name="r")
+    C = te.compute((m, n), lambda i, j: te.sum(P[i, r] * B[r, j], axis=r), name="C")
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    want = (a * 2 + 1) @ b
+    later = {
+        "split": lambda st, i, j: st.split(j, factor=4),
+        "tile": lambda st, i, j: st.tile(i, j, 4, 3),
+        "fuse": lambda st, i, j: st.fuse(i, j),
+    }
+    for name, step in later.items():
+        s = te.create_schedule(C)
+        i, j = s[C].op.axis
+        s[P].compute_at(s[C], j)
+        step(s[C], i, j)
+        c = np.zeros((m, n), np.float32)
+        kiln.build(s, [A, B, C])(a, b, c)
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4, err_msg=name)

@@ -10,7 +10,8 @@
  * stages. Every primitive checks its arguments (misuse raises kiln::Error
  * naming the stage, the axis and what is allowed) and appends one step to
  * the schedule's trace: a schedule is its trace, replayable on the same DAG
- * (see trace.h).
+ * (see trace.h). Each primitive is defined with its step record, in
+ * src/te/step_*.cpp (step.h lists them).
  */
 #ifndef KILN_TE_SCHEDULE_H
 #define KILN_TE_SCHEDULE_H
@@ -63,7 +64,13 @@ class Stage {
   const IterVarAttr* attr(const IterVar& iv) const;
   AttachType attach_type() const { return attach_type_; }
   Stage* attach_stage() const { return attach_stage_; }
-  const IterVar& attach_ivar() const { return attach_ivar_; }
+  /**
+   * The leaf loop of attach_stage() this stage is computed in: the axis
+   * given to compute_at, followed through the parent's later splits and
+   * fuses to the innermost leaf derived from it (inside that loop the axis'
+   * value is fixed, as it was inside the axis). Undefined unless Scope.
+   */
+  IterVar attach_ivar() const;
   const std::string& scope() const { return scope_; }
   /** (dimension, factor, offset) of storage_align calls. */
   const std::vector<std::tuple<int, int, int>>& storage_aligns() const { return storage_aligns_; }
@@ -99,7 +106,10 @@ class Stage {
  private:
   friend class ScheduleState;
   friend class Schedule;
-  void set_annotation(const IterVar& axis, ForKind kind, const char* primitive, const std::string& tag = "");
+  /** Annotates a leaf loop; returns its reference for the step. */
+  AxisRef set_annotation(const IterVar& axis, ForKind kind, const char* primitive, const std::string& tag = "");
+  std::pair<IterVar, IterVar> split_by(const IterVar& axis, Expr factor, Expr nparts);
+  void set_attach(AttachType type, Stage* parent, IterVar axis);
   IterVar new_iter_var(const std::string& name, IterVarKind kind);
   void check_not_placeholder(const char* primitive) const;
   void reset_op(Operation op);
@@ -113,7 +123,7 @@ class Stage {
   std::unordered_map<const IterVarNode*, IterVarAttr> attrs_;
   AttachType attach_type_ = AttachType::Root;
   Stage* attach_stage_ = nullptr;
-  IterVar attach_ivar_;
+  IterVar attach_axis_;  // as given to compute_at
   std::string scope_ = "global";
   std::vector<std::tuple<int, int, int>> storage_aligns_;
 };
@@ -134,7 +144,7 @@ class ScheduleState {
   /** Current tensor for an op of the original DAG (after cache_write/rfactor replacements). */
   Tensor current_tensor(const Tensor& original) const;
   std::unordered_map<const OperationNode*, Operation> replaced_ops;
-  void record(TraceStep step) { trace.steps.push_back(std::move(step)); }
+  void record(Step step) { trace.steps.push_back(std::move(step)); }
 };
 
 /** A handle to a schedule: cheap to copy, stages stay valid while any handle lives. */

@@ -1,12 +1,13 @@
 /** \file
  * The trace of a schedule: the list of primitive steps that made it.
  *
- * A step names its stage by index in the schedule's stage list and its axes
- * by index in that stage's leaf list at the time of the step (the names are
- * kept too, for people, and are not needed to replay). So a trace replays on
- * any DAG with the same workload key, whatever its tensors are called. The
- * JSON form is an array of objects, e.g.
- *   [{"kind":"split","stage":2,"stage_name":"C","axis":0,"axis_name":"i","factor":8}, ...]
+ * Steps are typed records (step.h). The JSON form is an array of step
+ * objects, e.g.
+ *   [{"kind":"split","stage":2,"stage_name":"C","axes":[0],"axis_names":["i"],"ints":[8]}, ...]
+ * (the format of every trace written so far: the tuning DB stores traces in
+ * it, and they replay). `to_python` prints the Python that redoes the
+ * schedule on the same DAG, e.g.
+ *   i_outer, i_inner = s[C].split(s[C].axis("i"), factor=8)
  */
 #ifndef KILN_TE_TRACE_H
 #define KILN_TE_TRACE_H
@@ -14,33 +15,26 @@
 #include <string>
 #include <vector>
 
+#include "kiln/te/step.h"
+
 namespace kiln::te {
 
-struct TraceStep {
-  /** split, split_nparts, fuse, reorder, vectorize, unroll, parallel, bind, compute_at,
-      compute_inline, compute_root, storage_align, pragma, cache_read, pack, cache_write, rfactor. */
-  std::string kind;
-  int stage = -1;
-  std::string stage_name;
-  /** Axis indices (leaf positions) the step takes, in order. */
-  std::vector<int> axes;
-  std::vector<std::string> axis_names;
-  /** Integer arguments: factor / nparts / factor,offset / value / factor_axis. */
-  std::vector<int> ints;
-  /** String arguments: thread tag / pragma key / scope. */
-  std::vector<std::string> strings;
-  /** Other stages: compute_at target, cache_read readers. */
-  std::vector<int> stages;
-};
-
 struct Trace {
-  std::vector<TraceStep> steps;
+  std::vector<Step> steps;
   /** JSON text (an array of step objects). */
   std::string to_json() const;
-  /** Parses JSON text; throws kiln::Error on malformed input naming the step. */
+  /** Parses JSON text; throws kiln::Error on malformed input or an unknown kind, naming the step. */
   static Trace from_json(const std::string& text);
   /** One line per step, readable. */
   std::string str() const;
+  /**
+   * Python that rebuilds the schedule: run it with `s` bound to a fresh
+   * schedule of the same DAG and each tensor bound to a variable named
+   * after it ("." becomes "_"). Stages and axes the trace cannot name are
+   * written by position (s.stages[i], s[T].axis("name")).
+   */
+  std::string to_python() const;
+  bool operator==(const Trace&) const = default;
 };
 
 }  // namespace kiln::te
