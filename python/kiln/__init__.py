@@ -16,13 +16,19 @@ callable :class:`kiln.runtime.Module`::
     a = np.random.rand(64, 64).astype("float32"); b = np.empty_like(a)
     mod(a, b)  # writes into b
 
-Every error kiln reports is a :class:`kiln.KilnError` (a ``ValueError``)
-carrying the C++ message.
+Bad input raises :class:`kiln.KilnError` (a ``ValueError``) carrying the C++
+message. A broken internal invariant -- a bug in kiln, not misuse -- raises
+:class:`kiln.InternalError` (a ``RuntimeError``, not a ``KilnError``).
+
+Code written for TVM's tensor expressions runs with ``import kiln as tvm``:
+``tvm.device``, ``tvm.nd.array``, ``tvm.lower(..., simple_mode=True)``,
+``tvm.tir.indexmod`` / ``indexdiv`` and ``tvm.testing.assert_allclose`` are
+thin aliases of kiln's own calls.
 """
-from ._ffi import KilnError, _kiln
-from . import te, nd, runtime, ops, tuning_db
+from ._ffi import InternalError, KilnError, _kiln
+from . import te, nd, runtime, ops, tuning_db, tir, testing
 from .driver import build, lower
-from .nd import cpu
+from .nd import cpu, device
 from .runtime import Module, TimeResult
 if hasattr(_kiln, "tuner"):  # built with the auto-scheduler (it needs XGBoost)
     from . import tuner
@@ -33,6 +39,6 @@ PrimFunc = _kiln.PrimFunc
 
 __version__ = "0.1.0"
 
-__all__ = ["KilnError", "te", "nd", "runtime", "ops", "tuning_db", "build", "lower", "cpu", "Module", "TimeResult", "Target", "PrimFunc"]
+__all__ = ["KilnError", "InternalError", "te", "nd", "runtime", "ops", "tuning_db", "tir", "testing", "build", "lower", "cpu", "device", "Module", "TimeResult", "Target", "PrimFunc"]
 if hasattr(_kiln, "tuner"):
     __all__ += ["tuner", "tune"]

@@ -20,3 +20,4 @@ else:
         ) from err
 
 KilnError = _kiln.KilnError
+InternalError = _kiln.InternalError

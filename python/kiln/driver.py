@@ -24,13 +24,14 @@ def _check_schedule(s, what):
         raise KilnError(f"{what}: expected a schedule (kiln.te.create_schedule), got {type(s).__name__}")
 
 
-def lower(s, args, name="main", run_passes=True, dump_ir=False):
+def lower(s, args, name="main", run_passes=True, dump_ir=False, simple_mode=False):
     """Lowers schedule ``s`` to a function taking ``args`` (tensors, in call order).
 
     Scalar shape variables, if any, become int32 parameters after the tensors.
     ``print()`` of the result shows the loop nest; ``run_passes=False`` gives the
     nest before the loop passes, and ``dump_ir=True`` (or ``KILN_DUMP_IR=1``)
-    prints the IR after every pass.
+    prints the IR after every pass. ``simple_mode`` is accepted for TVM's
+    ``tvm.lower(s, args, simple_mode=True)``: kiln always prints the plain loop nest.
     """
     _check_schedule(s, "lower")
     return _kiln.lower(s, _arg_tensors(args, "lower"), name, run_passes, dump_ir)

@@ -26,6 +26,20 @@ def cpu(index=0):
     return Device(index)
 
 
+def device(dev_type, dev_id=0):
+    """The device for a target or device name, as TVM's ``tvm.device("llvm", 0)``.
+
+    kiln compiles for the CPU: ``"llvm ..."`` targets (a string or a
+    :class:`kiln.Target`) and ``"cpu"`` give :func:`cpu`; any other device
+    raises :class:`kiln.KilnError`.
+    """
+    name = dev_type if isinstance(dev_type, str) else str(getattr(dev_type, "kind", dev_type))
+    kind = name.split()[0] if name.split() else ""
+    if kind not in ("llvm", "cpu", "c"):
+        raise KilnError(f"device({name!r}): kiln runs kernels on the CPU only; use \"llvm\" (or \"cpu\") as the device")
+    return cpu(dev_id)
+
+
 def array(source, device=None):
     """A new kiln array holding a copy of ``source`` (a numpy array, anything
     ``numpy.asarray`` accepts, or another kiln array)."""
@@ -48,4 +62,4 @@ def from_dlpack(tensor):
     return NDArray.from_dlpack(tensor)
 
 
-__all__ = ["NDArray", "Device", "cpu", "array", "empty", "from_dlpack", "KilnError"]
+__all__ = ["NDArray", "Device", "cpu", "device", "array", "empty", "from_dlpack", "KilnError"]

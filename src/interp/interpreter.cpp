@@ -523,7 +523,7 @@ void interpret(const PrimFunc& f, const std::vector<void*>& args) {
     Interpreter(f).run(args);
   } catch (const Error& e) {
     // Name the function: the oracle runs many of them in one test.
-    throw Error("in function '" + f.name() + "': " + e.what());
+    rethrow_as(e, "in function '" + f.name() + "': " + e.what());
   }
 }
 

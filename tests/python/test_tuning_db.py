@@ -338,7 +338,7 @@ def test_bad_arguments_raise_kiln_error(db):
         dict(good, trace="{not json"), dict(good, trace={"kind": "split"}), dict(good, trace=object()),
         dict(good, workload_key=KEY2), dict(good, workload_key=5), dict(good, workload_key=""),
         dict(good, target=5), dict(good, target={"target": "llvm", "cpu": "x"}),
-        dict(good, target=TargetInfo("llvm", cpu_features="avx2")), dict(good, target=""),
+        dict(good, target=""),
         dict(good, error_kind="crash"), dict(good, build_time="slow"), dict(good, run_uid="no-such-run"),
         dict(good, features=[[1.0]]), dict(good, features=FeatureSet("", [[1.0]])),
         dict(good, timestamp=float("inf")), dict(good, colour="blue"), 42, "record",
@@ -375,6 +375,7 @@ def test_bad_arguments_raise_kiln_error(db):
         lambda: kiln.tuning_db.open(db.path, busy_timeout_ms=-1), lambda: kiln.tuning_db.open(db.path, cache_size_mib=2 ** 40),
         lambda: FeatureSet("x", [1, 2, 3]), lambda: FeatureSet("x", [1, 2, 3], rows=2, cols=2),
         lambda: Record.from_dict({"wrkload_key": KEY}), lambda: TargetInfo.from_dict([]),
+        lambda: TargetInfo("llvm", cpu_features="avx2"),  # checked on construction
         lambda: kiln.tuning_db.Database(object()),
     ]
     for i, call in enumerate(calls):

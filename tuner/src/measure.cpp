@@ -148,17 +148,31 @@ struct Built {
   MeasureError error = MeasureError::None;
   std::string msg;
   double build_time = 0;
+  /** An internal error (or any non-kiln exception) of the build: rethrown on the calling thread. */
+  std::exception_ptr failure;
 };
 
-Built build_one(const Task& task, const te::Trace& trace) {
+/**
+ * Builds one candidate. A user error (an invalid schedule: kiln::Error that
+ * is not internal) makes it a build_error, counted and recorded like any
+ * failed trial; a kiln::InternalError is a bug in kiln, not in the candidate,
+ * and is kept in `failure` to fail the session loudly (build_all runs on
+ * threads, where it cannot propagate by itself).
+ */
+Built build_one(const Task& task, const te::Trace& trace, Fault fault = Fault::None) {
   Built b;
   auto t0 = std::chrono::steady_clock::now();
   try {
+    if (fault == Fault::Invalid) KILN_USER_ERROR() << "fault injection: an invalid candidate (a user error while building it)";
+    if (fault == Fault::Internal) throw InternalError("fault injection: an internal error while building the candidate");
     te::Schedule s = te::Schedule::from_trace(task.outputs, trace);
     b.mod = build(s, task.args, task.target, "main");
-  } catch (const std::exception& e) {
+  } catch (const Error& e) {
+    if (is_internal(e)) b.failure = std::current_exception();
     b.error = MeasureError::BuildError;
     b.msg = e.what();
+  } catch (...) {
+    b.failure = std::current_exception();
   }
   b.build_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return b;
@@ -189,13 +203,15 @@ std::vector<Built> Measurer::Impl::build_all(const std::vector<Candidate>& cs) c
   std::vector<Built> out(cs.size());
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < cs.size();) out[i] = build_one(task, cs[i].trace);
+    for (size_t i; (i = next.fetch_add(1)) < cs.size();) out[i] = build_one(task, cs[i].trace, faults.at(counter + static_cast<int64_t>(i)));
   };
   int n = std::max(1, std::min<int>(opts.build_threads, static_cast<int>(cs.size())));
   std::vector<std::thread> threads;
   for (int t = 1; t < n; ++t) threads.emplace_back(worker);
   worker();
   for (std::thread& t : threads) t.join();
+  for (const Built& b : out)
+    if (b.failure) std::rethrow_exception(b.failure);
   return out;
 }
 
@@ -213,6 +229,7 @@ WorkerOutcome Measurer::Impl::run_once(const Module& mod, Fault fault, double ti
 void Measurer::Impl::ensure_reference() {
   if (have_reference) return;
   Built ref = build_one(task, task.fresh_schedule().trace());
+  if (ref.failure) std::rethrow_exception(ref.failure);
   KILN_USER_CHECK(ref.error == MeasureError::None) << "check_correct on task '" << task.name << "': the unscheduled function does not build: " << ref.msg;
   // The unscheduled loop nest is slow; give it ample time, it runs once per task.
   WorkerOutcome r = run_once(ref.mod, Fault::None, std::max(120.0, 10 * opts.timeout_s), &reference);
@@ -296,6 +313,7 @@ bool Measurer::check_correct(const Candidate& c, std::string* why) {
     fault = impl_->faults.at(it->second.second) == Fault::Wrong ? Fault::Wrong : Fault::None;
   } else {
     Built b = build_one(impl_->task, c.trace);
+    if (b.failure) std::rethrow_exception(b.failure);
     if (b.error != MeasureError::None) {
       if (why) *why = "the candidate does not build: " + b.msg;
       return false;

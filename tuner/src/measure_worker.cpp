@@ -31,9 +31,14 @@ FaultPlan::FaultPlan(const std::string& spec) {
     if (item.empty()) continue;
     size_t at = item.find('@');
     std::string kind = item.substr(0, at);
-    Fault f = kind == "crash" ? Fault::Crash : kind == "hang" ? Fault::Hang : kind == "wrong" ? Fault::Wrong : Fault::None;
+    Fault f = kind == "crash"      ? Fault::Crash
+              : kind == "hang"     ? Fault::Hang
+              : kind == "wrong"    ? Fault::Wrong
+              : kind == "invalid"  ? Fault::Invalid
+              : kind == "internal" ? Fault::Internal
+                                   : Fault::None;
     KILN_USER_CHECK(at != std::string::npos && f != Fault::None)
-        << "fault injection: bad item '" << item << "' in '" << spec << "'; expected crash@I, hang@I or wrong@I (I an index or a range A-B)";
+        << "fault injection: bad item '" << item << "' in '" << spec << "'; expected crash@I, hang@I, wrong@I, invalid@I or internal@I (I an index or a range A-B)";
     std::string range = item.substr(at + 1);
     size_t dash = range.find('-');
     try {
@@ -72,7 +77,8 @@ std::vector<void*> data_pointers(const std::vector<NDArray>& args) {
   return out;
 }
 
-// The message is 'T' + int32 count + doubles on success, 'E' + text on failure.
+// The message is 'T' + int32 count + doubles on success, 'E' + text on a user
+// error or a failed run, 'I' + text on a kiln::InternalError (the parent rethrows it).
 std::string run_job(const Module& mod, const std::vector<NDArray>& args, const WorkerJob& job) {
   KilnKernel kernel = mod.get_kernel("main");
   if (job.fault == Fault::Crash) {
@@ -120,7 +126,7 @@ std::string run_job(const Module& mod, const std::vector<NDArray>& args, const W
   try {
     msg = run_job(mod, args, job);
   } catch (const std::exception& e) {
-    msg = std::string("E") + e.what();
+    msg = std::string(is_internal(e) ? "I" : "E") + e.what();
     code = 3;
   }
   write_all(fd, msg);
@@ -176,6 +182,8 @@ WorkerOutcome interpret(const std::string& msg, int status) {
     return out;
   }
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  // A kiln bug in the worker is not the candidate's fault: it fails the session loudly.
+  if (!msg.empty() && msg[0] == 'I') throw InternalError("in a measurement worker: " + msg.substr(1));
   if (!msg.empty() && msg[0] == 'E') {
     out.error = MeasureError::RunError;
     out.msg = msg.substr(1);

@@ -15,7 +15,7 @@
 namespace kiln::tuner::detail {
 
 /** A fault the test hook injects into one worker (see MeasureOptions::inject_faults). */
-enum class Fault { None, Crash, Hang, Wrong };
+enum class Fault { None, Crash, Hang, Wrong, Invalid, Internal };
 
 /** Parsed "kind@i,kind@a-b,..." specification. */
 class FaultPlan {

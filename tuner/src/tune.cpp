@@ -111,6 +111,7 @@ bool Session::check(const Candidate& c, std::string* why) {
   try {
     return measurer.check_correct(c, why);
   } catch (const Error& e) {
+    if (is_internal(e)) throw;  // a kiln bug, not an unverifiable task
     can_verify = false;
     progress.note(std::string("warning: results cannot be verified (") + e.what() + "); reporting unverified timings");
     return true;
@@ -195,6 +196,7 @@ std::optional<tuning_db::Record> Session::verified_db_best() {
       c.trace = te::Trace::from_json(rec.trace);
       if (check(c, &why)) return rec;
     } catch (const Error& e) {
+      if (is_internal(e)) throw;
       why = std::string("the stored trace does not parse: ") + e.what();
     }
     // Re-store it as a failure under the same uid (delete first: uids are unique).
@@ -311,6 +313,9 @@ TuneResult tune(const Task& task, const TuneOptions& options) {
   }
   s.db.end_run(s.run_uid);
   progress.finish();
+  res.invalid_candidates = search.invalid_count();
+  if (debug_logging() && res.invalid_candidates > 0)
+    progress.note(std::to_string(res.invalid_candidates) + " invalid candidates skipped by the search; the last: " + search.last_invalid());
 
   int64_t record_id = s.report_best(&res);
   res.elapsed_s = progress.elapsed();
@@ -343,7 +348,9 @@ std::optional<BestRecord> best_record(const Task& task, const std::string& db_pa
                      b.median_time * 1e3, task.workload_key.c_str(), task.name.c_str(), target.target.c_str());
       return b;
     } catch (const Error& e) {
-      // A record an older kiln wrote may no longer replay; the next best may.
+      // A record an older kiln wrote may no longer replay (a user error); the
+      // next best may. An internal error is a kiln bug: it propagates.
+      if (is_internal(e)) throw;
       if (debug) std::fprintf(stderr, "kiln: debug: tuning record %lld does not replay: %s\n", static_cast<long long>(r.id), e.what());
     }
   }

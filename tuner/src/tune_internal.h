@@ -6,6 +6,7 @@
 #define KILN_TUNER_SRC_TUNE_INTERNAL_H
 
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <random>
 #include <string>
@@ -78,6 +79,15 @@ class EvolutionarySearch {
                                 const std::unordered_set<std::string>& known, int* skipped);
   /** Features of a candidate of this search (nullptr when it does not lower). */
   const Features* features(const std::string& key) const;
+  /**
+   * Candidates found invalid so far (a user error while applying their
+   * schedule): counted, never measured. Internal errors are not counted; they
+   * propagate. (A candidate that applies but does not lower is measured, and
+   * counted as a build error there.)
+   */
+  int invalid_count() const { return invalid_; }
+  /** The message of the last invalid candidate (for the debug log); empty when none. */
+  const std::string& last_invalid() const { return last_invalid_; }
 
  private:
   /** Materialises a candidate; false when it is invalid. */
@@ -95,6 +105,8 @@ class EvolutionarySearch {
   /** key -> features; a null entry marks a candidate that failed to lower. */
   std::unordered_map<std::string, std::shared_ptr<Features>> features_;
   std::unordered_set<std::string> skipped_keys_;
+  int invalid_ = 0;
+  std::string last_invalid_;
 };
 
 // ---------------------------------------------------------------- progress.cpp

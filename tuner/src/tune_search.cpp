@@ -8,6 +8,7 @@
 #include <cmath>
 #include <thread>
 
+#include "kiln/support/error.h"
 #include "kiln/te/lower.h"
 #include "tune_internal.h"
 
@@ -21,8 +22,13 @@ bool EvolutionarySearch::materialize(Candidate* c, std::string* key) {
     space_.materialize(c);
     *key = canonical_trace(c->trace);
     return true;
-  } catch (const std::exception&) {
-    return false;  // an invalid point of the space: the search just moves on
+  } catch (const Error& e) {
+    // An invalid point of the space (a user error: the schedule step does not
+    // apply) is counted and skipped; a kiln::InternalError is a bug: it propagates.
+    if (is_internal(e)) throw;
+    ++invalid_;
+    last_invalid_ = e.what();
+    return false;
   }
 }
 
@@ -37,6 +43,9 @@ void EvolutionarySearch::featurize(const std::vector<Entry>& entries) {
   for (const Entry& e : entries)
     if (!features_.count(e.key) && queued.insert(e.key).second) todo.push_back(&e);
   std::vector<std::shared_ptr<Features>> out(todo.size());
+  // A failure that is not a user error (an internal error: a kiln bug), kept
+  // to be rethrown here: an exception cannot leave a std::thread.
+  std::vector<std::exception_ptr> failures(todo.size());
   std::atomic<size_t> next{0};
   // Replaying and lowering touch only the (immutable, atomically counted) DAG: safe on threads.
   auto worker = [&] {
@@ -44,8 +53,11 @@ void EvolutionarySearch::featurize(const std::vector<Entry>& entries) {
       try {
         te::Schedule s = te::Schedule::from_trace(task_.outputs, todo[i]->cand.trace);
         out[i] = std::make_shared<Features>(extract_features(te::lower(s, task_.args, "main")));
-      } catch (const std::exception&) {
+      } catch (const Error& e) {
         out[i] = nullptr;  // it will not build either; never pick it
+        if (is_internal(e)) failures[i] = std::current_exception();
+      } catch (...) {
+        failures[i] = std::current_exception();
       }
     }
   };
@@ -54,6 +66,8 @@ void EvolutionarySearch::featurize(const std::vector<Entry>& entries) {
   for (int t = 1; t < n; ++t) threads.emplace_back(worker);
   worker();
   for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& f : failures)
+    if (f) std::rethrow_exception(f);
   for (size_t i = 0; i < todo.size(); ++i) features_[todo[i]->key] = out[i];
 }
 

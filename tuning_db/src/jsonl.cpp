@@ -304,8 +304,7 @@ ImportResult Database::read_jsonl(std::istream& in) {
       else
         ++result.skipped;
     } catch (const Error& err) {
-      throw Error("import into '" + s.path + "': line " + std::to_string(line_no) + ": " +
-                  err.what() + "; nothing was imported");
+      rethrow_as(err, "import into '" + s.path + "': line " + std::to_string(line_no) + ": " + err.what() + "; nothing was imported");
     }
   }
   KILN_USER_CHECK(!in.bad()) << "import into '" << s.path << "': reading the input failed";

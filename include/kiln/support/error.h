@@ -1,11 +1,16 @@
 /** \file
- * kiln::Error and the two families of checks.
+ * kiln::Error, kiln::InternalError and the two families of checks.
  *
  * User errors (a bad schedule step, a shape mismatch, a corrupt record) are
- * raised with KILN_USER_CHECK / KILN_USER_ERROR: the message names the object
- * and says what is allowed. Internal invariants use KILN_CHECK / KILN_ICHECK,
- * which add the file, line and failed condition. Both throw kiln::Error; the
- * Python binding turns it into kiln.KilnError, so nothing aborts the process.
+ * raised with KILN_USER_CHECK / KILN_USER_ERROR and throw kiln::Error: the
+ * message names the object and says what is allowed. Internal invariants use
+ * KILN_CHECK / KILN_ICHECK / KILN_UNREACHABLE, which add the file, line and
+ * failed condition and throw kiln::InternalError: a kiln bug, not misuse.
+ * Python sees kiln.KilnError (a ValueError) for the first and
+ * kiln.InternalError (a RuntimeError) for the second; nothing aborts the
+ * process. Code that tolerates bad input (the tuner's search skipping an
+ * invalid candidate) catches user errors only (see is_internal) and lets an
+ * internal error through.
  */
 #ifndef KILN_SUPPORT_ERROR_H
 #define KILN_SUPPORT_ERROR_H
@@ -16,17 +21,41 @@
 
 namespace kiln {
 
-/** The one exception type kiln throws for bad input and broken invariants. */
+/**
+ * What kiln throws. An Error that is not an InternalError is a user error:
+ * bad input, named in the message with the fix.
+ */
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& msg) : std::runtime_error(msg) {}
 };
 
+/** A broken internal invariant: a bug in kiln, whatever the input was. */
+class InternalError : public Error {
+ public:
+  explicit InternalError(const std::string& msg) : Error(msg) {}
+};
+
+/** True for kiln::InternalError: code that skips bad input must rethrow these. */
+inline bool is_internal(const std::exception& e) { return dynamic_cast<const InternalError*>(&e) != nullptr; }
+
+/**
+ * Throws an error of the same kind as `e` (user or internal) with `msg`:
+ * for catch sites that add context to a message without turning a kiln bug
+ * into a user error.
+ */
+[[noreturn]] inline void rethrow_as(const std::exception& e, const std::string& msg) {
+  if (is_internal(e)) throw InternalError(msg);
+  throw Error(msg);
+}
+
 namespace detail {
 /** Collects a streamed message and throws it when the statement ends. */
 class ErrorBuilder {
  public:
+  /** A user error: throws kiln::Error. */
   ErrorBuilder() = default;
+  /** An internal error: throws kiln::InternalError naming the place and condition. */
   ErrorBuilder(const char* file, int line, const char* cond);
   ErrorBuilder(const ErrorBuilder&) = delete;
   ~ErrorBuilder() noexcept(false);
@@ -35,6 +64,7 @@ class ErrorBuilder {
  private:
   std::ostringstream os_;
   std::string prefix_;
+  bool internal_ = false;
 };
 }  // namespace detail
 }  // namespace kiln
@@ -46,13 +76,13 @@ class ErrorBuilder {
     ::kiln::detail::ErrorBuilder().stream()
 /** Throws kiln::Error with the streamed message (user error). */
 #define KILN_USER_ERROR() ::kiln::detail::ErrorBuilder().stream()
-/** Internal invariant: throws kiln::Error naming file, line and condition. */
+/** Internal invariant: throws kiln::InternalError naming file, line and condition. */
 #define KILN_CHECK(...) \
   if (__VA_ARGS__) {    \
   } else                \
     ::kiln::detail::ErrorBuilder(__FILE__, __LINE__, #__VA_ARGS__).stream()
 #define KILN_ICHECK(...) KILN_CHECK(__VA_ARGS__)
-/** Internal error: a path that must not be reached. */
+/** Internal error (kiln::InternalError): a path that must not be reached. */
 #define KILN_UNREACHABLE() ::kiln::detail::ErrorBuilder(__FILE__, __LINE__, "unreachable").stream()
 
 #endif  // KILN_SUPPORT_ERROR_H

@@ -35,6 +35,10 @@ struct MeasureOptions {
    * faults (SIGSEGV). hang: the worker calls the kernel in an endless loop,
    * as a candidate that never finishes would. wrong: the candidate measures
    * normally, but check_correct sees its output corrupted (one element).
+   * invalid: building the candidate throws a user error (kiln::Error), as an
+   * invalid schedule does: a build_error result. internal: building it
+   * throws kiln::InternalError, which measure() lets through (a kiln bug
+   * fails the session loudly).
    * Indices may be ranges ("wrong@0-99"). When empty, the environment
    * variable KILN_TUNER_INJECT_FAULTS is read instead.
    */
@@ -58,7 +62,11 @@ class Measurer {
   Measurer(const Task& task, const MeasureOptions& options);
   ~Measurer();
   Measurer(Measurer&&) noexcept;
-  /** Lowers, builds and runs each candidate (its trace must be set); one result each, in order. */
+  /**
+   * Lowers, builds and runs each candidate (its trace must be set); one result
+   * each, in order. A candidate that is invalid (a user error: kiln::Error) or
+   * fails to run is a result with an error; a kiln::InternalError propagates.
+   */
   std::vector<MeasureResult> measure(const std::vector<Candidate>& candidates);
   /** Runs the candidate and the unscheduled function on the same random inputs and compares outputs. */
   bool check_correct(const Candidate& c, std::string* why = nullptr);

@@ -48,7 +48,9 @@ struct TuneResult {
   double first_valid_time = 0;      ///< the first valid candidate of this session
   int trials_measured = 0;          ///< in this session
   int trials_skipped = 0;           ///< already in the DB
-  int errors = 0;
+  int errors = 0;                   ///< measured candidates that failed (recorded in the DB with their error kind)
+  /** Points of the search space whose schedule did not apply (user errors): skipped before measuring, counted here. */
+  int invalid_candidates = 0;
   double elapsed_s = 0;
   std::string db_path;
   /** (trial, best GFLOP/s so far) after each batch. */

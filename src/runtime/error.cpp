@@ -2,7 +2,7 @@
 
 namespace kiln::detail {
 
-ErrorBuilder::ErrorBuilder(const char* file, int line, const char* cond) {
+ErrorBuilder::ErrorBuilder(const char* file, int line, const char* cond) : internal_(true) {
   std::ostringstream os;
   os << "internal error at " << file << ":" << line << ": check failed: " << cond << ": ";
   prefix_ = os.str();
@@ -10,7 +10,9 @@ ErrorBuilder::ErrorBuilder(const char* file, int line, const char* cond) {
 
 ErrorBuilder::~ErrorBuilder() noexcept(false) {
   // Only throw when not already unwinding: a second exception would terminate.
-  if (std::uncaught_exceptions() == 0) throw Error(prefix_ + os_.str());
+  if (std::uncaught_exceptions() != 0) return;
+  if (internal_) throw InternalError(prefix_ + os_.str());
+  throw Error(prefix_ + os_.str());
 }
 
 }  // namespace kiln::detail
