@@ -148,6 +148,7 @@ Trace Trace::from_json(const std::string& text) {
     } catch (const json::exception& e) {
       what = e.what();
     } catch (const Error& e) {
+      if (is_internal(e)) throw;  // a kiln bug stays one
       what = e.what();
     }
     KILN_USER_CHECK(what.empty()) << "trace step " << i << " is malformed (" << what << "): " << j.dump();
