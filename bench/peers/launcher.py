@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -113,13 +114,18 @@ def median(v):
     return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
-def interleave(kiln_round, peers, rounds=7, repeat_ms=50):
-    """Rounds of kiln_round() (seconds per call) then each peer's time(); returns summarize()'s dict."""
+def interleave(kiln_round, peers, rounds=7, repeat_ms=50, settle_s=0.15):
+    """Rounds of kiln_round() (seconds per call) then each peer's time(); returns summarize()'s dict.
+
+    After each peer's measurement a pause of settle_s lets its idle threads
+    stop spinning (OpenBLAS's spin for about 2^28 cycles after a call).
+    """
     kiln, times = [], {p.label: [] for p in peers}
     for _ in range(max(5, rounds)):
         kiln.append(kiln_round())
         for p in peers:
             times[p.label].extend(p.time(1, repeat_ms))
+            time.sleep(settle_s)
     return summarize(kiln, times)
 
 

@@ -163,7 +163,7 @@ double median_of(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-Comparison compare_interleaved(const std::function<double()>& kiln_round, const std::vector<PeerSpec>& specs, int rounds, double repeat_ms) {
+Comparison compare_interleaved(const std::function<double()>& kiln_round, const std::vector<PeerSpec>& specs, int rounds, double repeat_ms, double settle_s) {
   Comparison c;
   std::vector<std::unique_ptr<PeerProcess>> procs;
   for (const PeerSpec& s : specs) {
@@ -181,6 +181,9 @@ Comparison compare_interleaved(const std::function<double()>& kiln_round, const 
       try {
         std::vector<double> t = procs[i]->time(1, repeat_ms);
         c.peers[i].times.insert(c.peers[i].times.end(), t.begin(), t.end());
+        // OpenBLAS's idle threads spin for about 2^28 cycles after a call:
+        // let them go to sleep before the next side is timed.
+        if (settle_s > 0) usleep(static_cast<useconds_t>(settle_s * 1e6));
       } catch (const PeerError& e) {
         c.failed.push_back(c.peers[i].label + ": " + e.what());
         procs[i].reset();

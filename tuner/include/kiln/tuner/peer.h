@@ -96,10 +96,12 @@ double median_of(std::vector<double> v);
 /**
  * Starts the peers, then `rounds` rounds (at least 5) of kiln_round() (one
  * measurement of kiln, seconds per call) followed by one measurement of each
- * peer of about repeat_ms. A peer that fails is dropped and named in
+ * peer of about repeat_ms, each followed by a pause of settle_s (the peer's
+ * idle threads may spin a while after a call). A peer that fails is dropped and named in
  * `failed`; the comparison never throws for a peer's failure.
  */
-Comparison compare_interleaved(const std::function<double()>& kiln_round, const std::vector<PeerSpec>& peers, int rounds = 7, double repeat_ms = 50);
+Comparison compare_interleaved(const std::function<double()>& kiln_round, const std::vector<PeerSpec>& peers, int rounds = 7, double repeat_ms = 50,
+                               double settle_s = 0.15);
 
 }  // namespace kiln::tuner
 
