@@ -11,6 +11,10 @@ XGBoost), the thread count asked for is set for OpenBLAS and OpenMP (and
 torch.set_num_threads by the worker), and OpenBLAS runs with the core type
 blas_choice.py found fastest and correct on this machine (cached per machine).
 
+kiln-tune and the benchmarks find this directory beside libkiln_tuner: the
+build copies it there on every build (tuner/CMakeLists.txt), an install puts
+it in the kiln package; KILN_PEERS_DIR overrides both.
+
 From Python, Peer(kind, impl, args, threads) starts one and interleave()
 times kiln and the peers round by round (A B A B ...), so a drifting shared
 machine slows both alike; summarize() gives the min and median of each and

@@ -25,17 +25,18 @@ class Kernel:
         self.run, self.label, self.warm, self.check = run, label, warm, check
 
 
-def blas_label(threads):
-    """e.g. 'OpenBLAS 0.3.21 SkylakeX 2T': the BLAS numpy uses, its core type and threads."""
+def blas_label(threads=None):
+    """e.g. 'OpenBLAS 0.3.21 SkylakeX 2T': the BLAS loaded in this process, its core type and threads (without: no threads)."""
     try:
         from threadpoolctl import threadpool_info
         for d in threadpool_info():
             if d.get("user_api") == "blas":
                 name = {"openblas": "OpenBLAS", "mkl": "MKL", "blis": "BLIS"}.get(d.get("internal_api"), d.get("internal_api"))
-                return f"{name} {d.get('version')} {d.get('architecture') or ''} {d.get('num_threads')}T".replace("  ", " ")
+                text = f"{name} {d.get('version')} {d.get('architecture') or ''}".strip()
+                return f"{text} {d.get('num_threads')}T" if threads else text
     except ImportError:
         pass
-    return f"BLAS (threadpoolctl missing) {threads}T"
+    return "BLAS (threadpoolctl missing)" + (f" {threads}T" if threads else "")
 
 
 def _rng_arrays(*shapes):
@@ -68,7 +69,7 @@ def gemm(impl, a, threads):
     torch = _torch(threads)
     tx, tw = torch.from_numpy(x), torch.from_numpy(w)
     out = torch.empty(m, n)
-    return Kernel(lambda: torch.matmul(tx, tw, out=out), _torch_label(torch, "matmul", threads), (10, 0.3), lambda: (torch.matmul(tx, tw, out=out), _rel_err(out[:7].numpy(), ref()))[1])
+    return Kernel(lambda: torch.matmul(tx, tw, out=out), _torch_label(torch, f"matmul ({blas_label()})", threads), (10, 0.3), lambda: (torch.matmul(tx, tw, out=out), _rel_err(out[:7].numpy(), ref()))[1])
 
 
 def conv2d(impl, a, threads, paths):
@@ -147,7 +148,7 @@ def dense_gelu(impl, a, threads):
     def run():
         out["y"] = F.gelu(F.linear(tx, tw, tb))  # approximate="none": the erf form
 
-    return Kernel(run, _torch_label(torch, "gelu(linear)", threads), (10, 0.3), lambda: (run(), _rel_err(out["y"][:3].numpy(), ref()))[1])
+    return Kernel(run, _torch_label(torch, f"gelu(linear) ({blas_label()})", threads), (10, 0.3), lambda: (run(), _rel_err(out["y"][:3].numpy(), ref()))[1])
 
 
 def rowwise(kind, impl, a, threads):
