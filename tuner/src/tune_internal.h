@@ -122,7 +122,6 @@ class Progress {
 /** The summary printed at the end of a session (several lines, no trailing newline). */
 std::string format_summary(const Task& task, const TuneResult& r, int64_t record_id, double db_best_before);
 
-
 }  // namespace kiln::tuner::detail
 
 #endif  // KILN_TUNER_SRC_TUNE_INTERNAL_H
