@@ -1,53 +1,57 @@
-// Shared helpers of the benchmarks: peers run as subprocesses in the same
-// run (so kiln and its peer see the same machine state), statistics, and
-// the table format every benchmark prints.
+// Shared helpers of the benchmarks that time kiln against its peers: the
+// interleaved comparison (kiln/tuner/peer.h: the peers run through
+// bench/peers/launcher.py), its table cells and its JSON row.
 #ifndef KILN_BENCH_BENCH_UTIL_H
 #define KILN_BENCH_BENCH_UTIL_H
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "bench_json.h"
+#include "kiln/tuner/peer.h"
+
 namespace kiln::bench {
 
-inline double min_of(std::vector<double> v) { return *std::min_element(v.begin(), v.end()); }
-inline double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+using tuner::median_of;
+using tuner::min_of;
+
+inline double max_of(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+
+/** "0.95 (0.90..1.02)": the median of the per-round ratios kiln / best peer, with its range. */
+inline std::string ratio_cell(const tuner::Comparison& c) {
+  if (c.ratios.empty()) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.2f (%.2f..%.2f)", median_of(c.ratios), min_of(c.ratios), max_of(c.ratios));
+  return buf;
 }
 
-/** Runs a shell command and returns its standard output; throws on failure. */
-inline std::string run_command(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) throw std::runtime_error("cannot run: " + cmd);
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
-  int rc = pclose(p);
-  if (rc != 0) throw std::runtime_error("command failed (" + std::to_string(rc) + "): " + cmd + "\n" + out);
-  return out;
+/** Prints the peers that did not run (the comparison goes on without them). */
+inline void report_failed_peers(const tuner::Comparison& c) {
+  for (const std::string& f : c.failed) std::fprintf(stderr, "peer did not run: %s\n", f.c_str());
 }
 
-/** Parses the "times" array of a peer's JSON line without a JSON library. */
-inline std::vector<double> parse_times(const std::string& json) {
-  std::vector<double> v;
-  size_t a = json.find('['), b = json.find(']', a);
-  if (a == std::string::npos || b == std::string::npos) throw std::runtime_error("peer printed no timings: " + json);
-  std::string body = json.substr(a + 1, b - a - 1);
-  for (size_t pos = 0; pos < body.size();) {
-    size_t end = body.find(',', pos);
-    v.push_back(std::stod(body.substr(pos, end - pos)));
-    if (end == std::string::npos) break;
-    pos = end + 1;
+/** A scoreboard row (times in ms) from a comparison; `extra_ms` is added to kiln's times (e.g. layout changes). */
+inline nlohmann::json comparison_row(const std::string& name, int threads, const tuner::Comparison& c, const std::string& goal, const std::string& note = "") {
+  nlohmann::json row = {{"name", name}, {"threads", threads}, {"unit", "ms"}, {"kiln_min", min_of(c.kiln) * 1e3}, {"kiln_median", median_of(c.kiln) * 1e3},
+                        {"rounds", c.kiln.size()}, {"goal", goal}, {"note", note}};
+  if (const tuner::PeerTimes* p = c.best_peer()) {
+    row["peer"] = p->label;
+    row["peer_min"] = min_of(p->times) * 1e3;
+    row["peer_median"] = median_of(p->times) * 1e3;
+    row["ratio_median"] = median_of(c.ratios);
+    row["ratio_min"] = min_of(c.ratios);
+    row["ratio_max"] = max_of(c.ratios);
+    nlohmann::json all = nlohmann::json::object();
+    for (const tuner::PeerTimes& q : c.peers) all[q.label] = {{"min", min_of(q.times) * 1e3}, {"median", median_of(q.times) * 1e3}};
+    row["peers"] = all;
+  } else {
+    row["peer"] = nullptr;
   }
-  return v;
+  if (!c.failed.empty()) row["peers_failed"] = c.failed;
+  return row;
 }
-
-/** The directory of this source tree's bench/ (for peer scripts). */
-inline std::string bench_dir() { return KILN_BENCH_DIR; }
 
 }  // namespace kiln::bench
 

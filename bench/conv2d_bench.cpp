@@ -1,20 +1,18 @@
 // fp32 conv2d: kiln's hand-scheduled kernels (schedules/cpu_conv2d.cpp: the
 // blocked NCHWc form, and the GEMM form for 1x1 layers) against PyTorch's CPU
-// conv2d (oneDNN), in one run. The kiln time includes packing the NCHW input
-// into channel blocks and writing NCHW output; it excludes packing the
-// weights, which inference does once (reported apart as "wpack"). PyTorch is
-// timed twice: on NCHW / OIHW tensors as most code calls it, and on
-// channels_last tensors (converted before timing), where oneDNN uses its
-// blocked kernels. Each kiln result is checked element by element against
-// both PyTorch outputs and on a sample against a double-precision loop.
+// conv2d in one run, interleaved round by round. The kiln time includes
+// packing the NCHW input into channel blocks and writing NCHW output; it
+// excludes packing the weights, which inference does once (reported apart as
+// "wpack"). PyTorch runs in three layouts, each converted before timing:
+// NCHW (as most code calls it), channels_last and oneDNN's blocked layout
+// (torch.utils.mkldnn); the fastest counts and is named. Each kiln result is
+// checked element by element against every PyTorch output and on a sample
+// against a double-precision loop.
 //
-//   conv2d_bench [--threads N] [--repeat R] [--repeat-ms 50] [--shapes CxKxHxWxRxPxS,...] [--target "llvm -mcpu=haswell"]
-//                [--layout nchw|nchwc] [--kb 32] [--owb 0] [--ohb 1] [--cu 4] [--cb 16] [--gemm 1]
-//   (R = kernel size, P = padding, S = stride; batch 1). Each repeat of kiln
-//   and of PyTorch lasts at least --repeat-ms. On a machine shared with other
-//   work, many one-call repeats (--repeat 101 --repeat-ms 0) let the minimum
-//   find stretches where the benchmark had its cores to itself; 50 ms repeats
-//   are nearly always cut by other processes there.
+//   conv2d_bench [--threads N] [--rounds R] [--repeat-ms 50] [--shapes CxKxHxWxRxPxS,...]
+//                [--layout nchw|nchwc] [--kb 32] [--owb 0] [--ohb 1] [--cu 4] [--cb 16] [--gemm 1] [--json FILE]
+//                [--target "llvm -mcpu=haswell"]
+//   (R = kernel size, P = padding, S = stride; batch 1).
 #include <unistd.h>
 
 #include <cmath>
@@ -97,14 +95,16 @@ static double sampled_error(const float* X, const float* W, const float* Y, cons
 }
 
 int main(int argc, char** argv) {
-  int threads = 1, repeat = 7, repeat_ms = 50;
+  int threads = 1, rounds = 7, repeat_ms = 50;
+  std::string json_path;
   ops::Conv2dTiling tiling;
   std::string target_str = "llvm";  // the tiles (0: from the target) and the code are for this target
   std::string shapes = "64x64x56x56x3x1x1,256x256x14x14x3x1x1,64x256x56x56x1x0x1";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--threads") threads = std::stoi(v);
-    else if (a == "--repeat") repeat = std::stoi(v);
+    else if (a == "--rounds" || a == "--repeat") rounds = std::stoi(v);
+    else if (a == "--json") json_path = v;
     else if (a == "--repeat-ms") repeat_ms = std::stoi(v);
     else if (a == "--shapes") shapes = v;
     else if (a == "--target") target_str = v;
@@ -125,13 +125,12 @@ int main(int argc, char** argv) {
   tiling.parallel = threads > 1;
   const Target target = Target::parse(target_str);
   std::printf("target: %s (tile sizes of 0 come from it per shape)\n", target.str().c_str());
-  std::printf("fp32 conv2d, batch 1, %d thread(s), %d repeats of >= %d ms; kiln: NCHW%s, CB=%d KB=%d OHB=%d CU=%d, input packing timed, weight packing not (wpack);\n"
-              "peer: torch.nn.functional.conv2d (PyTorch CPU, oneDNN) on NCHW tensors (torch) and on channels_last ones (t-cl, converted untimed);\n"
-              "ratios are kiln time / PyTorch time (below 1: kiln is faster)\n",
-              threads, repeat, repeat_ms, tiling.nchw_out ? " out" : "c out", tiling.CB, tiling.KB, tiling.OHB, tiling.CU);
-  std::printf("%-24s %-10s %9s %9s %6s | %9s %9s %5s %5s | %9s %9s %5s %5s | %8s %7s\n", "C x K x HxW, RxR/pad/str", "kiln tile", "kiln min", "kiln med", "GF/s",
-              "torch min", "torch med", "min", "med", "t-cl min", "t-cl med", "min", "med", "wpack", "max err");
-  std::printf("%-24s %-10s %9s %9s %6s | %9s %9s %5s %5s | %9s %9s %5s %5s |\n", "", "", "", "", "kiln", "NCHW", "", "k/t", "k/t", "chan-last", "", "k/cl", "k/cl");
+  std::printf("fp32 conv2d, batch 1, %d thread(s), %d interleaved rounds of >= %d ms; kiln: NCHW%s, CB=%d KB=%d OHB=%d CU=%d, input packing timed, weight packing not (wpack);\n"
+              "peers: PyTorch conv2d on NCHW, channels_last and oneDNN-blocked tensors (converted untimed), the fastest counts; k/p below 1: kiln is faster\n",
+              threads, rounds, repeat_ms, tiling.nchw_out ? " out" : "c out", tiling.CB, tiling.KB, tiling.OHB, tiling.CU);
+  std::printf("%-24s %-10s %9s %9s %6s | %9s %9s %6s | %-19s %8s %7s  %s\n", "C x K x HxW, RxR/pad/str", "kiln tile", "kiln min", "kiln med", "GF/s", "peer min", "peer med",
+              "GF/s", "k/p med (range)", "wpack", "max err", "best peer");
+  bench::JsonRows json(json_path);
   std::string tmp = "/tmp/kiln_conv2d_bench_" + std::to_string(getpid());
   for (const ops::Conv2dShape& s : parse_shapes(shapes)) {
     ops::CpuConv2d cv = ops::cpu_conv2d(s, tiling, target);
@@ -153,43 +152,48 @@ int main(int argc, char** argv) {
     int KB = cv.tiling.KB;
     double serr = sampled_error(X.data_as<float>(), W.data_as<float>(), Y.data_as<float>(), s, KB, tiling.nchw_out);
     TimeResult wt = wmod.time_evaluator("pack_weights", {W, PW}, 1, 3, 20);
-    TimeResult kt = mod.time_evaluator("conv2d", {X, PW, Y}, 1, repeat, repeat_ms);
 
     write_floats(tmp + "_x.bin", X);
     write_floats(tmp + "_w.bin", W);
-    // PyTorch twice: on NCHW tensors (its default path) and on channels_last
-    // ones (oneDNN's blocked kernels); each output is checked against kiln's.
-    std::vector<double> peer_times[2];
+    // Each PyTorch layout writes its output; each is checked against kiln's.
+    const char* layouts[] = {"nchw", "channels_last", "mkldnn"};
+    std::vector<tuner::PeerSpec> peers;
+    std::vector<long> sz = {s.N, s.C, s.H, s.W, s.K, s.KH, s.KW, s.stride, s.pad};
+    for (const char* l : layouts)
+      peers.push_back({"conv2d", std::string("torch_") + l, sz, threads, "{\"x\": \"" + tmp + "_x.bin\", \"w\": \"" + tmp + "_w.bin\", \"y\": \"" + tmp + "_y_" + l + ".bin\"}"});
+    auto kiln_round = [&] { return mod.time_evaluator("conv2d", {X, PW, Y}, 1, 1, repeat_ms).results[0]; };
+    tuner::Comparison c = tuner::compare_interleaved(kiln_round, peers, rounds, repeat_ms);
+    bench::report_failed_peers(c);
     double err = serr;
-    for (int layout = 0; layout < 2; ++layout) {
-      std::ostringstream cmd;
-      cmd << "/usr/bin/python3 " << bench::bench_dir() << "/peers/torch_conv2d.py " << s.N << " " << s.C << " " << s.H << " " << s.W << " " << s.K << " " << s.KH << " "
-          << s.KW << " " << s.stride << " " << s.pad << " " << threads << " " << repeat << " " << repeat_ms << " " << (layout ? "channels_last" : "nchw") << " " << tmp
-          << "_x.bin " << tmp << "_w.bin " << tmp << "_y.bin";
-      peer_times[layout] = bench::parse_times(bench::run_command(cmd.str()));
-      double perr = error_vs_peer(Y.data_as<float>(), read_floats(tmp + "_y.bin", int64_t(s.K) * s.OH() * s.OW()), s, KB, tiling.nchw_out);
-      if (perr > 1e-4) {
-        std::fprintf(stderr, "kiln conv2d %dx%dx%dx%d k%d differs from PyTorch (%s): error %g\n", s.C, s.K, s.H, s.W, s.KH, layout ? "channels_last" : "nchw", perr);
-        return 1;
+    for (const char* l : layouts) {
+      std::string y = tmp + "_y_" + l + ".bin";
+      if (std::ifstream(y).good()) {
+        double perr = error_vs_peer(Y.data_as<float>(), read_floats(y, int64_t(s.K) * s.OH() * s.OW()), s, KB, tiling.nchw_out);
+        if (perr > 1e-4) {
+          std::fprintf(stderr, "kiln conv2d %dx%dx%dx%d k%d differs from PyTorch (%s): error %g\n", s.C, s.K, s.H, s.W, s.KH, l, perr);
+          return 1;
+        }
+        err = std::max(err, perr);
       }
-      err = std::max(err, perr);
+      std::remove(y.c_str());
     }
-    for (const char* f : {"_x.bin", "_w.bin", "_y.bin"}) std::remove((tmp + f).c_str());
+    for (const char* f : {"_x.bin", "_w.bin"}) std::remove((tmp + f).c_str());
     if (serr > 1e-4) {
       std::fprintf(stderr, "kiln conv2d %dx%dx%dx%d k%d is wrong: error %g vs the double loop\n", s.C, s.K, s.H, s.W, s.KH, serr);
       return 1;
     }
-    double kmin = kt.min(), kmed = kt.median();
-    double pmin = bench::min_of(peer_times[0]), pmed = bench::median_of(peer_times[0]);
-    double cmin = bench::min_of(peer_times[1]), cmed = bench::median_of(peer_times[1]);
+    const tuner::PeerTimes* p = c.best_peer();
+    double kmin = bench::min_of(c.kiln), kmed = bench::median_of(c.kiln), pmin = p ? bench::min_of(p->times) : 0, pmed = p ? bench::median_of(p->times) : 0;
     char name[48];
     std::snprintf(name, sizeof(name), "%dx%dx%dx%d %dx%d/%d/%d", s.C, s.K, s.H, s.W, s.KH, s.KW, s.pad, s.stride);
     char tile[32];
     if (cv.pointwise) std::snprintf(tile, sizeof(tile), "gemm %dx%d", cv.tiling.MR, cv.tiling.NR);
     else std::snprintf(tile, sizeof(tile), "%dx%dx%d", cv.tiling.OHB, cv.tiling.OWB, cv.tiling.KB);
-    std::printf("%-24s %-10s %7.3fms %7.3fms %6.1f | %7.3fms %7.3fms %5.2f %5.2f | %7.3fms %7.3fms %5.2f %5.2f | %6.3fms %7.1e\n", name, tile, kmin * 1e3, kmed * 1e3,
-                s.flops() / kmin * 1e-9, pmin * 1e3, pmed * 1e3, kmin / pmin, kmed / pmed, cmin * 1e3, cmed * 1e3, kmin / cmin, kmed / cmed, wt.min() * 1e3, err);
+    std::printf("%-24s %-10s %7.3fms %7.3fms %6.1f | %7.3fms %7.3fms %6.1f | %-19s %6.3fms %7.1e  %s\n", name, tile, kmin * 1e3, kmed * 1e3, s.flops() / kmin * 1e-9, pmin * 1e3,
+                pmed * 1e3, p ? s.flops() / pmin * 1e-9 : 0.0, bench::ratio_cell(c).c_str(), wt.min() * 1e3, err, p ? p->label.c_str() : "(no peer ran)");
+    json.add(bench::comparison_row(std::string("hand conv2d ") + name, threads, c, "", "schedules/cpu_conv2d.cpp"));
     std::fflush(stdout);
   }
+  json.write();
   return 0;
 }

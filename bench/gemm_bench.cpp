@@ -1,8 +1,14 @@
 // fp32 GEMM: kiln's hand-scheduled kernel (schedules/cpu_gemm.cpp) against
-// OpenBLAS through numpy, in one run. Prints min and median of each and the
-// ratio kiln/peer in time (below 1 means kiln is faster) and in GFLOP/s.
+// its peers in one run, interleaved round by round: OpenBLAS through numpy
+// (with the core type that is fastest and correct on this machine, see
+// bench/peers/blas_choice.py) and PyTorch's torch.matmul; the faster counts.
+// Prints min and median of kiln and of the best peer, their GFLOP/s and the
+// median of the per-round ratios kiln/peer in time with its range (below 1
+// means kiln is faster).
 //
-//   gemm_bench [--threads N] [--repeat R] [--shapes MxNxK,...] [--mr 6 --nr 16 --ku 4] [--target "llvm -mcpu=haswell"]
+//   gemm_bench [--threads N] [--rounds R] [--repeat-ms 50] [--shapes MxNxK,...]
+//              [--mr 6 --nr 16 --ku 4] [--json FILE]
+//              [--target "llvm -mcpu=haswell"] [--blas-coretype Haswell]
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -46,16 +52,22 @@ static double max_sampled_error(const float* A, const float* B, const float* C, 
 }
 
 int main(int argc, char** argv) {
-  int threads = 1, repeat = 7;
+  int threads = 1, rounds = 7;
+  double repeat_ms = 50;
+  std::string json_path;
   ops::GemmTiling tiling;
+  std::string blas_coretype;  // empty: OpenBLAS's fastest correct core type here
   std::string target_str = "llvm";  // the tile (unless --mr/--nr) and the code are for this target
   std::string shapes = "256x256x256,512x512x512,1024x1024x1024,2048x2048x2048,128x768x3072,1x4096x4096";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--threads") threads = std::stoi(v);
-    else if (a == "--repeat") repeat = std::stoi(v);
+    else if (a == "--rounds" || a == "--repeat") rounds = std::stoi(v);
+    else if (a == "--repeat-ms") repeat_ms = std::stod(v);
+    else if (a == "--json") json_path = v;
     else if (a == "--shapes") shapes = v;
     else if (a == "--target") target_str = v;
+    else if (a == "--blas-coretype") blas_coretype = v;
     else if (a == "--mr") tiling.MR = std::stoi(v);
     else if (a == "--nr") tiling.NR = std::stoi(v);
     else if (a == "--ku") tiling.KU = std::stoi(v);
@@ -69,9 +81,11 @@ int main(int argc, char** argv) {
   setenv("KILN_NUM_THREADS", std::to_string(threads).c_str(), 1);
   tiling.parallel = threads > 1;
   const Target target = Target::parse(target_str);
-  std::printf("fp32 GEMM, %d thread(s), %d repeats; kiln: hand schedule for %s, MR=%d NR=%d (0: from the target per shape) KU=%d; peer: numpy (OpenBLAS)\n", threads, repeat,
-              target.str().c_str(), tiling.MR, tiling.NR, tiling.KU);
-  std::printf("%-18s %10s %10s %10s %10s %9s %9s %8s %8s\n", "M x N x K", "kiln min", "kiln med", "blas min", "blas med", "kiln GF/s", "blas GF/s", "min k/b", "med k/b");
+  std::printf("fp32 GEMM, %d thread(s), %d interleaved rounds of >= %.0f ms; kiln: hand schedule for %s, MR=%d NR=%d (0: from the target per shape) KU=%d; peers: numpy (OpenBLAS), torch.matmul\n", threads,
+              rounds, repeat_ms, target.str().c_str(), tiling.MR, tiling.NR, tiling.KU);
+  std::printf("%-16s %10s %10s %10s %10s %9s %9s  %-19s %s\n", "M x N x K", "kiln min", "kiln med", "peer min", "peer med", "kiln GF/s", "peer GF/s", "k/p med (range)",
+              "best peer");
+  bench::JsonRows json(json_path);
   std::vector<double> build_ms;  // schedule + lower + codegen + JIT, per shape
   for (const Shape& s : parse_shapes(shapes)) {
     auto t0 = std::chrono::steady_clock::now();
@@ -89,17 +103,21 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "kiln GEMM %dx%dx%d is wrong: relative error %g\n", s.M, s.N, s.K, err);
       return 1;
     }
-    TimeResult kt = mod.time_evaluator("gemm", {A, B, C}, 1, repeat, 50);
-    std::string cmd = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=" + std::to_string(threads) + " /usr/bin/python3 " + bench::bench_dir() + "/peers/numpy_gemm.py " +
-                      std::to_string(s.M) + " " + std::to_string(s.N) + " " + std::to_string(s.K) + " " + std::to_string(repeat);
-    std::vector<double> pt = bench::parse_times(bench::run_command(cmd));
+    std::vector<long> sz = {s.M, s.N, s.K};
+    auto kiln_round = [&] { return mod.time_evaluator("gemm", {A, B, C}, 1, 1, repeat_ms).results[0]; };
+    tuner::Comparison c = tuner::compare_interleaved(kiln_round, {{"gemm", "numpy", sz, threads, "", blas_coretype}, {"gemm", "torch", sz, threads, "", blas_coretype}}, rounds, repeat_ms);
+    bench::report_failed_peers(c);
     double flop = 2.0 * s.M * s.N * s.K;
-    double kmin = kt.min(), kmed = kt.median(), pmin = bench::min_of(pt), pmed = bench::median_of(pt);
     char name[32];
     std::snprintf(name, sizeof(name), "%dx%dx%d", s.M, s.N, s.K);
-    std::printf("%-18s %8.3fms %8.3fms %8.3fms %8.3fms %9.1f %9.1f %8.2f %8.2f\n", name, kmin * 1e3, kmed * 1e3, pmin * 1e3, pmed * 1e3, flop / kmin * 1e-9, flop / pmin * 1e-9, kmin / pmin, kmed / pmed);
+    const tuner::PeerTimes* p = c.best_peer();
+    double kmin = bench::min_of(c.kiln), kmed = bench::median_of(c.kiln), pmin = p ? bench::min_of(p->times) : 0, pmed = p ? bench::median_of(p->times) : 0;
+    std::printf("%-16s %8.3fms %8.3fms %8.3fms %8.3fms %9.1f %9.1f  %-19s %s\n", name, kmin * 1e3, kmed * 1e3, pmin * 1e3, pmed * 1e3, flop / kmin * 1e-9,
+                p ? flop / pmin * 1e-9 : 0.0, bench::ratio_cell(c).c_str(), p ? p->label.c_str() : "(no peer ran)");
+    json.add(bench::comparison_row(std::string("hand GEMM ") + name, threads, c, "", "schedules/cpu_gemm.cpp"));
     std::fflush(stdout);
   }
+  json.write();
   std::printf("build (schedule + lower + LLVM codegen + JIT) per kernel: min %.0f ms, median %.0f ms\n", bench::min_of(build_ms), bench::median_of(build_ms));
   return 0;
 }

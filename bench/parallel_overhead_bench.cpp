@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include <omp.h>
 #endif
 
+#include "bench_json.h"
 #include "kiln/runtime/c_runtime_api.h"
 
 namespace {
@@ -64,7 +66,13 @@ int32_t busy_task(int32_t, int32_t, void* closure) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int n = argc > 1 ? std::atoi(argv[1]) : 20000;
+  // parallel_overhead_bench [N] [--json FILE]
+  int n = 20000;
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--json" && i + 1 < argc) json_path = argv[++i];
+    else n = std::atoi(argv[i]);
+  }
   int threads = kiln_num_threads();
   std::printf("threads: %d (KILN_NUM_THREADS or cores)\n", threads);
 
@@ -105,5 +113,16 @@ int main(int argc, char** argv) {
     for (auto& t : ts) t.join();
   }, 200);
   std::printf("std::thread spawn + join of %d threads:  %8.3f us\n", threads - 1, spawn);
+  kiln::bench::JsonRows json(json_path);
+  nlohmann::json row = {{"name", "fork-join overhead (warm, empty tasks)"}, {"threads", threads}, {"unit", "us"}, {"kiln_median", warm}, {"kiln_min", warm},
+                        {"goal", "< 10 us"}, {"note", "median of " + std::to_string(n) + " launches; 2 ms idle: " + std::to_string(cold[cold.size() / 2]).substr(0, 6) + " us"}};
+#ifdef KILN_BENCH_OPENMP
+  row["peer"] = "OpenMP (libgomp) empty parallel region";
+  row["peer_median"] = omp;
+  row["peer_min"] = omp;
+  row["ratio_median"] = row["ratio_min"] = row["ratio_max"] = warm / omp;
+#endif
+  json.add(row);
+  json.write();
   return 0;
 }

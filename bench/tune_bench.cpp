@@ -1,22 +1,27 @@
 // The auto-scheduler against the peer libraries, in one run: each workload is
-// tuned from scratch (a fresh tuning database unless --db is given), its best
-// schedule is timed here, and the peer is timed right after in a subprocess.
-// Also reports the search's efficiency: the best found after 64, 200 and 1000
-// trials (where the budget reaches them) and the wall time per trial. For the
-// NCHWc convolutions, "+layout" is k/p again with kiln's time plus the input's
-// NCHW -> NCHWc and the output's NCHWc -> NCHW changes (the fair figure for a
-// lone layer between NCHW neighbours; inside a model they happen once).
+// tuned (from scratch in a fresh database unless --db is given; with --reuse
+// the database's best record is used as it is when the workload has one),
+// its best schedule is built here, and it is timed interleaved with its peers
+// (kiln, peers, kiln, ... through bench/peers/launcher.py): min and median
+// of each and the median of the per-round ratios with its range. Also the
+// search's efficiency: the best found after 64, 200 and 1000 trials (where
+// the budget reaches them) and the wall time per trial. The NCHWc
+// convolutions count the input's NCHW -> NCHWc and the output's NCHWc -> NCHW
+// changes in kiln's time (the fair figure for a layer between NCHW
+// neighbours; inside a model they happen once); the kernel alone is noted.
 //
-//   tune_bench [--trials N] [--threads 1,2] [--workloads gemm,conv1,conv2,conv3,dense]
-//              [--repeat R] [--db PATH] [--curve-dir DIR] [--timeout S]
+//   tune_bench [--trials N] [--threads 1,2] [--workloads gemm,conv1,...] [--rounds R]
+//              [--db PATH] [--reuse] [--curve-dir DIR] [--timeout S] [--json FILE]
 //
 // Workloads (fp32, batch 1 for convolutions):
-//   gemm   1024 x 1024 x 1024 matmul               peer: numpy (OpenBLAS)
-//   conv1  ResNet 3x3, C=K=64, 56x56, pad 1         peer: PyTorch (the faster of NCHW and channels_last)
-//   conv2  ResNet 3x3, C=K=256, 14x14, pad 1        peer: PyTorch
-//   conv3  ResNet 1x1, C=64, K=256, 56x56           peer: PyTorch
-//   dense  gelu(A[128,768] B[768,3072] + bias)      peer: numpy matmul + bias + GELU
-// The convolutions are tuned in the blocked NCHWc layout (conv2d_nchwc); see conv().
+//   gemm       1024 x 1024 x 1024 matmul           peers: numpy (OpenBLAS), torch.matmul
+//   conv1      ResNet 3x3, C=K=64, 56x56, pad 1     peers: PyTorch NCHW, channels_last, oneDNN blocked
+//   conv2      ResNet 3x3, C=K=256, 14x14, pad 1    peers: as conv1
+//   conv3      ResNet 1x1, C=64, K=256, 56x56       peers: as conv1
+//   dwconv     MobileNet depthwise 3x3, C=144, 56x56, pad 1 (NCHW)   peers: PyTorch, groups=C
+//   dense      gelu(A[128,768] B[768,3072] + bias)  peers: numpy+scipy erf, PyTorch gelu(linear)
+//   softmax    softmax over rows of X[128,768]      peers: numpy, torch.softmax
+//   layernorm  layer norm over rows of X[128,768] (gamma, beta)   peers: numpy, F.layer_norm
 // With several thread counts each runs in its own process (the runtime reads
 // KILN_NUM_THREADS once per process).
 #include <sys/wait.h>
@@ -24,10 +29,11 @@
 
 #include <cmath>
 #include <cstdio>
-#include <random>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <random>
 #include <sstream>
 
 #include "bench_util.h"
@@ -36,34 +42,25 @@
 #include "kiln/ops/nn.h"
 #include "kiln/tuner/openmp_policy.h"
 #include "kiln/tuner/tune.h"
+#include "kiln/tuning_db/database.h"
 
 using namespace kiln;
 
 namespace {
 
-/** A kernel that is not tuned but timed beside the tuned one (a layout change). */
+/** A kernel that is not tuned but timed with the tuned one (a layout change). */
 struct Extra {
   te::Schedule schedule;
   std::vector<te::Tensor> args;
 };
 
 struct Workload {
-  std::string id, name, peer_name, peer_args;
+  std::string id, name, goal;
   std::vector<te::Tensor> args;
-  /** conv: NCHW -> NCHWc of the input and NCHWc -> NCHW of the output, for the "with layout" column. */
-  std::vector<Extra> layout;
+  std::vector<tuner::PeerSpec> peers;  ///< threads filled in later
+  std::vector<Extra> layout;           ///< conv: NCHW -> NCHWc of the input, NCHWc -> NCHW of the output
 };
 
-std::string join(const std::vector<int>& v) {
-  std::string s;
-  for (int x : v) s += std::to_string(x) + " ";
-  return s;
-}
-
-// The tuned conv2d is conv2d_nchwc (input [1, C/16, H, W, 16], weights
-// [K/32, C/16, KH, KW, 16, 32]): the blocked layouts of CPU inference, as
-// TVM's x86 conv2d uses. The layout change is left to the graph level (once
-// per model for the weights), as PyTorch's channels_last leaves its own.
 // The layout changes a model would pay at its NCHW boundaries (the weights'
 // change is once per model and not counted): each pixel's cb channels are
 // gathered (unrolled, one contiguous run of writes) and scattered back.
@@ -85,17 +82,21 @@ std::vector<Extra> nchwc_layout_changes(int C, int K, int HW, int OHW, int cb, i
   return {{in, {X, Xb}}, {out, {Yb, Y}}};
 }
 
-// The tuned conv2d is conv2d_nchwc (input [1, C/16, H, W, 16], weights
-// [K/32, C/16, KH, KW, 16, 32]): the blocked layouts of CPU inference, as
-// TVM's x86 conv2d uses. The layout change belongs to the graph level (once
-// per model for the weights, at NCHW boundaries for activations), as
-// PyTorch's channels_last leaves its own; the table shows it separately.
+std::vector<tuner::PeerSpec> peers(const std::string& kind, std::vector<std::string> impls, std::vector<long> args) {
+  std::vector<tuner::PeerSpec> v;
+  for (const std::string& i : impls) v.push_back({kind, i, args, 1, ""});
+  return v;
+}
+
+// The tuned conv2d is conv2d_nchwc (the blocked layouts of CPU inference,
+// as TVM's x86 conv2d uses); the layout change belongs to the graph level.
 Workload conv(const std::string& id, int C, int K, int HW, int R, int pad) {
   auto f32 = DataType::Float(32);
   auto [cb, kb] = ops::nchwc_blocks(C, K);
   te::Tensor X = te::placeholder({1, C / cb, HW, HW, cb}, f32, "X"), W = te::placeholder({K / kb, C / cb, R, R, cb, kb}, f32, "W");
   std::string name = "conv2d_c" + std::to_string(C) + "k" + std::to_string(K) + "_" + std::to_string(HW) + "x" + std::to_string(HW) + "_" + std::to_string(R) + "x" + std::to_string(R) + "_nchwc";
-  Workload w{id, name, "PyTorch", "torch_conv2d.py " + join({1, C, HW, HW, K, R, R, 1, pad}), {X, W, ops::conv2d_nchwc(X, W, 1, pad, "conv")}, {}};
+  Workload w{id, name, "<= 1.00 incl. layout", {X, W, ops::conv2d_nchwc(X, W, 1, pad, "conv")},
+             peers("conv2d", {"torch_nchw", "torch_channels_last", "torch_mkldnn"}, {1, C, HW, HW, K, R, R, 1, pad}), {}};
   w.layout = nchwc_layout_changes(C, K, HW, HW + 2 * pad - R + 1, cb, kb);
   return w;
 }
@@ -104,44 +105,30 @@ Workload make(const std::string& id) {
   auto f32 = DataType::Float(32);
   if (id == "gemm") {
     te::Tensor A = te::placeholder({1024, 1024}, f32, "A"), B = te::placeholder({1024, 1024}, f32, "B");
-    return {id, "matmul_1024x1024x1024", "numpy (OpenBLAS)", "numpy_gemm.py 1024 1024 1024 ", {A, B, ops::matmul(A, B, "C")}, {}};
+    return {id, "matmul_1024x1024x1024", "<= 1.00 (1000 trials)", {A, B, ops::matmul(A, B, "C")}, peers("gemm", {"numpy", "torch"}, {1024, 1024, 1024}), {}};
   }
   if (id == "conv1") return conv(id, 64, 64, 56, 3, 1);
   if (id == "conv2") return conv(id, 256, 256, 14, 3, 1);
   if (id == "conv3") return conv(id, 64, 256, 56, 1, 0);
+  if (id == "dwconv") {
+    te::Tensor X = te::placeholder({1, 144, 56, 56}, f32, "X"), W = te::placeholder({144, 1, 3, 3}, f32, "W");
+    return {id, "depthwise_conv2d_c144_56x56_3x3", "-", {X, W, ops::depthwise_conv2d_nchw(X, W, 1, 1, "dwconv")},
+            peers("conv2d", {"torch_nchw", "torch_channels_last"}, {1, 144, 56, 56, 144, 3, 3, 1, 1, 144}), {}};
+  }
   if (id == "dense") {
     te::Tensor A = te::placeholder({128, 768}, f32, "A"), B = te::placeholder({768, 3072}, f32, "B"), bias = te::placeholder({3072}, f32, "bias");
     te::Tensor Y = ops::gelu(ops::bias_add(ops::matmul(A, B, "dense"), bias, "bias_add"), "gelu");
-    return {id, "dense_bias_gelu_128x3072x768", "numpy matmul+bias+GELU", "dense_gelu.py 128 3072 768 ", {A, B, bias, Y}, {}};
+    return {id, "dense_bias_gelu_128x3072x768", "<= 0.67 (1.5x)", {A, B, bias, Y}, peers("dense_gelu", {"numpy", "torch"}, {128, 3072, 768}), {}};
   }
-  throw std::runtime_error("unknown workload '" + id + "'; known: gemm, conv1, conv2, conv3, dense");
-}
-
-// The peer scripts take the threads (torch, dense) and repeats at the end.
-// The peer scripts take the threads (torch, dense) and repeats at the end;
-// PyTorch runs in the given memory layout ("nchw" or "channels_last").
-std::string peer_command(const Workload& w, int threads, int repeat, const std::string& layout = "nchw") {
-  std::string t = std::to_string(threads);
-  std::string r = std::to_string(repeat);
-  // numpy_gemm.py: repeats; dense_gelu.py: threads repeats impl; torch_conv2d.py: threads repeats repeat_ms layout.
-  std::string tail = w.id == "gemm" ? r : w.id == "dense" ? t + " " + r + " numpy" : t + " " + r + " 50 " + layout;
-  return "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=" + t + " OMP_NUM_THREADS=" + t + " /usr/bin/python3 " + bench::bench_dir() + "/peers/" +
-         w.peer_args + tail;
-}
-
-/** The peer's times per call (its faster layout by median for PyTorch, named in *name); empty when it fails. */
-std::vector<double> peer_times(const Workload& w, int threads, int repeat, std::string* name) {
-  std::vector<std::string> layouts = w.peer_name == "PyTorch" ? std::vector<std::string>{"nchw", "channels_last"} : std::vector<std::string>{""};
-  std::vector<double> best;
-  for (const std::string& layout : layouts) {
-    try {
-      std::vector<double> t = bench::parse_times(bench::run_command(peer_command(w, threads, repeat, layout) + " 2>/dev/null"));
-      if (!t.empty() && (best.empty() || bench::median_of(t) < bench::median_of(best))) best = t, *name = layout.empty() ? w.peer_name : w.peer_name + " (" + layout + ")";
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "peer %s failed: %s\n", w.peer_name.c_str(), e.what());
-    }
+  if (id == "softmax") {
+    te::Tensor X = te::placeholder({128, 768}, f32, "X");
+    return {id, "softmax_128x768", "-", {X, ops::softmax(X, "softmax")}, peers("softmax", {"numpy", "torch"}, {128, 768}), {}};
   }
-  return best;
+  if (id == "layernorm") {
+    te::Tensor X = te::placeholder({128, 768}, f32, "X"), g = te::placeholder({768}, f32, "gamma"), b = te::placeholder({768}, f32, "beta");
+    return {id, "layer_norm_128x768", "-", {X, g, b, ops::layer_norm(X, g, b, 1e-5f, "layernorm")}, peers("layernorm", {"numpy", "torch"}, {128, 768}), {}};
+  }
+  throw std::runtime_error("unknown workload '" + id + "'; known: gemm, conv1, conv2, conv3, dwconv, dense, softmax, layernorm");
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -169,84 +156,151 @@ NDArray random_array(const te::Tensor& t, uint64_t seed) {
   return a;
 }
 
-int run_one_thread_count(int threads, const std::vector<std::string>& ids, int trials, int repeat, double timeout, std::string db, const std::string& curve_dir) {
+/** Records of the task's workload on this target in the DB (valid or not). */
+int64_t records_in_db(const tuner::Task& task, const std::string& db) {
+  if (!std::filesystem::exists(db)) return 0;
+  for (const auto& w : tuning_db::Database::open(db).stats().per_workload)
+    if (w.workload_key == task.workload_key && w.target.target == task.target.str()) return w.records;
+  return 0;
+}
+
+struct Options {
+  int trials = 64, rounds = 7;
+  double timeout = 10, repeat_ms = 50;
+  bool reuse = false;
+  std::string db, curve_dir, json;
+};
+
+/** A built kernel and its random arguments, timed one measurement at a time. */
+struct Timed {
+  Module mod;
+  std::vector<Arg> args;
+  double once(double repeat_ms) const { return mod.time_evaluator("main", args, 1, 1, repeat_ms).results[0]; }
+};
+
+Timed build_timed(const te::Schedule& s, const std::vector<te::Tensor>& tensors, const Target& target) {
+  Timed t{build(s, tensors, target, "main"), {}};
+  for (size_t i = 0; i < tensors.size(); ++i) t.args.emplace_back(random_array(tensors[i], i + 1));
+  return t;
+}
+
+void run_workload(const std::string& id, int threads, const Target& target, const Options& opt, const std::string& db, bench::JsonRows& json) {
+  Workload w = make(id);
+  tuner::Task task = tuner::make_task(w.args, target, w.name);
+  int64_t before = records_in_db(task, db);
+  tuner::TuneResult r;
+  bool tuned_now = !(opt.reuse && before > 0 && tuner::best_schedule(task, db));
+  if (tuned_now) {
+    tuner::TuneOptions o;
+    o.trials = opt.trials;
+    o.db_path = db;
+    o.timeout_s = opt.timeout;
+    o.early_stop_rounds = 1000;  // a benchmark spends its budget
+    r = tuner::tune(task, o);
+    if (!opt.curve_dir.empty()) tuner::write_curve_png(r, opt.curve_dir + "/" + w.id + "_t" + std::to_string(threads) + ".png", task.name + " on " + task.target.str());
+  }
+  std::optional<te::Schedule> s = tuner::best_schedule(task, db);
+  if (!s) {
+    std::printf("%-32s no valid schedule found (%d trials)\n", w.name.c_str(), r.trials_measured);
+    return;
+  }
+  Timed kernel = build_timed(*s, task.args, task.target);
+  std::vector<Timed> layout;
+  for (const Extra& e : w.layout) layout.push_back(build_timed(e.schedule, e.args, task.target));
+  std::vector<double> kernel_only;
+  auto kiln_round = [&] {
+    double t = kernel.once(opt.repeat_ms);
+    kernel_only.push_back(t);
+    for (const Timed& l : layout) t += l.once(opt.repeat_ms / 4);
+    return t;
+  };
+  for (tuner::PeerSpec& p : w.peers) p.threads = threads;
+  tuner::Comparison c = tuner::compare_interleaved(kiln_round, w.peers, opt.rounds, opt.repeat_ms);
+  bench::report_failed_peers(c);
+  int64_t records = records_in_db(task, db);
+  const tuner::PeerTimes* p = c.best_peer();
+  double kmed = bench::median_of(c.kiln);
+  auto cell = [](double g) { return g < 0 ? std::string("-") : std::to_string(static_cast<long>(std::lround(g))); };
+  std::printf("%-32s %7lld %7.3fms %7.3fms %9.3fms %9.3fms %8.1f %8.1f  %-19s %7s %8s %9s %7.2f  %s\n", w.name.c_str(), static_cast<long long>(records), bench::min_of(c.kiln) * 1e3,
+              kmed * 1e3, p ? bench::min_of(p->times) * 1e3 : 0.0, p ? bench::median_of(p->times) * 1e3 : 0.0, task.flop / kmed * 1e-9,
+              p ? task.flop / bench::median_of(p->times) * 1e-9 : 0.0, bench::ratio_cell(c).c_str(), cell(best_after(r, 64)).c_str(), cell(best_after(r, 200)).c_str(),
+              cell(best_after(r, 1000)).c_str(), r.trials_measured ? r.elapsed_s / r.trials_measured : 0.0, p ? p->label.c_str() : "(no peer ran)");
+  char note[160];
+  std::snprintf(note, sizeof(note), "tuned record of %lld trials%s", static_cast<long long>(records), tuned_now ? "" : " (from the DB)");
+  std::string n = note;
+  if (!layout.empty()) {
+    char k[96];
+    std::snprintf(k, sizeof(k), "; kernel alone %.3f ms median, NCHW<->NCHWc layout changes counted", bench::median_of(kernel_only) * 1e3);
+    n += k;
+  }
+  std::printf("    %s\n", n.c_str());
+  std::fflush(stdout);
+  nlohmann::json row = bench::comparison_row("tuned " + w.name, threads, c, w.goal, n);
+  row["trials"] = records;
+  row["gflops"] = task.flop / kmed * 1e-9;
+  json.add(row);
+}
+
+int run_one_thread_count(int threads, const std::vector<std::string>& ids, const Options& opt, const std::string& json_path) {
   setenv("KILN_NUM_THREADS", std::to_string(threads).c_str(), 1);
-  std::string tmpdir;
+  std::string tmpdir, db = opt.db;
   if (db.empty()) {
     char tmpl[] = "/tmp/kiln_tune_bench_XXXXXX";
     tmpdir = mkdtemp(tmpl);
     db = tmpdir + "/tune.db";
   }
   Target target = Target::parse("llvm -num-cores=" + std::to_string(threads));
-  std::printf("auto-scheduler vs peers, %d thread(s), %d trials per workload, db %s, target %s\n", threads, trials, db.c_str(), target.str().c_str());
-  std::printf("%-32s %6s %9s %9s %9s %9s %8s %8s %6s %8s %8s %9s %7s %9s\n", "workload", "trials", "kiln min", "kiln med", "peer min", "peer med", "kiln GF/s",
-              "peer GF/s", "k/p", "best@64", "best@200", "best@1000", "s/trial", "+layout");
+  std::printf("auto-scheduler vs peers, %d thread(s), %d trials per workload%s, db %s, target %s, %d interleaved rounds\n", threads, opt.trials,
+              opt.reuse ? " where the DB has no record" : "", db.c_str(), target.str().c_str(), opt.rounds);
+  std::printf("%-32s %7s %9s %9s %11s %11s %8s %8s  %-19s %7s %8s %9s %7s  %s\n", "workload", "records", "kiln min", "kiln med", "peer min", "peer med", "kiln GF", "peer GF",
+              "k/p med (range)", "best@64", "best@200", "best@1000", "s/trial", "best peer");
   std::fflush(stdout);
-  for (const std::string& id : ids) {
-    Workload w = make(id);
-    tuner::Task task = tuner::make_task(w.args, target, w.name);
-    tuner::TuneOptions o;
-    o.trials = trials;
-    o.db_path = db;
-    o.timeout_s = timeout;
-    o.early_stop_rounds = 1000;  // a benchmark spends its budget
-    if (!curve_dir.empty()) o.curve_png = curve_dir + "/" + w.id + "_t" + std::to_string(threads) + ".png";
-    tuner::TuneResult r = tuner::tune(task, o);
-    std::optional<te::Schedule> s = tuner::best_schedule(task, db);
-    if (!s) {
-      std::printf("%-30s %7d  no valid schedule found\n", w.name.c_str(), r.trials_measured);
-      continue;
-    }
-    Module mod = build(*s, task.args, task.target, "main");
-    std::vector<Arg> args;
-    for (size_t i = 0; i < task.args.size(); ++i) args.emplace_back(random_array(task.args[i], i + 1));
-    TimeResult kt = mod.time_evaluator("main", args, 1, repeat, 50);
-    std::string peer_name = w.peer_name;
-    std::vector<double> pt = peer_times(w, threads, repeat, &peer_name);
-    double kmed = kt.median(), layout_med = 0;
-    for (const Extra& e : w.layout) {
-      Module lm = build(e.schedule, e.args, task.target, "main");
-      std::vector<Arg> largs;
-      for (size_t i = 0; i < e.args.size(); ++i) largs.emplace_back(random_array(e.args[i], i + 1));
-      layout_med += lm.time_evaluator("main", largs, 1, repeat, 50).median();
-    }
-    auto cell = [](double g) { return g < 0 ? std::string("-") : std::to_string(static_cast<long>(std::lround(g))); };
-    char peer_min[32] = "-", peer_med[32] = "-", peer_gf[32] = "-", ratio[32] = "-", with_layout[32] = "-";
-    if (!pt.empty()) {
-      double pmed = bench::median_of(pt);
-      std::snprintf(peer_min, sizeof(peer_min), "%.3fms", bench::min_of(pt) * 1e3);
-      std::snprintf(peer_med, sizeof(peer_med), "%.3fms", pmed * 1e3);
-      std::snprintf(peer_gf, sizeof(peer_gf), "%.1f", task.flop / pmed * 1e-9);
-      std::snprintf(ratio, sizeof(ratio), "%.2f", kmed / pmed);
-      if (!w.layout.empty()) std::snprintf(with_layout, sizeof(with_layout), "%.2f", (kmed + layout_med) / pmed);
-    }
-    std::printf("%-32s %6d %7.3fms %7.3fms %9s %9s %8.1f %8s %6s %8s %8s %9s %7.2f %9s\n", w.name.c_str(), r.trials_measured, kt.min() * 1e3, kmed * 1e3, peer_min, peer_med,
-                task.flop / kmed * 1e-9, peer_gf, ratio, cell(best_after(r, 64)).c_str(), cell(best_after(r, 200)).c_str(), cell(best_after(r, 1000)).c_str(),
-                r.trials_measured ? r.elapsed_s / r.trials_measured : 0.0, with_layout);
-    std::printf("    peer: %s; tuning: %d errors, %.0f s, first valid %.3f ms -> best %.3f ms during tuning\n", peer_name.c_str(), r.errors, r.elapsed_s, r.first_valid_time * 1e3,
-                r.best_time * 1e3);
-    std::fflush(stdout);
-  }
+  bench::JsonRows json(json_path);
+  for (const std::string& id : ids) run_workload(id, threads, target, opt, db, json);
+  json.write();
   if (!tmpdir.empty()) std::filesystem::remove_all(tmpdir);
   return 0;
+}
+
+/** Merges the per-thread-count JSON files into one. */
+void merge_json(const std::vector<std::string>& parts, const std::string& path) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const std::string& p : parts) {
+    std::ifstream f(p);
+    if (!f) continue;
+    for (auto& r : nlohmann::json::parse(f)["rows"]) rows.push_back(r);
+    std::remove(p.c_str());
+  }
+  std::ofstream(path) << nlohmann::json{{"rows", rows}}.dump(1) << "\n";
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Passive OpenMP for XGBoost here; the peers never see it (the launcher drops it).
   tuner::prefer_passive_openmp(argv);
-  int trials = 64, repeat = 5;
-  double timeout = 10;
-  std::string threads = "2", workloads = "gemm,conv1,conv2,conv3,dense", db, curve_dir;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i], v = argv[i + 1];
-    if (a == "--trials") trials = std::stoi(v);
+  Options opt;
+  std::string threads = "2", workloads = "gemm,conv1,conv2,conv3,dwconv,dense,softmax,layernorm";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--reuse") {
+      opt.reuse = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::cerr << "option " << a << " needs a value\n";
+      return 2;
+    }
+    std::string v = argv[++i];
+    if (a == "--trials") opt.trials = std::stoi(v);
     else if (a == "--threads") threads = v;
     else if (a == "--workloads") workloads = v;
-    else if (a == "--repeat") repeat = std::stoi(v);
-    else if (a == "--db") db = v;
-    else if (a == "--curve-dir") curve_dir = v;
-    else if (a == "--timeout") timeout = std::stod(v);
+    else if (a == "--rounds" || a == "--repeat") opt.rounds = std::stoi(v);
+    else if (a == "--repeat-ms") opt.repeat_ms = std::stod(v);
+    else if (a == "--db") opt.db = v;
+    else if (a == "--curve-dir") opt.curve_dir = v;
+    else if (a == "--timeout") opt.timeout = std::stod(v);
+    else if (a == "--json") opt.json = v;
     else {
       std::cerr << "unknown option " << a << "\n";
       return 2;
@@ -254,15 +308,18 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> counts = split(threads);
   try {
-    if (counts.size() == 1) return run_one_thread_count(std::stoi(counts[0]), split(workloads), trials, repeat, timeout, db, curve_dir);
+    if (counts.size() == 1) return run_one_thread_count(std::stoi(counts[0]), split(workloads), opt, opt.json);
     // One process per thread count: the runtime sizes its pool once per process.
+    std::vector<std::string> parts;
     for (const std::string& t : counts) {
+      std::string part = opt.json.empty() ? "" : opt.json + ".t" + t;
+      if (!part.empty()) parts.push_back(part);
       std::fflush(stdout);
       pid_t pid = fork();
       if (pid == 0) {
         int rc = 1;
         try {
-          rc = run_one_thread_count(std::stoi(t), split(workloads), trials, repeat, timeout, db, curve_dir);
+          rc = run_one_thread_count(std::stoi(t), split(workloads), opt, part);
         } catch (const std::exception& e) {
           std::fprintf(stderr, "tune_bench: %s\n", e.what());
         }
@@ -274,6 +331,7 @@ int main(int argc, char** argv) {
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 1;
       std::printf("\n");
     }
+    if (!opt.json.empty()) merge_json(parts, opt.json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tune_bench: %s\n", e.what());
     return 1;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_json.h"
 #include "kiln/tuning_db/database.h"
 
 namespace db = kiln::tuning_db;
@@ -85,7 +86,7 @@ double fill(const std::string& path, int workloads, int per_workload, std::mt199
   return seconds_since(start);
 }
 
-void bench_insert(const std::string& dir, int repeats, std::mt19937_64& rng) {
+std::vector<double> bench_insert(const std::string& dir, int repeats, std::mt19937_64& rng) {
   constexpr int kRecords = 64 * 200;
   std::vector<double> rates;
   for (int r = 0; r < repeats; ++r) {
@@ -98,6 +99,7 @@ void bench_insert(const std::string& dir, int repeats, std::mt19937_64& rng) {
   std::printf("  records/s  min %.0f  median %.0f  (max %.0f)\n",
               *std::min_element(rates.begin(), rates.end()), median(rates),
               *std::max_element(rates.begin(), rates.end()));
+  return rates;
 }
 
 void bench_best(const std::string& path, int workloads, int repeats, std::mt19937_64& rng) {
@@ -126,8 +128,17 @@ void bench_best(const std::string& path, int workloads, int repeats, std::mt1993
 
 }  // namespace
 
+// tuning_db_bench [REPEATS] [--json FILE] [--insert-only]
 int main(int argc, char** argv) {
-  int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
+  int repeats = 5;
+  bool insert_only = false;
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    else if (a == "--insert-only") insert_only = true;
+    else repeats = std::max(1, std::atoi(argv[i]));
+  }
   std::string tmpl = (std::filesystem::temp_directory_path() / "kiln_db_bench_XXXXXX").string();
   if (!::mkdtemp(tmpl.data())) {
     std::perror("mkdtemp");
@@ -135,7 +146,15 @@ int main(int argc, char** argv) {
   }
   std::mt19937_64 rng(42);
   try {
-    bench_insert(tmpl, repeats, rng);
+    std::vector<double> rates = bench_insert(tmpl, repeats, rng);
+    kiln::bench::JsonRows json(json_path);
+    json.add({{"name", "tuning DB insert rate (batches of 64)"}, {"threads", 1}, {"unit", "records/s"}, {"kiln_min", *std::min_element(rates.begin(), rates.end())},
+              {"kiln_median", median(rates)}, {"peer", nullptr}, {"goal", "-"}, {"note", "add_records into SQLite, " + std::to_string(repeats) + " repeats"}});
+    json.write();
+    if (insert_only) {
+      std::filesystem::remove_all(tmpl);
+      return 0;
+    }
     std::printf("best-k query on 100,000 records:\n");
     for (int workloads : {100, 1}) {
       std::string path = tmpl + "/best_" + std::to_string(workloads) + ".db";

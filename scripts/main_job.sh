@@ -5,9 +5,16 @@
 #     (64 -> 64 channels, 56x56, 3x3) with a modest budget each; every
 #     measurement goes into a local SQLite tuning database (./kiln_tuning.db,
 #     kept between runs: a later run resumes and never re-measures a schedule);
-#     each tuned kernel is then timed next to numpy/OpenBLAS or PyTorch;
-#  2. the hand-scheduled GEMM (schedules/cpu_gemm.cpp) against OpenBLAS, on 1
-#     and 2 threads, as before.
+#     each tuned kernel is then timed interleaved with its peers (OpenBLAS
+#     through numpy and torch.matmul; PyTorch conv2d in NCHW, channels_last
+#     and oneDNN's blocked layout), the fastest peer counting;
+#  2. the hand-scheduled GEMM (schedules/cpu_gemm.cpp) against the same GEMM
+#     peers, on 1 and 2 threads.
+# Every peer runs through bench/peers/launcher.py: a clean environment (no
+# KILN_* settings, no OMP_WAIT_POLICY), the same thread count, OpenBLAS with
+# the core type that is fastest and correct on this CPU (chosen once per
+# machine and cached in ~/.cache/kiln), warmed up. For every benchmark in
+# one table, see bench/scoreboard.
 # Environment: KILN_TUNE_TRIALS (default 64 per workload), KILN_TUNING_DB
 # (default kiln_tuning.db), KILN_BUILD_DIR (default build). Extra arguments go
 # to gemm_bench (e.g. --shapes 1024x1024x1024 --repeat 9).
@@ -19,9 +26,8 @@ TRIALS=${KILN_TUNE_TRIALS:-64}
 DB=${KILN_TUNING_DB:-kiln_tuning.db}
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$BUILD" -j "$(nproc)" --target gemm_bench kiln-tune
-# XGBoost's OpenMP threads should sleep, not spin, between the cost model's
-# updates: the measurements run on the same two cores.
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+# kiln-tune runs its own XGBoost with OMP_WAIT_POLICY=passive (it sets that
+# for itself); the peers never see it.
 mkdir -p "$BUILD/tune_curves"
 
 echo "== 1. tuning session: records in $DB, $TRIALS trials per workload =="

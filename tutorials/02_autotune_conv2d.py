@@ -10,7 +10,8 @@ file). Then kiln.build(..., db=...) compiles the best one.
   3. tune it: kiln.tune(tensors, trials=..., db=...)
   4. build the best record and check it against a numpy reference
   5. tune again: the session resumes from the database
-  6. compare with PyTorch (when it is installed) on the same machine
+  6. compare with PyTorch (when it is installed) on the same machine,
+     interleaved, through kiln's peer launcher
 
 Run it with
 
@@ -125,32 +126,43 @@ again = kiln.tune(args, trials=TRIALS // 2, db=db, batch_size=min(32, TRIALS), s
 print("second session:", again)
 
 ######################################################################
-# Step 6: the peer. PyTorch's CPU convolution on the same machine, in its
-# NCHW and channels_last layouts (like NCHWc for kiln, the layout change is
-# left out of its timing).
+# Step 6: the peer. PyTorch's CPU convolution on the same machine, started
+# through kiln's peer launcher (bench/peers/launcher.py, as the benchmarks
+# and kiln-tune do): a clean environment (no KILN_* settings), the same
+# thread count, warmed up (30 calls and 0.5 s: its first calls of a shape
+# are much slower), in the NCHW, channels_last and oneDNN blocked layouts
+# (like NCHWc for kiln, the layout change is left out of its timing). kiln
+# and PyTorch are timed interleaved, round by round, so a machine whose
+# speed drifts slows both alike; the fastest PyTorch layout counts.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
 try:
-    import torch
+    import torch  # noqa: F401  (only to know whether the peer can run)
+    import launcher
 except ImportError:
-    torch = None
-if torch is not None:
-    torch.set_num_threads(os.cpu_count() or 1)
-    conv = torch.nn.Conv2d(C, K, R, padding=PAD, bias=False)
-    with torch.no_grad():
-        conv.weight.copy_(torch.from_numpy(wt))
-        for layout in (torch.contiguous_format, torch.channels_last):
-            xt = torch.from_numpy(x).contiguous(memory_format=layout)
-            c = conv.to(memory_format=layout)
-            c(xt)
-            times = []
-            for _ in range(5):
-                t0 = time.perf_counter()
-                for _ in range(10):
-                    c(xt)
-                times.append((time.perf_counter() - t0) / 10)
-            seconds = float(np.median(times))
-            name = "NCHW" if layout is torch.contiguous_format else "channels_last"
-            print(f"PyTorch ({name}): {seconds * 1e3:.3f} ms, {flop / seconds * 1e-9:.1f} GFLOP/s, "
-                  f"kiln/PyTorch {kiln_seconds / seconds:.2f}")
+    launcher = None
+if launcher is not None:
+    threads = int(os.environ.get("KILN_NUM_THREADS", "0")) or os.cpu_count() or 1  # kiln's runtime uses as many
+    layouts = ["torch_nchw"] if SMALL else ["torch_nchw", "torch_channels_last", "torch_mkldnn"]
+    repeat_ms = 5 if SMALL else 50
+    peers = []
+    try:
+        for impl in layouts:
+            peers.append(launcher.Peer("conv2d", impl, [1, C, HW, HW, K, R, R, 1, PAD], threads))
+        xb, wb = to_nchwc(x), weights_to_blocked(wt)
+        round_timer = mod.time_evaluator("main", number=1, repeat=1, min_repeat_ms=repeat_ms)
+        summary = launcher.interleave(lambda: round_timer(xb, wb, y).results[0], peers, rounds=5 if SMALL else 7, repeat_ms=repeat_ms)
+    except launcher.PeerError as err:
+        print(f"the PyTorch peer did not run: {err}")
+        summary = None
+    finally:
+        for p in peers:
+            p.close()
+    if summary:
+        for label, t in summary["peers"].items():
+            print(f"{label}: median {t['median'] * 1e3:.3f} ms, {flop / t['median'] * 1e-9:.1f} GFLOP/s")
+        print(f"kiln (tuned, NCHWc): median {summary['kiln_median'] * 1e3:.3f} ms; kiln / best PyTorch ({summary['peer']}) "
+              f"per round: median {summary['ratio_median']:.2f} (range {summary['ratio_min']:.2f}..{summary['ratio_max']:.2f}), "
+              f"below 1: kiln is faster")
 if SMALL:
     shutil.rmtree(workdir)  # the test suite's run leaves nothing behind
 else:

@@ -37,12 +37,14 @@ class TuneResult:
     ``first_valid_time`` (first valid candidate of this session),
     ``trials_measured``, ``trials_skipped`` (already in the database),
     ``errors``, ``elapsed_s``, ``db_path``, ``curve`` (list of
-    ``(trials, best GFLOP/s so far)``), ``task`` (the :class:`Task`).
+    ``(trials, best GFLOP/s so far)`` per batch), ``trial_gflops`` (GFLOP/s
+    of every measured trial, 0 for a failure), ``task`` (the :class:`Task`).
     """
 
     def __init__(self, fields, task):
         self.__dict__.update(fields)
         self.curve = [tuple(p) for p in fields["curve"]]
+        self.trial_gflops = list(fields.get("trial_gflops", []))
         self.task = task
 
     @property
@@ -102,16 +104,25 @@ def tune(args, target="llvm", trials=200, db="kiln_tuning.db", seed=0, timeout=1
     result = TuneResult(_kiln.tuner.tune(task, options), task)
     if curve_png:
         try:
-            plot_curve(result.curve, curve_png, f"{task.name} on {task.target}")
+            plot_curve(result.curve, curve_png, f"{task.name} on {task.target}", trials=result.trial_gflops)
         except KilnError as err:
             warnings.warn(f"kiln.tune: no curve written: {err}", RuntimeWarning, stacklevel=2)
     return result
 
 
-def plot_curve(curve, path, title="tuning curve"):
-    """Writes best GFLOP/s against trials as a PNG (atomically). Raises KilnError without matplotlib."""
+def plot_curve(curve, path, title="tuning curve", trials=None, peer=None):
+    """Writes a tuning session as a PNG (atomically). Raises KilnError without matplotlib.
+
+    ``trials``: GFLOP/s of every measured trial (``TuneResult.trial_gflops``;
+    0 or None for a failure), drawn as dots with the best so far as a step
+    line; without it, ``curve`` (``(trials, best GFLOP/s)`` per batch) is
+    drawn. ``peer``: ``(name, GFLOP/s)`` of a peer library, a dashed line.
+    """
     try:
-        _plot.write_png({"best": list(curve)}, path, title)
+        if trials is not None:
+            _plot.write_png(None, path, title, trials=[g or None for g in trials], peer=peer)
+        else:
+            _plot.write_png({"best": list(curve)}, path, title, peer=peer)
     except ImportError as err:
         raise KilnError("plot_curve: matplotlib is not installed (apt-get install python3-matplotlib)") from err
 

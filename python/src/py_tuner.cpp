@@ -61,6 +61,7 @@ py::dict result_dict(const tuner::TuneResult& r) {
   py::list curve;
   for (const auto& [trials, gflops] : r.curve) curve.append(py::make_tuple(trials, gflops));
   d["curve"] = curve;
+  d["trial_gflops"] = r.trial_gflops;
   return d;
 }
 

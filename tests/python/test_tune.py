@@ -42,6 +42,9 @@ def test_tune_returns_a_result_and_stores_every_record(session):
     assert r.speedup >= 1.0
     assert r.db_path == db
     assert len(r.curve) == 2 and r.curve[-1][0] == 12
+    # One figure per measured trial (0 for a failure); the best of them is the session's best.
+    assert len(r.trial_gflops) == 12 and all(g >= 0 for g in r.trial_gflops)
+    assert max(r.trial_gflops) >= r.best_gflops * (1 - 1e-9)
     assert r.best_trace.startswith("[")
     assert "GFLOP/s" in repr(r)
     with kiln.tuning_db.open(db) as d:
@@ -100,6 +103,10 @@ def test_curve_png_and_bad_input(tmp_path, monkeypatch):
     png = tmp_path / "curve.png"
     kiln.tuner.plot_curve([(6, 10.0), (12, 20.5)], str(png), "test")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Every trial (a failure as 0), the best so far, and the peer's dashed line.
+    per_trial = tmp_path / "trials.png"
+    kiln.tuner.plot_curve([], str(per_trial), "test", trials=[5.0, 0, 12.0, 7.5], peer=("numpy OpenBLAS 1T", 20.0))
+    assert per_trial.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Without matplotlib: a clear KilnError, and no file.
     monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)
     with pytest.raises(kiln.KilnError, match="matplotlib"):

@@ -3,6 +3,10 @@
 #include <cstdlib>
 #include <unistd.h>
 
+// Only kiln's own process (XGBoost's threads) gets the passive policy: the
+// peer libraries run through bench/peers/launcher.py, which removes
+// OMP_WAIT_POLICY (and every KILN_* setting) from their environment, so
+// PyTorch and OpenBLAS are timed with their default policy.
 namespace kiln::tuner {
 
 void prefer_passive_openmp(char** argv) {

@@ -1,5 +1,6 @@
 // What a tuning session shows: a live status line on stderr, the summary at
-// the end, and the curve of the best result against trials as a PNG.
+// the end, and the curve of the session (every trial, the best so far, the
+// peer) as a PNG.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "kiln/tuner/peer.h"
 #include "tune_internal.h"
 
 namespace kiln::tuner::detail {
@@ -101,21 +103,11 @@ std::string format_summary(const Task& task, const TuneResult& r, int64_t record
 
 // ---------------------------------------------------------------- the curve
 
+}  // namespace kiln::tuner::detail
+
+namespace kiln::tuner {
+
 namespace {
-
-std::string plot_script() {
-  if (const char* env = std::getenv("KILN_PLOT_CURVE_SCRIPT")) return env;
-  // This file is tuner/src/progress.cpp of the source tree; the script is
-  // python/kiln/plot_curve.py (shared with kiln.tuner.plot_curve).
-  std::filesystem::path p = std::filesystem::path(__FILE__).parent_path() / ".." / ".." / "python" / "kiln" / "plot_curve.py";
-  return p.lexically_normal().string();
-}
-
-std::string python() {
-  if (const char* env = std::getenv("KILN_PYTHON")) return env;
-  // Debian's interpreter: python3-matplotlib is installed for it.
-  return std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-}
 
 std::string json_string(const std::string& s) {
   std::string out = "\"";
@@ -133,25 +125,36 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-}  // namespace
-
-std::string write_curve_png(const std::vector<std::pair<int, double>>& curve, const std::string& path, const std::string& title) {
-  std::string script = plot_script();
-  if (!std::filesystem::exists(script))
-    return "the plot script " + script + " is missing (set KILN_PLOT_CURVE_SCRIPT to python/kiln/plot_curve.py of the kiln sources)";
+/** The plot's input: {"title", "output", "trials": [GFLOP/s or null for a failure, ...], "peer": {"name", "gflops"}}. */
+std::string curve_json(const TuneResult& r, const std::string& path, const std::string& title, const CurvePeer* peer) {
   std::ostringstream json;
   json.precision(17);
-  json << "{\"title\": " << json_string(title) << ", \"output\": " << json_string(path) << ", \"points\": [";
-  for (size_t i = 0; i < curve.size(); ++i) json << (i ? ", " : "") << "[" << curve[i].first << ", " << curve[i].second << "]";
-  json << "]}";
+  json << "{\"title\": " << json_string(title) << ", \"output\": " << json_string(path) << ", \"trials\": [";
+  for (size_t i = 0; i < r.trial_gflops.size(); ++i) {
+    json << (i ? ", " : "");
+    if (r.trial_gflops[i] > 0) json << r.trial_gflops[i];
+    else json << "null";
+  }
+  json << "]";
+  if (peer && peer->gflops > 0) json << ", \"peer\": {\"name\": " << json_string(peer->name) << ", \"gflops\": " << peer->gflops << "}";
+  json << "}";
+  return json.str();
+}
+
+}  // namespace
+
+std::string write_curve_png(const TuneResult& result, const std::string& path, const std::string& title, const CurvePeer* peer) {
+  std::string script = plot_curve_script(), python = python_executable();
+  if (!std::filesystem::exists(script))
+    return "the plot script " + script + " is missing (set KILN_PLOT_CURVE_SCRIPT to python/kiln/plot_curve.py of the kiln sources)";
   // The curve goes through a temporary file; the script's messages come back on its stdout.
   char tmp[] = "/tmp/kiln_curve_XXXXXX";
   int fd = mkstemp(tmp);
   if (fd < 0) return "cannot create a temporary file for the curve";
-  std::string text = json.str();
+  std::string text = curve_json(result, path, title, peer);
   bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   close(fd);
-  std::string cmd = python() + " " + shell_quote(script) + " " + shell_quote(tmp) + " 2>&1";
+  std::string cmd = shell_quote(python) + " " + shell_quote(script) + " " + shell_quote(tmp) + " 2>&1";
   FILE* p = written ? popen(cmd.c_str(), "r") : nullptr;
   if (!p) {
     std::remove(tmp);
@@ -165,9 +168,9 @@ std::string write_curve_png(const std::vector<std::pair<int, double>>& curve, co
   while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
   if (status == -1 || !WIFEXITED(status)) return "the plot script did not finish (" + cmd + ")";
   int code = WEXITSTATUS(status);
-  if (code == 3) return "matplotlib is not installed for " + python() + " (apt-get install python3-matplotlib); no curve was written";
+  if (code == 3) return "matplotlib is not installed for " + python + " (apt-get install python3-matplotlib); no curve was written";
   if (code != 0) return "the plot script failed with status " + std::to_string(code) + ": " + out;
   return "";
 }
 
-}  // namespace kiln::tuner::detail
+}  // namespace kiln::tuner

@@ -217,9 +217,11 @@ void Session::account(const std::vector<Entry>& batch, const std::vector<Measure
     measured.insert(batch[i].key);
     if (results[i].error != MeasureError::None) {
       ++res->errors;
+      res->trial_gflops.push_back(0);
       continue;
     }
     double t = results[i].median_time();
+    res->trial_gflops.push_back(gflops(task, t));
     if (res->first_valid_time == 0) res->first_valid_time = t;
     session_best = std::min(session_best, t);
     valid.emplace_back(batch[i], t);
@@ -322,7 +324,7 @@ TuneResult tune(const Task& task, const TuneOptions& options) {
   if (!options.model_path.empty()) s.model->save(options.model_path);
   if (options.progress) std::fprintf(stderr, "%s\n", format_summary(task, res, record_id, s.db_best_before).c_str());
   if (!options.curve_png.empty()) {
-    std::string why = write_curve_png(res.curve, options.curve_png, task.name + " on " + task.target.str());
+    std::string why = write_curve_png(res, options.curve_png, task.name + " on " + task.target.str());
     if (!why.empty()) std::fprintf(stderr, "kiln tune: warning: cannot write %s: %s\n", options.curve_png.c_str(), why.c_str());
     else if (options.progress) std::fprintf(stderr, "  curve: %s\n", options.curve_png.c_str());
   }

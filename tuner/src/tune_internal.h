@@ -134,13 +134,6 @@ class Progress {
 /** The summary printed at the end of a session (several lines, no trailing newline). */
 std::string format_summary(const Task& task, const TuneResult& r, int64_t record_id, double db_best_before);
 
-/**
- * Writes best GFLOP/s against trials as a PNG through python/kiln/plot_curve.py
- * (matplotlib, Agg). Returns "" on success, else why not (e.g. matplotlib is
- * missing); never throws for a plotting problem.
- */
-std::string write_curve_png(const std::vector<std::pair<int, double>>& curve, const std::string& path, const std::string& title);
-
 }  // namespace kiln::tuner::detail
 
 #endif  // KILN_TUNER_SRC_TUNE_INTERNAL_H

@@ -1,6 +1,9 @@
 // kiln-tune: tunes one workload of the operator library on this machine,
 // stores every measurement in the tuning database, and compares the best
-// schedule with the peer library (numpy/OpenBLAS or PyTorch) in the same run.
+// schedule with the peer libraries (OpenBLAS through numpy, PyTorch) in the
+// same run, interleaved, through bench/peers/launcher.py (a clean
+// environment: the passive OpenMP policy set here for XGBoost never reaches
+// the peer).
 //
 //   kiln-tune matmul M N K                        [options]
 //   kiln-tune conv2d N C H W K KH KW stride pad   [options]
@@ -26,6 +29,7 @@
 #include "kiln/ops/nn.h"
 #include "kiln/support/error.h"
 #include "kiln/tuner/openmp_policy.h"
+#include "kiln/tuner/peer.h"
 #include "kiln/tuner/tune.h"
 
 using namespace kiln;
@@ -45,16 +49,16 @@ options:
                      [K/32,C/16,KH,KW,16,32], output [N,K/32,OH,OW,32]; smaller
                      blocks when 16/32 do not divide C/K) or nchw (OIHW weights)
   --db PATH          tuning database (default kiln_tuning.db)
-  --threads N        threads of the kernels and the peer (default: all cores)
-  --curve PNG        write best GFLOP/s against trials
+  --threads N        threads of the kernels and the peers (default: all cores)
+  --curve PNG        plot every trial, the best so far and the best peer
   --seed S           random seed of the search (default 0)
   --batch N          candidates measured per round (default 32)
   --early-stop R     stop after R rounds without improvement (default 8)
   --timeout S        time limit of one candidate run, seconds (default 10)
-  --repeat R         timing repeats per candidate and in the comparison (default 3)
+  --repeat R         timing repeats per candidate; rounds of the comparison (at least 5)
   --target T         target string (default "llvm" with -num-cores=THREADS)
   --model PATH       load/save the cost model here
-  --no-peer          skip the comparison with the peer library
+  --no-peer          skip the comparison with the peer libraries
   --quiet            no progress line
   --inject-faults S  test hook: e.g. crash@3,hang@5 (see MeasureOptions)
 )";
@@ -101,62 +105,20 @@ Workload make_workload(const std::string& kind, const std::vector<int>& v, const
   return w;
 }
 
-std::string peer_dir() {
-  if (const char* env = std::getenv("KILN_BENCH_DIR")) return std::string(env) + "/peers";
-  // This file is tuner/tools/kiln_tune.cpp of the source tree; the peers are in bench/peers.
-  return (std::filesystem::path(__FILE__).parent_path() / ".." / ".." / "bench" / "peers").lexically_normal().string();
+/** The peers of a workload (all of them; the comparison uses the fastest). */
+std::vector<tuner::PeerSpec> peer_specs(const Workload& w, int threads) {
+  std::vector<long> a(w.sizes.begin(), w.sizes.end());
+  if (w.kind == "matmul") return {{"gemm", "numpy", a, threads, "", ""}, {"gemm", "torch", a, threads, "", ""}};
+  if (w.kind == "conv2d") return {{"conv2d", "torch_nchw", a, threads, "", ""}, {"conv2d", "torch_channels_last", a, threads, "", ""}, {"conv2d", "torch_mkldnn", a, threads, "", ""}};
+  return {{"dense_gelu", "numpy", a, threads, "", ""}, {"dense_gelu", "torch", a, threads, "", ""}};
 }
 
-std::string run_command(const std::string& cmd, int* rc) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
-  int st = pclose(p);
-  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
-
-std::vector<double> parse_times(const std::string& json) {
-  std::vector<double> v;
-  size_t a = json.find("\"times\""), b = a == std::string::npos ? a : json.find('[', a), e = b == std::string::npos ? b : json.find(']', b);
-  if (e == std::string::npos) return v;
-  std::string body = json.substr(b + 1, e - b - 1);
-  for (size_t pos = 0; pos < body.size();) {
-    size_t end = body.find(',', pos);
-    v.push_back(std::strtod(body.substr(pos, end - pos).c_str(), nullptr));
-    if (end == std::string::npos) break;
-    pos = end + 1;
-  }
-  return v;
-}
-
-/** The peers' command lines for a workload, with their names (PyTorch: both memory layouts). */
-std::vector<std::pair<std::string, std::string>> peer_commands(const Workload& w, int threads, int repeat) {
-  std::string dir = peer_dir(), t = std::to_string(threads), r = std::to_string(repeat);
-  std::string env = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=" + t + " OMP_NUM_THREADS=" + t + " /usr/bin/python3 ";
-  auto s = [&](int i) { return std::to_string(w.sizes[i]) + " "; };
-  if (w.kind == "matmul") return {{env + dir + "/numpy_gemm.py " + s(0) + s(1) + s(2) + r, "numpy (OpenBLAS)"}};
-  if (w.kind == "conv2d") {
-    std::string base = env + dir + "/torch_conv2d.py " + s(0) + s(1) + s(2) + s(3) + s(4) + s(5) + s(6) + s(7) + s(8) + t + " " + r + " 50 ";
-    return {{base + "nchw", "PyTorch (NCHW)"}, {base + "channels_last", "PyTorch (channels_last)"}};
-  }
-  return {{env + dir + "/dense_gelu.py " + s(0) + s(1) + s(2) + t + " " + r + " numpy", "numpy matmul+bias+GELU"}};
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/** Times the best schedule in this process and the peer in a subprocess, one after the other. */
-void compare_with_peer(const tuner::Task& task, const Workload& w, const std::string& db, int threads, int repeat) {
+/** Times the best schedule and the peers interleaved (kiln, peers, kiln, ...); returns the best peer for the curve. */
+std::optional<tuner::CurvePeer> compare_with_peer(const tuner::Task& task, const Workload& w, const std::string& db, int threads, int rounds) {
   std::optional<te::Schedule> s = tuner::best_schedule(task, db);
   if (!s) {
     std::printf("no valid record to compare with the peer\n");
-    return;
+    return std::nullopt;
   }
   Module mod = build(*s, task.args, task.target, "main");
   std::vector<Arg> args;
@@ -167,23 +129,23 @@ void compare_with_peer(const tuner::Task& task, const Workload& w, const std::st
     for (int64_t i = 0; i < a.numel(); ++i) a.data_as<float>()[i] = static_cast<float>((i * 7919 % 2001) - 1000) * 1e-3f;
     args.emplace_back(a);
   }
-  TimeResult kt = mod.time_evaluator("main", args, 1, repeat, 50);
-  std::printf("\n%-34s %10s %10s %10s %10s %9s %9s %8s  %s\n", "workload (threads)", "kiln min", "kiln med", "peer min", "peer med", "kiln GF/s", "peer GF/s", "med k/p", "peer");
-  double kmin = kt.min(), kmed = kt.median();
-  std::string label = w.name + " (" + std::to_string(threads) + ")";
-  for (const auto& [cmd, peer] : peer_commands(w, threads, repeat)) {
-    int rc = 0;
-    std::vector<double> pt = parse_times(run_command(cmd + " 2>&1", &rc));
-    if (rc != 0 || pt.empty()) {
-      std::printf("%-34s %8.3fms %8.3fms %10s %10s %9.1f %9s %8s  %s did not run (%s)\n", label.c_str(), kmin * 1e3, kmed * 1e3, "-", "-", task.flop / kmin * 1e-9, "-", "-",
-                  peer.c_str(), cmd.c_str());
-      continue;
-    }
-    double pmin = *std::min_element(pt.begin(), pt.end()), pmed = median(pt);
-    std::printf("%-34s %8.3fms %8.3fms %8.3fms %8.3fms %9.1f %9.1f %8.2f  %s\n", label.c_str(), kmin * 1e3, kmed * 1e3, pmin * 1e3, pmed * 1e3, task.flop / kmin * 1e-9,
-                task.flop / pmin * 1e-9, kmed / pmed, peer.c_str());
+  auto kiln_round = [&] { return mod.time_evaluator("main", args, 1, 1, 50).results[0]; };
+  tuner::Comparison c = tuner::compare_interleaved(kiln_round, peer_specs(w, threads), rounds, 50);
+  auto gf = [&](double sec) { return sec > 0 ? task.flop / sec * 1e-9 : 0.0; };
+  std::printf("\n%s, %d thread(s), %zu interleaved rounds (kiln, peers, kiln, ...):\n", w.name.c_str(), threads, c.kiln.size());
+  std::printf("  %-44s %10s %10s %9s\n", "", "min", "median", "GFLOP/s");
+  std::printf("  %-44s %8.3fms %8.3fms %9.1f\n", "kiln (best record)", tuner::min_of(c.kiln) * 1e3, tuner::median_of(c.kiln) * 1e3, gf(tuner::median_of(c.kiln)));
+  for (size_t i = 0; i < c.peers.size(); ++i) {
+    const tuner::PeerTimes& p = c.peers[i];
+    std::printf("  %-44s %8.3fms %8.3fms %9.1f%s\n", p.label.c_str(), tuner::min_of(p.times) * 1e3, tuner::median_of(p.times) * 1e3, gf(tuner::median_of(p.times)),
+                static_cast<int>(i) == c.best ? "  <- best peer" : "");
   }
-  std::printf("med k/p below 1 means kiln is faster\n");
+  for (const std::string& f : c.failed) std::printf("  peer did not run: %s\n", f.c_str());
+  const tuner::PeerTimes* best = c.best_peer();
+  if (!best) return std::nullopt;
+  std::printf("  kiln / best peer per round: median %.2f (range %.2f..%.2f); below 1 means kiln is faster\n", tuner::median_of(c.ratios), tuner::min_of(c.ratios),
+              *std::max_element(c.ratios.begin(), c.ratios.end()));
+  return tuner::CurvePeer{best->label, gf(tuner::median_of(best->times))};
 }
 
 int run(int argc, char** argv) {
@@ -235,11 +197,21 @@ int run(int argc, char** argv) {
   std::printf("kiln-tune: %s (%.3g GFLOP) on %s, %d thread(s), budget %d trials, db %s\n", task.name.c_str(), task.flop * 1e-9, task.target.str().c_str(), threads, o.trials,
               o.db_path.c_str());
   std::fflush(stdout);
+  // The curve is drawn after the comparison, with the best peer's figure on it.
+  std::string curve_png = o.curve_png;
+  o.curve_png.clear();
   tuner::TuneResult r = tuner::tune(task, o);
   std::printf("best: %.4f ms, %.1f GFLOP/s; %d trials measured, %d errors, %d skipped, %.1f s\n", r.best_time * 1e3, r.best_gflops, r.trials_measured, r.errors,
               r.trials_skipped, r.elapsed_s);
   std::fflush(stdout);
-  if (peer) compare_with_peer(task, w, o.db_path, threads, std::max(3, o.measure.repeat));
+  std::optional<tuner::CurvePeer> best_peer;
+  if (peer) best_peer = compare_with_peer(task, w, o.db_path, threads, std::max(5, o.measure.repeat));
+  if (!curve_png.empty()) {
+    std::string title = task.name + " on " + task.target.str() + " (" + std::to_string(r.trials_measured) + " trials)";
+    std::string why = tuner::write_curve_png(r, curve_png, title, best_peer ? &*best_peer : nullptr);
+    if (!why.empty()) std::fprintf(stderr, "kiln-tune: warning: no curve written to %s: %s\n", curve_png.c_str(), why.c_str());
+    else std::printf("curve: %s\n", curve_png.c_str());
+  }
   return 0;
 }
 

@@ -55,7 +55,23 @@ struct TuneResult {
   std::string db_path;
   /** (trial, best GFLOP/s so far) after each batch. */
   std::vector<std::pair<int, double>> curve;
+  /** GFLOP/s of every measured trial of this session in order; 0 for a trial that failed. */
+  std::vector<double> trial_gflops;
 };
+
+/** A peer library's figure, drawn on the tuning curve as a dashed line. */
+struct CurvePeer {
+  std::string name;
+  double gflops = 0;
+};
+
+/**
+ * Plots a session as a PNG through plot_curve.py (matplotlib): every trial's
+ * GFLOP/s as a dot (failures as crosses at the bottom), the best so far as a
+ * step line, and the peer (if given) as a dashed line. Returns "" on
+ * success, else why not (e.g. matplotlib is missing); never throws for that.
+ */
+std::string write_curve_png(const TuneResult& result, const std::string& path, const std::string& title, const CurvePeer* peer = nullptr);
 
 TuneResult tune(const Task& task, const TuneOptions& options);
 
