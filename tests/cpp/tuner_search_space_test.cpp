@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -88,9 +89,9 @@ Case conv_case() {
 
 // conv2d_nchwc against the NCHW reference: the blocked layouts are unpacked
 // to NCHW / OIHW here, and the reference's output packed back.
-Case conv_nchwc_case(int stride) {
-  testing::ref::ConvShape cs{1, 8, 7, 7, 16, 3, 3, stride, 1, 1};
-  const int cb = 4, kb = 8;
+Case conv_nchwc_case(int stride, int kb = 8) {
+  testing::ref::ConvShape cs{1, 8, 7, 7, 2 * kb, 3, 3, stride, 1, 1};
+  const int cb = 4;
   te::Tensor X = te::placeholder({cs.N, cs.C / cb, cs.H, cs.W, cb}, DataType::Float(32), "X");
   te::Tensor W = te::placeholder({cs.K / kb, cs.C / cb, cs.KH, cs.KW, cb, kb}, DataType::Float(32), "W");
   te::Tensor O = ops::conv2d_nchwc(X, W, cs.stride, cs.pad);
@@ -450,6 +451,44 @@ TEST_P(TunerSketch, SampledPackTilesFitTheRegisters) {
     }
     EXPECT_GT(checked, 0) << c.name << " has no pack sketch";
   }
+}
+
+// The target-derived seeds: every multi-level-tiled sketch whose innermost
+// axis holds one or two vectors gets them; each computes the right result,
+// its register tile (rows x vectors of accumulators, one row of operand
+// vectors, one broadcast) fits the target's registers with one to spare,
+// and the vector width is one or two of the target's vectors.
+TEST_P(TunerSketch, SeedsComputeAndFitTheRegisters) {
+  const int lanes = rules_lanes(), regs = rules_target().num_vector_registers();
+  struct Tiled {
+    Case c;
+    std::string vec, rows1, rows2;  // tile labels: the vector axis and the two axes before it
+  };
+  for (const Tiled& t : {Tiled{matmul_case(24, 4 * lanes, 32), "C.j", "C.i", ""}, Tiled{dense_bias_relu_case(16, 2 * lanes, 24), "", "", ""},
+                         Tiled{conv_nchwc_case(1, 2 * lanes), "conv.fi", "conv.x", "conv.y"}}) {
+    Task task = task_of(t.c);
+    SearchSpace space(task);
+    std::vector<Candidate> seeds = space.seeds();
+    ASSERT_GE(seeds.size(), 2u) << t.c.name;
+    std::set<std::string> distinct;
+    for (size_t k = 0; k < seeds.size(); ++k) {
+      SCOPED_TRACE(t.c.name + " seed " + std::to_string(k) + ": " + space.describe_candidate(seeds[k]));
+      EXPECT_TRUE(distinct.insert(space.describe_candidate(seeds[k])).second) << "seeds repeat";
+      if (!t.vec.empty()) {
+        int width = tile_of(space, seeds[k], t.vec).back(), vectors = width / lanes;
+        EXPECT_TRUE(width % lanes == 0 && (vectors == 1 || vectors == 2)) << "width " << width;
+        int rows = tile_of(space, seeds[k], t.rows1).back();
+        if (!t.rows2.empty()) rows *= tile_of(space, seeds[k], t.rows2).back();
+        EXPECT_LE(rows * vectors + vectors + 1, regs - 1) << "rows " << rows << ", width " << width;
+        // M = 24 has a divisor near every budget (the 7x7 conv's prime extents do not).
+        if (t.c.name == "matmul") EXPECT_GT(rows * vectors * 2, regs - 1 - 2 * vectors - 1) << "the tile should fill half the registers at least: rows " << rows;
+      }
+      check_computes(t.c, space, seeds[k], 60 + static_cast<uint32_t>(k));
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+  // No tiled stage, no seed.
+  EXPECT_TRUE(SearchSpace(task_of(chain_case(12, 40))).seeds().empty());
 }
 
 TEST_P(TunerSketch, MatmulComputes) { check_all_sketches(matmul_case(32, 48, 64), 3); }

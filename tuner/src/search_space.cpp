@@ -106,7 +106,7 @@ void sample_slot(const Slot& slot, int lanes, std::mt19937_64& rng, std::vector<
 
 void fit_rows_to_registers(const DagInfo& dag, const Sketch& sk, std::mt19937_64& rng, std::vector<int>* decisions) {
   for (const StagePlan& p : sk.plans) {
-    if (p.pack < 0 || p.spatial_tiles.empty()) continue;
+    if (p.spatial_tiles.empty()) continue;
     const Slot& panel = sk.slots[p.spatial_tiles.back()];
     int width = (*decisions)[panel.offset + panel.size - 1];
     int vectors = (width + dag.lanes - 1) / dag.lanes;
@@ -223,6 +223,19 @@ Candidate SearchSpace::sample_sketch(int sketch, std::mt19937_64& rng) const {
   detail::fit_rows_to_registers(impl_->dag, sk, rng, &c.decisions);
   materialize(&c);
   return c;
+}
+
+std::vector<Candidate> SearchSpace::seeds() const {
+  std::vector<Candidate> out;
+  for (int i = 0; i < num_sketches(); ++i)
+    for (std::vector<int>& d : detail::seed_decisions(impl_->dag, impl_->sketches[i])) {
+      Candidate c;
+      c.sketch = i;
+      c.decisions = std::move(d);
+      materialize(&c);
+      out.push_back(std::move(c));
+    }
+  return out;
 }
 
 Candidate SearchSpace::sample(std::mt19937_64& rng) const {

@@ -136,9 +136,15 @@ void check_decisions(const Sketch& sketch, const std::vector<int>& decisions);
 
 /** Samples the slot's values into decisions (at slot.offset). */
 void sample_slot(const Slot& slot, int lanes, std::mt19937_64& rng, std::vector<int>* decisions);
-/** Pack sketches: resamples the register tile's rows of each packed stage
- * that would not fit the registers with the sampled panel width. */
+/** Multi-level-tiled stages (packed or not): resamples the register tile's
+ * rows that would not fit the registers with the sampled innermost width. */
 void fit_rows_to_registers(const DagInfo& dag, const Sketch& sketch, std::mt19937_64& rng, std::vector<int>* decisions);
+/** Seeds (search_space_seeds.cpp): for a sketch with multi-level-tiled
+ * stages, up to four complete decision vectors derived from the target as
+ * the hand schedules derive theirs (a register tile of two or one vectors
+ * times the rows that fit the registers, one or four vectors' lanes of
+ * reduce steps unrolled); none for other sketches. */
+std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& sketch);
 /** Changes the slot's values to a different valid value; false when the slot has only one. */
 bool mutate_slot(const Slot& slot, std::mt19937_64& rng, std::vector<int>* decisions);
 

@@ -59,6 +59,7 @@ struct SearchParams {
   double eps_random = 0.2;   ///< share of each batch picked at random (exploration)
   int measured_seeds = 16;   ///< best measured candidates put into each initial population
   int threads = 2;           ///< for lowering candidates to features
+  bool seeds = true;         ///< the first batch starts with SearchSpace::seeds()
 };
 
 /**
@@ -105,6 +106,7 @@ class EvolutionarySearch {
   /** key -> features; a null entry marks a candidate that failed to lower. */
   std::unordered_map<std::string, std::shared_ptr<Features>> features_;
   std::unordered_set<std::string> skipped_keys_;
+  bool seeded_ = false;
   int invalid_ = 0;
   std::string last_invalid_;
 };

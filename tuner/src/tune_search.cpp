@@ -157,6 +157,14 @@ std::vector<Entry> EvolutionarySearch::next_batch(int n, const std::vector<Entry
       if (materialize(&e.cand, &e.key)) consider(std::move(e));
     }
   };
+  if (params_.seeds && !seeded_) {
+    // The target-derived seeds first (once per session); the search evolves from them.
+    seeded_ = true;
+    for (Candidate& c : space_.seeds()) {
+      Entry e{std::move(c), ""};
+      if (static_cast<int>(out.size()) < n && materialize(&e.cand, &e.key)) consider(std::move(e));
+    }
+  }
   bool guided = model_.trained();
   // Exploration first, so a session draws its random samples in the same
   // order as an earlier one with the same seed (and skips what that measured).

@@ -52,6 +52,15 @@ class SearchSpace {
   Candidate sample(std::mt19937_64& rng) const;
   /** A random annotation of sketch i (0 <= i < num_sketches()); trace set. */
   Candidate sample_sketch(int i, std::mt19937_64& rng) const;
+  /**
+   * Candidates derived from the target rather than drawn at random: for each
+   * multi-level-tiled sketch, a register tile of two (and one) vectors of the
+   * innermost axis times the rows that fit the vector registers, the
+   * innermost reduce axis unrolled, every outer tile parallel (the structure
+   * of the hand schedules in schedules/). The search measures them first.
+   * Traces set; empty when no sketch is tiled.
+   */
+  std::vector<Candidate> seeds() const;
   /** A random valid neighbour: a tile factor moved between levels, another parallel depth, unroll step or location. */
   Candidate mutate(const Candidate& c, std::mt19937_64& rng) const;
   /** Combines decisions of two candidates of the same sketch (returns a copy of a when they differ). */

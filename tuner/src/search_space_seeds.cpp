@@ -1,0 +1,119 @@
+// Seeds: for each multi-level-tiled sketch, a few complete candidates whose
+// decisions follow from the target the way the hand schedules' tiles do
+// (schedules/cpu_gemm.cpp, cpu_conv2d.cpp): a register tile of one or two
+// vectors of the innermost axis times as many rows as fit the vector
+// registers, the innermost reduce axis unrolled by up to one vector's
+// lanes, every outer tile level in S0, all S0 loops fused into the parallel
+// loop, and the accumulator at S0. They are ordinary points of the sketch
+// (the search measures them first and evolves from them), so a search
+// starts from the structure an expert would write for the target instead of
+// waiting for random sampling to find a tile that does not spill.
+#include <algorithm>
+
+#include "search_space_internal.h"
+
+namespace kiln::tuner::detail {
+
+namespace {
+
+// The largest divisor of extent that is at most cap (at least 1).
+int64_t divisor_at_most(int64_t extent, int64_t cap) {
+  int64_t best = 1;
+  for (int64_t d : divisors(extent))
+    if (d <= cap) best = d;
+  return best;
+}
+
+// A tile of `levels` factors with `inner` innermost, the rest in the outermost level.
+void put_tile(const Slot& slot, int64_t inner, std::vector<int>* d) {
+  int* v = d->data() + slot.offset;
+  std::fill(v, v + slot.size, 1);
+  v[slot.size - 1] = static_cast<int>(inner);
+  v[0] *= static_cast<int>(slot.extent / inner);
+}
+
+// The smallest unroll step that covers `steps` unrolled iterations (the last when none does).
+int unroll_choice(int64_t steps) {
+  for (int k = 1; k < kNumUnrollSteps; ++k)
+    if (kUnrollSteps[k] >= steps) return k;
+  return kNumUnrollSteps - 1;
+}
+
+// The innermost axis's register-tile width: `vectors` vectors when that
+// divides the extent (and the sketch allows it), else 0.
+int64_t tile_width(const Slot& slot, int lanes, int vectors) {
+  int64_t w = int64_t(lanes) * vectors;
+  if (slot.extent % w != 0 || w > kMaxVectorExtent) return 0;
+  const std::vector<int>& a = slot.inner_allowed;
+  if (!a.empty() && std::find(a.begin(), a.end(), w) == a.end()) return 0;
+  return w;
+}
+
+// One seed of plan p with a register tile `width` wide and about `reduce`
+// reduce steps unrolled around it (R1, innermost axes first); false when the
+// plan is not tiled.
+bool seed_plan(const DagInfo& dag, const Sketch& sk, const StagePlan& p, int64_t width, int64_t reduce, std::vector<int>* d) {
+  if (p.spatial_tiles.empty()) return false;
+  size_t n = p.spatial_tiles.size();
+  const Slot& last = sk.slots[p.spatial_tiles[n - 1]];
+  put_tile(last, width, d);
+  int vectors = static_cast<int>((width + dag.lanes - 1) / dag.lanes);
+  // One register spare beside the tile, as the hand schedules keep it
+  // (LLVM loads the next step's vector early).
+  int64_t rows_left = max_tile_rows(dag.registers - 1, vectors), rows = 1;
+  for (size_t k = n - 1; k-- > 0;) {
+    const Slot& s = sk.slots[p.spatial_tiles[k]];
+    int64_t r = divisor_at_most(s.extent, rows_left);
+    put_tile(s, r, d);
+    rows *= r;
+    rows_left = std::max<int64_t>(1, rows_left / r);
+  }
+  int64_t reduce_unroll = 1;
+  for (size_t k = p.reduce_tiles.size(); k-- > 0;) {
+    const Slot& s = sk.slots[p.reduce_tiles[k]];
+    int64_t r = divisor_at_most(s.extent, std::max<int64_t>(1, reduce / reduce_unroll));
+    put_tile(s, r, d);
+    reduce_unroll *= r;
+  }
+  auto set_choice = [&](int slot, int value) {
+    if (slot >= 0) (*d)[sk.slots[slot].offset] = std::clamp(value, 0, sk.slots[slot].choices - 1);
+  };
+  set_choice(p.parallel, static_cast<int>(n) - 1);  // every S0 loop
+  set_choice(p.location, 1);                         // the accumulator at S0
+  set_choice(p.panel_order, 0);
+  set_choice(p.unroll, unroll_choice(rows * reduce_unroll));
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& sk) {
+  std::vector<std::vector<int>> out;
+  // Two or one vectors wide; one vector's lanes of reduce steps unrolled, or four.
+  for (auto [vectors, reduce] : {std::pair{2, 1}, {1, 1}, {2, 4}, {1, 4}}) {
+    std::vector<int> d(sk.num_decisions, 0);
+    // Untiled slots (Simple stages beside the tiled one): their first valid value.
+    for (const Slot& s : sk.slots)
+      if (s.kind == Slot::Kind::Tile) put_tile(s, s.inner_allowed.empty() ? 1 : s.inner_allowed.front(), &d);
+    bool any = false;
+    for (const StagePlan& p : sk.plans) {
+      if (p.kind == PlanKind::Simple && p.vector_tile >= 0) {
+        // Vectors along the innermost axis, every outer loop parallel.
+        const Slot& v = sk.slots[p.vector_tile];
+        put_tile(v, divisor_at_most(v.extent, 2 * dag.lanes), &d);
+        if (p.parallel >= 0) d[sk.slots[p.parallel].offset] = sk.slots[p.parallel].choices - 1;
+      }
+      if (p.spatial_tiles.empty()) continue;
+      int64_t width = tile_width(sk.slots[p.spatial_tiles.back()], dag.lanes, vectors);
+      if (width == 0 || !seed_plan(dag, sk, p, width, int64_t(reduce) * dag.lanes, &d)) {
+        any = false;
+        break;
+      }
+      any = true;
+    }
+    if (any && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(std::move(d));
+  }
+  return out;
+}
+
+}  // namespace kiln::tuner::detail
