@@ -4,7 +4,7 @@
 // vectors of the innermost axis times as many rows as fit the vector
 // registers, the innermost reduce axis unrolled by up to one vector's
 // lanes, every outer tile level in S0, all S0 loops fused into the parallel
-// loop, and the accumulator at S0. They are ordinary points of the sketch
+// loop (panel-outer), and the accumulator at S0. They are ordinary points of the sketch
 // (the search measures them first and evolves from them), so a search
 // starts from the structure an expert would write for the target instead of
 // waiting for random sampling to find a tile that does not spill.
@@ -79,8 +79,10 @@ bool seed_plan(const DagInfo& dag, const Sketch& sk, const StagePlan& p, int64_t
     if (slot >= 0) (*d)[sk.slots[slot].offset] = std::clamp(value, 0, sk.slots[slot].choices - 1);
   };
   set_choice(p.parallel, static_cast<int>(n) - 1);  // every S0 loop
-  set_choice(p.location, 1);                         // the accumulator at S0
-  set_choice(p.panel_order, 0);
+  set_choice(p.location, 0);                         // the accumulator at S1 (S1 is 1: the same tile as at S0, fewer loops of extent 1)
+  // Panel-outer, as the hand GEMM: a panel of the packed operand stays in
+  // cache while the rows of the other stream past it.
+  set_choice(p.panel_order, 1);
   set_choice(p.unroll, unroll_choice(rows * reduce_unroll));
   return true;
 }
