@@ -478,6 +478,34 @@ TEST_P(TunerSketch, SoftmaxComputes) {
   EXPECT_EQ(found, 2);
 }
 TEST_P(TunerSketch, LayerNormComputes) { check_all_sketches(layer_norm_case(6, 48), 6); }
+
+// Rule 7: softmax's and layer norm's reductions inside the output's row loop,
+// rfactor'd over the lanes and vectorized along the row; the row loop is
+// parallel or serial. Every such candidate computes the reference.
+void check_rowwise(const Case& c, const std::vector<std::string>& reductions) {
+  Task task = task_of(c);
+  SearchSpace space(task);
+  int sketch = -1;
+  for (int i = 0; i < space.num_sketches(); ++i)
+    if (space.describe_sketch(i).find("row-wise") != std::string::npos) sketch = sketch < 0 ? i : -2;
+  ASSERT_GE(sketch, 0) << "exactly one row-wise sketch (all reductions row-wise or none)";
+  for (const std::string& r : reductions) EXPECT_NE(space.describe_sketch(sketch).find(r + ": row-wise"), std::string::npos) << space.describe_sketch(sketch);
+  std::mt19937_64 rng(5);
+  bool serial = false, parallel = false;
+  for (int k = 0; k < 12; ++k) {
+    Candidate cand = k % 3 == 2 ? space.mutate(space.sample_sketch(sketch, rng), rng) : space.sample_sketch(sketch, rng);
+    std::string low = to_string(te::lower(space.materialize(&cand), c.args, c.name));
+    (low.find("parallel (") != std::string::npos ? parallel : serial) = true;
+    // The row's reductions are vectorized along the row, never across rows (a gather).
+    if (space.describe_candidate(cand).find("k=96x8") != std::string::npos) {
+      EXPECT_NE(low.find("k.outer*8, 1, 8)]"), std::string::npos) << low;
+    }
+    check_computes(c, space, cand, 300 + k);
+  }
+  EXPECT_TRUE(serial && parallel);
+}
+TEST_P(TunerSketch, SoftmaxRowwise) { check_rowwise(softmax_case(8, 768), {"softmax.max", "softmax.sum"}); }
+TEST_P(TunerSketch, LayerNormRowwise) { check_rowwise(layer_norm_case(6, 80), {"layernorm.sum", "layernorm.var"}); }
 TEST_P(TunerSketch, BatchMatmulComputes) { check_all_sketches(batch_matmul_case(2, 8, 32, 16), 2); }
 TEST_P(TunerSketch, MaxPoolComputes) { check_all_sketches(max_pool_case(), 3); }
 TEST_P(TunerSketch, TwoOutputsComputes) { check_all_sketches(two_outputs_case(16, 32, 8), 2); }

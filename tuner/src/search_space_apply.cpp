@@ -47,6 +47,7 @@ class Applier {
           outer_inner(s_[dag_.stages[p.consumer].tensor], s_[dag_.stages[i].tensor], dag_.stages[i], p);
           break;
         case PlanKind::Rfactor: rfactor(static_cast<int>(i), p); break;
+        case PlanKind::RowReduce: apply_row_reduce(dag_.stages[i], sk_, p, d_, s_, s_[dag_.stages[p.consumer].tensor], outer_loop_[p.consumer]); break;
         default: break;
       }
     }
@@ -123,6 +124,10 @@ class Applier {
   }
 
   void simple(int i, const StagePlan& p) {
+    if (p.rows) {
+      outer_loop_[i] = apply_row_output(dag_.stages[i], sk_, p, d_, s_);
+      return;
+    }
     te::Stage& st = s_[dag_.stages[i].tensor];
     const StageInfo& info = dag_.stages[i];
     size_t n = info.spatial.size();

@@ -98,6 +98,7 @@ enum class PlanKind : uint8_t {
   TiledFused,     ///< rule 3: the stage at S1 (or S0) of its elementwise output consumer
   FusedConsumer,  ///< rule 3, the consumer side: tiled by its producer's plan
   Rfactor,        ///< rule 4
+  RowReduce,      ///< rule 7: a reduction along its reader's rows, at the output's row loop, rfactor'd over vector lanes
 };
 const char* plan_kind_name(PlanKind k);
 
@@ -115,6 +116,8 @@ struct StagePlan {
   /** Tiled*: pack this input stage (its dimension StageInfo::pack_dim) into panels as wide as the innermost tile factor of the last axis. */
   int pack = -1;
   int unroll = -1;        ///< index into kUnrollSteps
+  /** Simple output of RowReduce stages: one loop over its rows (parallel a choice), the reductions at it. */
+  bool rows = false;
 };
 
 struct Sketch {
@@ -123,6 +126,15 @@ struct Sketch {
   int num_decisions = 0;
   std::string description;
 };
+
+/** Rule 7 (sketch_rules_rowwise.cpp): the elementwise output whose row loop
+ * reduction stage i may be computed at, vectorized along the row; -1 if none. */
+int rowwise_target(const DagInfo& dag, int i);
+/** Rule 7's output: its rows fused into one loop (parallel or not), the last
+ * axis split for vectors. Returns the row loop. */
+IterVar apply_row_output(const StageInfo& info, const Sketch& sk, const StagePlan& p, const std::vector<int>& d, te::Schedule& s);
+/** Rule 7's reduction: split by the lanes tile, rfactor'd, both parts at `row` of `out`. */
+void apply_row_reduce(const StageInfo& info, const Sketch& sk, const StagePlan& p, const std::vector<int>& d, te::Schedule& s, te::Stage& out, const IterVar& row);
 
 /** Applies the rules to the DAG; at least one sketch, at most kMaxSketches. */
 std::vector<Sketch> generate_sketches(const DagInfo& dag);
