@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <iostream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -282,8 +283,12 @@ TEST_P(TunerSketch, RulesPerDag) {
 
   Task sm = task_of(softmax_case(64, 64));
   SearchSpace s_sm(sm);
-  EXPECT_EQ(s_sm.num_sketches(), 1);
+  EXPECT_EQ(s_sm.num_sketches(), 2);
   EXPECT_TRUE(describes(s_sm, "softmax.max: simple (or at 'softmax'); softmax.exp: inline; softmax.sum: simple (or at 'softmax'); softmax: simple"));
+  // Rule 7: both reductions row-wise (never one alone), the exp optionally stored per row.
+  EXPECT_TRUE(describes(s_sm, "softmax.max: row-wise at the rows of 'softmax'; softmax.exp: inline (or stored per row of 'softmax'); softmax.sum: row-wise at the rows of 'softmax'; softmax: simple"));
+  // Rows too short for two vectors: no row-wise sketch.
+  EXPECT_FALSE(describes(SearchSpace(task_of(softmax_case(64, 8))), "row-wise"));
 
   // 8 outputs for 2 cores x 16 lanes, a reduction of 2048: rfactor besides the simple sketch.
   Task rs = task_of(row_sum_case(8, 2048));
@@ -503,6 +508,23 @@ void check_rowwise(const Case& c, const std::vector<std::string>& reductions) {
     check_computes(c, space, cand, 300 + k);
   }
   EXPECT_TRUE(serial && parallel);
+  // Softmax's exp: recomputed by each reader, or stored once per row (a row buffer).
+  if (space.describe_sketch(sketch).find("stored per row") == std::string::npos) return;
+  for (int stored : {0, 1}) {
+    Candidate cand = space.sample_sketch(sketch, rng);
+    const std::string label = "softmax.exp.stored_per_row=";
+    std::string d = space.describe_candidate(cand);
+    size_t at = d.find(label);
+    ASSERT_NE(at, std::string::npos) << d;
+    int slot_value = d[at + label.size()] - '0';
+    if (slot_value != stored) cand = space.mutate(cand, rng);  // keep drawing until the slot has the value wanted
+    for (int tries = 0; tries < 200 && space.describe_candidate(cand).find(label + std::to_string(stored)) == std::string::npos; ++tries) cand = space.sample_sketch(sketch, rng);
+    std::string low = to_string(te::lower(space.materialize(&cand), c.args, c.name));
+    // Stored, the output divides the row buffer; recomputed, it calls exp itself.
+    std::regex output_exp(R"(softmax\[[^\n]*\] = exp\()");
+    EXPECT_EQ(std::regex_search(low, output_exp), stored == 0) << low;
+    check_computes(c, space, cand, 400 + stored);
+  }
 }
 TEST_P(TunerSketch, SoftmaxRowwise) { check_rowwise(softmax_case(8, 768), {"softmax.max", "softmax.sum"}); }
 TEST_P(TunerSketch, LayerNormRowwise) { check_rowwise(layer_norm_case(6, 80), {"layernorm.sum", "layernorm.var"}); }

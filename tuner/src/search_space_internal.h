@@ -104,13 +104,14 @@ const char* plan_kind_name(PlanKind k);
 
 struct StagePlan {
   PlanKind kind = PlanKind::None;
-  /** TiledFused: the consumer; Simple: the output it may be computed at (-1 when none). */
+  /** TiledFused: the consumer; Simple: the output it may be computed at (-1 when none);
+   * RowReduce, and an Inline stage rule 7 may store per row: the output whose row loop holds it. */
   int consumer = -1;
   std::vector<int> spatial_tiles, reduce_tiles;  ///< slot ids, one per axis
   int vector_tile = -1;   ///< Simple: 2-level tile of the innermost spatial axis
   int rfactor_tile = -1;  ///< Rfactor: 3-level tile (outer reduce, parallel part, vector part) of the fused reduce axes
   int parallel = -1;      ///< how many outer loops to fuse into the parallel loop, minus one
-  int location = -1;      ///< Simple: 0 root, 1 at the consumer; Tiled*: 0 at S1, 1 at S0
+  int location = -1;      ///< Simple: 0 root, 1 at the consumer; Tiled*: 0 at S1, 1 at S0; Inline (rule 7): 1 stored at the consumer's rows
   /** Tiled*: 1 puts the innermost axis's S0 and S1 loops outside the previous axis's (panel-outer). */
   int panel_order = -1;
   /** Tiled*: pack this input stage (its dimension StageInfo::pack_dim) into panels as wide as the innermost tile factor of the last axis. */
@@ -130,6 +131,11 @@ struct Sketch {
 /** Rule 7 (sketch_rules_rowwise.cpp): the elementwise output whose row loop
  * reduction stage i may be computed at, vectorized along the row; -1 if none. */
 int rowwise_target(const DagInfo& dag, int i);
+/** Rule 7: inlined stage e (softmax's exp) may instead be stored per row at
+ * output o's row loop: only o and o's row-wise reductions read it. */
+bool row_storable(const DagInfo& dag, const std::vector<StagePlan>& plans, int e, int o);
+/** Rule 7's stored stage: at `row` of `out`, its last axis split by the vector tile. */
+void apply_row_stage(const StageInfo& info, const Sketch& sk, const StagePlan& p, const std::vector<int>& d, te::Schedule& s, te::Stage& out, const IterVar& row);
 /** Rule 7's output: its rows fused into one loop (parallel or not), the last
  * axis split for vectors. Returns the row loop. */
 IterVar apply_row_output(const StageInfo& info, const Sketch& sk, const StagePlan& p, const std::vector<int>& d, te::Schedule& s);

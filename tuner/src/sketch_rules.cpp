@@ -351,7 +351,10 @@ void lay_out(const DagInfo& dag, Sketch* sk) {
   Layout lay(sk);
   std::vector<int> targets = attach_targets(dag, sk->plans);
   for (size_t i = 0; i < sk->plans.size(); ++i)
-    if (sk->plans[i].kind == PlanKind::RowReduce) sk->plans[rowwise_target(dag, static_cast<int>(i))].rows = true;
+    if (sk->plans[i].kind == PlanKind::RowReduce) {
+      sk->plans[i].consumer = rowwise_target(dag, static_cast<int>(i));
+      sk->plans[sk->plans[i].consumer].rows = true;
+    }
   for (size_t i = 0; i < sk->plans.size(); ++i) {
     StagePlan& p = sk->plans[i];
     const StageInfo& s = dag.stages[i];
@@ -389,8 +392,17 @@ void lay_out(const DagInfo& dag, Sketch* sk) {
         if (n >= 2) p.panel_order = lay.choice(s.name + ".panel_outer", 2);
         p.unroll = lay.choice(s.name + ".unroll", kNumUnrollSteps);
         break;
+      case PlanKind::Inline:
+        // Rule 7: computed once per row into a row buffer instead of at each reader.
+        for (size_t o = 0; o < sk->plans.size(); ++o)
+          if (sk->plans[o].rows && row_storable(dag, sk->plans, static_cast<int>(i), static_cast<int>(o))) {
+            p.consumer = static_cast<int>(o);
+            p.location = lay.choice(s.name + ".stored_per_row", 2);
+            p.vector_tile = lay.tile(axis_label(s, n - 1, false), s.spatial[n - 1], 2, true);
+            break;
+          }
+        break;
       case PlanKind::RowReduce:
-        p.consumer = rowwise_target(dag, static_cast<int>(i));
         p.vector_tile = lay.tile(axis_label(s, 0, true), s.reduce[0], 2, true);
         p.unroll = lay.choice(s.name + ".unroll", kNumUnrollSteps);
         break;
@@ -415,6 +427,7 @@ std::string describe(const DagInfo& dag, const Sketch& sk) {
     first = false;
     if (p.kind == PlanKind::TiledFused) os << " '" << dag.stages[p.consumer].name << "'";
     if (p.pack >= 0) os << ", pack '" << dag.stages[p.pack].name << "'";
+    if (p.kind == PlanKind::Inline && p.consumer >= 0) os << " (or stored per row of '" << dag.stages[p.consumer].name << "')";
     if (p.kind == PlanKind::RowReduce) os << " at the rows of '" << dag.stages[p.consumer].name << "'";
     if (p.kind == PlanKind::Simple && p.consumer >= 0) os << " (or at '" << dag.stages[p.consumer].name << "')";
   }

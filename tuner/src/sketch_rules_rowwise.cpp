@@ -69,11 +69,39 @@ int rowwise_target(const DagInfo& dag, int i) {
 }
 
 namespace {
-
 const int* tile_of(const Sketch& sk, const std::vector<int>& d, int slot) { return &d[sk.slots[slot].offset]; }
 int choice_of(const Sketch& sk, const std::vector<int>& d, int slot) { return slot < 0 ? 0 : d[sk.slots[slot].offset]; }
-
 }  // namespace
+
+bool row_storable(const DagInfo& dag, const std::vector<StagePlan>& plans, int e, int o) {
+  const StageInfo& s = dag.stages[e];
+  if (!s.op || !s.inlined || s.reduction || s.spatial != dag.stages[o].spatial) return false;
+  bool ok = true, reduced = false;
+  for (size_t r = 0; r < dag.stages.size(); ++r) {
+    const StageInfo& reader = dag.stages[r];
+    if (!reader.op || static_cast<int>(r) == e) continue;
+    bool reads = false;
+    post_order_visit(reader.op->body, [&](const Expr& x) {
+      const TensorLoad* l = x.as<TensorLoad>();
+      reads = reads || (l && static_cast<const te::TensorNode*>(l->producer.get())->op.get() == s.op);
+    });
+    if (!reads) continue;
+    bool row_reduce = plans[r].kind == PlanKind::RowReduce && plans[r].consumer == o;
+    reduced = reduced || row_reduce;
+    ok = ok && (static_cast<int>(r) == o || row_reduce);
+  }
+  return ok && reduced;
+}
+
+void apply_row_stage(const StageInfo& info, const Sketch& sk, const StagePlan& p, const std::vector<int>& d, te::Schedule& s, te::Stage& out, const IterVar& row) {
+  te::Stage& st = s[info.tensor];
+  st.compute_at(out, row);
+  std::vector<IterVar> leaves = st.leaf_iter_vars();
+  const int* f = tile_of(sk, d, p.vector_tile);
+  auto [co, ci] = st.split(leaves.back(), f[1]);
+  (void)co;
+  if (f[1] >= 2 && f[1] <= kMaxVectorExtent) st.vectorize(ci);
+}
 
 IterVar apply_row_output(const StageInfo& info, const Sketch& sk, const StagePlan& p, const std::vector<int>& d, te::Schedule& s) {
   te::Stage& st = s[info.tensor];
