@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <iostream>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -283,8 +284,12 @@ TEST_P(TunerSketch, RulesPerDag) {
 
   Task sm = task_of(softmax_case(64, 64));
   SearchSpace s_sm(sm);
-  EXPECT_EQ(s_sm.num_sketches(), 1);
+  EXPECT_EQ(s_sm.num_sketches(), 2);
   EXPECT_TRUE(describes(s_sm, "softmax.max: simple (or at 'softmax'); softmax.exp: inline; softmax.sum: simple (or at 'softmax'); softmax: simple"));
+  // Rule 7: both reductions row-wise (never one alone), the exp optionally stored per row.
+  EXPECT_TRUE(describes(s_sm, "softmax.max: row-wise at the rows of 'softmax'; softmax.exp: inline (or stored per row of 'softmax'); softmax.sum: row-wise at the rows of 'softmax'; softmax: simple"));
+  // Rows too short for two vectors: no row-wise sketch.
+  EXPECT_FALSE(describes(SearchSpace(task_of(softmax_case(64, 8))), "row-wise"));
 
   // 8 outputs for 2 cores x 16 lanes, a reduction of 2048: rfactor besides the simple sketch.
   Task rs = task_of(row_sum_case(8, 2048));
@@ -517,6 +522,51 @@ TEST_P(TunerSketch, SoftmaxComputes) {
   EXPECT_EQ(found, 2);
 }
 TEST_P(TunerSketch, LayerNormComputes) { check_all_sketches(layer_norm_case(6, 48), 6); }
+
+// Rule 7: softmax's and layer norm's reductions inside the output's row loop,
+// rfactor'd over the lanes and vectorized along the row; the row loop is
+// parallel or serial. Every such candidate computes the reference.
+void check_rowwise(const Case& c, const std::vector<std::string>& reductions) {
+  Task task = task_of(c);
+  SearchSpace space(task);
+  int sketch = -1;
+  for (int i = 0; i < space.num_sketches(); ++i)
+    if (space.describe_sketch(i).find("row-wise") != std::string::npos) sketch = sketch < 0 ? i : -2;
+  ASSERT_GE(sketch, 0) << "exactly one row-wise sketch (all reductions row-wise or none)";
+  for (const std::string& r : reductions) EXPECT_NE(space.describe_sketch(sketch).find(r + ": row-wise"), std::string::npos) << space.describe_sketch(sketch);
+  std::mt19937_64 rng(5);
+  bool serial = false, parallel = false;
+  for (int k = 0; k < 12; ++k) {
+    Candidate cand = k % 3 == 2 ? space.mutate(space.sample_sketch(sketch, rng), rng) : space.sample_sketch(sketch, rng);
+    std::string low = to_string(te::lower(space.materialize(&cand), c.args, c.name));
+    (low.find("parallel (") != std::string::npos ? parallel : serial) = true;
+    // The row's reductions are vectorized along the row, never across rows (a gather).
+    if (space.describe_candidate(cand).find("k=96x8") != std::string::npos) {
+      EXPECT_NE(low.find("k.outer*8, 1, 8)]"), std::string::npos) << low;
+    }
+    check_computes(c, space, cand, 300 + k);
+  }
+  EXPECT_TRUE(serial && parallel);
+  // Softmax's exp: recomputed by each reader, or stored once per row (a row buffer).
+  if (space.describe_sketch(sketch).find("stored per row") == std::string::npos) return;
+  for (int stored : {0, 1}) {
+    Candidate cand = space.sample_sketch(sketch, rng);
+    const std::string label = "softmax.exp.stored_per_row=";
+    std::string d = space.describe_candidate(cand);
+    size_t at = d.find(label);
+    ASSERT_NE(at, std::string::npos) << d;
+    int slot_value = d[at + label.size()] - '0';
+    if (slot_value != stored) cand = space.mutate(cand, rng);  // keep drawing until the slot has the value wanted
+    for (int tries = 0; tries < 200 && space.describe_candidate(cand).find(label + std::to_string(stored)) == std::string::npos; ++tries) cand = space.sample_sketch(sketch, rng);
+    std::string low = to_string(te::lower(space.materialize(&cand), c.args, c.name));
+    // Stored, the output divides the row buffer; recomputed, it calls exp itself.
+    std::regex output_exp(R"(softmax\[[^\n]*\] = exp\()");
+    EXPECT_EQ(std::regex_search(low, output_exp), stored == 0) << low;
+    check_computes(c, space, cand, 400 + stored);
+  }
+}
+TEST_P(TunerSketch, SoftmaxRowwise) { check_rowwise(softmax_case(8, 768), {"softmax.max", "softmax.sum"}); }
+TEST_P(TunerSketch, LayerNormRowwise) { check_rowwise(layer_norm_case(6, 80), {"layernorm.sum", "layernorm.var"}); }
 TEST_P(TunerSketch, BatchMatmulComputes) { check_all_sketches(batch_matmul_case(2, 8, 32, 16), 2); }
 TEST_P(TunerSketch, MaxPoolComputes) { check_all_sketches(max_pool_case(), 3); }
 TEST_P(TunerSketch, TwoOutputsComputes) { check_all_sketches(two_outputs_case(16, 32, 8), 2); }

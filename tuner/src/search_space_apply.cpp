@@ -24,7 +24,7 @@ class Applier {
 
   void run() {
     for (size_t i = 0; i < sk_.plans.size(); ++i)
-      if (sk_.plans[i].kind == PlanKind::Inline) s_[dag_.stages[i].tensor].compute_inline();
+      if (sk_.plans[i].kind == PlanKind::Inline && !stored_per_row(sk_.plans[i])) s_[dag_.stages[i].tensor].compute_inline();
     for (size_t i = sk_.plans.size(); i-- > 0;) {
       const StagePlan& p = sk_.plans[i];
       switch (p.kind) {
@@ -47,6 +47,10 @@ class Applier {
           outer_inner(s_[dag_.stages[p.consumer].tensor], s_[dag_.stages[i].tensor], dag_.stages[i], p);
           break;
         case PlanKind::Rfactor: rfactor(static_cast<int>(i), p); break;
+        case PlanKind::Inline:
+          if (stored_per_row(p)) apply_row_stage(dag_.stages[i], sk_, p, d_, s_, s_[dag_.stages[p.consumer].tensor], outer_loop_[p.consumer]);
+          break;
+        case PlanKind::RowReduce: apply_row_reduce(dag_.stages[i], sk_, p, d_, s_, s_[dag_.stages[p.consumer].tensor], outer_loop_[p.consumer]); break;
         default: break;
       }
     }
@@ -55,6 +59,7 @@ class Applier {
  private:
   const int* tile(int slot) const { return &d_[sk_.slots[slot].offset]; }
   int choice(int slot) const { return slot < 0 ? 0 : d_[sk_.slots[slot].offset]; }
+  bool stored_per_row(const StagePlan& p) const { return p.kind == PlanKind::Inline && p.location >= 0 && choice(p.location) == 1; }
   int unroll_step(const StagePlan& p) const { return kUnrollSteps[choice(p.unroll)]; }
   static int64_t product(const int* f, int n) {
     int64_t x = 1;
@@ -123,6 +128,10 @@ class Applier {
   }
 
   void simple(int i, const StagePlan& p) {
+    if (p.rows) {
+      outer_loop_[i] = apply_row_output(dag_.stages[i], sk_, p, d_, s_);
+      return;
+    }
     te::Stage& st = s_[dag_.stages[i].tensor];
     const StageInfo& info = dag_.stages[i];
     size_t n = info.spatial.size();

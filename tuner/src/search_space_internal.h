@@ -98,23 +98,27 @@ enum class PlanKind : uint8_t {
   TiledFused,     ///< rule 3: the stage at S1 (or S0) of its elementwise output consumer
   FusedConsumer,  ///< rule 3, the consumer side: tiled by its producer's plan
   Rfactor,        ///< rule 4
+  RowReduce,      ///< rule 7: a reduction along its reader's rows, at the output's row loop, rfactor'd over vector lanes
 };
 const char* plan_kind_name(PlanKind k);
 
 struct StagePlan {
   PlanKind kind = PlanKind::None;
-  /** TiledFused: the consumer; Simple: the output it may be computed at (-1 when none). */
+  /** TiledFused: the consumer; Simple: the output it may be computed at (-1 when none);
+   * RowReduce, and an Inline stage rule 7 may store per row: the output whose row loop holds it. */
   int consumer = -1;
   std::vector<int> spatial_tiles, reduce_tiles;  ///< slot ids, one per axis
   int vector_tile = -1;   ///< Simple: 2-level tile of the innermost spatial axis
   int rfactor_tile = -1;  ///< Rfactor: 3-level tile (outer reduce, parallel part, vector part) of the fused reduce axes
   int parallel = -1;      ///< how many outer loops to fuse into the parallel loop, minus one
-  int location = -1;      ///< Simple: 0 root, 1 at the consumer; Tiled*: 0 at S1, 1 at S0
+  int location = -1;      ///< Simple: 0 root, 1 at the consumer; Tiled*: 0 at S1, 1 at S0; Inline (rule 7): 1 stored at the consumer's rows
   /** Tiled*: 1 puts the innermost axis's S0 and S1 loops outside the previous axis's (panel-outer). */
   int panel_order = -1;
   /** Tiled*: pack this input stage (its dimension StageInfo::pack_dim) into panels as wide as the innermost tile factor of the last axis. */
   int pack = -1;
   int unroll = -1;        ///< index into kUnrollSteps
+  /** Simple output of RowReduce stages: one loop over its rows (parallel a choice), the reductions at it. */
+  bool rows = false;
 };
 
 struct Sketch {
@@ -123,6 +127,20 @@ struct Sketch {
   int num_decisions = 0;
   std::string description;
 };
+
+/** Rule 7 (sketch_rules_rowwise.cpp): the elementwise output whose row loop
+ * reduction stage i may be computed at, vectorized along the row; -1 if none. */
+int rowwise_target(const DagInfo& dag, int i);
+/** Rule 7: inlined stage e (softmax's exp) may instead be stored per row at
+ * output o's row loop: only o and o's row-wise reductions read it. */
+bool row_storable(const DagInfo& dag, const std::vector<StagePlan>& plans, int e, int o);
+/** Rule 7's stored stage: at `row` of `out`, its last axis split by the vector tile. */
+void apply_row_stage(const StageInfo& info, const Sketch& sk, const StagePlan& p, const std::vector<int>& d, te::Schedule& s, te::Stage& out, const IterVar& row);
+/** Rule 7's output: its rows fused into one loop (parallel or not), the last
+ * axis split for vectors. Returns the row loop. */
+IterVar apply_row_output(const StageInfo& info, const Sketch& sk, const StagePlan& p, const std::vector<int>& d, te::Schedule& s);
+/** Rule 7's reduction: split by the lanes tile, rfactor'd, both parts at `row` of `out`. */
+void apply_row_reduce(const StageInfo& info, const Sketch& sk, const StagePlan& p, const std::vector<int>& d, te::Schedule& s, te::Stage& out, const IterVar& row);
 
 /** Applies the rules to the DAG; at least one sketch, at most kMaxSketches. */
 std::vector<Sketch> generate_sketches(const DagInfo& dag);

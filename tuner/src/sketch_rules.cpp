@@ -36,6 +36,7 @@ const char* plan_kind_name(PlanKind k) {
     case PlanKind::TiledFused: return "tiled, at its consumer";
     case PlanKind::FusedConsumer: return "fused consumer";
     case PlanKind::Rfactor: return "rfactor";
+    case PlanKind::RowReduce: return "row-wise";
   }
   return "?";
 }
@@ -266,10 +267,25 @@ class Enumerator {
           with(PlanKind::Tiled, -1, pack);
         }
       }
+    } else if (int row = rowwise_choice(i, plans); row != 0) {
+      // Rule 7: as the first reduction of the same rows chose.
+      if (row > 0) return with(PlanKind::RowReduce);
+      with(PlanKind::Simple);
     } else {
       with(PlanKind::Simple);
+      if (rowwise_target(dag_, static_cast<int>(i)) >= 0) with(PlanKind::RowReduce);
     }
     if (needs_rfactor(dag_, s)) with(PlanKind::Rfactor);
+  }
+
+  // Rule 7 is all or nothing per output: 1 (-1) when an earlier reduction
+  // of the same output's rows is (is not) row-wise, 0 when i is the first.
+  int rowwise_choice(size_t i, const std::vector<StagePlan>& plans) const {
+    int t = rowwise_target(dag_, static_cast<int>(i));
+    if (t < 0) return 0;
+    for (size_t j = 0; j < i; ++j)
+      if (rowwise_target(dag_, static_cast<int>(j)) == t) return plans[j].kind == PlanKind::RowReduce ? 1 : -1;
+    return 0;
   }
 
   const DagInfo& dag_;
@@ -334,12 +350,24 @@ std::string axis_label(const StageInfo& s, size_t k, bool reduce) {
 void lay_out(const DagInfo& dag, Sketch* sk) {
   Layout lay(sk);
   std::vector<int> targets = attach_targets(dag, sk->plans);
+  for (size_t i = 0; i < sk->plans.size(); ++i)
+    if (sk->plans[i].kind == PlanKind::RowReduce) {
+      sk->plans[i].consumer = rowwise_target(dag, static_cast<int>(i));
+      sk->plans[sk->plans[i].consumer].rows = true;
+    }
   for (size_t i = 0; i < sk->plans.size(); ++i) {
     StagePlan& p = sk->plans[i];
     const StageInfo& s = dag.stages[i];
     size_t n = s.spatial.size();
     switch (p.kind) {
       case PlanKind::Simple:
+        if (p.rows) {
+          // Rule 7's output: a parallel (1) or serial (0) row loop.
+          p.vector_tile = lay.tile(axis_label(s, n - 1, false), s.spatial[n - 1], 2, true);
+          p.parallel = lay.choice(s.name + ".parallel_rows", 2);
+          p.unroll = lay.choice(s.name + ".unroll", kNumUnrollSteps);
+          break;
+        }
         if (n > 0) {
           p.vector_tile = lay.tile(axis_label(s, n - 1, false), s.spatial[n - 1], 2, !s.reduction);
           p.parallel = lay.choice(s.name + ".parallel", static_cast<int>(n));
@@ -364,6 +392,20 @@ void lay_out(const DagInfo& dag, Sketch* sk) {
         if (n >= 2) p.panel_order = lay.choice(s.name + ".panel_outer", 2);
         p.unroll = lay.choice(s.name + ".unroll", kNumUnrollSteps);
         break;
+      case PlanKind::Inline:
+        // Rule 7: computed once per row into a row buffer instead of at each reader.
+        for (size_t o = 0; o < sk->plans.size(); ++o)
+          if (sk->plans[o].rows && row_storable(dag, sk->plans, static_cast<int>(i), static_cast<int>(o))) {
+            p.consumer = static_cast<int>(o);
+            p.location = lay.choice(s.name + ".stored_per_row", 2);
+            p.vector_tile = lay.tile(axis_label(s, n - 1, false), s.spatial[n - 1], 2, true);
+            break;
+          }
+        break;
+      case PlanKind::RowReduce:
+        p.vector_tile = lay.tile(axis_label(s, 0, true), s.reduce[0], 2, true);
+        p.unroll = lay.choice(s.name + ".unroll", kNumUnrollSteps);
+        break;
       case PlanKind::Rfactor:
         p.rfactor_tile = lay.tile(s.name + ".rfactor", s.reduce_size(), 3, true);
         p.parallel = lay.choice(s.name + ".parallel", static_cast<int>(n + 1));
@@ -385,6 +427,8 @@ std::string describe(const DagInfo& dag, const Sketch& sk) {
     first = false;
     if (p.kind == PlanKind::TiledFused) os << " '" << dag.stages[p.consumer].name << "'";
     if (p.pack >= 0) os << ", pack '" << dag.stages[p.pack].name << "'";
+    if (p.kind == PlanKind::Inline && p.consumer >= 0) os << " (or stored per row of '" << dag.stages[p.consumer].name << "')";
+    if (p.kind == PlanKind::RowReduce) os << " at the rows of '" << dag.stages[p.consumer].name << "'";
     if (p.kind == PlanKind::Simple && p.consumer >= 0) os << " (or at '" << dag.stages[p.consumer].name << "')";
   }
   os << " [" << sk.slots.size() << " decisions]";
