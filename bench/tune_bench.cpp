@@ -84,7 +84,7 @@ std::vector<Extra> nchwc_layout_changes(int C, int K, int HW, int OHW, int cb, i
 
 std::vector<tuner::PeerSpec> peers(const std::string& kind, std::vector<std::string> impls, std::vector<long> args) {
   std::vector<tuner::PeerSpec> v;
-  for (const std::string& i : impls) v.push_back({kind, i, args, 1, ""});
+  for (const std::string& i : impls) v.push_back({kind, i, args, 1, "", ""});
   return v;
 }
 

@@ -486,7 +486,9 @@ TEST_P(TunerSketch, SeedsComputeAndFitTheRegisters) {
         if (!t.rows2.empty()) rows *= tile_of(space, seeds[k], t.rows2).back();
         EXPECT_LE(rows * vectors + vectors + 1, regs - 1) << "rows " << rows << ", width " << width;
         // M = 24 has a divisor near every budget (the 7x7 conv's prime extents do not).
-        if (t.c.name == "matmul") EXPECT_GT(rows * vectors * 2, regs - 1 - 2 * vectors - 1) << "the tile should fill half the registers at least: rows " << rows;
+        if (t.c.name == "matmul") {
+          EXPECT_GT(rows * vectors * 2, regs - 1 - 2 * vectors - 1) << "the tile should fill half the registers at least: rows " << rows;
+        }
       }
       check_computes(t.c, space, seeds[k], 60 + static_cast<uint32_t>(k));
       if (::testing::Test::HasFailure()) return;
