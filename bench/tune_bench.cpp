@@ -12,6 +12,9 @@
 //
 //   tune_bench [--trials N] [--threads 1,2] [--workloads gemm,conv1,...] [--rounds R]
 //              [--db PATH] [--reuse] [--curve-dir DIR] [--timeout S] [--json FILE]
+//              [--mcpu haswell] [--blas-coretype Haswell]
+//   --mcpu tunes for another CPU of this host's family (AVX2 code runs on an
+//   AVX-512 host); --blas-coretype forces OpenBLAS's core type to match it.
 //
 // Workloads (fp32, batch 1 for convolutions):
 //   gemm       1024 x 1024 x 1024 matmul           peers: numpy (OpenBLAS), torch.matmul
@@ -169,6 +172,8 @@ struct Options {
   double timeout = 10, repeat_ms = 50;
   bool reuse = false;
   std::string db, curve_dir, json;
+  std::string mcpu;           ///< empty: the host CPU
+  std::string blas_coretype;  ///< empty: OpenBLAS's fastest correct core type here
 };
 
 /** A built kernel and its random arguments, timed one measurement at a time. */
@@ -214,7 +219,7 @@ void run_workload(const std::string& id, int threads, const Target& target, cons
     for (const Timed& l : layout) t += l.once(opt.repeat_ms / 4);
     return t;
   };
-  for (tuner::PeerSpec& p : w.peers) p.threads = threads;
+  for (tuner::PeerSpec& p : w.peers) p.threads = threads, p.blas_coretype = opt.blas_coretype;
   tuner::Comparison c = tuner::compare_interleaved(kiln_round, w.peers, opt.rounds, opt.repeat_ms);
   bench::report_failed_peers(c);
   int64_t records = records_in_db(task, db);
@@ -249,7 +254,7 @@ int run_one_thread_count(int threads, const std::vector<std::string>& ids, const
     tmpdir = mkdtemp(tmpl);
     db = tmpdir + "/tune.db";
   }
-  Target target = Target::parse("llvm -num-cores=" + std::to_string(threads));
+  Target target = Target::parse("llvm" + (opt.mcpu.empty() ? "" : " -mcpu=" + opt.mcpu) + " -num-cores=" + std::to_string(threads));
   std::printf("auto-scheduler vs peers, %d thread(s), %d trials per workload%s, db %s, target %s, %d interleaved rounds\n", threads, opt.trials,
               opt.reuse ? " where the DB has no record" : "", db.c_str(), target.str().c_str(), opt.rounds);
   std::printf("%-32s %7s %9s %9s %11s %11s %8s %8s  %-19s %7s %8s %9s %7s  %s\n", "workload", "records", "kiln min", "kiln med", "peer min", "peer med", "kiln GF", "peer GF",
@@ -301,6 +306,8 @@ int main(int argc, char** argv) {
     else if (a == "--curve-dir") opt.curve_dir = v;
     else if (a == "--timeout") opt.timeout = std::stod(v);
     else if (a == "--json") opt.json = v;
+    else if (a == "--mcpu") opt.mcpu = v;
+    else if (a == "--blas-coretype") opt.blas_coretype = v;
     else {
       std::cerr << "unknown option " << a << "\n";
       return 2;
