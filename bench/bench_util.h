@@ -32,7 +32,7 @@ inline void report_failed_peers(const tuner::Comparison& c) {
   for (const std::string& f : c.failed) std::fprintf(stderr, "peer did not run: %s\n", f.c_str());
 }
 
-/** A scoreboard row (times in ms) from a comparison; `extra_ms` is added to kiln's times (e.g. layout changes). */
+/** A scoreboard row (times in ms) from a comparison: kiln, the best peer and every peer, the ratio, the goal and a note. */
 inline nlohmann::json comparison_row(const std::string& name, int threads, const tuner::Comparison& c, const std::string& goal, const std::string& note = "") {
   nlohmann::json row = {{"name", name}, {"threads", threads}, {"unit", "ms"}, {"kiln_min", min_of(c.kiln) * 1e3}, {"kiln_median", median_of(c.kiln) * 1e3},
                         {"rounds", c.kiln.size()}, {"goal", goal}, {"note", note}};

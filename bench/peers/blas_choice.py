@@ -21,6 +21,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_env import clean_env  # noqa: E402
+
 # ISA level a core type's kernels need: 0 SSE, 1 AVX, 2 AVX2+FMA, 3 AVX-512.
 CORE_LEVEL = {"prescott": 0, "core2": 0, "penryn": 0, "dunnington": 0, "nehalem": 0, "atom": 0, "barcelona": 0, "opteron": 0,
               "bobcat": 0, "sandybridge": 1, "bulldozer": 1, "piledriver": 1, "steamroller": 1, "excavator": 2,
@@ -29,7 +32,8 @@ CORE_LEVEL = {"prescott": 0, "core2": 0, "penryn": 0, "dunnington": 0, "nehalem"
 CANDIDATES = [("SkylakeX", {"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
               ("Cooperlake", {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"}),
               ("Haswell", {"avx2", "fma"}), ("Zen", {"avx2", "fma"})]
-DROP = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_VERBOSE")
+# The environment's own OpenBLAS settings: one more candidate, and part of the cache key.
+USER_SETTINGS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 
 def cpu_info():
@@ -86,12 +90,8 @@ def probe():
 
 def run_probe(threads, coretype=None, l2=None, timeout=120):
     """Runs probe() in a fresh process with the given settings; returns its dict with 'ok' and 'why'."""
-    env = {k: v for k, v in os.environ.items() if k not in DROP and not k.startswith("KILN_") and k != "OMP_WAIT_POLICY"}
-    env.update(OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-    if coretype:
-        env["OPENBLAS_CORETYPE"] = coretype
-    if l2:
-        env["OPENBLAS_L2_SIZE"] = l2
+    # The peers' own environment, so that what is probed is what is timed later.
+    env = clean_env(threads, blas={"coretype": coretype, "l2": l2})
     res = {"coretype": coretype, "l2": l2, "ok": False}
     try:
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "probe", str(threads)], env=env, capture_output=True,
@@ -120,7 +120,7 @@ def cache_key(threads):
     from threadpoolctl import threadpool_info
     model, flags = cpu_info()
     blas = next((d for d in threadpool_info() if d.get("user_api") == "blas"), {})
-    env = ",".join(f"{k}={os.environ[k]}" for k in DROP[:2] if os.environ.get(k))
+    env = ",".join(f"{k}={os.environ[k]}" for k in USER_SETTINGS if os.environ.get(k))
     return f"{model}|{vector_isa(flags)}|{blas.get('internal_api')} {blas.get('version')} {blas.get('filepath')}|{threads}T|{env}"
 
 

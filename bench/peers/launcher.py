@@ -30,23 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import blas_choice  # noqa: E402
-
-# Thread and core-type settings the launcher decides; kiln's own settings the peer must not see.
-CONTROLLED = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "MKL_NUM_THREADS",
-              "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_VERBOSE")
-
-
-def clean_env(threads, base=None, blas=None):
-    """The peer's environment: base without kiln's settings, with the threads and the BLAS choice."""
-    base = os.environ if base is None else base
-    env = {k: v for k, v in base.items() if k not in CONTROLLED and not k.startswith("KILN_")}
-    t = str(int(threads))
-    env.update(OMP_NUM_THREADS=t, OPENBLAS_NUM_THREADS=t, MKL_NUM_THREADS=t)
-    if blas and blas.get("coretype"):
-        env["OPENBLAS_CORETYPE"] = blas["coretype"]
-    if blas and blas.get("l2"):
-        env["OPENBLAS_L2_SIZE"] = blas["l2"]
-    return env
+from peer_env import clean_env  # noqa: E402
 
 
 def serve(spec_text):

@@ -17,11 +17,10 @@ of a shared machine. Each repeat runs `number` back-to-back calls, with
 import json
 import os
 import sys
-import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_timing import warm_up  # noqa: E402
+from peer_timing import calls_per_repeat, time_calls, warm_up  # noqa: E402
 
 
 def reply(obj, out):
@@ -47,14 +46,8 @@ def serve(spec, inp, out):
         if req.get("op") != "time":
             reply({"error": f"unknown op {req.get('op')!r}"}, out)
             continue
-        number = max(1, int(float(req.get("repeat_ms", 50)) * 1e-3 / one + 0.999))
-        times = []
-        for _ in range(int(req.get("repeats", 1))):
-            t0 = time.perf_counter()
-            for _ in range(number):
-                kernel.run()
-            times.append((time.perf_counter() - t0) / number)
-        reply({"times": times, "number": number}, out)
+        number = calls_per_repeat(one, float(req.get("repeat_ms", 50)) * 1e-3)
+        reply({"times": time_calls(kernel.run, int(req.get("repeats", 1)), number), "number": number}, out)
 
 
 def main():
