@@ -156,21 +156,19 @@ int main(int argc, char** argv) {
     write_floats(tmp + "_x.bin", X);
     write_floats(tmp + "_w.bin", W);
     // Each PyTorch layout writes its output; each is checked against kiln's.
-    const char* layouts[] = {"nchw", "channels_last", "mkldnn"};
-    std::vector<tuner::PeerSpec> peers;
-    std::vector<long> sz = {s.N, s.C, s.H, s.W, s.K, s.KH, s.KW, s.stride, s.pad};
-    for (const char* l : layouts)
-      peers.push_back({"conv2d", std::string("torch_") + l, sz, threads, "{\"x\": \"" + tmp + "_x.bin\", \"w\": \"" + tmp + "_w.bin\", \"y\": \"" + tmp + "_y_" + l + ".bin\"}"});
+    std::vector<tuner::PeerSpec> peers = tuner::peers_of("conv2d", {s.N, s.C, s.H, s.W, s.K, s.KH, s.KW, s.stride, s.pad}, threads);
+    auto y_file = [&](const tuner::PeerSpec& p) { return tmp + "_y_" + p.impl + ".bin"; };
+    for (tuner::PeerSpec& p : peers) p.paths_json = "{\"x\": \"" + tmp + "_x.bin\", \"w\": \"" + tmp + "_w.bin\", \"y\": \"" + y_file(p) + "\"}";
     auto kiln_round = [&] { return mod.time_evaluator("conv2d", {X, PW, Y}, 1, 1, repeat_ms).results[0]; };
     tuner::Comparison c = tuner::compare_interleaved(kiln_round, peers, rounds, repeat_ms);
     bench::report_failed_peers(c);
     double err = serr;
-    for (const char* l : layouts) {
-      std::string y = tmp + "_y_" + l + ".bin";
+    for (const tuner::PeerSpec& p : peers) {
+      std::string y = y_file(p);
       if (std::ifstream(y).good()) {
         double perr = error_vs_peer(Y.data_as<float>(), read_floats(y, int64_t(s.K) * s.OH() * s.OW()), s, KB, tiling.nchw_out);
         if (perr > 1e-4) {
-          std::fprintf(stderr, "kiln conv2d %dx%dx%dx%d k%d differs from PyTorch (%s): error %g\n", s.C, s.K, s.H, s.W, s.KH, l, perr);
+          std::fprintf(stderr, "kiln conv2d %dx%dx%dx%d k%d differs from PyTorch (%s): error %g\n", s.C, s.K, s.H, s.W, s.KH, p.impl.c_str(), perr);
           return 1;
         }
         err = std::max(err, perr);

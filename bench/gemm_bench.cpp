@@ -105,7 +105,9 @@ int main(int argc, char** argv) {
     }
     std::vector<long> sz = {s.M, s.N, s.K};
     auto kiln_round = [&] { return mod.time_evaluator("gemm", {A, B, C}, 1, 1, repeat_ms).results[0]; };
-    tuner::Comparison c = tuner::compare_interleaved(kiln_round, {{"gemm", "numpy", sz, threads, "", blas_coretype}, {"gemm", "torch", sz, threads, "", blas_coretype}}, rounds, repeat_ms);
+    std::vector<tuner::PeerSpec> peers = tuner::peers_of("gemm", sz, threads);
+    for (tuner::PeerSpec& p : peers) p.blas_coretype = blas_coretype;
+    tuner::Comparison c = tuner::compare_interleaved(kiln_round, peers, rounds, repeat_ms);
     bench::report_failed_peers(c);
     double flop = 2.0 * s.M * s.N * s.K;
     char name[32];

@@ -21,7 +21,7 @@
 //   conv1      ResNet 3x3, C=K=64, 56x56, pad 1     peers: PyTorch NCHW, channels_last, oneDNN blocked
 //   conv2      ResNet 3x3, C=K=256, 14x14, pad 1    peers: as conv1
 //   conv3      ResNet 1x1, C=64, K=256, 56x56       peers: as conv1
-//   dwconv     MobileNet depthwise 3x3, C=144, 56x56, pad 1 (NCHW)   peers: PyTorch, groups=C
+//   dwconv     MobileNet depthwise 3x3, C=144, 56x56, pad 1 (NCHW)   peers: as conv1, groups=C
 //   dense      gelu(A[128,768] B[768,3072] + bias)  peers: numpy+scipy erf, PyTorch gelu(linear)
 //   softmax    softmax over rows of X[128,768]      peers: numpy, torch.softmax
 //   layernorm  layer norm over rows of X[128,768] (gamma, beta)   peers: numpy, F.layer_norm
@@ -85,12 +85,6 @@ std::vector<Extra> nchwc_layout_changes(int C, int K, int HW, int OHW, int cb, i
   return {{in, {X, Xb}}, {out, {Yb, Y}}};
 }
 
-std::vector<tuner::PeerSpec> peers(const std::string& kind, std::vector<std::string> impls, std::vector<long> args) {
-  std::vector<tuner::PeerSpec> v;
-  for (const std::string& i : impls) v.push_back({kind, i, args, 1, "", ""});
-  return v;
-}
-
 // The tuned conv2d is conv2d_nchwc (the blocked layouts of CPU inference,
 // as TVM's x86 conv2d uses); the layout change belongs to the graph level.
 Workload conv(const std::string& id, int C, int K, int HW, int R, int pad) {
@@ -99,7 +93,7 @@ Workload conv(const std::string& id, int C, int K, int HW, int R, int pad) {
   te::Tensor X = te::placeholder({1, C / cb, HW, HW, cb}, f32, "X"), W = te::placeholder({K / kb, C / cb, R, R, cb, kb}, f32, "W");
   std::string name = "conv2d_c" + std::to_string(C) + "k" + std::to_string(K) + "_" + std::to_string(HW) + "x" + std::to_string(HW) + "_" + std::to_string(R) + "x" + std::to_string(R) + "_nchwc";
   Workload w{id, name, "<= 1.00 incl. layout", {X, W, ops::conv2d_nchwc(X, W, 1, pad, "conv")},
-             peers("conv2d", {"torch_nchw", "torch_channels_last", "torch_mkldnn"}, {1, C, HW, HW, K, R, R, 1, pad}), {}};
+             tuner::peers_of("conv2d", {1, C, HW, HW, K, R, R, 1, pad}, 1), {}};
   w.layout = nchwc_layout_changes(C, K, HW, HW + 2 * pad - R + 1, cb, kb);
   return w;
 }
@@ -108,7 +102,7 @@ Workload make(const std::string& id) {
   auto f32 = DataType::Float(32);
   if (id == "gemm") {
     te::Tensor A = te::placeholder({1024, 1024}, f32, "A"), B = te::placeholder({1024, 1024}, f32, "B");
-    return {id, "matmul_1024x1024x1024", "<= 1.00 (1000 trials)", {A, B, ops::matmul(A, B, "C")}, peers("gemm", {"numpy", "torch"}, {1024, 1024, 1024}), {}};
+    return {id, "matmul_1024x1024x1024", "<= 1.00 (1000 trials)", {A, B, ops::matmul(A, B, "C")}, tuner::peers_of("gemm", {1024, 1024, 1024}, 1), {}};
   }
   if (id == "conv1") return conv(id, 64, 64, 56, 3, 1);
   if (id == "conv2") return conv(id, 256, 256, 14, 3, 1);
@@ -116,20 +110,20 @@ Workload make(const std::string& id) {
   if (id == "dwconv") {
     te::Tensor X = te::placeholder({1, 144, 56, 56}, f32, "X"), W = te::placeholder({144, 1, 3, 3}, f32, "W");
     return {id, "depthwise_conv2d_c144_56x56_3x3", "-", {X, W, ops::depthwise_conv2d_nchw(X, W, 1, 1, "dwconv")},
-            peers("conv2d", {"torch_nchw", "torch_channels_last"}, {1, 144, 56, 56, 144, 3, 3, 1, 1, 144}), {}};
+            tuner::peers_of("conv2d", {1, 144, 56, 56, 144, 3, 3, 1, 1, 144}, 1), {}};
   }
   if (id == "dense") {
     te::Tensor A = te::placeholder({128, 768}, f32, "A"), B = te::placeholder({768, 3072}, f32, "B"), bias = te::placeholder({3072}, f32, "bias");
     te::Tensor Y = ops::gelu(ops::bias_add(ops::matmul(A, B, "dense"), bias, "bias_add"), "gelu");
-    return {id, "dense_bias_gelu_128x3072x768", "<= 0.67 (1.5x)", {A, B, bias, Y}, peers("dense_gelu", {"numpy", "torch"}, {128, 3072, 768}), {}};
+    return {id, "dense_bias_gelu_128x3072x768", "<= 0.67 (1.5x)", {A, B, bias, Y}, tuner::peers_of("dense_gelu", {128, 3072, 768}, 1), {}};
   }
   if (id == "softmax") {
     te::Tensor X = te::placeholder({128, 768}, f32, "X");
-    return {id, "softmax_128x768", "-", {X, ops::softmax(X, "softmax")}, peers("softmax", {"numpy", "torch"}, {128, 768}), {}};
+    return {id, "softmax_128x768", "-", {X, ops::softmax(X, "softmax")}, tuner::peers_of("softmax", {128, 768}, 1), {}};
   }
   if (id == "layernorm") {
     te::Tensor X = te::placeholder({128, 768}, f32, "X"), g = te::placeholder({768}, f32, "gamma"), b = te::placeholder({768}, f32, "beta");
-    return {id, "layer_norm_128x768", "-", {X, g, b, ops::layer_norm(X, g, b, 1e-5f, "layernorm")}, peers("layernorm", {"numpy", "torch"}, {128, 768}), {}};
+    return {id, "layer_norm_128x768", "-", {X, g, b, ops::layer_norm(X, g, b, 1e-5f, "layernorm")}, tuner::peers_of("layernorm", {128, 768}, 1), {}};
   }
   throw std::runtime_error("unknown workload '" + id + "'; known: gemm, conv1, conv2, conv3, dwconv, dense, softmax, layernorm");
 }

@@ -155,6 +155,14 @@ std::vector<double> PeerProcess::time(int repeats, double repeat_ms) {
   return reply["times"].get<std::vector<double>>();
 }
 
+std::vector<PeerSpec> peers_of(const std::string& kind, const std::vector<long>& args, int threads) {
+  std::vector<std::string> impls = {"numpy", "torch"};
+  if (kind == "conv2d") impls = {"torch_nchw", "torch_channels_last", "torch_mkldnn"};
+  std::vector<PeerSpec> v;
+  for (const std::string& impl : impls) v.push_back({kind, impl, args, threads, "", ""});
+  return v;
+}
+
 double min_of(const std::vector<double>& v) { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
 
 double median_of(std::vector<double> v) {

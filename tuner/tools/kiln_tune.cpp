@@ -108,9 +108,7 @@ Workload make_workload(const std::string& kind, const std::vector<int>& v, const
 /** The peers of a workload (all of them; the comparison uses the fastest). */
 std::vector<tuner::PeerSpec> peer_specs(const Workload& w, int threads) {
   std::vector<long> a(w.sizes.begin(), w.sizes.end());
-  if (w.kind == "matmul") return {{"gemm", "numpy", a, threads, "", ""}, {"gemm", "torch", a, threads, "", ""}};
-  if (w.kind == "conv2d") return {{"conv2d", "torch_nchw", a, threads, "", ""}, {"conv2d", "torch_channels_last", a, threads, "", ""}, {"conv2d", "torch_mkldnn", a, threads, "", ""}};
-  return {{"dense_gelu", "numpy", a, threads, "", ""}, {"dense_gelu", "torch", a, threads, "", ""}};
+  return tuner::peers_of(w.kind == "matmul" ? "gemm" : w.kind == "conv2d" ? "conv2d" : "dense_gelu", a, threads);
 }
 
 /** Times the best schedule and the peers interleaved (kiln, peers, kiln, ...); returns the best peer for the curve. */

@@ -45,6 +45,14 @@ struct PeerSpec {
   std::string blas_coretype;
 };
 
+/**
+ * Every peer of a workload kind, for `threads` threads (the comparison counts
+ * the fastest): gemm: numpy and torch.matmul; conv2d: PyTorch NCHW,
+ * channels_last and oneDNN blocked; dense_gelu, softmax, layernorm: numpy
+ * and PyTorch. The one place that says which peers a workload has.
+ */
+std::vector<PeerSpec> peers_of(const std::string& kind, const std::vector<long>& args, int threads);
+
 /** One running peer worker. Not copyable; the process ends with the object. */
 class PeerProcess {
  public:
