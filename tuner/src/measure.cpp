@@ -19,6 +19,7 @@
 
 #include "kiln/driver/build.h"
 #include "kiln/support/error.h"
+#include "kiln/tuner/peer.h"  // min_of, median_of
 #include "measure_worker.h"
 
 namespace kiln::tuner {
@@ -34,15 +35,9 @@ const char* measure_error_name(MeasureError e) {
   return "none";
 }
 
-double MeasureResult::min_time() const { return run_times.empty() ? 0 : *std::min_element(run_times.begin(), run_times.end()); }
+double MeasureResult::min_time() const { return min_of(run_times); }
 
-double MeasureResult::median_time() const {
-  if (run_times.empty()) return 0;
-  std::vector<double> v = run_times;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+double MeasureResult::median_time() const { return median_of(run_times); }
 
 namespace {
 

@@ -100,6 +100,7 @@ struct Comparison {
   const PeerTimes* best_peer() const { return best < 0 ? nullptr : &peers[best]; }
 };
 
+/** Min and median of timings (0 when empty); the measurer, the comparison and the benches share them. */
 double min_of(const std::vector<double>& v);
 double median_of(std::vector<double> v);
 
