@@ -35,8 +35,6 @@ std::vector<int64_t> divisors(int64_t n) {
   return lo;
 }
 
-int max_tile_rows(int registers, int vectors) { return std::max(1, (registers - 1 - vectors) / std::max(1, vectors)); }
-
 std::vector<int> panel_widths(int64_t extent, int lanes, int registers) {
   for (int w = lanes; w >= 2; w /= 2) {
     std::vector<int> out;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/ops/register_tile.h"
 #include "kiln/te/schedule.h"
 #include "kiln/tuner/task.h"
 
@@ -61,14 +62,12 @@ DagInfo analyze_dag(const Task& task);
 
 /** Innermost loops longer than this are not vectorized (the vectorizer's limit). */
 inline constexpr int kMaxVectorExtent = 64;
-/** Registers a register tile of `rows` x `vectors` needs: the accumulators,
- * one row of the packed operand's vectors and one broadcast. */
-inline int tile_registers(int64_t rows, int vectors) { return static_cast<int>(rows * vectors + vectors + 1); }
-/** The most rows of `vectors` accumulators that fit in `registers` (at least 1).
- * Pack sketches sample the register tile's rows (the innermost factors of the
- * axes other than the packed one) within this for the sampled panel width, so
- * that the tile does not spill; mutation may go further. */
-int max_tile_rows(int registers, int vectors);
+/** The register-tile arithmetic of the hand schedules (kiln/ops/register_tile.h):
+ * pack sketches sample the register tile's rows (the innermost factors of the
+ * axes other than the packed one) within max_tile_rows for the sampled panel
+ * width, so that the tile does not spill; mutation may go further. */
+using ops::max_tile_rows;
+using ops::tile_registers;
 
 /** A decision slot: a tile (factors whose product is an extent) or a choice in [0, choices). */
 struct Slot {
