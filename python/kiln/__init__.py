@@ -33,6 +33,9 @@ from .runtime import Module, TimeResult
 if hasattr(_kiln, "tuner"):  # built with the auto-scheduler (it needs XGBoost)
     from . import tuner
     from .tuner import tune
+if hasattr(_kiln, "graph"):  # built with the graph compiler
+    from . import graph
+    from .graph import compile
 
 Target = _kiln.Target
 PrimFunc = _kiln.PrimFunc
@@ -42,3 +45,5 @@ __version__ = "0.1.0"
 __all__ = ["KilnError", "InternalError", "te", "nd", "runtime", "ops", "tuning_db", "tir", "testing", "build", "lower", "cpu", "device", "Module", "TimeResult", "Target", "PrimFunc"]
 if hasattr(_kiln, "tuner"):
     __all__ += ["tuner", "tune"]
+if hasattr(_kiln, "graph"):
+    __all__ += ["graph", "compile"]

@@ -8,12 +8,14 @@
 #define KILN_PYTHON_KILN_PY_H
 
 #include <pybind11/pybind11.h>
+#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <string>
 #include <vector>
 
 #include "kiln/ir/expr.h"
+#include "kiln/runtime/ndarray.h"
 #include "kiln/te/operation.h"
 #include "kiln/te/schedule.h"
 
@@ -60,6 +62,13 @@ struct PyStage {
   te::Schedule sch;
   te::Stage* stage;
 };
+
+/** A numpy copy of an array (py_runtime.cpp). */
+pybind11::array ndarray_to_numpy(const NDArray& nd);
+/** A new array holding a copy of a numpy array (or anything numpy converts). */
+NDArray numpy_to_ndarray(pybind11::handle obj);
+/** kiln.graph (py_graph.cpp): built with the graph compiler (KILN_PY_WITH_GRAPH). */
+void define_graph(py::module_& m);
 
 /** Raises kiln::Error (kiln.KilnError in Python) with the message. */
 [[noreturn]] void throw_user_error(const std::string& message);

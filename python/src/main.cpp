@@ -37,4 +37,7 @@ PYBIND11_MODULE(_kiln, m) {
 #ifdef KILN_PY_WITH_TUNER
   define_tuner(m);
 #endif
+#ifdef KILN_PY_WITH_GRAPH
+  define_graph(m);
+#endif
 }

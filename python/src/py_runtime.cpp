@@ -200,6 +200,9 @@ NDArray from_numpy(py::handle obj) {
 
 }  // namespace
 
+py::array ndarray_to_numpy(const NDArray& nd) { return to_numpy(nd); }
+NDArray numpy_to_ndarray(py::handle obj) { return from_numpy(obj); }
+
 void define_runtime(py::module_& m) {
   py::class_<NDArray>(m, "NDArray", "An n-dimensional CPU array laid out as a DLPack tensor.")
       .def_static("empty", [](std::vector<int64_t> shape, py::handle dtype) {

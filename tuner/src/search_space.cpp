@@ -236,6 +236,14 @@ std::vector<Candidate> SearchSpace::seeds() const {
   return out;
 }
 
+Candidate SearchSpace::default_candidate() const {
+  Candidate c;
+  c.sketch = 0;
+  c.decisions = detail::default_decisions(impl_->dag, impl_->sketches[0]);
+  materialize(&c);
+  return c;
+}
+
 Candidate SearchSpace::sample(std::mt19937_64& rng) const {
   return sample_sketch(std::uniform_int_distribution<int>(0, num_sketches() - 1)(rng), rng);
 }

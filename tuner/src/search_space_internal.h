@@ -162,6 +162,9 @@ void fit_rows_to_registers(const DagInfo& dag, const Sketch& sketch, std::mt1993
  * times the rows that fit the registers, one or four vectors' lanes of
  * reduce steps unrolled); none for other sketches. */
 std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& sketch);
+/** The decisions a schedule gets without measurement: the first seed, or
+ * where there is none the seeds' structure with the widest tile that divides. */
+std::vector<int> default_decisions(const DagInfo& dag, const Sketch& sketch);
 /** Changes the slot's values to a different valid value; false when the slot has only one. */
 bool mutate_slot(const Slot& slot, std::mt19937_64& rng, std::vector<int>* decisions);
 

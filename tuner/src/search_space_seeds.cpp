@@ -118,4 +118,32 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
   return out;
 }
 
+std::vector<int> default_decisions(const DagInfo& dag, const Sketch& sk) {
+  std::vector<std::vector<int>> seeds = seed_decisions(dag, sk);
+  if (!seeds.empty()) return seeds.front();
+  // No seed (no tiled stage, or a tiled axis no whole vector divides, as
+  // 1000 classes on 16 lanes): the same structure with the widest tile the
+  // extent allows.
+  std::vector<int> d(sk.num_decisions, 0);
+  for (const Slot& s : sk.slots)
+    if (s.kind == Slot::Kind::Tile) put_tile(s, s.inner_allowed.empty() ? 1 : s.inner_allowed.front(), &d);
+  for (const StagePlan& p : sk.plans) {
+    if (p.vector_tile >= 0) {
+      const Slot& v = sk.slots[p.vector_tile];
+      put_tile(v, divisor_at_most(v.extent, 2 * dag.lanes), &d);
+    }
+    if (p.parallel >= 0) d[sk.slots[p.parallel].offset] = sk.slots[p.parallel].choices - 1;
+    if (p.spatial_tiles.empty()) continue;
+    const Slot& last = sk.slots[p.spatial_tiles.back()];
+    int64_t width = 1;
+    for (int64_t w : divisors(last.extent)) {
+      bool allowed = last.inner_allowed.empty() ||
+                     std::find(last.inner_allowed.begin(), last.inner_allowed.end(), w) != last.inner_allowed.end();
+      if (w <= std::min<int64_t>(2 * dag.lanes, kMaxVectorExtent) && allowed) width = w;
+    }
+    seed_plan(dag, sk, p, width, dag.lanes, &d);
+  }
+  return d;
+}
+
 }  // namespace kiln::tuner::detail

@@ -61,6 +61,13 @@ class SearchSpace {
    * Traces set; empty when no sketch is tiled.
    */
   std::vector<Candidate> seeds() const;
+  /**
+   * The schedule a task gets without tuning (the graph compiler's default for
+   * a fused group): sketch 0 with seeds()'s decisions, or where no vector
+   * tile divides the innermost axis, the same structure with the widest tile
+   * that does. Deterministic; trace set.
+   */
+  Candidate default_candidate() const;
   /** A random valid neighbour: a tile factor moved between levels, another parallel depth, unroll step or location. */
   Candidate mutate(const Candidate& c, std::mt19937_64& rng) const;
   /** Combines decisions of two candidates of the same sketch (returns a copy of a when they differ). */

@@ -1,0 +1,120 @@
+/** \file
+ * The graph executor: a graph compiled to kernels and a plan that runs them
+ * in order over one planned arena.
+ *
+ *   Executor exe = compile(graph, {.target = "llvm", .db = "kiln_tuning.db"});
+ *   std::vector<NDArray> out = exe.run({x});
+ *
+ * The plan is data (ExecutionPlan: buffers with arena offsets, kernel calls
+ * with buffer ids), so the same plan can run in process, from an exported
+ * library or per rank. Kernels of groups with the same workload key are
+ * compiled once. One executor runs one call at a time (its arena is shared
+ * by the calls); run() takes a lock.
+ */
+#ifndef KILN_GRAPH_EXECUTOR_H
+#define KILN_GRAPH_EXECUTOR_H
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/graph/graph.h"
+#include "kiln/graph/memory_plan.h"
+#include "kiln/runtime/ndarray.h"
+
+namespace kiln::graph {
+
+struct CompileOptions {
+  /** "llvm" (the host), or "llvm -mcpu=... -num-cores=...". */
+  std::string target = "llvm";
+  /** A tuning database: each group takes its workload's best record when it has one. Empty: default schedules. */
+  std::string db;
+  /** false: one kernel per operator (the reference the fused graph is checked against). */
+  bool fuse = true;
+  /** Plain (unscheduled) kernels: slow, simple, for references. */
+  bool plain = false;
+  /** Print the graph after every pass (as KILN_DUMP_IR does). */
+  bool dump = false;
+};
+
+/** Where a plan's buffer lives. */
+struct PlanBuffer {
+  enum class Kind : uint8_t { Input, Constant, Arena, Output };
+  Kind kind = Kind::Arena;
+  int index = 0;        ///< Input/Output: the graph's input/output number; Constant: into ExecutionPlan::constants
+  int64_t offset = 0;   ///< Arena: byte offset
+  TensorType type;
+};
+
+/** One kernel call. */
+struct PlanStep {
+  std::string name;        ///< the group's name ("Conv+Add+Relu @ /layer1/conv2")
+  int kernel = 0;          ///< into ExecutionPlan::kernel_names
+  std::vector<int> args;   ///< buffer ids, in the kernel's argument order
+  double flop = 0;
+};
+
+struct ExecutionPlan {
+  std::vector<PlanBuffer> buffers;
+  std::vector<PlanStep> steps;
+  std::vector<std::string> kernel_names;
+  std::vector<NDArray> constants;
+  /** Per graph output: the buffer holding it (an Output buffer, or an Input/Constant one to copy). */
+  std::vector<int> outputs;
+  int64_t arena_bytes = 0;
+  MemoryPlanStats memory;
+};
+
+struct GroupInfo {
+  std::string name;
+  std::string ops;            ///< "Conv+Add+Relu"
+  std::string workload_key;
+  std::string schedule;       ///< "default", "database" or "plain"
+  double flop = 0;
+};
+
+struct MemoryReport {
+  int64_t arena_bytes = 0;   ///< the planned arena
+  int64_t naive_bytes = 0;   ///< every intermediate in its own buffer
+  int64_t peak_bytes = 0;    ///< the most intermediate bytes live at once
+  int64_t weight_bytes = 0;  ///< constants (held once, by reference)
+  int inplace = 0;           ///< groups writing over a dying input
+};
+
+struct ProfileRow {
+  std::string name;
+  double seconds = 0;  ///< median per run
+  double gflops = 0;
+  double share = 0;    ///< of the total
+};
+
+class Executor {
+ public:
+  Executor() = default;
+
+  /** Runs the graph; inputs in the graph's input order, checked for shape, dtype and device. */
+  std::vector<NDArray> run(const std::vector<NDArray>& inputs) const;
+  /** Runs `repeats` times and times each kernel (median per kernel). */
+  std::vector<ProfileRow> profile(const std::vector<NDArray>& inputs, int repeats = 10) const;
+  MemoryReport memory() const;
+  const ExecutionPlan& plan() const;
+  /** The optimized (fused) graph the plan runs. */
+  const Graph& graph() const;
+  /** One entry per plan step. */
+  const std::vector<GroupInfo>& groups() const;
+  /** Seconds the compilation took (passes and kernels). */
+  double compile_seconds() const;
+
+  struct State;
+  explicit Executor(std::shared_ptr<State> s) : state_(std::move(s)) {}
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+/** Optimizes (passes.h), compiles every group and plans memory. Throws kiln::Error on what it cannot compile. */
+Executor compile(const Graph& g, const CompileOptions& options = {});
+
+}  // namespace kiln::graph
+
+#endif  // KILN_GRAPH_EXECUTOR_H

@@ -1,0 +1,51 @@
+/** \file
+ * From a graph (a fused group's body) to a compiled kernel: lowers it to
+ * one compute DAG (to_te.h), schedules it (the tuning database's best record
+ * for its workload key when a database is given and has one; otherwise the
+ * default schedule the tuner's rules derive from the target; or none at all
+ * for a quick reference kernel) and builds it.
+ */
+#ifndef KILN_GRAPH_KERNEL_BUILDER_H
+#define KILN_GRAPH_KERNEL_BUILDER_H
+
+#include <string>
+#include <vector>
+
+#include "kiln/codegen/target.h"
+#include "kiln/graph/to_te.h"
+#include "kiln/runtime/module.h"
+
+namespace kiln::graph {
+
+enum class ScheduleSource : uint8_t {
+  Plain,     ///< no schedule steps: serial loops (constant folding, reference runs)
+  Default,   ///< the tuner's rules seeded from the target
+  Database,  ///< the database's best record
+};
+const char* schedule_source_name(ScheduleSource s);
+
+struct GroupKernel {
+  GraphDag dag;
+  Module module;  ///< one kernel, named `name`
+  std::string name;
+  std::string workload_key;
+  double flop = 0;
+  ScheduleSource source = ScheduleSource::Plain;
+};
+
+/**
+ * Builds the kernel of `body`. With `plain`, no schedule; else the DB's best
+ * record when `db_path` names a database that has one, else the default.
+ */
+GroupKernel build_group_kernel(const Graph& body, const Target& target, const std::string& name, bool plain = false,
+                               const std::string& db_path = "");
+/** The same for a DAG lowered already (to_te). */
+GroupKernel build_group_kernel(GraphDag dag, const Target& target, const std::string& name, bool plain = false,
+                               const std::string& db_path = "");
+
+/** Runs the one-operator graph of `node` on `inputs` (one per node input; absent inputs undefined) with a plain kernel. */
+std::vector<NDArray> evaluate_node(const struct OpNode& node, const std::vector<NDArray>& inputs);
+
+}  // namespace kiln::graph
+
+#endif  // KILN_GRAPH_KERNEL_BUILDER_H

@@ -1,0 +1,63 @@
+/** \file
+ * Graph passes: each a free function (graph in, graph out) in its own file
+ * of src/graph/passes/, and the pipeline that runs them in order. With the
+ * environment variable KILN_DUMP_IR set, the pipeline prints the graph after
+ * every pass to stderr (KILN_DUMP_IR=<pass name> prints only after that one).
+ *
+ * Dead code needs no pass: a graph holds what its outputs reach, so a node
+ * nobody reads is gone with the next rebuild.
+ */
+#ifndef KILN_GRAPH_PASSES_H
+#define KILN_GRAPH_PASSES_H
+
+#include <string>
+
+#include "kiln/codegen/target.h"
+#include "kiln/graph/graph.h"
+
+namespace kiln::graph {
+
+/** Replaces the outputs of identity operators (Identity, inference Dropout: OpDef::is_identity) by their input. */
+Graph remove_identity(const Graph& g);
+
+/**
+ * Evaluates every operator whose inputs are all constants (or whose result
+ * follows from its input types alone, as Shape's) and replaces it with a
+ * constant: the Shape -> Gather -> Concat -> Reshape chains exporters write
+ * become a constant shape. Results larger than max_bytes stay computed
+ * (folding would trade a cheap kernel for resident memory).
+ */
+Graph fold_constants(const Graph& g, int64_t max_bytes = int64_t(64) << 20);
+
+/** Folds an inference BatchNormalization that follows a Conv into the Conv's weights and bias. */
+Graph fold_batch_norm(const Graph& g);
+
+/** Merges operator nodes with the same op, attributes and inputs (and constants with the same bytes). */
+Graph eliminate_common_subexpr(const Graph& g);
+
+/**
+ * Groups operators into fused kernels, in the manner of TVM: a group led by
+ * a conv/matmul (output-fusable) or a reduction takes the elementwise and
+ * broadcast operators after it, chains of injective operators become one
+ * group, and an elementwise chain may end in the reduction that reads it.
+ * A group extends from a node only to its immediate post-dominator, so no
+ * value inside a group is read outside it. Each group becomes one node of
+ * the op "kiln.fused" whose body is the subgraph it runs.
+ */
+Graph fuse_ops(const Graph& g, int max_group_size = 64);
+
+/** One node per operator, each wrapped as a group of one (what fuse_ops gives with fusion off). */
+Graph wrap_ops(const Graph& g);
+
+struct PipelineOptions {
+  bool fuse = true;
+  /** Print the graph after each pass to stderr (also by KILN_DUMP_IR). */
+  bool dump = false;
+};
+
+/** The pipeline: remove_identity, fold_constants, fold_batch_norm, eliminate_common_subexpr, then fuse_ops (or wrap_ops). */
+Graph optimize(const Graph& g, const Target& target, const PipelineOptions& options = {});
+
+}  // namespace kiln::graph
+
+#endif  // KILN_GRAPH_PASSES_H

@@ -1,0 +1,157 @@
+"""The graph compiler: whole models in, one compiled program out.
+
+Import a model, compile it, run it::
+
+    import kiln
+    model = kiln.graph.from_onnx("resnet18.onnx", shapes={"input": (1, 3, 224, 224)})
+    print(model)                      # the graph, one line per operator
+    exe = kiln.compile(model)         # passes, fusion, kernels, memory plan
+    (y,) = exe(x)                     # numpy in, numpy out
+    exe.profile(x); exe.memory()
+
+Without ONNX, build a graph with :class:`Builder`::
+
+    b = kiln.graph.Builder()
+    x = b.input("x", (1, 3, 32, 32))
+    w = b.constant("w", np.random.rand(8, 3, 3, 3).astype("float32"))
+    y = b.op("Relu", b.op("Conv", x, w, pads=[1, 1, 1, 1]))
+    model = b.build(y)
+
+Operators are ONNX's (``kiln.graph.registered_ops()`` lists them, with
+``op_info(name)`` for the attributes each takes).
+"""
+import numpy as _np
+
+from ._ffi import KilnError, _kiln
+
+_g = _kiln.graph
+Graph = _g.Graph
+Value = _g.Value
+registered_ops = _g.registered_ops
+op_info = _g.op_info
+make_input = _g.make_input
+make_constant = _g.make_constant
+make_graph = _g.make_graph
+remove_identity = _g.remove_identity
+fold_constants = _g.fold_constants
+fold_batch_norm = _g.fold_batch_norm
+eliminate_common_subexpr = _g.eliminate_common_subexpr
+fuse_ops = _g.fuse_ops
+wrap_ops = _g.wrap_ops
+optimize = _g.optimize
+
+
+def make_op(op, inputs, name="", **attrs):
+    """One operator node; returns its outputs (a list of :class:`Value`)."""
+    return _g.make_op(op, list(inputs), attrs, name)
+
+
+class Builder:
+    """Builds a graph one operator at a time (for tests and users without ONNX)."""
+
+    def __init__(self):
+        self._inputs = []
+
+    def input(self, name, shape, dtype="float32"):
+        v = _g.make_input(name, [int(d) for d in shape], dtype)
+        self._inputs.append(v)
+        return v
+
+    def constant(self, name, array):
+        return _g.make_constant(name, _np.ascontiguousarray(array))
+
+    def op(self, op, *inputs, name="", outputs=None, **attrs):
+        """Applies `op`; returns its one output, or the list of outputs when it has several."""
+        outs = _g.make_op(op, list(inputs), attrs, name)
+        return outs[0] if len(outs) == 1 and outputs is None else outs
+
+    def build(self, *outputs, names=None):
+        outs = list(outputs[0]) if len(outputs) == 1 and isinstance(outputs[0], (list, tuple)) else list(outputs)
+        return _g.make_graph(self._inputs, outs, list(names or []))
+
+
+def run_op(op, inputs, **attrs):
+    """Runs one operator with plain (unscheduled) kernels: numpy arrays in, a list of numpy arrays out.
+
+    Inputs the operator reads at compile time (Reshape's shape, Slice's
+    starts) become constants; None is an absent optional input.
+    """
+    b = Builder()
+    vals, feed = [], []
+    const_inputs = set(_g.op_const_inputs(op))
+    for i, a in enumerate(inputs):
+        if a is None:
+            vals.append(None)
+        elif i in const_inputs:
+            vals.append(b.constant(f"c{i}", _np.asarray(a)))
+        else:
+            a = _np.ascontiguousarray(a)
+            vals.append(b.input(f"x{i}", a.shape, str(a.dtype)))
+            feed.append(a)
+    outs = _g.make_op(op, vals, attrs, op)
+    exe = _g.compile(b.build(outs), plain=True, fuse=False)
+    return exe.run(feed)
+
+
+class Executor:
+    """A compiled model: call it with arrays (numpy, torch, kiln) in input order."""
+
+    def __init__(self, native, model):
+        self._exe = native
+        self.model = model
+
+    def __call__(self, *inputs):
+        return self.run(list(inputs))
+
+    def run(self, inputs):
+        """Runs the model; `inputs` is a list in input order or a dict by input name. Returns a list of numpy arrays."""
+        return self._exe.run(self._order(inputs))
+
+    def profile(self, *inputs, repeats=10):
+        """Per-group times (median of `repeats` runs): a list of dicts with name, seconds, gflops, share."""
+        return self._exe.profile(self._order(list(inputs)), repeats)
+
+    def memory(self):
+        """Bytes: arena_bytes (planned), naive_bytes (no reuse), peak_bytes (live at once), weight_bytes."""
+        return self._exe.memory()
+
+    def groups(self):
+        return self._exe.groups()
+
+    @property
+    def graph(self):
+        """The optimized, fused graph the executor runs."""
+        return self._exe.graph
+
+    @property
+    def num_kernels(self):
+        return self._exe.num_kernels
+
+    @property
+    def compile_seconds(self):
+        return self._exe.compile_seconds
+
+    def _order(self, inputs):
+        names = self.model.input_names
+        if isinstance(inputs, dict):
+            missing = [n for n in names if n not in inputs]
+            extra = [n for n in inputs if n not in names]
+            if missing or extra:
+                raise KilnError(f"model inputs are {names}; missing {missing}, unknown {extra}")
+            inputs = [inputs[n] for n in names]
+        out = []
+        for a in inputs:
+            if hasattr(a, "detach"):  # a torch tensor
+                a = a.detach().cpu().numpy()
+            out.append(a)
+        return out
+
+    def __repr__(self):
+        return f"<kiln.graph.Executor: {self.num_kernels} kernels, arena {self.memory()['arena_bytes']} bytes>"
+
+
+def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False):
+    """Compiles a graph: passes, fusion, kernels (the DB's best records when `db` is given) and the memory plan."""
+    if not isinstance(model, Graph):
+        raise KilnError(f"kiln.compile takes a kiln.graph.Graph (from from_onnx, from_torch or a Builder), got a {type(model).__name__}")
+    return Executor(_g.compile(model, str(target), db or "", fuse, plain, dump), model)

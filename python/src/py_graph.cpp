@@ -1,0 +1,230 @@
+// kiln.graph bindings: graph construction, passes, the operator registry and
+// the executor. Values cross as handles; arrays as numpy (inputs are viewed,
+// not copied, while a run lasts).
+#include <pybind11/functional.h>
+
+#include "kiln/graph/executor.h"
+#include "kiln/graph/kernel_builder.h"
+#include "kiln/graph/op_registry.h"
+#include "kiln/graph/passes.h"
+#include "kiln/support/error.h"
+#include "kiln_py.h"
+
+namespace kiln::python {
+
+using namespace kiln::graph;
+
+namespace {
+
+AttrValue to_attr(py::handle v, const std::string& name) {
+  if (py::isinstance<py::bool_>(v)) return static_cast<int64_t>(v.cast<bool>());
+  if (py::isinstance<py::int_>(v)) return v.cast<int64_t>();
+  if (py::isinstance<py::float_>(v)) return v.cast<double>();
+  if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+  if (py::isinstance<py::sequence>(v)) {
+    py::sequence s = v.cast<py::sequence>();
+    bool all_int = true;
+    for (py::handle x : s) all_int &= py::isinstance<py::int_>(x) || py::isinstance<py::bool_>(x);
+    if (all_int) return s.cast<std::vector<int64_t>>();
+    return s.cast<std::vector<double>>();
+  }
+  if (py::hasattr(v, "item")) return to_attr(v.attr("item")(), name);
+  throw_user_error("attribute '" + name + "': cannot take a " + std::string(py::str(v.get_type().attr("__name__"))) +
+                   " (use an int, a float, a string or a list of ints or floats)");
+}
+
+py::object from_attr(const AttrValue& v) {
+  return std::visit([](const auto& x) -> py::object { return py::cast(x); }, v);
+}
+
+Attrs to_attrs(const py::dict& d) {
+  Attrs a;
+  for (auto [k, v] : d) a.set(k.cast<std::string>(), to_attr(v, k.cast<std::string>()));
+  return a;
+}
+
+py::tuple type_tuple(const TensorType& t) { return py::make_tuple(py::tuple(py::cast(t.shape)), t.dtype.str()); }
+
+// Inputs as NDArray views of C-contiguous numpy arrays, kept alive by `keep`.
+std::vector<NDArray> view_inputs(const py::sequence& inputs, std::vector<py::array>* keep) {
+  std::vector<NDArray> arrays;
+  for (py::handle h : inputs) {
+    if (py::isinstance<NDArray>(h)) {
+      arrays.push_back(h.cast<NDArray>());
+      continue;
+    }
+    py::array a = py::array::ensure(h, py::array::c_style);
+    if (!a) {
+      PyErr_Clear();
+      throw_user_error("a model input must be an array (numpy, torch or kiln), got a " + std::string(py::str(h.get_type().attr("__name__"))));
+    }
+    keep->push_back(a);
+    std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
+    DataType t = DataType::parse(py::str(a.dtype()).cast<std::string>());
+    arrays.push_back(NDArray::wrap(const_cast<void*>(a.data()), shape, t));
+  }
+  return arrays;
+}
+
+py::list to_numpy_list(const std::vector<NDArray>& arrays) {
+  py::list out;
+  for (const NDArray& a : arrays) out.append(ndarray_to_numpy(a));
+  return out;
+}
+
+}  // namespace
+
+void define_graph(py::module_& root) {
+  py::module_ m = root.def_submodule("graph", "The graph compiler: graph IR, operator registry, passes, executor.");
+
+  py::class_<Value>(m, "Value", "An edge of a graph: one output of a node.")
+      .def_property_readonly("shape", [](const Value& v) { return py::tuple(py::cast(v.type().shape)); })
+      .def_property_readonly("dtype", [](const Value& v) { return v.type().dtype.str(); })
+      .def_property_readonly("name", [](const Value& v) { return v.node->name; })
+      .def_property_readonly("is_constant", [](const Value& v) { return v.node->kind == NodeKind::Constant; })
+      .def("__repr__", [](const Value& v) { return "<Value " + v.node->name + ": " + v.type().str() + ">"; });
+
+  py::class_<Graph>(m, "Graph", "An immutable dataflow graph of operators.")
+      .def("__str__", &Graph::str)
+      .def("__repr__", [](const Graph& g) { return "<kiln.graph.Graph with " + std::to_string(g.op_nodes().size()) + " operators>"; })
+      .def_property_readonly("input_names", [](const Graph& g) {
+        std::vector<std::string> n;
+        for (const auto& i : g.inputs()) n.push_back(i->name);
+        return n;
+      })
+      .def_property_readonly("input_types", [](const Graph& g) {
+        py::list l;
+        for (const auto& i : g.inputs()) l.append(type_tuple(i->types[0]));
+        return l;
+      })
+      .def_property_readonly("output_names", &Graph::output_names)
+      .def_property_readonly("output_types", [](const Graph& g) {
+        py::list l;
+        for (const Value& v : g.outputs()) l.append(type_tuple(v.type()));
+        return l;
+      })
+      .def("op_types", [](const Graph& g) {
+        std::vector<std::string> ops;
+        for (const OpNode* n : g.op_nodes()) ops.push_back(n->body.defined() ? n->attrs.get_string("ops") : n->op->name);
+        return ops;
+      }, "The operator of every node in topo order (a fused group as \"Conv+Relu\").")
+      .def("structural_equal", [](const Graph& a, const Graph& b) { return structural_equal(a, b); })
+      .def("structural_hash", [](const Graph& a) { return structural_hash(a); });
+
+  m.def("make_input", [](const std::string& name, std::vector<int64_t> shape, py::handle dtype) {
+    return make_input(name, TensorType{std::move(shape), to_dtype(dtype)})->output();
+  }, py::arg("name"), py::arg("shape"), py::arg("dtype") = "float32");
+  m.def("make_constant", [](const std::string& name, py::handle array) { return make_constant(name, numpy_to_ndarray(array))->output(); },
+        py::arg("name"), py::arg("array"), "A constant holding a copy of `array` (numpy or anything numpy converts).");
+  m.def("make_op", [](const std::string& op, std::vector<std::optional<Value>> inputs, py::dict attrs, const std::string& name) {
+    std::vector<Value> in;
+    for (auto& v : inputs) in.push_back(v ? *v : Value());
+    Ref<OpNode> n = make_op(op, std::move(in), to_attrs(attrs), name);
+    std::vector<Value> outs;
+    for (int i = 0; i < n->num_outputs(); ++i) outs.push_back(n->output(i));
+    return outs;
+  }, py::arg("op"), py::arg("inputs"), py::arg("attrs") = py::dict(), py::arg("name") = "");
+  m.def("make_graph", [](const std::vector<Value>& inputs, const std::vector<Value>& outputs, std::vector<std::string> names) {
+    std::vector<Ref<InputNode>> in;
+    for (const Value& v : inputs) {
+      if (v.node->kind != NodeKind::Input) throw_user_error("graph inputs must be made with make_input; '" + v.node->name + "' is not an input");
+      in.push_back(Ref<InputNode>(static_cast<const InputNode*>(v.node.get())));
+    }
+    return Graph::make(std::move(in), outputs, std::move(names));
+  }, py::arg("inputs"), py::arg("outputs"), py::arg("output_names") = std::vector<std::string>{});
+
+  m.def("registered_ops", &registered_ops);
+  m.def("op_const_inputs", [](const std::string& name) { return get_op(name).const_inputs; });
+  m.def("op_info", [](const std::string& name) {
+    const OpDef& d = get_op(name);
+    py::dict info;
+    info["name"] = d.name;
+    info["doc"] = d.doc;
+    info["pattern"] = pattern_name(d.pattern);
+    info["inputs"] = py::make_tuple(d.min_inputs, d.max_inputs);
+    py::dict attrs;
+    for (const AttrSpec& s : d.attrs) attrs[py::str(s.name)] = s.default_value ? from_attr(*s.default_value) : py::object(py::none());
+    info["attrs"] = attrs;
+    info["has_compute"] = static_cast<bool>(d.compute);
+    return info;
+  });
+
+  m.def("remove_identity", &remove_identity);
+  m.def("fold_constants", [](const Graph& g) { return fold_constants(g); });
+  m.def("fold_batch_norm", &fold_batch_norm);
+  m.def("eliminate_common_subexpr", &eliminate_common_subexpr);
+  m.def("fuse_ops", [](const Graph& g) { return fuse_ops(g); });
+  m.def("wrap_ops", &wrap_ops);
+  m.def("optimize", [](const Graph& g, const std::string& target, bool fuse) { return optimize(g, Target::parse(target), {fuse, false}); },
+        py::arg("graph"), py::arg("target") = "llvm", py::arg("fuse") = true);
+
+  py::class_<Executor>(m, "Executor", "A compiled graph: kernels and a plan over one arena.")
+      .def("run", [](const Executor& exe, py::sequence inputs) {
+        std::vector<py::array> keep;
+        std::vector<NDArray> in = view_inputs(inputs, &keep);
+        std::vector<NDArray> out;
+        {
+          py::gil_scoped_release release;
+          out = exe.run(in);
+        }
+        return to_numpy_list(out);
+      }, py::arg("inputs"))
+      .def("profile", [](const Executor& exe, py::sequence inputs, int repeats) {
+        std::vector<py::array> keep;
+        std::vector<NDArray> in = view_inputs(inputs, &keep);
+        std::vector<ProfileRow> rows;
+        {
+          py::gil_scoped_release release;
+          rows = exe.profile(in, repeats);
+        }
+        py::list out;
+        for (const ProfileRow& r : rows) {
+          py::dict d;
+          d["name"] = r.name;
+          d["seconds"] = r.seconds;
+          d["gflops"] = r.gflops;
+          d["share"] = r.share;
+          out.append(d);
+        }
+        return out;
+      }, py::arg("inputs"), py::arg("repeats") = 10)
+      .def("memory", [](const Executor& exe) {
+        MemoryReport r = exe.memory();
+        py::dict d;
+        d["arena_bytes"] = r.arena_bytes;
+        d["naive_bytes"] = r.naive_bytes;
+        d["peak_bytes"] = r.peak_bytes;
+        d["weight_bytes"] = r.weight_bytes;
+        d["inplace"] = r.inplace;
+        return d;
+      })
+      .def_property_readonly("graph", &Executor::graph)
+      .def_property_readonly("compile_seconds", &Executor::compile_seconds)
+      .def("groups", [](const Executor& exe) {
+        py::list out;
+        for (const GroupInfo& g : exe.groups()) {
+          py::dict d;
+          d["name"] = g.name;
+          d["ops"] = g.ops;
+          d["workload_key"] = g.workload_key;
+          d["schedule"] = g.schedule;
+          d["flop"] = g.flop;
+          out.append(d);
+        }
+        return out;
+      })
+      .def_property_readonly("num_kernels", [](const Executor& exe) { return exe.plan().kernel_names.size(); });
+
+  m.def("compile", [](const Graph& g, const std::string& target, const std::string& db, bool fuse, bool plain, bool dump) {
+    CompileOptions o;
+    o.target = target;
+    o.db = db;
+    o.fuse = fuse;
+    o.plain = plain;
+    o.dump = dump;
+    py::gil_scoped_release release;
+    return compile(g, o);
+  }, py::arg("graph"), py::arg("target") = "llvm", py::arg("db") = "", py::arg("fuse") = true, py::arg("plain") = false, py::arg("dump") = false);
+}
+
+}  // namespace kiln::python

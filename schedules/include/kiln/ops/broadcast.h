@@ -1,0 +1,39 @@
+/** \file
+ * Elementwise computes with numpy broadcasting (the operator library's
+ * building blocks for the graph's elementwise and broadcast operators).
+ * Shapes are aligned at their last dimension; a dimension of 1 (or a missing
+ * leading one) is read at index 0.
+ */
+#ifndef KILN_OPS_BROADCAST_H
+#define KILN_OPS_BROADCAST_H
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/te/operation.h"
+
+namespace kiln::ops {
+
+/** The broadcast shape of a and b; throws kiln::Error naming both shapes when they do not broadcast. */
+std::vector<int64_t> broadcast_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
+/** The constant shape of a tensor (throws when a dimension is not a constant). */
+std::vector<int64_t> const_shape(const te::Tensor& t);
+/** The indices that read `t` at output position `out` of a tensor of rank out.size() (broadcast rules). */
+std::vector<Expr> broadcast_index(const te::Tensor& t, const std::vector<Var>& out);
+
+using UnaryFn = std::function<Expr(Expr)>;
+using BinaryFn = std::function<Expr(Expr, Expr)>;
+using NaryFn = std::function<Expr(const std::vector<Expr>&)>;
+
+/** out[i] = f(X[i]); the result's dtype is f's. */
+te::Tensor unary(const te::Tensor& X, const UnaryFn& f, const std::string& name);
+/** out[i] = f(A[bcast i], B[bcast i]) over the broadcast shape. */
+te::Tensor binary(const te::Tensor& A, const te::Tensor& B, const BinaryFn& f, const std::string& name);
+/** out[i] = f(X0[bcast i], X1[bcast i], ...) over the broadcast shape of all inputs. */
+te::Tensor nary(const std::vector<te::Tensor>& Xs, const NaryFn& f, const std::string& name);
+
+}  // namespace kiln::ops
+
+#endif  // KILN_OPS_BROADCAST_H

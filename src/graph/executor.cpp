@@ -1,0 +1,269 @@
+// compile() and the Executor (executor.h): kernels per group, the plan, the run loop.
+#include "kiln/graph/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "kiln/graph/kernel_builder.h"
+#include "kiln/graph/op_registry.h"
+#include "kiln/graph/passes.h"
+#include "kiln/runtime/c_runtime_api.h"
+#include "kiln/support/error.h"
+#include "kiln/te/workload_key.h"
+
+namespace kiln::graph {
+
+struct Executor::State {
+  Graph graph;
+  ExecutionPlan plan;
+  std::vector<Module> modules;       // per kernel
+  std::vector<KilnKernel> kernels;   // per kernel
+  std::vector<GroupInfo> groups;     // per step
+  NDArray arena;
+  int64_t weight_bytes = 0;
+  double compile_seconds = 0;
+  mutable std::mutex mu;
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Whether the group only maps elements to elements at the same index, so its
+// output may overwrite an input of the same type that dies with it.
+bool elementwise_group(const OpNode& node) {
+  if (!node.body.defined()) return node.op->pattern <= Pattern::Broadcast;
+  for (const OpNode* n : Graph(node.body).op_nodes())
+    if (n->op->pattern > Pattern::Broadcast) return false;
+  return true;
+}
+
+struct Planner {
+  ExecutionPlan plan;
+  std::unordered_map<const NodeObj*, int> constant_buffer;
+  std::map<std::pair<const NodeObj*, int>, int> value_buffer;
+
+  int add(PlanBuffer b) {
+    plan.buffers.push_back(std::move(b));
+    return static_cast<int>(plan.buffers.size()) - 1;
+  }
+  int constant(const Ref<ConstantNode>& c) {
+    auto it = constant_buffer.find(c.get());
+    if (it != constant_buffer.end()) return it->second;
+    plan.constants.push_back(c->data);
+    int id = add({PlanBuffer::Kind::Constant, static_cast<int>(plan.constants.size()) - 1, 0, c->types[0]});
+    constant_buffer[c.get()] = id;
+    return id;
+  }
+  int value(const Value& v) {
+    if (v.node->kind == NodeKind::Constant) return constant(Ref<ConstantNode>(static_cast<const ConstantNode*>(v.node.get())));
+    return value_buffer.at({v.node.get(), v.index});
+  }
+};
+
+}  // namespace
+
+Executor compile(const Graph& g, const CompileOptions& options) {
+  auto start = Clock::now();
+  auto st = std::make_shared<Executor::State>();
+  Target target = Target::parse(options.target);
+  st->graph = optimize(g, target, {options.fuse, options.dump});
+  Planner p;
+  for (size_t i = 0; i < st->graph.inputs().size(); ++i)
+    p.value_buffer[{st->graph.inputs()[i].get(), 0}] = p.add({PlanBuffer::Kind::Input, static_cast<int>(i), 0, st->graph.inputs()[i]->types[0]});
+  // Graph outputs computed by a step get Output buffers (fresh arrays per run, handed to the caller).
+  std::map<std::pair<const NodeObj*, int>, int> output_of;
+  for (size_t i = 0; i < st->graph.outputs().size(); ++i) {
+    const Value& v = st->graph.outputs()[i];
+    if (v.node->kind == NodeKind::Op && !output_of.count({v.node.get(), v.index})) output_of[{v.node.get(), v.index}] = static_cast<int>(i);
+  }
+  std::map<std::string, int> kernel_of_key;
+  std::vector<std::pair<std::string, double>> kernel_info;  // per kernel: schedule source, flop
+  std::vector<PlannedValue> lifetimes;
+  std::vector<int> arena_ids;  // buffer id per lifetime entry
+  std::unordered_map<int, int> lifetime_of_buffer;
+  for (const OpNode* node : st->graph.op_nodes()) {
+    int step = static_cast<int>(p.plan.steps.size());
+    KILN_CHECK(node->body.defined()) << "node '" << node->name << "' (" << node->op->name << ") is in no group after fuse_ops";
+    GraphDag dag = to_te(Graph(node->body));
+    std::string key = te::workload_key(dag.outputs);
+    PlanStep s;
+    s.name = node->attrs.get_string("ops") + " @ " + node->name;
+    auto it = kernel_of_key.find(key);
+    GroupInfo info;
+    info.name = s.name;
+    info.ops = node->attrs.get_string("ops");
+    info.workload_key = key;
+    if (it == kernel_of_key.end()) {
+      std::string kname = "k" + std::to_string(st->modules.size());
+      GroupKernel k;
+      try {
+        k = build_group_kernel(dag, target, kname, options.plain, options.db);
+      } catch (const std::exception& e) {
+        rethrow_as(e, "compiling group " + s.name + ": " + e.what());
+      }
+      it = kernel_of_key.emplace(key, static_cast<int>(st->modules.size())).first;
+      st->modules.push_back(k.module);
+      st->kernels.push_back(k.module.get_kernel(kname));
+      p.plan.kernel_names.push_back(kname);
+      kernel_info.push_back({schedule_source_name(k.source), k.flop});
+    }
+    s.kernel = it->second;
+    info.schedule = kernel_info[s.kernel].first;
+    info.flop = kernel_info[s.kernel].second;
+    s.flop = info.flop;
+    // Arguments: the node's inputs (in body-input order), the body's constants, then its outputs.
+    for (const Value& v : node->inputs) {
+      int b = p.value(v);
+      s.args.push_back(b);
+      auto lt = lifetime_of_buffer.find(b);
+      if (lt != lifetime_of_buffer.end()) lifetimes[lt->second].last_step = step;
+    }
+    for (const auto& c : dag.constants) s.args.push_back(p.constant(c));
+    for (int k = 0; k < node->num_outputs(); ++k) {
+      auto out = output_of.find({node, k});
+      int b;
+      if (out != output_of.end()) {
+        b = p.add({PlanBuffer::Kind::Output, out->second, 0, node->types[k]});
+      } else {
+        b = p.add({PlanBuffer::Kind::Arena, 0, 0, node->types[k]});
+        PlannedValue pv;
+        pv.bytes = node->types[k].bytes();
+        pv.first_step = pv.last_step = step;
+        if (elementwise_group(*node))
+          for (const Value& v : node->inputs) {
+            auto lt = lifetime_of_buffer.find(p.value(v));
+            if (lt != lifetime_of_buffer.end() && v.type() == node->types[k]) {
+              pv.inplace_of = lt->second;
+              break;
+            }
+          }
+        lifetime_of_buffer[b] = static_cast<int>(lifetimes.size());
+        lifetimes.push_back(pv);
+        arena_ids.push_back(b);
+      }
+      p.value_buffer[{node, k}] = b;
+      s.args.push_back(b);
+    }
+    p.plan.steps.push_back(std::move(s));
+    st->groups.push_back(std::move(info));
+  }
+  for (const Value& v : st->graph.outputs()) p.plan.outputs.push_back(p.value(v));
+  p.plan.memory = plan_memory(&lifetimes);
+  for (size_t i = 0; i < lifetimes.size(); ++i) p.plan.buffers[arena_ids[i]].offset = lifetimes[i].offset;
+  p.plan.arena_bytes = p.plan.memory.arena_bytes;
+  st->plan = std::move(p.plan);
+  st->arena = NDArray::empty({std::max<int64_t>(st->plan.arena_bytes, 1)}, DataType::UInt(8));
+  for (const NDArray& c : st->plan.constants) st->weight_bytes += c.nbytes();
+  st->compile_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return Executor(st);
+}
+
+namespace {
+
+void check_inputs(const Graph& g, const std::vector<NDArray>& inputs) {
+  KILN_USER_CHECK(inputs.size() == g.inputs().size()) << "the model takes " << g.inputs().size() << " inputs, got " << inputs.size();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorType& t = g.inputs()[i]->types[0];
+    const std::string& name = g.inputs()[i]->name;
+    KILN_USER_CHECK(inputs[i].defined()) << "input '" << name << "' is missing";
+    KILN_USER_CHECK(inputs[i].device().device_type == kDLCPU) << "input '" << name << "' is on " << device_to_string(inputs[i].device()) << "; the model runs on the CPU";
+    KILN_USER_CHECK(inputs[i].dtype() == t.dtype) << "input '" << name << "' has dtype " << inputs[i].dtype().str() << "; the model expects " << t.dtype.str();
+    KILN_USER_CHECK(inputs[i].shape() == t.shape) << "input '" << name << "' has shape " << shape_to_string(inputs[i].shape())
+                                                  << "; the model was compiled for " << shape_to_string(t.shape)
+                                                  << " (compile again with that shape to run it)";
+    KILN_USER_CHECK(inputs[i].is_contiguous()) << "input '" << name << "' is not compact row-major; pass a contiguous array";
+  }
+}
+
+}  // namespace
+
+static std::vector<NDArray> run_plan(const Executor::State& st, const std::vector<NDArray>& inputs, std::vector<double>* step_seconds) {
+  check_inputs(st.graph, inputs);
+  const ExecutionPlan& plan = st.plan;
+  std::vector<NDArray> outputs(plan.outputs.size());
+  std::vector<void*> ptr(plan.buffers.size());
+  char* arena = static_cast<char*>(st.arena.data());
+  for (size_t b = 0; b < plan.buffers.size(); ++b) {
+    const PlanBuffer& pb = plan.buffers[b];
+    switch (pb.kind) {
+      case PlanBuffer::Kind::Input: ptr[b] = inputs[pb.index].data(); break;
+      case PlanBuffer::Kind::Constant: ptr[b] = plan.constants[pb.index].data(); break;
+      case PlanBuffer::Kind::Arena: ptr[b] = arena + pb.offset; break;
+      case PlanBuffer::Kind::Output:
+        outputs[pb.index] = NDArray::empty(pb.type.shape, pb.type.dtype);
+        ptr[b] = outputs[pb.index].data();
+        break;
+    }
+  }
+  std::vector<void*> args;
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const PlanStep& step = plan.steps[s];
+    args.clear();
+    for (int b : step.args) args.push_back(ptr[b]);
+    auto t0 = Clock::now();
+    int32_t rc = st.kernels[step.kernel](args.data());
+    if (step_seconds) (*step_seconds)[s] += std::chrono::duration<double>(Clock::now() - t0).count();
+    if (rc != 0) {
+      const char* msg = kiln_get_last_error();
+      KILN_USER_ERROR() << "kernel of group " << step.name << " failed: " << (msg ? msg : "no message");
+    }
+  }
+  // Outputs that no step computes (an input or constant returned as is), or one value returned twice: copies.
+  for (size_t i = 0; i < plan.outputs.size(); ++i) {
+    const PlanBuffer& pb = plan.buffers[plan.outputs[i]];
+    if (pb.kind == PlanBuffer::Kind::Output && pb.index == static_cast<int>(i)) continue;
+    outputs[i] = NDArray::empty(pb.type.shape, pb.type.dtype);
+    outputs[i].copy_from(ptr[plan.outputs[i]], pb.type.bytes());
+  }
+  return outputs;
+}
+
+std::vector<NDArray> Executor::run(const std::vector<NDArray>& inputs) const {
+  KILN_USER_CHECK(state_) << "this executor was not compiled";
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return run_plan(*state_, inputs, nullptr);
+}
+
+std::vector<ProfileRow> Executor::profile(const std::vector<NDArray>& inputs, int repeats) const {
+  KILN_USER_CHECK(state_) << "this executor was not compiled";
+  KILN_USER_CHECK(repeats > 0) << "profile needs at least one repeat";
+  std::lock_guard<std::mutex> lock(state_->mu);
+  size_t n = state_->plan.steps.size();
+  run_plan(*state_, inputs, nullptr);  // warm-up
+  std::vector<std::vector<double>> samples(n);
+  for (int r = 0; r < repeats; ++r) {
+    std::vector<double> t(n, 0.0);
+    run_plan(*state_, inputs, &t);
+    for (size_t s = 0; s < n; ++s) samples[s].push_back(t[s]);
+  }
+  std::vector<ProfileRow> rows;
+  double total = 0;
+  for (size_t s = 0; s < n; ++s) {
+    std::sort(samples[s].begin(), samples[s].end());
+    ProfileRow row;
+    row.name = state_->plan.steps[s].name;
+    row.seconds = samples[s][samples[s].size() / 2];
+    row.gflops = row.seconds > 0 ? state_->plan.steps[s].flop / row.seconds * 1e-9 : 0;
+    total += row.seconds;
+    rows.push_back(row);
+  }
+  for (ProfileRow& r : rows) r.share = total > 0 ? r.seconds / total : 0;
+  return rows;
+}
+
+MemoryReport Executor::memory() const {
+  KILN_USER_CHECK(state_) << "this executor was not compiled";
+  const MemoryPlanStats& m = state_->plan.memory;
+  return MemoryReport{state_->plan.arena_bytes, m.naive_bytes, m.peak_bytes, state_->weight_bytes, m.inplace};
+}
+
+const ExecutionPlan& Executor::plan() const { return state_->plan; }
+const Graph& Executor::graph() const { return state_->graph; }
+const std::vector<GroupInfo>& Executor::groups() const { return state_->groups; }
+double Executor::compile_seconds() const { return state_->compile_seconds; }
+
+}  // namespace kiln::graph

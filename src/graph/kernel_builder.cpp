@@ -1,0 +1,96 @@
+// build_group_kernel and evaluate_node (kernel_builder.h).
+#include "kiln/graph/kernel_builder.h"
+
+#include "kiln/driver/build.h"
+#include "kiln/graph/op_registry.h"
+#include "kiln/support/error.h"
+#include "kiln/tuner/search_space.h"
+#include "kiln/tuner/tune.h"
+
+namespace kiln::graph {
+
+const char* schedule_source_name(ScheduleSource s) {
+  switch (s) {
+    case ScheduleSource::Plain: return "plain";
+    case ScheduleSource::Default: return "default";
+    case ScheduleSource::Database: return "database";
+  }
+  return "?";
+}
+
+GroupKernel build_group_kernel(const Graph& body, const Target& target, const std::string& name, bool plain, const std::string& db_path) {
+  return build_group_kernel(to_te(body), target, name, plain, db_path);
+}
+
+GroupKernel build_group_kernel(GraphDag dag, const Target& target, const std::string& name, bool plain, const std::string& db_path) {
+  GroupKernel k;
+  k.name = name;
+  k.dag = std::move(dag);
+  std::vector<te::Tensor> args = k.dag.args();
+  tuner::Task task = tuner::make_task(args, target, name);
+  k.workload_key = task.workload_key;
+  k.flop = task.flop;
+  te::Schedule sch;
+  if (plain) {
+    sch = task.fresh_schedule();
+    k.source = ScheduleSource::Plain;
+  } else {
+    if (!db_path.empty()) {
+      if (auto best = tuner::best_schedule(task, db_path)) {
+        sch = *best;
+        k.source = ScheduleSource::Database;
+      }
+    }
+    if (!sch.state()) {
+      tuner::SearchSpace space(task);
+      tuner::Candidate c = space.default_candidate();
+      sch = space.materialize(&c);
+      k.source = ScheduleSource::Default;
+    }
+  }
+  k.module = build(sch, args, target, name);
+  return k;
+}
+
+std::vector<NDArray> evaluate_node(const OpNode& node, const std::vector<NDArray>& inputs) {
+  KILN_CHECK(inputs.size() == node.inputs.size()) << "evaluate_node: " << inputs.size() << " arrays for " << node.inputs.size() << " inputs";
+  // The node over fresh inputs; compile-time inputs stay constants.
+  std::vector<Ref<InputNode>> graph_inputs;
+  std::vector<Value> values;
+  std::vector<NDArray> fed;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!node.inputs[i].defined()) {
+      values.push_back(Value());
+      continue;
+    }
+    bool compile_time = std::find(node.op->const_inputs.begin(), node.op->const_inputs.end(), static_cast<int>(i)) != node.op->const_inputs.end();
+    if (compile_time || node.inputs[i].node->kind == NodeKind::Constant) {
+      values.push_back(make_constant("c" + std::to_string(i), inputs[i])->output());
+    } else {
+      graph_inputs.push_back(make_input("x" + std::to_string(i), node.inputs[i].type()));
+      values.push_back(graph_inputs.back()->output());
+      fed.push_back(inputs[i]);
+    }
+  }
+  Ref<OpNode> one = node.body.defined() ? Ref<OpNode>(new OpNode(node.name, node.op, node.attrs, values, node.types, node.body))
+                                        : make_op(node.op, values, node.attrs, node.name);
+  std::vector<Value> outs;
+  for (int i = 0; i < one->num_outputs(); ++i) outs.push_back(one->output(i));
+  Graph g = Graph::make(graph_inputs, outs);
+  if (node.op->evaluate) {
+    return node.op->evaluate(op_call(*one), inputs);
+  }
+  GroupKernel k = build_group_kernel(node.body.defined() ? Graph(node.body) : g, Target::host(), "evaluate", true);
+  std::vector<Arg> args;
+  for (const NDArray& a : fed) args.push_back(a);
+  for (const auto& c : k.dag.constants) args.push_back(c->data);
+  std::vector<NDArray> results;
+  for (const TensorType& t : node.types) {
+    results.push_back(NDArray::empty(t.shape, t.dtype));
+    args.push_back(results.back());
+  }
+  k.module.call("evaluate", args);
+  return results;
+}
+
+}  // namespace kiln::graph

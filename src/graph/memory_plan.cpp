@@ -1,0 +1,99 @@
+// Arena planning (memory_plan.h): lifetimes over the step order, largest
+// values placed first at the lowest free offset among the values they
+// overlap in time. Sizes are aligned so every buffer starts on a cache line
+// (the kernels' vector loads prefer it).
+#include "kiln/graph/memory_plan.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "kiln/support/error.h"
+
+namespace kiln::graph {
+
+namespace {
+
+int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+
+
+}  // namespace
+
+MemoryPlanStats plan_memory(std::vector<PlannedValue>* values, int64_t alignment) {
+  std::vector<PlannedValue>& vs = *values;
+  MemoryPlanStats st;
+  int last = 0;
+  for (const PlannedValue& v : vs) {
+    KILN_CHECK(v.bytes >= 0 && v.first_step <= v.last_step) << "bad value lifetime";
+    st.naive_bytes += v.bytes;
+    last = std::max(last, v.last_step);
+  }
+  std::vector<int64_t> live(last + 1, 0);
+  for (const PlannedValue& v : vs)
+    for (int s = v.first_step; s <= v.last_step; ++s) live[s] += align_up(v.bytes, alignment);
+  for (int64_t b : live) st.peak_bytes = std::max(st.peak_bytes, b);
+
+  // In place: a value takes its input's bytes when that input dies at the
+  // step that writes it; the pair is one allocation spanning both lifetimes.
+  std::vector<int> root(vs.size());
+  std::iota(root.begin(), root.end(), 0);
+  for (size_t i = 0; i < vs.size(); ++i) {
+    int src = vs[i].inplace_of;
+    if (src < 0) continue;
+    KILN_CHECK(src < static_cast<int>(vs.size())) << "in-place source out of range";
+    while (root[src] != src) src = root[src];
+    if (vs[src].last_step == vs[i].first_step && vs[src].bytes >= vs[i].bytes && root[i] == static_cast<int>(i)) {
+      root[i] = src;
+      ++st.inplace;
+    }
+  }
+  // One allocation per root, spanning the lifetimes of its members.
+  struct Alloc {
+    int64_t bytes;
+    int first, last;
+    int64_t offset = -1;
+  };
+  std::vector<Alloc> allocs;
+  std::vector<int> alloc_of(vs.size(), -1);
+  for (size_t i = 0; i < vs.size(); ++i) {
+    int r = static_cast<int>(i);
+    while (root[r] != r) r = root[r];
+    if (alloc_of[r] < 0) {
+      alloc_of[r] = static_cast<int>(allocs.size());
+      allocs.push_back({align_up(vs[r].bytes, alignment), vs[r].first_step, vs[r].last_step});
+    }
+    Alloc& a = allocs[alloc_of[r]];
+    a.first = std::min(a.first, vs[i].first_step);
+    a.last = std::max(a.last, vs[i].last_step);
+    alloc_of[i] = alloc_of[r];
+  }
+  std::vector<int> order(allocs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return allocs[a].bytes > allocs[b].bytes; });
+  std::vector<int> placed;
+  for (int i : order) {
+    Alloc& a = allocs[i];
+    // The busy intervals of placed allocations alive at the same time, by offset.
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (int j : placed) {
+      const Alloc& b = allocs[j];
+      if (a.first <= b.last && b.first <= a.last) busy.push_back({b.offset, b.offset + b.bytes});
+    }
+    std::sort(busy.begin(), busy.end());
+    int64_t best = -1, best_gap = INT64_MAX, cursor = 0;
+    for (auto [lo, hi] : busy) {
+      if (lo - cursor >= a.bytes && lo - cursor < best_gap) {
+        best = cursor;
+        best_gap = lo - cursor;
+      }
+      cursor = std::max(cursor, hi);
+    }
+    a.offset = best >= 0 ? best : cursor;
+    st.arena_bytes = std::max(st.arena_bytes, a.offset + a.bytes);
+    placed.push_back(i);
+  }
+  for (size_t i = 0; i < vs.size(); ++i) vs[i].offset = allocs[alloc_of[i]].offset;
+  return st;
+}
+
+}  // namespace kiln::graph

@@ -1,0 +1,100 @@
+// A graph as one compute DAG (to_te.h).
+#include "kiln/graph/to_te.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "kiln/graph/op_registry.h"
+#include "kiln/ir/op.h"
+#include "kiln/support/error.h"
+
+namespace kiln::graph {
+
+std::vector<te::Tensor> GraphDag::args() const {
+  std::vector<te::Tensor> a = inputs;
+  a.insert(a.end(), constant_tensors.begin(), constant_tensors.end());
+  a.insert(a.end(), outputs.begin(), outputs.end());
+  return a;
+}
+
+namespace {
+
+std::vector<Expr> const_dims(const TensorType& t) {
+  std::vector<Expr> dims;
+  for (int64_t d : t.shape) dims.push_back(Expr(static_cast<int>(d)));
+  return dims;
+}
+
+double scalar_value(const NDArray& a) {
+  DataType t = a.dtype();
+  const void* p = a.data();
+  if (t == DataType::Float(32)) return *static_cast<const float*>(p);
+  if (t == DataType::Float(64)) return *static_cast<const double*>(p);
+  if (t == DataType::Int(64)) return static_cast<double>(*static_cast<const int64_t*>(p));
+  if (t == DataType::Int(32)) return *static_cast<const int32_t*>(p);
+  if (t == DataType::Int(8)) return *static_cast<const int8_t*>(p);
+  if (t == DataType::UInt(8) || t.is_bool()) return *static_cast<const uint8_t*>(p);
+  return std::nan("");
+}
+
+// A tensor whose every element is the constant's one value.
+te::Tensor immediate(const ConstantNode& c) {
+  Expr v = make_const(c.types[0].dtype, scalar_value(c.data));
+  return te::compute(const_dims(c.types[0]), [v](const std::vector<Var>&) { return v; }, "const");
+}
+
+}  // namespace
+
+GraphDag to_te(const Graph& g) {
+  GraphDag dag;
+  std::unordered_map<const NodeObj*, std::vector<te::Tensor>> tensors;
+  for (const auto& in : g.inputs()) {
+    dag.inputs.push_back(te::placeholder(const_dims(in->types[0]), in->types[0].dtype, in->name));
+    tensors[in.get()] = {dag.inputs.back()};
+  }
+  for (const auto& n : g.topo_order()) {
+    if (n->kind == NodeKind::Input) continue;
+    if (n->kind == NodeKind::Constant) {
+      const auto& c = static_cast<const ConstantNode&>(*n);
+      if (c.types[0].numel() == 1 && !std::isnan(scalar_value(c.data))) {
+        tensors[n.get()] = {immediate(c)};
+      } else {
+        dag.constants.push_back(Ref<ConstantNode>(&c));
+        dag.constant_tensors.push_back(te::placeholder(const_dims(c.types[0]), c.types[0].dtype, "w" + std::to_string(dag.constants.size() - 1)));
+        tensors[n.get()] = {dag.constant_tensors.back()};
+      }
+      continue;
+    }
+    const auto& op = static_cast<const OpNode&>(*n);
+    KILN_USER_CHECK(op.op->compute) << op.op->name << " node '" << op.name << "' has no compute (pattern "
+                                    << pattern_name(op.op->pattern) << "); it must be folded away before compilation";
+    OpCall call = op_call(op);
+    std::vector<te::Tensor> in;
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      bool compile_time = std::find(op.op->const_inputs.begin(), op.op->const_inputs.end(), static_cast<int>(i)) != op.op->const_inputs.end();
+      in.push_back(!op.inputs[i].defined() || compile_time ? te::Tensor() : tensors.at(op.inputs[i].node.get())[op.inputs[i].index]);
+    }
+    std::vector<te::Tensor> out = op.op->compute(call, in);
+    KILN_CHECK(out.size() == op.types.size()) << op.op->name << "'s compute gave " << out.size() << " tensors for " << op.types.size() << " outputs";
+    for (size_t i = 0; i < out.size(); ++i) {
+      std::vector<int64_t> shape;
+      for (const Expr& d : out[i].shape()) shape.push_back(as_const_int(d) ? *as_const_int(d) : -1);
+      KILN_CHECK(shape == op.types[i].shape && out[i].dtype() == op.types[i].dtype)
+          << op.op->name << " node '" << op.name << "': compute gives " << out[i].dtype().str() << shape_to_string(shape)
+          << " but type inference says " << op.types[i].str();
+    }
+    tensors[n.get()] = std::move(out);
+  }
+  for (const Value& v : g.outputs()) {
+    te::Tensor t = tensors.at(v.node.get())[v.index];
+    if (v.node->kind != NodeKind::Op) {
+      // Inputs and constants are not computed by the kernel: copy them out.
+      t = te::compute(t.shape(), [t](const std::vector<Var>& i) { return t(std::vector<Expr>(i.begin(), i.end())); }, "copy");
+    }
+    dag.outputs.push_back(t);
+  }
+  return dag;
+}
+
+}  // namespace kiln::graph
