@@ -15,6 +15,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   python3-torch libdnnl-dev python3-threadpoolctl
   libopenblas0-pthread libopenblas-dev
+  libonnx-dev libprotobuf-dev python3-onnx python3-torchvision
 )
 
 missing=()
