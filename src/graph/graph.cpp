@@ -121,9 +121,8 @@ std::vector<Ref<NodeObj>> Graph::topo_order() const {
   auto push = [&](const NodeObj* n) {
     if (seen.insert(n).second) stack.push_back({n, 0});
   };
-  for (const auto& in : inputs()) push(in.get());
-  for (const Value& out : outputs()) {
-    push(out.node.get());
+  auto visit = [&](const NodeObj* root) {
+    push(root);
     while (!stack.empty()) {
       auto& [n, next] = stack.back();
       const auto* op = n->kind == NodeKind::Op ? static_cast<const OpNode*>(n) : nullptr;
@@ -135,7 +134,10 @@ std::vector<Ref<NodeObj>> Graph::topo_order() const {
       order.push_back(Ref<NodeObj>(n));
       stack.pop_back();
     }
-  }
+  };
+  // Inputs first, in declaration order (also those no output reads).
+  for (const auto& in : inputs()) visit(in.get());
+  for (const Value& out : outputs()) visit(out.node.get());
   return order;
 }
 

@@ -1,0 +1,211 @@
+// Tests of the graph passes (passes.h), the memory planner and the executor,
+// on graphs of the elementwise ops and two test-only operators: a matmul
+// (output-fusable) and a row sum (reduction). Results are compared with
+// naive loops written here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kiln/graph/executor.h"
+#include "kiln/graph/memory_plan.h"
+#include "kiln/graph/op_registry.h"
+#include "kiln/graph/passes.h"
+#include "kiln/ir/op.h"
+#include "kiln/ops/nn.h"
+#include "kiln/support/error.h"
+
+namespace kiln::graph {
+namespace {
+
+void register_test_ops() {
+  static bool done = [] {
+    OpDef mm;
+    mm.name = "test.MatMul";
+    mm.min_inputs = mm.max_inputs = 2;
+    mm.pattern = Pattern::OutputFusable;
+    mm.infer = [](const OpCall& c) {
+      return std::vector<TensorType>{{{c.input_types[0].shape[0], c.input_types[1].shape[1]}, DataType::Float(32)}};
+    };
+    mm.compute = [](const OpCall&, const std::vector<te::Tensor>& in) { return std::vector<te::Tensor>{ops::matmul(in[0], in[1], "mm")}; };
+    register_op(mm);
+    OpDef rs;
+    rs.name = "test.RowSum";
+    rs.pattern = Pattern::Reduction;
+    rs.infer = [](const OpCall& c) { return std::vector<TensorType>{{{c.input_types[0].shape[0], 1}, DataType::Float(32)}}; };
+    rs.compute = [](const OpCall&, const std::vector<te::Tensor>& in) {
+      te::Tensor X = in[0];
+      IterVar k = te::reduce_axis(Range(0, X.shape()[1]), "k");
+      return std::vector<te::Tensor>{te::compute({X.shape()[0], Expr(1)}, [&](const std::vector<Var>& i) { return te::sum(X(i[0], k.var()), {k}); }, "rowsum")};
+    };
+    register_op(rs);
+    return true;
+  }();
+  (void)done;
+}
+
+NDArray random_array(std::vector<int64_t> shape, uint32_t seed) {
+  NDArray a = NDArray::empty(shape, DataType::Float(32));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int64_t i = 0; i < a.numel(); ++i) a.data_as<float>()[i] = u(rng);
+  return a;
+}
+
+Value op(const std::string& name, std::vector<Value> in, const std::string& node = "") { return make_op(name, std::move(in), {}, node)->output(); }
+
+TEST(GraphPasses, RemoveIdentityAndCse) {
+  auto x = make_input("x", {{4}, DataType::Float(32)});
+  Value a = op("Relu", {x->output()}), b = op("Relu", {x->output()});
+  Graph g = Graph::make({x}, {op("Add", {a, b})});
+  Graph c = eliminate_common_subexpr(g);
+  EXPECT_EQ(g.op_nodes().size(), 3u);
+  EXPECT_EQ(c.str(),
+            "graph(%x: float32[4]) {\n"
+            "  %0 = Relu(%x) : float32[4]\n"
+            "  %1 = Add(%0, %0) : float32[4]\n"
+            "  return %1\n"
+            "}");
+  EXPECT_TRUE(eliminate_common_subexpr(c).same_as(c));  // nothing left to merge
+}
+
+TEST(GraphPasses, FoldConstantsEvaluatesConstantSubgraphs) {
+  auto x = make_input("x", {{3}, DataType::Float(32)});
+  NDArray c1 = random_array({3}, 1), c2 = random_array({3}, 2);
+  Value k = op("Add", {make_constant("c1", c1)->output(), make_constant("c2", c2)->output()}, "kadd");
+  Graph g = Graph::make({x}, {op("Mul", {x->output(), op("Relu", {k})})});
+  Graph f = fold_constants(g);
+  auto nodes = f.op_nodes();
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0]->op->name, "Mul");
+  const auto& folded = static_cast<const ConstantNode&>(*nodes[0]->inputs[1].node);
+  for (int i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(folded.data.data_as<float>()[i], std::max(0.f, c1.data_as<float>()[i] + c2.data_as<float>()[i]));
+}
+
+// mm = x @ w; y = relu(mm + b); s = rowsum(y * y): the matmul group takes its
+// epilogue, and the square fuses into the reduction.
+Graph mlp_graph(NDArray* w, NDArray* b) {
+  register_test_ops();
+  *w = random_array({16, 8}, 3);
+  *b = random_array({8}, 4);
+  auto x = make_input("x", {{4, 16}, DataType::Float(32)});
+  Value mm = op("test.MatMul", {x->output(), make_constant("w", *w)->output()}, "mm");
+  Value y = op("Relu", {op("Add", {mm, make_constant("b", *b)->output()}, "bias")}, "act");
+  Value s = op("test.RowSum", {op("Mul", {y, y}, "square")}, "rowsum");
+  return Graph::make({x}, {s, y}, {"sum", "act"});
+}
+
+TEST(GraphPasses, FuseOpsGroupsByPattern) {
+  NDArray w, b;
+  Graph g = mlp_graph(&w, &b);
+  Graph f = fuse_ops(g);
+  std::vector<std::string> groups;
+  for (const OpNode* n : f.op_nodes()) groups.push_back(n->attrs.get_string("ops"));
+  EXPECT_EQ(groups, (std::vector<std::string>{"test.MatMul+Add+Relu", "Mul+test.RowSum"}));
+  // The first group's output is read by the second group and is a graph output.
+  EXPECT_EQ(f.op_nodes()[0]->num_outputs(), 1);
+  Graph unfused = wrap_ops(g);
+  EXPECT_EQ(unfused.op_nodes().size(), 5u);
+}
+
+TEST(GraphPasses, ElementwiseChainEndsBeforeAHeavyConsumer) {
+  register_test_ops();
+  auto x = make_input("x", {{4, 4}, DataType::Float(32)});
+  auto w = make_constant("w", random_array({4, 4}, 5));
+  Value r = op("Relu", {x->output()});
+  Value mm = op("test.MatMul", {r, w->output()});
+  Graph f = fuse_ops(Graph::make({x}, {mm}));
+  std::vector<std::string> groups;
+  for (const OpNode* n : f.op_nodes()) groups.push_back(n->attrs.get_string("ops"));
+  // An elementwise producer is not inlined into a matmul (it would run once per read).
+  EXPECT_EQ(groups, (std::vector<std::string>{"Relu", "test.MatMul"}));
+}
+
+TEST(GraphExecutor, FusedAndUnfusedMatchNaiveLoops) {
+  NDArray w, b;
+  Graph g = mlp_graph(&w, &b);
+  NDArray x = random_array({4, 16}, 6);
+  // Naive reference.
+  std::vector<float> act(4 * 8), sum(4, 0.f);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 8; ++j) {
+      float acc = 0;
+      for (int k = 0; k < 16; ++k) acc += x.data_as<float>()[i * 16 + k] * w.data_as<float>()[k * 8 + j];
+      act[i * 8 + j] = std::max(0.f, acc + b.data_as<float>()[j]);
+      sum[i] += act[i * 8 + j] * act[i * 8 + j];
+    }
+  for (bool fuse : {true, false}) {
+    Executor exe = compile(g, CompileOptions{.fuse = fuse});
+    EXPECT_EQ(exe.groups().size(), fuse ? 2u : 5u);
+    std::vector<NDArray> out = exe.run({x});
+    ASSERT_EQ(out.size(), 2u);
+    for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[0].data_as<float>()[i], sum[i], 1e-4 * (1 + std::abs(sum[i])));
+    for (int i = 0; i < 32; ++i) EXPECT_NEAR(out[1].data_as<float>()[i], act[i], 1e-5);
+    MemoryReport m = exe.memory();
+    EXPECT_EQ(m.weight_bytes, (16 * 8 + 8) * 4);
+    EXPECT_LE(m.arena_bytes, m.naive_bytes + 64 * 5);
+  }
+}
+
+TEST(GraphExecutor, WrongInputsAreRefused) {
+  NDArray w, b;
+  Executor exe = compile(mlp_graph(&w, &b));
+  auto msg = [&](std::vector<NDArray> in) {
+    try {
+      exe.run(in);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(msg({random_array({4, 15}, 1)}).find("has shape [4, 15]; the model was compiled for [4, 16]"), std::string::npos);
+  EXPECT_NE(msg({NDArray::empty({4, 16}, DataType::Int(32))}).find("has dtype int32; the model expects float32"), std::string::npos);
+  EXPECT_NE(msg({}).find("takes 1 inputs, got 0"), std::string::npos);
+}
+
+TEST(MemoryPlan, ReusesBytesOfDeadValuesOnly) {
+  // A chain a -> b -> c -> d: each value dies when the next is written, so two slots suffice.
+  std::vector<PlannedValue> vs(4);
+  for (int i = 0; i < 4; ++i) {
+    vs[i].bytes = 1000;
+    vs[i].first_step = i;
+    vs[i].last_step = i + 1;
+  }
+  MemoryPlanStats st = plan_memory(&vs);
+  EXPECT_EQ(st.naive_bytes, 4000);
+  EXPECT_EQ(st.arena_bytes, 2 * 1024);
+  EXPECT_EQ(st.peak_bytes, 2 * 1024);
+  for (int i = 0; i + 1 < 4; ++i) EXPECT_NE(vs[i].offset, vs[i + 1].offset);  // overlapping lifetimes never share
+  // In place: value 1 may take value 0's bytes (0 dies at step 1, where 1 is written).
+  std::vector<PlannedValue> ip(2);
+  ip[0] = {1000, 0, 1};
+  ip[1] = {1000, 1, 2, 0};
+  MemoryPlanStats st2 = plan_memory(&ip);
+  EXPECT_EQ(st2.inplace, 1);
+  EXPECT_EQ(ip[0].offset, ip[1].offset);
+  EXPECT_EQ(st2.arena_bytes, 1024);
+}
+
+TEST(MemoryPlan, RandomLifetimesNeverOverlapInSpaceAndTime) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<PlannedValue> vs(30);
+    for (auto& v : vs) {
+      v.bytes = 64 + rng() % 5000;
+      v.first_step = rng() % 20;
+      v.last_step = v.first_step + rng() % 6;
+    }
+    MemoryPlanStats st = plan_memory(&vs);
+    EXPECT_GE(st.arena_bytes, st.peak_bytes);
+    EXPECT_LE(st.arena_bytes, st.naive_bytes + 64 * 30);
+    for (size_t i = 0; i < vs.size(); ++i)
+      for (size_t j = i + 1; j < vs.size(); ++j) {
+        bool time = vs[i].first_step <= vs[j].last_step && vs[j].first_step <= vs[i].last_step;
+        bool space = vs[i].offset < vs[j].offset + vs[j].bytes && vs[j].offset < vs[i].offset + vs[i].bytes;
+        EXPECT_FALSE(time && space) << "values " << i << " and " << j << " collide";
+      }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::graph
