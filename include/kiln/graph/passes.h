@@ -32,6 +32,13 @@ Graph fold_constants(const Graph& g, int64_t max_bytes = int64_t(64) << 20);
 /** Folds an inference BatchNormalization that follows a Conv into the Conv's weights and bias. */
 Graph fold_batch_norm(const Graph& g);
 
+/**
+ * Convolutions in the blocked NCHWc layout (weights packed at compile time),
+ * elementwise operators between them blocked too, and layout transforms
+ * left only at the boundaries of the blocked region. CPU targets only.
+ */
+Graph alter_conv_layout(const Graph& g, const Target& target);
+
 /** Merges operator nodes with the same op, attributes and inputs (and constants with the same bytes). */
 Graph eliminate_common_subexpr(const Graph& g);
 
@@ -51,11 +58,13 @@ Graph wrap_ops(const Graph& g);
 
 struct PipelineOptions {
   bool fuse = true;
+  /** Run alter_conv_layout (convolutions in NCHWc). */
+  bool layout = true;
   /** Print the graph after each pass to stderr (also by KILN_DUMP_IR). */
   bool dump = false;
 };
 
-/** The pipeline: remove_identity, fold_constants, fold_batch_norm, eliminate_common_subexpr, then fuse_ops (or wrap_ops). */
+/** The pipeline: remove_identity, fold_constants, fold_batch_norm, eliminate_common_subexpr, alter_conv_layout, then fuse_ops (or wrap_ops). */
 Graph optimize(const Graph& g, const Target& target, const PipelineOptions& options = {});
 
 }  // namespace kiln::graph

@@ -22,8 +22,8 @@ Graph optimize(const Graph& g, const Target& target, const PipelineOptions& opti
   out = after("fold_constants", fold_constants(out));
   out = after("fold_batch_norm", fold_batch_norm(out));
   out = after("eliminate_common_subexpr", eliminate_common_subexpr(out));
+  if (options.layout) out = after("alter_conv_layout", alter_conv_layout(out, target));
   out = options.fuse ? after("fuse_ops", fuse_ops(out)) : after("wrap_ops", wrap_ops(out));
-  (void)target;
   return out;
 }
 

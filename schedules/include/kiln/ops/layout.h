@@ -1,0 +1,39 @@
+/** \file
+ * Blocked-channel ("NCHWc") layouts for graph-level layout planning: the
+ * layout changes, and convolutions in the blocked layout with the general
+ * parameters models use (asymmetric padding, separate strides and
+ * dilations per axis, depthwise). A blocked tensor [N, C/b, H, W, b] keeps
+ * the b channels of a pixel contiguous: one or two vectors, the layout the
+ * tuner's register tiles want (see conv2d_nchwc in nn.h).
+ */
+#ifndef KILN_OPS_LAYOUT_H
+#define KILN_OPS_LAYOUT_H
+
+#include <string>
+
+#include "kiln/te/operation.h"
+
+namespace kiln::ops {
+
+struct Conv2dParams {
+  int stride_h = 1, stride_w = 1;
+  int pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
+  int dilation_h = 1, dilation_w = 1;
+};
+
+/** Zero padding of dimensions 2 and 3 of an NCHW or NCHWc tensor, possibly asymmetric. */
+te::Tensor pad_hw(const te::Tensor& X, int top, int left, int bottom, int right, const std::string& name = "pad");
+/**
+ * Changes the channel blocking of a 4-D NCHW tensor (block 0) or a 5-D
+ * blocked one: to_block 0 gives NCHW, b > 0 gives [N, C/b, H, W, b]. C must
+ * be a multiple of every block involved.
+ */
+te::Tensor change_channel_block(const te::Tensor& X, int from_block, int to_block, const std::string& name = "layout");
+/** conv2d of a blocked input [N, C/cb, H, W, cb] and weights [K/kb, C/cb, KH, KW, cb, kb] to [N, K/kb, OH, OW, kb]. */
+te::Tensor conv2d_nchwc_general(const te::Tensor& X, const te::Tensor& W, const Conv2dParams& p, const std::string& name = "conv");
+/** Depthwise conv2d of a blocked input [N, C/b, H, W, b] and weights [C/b, KH, KW, b] to [N, C/b, OH, OW, b]. */
+te::Tensor depthwise_conv2d_nchwc(const te::Tensor& X, const te::Tensor& W, const Conv2dParams& p, const std::string& name = "dwconv");
+
+}  // namespace kiln::ops
+
+#endif  // KILN_OPS_LAYOUT_H

@@ -1,0 +1,89 @@
+#include "kiln/ops/layout.h"
+
+#include "kiln/ir/op.h"
+#include "kiln/ops/broadcast.h"
+#include "kiln/runtime/ndarray.h"
+#include "kiln/support/error.h"
+
+namespace kiln::ops {
+
+namespace {
+
+Expr E(int64_t v) { return Expr(static_cast<int>(v)); }
+
+int64_t out_extent(int64_t padded, int64_t kernel, int dilation, int stride) { return (padded - dilation * (kernel - 1) - 1) / stride + 1; }
+
+}  // namespace
+
+te::Tensor pad_hw(const te::Tensor& X, int top, int left, int bottom, int right, const std::string& name) {
+  KILN_USER_CHECK(X.ndim() == 4 || X.ndim() == 5) << "pad_hw needs an NCHW or NCHWc tensor, got '" << X.name() << "' (" << X.ndim() << "-D)";
+  KILN_USER_CHECK(top >= 0 && left >= 0 && bottom >= 0 && right >= 0) << "pad_hw: padding must be non-negative";
+  if (top == 0 && left == 0 && bottom == 0 && right == 0) return X;
+  std::vector<int64_t> s = const_shape(X);
+  int64_t H = s[2], W = s[3];
+  std::vector<Expr> shape = X.shape();
+  shape[2] = E(H + top + bottom);
+  shape[3] = E(W + left + right);
+  return te::compute(shape, [&](const std::vector<Var>& i) {
+    Expr h = i[2] - top, w = i[3] - left;
+    Expr inside = h >= 0 && h < E(H) && w >= 0 && w < E(W);
+    std::vector<Expr> idx(i.begin(), i.end());
+    idx[2] = h;
+    idx[3] = w;
+    return if_then_else(inside, X(idx), make_zero(X.dtype()));
+  }, name, X.ndim() == 4 ? std::vector<std::string>{"n", "c", "h", "w"} : std::vector<std::string>{"n", "c", "h", "w", "cb"});
+}
+
+te::Tensor change_channel_block(const te::Tensor& X, int from, int to, const std::string& name) {
+  std::vector<int64_t> s = const_shape(X);
+  KILN_USER_CHECK((from == 0 && s.size() == 4) || (from > 0 && s.size() == 5 && s[4] == from))
+      << "change_channel_block: '" << X.name() << "' " << shape_to_string(s) << " is not in the layout of block " << from;
+  int64_t C = from == 0 ? s[1] : s[1] * s[4];
+  KILN_USER_CHECK(to >= 0 && (to == 0 || C % to == 0)) << "change_channel_block: " << C << " channels do not split into blocks of " << to;
+  // The source element of channel c at pixel (n, h, w).
+  auto read = [&](Expr n, Expr c, Expr h, Expr w) {
+    if (from == 0) return X(n, c, h, w);
+    return X(std::vector<Expr>{n, floordiv(c, from), h, w, floormod(c, from)});
+  };
+  if (to == 0)
+    return te::compute({E(s[0]), E(C), E(s[2]), E(s[3])}, [&](const std::vector<Var>& i) { return read(i[0], i[1], i[2], i[3]); }, name, {"n", "c", "h", "w"});
+  return te::compute({E(s[0]), E(C / to), E(s[2]), E(s[3]), E(to)},
+                     [&](const std::vector<Var>& i) { return read(i[0], i[1] * to + i[4], i[2], i[3]); }, name, {"n", "co", "h", "w", "ci"});
+}
+
+te::Tensor conv2d_nchwc_general(const te::Tensor& X, const te::Tensor& Wt, const Conv2dParams& p, const std::string& name) {
+  std::vector<int64_t> xs = const_shape(X), ws = const_shape(Wt);
+  KILN_USER_CHECK(xs.size() == 5 && ws.size() == 6 && xs[1] == ws[1] && xs[4] == ws[4])
+      << "conv2d_nchwc: input " << shape_to_string(xs) << " and weights " << shape_to_string(ws) << " do not match";
+  te::Tensor P = pad_hw(X, p.pad_top, p.pad_left, p.pad_bottom, p.pad_right, name + ".pad");
+  std::vector<int64_t> ps = const_shape(P);
+  int64_t OH = out_extent(ps[2], ws[2], p.dilation_h, p.stride_h), OW = out_extent(ps[3], ws[3], p.dilation_w, p.stride_w);
+  KILN_USER_CHECK(OH > 0 && OW > 0) << "conv2d_nchwc: the kernel is larger than the padded input";
+  IterVar rco = te::reduce_axis(Range(0, E(xs[1])), "rco"), ry = te::reduce_axis(Range(0, E(ws[2])), "ry"),
+          rx = te::reduce_axis(Range(0, E(ws[3])), "rx"), rci = te::reduce_axis(Range(0, E(xs[4])), "rci");
+  return te::compute({E(xs[0]), E(ws[0]), E(OH), E(OW), E(ws[5])},
+                     [&](const std::vector<Var>& i) {
+                       Expr in = P(std::vector<Expr>{i[0], rco.var(), i[2] * p.stride_h + ry.var() * p.dilation_h, i[3] * p.stride_w + rx.var() * p.dilation_w, rci.var()});
+                       return te::sum(in * Wt(std::vector<Expr>{i[1], rco.var(), ry.var(), rx.var(), rci.var(), i[4]}), {rco, ry, rx, rci});
+                     },
+                     name, {"n", "fo", "y", "x", "fi"});
+}
+
+te::Tensor depthwise_conv2d_nchwc(const te::Tensor& X, const te::Tensor& Wt, const Conv2dParams& p, const std::string& name) {
+  std::vector<int64_t> xs = const_shape(X), ws = const_shape(Wt);
+  KILN_USER_CHECK(xs.size() == 5 && ws.size() == 4 && xs[1] == ws[0] && xs[4] == ws[3])
+      << "depthwise_conv2d_nchwc: input " << shape_to_string(xs) << " and weights " << shape_to_string(ws) << " do not match";
+  te::Tensor P = pad_hw(X, p.pad_top, p.pad_left, p.pad_bottom, p.pad_right, name + ".pad");
+  std::vector<int64_t> ps = const_shape(P);
+  int64_t OH = out_extent(ps[2], ws[1], p.dilation_h, p.stride_h), OW = out_extent(ps[3], ws[2], p.dilation_w, p.stride_w);
+  KILN_USER_CHECK(OH > 0 && OW > 0) << "depthwise_conv2d_nchwc: the kernel is larger than the padded input";
+  IterVar ry = te::reduce_axis(Range(0, E(ws[1])), "ry"), rx = te::reduce_axis(Range(0, E(ws[2])), "rx");
+  return te::compute({E(xs[0]), E(xs[1]), E(OH), E(OW), E(xs[4])},
+                     [&](const std::vector<Var>& i) {
+                       Expr in = P(std::vector<Expr>{i[0], i[1], i[2] * p.stride_h + ry.var() * p.dilation_h, i[3] * p.stride_w + rx.var() * p.dilation_w, i[4]});
+                       return te::sum(in * Wt(std::vector<Expr>{i[1], ry.var(), rx.var(), i[4]}), {ry, rx});
+                     },
+                     name, {"n", "co", "y", "x", "ci"});
+}
+
+}  // namespace kiln::ops

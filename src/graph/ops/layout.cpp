@@ -1,0 +1,112 @@
+// kiln's own operators of the blocked-channel layout, made by the
+// alter_conv_layout pass (never imported): the layout change and the
+// blocked convolutions. Attributes are resolved already (no auto_pad).
+#include "kiln/ops/layout.h"
+
+#include "op_helpers.h"
+
+namespace kiln::graph::ops_detail {
+namespace {
+
+ops::Conv2dParams conv_params(const Attrs& a) {
+  const auto& s = a.get_ints("strides");
+  const auto& p = a.get_ints("pads");
+  const auto& d = a.get_ints("dilations");
+  ops::Conv2dParams c;
+  c.stride_h = static_cast<int>(s[0]), c.stride_w = static_cast<int>(s[1]);
+  c.pad_top = static_cast<int>(p[0]), c.pad_left = static_cast<int>(p[1]), c.pad_bottom = static_cast<int>(p[2]), c.pad_right = static_cast<int>(p[3]);
+  c.dilation_h = static_cast<int>(d[0]), c.dilation_w = static_cast<int>(d[1]);
+  return c;
+}
+
+int64_t out_extent(int64_t in, int64_t pad, int64_t kernel, int64_t dilation, int64_t stride) { return (in + pad - dilation * (kernel - 1) - 1) / stride + 1; }
+
+std::vector<AttrSpec> conv_attrs() {
+  return {{"strides", AttrKind::Ints, std::vector<int64_t>{1, 1}},
+          {"pads", AttrKind::Ints, std::vector<int64_t>{0, 0, 0, 0}},
+          {"dilations", AttrKind::Ints, std::vector<int64_t>{1, 1}}};
+}
+
+void check_conv_attrs(const OpCall& c) {
+  if (c.attrs.get_ints("strides").size() != 2 || c.attrs.get_ints("pads").size() != 4 || c.attrs.get_ints("dilations").size() != 2)
+    c.fail("needs 2 strides, 4 pads and 2 dilations");
+}
+
+// [N, K/kb, OH, OW, kb] from the blocked input and the kernel extents.
+TensorType conv_out(const OpCall& c, int64_t k_blocks, int64_t kb, int64_t KH, int64_t KW) {
+  check_conv_attrs(c);
+  const auto& x = c.input_types[0].shape;
+  ops::Conv2dParams p = conv_params(c.attrs);
+  int64_t OH = out_extent(x[2], p.pad_top + p.pad_bottom, KH, p.dilation_h, p.stride_h);
+  int64_t OW = out_extent(x[3], p.pad_left + p.pad_right, KW, p.dilation_w, p.stride_w);
+  if (OH <= 0 || OW <= 0) c.fail("the kernel is larger than the padded input");
+  return TensorType{{x[0], k_blocks, OH, OW, kb}, c.input_types[0].dtype};
+}
+
+const bool registered = [] {
+  OpDef lt;
+  lt.name = "kiln.LayoutTransform";
+  lt.doc = "changes the channel blocking: src_block/dst_block 0 is NCHW, b is [N, C/b, H, W, b]";
+  lt.attrs = {{"src_block", AttrKind::Int, std::nullopt}, {"dst_block", AttrKind::Int, std::nullopt}};
+  lt.pattern = Pattern::Injective;
+  lt.infer = [](const OpCall& c) {
+    int64_t from = c.attrs.get_int("src_block"), to = c.attrs.get_int("dst_block");
+    const auto& s = c.input_types[0].shape;
+    if (!((from == 0 && s.size() == 4) || (from > 0 && s.size() == 5 && s[4] == from))) c.fail("input " + c.input_types[0].str() + " is not in the layout of block " + std::to_string(from));
+    int64_t C = from == 0 ? s[1] : s[1] * s[4];
+    if (to < 0 || (to > 0 && C % to != 0)) c.fail(std::to_string(C) + " channels do not split into blocks of " + std::to_string(to));
+    std::vector<int64_t> out = to == 0 ? std::vector<int64_t>{s[0], C, s[2], s[3]} : std::vector<int64_t>{s[0], C / to, s[2], s[3], to};
+    return std::vector<TensorType>{{out, c.input_types[0].dtype}};
+  };
+  lt.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
+    return std::vector<te::Tensor>{ops::change_channel_block(in[0], static_cast<int>(c.attrs.get_int("src_block")), static_cast<int>(c.attrs.get_int("dst_block")))};
+  };
+  register_op(lt);
+
+  OpDef conv;
+  conv.name = "kiln.ConvNCHWc";
+  conv.doc = "conv2d of [N, C/cb, H, W, cb] by packed weights [K/kb, C/cb, KH, KW, cb, kb] to [N, K/kb, OH, OW, kb]";
+  conv.min_inputs = conv.max_inputs = 2;
+  conv.attrs = conv_attrs();
+  conv.pattern = Pattern::OutputFusable;
+  conv.infer = [](const OpCall& c) {
+    c.expect_rank(0, 5);
+    c.expect_rank(1, 6);
+    const auto& x = c.input_types[0].shape;
+    const auto& w = c.input_types[1].shape;
+    if (x[1] != w[1] || x[4] != w[4]) c.fail("input " + c.input_types[0].str() + " and weights " + c.input_types[1].str() + " do not match");
+    return std::vector<TensorType>{conv_out(c, w[0], w[5], w[2], w[3])};
+  };
+  conv.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
+    return std::vector<te::Tensor>{ops::conv2d_nchwc_general(in[0], in[1], conv_params(c.attrs))};
+  };
+  conv.flops = [](const OpCall& c) {
+    const auto& w = c.input_types[1].shape;
+    TensorType out = conv_out(c, w[0], w[5], w[2], w[3]);
+    return 2.0 * out.numel() * w[1] * w[2] * w[3] * w[4];
+  };
+  register_op(conv);
+
+  OpDef dw;
+  dw.name = "kiln.DepthwiseConvNCHWc";
+  dw.doc = "depthwise conv2d of [N, C/b, H, W, b] by weights [C/b, KH, KW, b]";
+  dw.min_inputs = dw.max_inputs = 2;
+  dw.attrs = conv_attrs();
+  dw.pattern = Pattern::OutputFusable;
+  dw.infer = [](const OpCall& c) {
+    c.expect_rank(0, 5);
+    c.expect_rank(1, 4);
+    const auto& x = c.input_types[0].shape;
+    const auto& w = c.input_types[1].shape;
+    if (x[1] != w[0] || x[4] != w[3]) c.fail("input " + c.input_types[0].str() + " and weights " + c.input_types[1].str() + " do not match");
+    return std::vector<TensorType>{conv_out(c, x[1], x[4], w[1], w[2])};
+  };
+  dw.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
+    return std::vector<te::Tensor>{ops::depthwise_conv2d_nchwc(in[0], in[1], conv_params(c.attrs))};
+  };
+  register_op(dw);
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::graph::ops_detail

@@ -1,0 +1,196 @@
+// alter_conv_layout (passes.h): convolutions in the blocked NCHWc layout.
+//
+// Each 2-D Conv with constant weights (group 1, or depthwise) becomes
+//   LayoutTransform(NCHW -> b) -> ConvNCHWc(packed weights) [-> Add(bias)] -> LayoutTransform(b -> NCHW)
+// with the weights (and bias) repacked once, here, at compile time. Then the
+// transforms move out of the way: an elementwise or broadcast operator whose
+// tensor inputs come out of such a transform runs on the blocked tensors
+// instead (constants it reads are repacked), and two transforms in a row
+// collapse (b -> NCHW -> b is nothing). What remains are transforms at the
+// boundaries of the blocked region: the model's input, pooling, reshapes.
+// The block of C channels is the largest divisor of C up to two vectors of
+// the target, for inputs and outputs alike, so a conv's output block is its
+// reader's input block and nothing is re-blocked between convolutions.
+#include <algorithm>
+#include <optional>
+
+#include "kiln/graph/op_registry.h"
+#include "kiln/graph/passes.h"
+#include "kiln/graph/rewrite.h"
+#include "kiln/ops/broadcast.h"
+#include "kiln/ops/layout.h"
+#include "kiln/ops/nn.h"
+
+namespace kiln::graph {
+
+namespace {
+
+const NDArray* constant_of(const Value& v) {
+  if (!v.defined() || v.node->kind != NodeKind::Constant) return nullptr;
+  return &static_cast<const ConstantNode&>(*v.node).data;
+}
+
+// A value in another channel blocking, looking through a transform that produced it.
+Value relayout(const Value& v, int64_t from, int64_t to) {
+  if (from == to) return v;
+  if (v.node->kind == NodeKind::Op) {
+    const auto& op = static_cast<const OpNode&>(*v.node);
+    if (op.op->name == "kiln.LayoutTransform") {
+      int64_t src = op.attrs.get_int("src_block");
+      return src == to ? op.inputs[0] : relayout(op.inputs[0], src, to);
+    }
+  }
+  Attrs a;
+  a.set("src_block", from);
+  a.set("dst_block", to);
+  return make_op("kiln.LayoutTransform", {v}, a, v.node->name + ".layout")->output();
+}
+
+// The block of a value made by LayoutTransform(b -> NCHW), else 0.
+int64_t block_behind(const Value& v) {
+  if (v.node->kind != NodeKind::Op) return 0;
+  const auto& op = static_cast<const OpNode&>(*v.node);
+  if (op.op->name != "kiln.LayoutTransform" || op.attrs.get_int("dst_block") != 0) return 0;
+  return op.attrs.get_int("src_block");
+}
+
+std::vector<int64_t> ints_or(const Attrs& a, const char* name, std::vector<int64_t> fallback) {
+  if (!a.has(name) || a.get_ints(name).empty()) return fallback;
+  return a.get_ints(name);
+}
+
+// A [*, C, *, *]-broadcastable constant (rank <= 4, every dim but C of size 1)
+// in the blocked form [1, C/b, 1, 1, b] (or [1, 1, 1, 1, 1] for a scalar).
+std::optional<Value> blocked_constant(const NDArray& c, int64_t C, int64_t b) {
+  std::vector<int64_t> s = c.shape();
+  while (s.size() < 4) s.insert(s.begin(), 1);
+  if (s.size() != 4 || s[0] != 1 || s[2] != 1 || s[3] != 1 || (s[1] != 1 && s[1] != C)) return std::nullopt;
+  if (s[1] == 1) {
+    NDArray out = NDArray::empty({1, 1, 1, 1, 1}, c.dtype());
+    out.copy_from(c.data(), c.nbytes());
+    return make_constant("blocked", out)->output();
+  }
+  // Channel c sits at [c / b, c % b]: the plain order, as C/b x b.
+  NDArray out = NDArray::empty({1, C / b, 1, 1, b}, c.dtype());
+  out.copy_from(c.data(), c.nbytes());
+  return make_constant("blocked", out)->output();
+}
+
+struct ConvShape {
+  ops::Conv2dParams p;
+  int64_t group = 1;
+};
+
+std::optional<ConvShape> conv_shape(const OpNode& conv) {
+  const TensorType& x = conv.inputs[0].type();
+  const TensorType& w = conv.inputs[1].type();
+  const TensorType& y = conv.types[0];
+  if (x.ndim() != 4 || w.ndim() != 4 || x.dtype != DataType::Float(32)) return std::nullopt;
+  ConvShape s;
+  s.group = conv.attrs.get_int_or("group", 1);
+  auto st = ints_or(conv.attrs, "strides", {1, 1}), dl = ints_or(conv.attrs, "dilations", {1, 1}), pd = ints_or(conv.attrs, "pads", {0, 0, 0, 0});
+  if (st.size() != 2 || dl.size() != 2 || pd.size() != 4) return std::nullopt;
+  std::string autopad = conv.attrs.has("auto_pad") ? conv.attrs.get_string("auto_pad") : "NOTSET";
+  if (autopad == "VALID") pd = {0, 0, 0, 0};
+  if (autopad == "SAME_UPPER" || autopad == "SAME_LOWER") {
+    for (int a = 0; a < 2; ++a) {
+      int64_t total = std::max<int64_t>((y.shape[2 + a] - 1) * st[a] + (w.shape[2 + a] - 1) * dl[a] + 1 - x.shape[2 + a], 0);
+      int64_t small = total / 2, big = total - small;
+      pd[a] = autopad == "SAME_UPPER" ? small : big;
+      pd[a + 2] = autopad == "SAME_UPPER" ? big : small;
+    }
+  }
+  s.p = {int(st[0]), int(st[1]), int(pd[0]), int(pd[1]), int(pd[2]), int(pd[3]), int(dl[0]), int(dl[1])};
+  return s;
+}
+
+Attrs conv_attrs(const ops::Conv2dParams& p) {
+  Attrs a;
+  a.set("strides", std::vector<int64_t>{p.stride_h, p.stride_w});
+  a.set("pads", std::vector<int64_t>{p.pad_top, p.pad_left, p.pad_bottom, p.pad_right});
+  a.set("dilations", std::vector<int64_t>{p.dilation_h, p.dilation_w});
+  return a;
+}
+
+std::vector<Value> rewrite_conv(const OpNode& conv, int64_t max_block) {
+  const NDArray* W = constant_of(conv.inputs[1]);
+  const NDArray* B = conv.inputs.size() > 2 && conv.inputs[2].defined() ? constant_of(conv.inputs[2]) : nullptr;
+  if (!W || W->dtype() != DataType::Float(32) || (conv.inputs.size() > 2 && conv.inputs[2].defined() && !B)) return {};
+  auto shape = conv_shape(conv);
+  if (!shape) return {};
+  const auto& ws = W->shape();
+  int64_t C = conv.inputs[0].type().shape[1], K = ws[0], KH = ws[2], KW = ws[3];
+  const float* w = W->data_as<float>();
+  Value x = conv.inputs[0], y;
+  int64_t kb;
+  if (shape->group == 1) {
+    int64_t cb = ops::channel_block(static_cast<int>(C), static_cast<int>(max_block));
+    kb = ops::channel_block(static_cast<int>(K), static_cast<int>(max_block));
+    NDArray packed = NDArray::empty({K / kb, C / cb, KH, KW, cb, kb}, DataType::Float(32));
+    float* p = packed.data_as<float>();
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t r = 0; r < KH * KW; ++r)
+          p[((((k / kb) * (C / cb) + c / cb) * KH * KW + r) * cb + c % cb) * kb + k % kb] = w[(k * C + c) * KH * KW + r];
+    y = make_op("kiln.ConvNCHWc", {relayout(x, block_behind(x), cb), make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()},
+                conv_attrs(shape->p), conv.name)->output();
+  } else if (shape->group == C && K == C && ws[1] == 1) {
+    kb = ops::channel_block(static_cast<int>(C), static_cast<int>(max_block));
+    NDArray packed = NDArray::empty({C / kb, KH, KW, kb}, DataType::Float(32));
+    float* p = packed.data_as<float>();
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t r = 0; r < KH * KW; ++r) p[((c / kb) * KH * KW + r) * kb + c % kb] = w[c * KH * KW + r];
+    y = make_op("kiln.DepthwiseConvNCHWc", {relayout(x, block_behind(x), kb), make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()},
+                conv_attrs(shape->p), conv.name)->output();
+  } else {
+    return {};
+  }
+  if (B) y = make_op("Add", {y, *blocked_constant(*B, K, kb)}, {}, conv.name + ".bias")->output();
+  return {relayout(y, kb, 0)};
+}
+
+// An elementwise/broadcast op over values that come out of blocked transforms, run blocked instead.
+std::vector<Value> rewrite_elementwise(const OpNode& n) {
+  if (n.op->pattern > Pattern::Broadcast || n.num_outputs() != 1 || n.types[0].ndim() != 4 || n.op->name.rfind("kiln.", 0) == 0) return {};
+  int64_t b = 0;
+  for (const Value& v : n.inputs)
+    if (v.defined() && block_behind(v) > 0) b = block_behind(v);
+  int64_t C = n.types[0].shape[1];
+  if (b == 0 || C % b != 0) return {};
+  const auto& compile_time = n.op->const_inputs;
+  std::vector<Value> in;
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    const Value& v = n.inputs[i];
+    if (!v.defined() || std::find(compile_time.begin(), compile_time.end(), static_cast<int>(i)) != compile_time.end()) {
+      in.push_back(v);
+    } else if (v.type().shape == n.types[0].shape) {
+      in.push_back(relayout(v, block_behind(v) == b ? b : 0, b));
+    } else if (const NDArray* c = constant_of(v)) {
+      auto bc = blocked_constant(*c, C, b);
+      if (!bc) return {};
+      in.push_back(*bc);
+    } else {
+      return {};  // a tensor broadcast along other axes: leave it in NCHW
+    }
+  }
+  Ref<OpNode> blocked = make_op(n.op, std::move(in), n.attrs, n.name);
+  return {relayout(blocked->output(), b, 0)};
+}
+
+}  // namespace
+
+Graph alter_conv_layout(const Graph& g, const Target& target) {
+  if (target.kind != Target::Kind::LLVM) return g;
+  int64_t max_block = 2 * target.natural_lanes(DataType::Float(32));
+  return rewrite_graph(g, [&](const Ref<OpNode>& n) -> std::vector<Value> {
+    if (n->op->name == "Conv" && n->inputs.size() >= 2) return rewrite_conv(*n, max_block);
+    if (n->op->name == "kiln.LayoutTransform") {
+      // Transforms in a row collapse; relayout looks through the producer.
+      Value out = relayout(n->inputs[0], n->attrs.get_int("src_block"), n->attrs.get_int("dst_block"));
+      return out == n->output() ? std::vector<Value>{} : std::vector<Value>{out};
+    }
+    return rewrite_elementwise(*n);
+  });
+}
+
+}  // namespace kiln::graph
