@@ -1,15 +1,113 @@
-// Elementwise and broadcast operators: arithmetic, activations, math functions.
-#include "op_helpers.h"
+// Elementwise and broadcast arithmetic and math: Add, Sub, Mul, Div, Pow, the
+// variadic Max, Min, Sum and Mean, the unary math functions, and the ops the
+// graph passes remove (Identity, inference Dropout). Activations are in
+// activation.cpp, comparisons, Where and Cast in logical.cpp.
+#include <cmath>
+
+#include "elementwise_helpers.h"
 
 namespace kiln::graph::ops_detail {
 namespace {
 
+using Exprs = std::vector<Expr>;
+
+// ONNX integer Div truncates toward zero (C); a zero divisor would trap
+// (SIGFPE) and take the process down, so it gives 0, as numpy does.
+Expr divide(Expr a, Expr b) {
+  if (a.dtype().is_float()) return a / b;
+  Expr zero = make_zero(b.dtype());
+  Expr is_zero = b == zero;
+  return select(is_zero, zero, a / select(is_zero, make_const(b.dtype(), 1), b));
+}
+
+OpDef pow_def() {
+  OpDef d;
+  d.name = "Pow";
+  d.doc = "x ** y, broadcast; x float, y float or integer (cast to x's dtype); output dtype of x";
+  d.min_inputs = d.max_inputs = 2;
+  d.pattern = Pattern::Broadcast;
+  d.infer = [](const OpCall& call) {
+    expect_dtype(call, 0, DTypes::Float, "the base (input 0)");
+    expect_dtype(call, 1, DTypes::Numeric, "the exponent (input 1)");
+    return std::vector<TensorType>{TensorType{broadcast_inputs(call), call.input_types[0].dtype}};
+  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    // A constant scalar exponent of 2, 1 or 0.5 (x**2 in a variance, a square
+    // root written as a power) is a multiply or sqrt rather than a pow call.
+    // The exponent tensor still takes part, so the output shape broadcasts.
+    double e = NAN;
+    if (call.constants[1] && call.constants[1]->numel() == 1) e = scalar_constant(call, 1, "exponent");
+    ops::BinaryFn f;
+    if (e == 2.0) f = [](Expr x, Expr) { return x * x; };
+    else if (e == 1.0) f = [](Expr x, Expr) { return x; };
+    else if (e == 0.5) f = [](Expr x, Expr) { return sqrt(x); };
+    else f = [](Expr x, Expr y) { return pow(x, cast(x.dtype(), y)); };
+    return std::vector<te::Tensor>{ops::binary(in[0], in[1], f, "Pow")};
+  };
+  return d;
+}
+
+// Inference Dropout: the identity. Training mode (a true constant
+// training_mode input) has no inference meaning.
+OpDef dropout_def() {
+  OpDef d = unary_def("Dropout", "inference Dropout: the identity (inputs ratio and training_mode are optional constants)", DTypes::Float,
+                      [](const OpCall&, Expr x) { return x; }, {{"seed", AttrKind::Int, AttrValue(int64_t{0})}});
+  d.max_inputs = 3;
+  d.const_inputs = {1, 2};
+  d.is_identity = true;
+  auto base = d.infer;
+  d.infer = [base](const OpCall& call) {
+    if (call.has_input(2) && scalar_constant(call, 2, "training_mode") != 0)
+      call.fail("training_mode is true; kiln compiles inference graphs only (export the model in eval mode)");
+    return base(call);
+  };
+  return d;
+}
+
+Expr fold(const Exprs& xs, Expr (*f)(Expr, Expr)) {
+  Expr acc = xs[0];
+  for (size_t i = 1; i < xs.size(); ++i) acc = f(acc, xs[i]);
+  return acc;
+}
+Expr add2(Expr a, Expr b) { return a + b; }
+Expr max2(Expr a, Expr b) { return max(a, b); }
+Expr min2(Expr a, Expr b) { return min(a, b); }
+
 const bool registered = [] {
-  register_binary("Add", [](Expr a, Expr b) { return a + b; }, "a + b, broadcast");
-  register_binary("Sub", [](Expr a, Expr b) { return a - b; }, "a - b, broadcast");
-  register_binary("Mul", [](Expr a, Expr b) { return a * b; }, "a * b, broadcast");
-  register_binary("Div", [](Expr a, Expr b) { return a / b; }, "a / b, broadcast");
-  register_unary("Relu", [](Expr x) { return max(x, make_zero(x.dtype())); }, "max(x, 0)");
+  constexpr int kMany = 1 << 20;  // variadic ops take any number of inputs
+  register_op(broadcast_def("Add", "a + b, broadcast", 2, 2, DTypes::Numeric, [](const OpCall&, const Exprs& x) { return x[0] + x[1]; }));
+  register_op(broadcast_def("Sub", "a - b, broadcast", 2, 2, DTypes::Numeric, [](const OpCall&, const Exprs& x) { return x[0] - x[1]; }));
+  register_op(broadcast_def("Mul", "a * b, broadcast", 2, 2, DTypes::Numeric, [](const OpCall&, const Exprs& x) { return x[0] * x[1]; }));
+  register_op(broadcast_def("Div", "a / b, broadcast; integers truncate toward zero (a zero divisor gives 0)", 2, 2, DTypes::Numeric,
+                            [](const OpCall&, const Exprs& x) { return divide(x[0], x[1]); }));
+  register_op(pow_def());
+  register_op(broadcast_def("Max", "elementwise maximum of 1 or more inputs, broadcast", 1, kMany, DTypes::Numeric,
+                            [](const OpCall&, const Exprs& x) { return fold(x, max2); }));
+  register_op(broadcast_def("Min", "elementwise minimum of 1 or more inputs, broadcast", 1, kMany, DTypes::Numeric,
+                            [](const OpCall&, const Exprs& x) { return fold(x, min2); }));
+  register_op(broadcast_def("Sum", "elementwise sum of 1 or more inputs, broadcast", 1, kMany, DTypes::Numeric,
+                            [](const OpCall&, const Exprs& x) { return fold(x, add2); }));
+  register_op(broadcast_def("Mean", "elementwise mean of 1 or more inputs, broadcast", 1, kMany, DTypes::Float, [](const OpCall&, const Exprs& x) {
+    return fold(x, add2) / make_const(x[0].dtype(), static_cast<double>(x.size()));
+  }));
+
+  auto unary = [](const char* name, const char* doc, DTypes t, Expr (*f)(Expr)) {
+    register_op(unary_def(name, doc, t, [f](const OpCall&, Expr x) { return f(x); }));
+  };
+  unary("Neg", "-x", DTypes::Signed, [](Expr x) { return -x; });
+  unary("Abs", "|x|", DTypes::Numeric, [](Expr x) { return x.dtype().is_uint() ? x : abs(x); });
+  unary("Sqrt", "sqrt(x)", DTypes::Float, [](Expr x) { return sqrt(x); });
+  unary("Exp", "exp(x)", DTypes::Float, [](Expr x) { return exp(x); });
+  unary("Log", "natural log(x)", DTypes::Float, [](Expr x) { return log(x); });
+  unary("Erf", "the error function erf(x)", DTypes::Float, [](Expr x) { return erf(x); });
+  unary("Reciprocal", "1 / x", DTypes::Float, [](Expr x) { return make_const(x.dtype(), 1.0) / x; });
+  unary("Floor", "floor(x)", DTypes::Float, [](Expr x) { return floor(x); });
+  unary("Ceil", "ceil(x)", DTypes::Float, [](Expr x) { return ceil(x); });
+
+  OpDef identity = unary_def("Identity", "the input, unchanged (removed by remove_identity)", DTypes::Any, [](const OpCall&, Expr x) { return x; });
+  identity.is_identity = true;
+  register_op(std::move(identity));
+  register_op(dropout_def());
   return true;
 }();
 

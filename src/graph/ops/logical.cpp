@@ -1,0 +1,87 @@
+// Comparisons and logic (bool outputs), Where and Cast. Bool tensors are one
+// byte per element (0 or 1); the kernels load and store them as such.
+#include <optional>
+
+#include "elementwise_helpers.h"
+
+namespace kiln::graph::ops_detail {
+namespace {
+
+using Exprs = std::vector<Expr>;
+
+// ONNX TensorProto.DataType codes kiln computes with.
+std::optional<DataType> onnx_dtype(int64_t code) {
+  switch (code) {
+    case 1: return DataType::Float(32);
+    case 2: return DataType::UInt(8);
+    case 3: return DataType::Int(8);
+    case 4: return DataType::UInt(16);
+    case 5: return DataType::Int(16);
+    case 6: return DataType::Int(32);
+    case 7: return DataType::Int(64);
+    case 9: return DataType::Bool();
+    case 10: return DataType::Float(16);
+    case 11: return DataType::Float(64);
+    case 12: return DataType::UInt(32);
+    case 13: return DataType::UInt(64);
+    default: return std::nullopt;  // 8 string, 14/15 complex, 16 bfloat16, 17+ float8
+  }
+}
+
+// Cast (attribute `to`: an ONNX data type code). Float to integer truncates
+// toward zero; anything to bool is x != 0; bool to a number is 0 or 1.
+OpDef cast_def() {
+  OpDef d = unary_def("Cast", "x converted to dtype `to` (ONNX TensorProto.DataType: 1 float, 6 int32, 7 int64, 9 bool, 10 float16, 11 double, ...)",
+                      DTypes::Numeric, [](const OpCall& call, Expr x) { return cast(*onnx_dtype(call.attrs.get_int("to")), x); },
+                      {{"to", AttrKind::Int, std::nullopt}});
+  d.infer = [](const OpCall& call) {
+    if (call.input_types[0].dtype.is_handle()) call.fail("the input has dtype " + call.input_types[0].dtype.str() + ", which Cast cannot convert");
+    int64_t to = call.attrs.get_int("to");
+    std::optional<DataType> t = onnx_dtype(to);
+    if (!t)
+      call.fail("to=" + std::to_string(to) +
+                " is an ONNX data type kiln does not compute with; supported: 1 float32, 2 uint8, 3 int8, 4 uint16, 5 int16, 6 int32, 7 int64, "
+                "9 bool, 10 float16, 11 float64, 12 uint32, 13 uint64");
+    return std::vector<TensorType>{TensorType{call.input_types[0].shape, *t}};
+  };
+  return d;
+}
+
+// Where(cond, X, Y): X where cond else Y; the three broadcast; dtype of X.
+OpDef where_def() {
+  OpDef d;
+  d.name = "Where";
+  d.doc = "cond ? X : Y, the three broadcast; cond bool, X and Y of one dtype";
+  d.min_inputs = d.max_inputs = 3;
+  d.pattern = Pattern::Broadcast;
+  d.infer = [](const OpCall& call) {
+    expect_dtype(call, 0, DTypes::Bool, "the condition (input 0)");
+    expect_same_dtype(call, 1, 2);
+    return std::vector<TensorType>{TensorType{broadcast_inputs(call), call.input_types[1].dtype}};
+  };
+  d.compute = [](const OpCall&, const std::vector<te::Tensor>& in) {
+    return std::vector<te::Tensor>{ops::nary(in, [](const Exprs& x) { return select(x[0], x[1], x[2]); }, "Where")};
+  };
+  return d;
+}
+
+const bool registered = [] {
+  auto compare = [](const char* name, const char* doc, DTypes t, Expr (*f)(Expr, Expr)) {
+    register_op(broadcast_def(name, doc, 2, 2, t, [f](const OpCall&, const Exprs& x) { return f(x[0], x[1]); }, DataType::Bool()));
+  };
+  compare("Equal", "a == b, broadcast; bool output", DTypes::Any, [](Expr a, Expr b) { return a == b; });
+  compare("Less", "a < b, broadcast; bool output", DTypes::Numeric, [](Expr a, Expr b) { return a < b; });
+  compare("LessOrEqual", "a <= b, broadcast; bool output", DTypes::Numeric, [](Expr a, Expr b) { return a <= b; });
+  compare("Greater", "a > b, broadcast; bool output", DTypes::Numeric, [](Expr a, Expr b) { return a > b; });
+  compare("GreaterOrEqual", "a >= b, broadcast; bool output", DTypes::Numeric, [](Expr a, Expr b) { return a >= b; });
+  compare("And", "a and b, broadcast; bool inputs", DTypes::Bool, [](Expr a, Expr b) { return a && b; });
+  compare("Or", "a or b, broadcast; bool inputs", DTypes::Bool, [](Expr a, Expr b) { return a || b; });
+  compare("Xor", "a xor b, broadcast; bool inputs", DTypes::Bool, [](Expr a, Expr b) { return a != b; });
+  register_op(unary_def("Not", "not x; bool input", DTypes::Bool, [](const OpCall&, Expr x) { return !x; }));
+  register_op(where_def());
+  register_op(cast_def());
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::graph::ops_detail
