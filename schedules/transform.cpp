@@ -1,0 +1,329 @@
+// Shape and index-remapping computes (kiln/ops/transform.h).
+#include "kiln/ops/transform.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kiln/ir/op.h"
+#include "kiln/ops/broadcast.h"
+#include "kiln/runtime/ndarray.h"
+#include "kiln/support/error.h"
+
+namespace kiln::ops {
+
+using te::compute;
+using te::Tensor;
+
+namespace {
+
+std::vector<Expr> as_exprs(const std::vector<Var>& i) { return std::vector<Expr>(i.begin(), i.end()); }
+
+Expr int_imm(int64_t v) {
+  KILN_USER_CHECK(v >= INT32_MIN && v <= INT32_MAX) << "index " << v << " does not fit the 32-bit indices kernels use";
+  return Expr(static_cast<int>(v));
+}
+
+// Row-major strides of a shape.
+std::vector<int64_t> strides_of(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (int k = static_cast<int>(shape.size()) - 2; k >= 0; --k) s[k] = s[k + 1] * shape[k + 1];
+  return s;
+}
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Expr clamp_index(Expr i, int64_t n) { return max(min(i, int_imm(n - 1)), Expr(0)); }
+
+}  // namespace
+
+std::vector<Expr> shape_exprs(const std::vector<int64_t>& shape) {
+  std::vector<Expr> dims;
+  for (int64_t d : shape) dims.push_back(int_imm(d));
+  return dims;
+}
+
+Tensor reshape(const Tensor& X, const std::vector<int64_t>& shape, const std::string& name) {
+  std::vector<int64_t> in = const_shape(X);
+  KILN_USER_CHECK(numel_of(in) == numel_of(shape)) << "reshape of '" << X.name() << "' from " << shape_to_string(in) << " ("
+                                                  << numel_of(in) << " elements) to " << shape_to_string(shape) << " (" << numel_of(shape)
+                                                  << " elements)";
+  std::vector<int64_t> out_strides = strides_of(shape), in_strides = strides_of(in);
+  return compute(shape_exprs(shape), [&](const std::vector<Var>& i) {
+    // The row-major position of the output element, decomposed in X's shape.
+    Expr flat = Expr(0);
+    for (size_t k = 0; k < shape.size(); ++k)
+      if (shape[k] != 1) flat = flat + i[k] * int_imm(out_strides[k]);
+    std::vector<Expr> idx;
+    for (size_t k = 0; k < in.size(); ++k) {
+      if (in[k] == 1) {
+        idx.push_back(Expr(0));
+        continue;
+      }
+      Expr q = in_strides[k] == 1 ? flat : floordiv(flat, int_imm(in_strides[k]));
+      idx.push_back(k == 0 ? q : floormod(q, int_imm(in[k])));  // the leading index never wraps
+    }
+    return X(idx);
+  }, name);
+}
+
+Tensor permute_dims(const Tensor& X, const std::vector<int>& perm, const std::string& name) {
+  std::vector<int64_t> in = const_shape(X);
+  KILN_USER_CHECK(perm.size() == in.size()) << "transpose of the " << in.size() << "-D tensor '" << X.name() << "' with " << perm.size() << " axes";
+  std::vector<int64_t> out;
+  for (int p : perm) out.push_back(in.at(p));
+  return compute(shape_exprs(out), [&](const std::vector<Var>& i) {
+    std::vector<Expr> idx(in.size());
+    for (size_t k = 0; k < perm.size(); ++k) idx[perm[k]] = i[k];
+    return X(idx);
+  }, name);
+}
+
+Tensor squeeze(const Tensor& X, const std::vector<int>& axes, const std::string& name) {
+  std::vector<int64_t> in = const_shape(X), out;
+  for (size_t k = 0; k < in.size(); ++k)
+    if (std::find(axes.begin(), axes.end(), static_cast<int>(k)) == axes.end()) out.push_back(in[k]);
+  return compute(shape_exprs(out), [&](const std::vector<Var>& i) {
+    std::vector<Expr> idx;
+    size_t o = 0;
+    for (size_t k = 0; k < in.size(); ++k) idx.push_back(std::find(axes.begin(), axes.end(), static_cast<int>(k)) != axes.end() ? Expr(0) : Expr(i[o++]));
+    return X(idx);
+  }, name);
+}
+
+Tensor expand_dims(const Tensor& X, const std::vector<int>& axes, const std::string& name) {
+  std::vector<int64_t> in = const_shape(X), out;
+  size_t rank = in.size() + axes.size(), next = 0;
+  for (size_t k = 0; k < rank; ++k) out.push_back(std::find(axes.begin(), axes.end(), static_cast<int>(k)) != axes.end() ? 1 : in.at(next++));
+  return compute(shape_exprs(out), [&](const std::vector<Var>& i) {
+    std::vector<Expr> idx;
+    for (size_t k = 0; k < rank; ++k)
+      if (std::find(axes.begin(), axes.end(), static_cast<int>(k)) == axes.end()) idx.push_back(i[k]);
+    return X(idx);
+  }, name);
+}
+
+Tensor concat(const std::vector<Tensor>& Xs, int axis, const std::string& name) {
+  KILN_USER_CHECK(!Xs.empty()) << "concat of no tensors";
+  std::vector<int64_t> out = const_shape(Xs[0]);
+  KILN_USER_CHECK(axis >= 0 && axis < static_cast<int>(out.size())) << "concat: axis " << axis << " of rank " << out.size();
+  // Inputs of extent 0 on the axis add nothing; the others start at offsets[k].
+  std::vector<Tensor> parts;
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (const Tensor& X : Xs) {
+    std::vector<int64_t> s = const_shape(X);
+    KILN_USER_CHECK(X.dtype() == Xs[0].dtype() && s.size() == out.size()) << "concat: '" << X.name() << "' differs from '" << Xs[0].name() << "' in rank or dtype";
+    if (s[axis] == 0) continue;
+    parts.push_back(X);
+    offsets.push_back(total);
+    total += s[axis];
+  }
+  out[axis] = total;
+  if (parts.empty()) parts.push_back(Xs[0]), offsets.push_back(0);
+  return compute(shape_exprs(out), [&](const std::vector<Var>& i) {
+    auto read = [&](size_t k) {
+      std::vector<Expr> idx = as_exprs(i);
+      idx[axis] = offsets[k] == 0 ? idx[axis] : idx[axis] - int_imm(offsets[k]);
+      return parts[k](idx);
+    };
+    // if_then_else, not select: each branch reads only inside its own input.
+    Expr v = read(parts.size() - 1);
+    for (size_t k = parts.size() - 1; k-- > 0;) v = if_then_else(Expr(i[axis]) < int_imm(offsets[k + 1]), read(k), v);
+    return v;
+  }, name);
+}
+
+std::vector<Tensor> split(const Tensor& X, int axis, const std::vector<int64_t>& sizes, const std::string& name) {
+  std::vector<int64_t> in = const_shape(X);
+  int64_t total = 0;
+  for (int64_t s : sizes) total += s;
+  KILN_USER_CHECK(axis >= 0 && axis < static_cast<int>(in.size()) && total == in[axis])
+      << "split of '" << X.name() << "' " << shape_to_string(in) << " on axis " << axis << " into " << shape_to_string(sizes);
+  std::vector<Tensor> outs;
+  int64_t offset = 0;
+  for (size_t p = 0; p < sizes.size(); ++p) {
+    std::vector<SliceRange> ranges;
+    for (size_t k = 0; k < in.size(); ++k) ranges.push_back(static_cast<int>(k) == axis ? SliceRange{offset, 1, sizes[p]} : SliceRange{0, 1, in[k]});
+    outs.push_back(strided_slice(X, ranges, name + std::to_string(p)));
+    offset += sizes[p];
+  }
+  return outs;
+}
+
+SliceRange slice_range(int64_t dim, int64_t start, int64_t end, int64_t step) {
+  KILN_USER_CHECK(step != 0) << "slice step must not be 0";
+  if (dim == 0) return {0, step, 0};
+  if (start < 0) start += dim;
+  if (end < 0) end += dim;
+  if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, dim);
+    end = std::clamp<int64_t>(end, 0, dim);
+    return {start, step, end > start ? (end - start + step - 1) / step : 0};
+  }
+  start = std::clamp<int64_t>(start, 0, dim - 1);
+  end = std::clamp<int64_t>(end, -1, dim - 1);
+  return {start, step, start > end ? (start - end - step - 1) / -step : 0};
+}
+
+Tensor strided_slice(const Tensor& X, const std::vector<SliceRange>& ranges, const std::string& name) {
+  KILN_USER_CHECK(static_cast<int>(ranges.size()) == X.ndim()) << "slice of the " << X.ndim() << "-D '" << X.name() << "' with " << ranges.size() << " ranges";
+  std::vector<int64_t> out;
+  for (const SliceRange& r : ranges) out.push_back(r.count);
+  return compute(shape_exprs(out), [&](const std::vector<Var>& i) {
+    std::vector<Expr> idx;
+    for (size_t k = 0; k < ranges.size(); ++k) {
+      Expr e = ranges[k].step == 1 ? Expr(i[k]) : i[k] * int_imm(ranges[k].step);
+      idx.push_back(ranges[k].start == 0 ? e : e + int_imm(ranges[k].start));
+    }
+    return X(idx);
+  }, name);
+}
+
+Tensor gather(const Tensor& X, const Tensor& I, int axis, const std::string& name) {
+  std::vector<int64_t> xs = const_shape(X), is = const_shape(I);
+  KILN_USER_CHECK(axis >= 0 && axis < static_cast<int>(xs.size())) << "gather: axis " << axis << " of the " << xs.size() << "-D '" << X.name() << "'";
+  KILN_USER_CHECK(I.dtype().is_integer()) << "gather: indices '" << I.name() << "' must be integers, not " << I.dtype().str();
+  std::vector<int64_t> out(xs.begin(), xs.begin() + axis);
+  out.insert(out.end(), is.begin(), is.end());
+  out.insert(out.end(), xs.begin() + axis + 1, xs.end());
+  int q = static_cast<int>(is.size());
+  int64_t n = xs[axis];
+  return compute(shape_exprs(out), [&](const std::vector<Var>& i) {
+    Expr j = I(std::vector<Expr>(i.begin() + axis, i.begin() + axis + q));
+    j = select(j < make_zero(j.dtype()), j + make_const(j.dtype(), static_cast<double>(n)), j);
+    std::vector<Expr> idx(i.begin(), i.begin() + axis);
+    idx.push_back(clamp_index(cast(DataType::Int(32), j), n));
+    idx.insert(idx.end(), i.begin() + axis + q, i.end());
+    return X(idx);
+  }, name);
+}
+
+Tensor broadcast_to(const Tensor& X, const std::vector<int64_t>& shape, const std::string& name) {
+  KILN_USER_CHECK(broadcast_shape(const_shape(X), shape) == shape)
+      << "'" << X.name() << "' " << shape_to_string(const_shape(X)) << " does not broadcast to " << shape_to_string(shape);
+  return compute(shape_exprs(shape), [&](const std::vector<Var>& i) { return X(broadcast_index(X, i)); }, name);
+}
+
+Tensor pad(const Tensor& X, const std::vector<int64_t>& before, const std::vector<int64_t>& after, PadMode mode, Expr value,
+           const std::string& name) {
+  std::vector<int64_t> in = const_shape(X), out;
+  KILN_USER_CHECK(before.size() == in.size() && after.size() == in.size()) << "pad of the " << in.size() << "-D '" << X.name() << "' needs "
+                                                                          << in.size() << " pads per side";
+  for (size_t k = 0; k < in.size(); ++k) {
+    out.push_back(in[k] + before[k] + after[k]);
+    KILN_USER_CHECK(out.back() >= 0) << "pad of '" << X.name() << "' crops dimension " << k << " below zero";
+    KILN_USER_CHECK(mode == PadMode::Constant || in[k] > 0 || out.back() == 0) << "pad: reflect and edge modes cannot pad the empty dimension " << k;
+  }
+  if (mode == PadMode::Constant) value = cast(X.dtype(), value);
+  return compute(shape_exprs(out), [&](const std::vector<Var>& i) {
+    std::vector<Expr> idx;
+    Expr inside;
+    for (size_t k = 0; k < in.size(); ++k) {
+      int64_t n = in[k];
+      Expr j = before[k] == 0 ? Expr(i[k]) : i[k] - int_imm(before[k]);
+      bool can_leave = before[k] > 0 || after[k] > 0;
+      if (!can_leave || mode == PadMode::Constant) {
+        if (can_leave) {
+          Expr c = before[k] > 0 ? (after[k] > 0 ? j >= 0 && j < int_imm(n) : j >= 0) : j < int_imm(n);
+          inside = inside.defined() ? inside && c : c;
+        }
+      } else if (mode == PadMode::Edge || n == 1) {
+        j = clamp_index(j, n);
+      } else {  // reflect: period 2(n - 1), mirrored in its second half
+        Expr p = int_imm(2 * (n - 1));
+        Expr m = floormod(j, p);
+        j = select(m < int_imm(n), m, p - m);
+      }
+      idx.push_back(j);
+    }
+    return inside.defined() ? if_then_else(inside, X(idx), value) : X(idx);
+  }, name);
+}
+
+Expr resize_source_coord(Expr x, int64_t in_len, int64_t out_len, double scale, CoordMode mode) {
+  // In float64, as the ONNX reference computes: rounding ties must land where it lands.
+  x = cast(DataType::Float(64), x);
+  auto f = [](double v) { return make_const(DataType::Float(64), v); };
+  switch (mode) {
+    case CoordMode::HalfPixel: return (x + f(0.5)) / f(scale) - f(0.5);
+    case CoordMode::PytorchHalfPixel: return out_len > 1 ? (x + f(0.5)) / f(scale) - f(0.5) : f(0);
+    case CoordMode::AlignCorners: return out_len > 1 ? x * f(static_cast<double>(in_len - 1)) / f(static_cast<double>(out_len - 1)) : f(0);
+    case CoordMode::Asymmetric: return x / f(scale);
+  }
+  return x;
+}
+
+Tensor resize_nearest(const Tensor& X, const std::vector<int64_t>& out_shape, const std::vector<double>& scales, CoordMode coord,
+                      NearestMode nearest, const std::string& name) {
+  std::vector<int64_t> in = const_shape(X);
+  KILN_USER_CHECK(out_shape.size() == in.size() && scales.size() == in.size()) << "resize of the " << in.size() << "-D '" << X.name() << "'";
+  return compute(shape_exprs(out_shape), [&](const std::vector<Var>& i) {
+    std::vector<Expr> idx;
+    for (size_t k = 0; k < in.size(); ++k) {
+      if (in[k] == out_shape[k] && scales[k] == 1.0) {
+        idx.push_back(i[k]);
+        continue;
+      }
+      Expr x = resize_source_coord(i[k], in[k], out_shape[k], scales[k], coord);
+      Expr half = make_const(DataType::Float(64), 0.5);
+      switch (nearest) {
+        case NearestMode::RoundPreferFloor: x = ceil(x - half); break;  // ties go down
+        case NearestMode::RoundPreferCeil: x = floor(x + half); break;
+        case NearestMode::Floor: x = floor(x); break;
+        case NearestMode::Ceil: x = ceil(x); break;
+      }
+      idx.push_back(clamp_index(cast(DataType::Int(32), x), in[k]));
+    }
+    return X(idx);
+  }, name);
+}
+
+Tensor resize_bilinear(const Tensor& X, const std::vector<int64_t>& out_shape, const std::vector<double>& scales, CoordMode coord,
+                       const std::string& name) {
+  std::vector<int64_t> in = const_shape(X);
+  int r = static_cast<int>(in.size());
+  KILN_USER_CHECK(r >= 2 && out_shape.size() == in.size() && scales.size() == in.size()) << "bilinear resize of the " << r << "-D '" << X.name() << "'";
+  KILN_USER_CHECK(X.dtype().is_float()) << "bilinear resize of '" << X.name() << "' needs a float tensor, not " << X.dtype().str();
+  for (int k = 0; k < r - 2; ++k)
+    KILN_USER_CHECK(in[k] == out_shape[k]) << "bilinear resize of '" << X.name() << "' changes dimension " << k << "; only the last two may change";
+  DataType t = X.dtype();
+  return compute(shape_exprs(out_shape), [&](const std::vector<Var>& i) {
+    // Per resized axis: the two neighbours (clamped: edge padding) and the weight of the second.
+    Expr lo[2], hi[2], w[2];
+    for (int a = 0; a < 2; ++a) {
+      int k = r - 2 + a;
+      Expr x = resize_source_coord(i[k], in[k], out_shape[k], scales[k], coord);
+      Expr fl = floor(x);
+      Expr x0 = cast(DataType::Int(32), fl);
+      lo[a] = clamp_index(x0, in[k]);
+      hi[a] = clamp_index(x0 + 1, in[k]);
+      w[a] = cast(t, x - fl);
+    }
+    auto at = [&](Expr y, Expr x) {
+      std::vector<Expr> idx(i.begin(), i.end() - 2);
+      idx.push_back(y);
+      idx.push_back(x);
+      return X(idx);
+    };
+    Expr one = make_const(t, 1.0);
+    Expr top = at(lo[0], lo[1]) * (one - w[1]) + at(lo[0], hi[1]) * w[1];
+    Expr bottom = at(hi[0], lo[1]) * (one - w[1]) + at(hi[0], hi[1]) * w[1];
+    return top * (one - w[0]) + bottom * w[0];
+  }, name);
+}
+
+Tensor fill(const std::vector<int64_t>& shape, Expr value, const std::string& name) {
+  return compute(shape_exprs(shape), [&](const std::vector<Var>&) { return value; }, name);
+}
+
+Tensor arange(double start, double delta, int64_t n, DataType dtype, const std::string& name) {
+  return compute(shape_exprs({n}), [&](const std::vector<Var>& i) {
+    return make_const(dtype, start) + cast(dtype, i[0]) * make_const(dtype, delta);
+  }, name);
+}
+
+}  // namespace kiln::ops

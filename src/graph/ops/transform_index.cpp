@@ -1,0 +1,277 @@
+// Index-selecting operators: Concat, Split, Slice, Gather, Pad. Concat,
+// Slice, Gather on int64 are the shape arithmetic of exported models (mostly
+// constant-folded, through the same computes and a plain kernel).
+#include <limits>
+
+#include "kiln/support/error.h"
+#include "op_helpers.h"
+#include "transform_common.h"
+
+namespace kiln::graph::ops_detail {
+namespace {
+
+const TensorType& in_type(const OpCall& call) { return call.input_types[0]; }
+
+// ---- Concat ---------------------------------------------------------------
+
+int concat_axis(const OpCall& call) {
+  const TensorType& first = in_type(call);
+  if (first.ndim() == 0) call.fail("cannot concatenate scalars (input 0 is " + first.str() + "); Unsqueeze them first");
+  int axis = normalize_axis(call, call.attrs.get_int("axis"), first.ndim());
+  for (int i = 1; i < call.num_inputs(); ++i) {
+    if (!call.has_input(i)) call.fail("input " + std::to_string(i) + " is missing");
+    const TensorType& t = call.input_types[i];
+    if (t.dtype != first.dtype) call.fail("input " + std::to_string(i) + " is " + t.str() + " but input 0 is " + first.str() + "; dtypes must agree");
+    bool same = t.ndim() == first.ndim();
+    for (int k = 0; same && k < t.ndim(); ++k) same = k == axis || t.shape[k] == first.shape[k];
+    if (!same)
+      call.fail("input " + std::to_string(i) + " is " + t.str() + " but input 0 is " + first.str() + "; all dimensions but axis " +
+                std::to_string(axis) + " must agree");
+  }
+  return axis;
+}
+
+void register_concat() {
+  OpDef d;
+  d.name = "Concat";
+  d.doc = "Concat(inputs...): joins the inputs along `axis`";
+  d.min_inputs = 1;
+  d.max_inputs = std::numeric_limits<int>::max();
+  d.attrs = {{"axis", AttrKind::Int, std::nullopt}};
+  d.pattern = Pattern::Injective;
+  d.infer = [](const OpCall& call) {
+    int axis = concat_axis(call);
+    TensorType t = in_type(call);
+    for (int i = 1; i < call.num_inputs(); ++i) t.shape[axis] += call.input_types[i].shape[axis];
+    return std::vector<TensorType>{t};
+  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    return std::vector<te::Tensor>{ops::concat(in, concat_axis(call), "concat")};
+  };
+  register_op(std::move(d));
+}
+
+// ---- Split ----------------------------------------------------------------
+
+std::vector<int64_t> split_sizes(const OpCall& call, int* axis_out) {
+  const TensorType& in = in_type(call);
+  int axis = *axis_out = normalize_axis(call, call.attrs.get_int("axis"), in.ndim());
+  int64_t dim = in.shape[axis], n = call.attrs.get_int("num_outputs");
+  if (input_given(call, 1)) {
+    std::vector<int64_t> sizes = call.constant_ints(1, "split");
+    int64_t total = 0;
+    for (int64_t s : sizes) {
+      if (s < 0) call.fail("split " + shape_to_string(sizes) + " has a negative size");
+      total += s;
+    }
+    if (total != dim)
+      call.fail("split " + shape_to_string(sizes) + " sums to " + std::to_string(total) + " but axis " + std::to_string(axis) + " of " + in.str() +
+                " has " + std::to_string(dim));
+    if (n != 0 && n != static_cast<int64_t>(sizes.size()))
+      call.fail("num_outputs is " + std::to_string(n) + " but split " + shape_to_string(sizes) + " makes " + std::to_string(sizes.size()));
+    return sizes;
+  }
+  if (n <= 0)
+    call.fail("without the split input, the number of outputs must be given by the attribute num_outputs (the importer sets it from the node's outputs)");
+  // Equal parts; when they do not divide, ceil-sized parts and a smaller last one (opset 18's rule).
+  int64_t part = (dim + n - 1) / n, last = dim - part * (n - 1);
+  if (last < 0)
+    call.fail("cannot split axis " + std::to_string(axis) + " of " + in.str() + " into " + std::to_string(n) + " parts of " + std::to_string(part));
+  std::vector<int64_t> sizes(n, part);
+  sizes.back() = last;
+  return sizes;
+}
+
+void register_split() {
+  OpDef d;
+  d.name = "Split";
+  d.doc = "Split(input, split?): pieces along `axis` of the sizes in `split`; without it, `num_outputs` equal pieces. num_outputs is kiln's "
+          "attribute (ONNX's from opset 18), set by the importer from the node's output count; 0 means the split input must be given";
+  d.min_inputs = 1;
+  d.max_inputs = 2;
+  d.attrs = {{"axis", AttrKind::Int, AttrValue(int64_t(0))}, {"num_outputs", AttrKind::Int, AttrValue(int64_t(0))}};
+  d.pattern = Pattern::Injective;
+  d.const_inputs = {1};
+  d.infer = [](const OpCall& call) {
+    int axis;
+    std::vector<TensorType> out;
+    for (int64_t s : split_sizes(call, &axis)) {
+      out.push_back(in_type(call));
+      out.back().shape[axis] = s;
+    }
+    return out;
+  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    int axis;
+    std::vector<int64_t> sizes = split_sizes(call, &axis);
+    return ops::split(in[0], axis, sizes, "split");
+  };
+  register_op(std::move(d));
+}
+
+// ---- Slice ----------------------------------------------------------------
+
+std::vector<ops::SliceRange> slice_ranges(const OpCall& call) {
+  const TensorType& in = in_type(call);
+  std::vector<int64_t> starts = call.constant_ints(1, "starts"), ends = call.constant_ints(2, "ends");
+  if (starts.size() != ends.size())
+    call.fail("starts " + shape_to_string(starts) + " and ends " + shape_to_string(ends) + " differ in length");
+  std::vector<int64_t> axes, steps(starts.size(), 1);
+  if (call.has_input(3)) {
+    axes = call.constant_ints(3, "axes");
+  } else {
+    for (size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<int64_t>(k));
+  }
+  if (call.has_input(4)) steps = call.constant_ints(4, "steps");
+  if (axes.size() != starts.size() || steps.size() != starts.size())
+    call.fail("starts, ends, axes and steps must have one entry per sliced axis; got " + std::to_string(starts.size()) + ", " +
+              std::to_string(ends.size()) + ", " + std::to_string(axes.size()) + " and " + std::to_string(steps.size()));
+  std::vector<ops::SliceRange> ranges;
+  for (int64_t d : in.shape) ranges.push_back({0, 1, d});
+  normalize_axes(call, axes, in.ndim());  // checks range and repeats; it sorts, so pair axes and bounds one at a time
+  for (size_t k = 0; k < axes.size(); ++k) {
+    int a = normalize_axis(call, axes[k], in.ndim());
+    if (steps[k] == 0) call.fail("steps " + shape_to_string(steps) + " has a 0 (axis " + std::to_string(a) + ")");
+    ranges[a] = ops::slice_range(in.shape[a], starts[k], ends[k], steps[k]);
+  }
+  return ranges;
+}
+
+void register_slice() {
+  OpDef d;
+  d.name = "Slice";
+  d.doc = "Slice(data, starts, ends, axes?, steps?): numpy slicing; negative indices count from the end, bounds clamp, steps may be negative";
+  d.min_inputs = 3;
+  d.max_inputs = 5;
+  d.pattern = Pattern::Injective;
+  d.const_inputs = {1, 2, 3, 4};
+  d.infer = [](const OpCall& call) {
+    TensorType t = in_type(call);
+    std::vector<ops::SliceRange> r = slice_ranges(call);
+    for (size_t k = 0; k < r.size(); ++k) t.shape[k] = r[k].count;
+    return std::vector<TensorType>{t};
+  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    return std::vector<te::Tensor>{ops::strided_slice(in[0], slice_ranges(call), "slice")};
+  };
+  register_op(std::move(d));
+}
+
+// ---- Gather ---------------------------------------------------------------
+
+int gather_axis(const OpCall& call) {
+  const TensorType& data = in_type(call);
+  const TensorType& idx = call.input_types[1];
+  if (data.ndim() == 0) call.fail("cannot gather from the scalar " + data.str());
+  int axis = normalize_axis(call, call.attrs.get_int("axis"), data.ndim());
+  if (!idx.dtype.is_integer()) call.fail("indices are " + idx.str() + "; they must be int32 or int64");
+  if (call.constants[1]) {  // constant indices: check them now (a kernel cannot report them)
+    int64_t n = data.shape[axis];
+    for (int64_t i : call.constant_ints(1, "indices"))
+      if (i < -n || i >= n)
+        call.fail("index " + std::to_string(i) + " is out of range for axis " + std::to_string(axis) + " of " + data.str() + " (valid: " +
+                  std::to_string(-n) + " to " + std::to_string(n - 1) + ")");
+  }
+  return axis;
+}
+
+void register_gather() {
+  OpDef d;
+  d.name = "Gather";
+  d.doc = "Gather(data, indices): numpy's take along `axis`; negative indices count from the end (out-of-range runtime indices clamp)";
+  d.min_inputs = d.max_inputs = 2;
+  d.attrs = {{"axis", AttrKind::Int, AttrValue(int64_t(0))}};
+  d.pattern = Pattern::Injective;
+  d.infer = [](const OpCall& call) {
+    int axis = gather_axis(call);
+    const TensorType& data = in_type(call);
+    std::vector<int64_t> shape(data.shape.begin(), data.shape.begin() + axis);
+    shape.insert(shape.end(), call.input_types[1].shape.begin(), call.input_types[1].shape.end());
+    shape.insert(shape.end(), data.shape.begin() + axis + 1, data.shape.end());
+    return std::vector<TensorType>{TensorType{shape, data.dtype}};
+  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    return std::vector<te::Tensor>{ops::gather(in[0], in[1], gather_axis(call), "gather")};
+  };
+  register_op(std::move(d));
+}
+
+// ---- Pad ------------------------------------------------------------------
+
+struct PadSpec {
+  std::vector<int64_t> before, after;
+  ops::PadMode mode;
+  double value = 0;
+};
+
+PadSpec pad_spec(const OpCall& call) {
+  const TensorType& in = in_type(call);
+  PadSpec p;
+  const std::string& mode = call.attrs.get_string("mode");
+  if (mode == "constant") p.mode = ops::PadMode::Constant;
+  else if (mode == "reflect") p.mode = ops::PadMode::Reflect;
+  else if (mode == "edge") p.mode = ops::PadMode::Edge;
+  else call.fail("mode '" + mode + "' is not supported (constant, reflect or edge)");
+  std::vector<int64_t> pads = call.constant_ints(1, "pads");
+  std::vector<int> axes;
+  if (input_given(call, 3)) {
+    std::vector<int64_t> raw = call.constant_ints(3, "axes");
+    normalize_axes(call, raw, in.ndim());  // checks range and repeats; pads follow the order given, so keep it
+    for (int64_t a : raw) axes.push_back(normalize_axis(call, a, in.ndim()));
+  } else {
+    for (int k = 0; k < in.ndim(); ++k) axes.push_back(k);
+  }
+  if (pads.size() != 2 * axes.size())
+    call.fail("pads " + shape_to_string(pads) + " has " + std::to_string(pads.size()) + " entries; " + in.str() + " needs " +
+              std::to_string(2 * axes.size()) + " (all begins, then all ends)");
+  p.before.assign(in.ndim(), 0);
+  p.after.assign(in.ndim(), 0);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    p.before[axes[k]] = pads[k];
+    p.after[axes[k]] = pads[k + axes.size()];
+  }
+  for (int k = 0; k < in.ndim(); ++k) {
+    if (in.shape[k] + p.before[k] + p.after[k] < 0) call.fail("pads " + shape_to_string(pads) + " crop dimension " + std::to_string(k) + " of " + in.str() + " below zero");
+    if (p.mode != ops::PadMode::Constant && in.shape[k] == 0 && (p.before[k] > 0 || p.after[k] > 0))
+      call.fail(mode + " padding of the empty dimension " + std::to_string(k) + " of " + in.str());
+  }
+  if (input_given(call, 2)) {
+    if (call.input_types[2].numel() != 1) call.fail("constant_value must be a scalar, got " + call.input_types[2].str());
+    p.value = constant_floats(call, 2, "constant_value")[0];
+  }
+  return p;
+}
+
+void register_pad() {
+  OpDef d;
+  d.name = "Pad";
+  d.doc = "Pad(data, pads, constant_value?, axes?): pads [begins..., ends...] (negative crops); mode constant, reflect or edge";
+  d.min_inputs = 2;
+  d.max_inputs = 4;
+  d.attrs = {{"mode", AttrKind::String, AttrValue(std::string("constant"))}};
+  d.pattern = Pattern::Injective;
+  d.const_inputs = {1, 2, 3};
+  d.infer = [](const OpCall& call) {
+    PadSpec p = pad_spec(call);
+    TensorType t = in_type(call);
+    for (int k = 0; k < t.ndim(); ++k) t.shape[k] += p.before[k] + p.after[k];
+    return std::vector<TensorType>{t};
+  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    PadSpec p = pad_spec(call);
+    return std::vector<te::Tensor>{ops::pad(in[0], p.before, p.after, p.mode, make_const(in_type(call).dtype, p.value), "pad")};
+  };
+  register_op(std::move(d));
+}
+
+const bool registered = [] {
+  register_concat();
+  register_split();
+  register_slice();
+  register_gather();
+  register_pad();
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::graph::ops_detail

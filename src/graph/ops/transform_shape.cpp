@@ -1,0 +1,334 @@
+// Shape operators: Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Expand,
+// and the shape-arithmetic sources Shape, ConstantOfShape and Range. The
+// compile-time inputs (Reshape's shape, Squeeze's axes ...) are constants
+// (OpDef::const_inputs); the computes are kiln/ops/transform.h's.
+#include <cmath>
+#include <limits>
+
+#include "kiln/support/error.h"
+#include "op_helpers.h"
+#include "transform_common.h"
+
+namespace kiln::graph::ops_detail {
+namespace {
+
+const TensorType& in_type(const OpCall& call) { return call.input_types[0]; }
+
+TensorType with_shape(const OpCall& call, std::vector<int64_t> shape) { return TensorType{std::move(shape), in_type(call).dtype}; }
+
+std::vector<TensorType> one(TensorType t) { return {std::move(t)}; }
+
+// ---- Reshape -------------------------------------------------------------
+
+// ONNX's shape rules: 0 copies the input's dimension (unless allowzero), -1 is inferred.
+std::vector<int64_t> reshape_shape(const OpCall& call) {
+  const TensorType& in = in_type(call);
+  if (call.input_types[1].ndim() != 1) call.fail("the shape input must be 1-D, got " + call.input_types[1].str());
+  std::vector<int64_t> shape = call.constant_ints(1, "shape");
+  bool allowzero = call.attrs.get_int("allowzero") != 0;
+  int inferred = -1;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    if (shape[k] == 0 && !allowzero) {
+      if (static_cast<int>(k) >= in.ndim())
+        call.fail("shape " + shape_to_string(shape) + ": entry " + std::to_string(k) + " is 0 (copy the input's dimension), but the input " +
+                  in.str() + " has only " + std::to_string(in.ndim()) + " dimensions");
+      shape[k] = in.shape[k];
+    } else if (shape[k] == -1) {
+      if (inferred >= 0) call.fail("shape " + shape_to_string(shape) + " has more than one -1 (at most one dimension can be inferred)");
+      inferred = static_cast<int>(k);
+    } else if (shape[k] < 0) {
+      call.fail("shape " + shape_to_string(shape) + " has the invalid entry " + std::to_string(shape[k]) + " (entries are >= 0, or -1 to infer)");
+    }
+  }
+  if (inferred >= 0) {
+    int64_t known = 1;
+    for (size_t k = 0; k < shape.size(); ++k)
+      if (static_cast<int>(k) != inferred) known *= shape[k];
+    if (known == 0 || in.numel() % known != 0)
+      call.fail("cannot reshape " + in.str() + " (" + std::to_string(in.numel()) + " elements) to " + shape_to_string(shape) +
+                ": the other dimensions hold " + std::to_string(known) + " elements, which do not divide " + std::to_string(in.numel()));
+    shape[inferred] = in.numel() / known;
+  }
+  if (numel_of(shape) != in.numel())
+    call.fail("cannot reshape " + in.str() + " (" + std::to_string(in.numel()) + " elements) to " + shape_to_string(shape) + " (" +
+              std::to_string(numel_of(shape)) + " elements)");
+  return shape;
+}
+
+// Every reshaping op is the same index remap once its output shape is known.
+ComputeFn reshape_to(std::function<std::vector<int64_t>(const OpCall&)> shape_of) {
+  return [shape_of](const OpCall& call, const std::vector<te::Tensor>& in) {
+    return std::vector<te::Tensor>{ops::reshape(in[0], shape_of(call), call.op->name)};
+  };
+}
+
+void register_reshape() {
+  OpDef d;
+  d.name = "Reshape";
+  d.doc = "Reshape(data, shape): row-major reshape; in `shape`, 0 copies the input dimension (allowzero=0) and -1 is inferred";
+  d.min_inputs = d.max_inputs = 2;
+  d.attrs = {{"allowzero", AttrKind::Int, AttrValue(int64_t(0))}};
+  d.pattern = Pattern::Injective;
+  d.const_inputs = {1};
+  d.infer = [](const OpCall& call) { return one(with_shape(call, reshape_shape(call))); };
+  d.compute = reshape_to(reshape_shape);
+  register_op(std::move(d));
+}
+
+// ---- Flatten ------------------------------------------------------------
+
+std::vector<int64_t> flatten_shape(const OpCall& call) {
+  const TensorType& in = in_type(call);
+  int64_t axis = call.attrs.get_int("axis");
+  if (axis < -in.ndim() || axis > in.ndim())
+    call.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(in.ndim()) + " (Flatten takes -rank to rank)");
+  if (axis < 0) axis += in.ndim();
+  int64_t outer = 1, inner = 1;
+  for (int k = 0; k < in.ndim(); ++k) (k < axis ? outer : inner) *= in.shape[k];
+  return {outer, inner};
+}
+
+void register_flatten() {
+  OpDef d;
+  d.name = "Flatten";
+  d.doc = "Flatten(x): 2-D [prod(dims before axis), prod(dims from axis)]";
+  d.attrs = {{"axis", AttrKind::Int, AttrValue(int64_t(1))}};
+  d.pattern = Pattern::Injective;
+  d.infer = [](const OpCall& call) { return one(with_shape(call, flatten_shape(call))); };
+  d.compute = reshape_to(flatten_shape);
+  register_op(std::move(d));
+}
+
+// ---- Transpose -----------------------------------------------------------
+
+std::vector<int> transpose_perm(const OpCall& call) {
+  int rank = in_type(call).ndim();
+  const std::vector<int64_t>& p = call.attrs.get_ints("perm");
+  std::vector<int> perm;
+  if (p.empty()) {  // ONNX's default: reverse the dimensions
+    for (int k = rank - 1; k >= 0; --k) perm.push_back(k);
+    return perm;
+  }
+  if (static_cast<int>(p.size()) != rank)
+    call.fail("perm " + shape_to_string(p) + " has " + std::to_string(p.size()) + " entries for the input " + in_type(call).str() + " of rank " +
+              std::to_string(rank));
+  std::vector<bool> seen(rank, false);
+  for (int64_t a : p) {
+    if (a < 0 || a >= rank || seen[a])
+      call.fail("perm " + shape_to_string(p) + " is not a permutation of 0.." + std::to_string(rank - 1) + " (each axis exactly once)");
+    seen[a] = true;
+    perm.push_back(static_cast<int>(a));
+  }
+  return perm;
+}
+
+void register_transpose() {
+  OpDef d;
+  d.name = "Transpose";
+  d.doc = "Transpose(x): output dimension k is input dimension perm[k]; no perm reverses the dimensions";
+  d.attrs = {{"perm", AttrKind::Ints, AttrValue(std::vector<int64_t>{})}};
+  d.pattern = Pattern::Injective;
+  d.infer = [](const OpCall& call) {
+    std::vector<int64_t> shape;
+    for (int p : transpose_perm(call)) shape.push_back(in_type(call).shape[p]);
+    return one(with_shape(call, shape));
+  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    return std::vector<te::Tensor>{ops::permute_dims(in[0], transpose_perm(call), "transpose")};
+  };
+  register_op(std::move(d));
+}
+
+// ---- Squeeze / Unsqueeze -------------------------------------------------
+
+std::vector<int> squeeze_axes(const OpCall& call) {
+  const TensorType& in = in_type(call);
+  std::vector<int> axes;
+  if (input_given(call, 1)) {
+    axes = normalize_axes(call, call.constant_ints(1, "axes"), in.ndim());
+    for (int a : axes)
+      if (in.shape[a] != 1)
+        call.fail("cannot squeeze axis " + std::to_string(a) + " of " + in.str() + ": its extent is " + std::to_string(in.shape[a]) + ", not 1");
+  } else {
+    for (int k = 0; k < in.ndim(); ++k)
+      if (in.shape[k] == 1) axes.push_back(k);
+  }
+  return axes;
+}
+
+void register_squeeze() {
+  OpDef d;
+  d.name = "Squeeze";
+  d.doc = "Squeeze(data, axes?): removes the given dimensions of extent 1 (all of them without axes)";
+  d.min_inputs = 1;
+  d.max_inputs = 2;
+  d.pattern = Pattern::Injective;
+  d.const_inputs = {1};
+  d.infer = [](const OpCall& call) {
+    std::vector<int> axes = squeeze_axes(call);
+    std::vector<int64_t> shape;
+    for (int k = 0; k < in_type(call).ndim(); ++k)
+      if (std::find(axes.begin(), axes.end(), k) == axes.end()) shape.push_back(in_type(call).shape[k]);
+    return one(with_shape(call, shape));
+  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    return std::vector<te::Tensor>{ops::squeeze(in[0], squeeze_axes(call), "squeeze")};
+  };
+  register_op(std::move(d));
+}
+
+std::vector<int> unsqueeze_axes(const OpCall& call) {
+  std::vector<int64_t> axes = call.constant_ints(1, "axes");
+  return normalize_axes(call, axes, in_type(call).ndim() + static_cast<int>(axes.size()));
+}
+
+void register_unsqueeze() {
+  OpDef d;
+  d.name = "Unsqueeze";
+  d.doc = "Unsqueeze(data, axes): inserts dimensions of extent 1 at `axes` of the output";
+  d.min_inputs = d.max_inputs = 2;
+  d.pattern = Pattern::Injective;
+  d.const_inputs = {1};
+  d.infer = [](const OpCall& call) {
+    std::vector<int> axes = unsqueeze_axes(call);
+    std::vector<int64_t> shape;
+    size_t next = 0;
+    for (int k = 0; k < in_type(call).ndim() + static_cast<int>(axes.size()); ++k)
+      shape.push_back(std::find(axes.begin(), axes.end(), k) != axes.end() ? 1 : in_type(call).shape[next++]);
+    return one(with_shape(call, shape));
+  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    return std::vector<te::Tensor>{ops::expand_dims(in[0], unsqueeze_axes(call), "unsqueeze")};
+  };
+  register_op(std::move(d));
+}
+
+// ---- Expand --------------------------------------------------------------
+
+std::vector<int64_t> expand_shape(const OpCall& call) {
+  if (call.input_types[1].ndim() != 1) call.fail("the shape input must be 1-D, got " + call.input_types[1].str());
+  std::vector<int64_t> shape = call.constant_ints(1, "shape");
+  try {
+    return ops::broadcast_shape(in_type(call).shape, shape);  // bidirectional, as ONNX's Expand
+  } catch (const Error& e) {
+    call.fail(std::string("cannot expand ") + in_type(call).str() + " to " + shape_to_string(shape) + ": " + e.what());
+  }
+}
+
+void register_expand() {
+  OpDef d;
+  d.name = "Expand";
+  d.doc = "Expand(input, shape): broadcasts input and shape against each other (numpy rules)";
+  d.min_inputs = d.max_inputs = 2;
+  d.pattern = Pattern::Injective;
+  d.const_inputs = {1};
+  d.infer = [](const OpCall& call) { return one(with_shape(call, expand_shape(call))); };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    return std::vector<te::Tensor>{ops::broadcast_to(in[0], expand_shape(call), "expand")};
+  };
+  register_op(std::move(d));
+}
+
+// ---- Shape, ConstantOfShape, Range ----------------------------------------
+
+// Shape's [start, end) of the input's dimensions (opset 15: negative counts from the end, clamped).
+std::pair<int, int> shape_bounds(const OpCall& call) {
+  int64_t rank = in_type(call).ndim();
+  auto clamp = [rank](int64_t v) { return static_cast<int>(std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank)); };
+  int start = clamp(call.attrs.get_int("start")), end = clamp(call.attrs.get_int("end"));
+  return {start, std::max(start, end)};
+}
+
+void register_shape() {
+  OpDef d;
+  d.name = "Shape";
+  d.doc = "Shape(data): the int64 dimensions start..end of data's type; no kernel: constant folding replaces it (end's default, INT64_MAX, is the rank)";
+  d.attrs = {{"start", AttrKind::Int, AttrValue(int64_t(0))}, {"end", AttrKind::Int, AttrValue(std::numeric_limits<int64_t>::max())}};
+  d.pattern = Pattern::Opaque;
+  d.infer = [](const OpCall& call) {
+    auto [start, end] = shape_bounds(call);
+    return one(TensorType{{end - start}, DataType::Int(64)});
+  };
+  d.evaluate = [](const OpCall& call, const std::vector<NDArray>&) {
+    auto [start, end] = shape_bounds(call);
+    NDArray out = NDArray::empty({end - start}, DataType::Int(64));
+    for (int k = start; k < end; ++k) out.data_as<int64_t>()[k - start] = in_type(call).shape[k];
+    return std::vector<NDArray>{out};
+  };
+  register_op(std::move(d));
+}
+
+std::vector<int64_t> constant_of_shape_shape(const OpCall& call) {
+  if (call.input_types[0].ndim() != 1) call.fail("the shape input must be 1-D, got " + call.input_types[0].str());
+  std::vector<int64_t> shape = call.constant_ints(0, "shape");
+  for (int64_t s : shape)
+    if (s < 0) call.fail("shape " + shape_to_string(shape) + " has a negative dimension");
+  return shape;
+}
+
+void register_constant_of_shape() {
+  OpDef d;
+  d.name = "ConstantOfShape";
+  d.doc = "ConstantOfShape(shape): a tensor of `shape` filled with `value`. ONNX's one-element tensor attribute is split by the importer "
+          "into `value` (a float) and `dtype` (the ONNX data type code: 1 float32, 6 int32, 7 int64, 9 bool, 11 float64 ...)";
+  d.attrs = {{"value", AttrKind::Float, AttrValue(0.0)}, {"dtype", AttrKind::Int, AttrValue(int64_t(1))}};
+  d.pattern = Pattern::Injective;
+  d.const_inputs = {0};
+  d.infer = [](const OpCall& call) {
+    return one(TensorType{constant_of_shape_shape(call), onnx_dtype(call, call.attrs.get_int("dtype"))});
+  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>&) {
+    DataType t = onnx_dtype(call, call.attrs.get_int("dtype"));
+    return std::vector<te::Tensor>{ops::fill(constant_of_shape_shape(call), make_const(t, call.attrs.get_float("value")), "constant_of_shape")};
+  };
+  register_op(std::move(d));
+}
+
+struct RangeSpec {
+  double start, delta;
+  int64_t n;
+};
+
+RangeSpec range_spec(const OpCall& call) {
+  const char* names[3] = {"start", "limit", "delta"};
+  double v[3];
+  for (int i = 0; i < 3; ++i) {
+    if (call.input_types[i].numel() != 1) call.fail(std::string(names[i]) + " must be a scalar, got " + call.input_types[i].str());
+    if (call.input_types[i].dtype != call.input_types[0].dtype)
+      call.fail(std::string("start and ") + names[i] + " have dtypes " + call.input_types[0].dtype.str() + " and " + call.input_types[i].dtype.str());
+    v[i] = constant_floats(call, i, names[i])[0];
+  }
+  if (v[2] == 0) call.fail("delta is 0");
+  return {v[0], v[2], std::max<int64_t>(0, static_cast<int64_t>(std::ceil((v[1] - v[0]) / v[2])))};
+}
+
+void register_range() {
+  OpDef d;
+  d.name = "Range";
+  d.doc = "Range(start, limit, delta): [start, start + delta, ...) up to limit (exclusive); all three constant scalars";
+  d.min_inputs = d.max_inputs = 3;
+  d.pattern = Pattern::Injective;
+  d.const_inputs = {0, 1, 2};
+  d.infer = [](const OpCall& call) { return one(TensorType{{range_spec(call).n}, call.input_types[0].dtype}); };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>&) {
+    RangeSpec r = range_spec(call);
+    return std::vector<te::Tensor>{ops::arange(r.start, r.delta, r.n, call.input_types[0].dtype, "range")};
+  };
+  register_op(std::move(d));
+}
+
+const bool registered = [] {
+  register_reshape();
+  register_flatten();
+  register_transpose();
+  register_squeeze();
+  register_unsqueeze();
+  register_expand();
+  register_shape();
+  register_constant_of_shape();
+  register_range();
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::graph::ops_detail
