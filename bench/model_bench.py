@@ -193,14 +193,15 @@ def bench_row(args, model, threads):
            "input_shape": list(x.shape), "kiln_threads_env": os.environ.get("KILN_NUM_THREADS")}
     kiln_run = None
     try:
-        kiln_run, facts = kiln_side(args, threads, module, x, ref)
+        run, facts = kiln_side(args, threads, module, x, ref)
         row.update(facts)
+        number = calls_per_repeat(warm_up(run, 3, 0.3), args.repeat_ms * 1e-3)
+        kiln_run = run
     except Exception as e:  # KilnError, an op the importer lacks, ...: the row says so, the peers still run
         row["kiln_error"] = f"{type(e).__name__}: {e}"
     print(f"model_bench: {row['name']} {threads}T: kiln {'ready' if kiln_run else 'failed: ' + row['kiln_error'][:200]}",
           file=sys.stderr, flush=True)
     if kiln_run:
-        number = calls_per_repeat(warm_up(kiln_run, 3, 0.3), args.repeat_ms * 1e-3)
         kiln_round = lambda: time_calls(kiln_run, 1, number)[0]  # noqa: E731
     else:
         kiln_round = lambda: float("nan")  # noqa: E731 (the peers are timed alone)

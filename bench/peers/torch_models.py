@@ -88,7 +88,7 @@ def variant(module, x, impl):
         def run():
             with torch.inference_mode():
                 return m(x)
-        return run, VARIANT_TEXT[impl]
+        return run, VARIANT_TEXT[impl] if x.dim() == 4 else "eager"
     if impl == "eager_channels_last":
         if x.dim() != 4:
             raise ValueError(f"channels_last needs a 4-D input, this model's is {x.dim()}-D")
@@ -212,8 +212,11 @@ class ModelPeer(launcher.Peer):
 
 def measure_peak_memory(impl, name, image_size, seq_len, threads, timeout=600):
     """peak_memory() in a fresh process with the peers' environment; its dict, or {"error": ...}."""
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "memory", _spec(impl, name, image_size, seq_len, threads)],
-                          capture_output=True, text=True, timeout=timeout, env=peer_env(threads))
+    try:
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "memory", _spec(impl, name, image_size, seq_len, threads)],
+                              capture_output=True, text=True, timeout=timeout, env=peer_env(threads))
+    except subprocess.TimeoutExpired:
+        return {"error": f"memory probe timed out after {timeout} s"}
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         return {"error": f"memory probe failed (status {proc.returncode}): {proc.stderr.strip()[-300:]}"}

@@ -2,6 +2,8 @@
 agree and are timed), PyTorch's peak-memory probe, and one row made end to
 end with kiln's importer stood in for (it fails, or it gives a wrong graph:
 the row says so and the peers are still timed)."""
+import importlib.machinery
+import importlib.util
 import os
 import sys
 
@@ -36,6 +38,22 @@ def test_table_shows_kilns_error_in_its_row():
     first = next(line for line in text.splitlines() if line.startswith("resnet18"))
     assert "kiln FAILED: KilnError: no operator Conv" in first and "more" not in first
     assert "peer did not run: jit: boom" in text and "0.50 (0.40..0.70)" in text and "1.25" in text
+
+
+def test_scoreboard_runs_the_models_only_when_asked(tmp_path):
+    loader = importlib.machinery.SourceFileLoader("scoreboard", os.path.join(ROOT, "bench", "scoreboard"))
+    sb = importlib.util.module_from_spec(importlib.util.spec_from_loader("scoreboard", loader))
+    loader.exec_module(sb)
+
+    class Args:
+        only, quick, trials, db, rounds, repeat_ms, models = [], True, 16, "none.db", 5, 20, ""
+    assert sb.bench_commands("build", Args, str(tmp_path)) == []
+    Args.models = "resnet18"
+    ((what, path, argv, env),) = sb.bench_commands("build", Args, str(tmp_path))
+    assert argv[1].endswith("model_bench.py") and argv[2:6] == ["--quick", "--models", "resnet18", "--build"]
+    assert argv[-2:] == ["--json", path]
+    text = sb.format_table([], [{"name": "resnet18 1x3x64x64", "threads": 1, "kiln_error": "KilnError: no Conv"}])
+    assert "kiln failed: KilnError: no Conv" in text
 
 
 def test_torch_variants_agree_and_time():
