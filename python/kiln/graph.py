@@ -58,7 +58,7 @@ class Builder:
         return v
 
     def constant(self, name, array):
-        return _g.make_constant(name, _np.ascontiguousarray(array))
+        return _g.make_constant(name, _np.asarray(array, order="C"))
 
     def op(self, op, *inputs, name="", outputs=None, **attrs):
         """Applies `op`; returns its one output, or the list of outputs when it has several."""
@@ -83,9 +83,9 @@ def run_op(op, inputs, **attrs):
         if a is None:
             vals.append(None)
         elif i in const_inputs:
-            vals.append(b.constant(f"c{i}", _np.asarray(a)))
+            vals.append(b.constant(f"c{i}", _np.asarray(a, order="C")))
         else:
-            a = _np.ascontiguousarray(a)
+            a = _np.asarray(a, order="C")
             vals.append(b.input(f"x{i}", a.shape, str(a.dtype)))
             feed.append(a)
     outs = _g.make_op(op, vals, attrs, op)

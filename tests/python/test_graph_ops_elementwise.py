@@ -442,13 +442,11 @@ def test_zero_dim_single_op(op):
     check(y, np.asarray(want).astype(y.dtype))
 
 
-@pytest.mark.xfail(strict=True, reason="kiln.graph.run_op feeds np.ascontiguousarray(a), which makes a 0-d array 1-d (python/kiln/graph.py)")
 def test_run_op_keeps_zero_dim():
     (y,) = G.run_op("Relu", [np.array(1.0, "float32")])
     assert y.shape == ()
 
 
-@pytest.mark.xfail(strict=True, reason="kiln.graph.Builder.constant passes np.ascontiguousarray(a), which makes a 0-d array 1-d (python/kiln/graph.py)")
 def test_builder_constant_keeps_zero_dim():
     b = G.Builder()
     assert b.constant("k", np.array(2.0, "float32")).shape == ()

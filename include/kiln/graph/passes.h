@@ -29,6 +29,9 @@ Graph remove_identity(const Graph& g);
  */
 Graph fold_constants(const Graph& g, int64_t max_bytes = int64_t(64) << 20);
 
+/** fold_constants for one node: its outputs as constants when it folds, else {} (importers fold as they build). */
+std::vector<Value> fold_node(const Ref<OpNode>& node, int64_t max_bytes = int64_t(64) << 20);
+
 /** Folds an inference BatchNormalization that follows a Conv into the Conv's weights and bias. */
 Graph fold_batch_norm(const Graph& g);
 

@@ -16,25 +16,27 @@ bool all_inputs_constant(const OpNode& n) {
 
 }  // namespace
 
+std::vector<Value> fold_node(const Ref<OpNode>& n, int64_t max_bytes) {
+  if (n->body.defined()) return {};
+  // An op with `evaluate` and no compute (Shape) needs only its input types.
+  bool from_types = n->op->evaluate && !n->op->compute;
+  if (!from_types && (!all_inputs_constant(*n) || n->inputs.empty())) return {};
+  if (!n->op->evaluate && !n->op->compute) return {};
+  int64_t bytes = 0;
+  for (const TensorType& t : n->types) bytes += t.bytes();
+  if (bytes > max_bytes) return {};
+  std::vector<NDArray> in;
+  for (const Value& v : n->inputs)
+    in.push_back(v.defined() && v.node->kind == NodeKind::Constant ? static_cast<const ConstantNode&>(*v.node).data : NDArray());
+  std::vector<NDArray> out = evaluate_node(*n, in);
+  std::vector<Value> values;
+  for (size_t i = 0; i < out.size(); ++i)
+    values.push_back(make_constant(n->name + (out.size() > 1 ? ":" + std::to_string(i) : ""), out[i])->output());
+  return values;
+}
+
 Graph fold_constants(const Graph& g, int64_t max_bytes) {
-  return rewrite_graph(g, [&](const Ref<OpNode>& n) -> std::vector<Value> {
-    if (n->body.defined()) return {};
-    // An op with `evaluate` and no compute (Shape) needs only its input types.
-    bool from_types = n->op->evaluate && !n->op->compute;
-    if (!from_types && (!all_inputs_constant(*n) || n->inputs.empty())) return {};
-    if (!n->op->evaluate && !n->op->compute) return {};
-    int64_t bytes = 0;
-    for (const TensorType& t : n->types) bytes += t.bytes();
-    if (bytes > max_bytes) return {};
-    std::vector<NDArray> in;
-    for (const Value& v : n->inputs)
-      in.push_back(v.defined() && v.node->kind == NodeKind::Constant ? static_cast<const ConstantNode&>(*v.node).data : NDArray());
-    std::vector<NDArray> out = evaluate_node(*n, in);
-    std::vector<Value> values;
-    for (size_t i = 0; i < out.size(); ++i)
-      values.push_back(make_constant(n->name + (out.size() > 1 ? ":" + std::to_string(i) : ""), out[i])->output());
-    return values;
-  });
+  return rewrite_graph(g, [&](const Ref<OpNode>& n) { return fold_node(n, max_bytes); });
 }
 
 }  // namespace kiln::graph
