@@ -5,6 +5,7 @@
 #include "kiln/graph/onnx.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -216,6 +217,7 @@ Graph from_onnx_bytes(const std::string& bytes, const InputShapes& shapes) {
 }
 
 Graph from_onnx(const std::string& path, const InputShapes& shapes) {
+  KILN_USER_CHECK(!std::filesystem::is_directory(path)) << "the ONNX file '" << path << "' is a directory";
   std::ifstream f(path, std::ios::binary);
   KILN_USER_CHECK(f.good()) << "cannot open the ONNX file '" << path << "' (no such file, or not readable)";
   std::ostringstream s;

@@ -81,8 +81,9 @@ def test_wrong_input_shape_at_run_time():
 
 # --- errors ------------------------------------------------------------------
 
-def test_missing_file():
+def test_missing_file(tmp_path):
     error("cannot open the ONNX file '/nonexistent/x.onnx'", kiln.graph.from_onnx, "/nonexistent/x.onnx")
+    error("is a directory", kiln.graph.from_onnx, tmp_path)
 
 
 def test_truncated_and_foreign_bytes(tmp_path):
