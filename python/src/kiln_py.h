@@ -69,6 +69,7 @@ pybind11::array ndarray_to_numpy(const NDArray& nd);
 NDArray numpy_to_ndarray(pybind11::handle obj);
 /** kiln.graph (py_graph.cpp): built with the graph compiler (KILN_PY_WITH_GRAPH). */
 void define_graph(py::module_& m);
+void define_onnx(py::module_& m);
 
 /** Raises kiln::Error (kiln.KilnError in Python) with the message. */
 [[noreturn]] void throw_user_error(const std::string& message);

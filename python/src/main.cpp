@@ -39,5 +39,6 @@ PYBIND11_MODULE(_kiln, m) {
 #endif
 #ifdef KILN_PY_WITH_GRAPH
   define_graph(m);
+  define_onnx(m);
 #endif
 }
