@@ -7,6 +7,7 @@
 #include "kiln/graph/op_registry.h"
 #include "kiln/support/error.h"
 #include "onnx_internal.h"
+#include "kiln/graph/passes.h"
 
 namespace kiln::graph::onnx_detail {
 
@@ -150,6 +151,10 @@ std::vector<Value> emit_node(OnnxNode n) {
   // Trailing absent optional inputs are dropped: the registry counts inputs up to the last one given.
   while (!n.inputs.empty() && !n.inputs.back().defined()) n.inputs.pop_back();
   Ref<OpNode> node = make_op(&op, n.inputs, n.attrs, n.name);
+  // Fold as we build: exporters compute shapes with Shape -> Gather -> Concat
+  // chains, and a Reshape reading one needs it constant to have a type.
+  std::vector<Value> folded = fold_node(node);
+  if (!folded.empty()) return folded;
   std::vector<Value> outs;
   for (int i = 0; i < node->num_outputs(); ++i) outs.push_back(node->output(i));
   return outs;
