@@ -89,7 +89,7 @@ def run_op(op, inputs, **attrs):
             vals.append(b.input(f"x{i}", a.shape, str(a.dtype)))
             feed.append(a)
     outs = _g.make_op(op, vals, attrs, op)
-    exe = _g.compile(b.build(outs), plain=True, fuse=False)
+    exe = _g.compile(b.build(outs), plain=True, fuse=False, layout=False)
     return exe.run(feed)
 
 
@@ -150,11 +150,16 @@ class Executor:
         return f"<kiln.graph.Executor: {self.num_kernels} kernels, arena {self.memory()['arena_bytes']} bytes>"
 
 
-def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False):
-    """Compiles a graph: passes, fusion, kernels (the DB's best records when `db` is given) and the memory plan."""
+def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, layout=True):
+    """Compiles a graph: passes, fusion, kernels (the DB's best records when `db` is given) and the memory plan.
+
+    fuse=False gives one kernel per operator, plain=True unscheduled kernels
+    (both for reference runs), layout=False keeps convolutions in NCHW, and
+    dump=True prints the graph after every pass (as KILN_DUMP_IR=1 does).
+    """
     if not isinstance(model, Graph):
         raise KilnError(f"kiln.compile takes a kiln.graph.Graph (from from_onnx, from_torch or a Builder), got a {type(model).__name__}")
-    return Executor(_g.compile(model, str(target), db or "", fuse, plain, dump), model)
+    return Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout), model)
 
 
 def _shape_dict(shapes):

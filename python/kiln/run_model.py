@@ -90,7 +90,7 @@ def main(argv=None):
         sources[g["schedule"]] = sources.get(g["schedule"], 0) + 1
     print("schedules: " + ", ".join(f"{v} {k}" for k, v in sorted(sources.items())))
     if not args.no_check:
-        ref = kiln.compile(model, target=args.target, fuse=False, plain=True)(*feed)
+        ref = kiln.compile(model, target=args.target, fuse=False, plain=True, layout=False)(*feed)
         worst = 0.0
         for o, r in zip(outs, ref):
             o64, r64 = np.asarray(o, np.float64), np.asarray(r, np.float64)

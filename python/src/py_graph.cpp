@@ -155,7 +155,7 @@ void define_graph(py::module_& root) {
   m.def("eliminate_common_subexpr", &eliminate_common_subexpr);
   m.def("fuse_ops", [](const Graph& g) { return fuse_ops(g); });
   m.def("wrap_ops", &wrap_ops);
-  m.def("optimize", [](const Graph& g, const std::string& target, bool fuse) { return optimize(g, Target::parse(target), {fuse, false}); },
+  m.def("optimize", [](const Graph& g, const std::string& target, bool fuse) { return optimize(g, Target::parse(target), {fuse, true, false}); },
         py::arg("graph"), py::arg("target") = "llvm", py::arg("fuse") = true);
 
   py::class_<Executor>(m, "Executor", "A compiled graph: kernels and a plan over one arena.")
@@ -215,8 +215,9 @@ void define_graph(py::module_& root) {
       })
       .def_property_readonly("num_kernels", [](const Executor& exe) { return exe.plan().kernel_names.size(); });
 
-  m.def("compile", [](const Graph& g, const std::string& target, const std::string& db, bool fuse, bool plain, bool dump) {
+  m.def("compile", [](const Graph& g, const std::string& target, const std::string& db, bool fuse, bool plain, bool dump, bool layout) {
     CompileOptions o;
+    o.layout = layout;
     o.target = target;
     o.db = db;
     o.fuse = fuse;
@@ -224,7 +225,7 @@ void define_graph(py::module_& root) {
     o.dump = dump;
     py::gil_scoped_release release;
     return compile(g, o);
-  }, py::arg("graph"), py::arg("target") = "llvm", py::arg("db") = "", py::arg("fuse") = true, py::arg("plain") = false, py::arg("dump") = false);
+  }, py::arg("graph"), py::arg("target") = "llvm", py::arg("db") = "", py::arg("fuse") = true, py::arg("plain") = false, py::arg("dump") = false, py::arg("layout") = true);
 }
 
 }  // namespace kiln::python

@@ -70,7 +70,7 @@ Executor compile(const Graph& g, const CompileOptions& options) {
   auto start = Clock::now();
   auto st = std::make_shared<Executor::State>();
   Target target = Target::parse(options.target);
-  st->graph = optimize(g, target, {options.fuse, options.dump});
+  st->graph = optimize(g, target, {options.fuse, options.layout, options.dump});
   Planner p;
   for (size_t i = 0; i < st->graph.inputs().size(); ++i)
     p.value_buffer[{st->graph.inputs()[i].get(), 0}] = p.add({PlanBuffer::Kind::Input, static_cast<int>(i), 0, st->graph.inputs()[i]->types[0]});

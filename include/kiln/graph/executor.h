@@ -31,6 +31,8 @@ struct CompileOptions {
   std::string db;
   /** false: one kernel per operator (the reference the fused graph is checked against). */
   bool fuse = true;
+  /** Convolutions in the blocked NCHWc layout (alter_conv_layout). */
+  bool layout = true;
   /** Plain (unscheduled) kernels: slow, simple, for references. */
   bool plain = false;
   /** Print the graph after every pass (as KILN_DUMP_IR does). */

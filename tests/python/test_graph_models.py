@@ -1,0 +1,77 @@
+"""Whole models, generated at test time with torch + torchvision (random
+weights), exported to ONNX, compiled by kiln and compared with PyTorch's own
+output (fp32, relative error <= 1e-4). Small inputs keep CI fast; the full
+sizes run in bench/model_bench.py."""
+import io
+
+import numpy as np
+import pytest
+
+import kiln
+
+torch = pytest.importorskip("torch")
+torchvision = pytest.importorskip("torchvision")
+
+
+def _export(net, x, opset=13):
+    buf = io.BytesIO()
+    with torch.no_grad():
+        torch.onnx.export(net, x, buf, input_names=["input"], output_names=["output"], opset_version=opset)
+    return buf.getvalue()
+
+
+def _check(net, x, opset=13, **compile_args):
+    net = net.eval()
+    model = kiln.graph.from_onnx(_export(net, x, opset), shapes={"input": tuple(x.shape)})
+    exe = kiln.compile(model, **compile_args)
+    (y,) = exe(x.numpy())
+    with torch.no_grad():
+        ref = net(x).numpy()
+    err = np.max(np.abs(y - ref)) / np.max(np.abs(ref))
+    assert y.shape == ref.shape
+    assert err <= 1e-4, f"relative error {err:.2e}"
+    return model, exe
+
+
+def _randomize_batch_norms(net):
+    # Fresh BatchNorms are identities; random statistics make their folding count.
+    g = torch.Generator().manual_seed(0)
+    for m in net.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+    return net
+
+
+def test_resnet18_matches_pytorch():
+    torch.manual_seed(0)
+    net = _randomize_batch_norms(torchvision.models.resnet18(weights=None))
+    model, exe = _check(net, torch.randn(1, 3, 64, 64))
+    groups = [g["ops"] for g in exe.groups()]
+    # Every conv takes its bias, residual add and relu: no standalone elementwise kernel is left.
+    assert not any(g in ("Relu", "Add", "Add+Relu") for g in groups), groups
+    m = exe.memory()
+    assert m["arena_bytes"] <= 0.5 * m["naive_bytes"], m
+
+
+def test_mobilenet_v2_matches_pytorch():
+    torch.manual_seed(1)
+    net = _randomize_batch_norms(torchvision.models.mobilenet_v2(weights=None))
+    _check(net, torch.randn(1, 3, 64, 64))
+
+
+def test_transformer_encoder_layer_matches_pytorch():
+    torch.manual_seed(2)
+    layer = torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, dropout=0.0, batch_first=True)
+    _check(layer, torch.randn(1, 16, 64))
+
+
+def test_unfused_and_nchw_paths_agree():
+    torch.manual_seed(3)
+    net = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3, stride=2, padding=1, groups=16),
+                              torch.nn.Hardswish(), torch.nn.Conv2d(16, 8, 1))
+    x = torch.randn(1, 8, 12, 12)
+    _check(net, x, fuse=False)
+    _check(net, x, plain=True)
