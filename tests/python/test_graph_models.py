@@ -15,8 +15,8 @@ torchvision = pytest.importorskip("torchvision")
 
 def _export(net, x, opset=13):
     buf = io.BytesIO()
-    with torch.no_grad():
-        torch.onnx.export(net, x, buf, input_names=["input"], output_names=["output"], opset_version=opset)
+    # Not under no_grad: there torch 1.13 runs TransformerEncoderLayer as one fused op ONNX cannot express.
+    torch.onnx.export(net, x, buf, input_names=["input"], output_names=["output"], opset_version=opset)
     return buf.getvalue()
 
 

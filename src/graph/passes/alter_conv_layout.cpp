@@ -132,7 +132,7 @@ std::vector<Value> rewrite_conv(const OpNode& conv, int64_t max_block) {
       for (int64_t c = 0; c < C; ++c)
         for (int64_t r = 0; r < KH * KW; ++r)
           p[((((k / kb) * (C / cb) + c / cb) * KH * KW + r) * cb + c % cb) * kb + k % kb] = w[(k * C + c) * KH * KW + r];
-    y = make_op("kiln.ConvNCHWc", {relayout(x, block_behind(x), cb), make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()},
+    y = make_op("kiln.ConvNCHWc", {relayout(x, 0, cb), make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()},
                 conv_attrs(shape->p), conv.name)->output();
   } else if (shape->group == C && K == C && ws[1] == 1) {
     kb = ops::channel_block(static_cast<int>(C), static_cast<int>(max_block));
@@ -140,12 +140,16 @@ std::vector<Value> rewrite_conv(const OpNode& conv, int64_t max_block) {
     float* p = packed.data_as<float>();
     for (int64_t c = 0; c < C; ++c)
       for (int64_t r = 0; r < KH * KW; ++r) p[((c / kb) * KH * KW + r) * kb + c % kb] = w[c * KH * KW + r];
-    y = make_op("kiln.DepthwiseConvNCHWc", {relayout(x, block_behind(x), kb), make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()},
+    y = make_op("kiln.DepthwiseConvNCHWc", {relayout(x, 0, kb), make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()},
                 conv_attrs(shape->p), conv.name)->output();
   } else {
     return {};
   }
-  if (B) y = make_op("Add", {y, *blocked_constant(*B, K, kb)}, {}, conv.name + ".bias")->output();
+  if (B) {
+    // The bias is per output channel: [K] read as [1, K, 1, 1].
+    NDArray per_channel = NDArray::wrap(B->data(), {1, K, 1, 1}, B->dtype());
+    y = make_op("Add", {y, *blocked_constant(per_channel, K, kb)}, {}, conv.name + ".bias")->output();
+  }
   return {relayout(y, kb, 0)};
 }
 
@@ -164,7 +168,7 @@ std::vector<Value> rewrite_elementwise(const OpNode& n) {
     if (!v.defined() || std::find(compile_time.begin(), compile_time.end(), static_cast<int>(i)) != compile_time.end()) {
       in.push_back(v);
     } else if (v.type().shape == n.types[0].shape) {
-      in.push_back(relayout(v, block_behind(v) == b ? b : 0, b));
+      in.push_back(relayout(v, 0, b));  // looks through a transform from b
     } else if (const NDArray* c = constant_of(v)) {
       auto bc = blocked_constant(*c, C, b);
       if (!bc) return {};
