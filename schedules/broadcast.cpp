@@ -38,6 +38,14 @@ std::vector<Expr> broadcast_index(const te::Tensor& t, const std::vector<Var>& o
   return idx;
 }
 
+std::vector<Expr> broadcast_index(const te::Tensor& t, const std::vector<Var>& out, const std::vector<int64_t>& out_shape) {
+  std::vector<int64_t> shape = const_shape(t);
+  size_t lead = out.size() - shape.size();
+  std::vector<Expr> idx;
+  for (size_t k = 0; k < shape.size(); ++k) idx.push_back(shape[k] == 1 && out_shape[lead + k] != 1 ? Expr(0) : Expr(out[lead + k]));
+  return idx;
+}
+
 te::Tensor unary(const te::Tensor& X, const UnaryFn& f, const std::string& name) {
   return te::compute(X.shape(), [&](const std::vector<Var>& i) { return f(X(std::vector<Expr>(i.begin(), i.end()))); }, name);
 }
@@ -54,7 +62,7 @@ te::Tensor nary(const std::vector<te::Tensor>& Xs, const NaryFn& f, const std::s
   for (int64_t d : shape) dims.push_back(Expr(static_cast<int>(d)));
   return te::compute(dims, [&](const std::vector<Var>& i) {
     std::vector<Expr> xs;
-    for (const te::Tensor& X : Xs) xs.push_back(X(broadcast_index(X, i)));
+    for (const te::Tensor& X : Xs) xs.push_back(X(broadcast_index(X, i, shape)));
     return f(xs);
   }, name);
 }

@@ -208,6 +208,7 @@ void define_graph(py::module_& root) {
           d["ops"] = g.ops;
           d["workload_key"] = g.workload_key;
           d["schedule"] = g.schedule;
+          d["schedule_detail"] = g.schedule_detail;
           d["flop"] = g.flop;
           out.append(d);
         }

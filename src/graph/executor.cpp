@@ -81,7 +81,7 @@ Executor compile(const Graph& g, const CompileOptions& options) {
     if (v.node->kind == NodeKind::Op && !output_of.count({v.node.get(), v.index})) output_of[{v.node.get(), v.index}] = static_cast<int>(i);
   }
   std::map<std::string, int> kernel_of_key;
-  std::vector<std::pair<std::string, double>> kernel_info;  // per kernel: schedule source, flop
+  std::vector<GroupInfo> kernel_info;  // per kernel: schedule, detail and flop
   std::vector<PlannedValue> lifetimes;
   std::vector<int> arena_ids;  // buffer id per lifetime entry
   std::unordered_map<int, int> lifetime_of_buffer;
@@ -109,11 +109,16 @@ Executor compile(const Graph& g, const CompileOptions& options) {
       st->modules.push_back(k.module);
       st->kernels.push_back(k.module.get_kernel(kname));
       p.plan.kernel_names.push_back(kname);
-      kernel_info.push_back({schedule_source_name(k.source), k.flop});
+      GroupInfo ki;
+      ki.schedule = schedule_source_name(k.source);
+      ki.schedule_detail = k.schedule_detail;
+      ki.flop = k.flop;
+      kernel_info.push_back(ki);
     }
     s.kernel = it->second;
-    info.schedule = kernel_info[s.kernel].first;
-    info.flop = kernel_info[s.kernel].second;
+    info.schedule = kernel_info[s.kernel].schedule;
+    info.schedule_detail = kernel_info[s.kernel].schedule_detail;
+    info.flop = kernel_info[s.kernel].flop;
     s.flop = info.flop;
     // Arguments: the node's inputs (in body-input order), the body's constants, then its outputs.
     for (const Value& v : node->inputs) {

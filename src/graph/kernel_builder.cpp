@@ -36,9 +36,11 @@ GroupKernel build_group_kernel(GraphDag dag, const Target& target, const std::st
     k.source = ScheduleSource::Plain;
   } else {
     if (!db_path.empty()) {
-      if (auto best = tuner::best_schedule(task, db_path)) {
+      std::string trace;
+      if (auto best = tuner::best_schedule(task, db_path, &trace)) {
         sch = *best;
         k.source = ScheduleSource::Database;
+        k.schedule_detail = trace;
       }
     }
     if (!sch.state()) {
@@ -46,6 +48,7 @@ GroupKernel build_group_kernel(GraphDag dag, const Target& target, const std::st
       tuner::Candidate c = space.default_candidate();
       sch = space.materialize(&c);
       k.source = ScheduleSource::Default;
+      k.schedule_detail = space.describe_sketch(c.sketch) + "; " + space.describe_candidate(c);
     }
   }
   k.module = build(sch, args, target, name);

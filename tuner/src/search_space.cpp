@@ -239,7 +239,20 @@ std::vector<Candidate> SearchSpace::seeds() const {
 Candidate SearchSpace::default_candidate() const {
   Candidate c;
   c.sketch = 0;
-  c.decisions = detail::default_decisions(impl_->dag, impl_->sketches[0]);
+  // Padding read by a tiled reduction is stored once rather than inlined
+  // (rule 1's exception): inlined, its bounds test runs at every load of the
+  // register tile, and on the ResNet layers the stored form wins.
+  for (int i = 0; i < num_sketches(); ++i) {
+    const detail::Sketch& sk = impl_->sketches[i];
+    bool stored = true;
+    for (size_t k = 0; k < sk.plans.size(); ++k)
+      if (impl_->dag.stages[k].may_materialize && sk.plans[k].kind != detail::PlanKind::Simple) stored = false;
+    if (stored) {
+      c.sketch = i;
+      break;
+    }
+  }
+  c.decisions = detail::default_decisions(impl_->dag, impl_->sketches[c.sketch]);
   materialize(&c);
   return c;
 }

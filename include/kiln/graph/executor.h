@@ -72,6 +72,7 @@ struct GroupInfo {
   std::string ops;            ///< "Conv+Add+Relu"
   std::string workload_key;
   std::string schedule;       ///< "default", "database" or "plain"
+  std::string schedule_detail;  ///< the default's sketch and decisions, or the record's trace
   double flop = 0;
 };
 

@@ -31,6 +31,8 @@ struct GroupKernel {
   std::string workload_key;
   double flop = 0;
   ScheduleSource source = ScheduleSource::Plain;
+  /** How it was scheduled: the sketch and decisions of a default schedule, the trace of a record. */
+  std::string schedule_detail;
 };
 
 /**

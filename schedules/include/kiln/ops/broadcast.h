@@ -22,6 +22,13 @@ std::vector<int64_t> broadcast_shape(const std::vector<int64_t>& a, const std::v
 std::vector<int64_t> const_shape(const te::Tensor& t);
 /** The indices that read `t` at output position `out` of a tensor of rank out.size() (broadcast rules). */
 std::vector<Expr> broadcast_index(const te::Tensor& t, const std::vector<Var>& out);
+/**
+ * The same, knowing the output's shape: a dimension of 1 that is 1 in the
+ * output too is read at the output's variable, not at 0, so an input of the
+ * output's shape is read exactly at the output's axes (what the tuner's
+ * fusion rule looks for: a conv's epilogue reads the conv at its own axes).
+ */
+std::vector<Expr> broadcast_index(const te::Tensor& t, const std::vector<Var>& out, const std::vector<int64_t>& out_shape);
 
 using UnaryFn = std::function<Expr(Expr)>;
 using BinaryFn = std::function<Expr(Expr, Expr)>;

@@ -63,7 +63,8 @@ class SearchSpace {
   std::vector<Candidate> seeds() const;
   /**
    * The schedule a task gets without tuning (the graph compiler's default for
-   * a fused group): sketch 0 with seeds()'s decisions, or where no vector
+   * a fused group): the first sketch that stores padding read by a tiled
+   * reduction (sketch 0 when there is none) with seeds()'s decisions, or where no vector
    * tile divides the innermost axis, the same structure with the widest tile
    * that does. Deterministic; trace set.
    */
