@@ -156,6 +156,79 @@ Tensor conv_nchw(const Tensor& X, const Tensor& Wt, const std::vector<WindowDim>
   }, name, names);
 }
 
+bool prefer_channels_last(int64_t group, int64_t out_channels) { return group == 1 && out_channels >= 16 && out_channels % 8 == 0; }
+
+Tensor conv_channels_last(const Tensor& X, const Tensor& Wt, const Tensor& B, const std::vector<WindowDim>& dims, const std::string& name) {
+  size_t r = dims.size();
+  KILN_USER_CHECK(r >= 1 && r <= 3 && X.ndim() == static_cast<int>(r) + 2 && Wt.ndim() == X.ndim())
+      << "conv: needs X [N, C, spatial...] and W [K, C, kernel...] of 1 to 3 spatial dims, got ranks " << X.ndim() << " and " << Wt.ndim();
+  std::vector<int64_t> xs = const_shape(X), ws = const_shape(Wt);
+  int64_t C = xs[1], K = ws[0];
+  KILN_USER_CHECK(ws[1] == C) << "conv: X has " << C << " channels but W expects " << ws[1];
+  bool any_pad = false;
+  for (const WindowDim& d : dims) any_pad = any_pad || d.pad_begin > 0 || d.pad_end > 0;
+  Tensor P = any_pad ? pad_spatial(X, dims, 0.0, name + ".pad") : X;
+  // W as [C, kernel..., K]. The tuner's rules inline every stage that is
+  // neither an output nor a reduction, and inlined, this transposition would
+  // gather each vector of weights across K rows; written as a sum over one
+  // element it is stored once per call instead (C*K*kernel elements, small
+  // beside the conv), and the tile reads contiguous vectors.
+  std::vector<int64_t> wt_shape = {C};
+  for (size_t j = 0; j < r; ++j) wt_shape.push_back(ws[j + 2]);
+  wt_shape.push_back(K);
+  IterVar one = reduce_axis(Range(0, imm(1)), "one");
+  Tensor WT = compute(dims_of(wt_shape), [&](const std::vector<Var>& i) {
+    std::vector<Expr> idx = {i.back() + one.var(), i[0]};
+    for (size_t j = 0; j < r; ++j) idx.push_back(i[j + 1]);
+    return te::sum(Wt(idx), {one});
+  }, name + ".wT");
+  std::vector<IterVar> axes;
+  std::vector<Expr> kidx(r, imm(0));
+  Expr rc = imm(0);
+  if (C > 1) {
+    axes.push_back(reduce_axis(Range(0, imm(C)), "rc"));
+    rc = axes.back().var();
+  }
+  std::vector<std::string> rnames = spatial_names(r, kReduceNames);
+  for (size_t j = 0; j < r; ++j)
+    if (ws[j + 2] > 1) {
+      axes.push_back(reduce_axis(Range(0, imm(ws[j + 2])), rnames[j]));
+      kidx[j] = axes.back().var();
+    }
+  if (axes.empty()) {
+    axes.push_back(reduce_axis(Range(0, imm(1)), "rc"));
+    rc = axes.back().var();
+  }
+  std::vector<int64_t> tshape = {xs[0]};
+  for (const WindowDim& d : dims) tshape.push_back(d.out);
+  tshape.push_back(K);
+  std::vector<std::string> tnames = {"n"};
+  for (const std::string& s : spatial_names(r, kOutNames)) tnames.push_back(s);
+  tnames.push_back("f");
+  Tensor T = compute(dims_of(tshape), [&](const std::vector<Var>& i) {
+    std::vector<Expr> xi = {i[0], rc}, wi = {rc};
+    for (size_t j = 0; j < r; ++j) {
+      Expr pos = times(i[j + 1], dims[j].stride);
+      if (!is_zero(kidx[j])) pos = pos + times(kidx[j], dims[j].dilation);
+      xi.push_back(pos);
+      wi.push_back(kidx[j]);
+    }
+    wi.push_back(i.back());
+    return te::sum(P(xi) * WT(wi), axes);
+  }, name, tnames);
+  std::vector<int64_t> out = {xs[0], K};
+  for (const WindowDim& d : dims) out.push_back(d.out);
+  std::vector<std::string> names = {"n", "f"};
+  for (const std::string& s : spatial_names(r, kOutNames)) names.push_back(s);
+  return compute(dims_of(out), [&](const std::vector<Var>& i) {
+    std::vector<Expr> ti = {i[0]};
+    for (size_t j = 0; j < r; ++j) ti.push_back(i[j + 2]);
+    ti.push_back(i[1]);
+    Expr y = T(ti);
+    return B.defined() ? y + B(i[1]) : y;
+  }, name + (B.defined() ? ".bias" : ".nchw"), names);
+}
+
 Tensor add_channel_bias(const Tensor& Y, const Tensor& B, const std::string& name) {
   KILN_USER_CHECK(B.ndim() == 1 && Y.ndim() >= 2) << "add_channel_bias: needs a 1-D bias and an [N, C, ...] tensor";
   return compute(Y.shape(), [&](const std::vector<Var>& i) { return Y(std::vector<Expr>(i.begin(), i.end())) + B(i[1]); }, name);

@@ -83,6 +83,14 @@ CONV_CASES = [
     ((1, 4, 7, 7), (4, 4, 7, 7), dict()),                                                     # kernel as large as the input
     ((2, 4, 13), (4, 2, 3), dict(group=2, pads=[2, 1], strides=[2], dilations=[2])),          # 1-D
     ((1, 2, 5, 6, 5), (3, 2, 3, 2, 3), dict(pads=[1, 0, 1, 1, 1, 0])),                        # 3-D
+    # 16+ output channels (a multiple of 8) and group 1: computed with the output channel innermost
+    ((2, 5, 9, 8), (16, 5, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 3, 11, 10), (24, 3, 3, 2), dict(strides=[2, 2], pads=[0, 1, 2, 0], dilations=[2, 1])),
+    ((1, 1, 9, 9), (16, 1, 5, 5), dict(auto_pad="SAME_LOWER", strides=[2, 2])),               # one input channel
+    ((2, 8, 5, 6), (32, 8, 1, 1), dict()),                                                    # 1x1
+    ((1, 4, 6, 6), (16, 4, 6, 6), dict()),                                                    # 1x1 output
+    ((2, 4, 13), (16, 4, 3), dict(pads=[2, 1], strides=[2], dilations=[2])),                  # 1-D
+    ((1, 2, 5, 6, 5), (16, 2, 3, 2, 3), dict(pads=[1, 0, 1, 1, 1, 0])),                       # 3-D
 ]
 
 
@@ -118,7 +126,7 @@ def test_conv_same_upper_matches_torch_same(rng):
     close(y, F.conv2d(t(x), t(w), padding="same").numpy())
 
 
-@pytest.mark.parametrize("x_shape,w_shape,attrs", [CONV_CASES[i] for i in (0, 1, 2, 5, 6, 9, 13)])
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [CONV_CASES[i] for i in (0, 1, 2, 5, 6, 9, 13, 15, 16, 17, 18, 20)])
 def test_conv_bias_relu_compiled(rng, x_shape, w_shape, attrs):
     """Conv + bias + Relu: one fused kernel with the default schedule."""
     x, w, b = rand(rng, *x_shape), rand(rng, *w_shape), rand(rng, w_shape[0])
@@ -128,11 +136,12 @@ def test_conv_bias_relu_compiled(rng, x_shape, w_shape, attrs):
     assert exe.num_kernels == 1
 
 
-def test_conv_with_input_weights_compiled(rng):
+@pytest.mark.parametrize("k,group", [(4, 2), (16, 1)])
+def test_conv_with_input_weights_compiled(rng, k, group):
     # Weights fed at run time (not constants) work the same.
-    x, w, b = rand(rng, 1, 4, 6, 6), rand(rng, 4, 2, 3, 3), rand(rng, 4)
-    y, _ = compile_run("Conv", [("in", x), ("in", w), ("in", b)], None, group=2, pads=[0, 1, 1, 0])
-    close(y, torch_conv(x, w, b, [1, 1], [0, 1, 1, 0], [1, 1], 2))
+    x, w, b = rand(rng, 1, 4, 6, 6), rand(rng, k, 4 // group, 3, 3), rand(rng, k)
+    y, _ = compile_run("Conv", [("in", x), ("in", w), ("in", b)], None, group=group, pads=[0, 1, 1, 0])
+    close(y, torch_conv(x, w, b, [1, 1], [0, 1, 1, 0], [1, 1], group))
 
 
 # ---------------------------------------------------------------- Gemm and MatMul

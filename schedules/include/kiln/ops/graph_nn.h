@@ -70,6 +70,19 @@ Tensor pad_spatial(const Tensor& X, const std::vector<WindowDim>& dims, double v
  */
 Tensor conv_nchw(const Tensor& X, const Tensor& W, const std::vector<WindowDim>& dims, int64_t group, const std::string& name = "conv",
                  Tensor* padded = nullptr);
+/**
+ * The same convolution (group 1) computed with the output channel innermost,
+ * for the tuner's register tiles: the weights are transposed to
+ * [C, kernel..., K] (a stage of their own), the reduction is
+ * T[n, o..., k] = sum over (rc, r...) of P[n, rc, o*stride + r*dilation] *
+ * Wt[rc, r..., k], so a tile's vectors run along k through contiguous
+ * weights while P is read one broadcast scalar at a time; a last stage adds
+ * the bias (B may be undefined) and writes NCHW. Padding and extent-1
+ * reduce axes as conv_nchw.
+ */
+Tensor conv_channels_last(const Tensor& X, const Tensor& W, const Tensor& B, const std::vector<WindowDim>& dims, const std::string& name = "conv");
+/** Whether conv_channels_last suits a group-1 conv of K output channels: enough of them for whole vectors. */
+bool prefer_channels_last(int64_t group, int64_t out_channels);
 /** Y[n, k, ...] + B[k]: the bias as an elementwise stage after the reduction. */
 Tensor add_channel_bias(const Tensor& Y, const Tensor& B, const std::string& name = "bias");
 
