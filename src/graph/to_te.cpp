@@ -53,24 +53,19 @@ GraphDag to_te(const Graph& g) {
     dag.inputs.push_back(te::placeholder(const_dims(in->types[0]), in->types[0].dtype, in->name));
     tensors[in.get()] = {dag.inputs.back()};
   }
-  // Constants become tensors when a kernel reads them: one read only at
-  // compile time (Reshape's shape, Slice's starts) is no kernel argument.
-  auto tensor_of = [&](const Value& v) -> te::Tensor {
-    auto it = tensors.find(v.node.get());
-    if (it != tensors.end()) return it->second[v.index];
-    KILN_CHECK(v.node->kind == NodeKind::Constant) << "to_te: '" << v.node->name << "' is read before it is computed";
-    const auto& c = static_cast<const ConstantNode&>(*v.node);
-    if (c.types[0].numel() == 1 && !std::isnan(scalar_value(c.data))) {
-      tensors[&c] = {immediate(c)};
-    } else {
-      dag.constants.push_back(Ref<ConstantNode>(&c));
-      dag.constant_tensors.push_back(te::placeholder(const_dims(c.types[0]), c.types[0].dtype, "w" + std::to_string(dag.constants.size() - 1)));
-      tensors[&c] = {dag.constant_tensors.back()};
-    }
-    return tensors[&c][0];
-  };
   for (const auto& n : g.topo_order()) {
-    if (n->kind != NodeKind::Op) continue;
+    if (n->kind == NodeKind::Input) continue;
+    if (n->kind == NodeKind::Constant) {
+      const auto& c = static_cast<const ConstantNode&>(*n);
+      if (c.types[0].numel() == 1 && !std::isnan(scalar_value(c.data))) {
+        tensors[n.get()] = {immediate(c)};
+      } else {
+        dag.constants.push_back(Ref<ConstantNode>(&c));
+        dag.constant_tensors.push_back(te::placeholder(const_dims(c.types[0]), c.types[0].dtype, "w" + std::to_string(dag.constants.size() - 1)));
+        tensors[n.get()] = {dag.constant_tensors.back()};
+      }
+      continue;
+    }
     const auto& op = static_cast<const OpNode&>(*n);
     KILN_USER_CHECK(op.op->compute) << op.op->name << " node '" << op.name << "' has no compute (pattern "
                                     << pattern_name(op.op->pattern) << "); it must be folded away before compilation";
@@ -78,7 +73,7 @@ GraphDag to_te(const Graph& g) {
     std::vector<te::Tensor> in;
     for (size_t i = 0; i < op.inputs.size(); ++i) {
       bool compile_time = std::find(op.op->const_inputs.begin(), op.op->const_inputs.end(), static_cast<int>(i)) != op.op->const_inputs.end();
-      in.push_back(!op.inputs[i].defined() || compile_time ? te::Tensor() : tensor_of(op.inputs[i]));
+      in.push_back(!op.inputs[i].defined() || compile_time ? te::Tensor() : tensors.at(op.inputs[i].node.get())[op.inputs[i].index]);
     }
     std::vector<te::Tensor> out = op.op->compute(call, in);
     KILN_CHECK(out.size() == op.types.size()) << op.op->name << "'s compute gave " << out.size() << " tensors for " << op.types.size() << " outputs";
@@ -92,7 +87,7 @@ GraphDag to_te(const Graph& g) {
     tensors[n.get()] = std::move(out);
   }
   for (const Value& v : g.outputs()) {
-    te::Tensor t = tensor_of(v);
+    te::Tensor t = tensors.at(v.node.get())[v.index];
     if (v.node->kind != NodeKind::Op) {
       // Inputs and constants are not computed by the kernel: copy them out.
       t = te::compute(t.shape(), [t](const std::vector<Var>& i) { return t(std::vector<Expr>(i.begin(), i.end())); }, "copy");
