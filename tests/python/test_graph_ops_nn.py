@@ -25,10 +25,10 @@ def t(a):
     return torch.from_numpy(np.ascontiguousarray(a))
 
 
-def compile_run(op, feeds, consts, epilogue=None, **attrs):
-    """`op` on graph inputs `feeds` and constants `consts` (a list, None for absent; in input order by
-    the pairs (kind, array)), optionally followed by `epilogue(builder, y)`; compiled with default
-    schedules and fusion. Returns (output, executor)."""
+def compile_run(op, feeds, epilogue=None, **attrs):
+    """`op` on `feeds`, (kind, array) pairs in input order with kind "in" (a graph input) or "const",
+    optionally followed by `epilogue(builder, y)`; compiled with default schedules and fusion.
+    Returns (output, executor)."""
     b = Builder()
     vals, feed = [], []
     for i, (kind, a) in enumerate(feeds):
@@ -130,7 +130,7 @@ def test_conv_same_upper_matches_torch_same(rng):
 def test_conv_bias_relu_compiled(rng, x_shape, w_shape, attrs):
     """Conv + bias + Relu: one fused kernel with the default schedule."""
     x, w, b = rand(rng, *x_shape), rand(rng, *w_shape), rand(rng, w_shape[0])
-    y, exe = compile_run("Conv", [("in", x), ("const", w), ("const", b)], None, lambda bd, v: bd.op("Relu", v), **attrs)
+    y, exe = compile_run("Conv", [("in", x), ("const", w), ("const", b)], lambda bd, v: bd.op("Relu", v), **attrs)
     strides, pads, dil, group = resolved(x_shape, w_shape, attrs)
     close(y, np.maximum(torch_conv(x, w, b, strides, pads, dil, group), 0))
     assert exe.num_kernels == 1
@@ -140,7 +140,7 @@ def test_conv_bias_relu_compiled(rng, x_shape, w_shape, attrs):
 def test_conv_with_input_weights_compiled(rng, k, group):
     # Weights fed at run time (not constants) work the same.
     x, w, b = rand(rng, 1, 4, 6, 6), rand(rng, k, 4 // group, 3, 3), rand(rng, k)
-    y, _ = compile_run("Conv", [("in", x), ("in", w), ("in", b)], None, group=group, pads=[0, 1, 1, 0])
+    y, _ = compile_run("Conv", [("in", x), ("in", w), ("in", b)], group=group, pads=[0, 1, 1, 0])
     close(y, torch_conv(x, w, b, [1, 1], [0, 1, 1, 0], [1, 1], group))
 
 
@@ -166,7 +166,7 @@ def test_gemm_defaults_and_compiled(rng):
     a, w, c = rand(rng, 4, 6), rand(rng, 8, 6), rand(rng, 8)
     (y,) = run_op("Gemm", [a, w, c], transB=1)
     close(y, a @ w.T + c)
-    y2, exe = compile_run("Gemm", [("in", a), ("const", w), ("const", c)], None, lambda bd, v: bd.op("Relu", v), transB=1, alpha=2.0)
+    y2, exe = compile_run("Gemm", [("in", a), ("const", w), ("const", c)], lambda bd, v: bd.op("Relu", v), transB=1, alpha=2.0)
     close(y2, np.maximum(2 * a @ w.T + c, 0))
     assert exe.num_kernels == 1
 
@@ -362,7 +362,7 @@ def test_softmax_default_axis_and_1d(rng):
 @pytest.mark.parametrize("axis,scale_shape,with_bias", [(-1, (8,), True), (-1, (8,), False), (1, (4, 8), True), (-2, (1, 8), True), (2, (8,), True)])
 def test_layer_norm(rng, axis, scale_shape, with_bias):
     x = rand(rng, 2, 3, 4, 8) * 3 + 1
-    norm = x.shape[axis:] if axis >= 0 else x.shape[axis:]
+    norm = x.shape[axis:]
     scale = rand(rng, *scale_shape)
     bias = rand(rng, *scale_shape) if with_bias else None
     (y,) = run_op("LayerNormalization", [x, scale] + ([bias] if with_bias else []), axis=axis, epsilon=1e-3)
