@@ -1,0 +1,102 @@
+// Pooling: MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool. Pattern
+// Reduction: a pool reduces a small window per output, which the tuner's
+// simple rule vectorises as it is (no multi-level tiling to leave room for),
+// and an elementwise consumer may still fuse after it.
+#include "kiln/ops/graph_nn.h"
+
+#include "op_helpers.h"
+#include "window_attrs.h"
+
+namespace kiln::graph::ops_detail {
+namespace {
+
+// X [N, C, spatial...] with `what` spatial dims (0: any number >= 1).
+void expect_pool_input(const OpCall& call, size_t spatial) {
+  const TensorType& x = call.input_types[0];
+  if (x.ndim() < 3) call.fail("X " + x.str() + " must be [N, C, spatial...] with at least one spatial dim");
+  if (spatial != 0 && static_cast<size_t>(x.ndim()) != spatial + 2)
+    call.fail("kernel_shape has " + std::to_string(spatial) + " dims but X " + x.str() + " has " + std::to_string(x.ndim() - 2) + " spatial dims");
+}
+
+std::vector<ops::WindowDim> pool_windows(const OpCall& call) {
+  const std::vector<int64_t>& kernel = call.attrs.get_ints("kernel_shape");
+  if (kernel.empty()) call.fail("kernel_shape is required and must not be empty");
+  expect_pool_input(call, kernel.size());
+  return resolve_windows(call, kernel, true);
+}
+
+std::vector<TensorType> pool_infer(const OpCall& call) {
+  std::vector<ops::WindowDim> dims = pool_windows(call);
+  TensorType t = call.input_types[0];
+  for (size_t j = 0; j < dims.size(); ++j) t.shape[j + 2] = dims[j].out;
+  return {t};
+}
+
+std::vector<TensorType> global_infer(const OpCall& call) {
+  expect_pool_input(call, 0);
+  TensorType t = call.input_types[0];
+  for (int j = 2; j < t.ndim(); ++j) t.shape[j] = 1;
+  return {t};
+}
+
+std::vector<AttrSpec> window_attrs(bool dilations) {
+  std::vector<AttrSpec> a = {{"auto_pad", AttrKind::String, std::string("NOTSET")},
+                             {"ceil_mode", AttrKind::Int, int64_t(0)},
+                             {"kernel_shape", AttrKind::Ints, std::nullopt},
+                             {"pads", AttrKind::Ints, std::vector<int64_t>{}},
+                             {"strides", AttrKind::Ints, std::vector<int64_t>{}}};
+  if (dilations) a.push_back({"dilations", AttrKind::Ints, std::vector<int64_t>{}});
+  return a;
+}
+
+void register_max_pool() {
+  OpDef d;
+  d.name = "MaxPool";
+  d.doc = "max over windows (1 to 3 spatial dims), asymmetric pads, dilations, ceil_mode; output Y only (no Indices)";
+  d.attrs = window_attrs(true);
+  // storage_order only lays out the Indices output, which kiln does not produce.
+  d.attrs.push_back({"storage_order", AttrKind::Int, int64_t(0)});
+  d.pattern = Pattern::Reduction;
+  d.infer = pool_infer;
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) { return std::vector<te::Tensor>{ops::max_pool(in[0], pool_windows(call), "maxpool")}; };
+  register_op(std::move(d));
+}
+
+void register_avg_pool() {
+  OpDef d;
+  d.name = "AveragePool";
+  d.doc = "mean over windows, asymmetric pads, ceil_mode; count_include_pad=0 divides by the elements inside X";
+  d.attrs = window_attrs(false);
+  d.attrs.push_back({"count_include_pad", AttrKind::Int, int64_t(0)});
+  d.pattern = Pattern::Reduction;
+  d.infer = pool_infer;
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    return std::vector<te::Tensor>{ops::avg_pool(in[0], pool_windows(call), call.attrs.get_int("count_include_pad") != 0, "avgpool")};
+  };
+  register_op(std::move(d));
+}
+
+void register_global(const std::string& name, ops::ReduceOp op, const std::string& doc) {
+  OpDef d;
+  d.name = name;
+  d.doc = doc;
+  d.pattern = Pattern::Reduction;
+  d.infer = global_infer;
+  d.compute = [op, name](const OpCall& call, const std::vector<te::Tensor>& in) {
+    std::vector<int> axes;
+    for (int j = 2; j < call.input_types[0].ndim(); ++j) axes.push_back(j);
+    return std::vector<te::Tensor>{ops::reduce(in[0], op, axes, true, name)};
+  };
+  register_op(std::move(d));
+}
+
+const bool registered = [] {
+  register_max_pool();
+  register_avg_pool();
+  register_global("GlobalAveragePool", ops::ReduceOp::Mean, "mean over every spatial dim, kept as 1s");
+  register_global("GlobalMaxPool", ops::ReduceOp::Max, "max over every spatial dim, kept as 1s");
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::graph::ops_detail

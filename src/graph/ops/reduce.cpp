@@ -1,0 +1,141 @@
+// Reductions and normalisations: ReduceSum / Mean / Max / Min, Softmax,
+// LayerNormalization (pattern Reduction).
+#include <algorithm>
+
+#include "kiln/ops/graph_nn.h"
+#include "kiln/support/error.h"
+#include "op_helpers.h"
+
+namespace kiln::graph::ops_detail {
+namespace {
+
+struct ReduceSpec {
+  std::vector<int> axes;  // normalised, sorted, distinct
+  bool keepdims = true;
+};
+
+// ReduceSum (opset 13) takes its axes as constant input 1, the others (opset < 18) as an attribute.
+ReduceSpec reduce_spec(const OpCall& call, bool axes_input) {
+  int rank = call.input_types[0].ndim();
+  std::vector<int64_t> raw;
+  if (axes_input) {
+    if (call.has_input(1)) {
+      if (call.input_types[1].ndim() > 1) call.fail("axes (input 1) must be 1-D, got " + call.input_types[1].str());
+      raw = call.constant_ints(1, "axes");
+    }
+  } else {
+    raw = call.attrs.get_ints("axes");
+  }
+  ReduceSpec s;
+  s.keepdims = call.attrs.get_int("keepdims") != 0;
+  for (int64_t a : raw) {
+    int n = normalize_axis(call, a, rank);
+    if (std::find(s.axes.begin(), s.axes.end(), n) != s.axes.end()) call.fail("axes " + attr_to_string(raw) + " name axis " + std::to_string(n) + " twice");
+    s.axes.push_back(n);
+  }
+  std::sort(s.axes.begin(), s.axes.end());
+  // Empty axes reduce everything, unless noop_with_empty_axes asks for the input as it is.
+  if (s.axes.empty() && call.attrs.get_int_or("noop_with_empty_axes", 0) == 0)
+    for (int d = 0; d < rank; ++d) s.axes.push_back(d);
+  return s;
+}
+
+void register_reduce(const std::string& name, ops::ReduceOp op, bool axes_input) {
+  OpDef d;
+  d.name = name;
+  d.doc = axes_input ? "reduction over the axes of constant input 1 (all when absent), keepdims" : "reduction over the axes attribute (all when empty), keepdims";
+  d.pattern = Pattern::Reduction;
+  d.attrs = {{"keepdims", AttrKind::Int, int64_t(1)}};
+  if (axes_input) {
+    d.max_inputs = 2;
+    d.const_inputs = {1};
+    d.attrs.push_back({"noop_with_empty_axes", AttrKind::Int, int64_t(0)});
+  } else {
+    d.attrs.push_back({"axes", AttrKind::Ints, std::vector<int64_t>{}});
+  }
+  d.infer = [axes_input](const OpCall& call) {
+    ReduceSpec s = reduce_spec(call, axes_input);
+    TensorType t = call.input_types[0];
+    std::vector<int64_t> shape;
+    for (int k = 0; k < t.ndim(); ++k) {
+      bool reduced = std::binary_search(s.axes.begin(), s.axes.end(), k);
+      if (!reduced) shape.push_back(t.shape[k]);
+      else if (s.keepdims) shape.push_back(1);
+    }
+    t.shape = shape;
+    return std::vector<TensorType>{t};
+  };
+  d.compute = [op, name, axes_input](const OpCall& call, const std::vector<te::Tensor>& in) {
+    ReduceSpec s = reduce_spec(call, axes_input);
+    return std::vector<te::Tensor>{ops::reduce(in[0], op, s.axes, s.keepdims, name)};
+  };
+  register_op(std::move(d));
+}
+
+void register_softmax() {
+  OpDef d;
+  d.name = "Softmax";
+  d.doc = "exp(x - max) / sum along one axis (opset 13: default -1)";
+  d.attrs = {{"axis", AttrKind::Int, int64_t(-1)}};
+  d.pattern = Pattern::Reduction;
+  d.infer = [](const OpCall& call) {
+    if (!call.input_types[0].dtype.is_float()) call.fail("X must be a float tensor, got " + call.input_types[0].str());
+    normalize_axis(call, call.attrs.get_int("axis"), call.input_types[0].ndim());
+    return same_as_input(call);
+  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    int axis = normalize_axis(call, call.attrs.get_int("axis"), call.input_types[0].ndim());
+    return std::vector<te::Tensor>{ops::softmax_axis(in[0], axis, "softmax")};
+  };
+  register_op(std::move(d));
+}
+
+void register_layer_norm() {
+  OpDef d;
+  d.name = "LayerNormalization";
+  d.doc = "(x - mean) / sqrt(var + epsilon) * Scale + B over dims axis..rank-1 (opset 17); output Y only (no Mean, InvStdDev)";
+  d.min_inputs = 2;
+  d.max_inputs = 3;
+  // stash_type picks float32 statistics for low-precision inputs; kiln computes them in X's float type.
+  d.attrs = {{"axis", AttrKind::Int, int64_t(-1)}, {"epsilon", AttrKind::Float, 1e-5}, {"stash_type", AttrKind::Int, int64_t(1)}};
+  d.pattern = Pattern::Reduction;
+  d.infer = [](const OpCall& call) {
+    const TensorType& x = call.input_types[0];
+    if (!x.dtype.is_float()) call.fail("X must be a float tensor, got " + x.str());
+    int axis = normalize_axis(call, call.attrs.get_int("axis"), x.ndim());
+    std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
+    for (int i = 1; i < 3; ++i) {
+      if (!call.has_input(i)) continue;
+      const TensorType& t = call.input_types[i];
+      const char* what = i == 1 ? "Scale" : "B";
+      if (t.dtype != x.dtype) call.fail(std::string(what) + " has dtype " + t.dtype.str() + " but X has " + x.dtype.str());
+      bool ok = t.ndim() <= static_cast<int>(normalized.size());
+      try {
+        ok = ok && ops::broadcast_shape(t.shape, normalized) == normalized;
+      } catch (const Error&) {
+        ok = false;
+      }
+      if (!ok) call.fail(std::string(what) + " " + t.str() + " does not broadcast to the normalised shape " + attr_to_string(normalized) + " of X " + x.str() + " (axis " + std::to_string(axis) + ")");
+    }
+    return same_as_input(call);
+  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    int axis = normalize_axis(call, call.attrs.get_int("axis"), call.input_types[0].ndim());
+    te::Tensor bias = in.size() > 2 ? in[2] : te::Tensor();
+    return std::vector<te::Tensor>{ops::layer_norm_axes(in[0], in[1], bias, axis, call.attrs.get_float("epsilon"), "layernorm")};
+  };
+  register_op(std::move(d));
+}
+
+const bool registered = [] {
+  register_reduce("ReduceSum", ops::ReduceOp::Sum, true);
+  register_reduce("ReduceMean", ops::ReduceOp::Mean, false);
+  register_reduce("ReduceMax", ops::ReduceOp::Max, false);
+  register_reduce("ReduceMin", ops::ReduceOp::Min, false);
+  register_softmax();
+  register_layer_norm();
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::graph::ops_detail
