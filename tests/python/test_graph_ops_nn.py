@@ -25,7 +25,7 @@ def t(a):
     return torch.from_numpy(np.ascontiguousarray(a))
 
 
-def compile_run(op, feeds, epilogue=None, **attrs):
+def compile_run(op, feeds, epilogue=None, layout=True, **attrs):
     """`op` on `feeds`, (kind, array) pairs in input order with kind "in" (a graph input) or "const",
     optionally followed by `epilogue(builder, y)`; compiled with default schedules and fusion.
     Returns (output, executor)."""
@@ -42,7 +42,7 @@ def compile_run(op, feeds, epilogue=None, **attrs):
     y = b.op(op, *vals, **attrs)
     if epilogue:
         y = epilogue(b, y)
-    exe = kiln.compile(b.build(y))
+    exe = kiln.compile(b.build(y), layout=layout)
     return exe(*feed)[0], exe
 
 
@@ -128,12 +128,17 @@ def test_conv_same_upper_matches_torch_same(rng):
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs", [CONV_CASES[i] for i in (0, 1, 2, 5, 6, 9, 13, 15, 16, 17, 18, 20)])
 def test_conv_bias_relu_compiled(rng, x_shape, w_shape, attrs):
-    """Conv + bias + Relu: one fused kernel with the default schedule."""
+    """Conv + bias + Relu: one fused kernel with the default schedule (NCHW), and the same in NCHWc."""
     x, w, b = rand(rng, *x_shape), rand(rng, *w_shape), rand(rng, w_shape[0])
-    y, exe = compile_run("Conv", [("in", x), ("const", w), ("const", b)], lambda bd, v: bd.op("Relu", v), **attrs)
     strides, pads, dil, group = resolved(x_shape, w_shape, attrs)
-    close(y, np.maximum(torch_conv(x, w, b, strides, pads, dil, group), 0))
+    expected = np.maximum(torch_conv(x, w, b, strides, pads, dil, group), 0)
+    y, exe = compile_run("Conv", [("in", x), ("const", w), ("const", b)], lambda bd, v: bd.op("Relu", v), layout=False, **attrs)
+    close(y, expected)
     assert exe.num_kernels == 1
+    # Blocked layout: the conv group plus layout changes at the graph's NCHW boundary (when the conv is blocked).
+    y, exe = compile_run("Conv", [("in", x), ("const", w), ("const", b)], lambda bd, v: bd.op("Relu", v), **attrs)
+    close(y, expected)
+    assert exe.num_kernels in (1, 3)
 
 
 @pytest.mark.parametrize("k,group", [(4, 2), (16, 1)])
