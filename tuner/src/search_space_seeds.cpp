@@ -10,6 +10,7 @@
 // waiting for random sampling to find a tile that does not spill.
 #include <algorithm>
 
+#include "kiln/ir/functor.h"
 #include "search_space_internal.h"
 
 namespace kiln::tuner::detail {
@@ -49,11 +50,36 @@ int64_t tile_width(const Slot& slot, int lanes, int vectors) {
   return w;
 }
 
+// Per spatial axis of a tiled stage: whether it indexes an operand that the
+// stage reads along its innermost axis (B of a matmul, the weights of a
+// conv). Register-tile rows along such an axis each need a vector load of
+// their own; rows along the others share one (so rows go there first).
+std::vector<bool> indexes_vector_operand(const StageInfo& st) {
+  std::vector<bool> marked(st.spatial.size(), false);
+  if (!st.op || st.op->axis.empty()) return marked;
+  const Variable* inner = st.op->axis.back()->var.get();
+  post_order_visit(st.body, [&](const Expr& e) {
+    const TensorLoad* t = e.as<TensorLoad>();
+    if (!t) return;
+    std::vector<const Variable*> vars;
+    for (const Expr& i : t->indices)
+      post_order_visit(i, [&](const Expr& x) {
+        if (const Variable* v = x.as<Variable>()) vars.push_back(v);
+      });
+    if (std::find(vars.begin(), vars.end(), inner) == vars.end()) return;
+    for (size_t k = 0; k + 1 < st.op->axis.size() && k < marked.size(); ++k)
+      if (std::find(vars.begin(), vars.end(), st.op->axis[k]->var.get()) != vars.end()) marked[k] = true;
+  });
+  return marked;
+}
+
 // One seed of plan p with a register tile `width` wide and about `reduce`
 // reduce steps unrolled around it (R1, innermost axes first); false when the
 // plan is not tiled.
-bool seed_plan(const DagInfo& dag, const Sketch& sk, const StagePlan& p, int64_t width, int64_t reduce, std::vector<int>* d) {
+bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const StagePlan& p, int64_t width, int64_t reduce, std::vector<int>* d) {
   if (p.spatial_tiles.empty()) return false;
+  std::vector<bool> shares_no_vector = indexes_vector_operand(st);
+  for (size_t k = 0; k < shares_no_vector.size(); ++k) shares_no_vector[k] = !shares_no_vector[k];
   size_t n = p.spatial_tiles.size();
   const Slot& last = sk.slots[p.spatial_tiles[n - 1]];
   put_tile(last, width, d);
@@ -61,13 +87,16 @@ bool seed_plan(const DagInfo& dag, const Sketch& sk, const StagePlan& p, int64_t
   // One register spare beside the tile, as the hand schedules keep it
   // (LLVM loads the next step's vector early).
   int64_t rows_left = max_tile_rows(dag.registers - 1, vectors), rows = 1;
-  for (size_t k = n - 1; k-- > 0;) {
-    const Slot& s = sk.slots[p.spatial_tiles[k]];
-    int64_t r = divisor_at_most(s.extent, rows_left);
-    put_tile(s, r, d);
-    rows *= r;
-    rows_left = std::max<int64_t>(1, rows_left / r);
-  }
+  // Rows first along the axes that share the vector operand's loads, then the others.
+  for (bool sharing : {true, false})
+    for (size_t k = n - 1; k-- > 0;) {
+      if (k < shares_no_vector.size() && shares_no_vector[k] != sharing) continue;
+      const Slot& s = sk.slots[p.spatial_tiles[k]];
+      int64_t r = divisor_at_most(s.extent, rows_left);
+      put_tile(s, r, d);
+      rows *= r;
+      rows_left = std::max<int64_t>(1, rows_left / r);
+    }
   int64_t reduce_unroll = 1;
   for (size_t k = p.reduce_tiles.size(); k-- > 0;) {
     const Slot& s = sk.slots[p.reduce_tiles[k]];
@@ -98,7 +127,8 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
     for (const Slot& s : sk.slots)
       if (s.kind == Slot::Kind::Tile) put_tile(s, s.inner_allowed.empty() ? 1 : s.inner_allowed.front(), &d);
     bool any = false;
-    for (const StagePlan& p : sk.plans) {
+    for (size_t si = 0; si < sk.plans.size(); ++si) {
+      const StagePlan& p = sk.plans[si];
       if (p.kind == PlanKind::Simple && p.vector_tile >= 0) {
         // Vectors along the innermost axis, every outer loop parallel.
         const Slot& v = sk.slots[p.vector_tile];
@@ -107,7 +137,7 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
       }
       if (p.spatial_tiles.empty()) continue;
       int64_t width = tile_width(sk.slots[p.spatial_tiles.back()], dag.lanes, vectors);
-      if (width == 0 || !seed_plan(dag, sk, p, width, int64_t(reduce) * dag.lanes, &d)) {
+      if (width == 0 || !seed_plan(dag, dag.stages[si], sk, p, width, int64_t(reduce) * dag.lanes, &d)) {
         any = false;
         break;
       }
@@ -118,16 +148,45 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
   return out;
 }
 
+// FMAs per vector load or broadcast in one reduce step of the register
+// tiles of d, counting only the rows along axes that share the vector
+// operand's loads (rows along the others, such as a conv's output-channel
+// blocks, each stream their own slice of the weights: no reuse in registers,
+// and the slice a tile walks through outgrows the cache). The best of the
+// tiled stages. Without a measurement, the seed with the highest figure is
+// the default.
+double tile_intensity(const DagInfo& dag, const Sketch& sk, const std::vector<int>& d) {
+  double best = 0;
+  for (size_t si = 0; si < sk.plans.size(); ++si) {
+    const StagePlan& p = sk.plans[si];
+    if (p.spatial_tiles.empty()) continue;
+    std::vector<bool> weight_axis = indexes_vector_operand(dag.stages[si]);
+    auto inner = [&](int slot) { return double(d[sk.slots[slot].offset + sk.slots[slot].size - 1]); };
+    double rows = 1, vectors = std::max(1.0, inner(p.spatial_tiles.back()) / dag.lanes);
+    for (size_t k = 0; k + 1 < p.spatial_tiles.size(); ++k)
+      if (k >= weight_axis.size() || !weight_axis[k]) rows *= inner(p.spatial_tiles[k]);
+    best = std::max(best, rows * vectors / (rows + vectors));
+  }
+  return best;
+}
+
 std::vector<int> default_decisions(const DagInfo& dag, const Sketch& sk) {
   std::vector<std::vector<int>> seeds = seed_decisions(dag, sk);
-  if (!seeds.empty()) return seeds.front();
+  if (!seeds.empty()) {
+    // The first of the best (two vectors wide before one, on ties).
+    size_t pick = 0;
+    for (size_t i = 1; i < seeds.size(); ++i)
+      if (tile_intensity(dag, sk, seeds[i]) > tile_intensity(dag, sk, seeds[pick]) + 1e-9) pick = i;
+    return seeds[pick];
+  }
   // No seed (no tiled stage, or a tiled axis no whole vector divides, as
   // 1000 classes on 16 lanes): the same structure with the widest tile the
   // extent allows.
   std::vector<int> d(sk.num_decisions, 0);
   for (const Slot& s : sk.slots)
     if (s.kind == Slot::Kind::Tile) put_tile(s, s.inner_allowed.empty() ? 1 : s.inner_allowed.front(), &d);
-  for (const StagePlan& p : sk.plans) {
+  for (size_t si = 0; si < sk.plans.size(); ++si) {
+    const StagePlan& p = sk.plans[si];
     if (p.vector_tile >= 0) {
       const Slot& v = sk.slots[p.vector_tile];
       put_tile(v, divisor_at_most(v.extent, 2 * dag.lanes), &d);
@@ -141,7 +200,7 @@ std::vector<int> default_decisions(const DagInfo& dag, const Sketch& sk) {
                      std::find(last.inner_allowed.begin(), last.inner_allowed.end(), w) != last.inner_allowed.end();
       if (w <= std::min<int64_t>(2 * dag.lanes, kMaxVectorExtent) && allowed) width = w;
     }
-    seed_plan(dag, sk, p, width, dag.lanes, &d);
+    seed_plan(dag, dag.stages[si], sk, p, width, dag.lanes, &d);
   }
   return d;
 }
