@@ -1,11 +1,23 @@
 #include "kiln/ops/broadcast.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "kiln/runtime/ndarray.h"
 #include "kiln/support/error.h"
 
 namespace kiln::ops {
+
+Expr index_imm(int64_t v) {
+  KILN_USER_CHECK(v >= INT32_MIN && v <= INT32_MAX) << "index " << v << " does not fit the 32-bit indices kernels use";
+  return Expr(static_cast<int>(v));
+}
+
+std::vector<Expr> shape_exprs(const std::vector<int64_t>& shape) {
+  std::vector<Expr> dims;
+  for (int64_t d : shape) dims.push_back(index_imm(d));
+  return dims;
+}
 
 std::vector<int64_t> broadcast_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
   size_t n = std::max(a.size(), b.size());
@@ -58,9 +70,7 @@ te::Tensor nary(const std::vector<te::Tensor>& Xs, const NaryFn& f, const std::s
   KILN_CHECK(!Xs.empty()) << "nary of no tensors";
   std::vector<int64_t> shape = const_shape(Xs[0]);
   for (size_t k = 1; k < Xs.size(); ++k) shape = broadcast_shape(shape, const_shape(Xs[k]));
-  std::vector<Expr> dims;
-  for (int64_t d : shape) dims.push_back(Expr(static_cast<int>(d)));
-  return te::compute(dims, [&](const std::vector<Var>& i) {
+  return te::compute(shape_exprs(shape), [&](const std::vector<Var>& i) {
     std::vector<Expr> xs;
     for (const te::Tensor& X : Xs) xs.push_back(X(broadcast_index(X, i, shape)));
     return f(xs);

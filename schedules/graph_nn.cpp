@@ -16,13 +16,8 @@ using te::reduce_axis;
 
 namespace {
 
-Expr imm(int64_t v) { return Expr(static_cast<int>(v)); }
-
-std::vector<Expr> dims_of(const std::vector<int64_t>& shape) {
-  std::vector<Expr> d;
-  for (int64_t s : shape) d.push_back(imm(s));
-  return d;
-}
+Expr imm(int64_t v) { return index_imm(v); }
+std::vector<Expr> dims_of(const std::vector<int64_t>& shape) { return shape_exprs(shape); }
 
 // e * c and e + c without the no-op terms, so the loops the tuner sees stay plain.
 Expr times(Expr e, int64_t c) { return c == 1 ? e : e * imm(c); }
@@ -102,6 +97,38 @@ Tensor pad_spatial(const Tensor& X, const std::vector<WindowDim>& dims, double v
   }, name, names);
 }
 
+namespace {
+
+// The reduce axes of a convolution over `channels` input channels and the
+// kernel extents ws[2..]: axes of extent 1 are left out (they would only add
+// loops), rc alone stays when nothing else is left. Gives the axes, the
+// channel index and one kernel index per spatial dimension.
+struct ConvReduce {
+  std::vector<IterVar> axes;
+  Expr rc;
+  std::vector<Expr> kidx;
+};
+ConvReduce conv_reduce_axes(int64_t channels, const std::vector<int64_t>& ws, size_t r) {
+  ConvReduce c{{}, imm(0), std::vector<Expr>(r, imm(0))};
+  if (channels > 1) {
+    c.axes.push_back(reduce_axis(Range(0, imm(channels)), "rc"));
+    c.rc = c.axes.back().var();
+  }
+  std::vector<std::string> rnames = spatial_names(r, kReduceNames);
+  for (size_t j = 0; j < r; ++j)
+    if (ws[j + 2] > 1) {
+      c.axes.push_back(reduce_axis(Range(0, imm(ws[j + 2])), rnames[j]));
+      c.kidx[j] = c.axes.back().var();
+    }
+  if (c.axes.empty()) {
+    c.axes.push_back(reduce_axis(Range(0, imm(1)), "rc"));
+    c.rc = c.axes.back().var();
+  }
+  return c;
+}
+
+}  // namespace
+
 Tensor conv_nchw(const Tensor& X, const Tensor& Wt, const std::vector<WindowDim>& dims, int64_t group, const std::string& name, Tensor* padded) {
   size_t r = dims.size();
   KILN_USER_CHECK(r >= 1 && r <= 3 && X.ndim() == static_cast<int>(r) + 2 && Wt.ndim() == X.ndim())
@@ -116,23 +143,7 @@ Tensor conv_nchw(const Tensor& X, const Tensor& Wt, const std::vector<WindowDim>
   if (padded) *padded = P;
   int64_t kg = K / group;
   // Reduce axes of extent 1 would only add loops; keep rc when nothing else is left.
-  std::vector<IterVar> axes;
-  std::vector<Expr> kidx(r, imm(0));
-  Expr rc = imm(0);
-  if (cg > 1) {
-    axes.push_back(reduce_axis(Range(0, imm(cg)), "rc"));
-    rc = axes.back().var();
-  }
-  std::vector<std::string> rnames = spatial_names(r, kReduceNames);
-  for (size_t j = 0; j < r; ++j)
-    if (ws[j + 2] > 1) {
-      axes.push_back(reduce_axis(Range(0, imm(ws[j + 2])), rnames[j]));
-      kidx[j] = axes.back().var();
-    }
-  if (axes.empty()) {
-    axes.push_back(reduce_axis(Range(0, imm(1)), "rc"));
-    rc = axes.back().var();
-  }
+  auto [axes, rc, kidx] = conv_reduce_axes(cg, ws, r);
   std::vector<int64_t> out = {xs[0], K};
   for (const WindowDim& d : dims) out.push_back(d.out);
   std::vector<std::string> names = {"n", "f"};
@@ -182,23 +193,7 @@ Tensor conv_channels_last(const Tensor& X, const Tensor& Wt, const Tensor& B, co
     for (size_t j = 0; j < r; ++j) idx.push_back(i[j + 1]);
     return te::sum(Wt(idx), {one});
   }, name + ".wT");
-  std::vector<IterVar> axes;
-  std::vector<Expr> kidx(r, imm(0));
-  Expr rc = imm(0);
-  if (C > 1) {
-    axes.push_back(reduce_axis(Range(0, imm(C)), "rc"));
-    rc = axes.back().var();
-  }
-  std::vector<std::string> rnames = spatial_names(r, kReduceNames);
-  for (size_t j = 0; j < r; ++j)
-    if (ws[j + 2] > 1) {
-      axes.push_back(reduce_axis(Range(0, imm(ws[j + 2])), rnames[j]));
-      kidx[j] = axes.back().var();
-    }
-  if (axes.empty()) {
-    axes.push_back(reduce_axis(Range(0, imm(1)), "rc"));
-    rc = axes.back().var();
-  }
+  auto [axes, rc, kidx] = conv_reduce_axes(C, ws, r);
   std::vector<int64_t> tshape = {xs[0]};
   for (const WindowDim& d : dims) tshape.push_back(d.out);
   tshape.push_back(K);

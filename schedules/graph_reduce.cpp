@@ -15,13 +15,8 @@ using te::reduce_axis;
 
 namespace {
 
-Expr imm(int64_t v) { return Expr(static_cast<int>(v)); }
-
-std::vector<Expr> dims_of(const std::vector<int64_t>& shape) {
-  std::vector<Expr> d;
-  for (int64_t s : shape) d.push_back(imm(s));
-  return d;
-}
+Expr imm(int64_t v) { return index_imm(v); }
+std::vector<Expr> dims_of(const std::vector<int64_t>& shape) { return shape_exprs(shape); }
 
 std::vector<Expr> as_exprs(const std::vector<Var>& i) { return std::vector<Expr>(i.begin(), i.end()); }
 

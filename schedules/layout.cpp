@@ -9,7 +9,7 @@ namespace kiln::ops {
 
 namespace {
 
-Expr E(int64_t v) { return Expr(static_cast<int>(v)); }
+Expr E(int64_t v) { return index_imm(v); }
 
 int64_t out_extent(int64_t padded, int64_t kernel, int dilation, int stride) { return (padded - dilation * (kernel - 1) - 1) / stride + 1; }
 
@@ -84,6 +84,26 @@ te::Tensor depthwise_conv2d_nchwc(const te::Tensor& X, const te::Tensor& Wt, con
                        return te::sum(in * Wt(std::vector<Expr>{i[1], ry.var(), rx.var(), i[4]}), {ry, rx});
                      },
                      name, {"n", "co", "y", "x", "ci"});
+}
+
+te::Tensor matmul_packed_b(const te::Tensor& A, const te::Tensor& Bp, const std::string& name) {
+  std::vector<int64_t> as = const_shape(A), bs = const_shape(Bp);
+  KILN_USER_CHECK(as.size() >= 2 && bs.size() == 3 && as.back() == bs[1])
+      << "matmul_packed_b: A " << shape_to_string(as) << " and panels " << shape_to_string(bs) << " do not match";
+  int64_t nb = bs[2];
+  std::vector<int64_t> out(as.begin(), as.end() - 1);
+  out.push_back(bs[0] * nb);
+  IterVar k = te::reduce_axis(Range(0, E(as.back())), "k");
+  std::vector<std::string> names;
+  for (size_t d = 0; d + 2 < out.size(); ++d) names.push_back("b" + std::to_string(d));
+  names.push_back("i");
+  names.push_back("j");
+  return te::compute(shape_exprs(out), [&](const std::vector<Var>& i) {
+    std::vector<Expr> ai(i.begin(), i.end() - 1);
+    ai.push_back(k.var());
+    Expr j = i.back();
+    return te::sum(A(ai) * Bp(std::vector<Expr>{floordiv(j, E(nb)), k.var(), floormod(j, E(nb))}), {k});
+  }, name, names);
 }
 
 }  // namespace kiln::ops

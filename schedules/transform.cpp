@@ -18,10 +18,7 @@ namespace {
 
 std::vector<Expr> as_exprs(const std::vector<Var>& i) { return std::vector<Expr>(i.begin(), i.end()); }
 
-Expr int_imm(int64_t v) {
-  KILN_USER_CHECK(v >= INT32_MIN && v <= INT32_MAX) << "index " << v << " does not fit the 32-bit indices kernels use";
-  return Expr(static_cast<int>(v));
-}
+Expr int_imm(int64_t v) { return index_imm(v); }
 
 // Row-major strides of a shape.
 std::vector<int64_t> strides_of(const std::vector<int64_t>& shape) {
@@ -39,12 +36,6 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
 Expr clamp_index(Expr i, int64_t n) { return max(min(i, int_imm(n - 1)), Expr(0)); }
 
 }  // namespace
-
-std::vector<Expr> shape_exprs(const std::vector<int64_t>& shape) {
-  std::vector<Expr> dims;
-  for (int64_t d : shape) dims.push_back(int_imm(d));
-  return dims;
-}
 
 Tensor reshape(const Tensor& X, const std::vector<int64_t>& shape, const std::string& name) {
   std::vector<int64_t> in = const_shape(X);

@@ -22,18 +22,9 @@ const char* attr_type_name(AP::AttributeType t) {
 // The one element of a scalar (or one-element) array as a double.
 double scalar_value(const NDArray& a, const std::string& what) {
   KILN_USER_CHECK(a.numel() == 1) << what << " must hold one value, not " << a.numel() << " (shape " << shape_to_string(a.shape()) << ")";
-  DataType t = a.dtype();
-  if (t == DataType::Float(32)) return a.data_as<float>()[0];
-  if (t == DataType::Float(64)) return a.data_as<double>()[0];
-  if (t == DataType::Int(64)) return static_cast<double>(a.data_as<int64_t>()[0]);
-  if (t == DataType::Int(32)) return a.data_as<int32_t>()[0];
-  if (t == DataType::Int(16)) return a.data_as<int16_t>()[0];
-  if (t == DataType::Int(8)) return a.data_as<int8_t>()[0];
-  if (t == DataType::UInt(8) || t.is_bool()) return a.data_as<uint8_t>()[0];
-  if (t == DataType::UInt(16)) return a.data_as<uint16_t>()[0];
-  if (t == DataType::UInt(32)) return a.data_as<uint32_t>()[0];
-  KILN_USER_CHECK(t == DataType::UInt(64)) << what << " has type " << t.str() << ", which kiln cannot read as a number";
-  return static_cast<double>(a.data_as<uint64_t>()[0]);
+  std::optional<double> v = scalar_of(a);
+  KILN_USER_CHECK(v) << what << " has type " << a.dtype().str() << ", which kiln cannot read as a number";
+  return *v;
 }
 
 // ConstantOfShape's `value` tensor as the registry's attributes: value (float) and dtype (the ONNX enum).

@@ -157,6 +157,42 @@ void OpCall::expect_rank(int i, int rank) const {
     fail("input " + std::to_string(i) + " has type " + input_types[i].str() + "; expected " + std::to_string(rank) + " dimensions");
 }
 
+std::optional<DataType> dtype_of_onnx_code(int64_t code) {
+  switch (code) {
+    case 1: return DataType::Float(32);
+    case 2: return DataType::UInt(8);
+    case 3: return DataType::Int(8);
+    case 4: return DataType::UInt(16);
+    case 5: return DataType::Int(16);
+    case 6: return DataType::Int(32);
+    case 7: return DataType::Int(64);
+    case 9: return DataType::Bool();
+    case 10: return DataType::Float(16);
+    case 11: return DataType::Float(64);
+    case 12: return DataType::UInt(32);
+    case 13: return DataType::UInt(64);
+    case 16: return DataType::BFloat16();
+    default: return std::nullopt;  // 8 string, 14/15 complex, 17+ float8
+  }
+}
+
+std::optional<double> scalar_of(const NDArray& a) {
+  if (!a.defined() || a.numel() != 1) return std::nullopt;
+  DataType t = a.dtype();
+  const void* p = a.data();
+  if (t == DataType::Float(32)) return *static_cast<const float*>(p);
+  if (t == DataType::Float(64)) return *static_cast<const double*>(p);
+  if (t == DataType::Int(64)) return static_cast<double>(*static_cast<const int64_t*>(p));
+  if (t == DataType::Int(32)) return *static_cast<const int32_t*>(p);
+  if (t == DataType::Int(16)) return *static_cast<const int16_t*>(p);
+  if (t == DataType::Int(8)) return *static_cast<const int8_t*>(p);
+  if (t == DataType::UInt(64)) return static_cast<double>(*static_cast<const uint64_t*>(p));
+  if (t == DataType::UInt(32)) return *static_cast<const uint32_t*>(p);
+  if (t == DataType::UInt(16)) return *static_cast<const uint16_t*>(p);
+  if (t == DataType::UInt(8) || t.is_bool()) return *static_cast<const uint8_t*>(p);
+  return std::nullopt;
+}
+
 OpCall op_call(const OpDef* op, const std::string& name, const Attrs& attrs, const std::vector<Value>& inputs) {
   OpCall c;
   c.op = op;

@@ -26,21 +26,9 @@ std::vector<Expr> const_dims(const TensorType& t) {
   return dims;
 }
 
-double scalar_value(const NDArray& a) {
-  DataType t = a.dtype();
-  const void* p = a.data();
-  if (t == DataType::Float(32)) return *static_cast<const float*>(p);
-  if (t == DataType::Float(64)) return *static_cast<const double*>(p);
-  if (t == DataType::Int(64)) return static_cast<double>(*static_cast<const int64_t*>(p));
-  if (t == DataType::Int(32)) return *static_cast<const int32_t*>(p);
-  if (t == DataType::Int(8)) return *static_cast<const int8_t*>(p);
-  if (t == DataType::UInt(8) || t.is_bool()) return *static_cast<const uint8_t*>(p);
-  return std::nan("");
-}
-
 // A tensor whose every element is the constant's one value.
 te::Tensor immediate(const ConstantNode& c) {
-  Expr v = make_const(c.types[0].dtype, scalar_value(c.data));
+  Expr v = make_const(c.types[0].dtype, *scalar_of(c.data));
   return te::compute(const_dims(c.types[0]), [v](const std::vector<Var>&) { return v; }, "const");
 }
 
@@ -60,7 +48,7 @@ GraphDag to_te(const Graph& g) {
     if (it != tensors.end()) return it->second[v.index];
     KILN_CHECK(v.node->kind == NodeKind::Constant) << "to_te: '" << v.node->name << "' is read before it is computed";
     const auto& c = static_cast<const ConstantNode&>(*v.node);
-    if (c.types[0].numel() == 1 && !std::isnan(scalar_value(c.data))) {
+    if (scalar_of(c.data)) {
       tensors[&c] = {immediate(c)};
     } else {
       dag.constants.push_back(Ref<ConstantNode>(&c));

@@ -121,6 +121,25 @@ TEST(GraphPasses, ElementwiseChainEndsBeforeAHeavyConsumer) {
   EXPECT_EQ(groups, (std::vector<std::string>{"Relu", "test.MatMul"}));
 }
 
+// conv -> relu -> conv -> (+ x) in NCHW: after alter_conv_layout the convs,
+// the relu and the residual add run blocked, with one transform in and one out.
+TEST(GraphPasses, AlterConvLayoutLeavesTransformsAtTheBoundary) {
+  auto x = make_input("x", {{1, 16, 6, 6}, DataType::Float(32)});
+  Attrs pad1;
+  pad1.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  Value c1 = make_op("Conv", {x->output(), make_constant("w1", random_array({16, 16, 3, 3}, 8))->output(), make_constant("b1", random_array({16}, 9))->output()}, pad1, "c1")->output();
+  Value c2 = make_op("Conv", {op("Relu", {c1}), make_constant("w2", random_array({16, 16, 1, 1}, 10))->output()}, {}, "c2")->output();
+  Graph g = Graph::make({x}, {op("Add", {c2, x->output()}, "residual")});
+  Graph a = alter_conv_layout(g, Target::parse("llvm -mcpu=haswell"));  // 8 lanes: blocks of 16
+  std::vector<std::string> ops;
+  for (const OpNode* n : a.op_nodes()) ops.push_back(n->op->name);
+  EXPECT_EQ(ops, (std::vector<std::string>{"kiln.LayoutTransform", "kiln.ConvNCHWc", "Add", "Relu", "kiln.ConvNCHWc", "Add", "kiln.LayoutTransform"})) << a.str();
+  NDArray in = random_array({1, 16, 6, 6}, 11);
+  std::vector<NDArray> blocked = compile(g).run({in});
+  std::vector<NDArray> plain = compile(g, CompileOptions{.layout = false, .plain = true}).run({in});
+  for (int64_t i = 0; i < plain[0].numel(); ++i) EXPECT_NEAR(blocked[0].data_as<float>()[i], plain[0].data_as<float>()[i], 1e-4);
+}
+
 TEST(GraphExecutor, FusedAndUnfusedMatchNaiveLoops) {
   NDArray w, b;
   Graph g = mlp_graph(&w, &b);

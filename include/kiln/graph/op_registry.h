@@ -106,6 +106,11 @@ const OpDef& get_op(const std::string& name);
 /** Every registered op name, sorted. */
 std::vector<std::string> registered_ops();
 
+/** The dtype of an ONNX TensorProto.DataType code (1 float32, 7 int64, 9 bool, 16 bfloat16, ...); nullopt for strings, complex and float8. */
+std::optional<DataType> dtype_of_onnx_code(int64_t code);
+/** The value of a one-element array of any numeric dtype (bool: 0 or 1); nullopt for others. */
+std::optional<double> scalar_of(const NDArray& a);
+
 /** The OpCall of an operator node (its types and constant inputs). */
 OpCall op_call(const OpNode& node);
 OpCall op_call(const OpDef* op, const std::string& name, const Attrs& attrs, const std::vector<Value>& inputs);

@@ -38,7 +38,8 @@ Graph fold_batch_norm(const Graph& g);
 /**
  * Convolutions in the blocked NCHWc layout (weights packed at compile time),
  * elementwise operators between them blocked too, and layout transforms
- * left only at the boundaries of the blocked region. CPU targets only.
+ * left only at the boundaries of the blocked region; constant MatMul/Gemm
+ * weights packed into panels of two vectors' columns. CPU targets only.
  */
 Graph alter_conv_layout(const Graph& g, const Target& target);
 

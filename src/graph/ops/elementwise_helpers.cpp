@@ -58,19 +58,9 @@ std::vector<int64_t> broadcast_inputs(const OpCall& call, const std::vector<int>
 double scalar_constant(const OpCall& call, int i, const char* what) {
   const NDArray& a = call.constant(i, what);
   if (a.numel() != 1) call.fail(std::string("input ") + std::to_string(i) + " (" + what + ") must be a scalar, got shape " + shape_to_string(a.shape()));
-  DataType t = a.dtype();
-  const void* p = a.data();
-  if (t == DataType::Float(32)) return *static_cast<const float*>(p);
-  if (t == DataType::Float(64)) return *static_cast<const double*>(p);
-  if (t == DataType::Int(64)) return static_cast<double>(*static_cast<const int64_t*>(p));
-  if (t == DataType::Int(32)) return *static_cast<const int32_t*>(p);
-  if (t == DataType::Int(16)) return *static_cast<const int16_t*>(p);
-  if (t == DataType::Int(8)) return *static_cast<const int8_t*>(p);
-  if (t == DataType::UInt(8) || t.is_bool()) return *static_cast<const uint8_t*>(p);
-  if (t == DataType::UInt(16)) return *static_cast<const uint16_t*>(p);
-  if (t == DataType::UInt(32)) return *static_cast<const uint32_t*>(p);
-  if (t == DataType::UInt(64)) return static_cast<double>(*static_cast<const uint64_t*>(p));
-  call.fail(std::string("input ") + std::to_string(i) + " (" + what + ") has dtype " + t.str() + ", which kiln cannot read at compile time");
+  std::optional<double> v = scalar_of(a);
+  if (!v) call.fail(std::string("input ") + std::to_string(i) + " (" + what + ") has dtype " + a.dtype().str() + ", which kiln cannot read at compile time");
+  return *v;
 }
 
 OpDef unary_def(const std::string& name, const std::string& doc, DTypes dtypes, CallUnaryFn f, std::vector<AttrSpec> attrs, DataType out) {

@@ -105,6 +105,24 @@ const bool registered = [] {
     return std::vector<te::Tensor>{ops::depthwise_conv2d_nchwc(in[0], in[1], conv_params(c.attrs))};
   };
   register_op(dw);
+
+  OpDef mm;
+  mm.name = "kiln.MatMulPackedB";
+  mm.doc = "A [..., M, K] times weights packed into panels [N/nb, K, nb]: [..., M, N]";
+  mm.min_inputs = mm.max_inputs = 2;
+  mm.pattern = Pattern::OutputFusable;
+  mm.infer = [](const OpCall& c) {
+    c.expect_rank(1, 3);
+    const auto& a = c.input_types[0].shape;
+    const auto& b = c.input_types[1].shape;
+    if (a.size() < 2 || a.back() != b[1]) c.fail("A " + c.input_types[0].str() + " and panels " + c.input_types[1].str() + " do not match");
+    std::vector<int64_t> out(a.begin(), a.end() - 1);
+    out.push_back(b[0] * b[2]);
+    return std::vector<TensorType>{{out, c.input_types[0].dtype}};
+  };
+  mm.compute = [](const OpCall&, const std::vector<te::Tensor>& in) { return std::vector<te::Tensor>{ops::matmul_packed_b(in[0], in[1])}; };
+  mm.flops = [](const OpCall& c) { return 2.0 * (c.input_types[0].numel() / c.input_types[0].shape.back()) * c.input_types[1].numel(); };
+  register_op(mm);
   return true;
 }();
 

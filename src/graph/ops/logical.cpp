@@ -9,23 +9,10 @@ namespace {
 
 using Exprs = std::vector<Expr>;
 
-// ONNX TensorProto.DataType codes kiln computes with.
+// Cast's targets: the ONNX data types kiln computes with (not bfloat16 yet).
 std::optional<DataType> onnx_dtype(int64_t code) {
-  switch (code) {
-    case 1: return DataType::Float(32);
-    case 2: return DataType::UInt(8);
-    case 3: return DataType::Int(8);
-    case 4: return DataType::UInt(16);
-    case 5: return DataType::Int(16);
-    case 6: return DataType::Int(32);
-    case 7: return DataType::Int(64);
-    case 9: return DataType::Bool();
-    case 10: return DataType::Float(16);
-    case 11: return DataType::Float(64);
-    case 12: return DataType::UInt(32);
-    case 13: return DataType::UInt(64);
-    default: return std::nullopt;  // 8 string, 14/15 complex, 16 bfloat16, 17+ float8
-  }
+  std::optional<DataType> t = dtype_of_onnx_code(code);
+  return t && !t->is_bfloat() ? t : std::nullopt;
 }
 
 // Cast (attribute `to`: an ONNX data type code). Float to integer truncates

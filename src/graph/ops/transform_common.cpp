@@ -46,22 +46,9 @@ std::vector<double> constant_floats(const OpCall& call, int i, const char* what)
 }
 
 DataType onnx_dtype(const OpCall& call, int64_t code) {
-  switch (code) {
-    case 1: return DataType::Float(32);
-    case 2: return DataType::UInt(8);
-    case 3: return DataType::Int(8);
-    case 4: return DataType::UInt(16);
-    case 5: return DataType::Int(16);
-    case 6: return DataType::Int(32);
-    case 7: return DataType::Int(64);
-    case 9: return DataType::Bool();
-    case 10: return DataType::Float(16);
-    case 11: return DataType::Float(64);
-    case 12: return DataType::UInt(32);
-    case 13: return DataType::UInt(64);
-    case 16: return DataType::BFloat16();
-    default: call.fail("dtype " + std::to_string(code) + " is not an ONNX data type kiln supports (1 float, 6 int32, 7 int64, 9 bool, 11 double, ...)");
-  }
+  std::optional<DataType> t = dtype_of_onnx_code(code);
+  if (!t) call.fail("dtype " + std::to_string(code) + " is not an ONNX data type kiln supports (1 float, 6 int32, 7 int64, 9 bool, 11 double, ...)");
+  return *t;
 }
 
 int64_t numel_of(const std::vector<int64_t>& shape) {

@@ -1,4 +1,5 @@
-// alter_conv_layout (passes.h): convolutions in the blocked NCHWc layout.
+// alter_conv_layout (passes.h): convolutions in the blocked NCHWc layout,
+// and constant matmul weights packed into panels.
 //
 // Each 2-D Conv with constant weights (group 1, or depthwise) becomes
 //   LayoutTransform(NCHW -> b) -> ConvNCHWc(packed weights) [-> Add(bias)] -> LayoutTransform(b -> NCHW)
@@ -11,7 +12,11 @@
 // The block of C channels is the largest divisor of C up to two vectors of
 // the target, for inputs and outputs alike, so a conv's output block is its
 // reader's input block and nothing is re-blocked between convolutions.
+// MatMul/Gemm weights (constant, 2-D) are packed the same way, into panels
+// [N/nb, K, nb], the copy the tuner's pack rule would make at every call.
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <optional>
 
 #include "kiln/graph/op_registry.h"
@@ -30,6 +35,11 @@ const NDArray* constant_of(const Value& v) {
   return &static_cast<const ConstantNode&>(*v.node).data;
 }
 
+// Transforms made by this pass, so a value read blocked twice (a residual
+// input) is transformed once. Keyed by (node, output, from, to).
+using TransformCache = std::map<std::tuple<const NodeObj*, int, int64_t, int64_t>, Value>;
+thread_local TransformCache* transforms = nullptr;
+
 // A value in another channel blocking, looking through a transform that produced it.
 Value relayout(const Value& v, int64_t from, int64_t to) {
   if (from == to) return v;
@@ -40,10 +50,17 @@ Value relayout(const Value& v, int64_t from, int64_t to) {
       return src == to ? op.inputs[0] : relayout(op.inputs[0], src, to);
     }
   }
+  auto key = std::make_tuple(v.node.get(), v.index, from, to);
+  if (transforms) {
+    auto it = transforms->find(key);
+    if (it != transforms->end()) return it->second;
+  }
   Attrs a;
   a.set("src_block", from);
   a.set("dst_block", to);
-  return make_op("kiln.LayoutTransform", {v}, a, v.node->name + ".layout")->output();
+  Value out = make_op("kiln.LayoutTransform", {v}, a, v.node->name + ".layout")->output();
+  if (transforms) transforms->emplace(key, out);
+  return out;
 }
 
 // The block of a value made by LayoutTransform(b -> NCHW), else 0.
@@ -153,6 +170,28 @@ std::vector<Value> rewrite_conv(const OpNode& conv, int64_t max_block) {
   return {relayout(y, kb, 0)};
 }
 
+// MatMul(A, B) and Gemm(A, B, C) (alpha = beta = 1, A not transposed) with
+// constant 2-D weights: B packed into panels of nb columns at compile time.
+std::vector<Value> rewrite_matmul(const OpNode& n, int64_t max_block, int64_t lanes) {
+  bool gemm = n.op->name == "Gemm";
+  if (gemm && (n.attrs.get_int("transA") != 0 || n.attrs.get_float("alpha") != 1.0 || n.attrs.get_float("beta") != 1.0)) return {};
+  const NDArray* B = constant_of(n.inputs[1]);
+  const TensorType& a = n.inputs[0].type();
+  if (!B || B->dtype() != DataType::Float(32) || B->ndim() != 2 || a.ndim() < 2 || a.dtype != DataType::Float(32)) return {};
+  bool trans_b = gemm && n.attrs.get_int("transB") != 0;
+  int64_t K = trans_b ? B->shape()[1] : B->shape()[0], N = trans_b ? B->shape()[0] : B->shape()[1];
+  int64_t nb = ops::channel_block(static_cast<int>(N), static_cast<int>(max_block));
+  if (nb < lanes) return {};  // no whole vector per panel row: the plain form is as good
+  NDArray packed = NDArray::empty({N / nb, K, nb}, DataType::Float(32));
+  const float* b = B->data_as<float>();
+  float* p = packed.data_as<float>();
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t j = 0; j < N; ++j) p[((j / nb) * K + k) * nb + j % nb] = trans_b ? b[j * K + k] : b[k * N + j];
+  Value y = make_op("kiln.MatMulPackedB", {n.inputs[0], make_constant(n.inputs[1].node->name + ".panels", packed)->output()}, {}, n.name)->output();
+  if (gemm && n.inputs.size() > 2 && n.inputs[2].defined()) y = make_op("Add", {y, n.inputs[2]}, {}, n.name + ".bias")->output();
+  return {y};
+}
+
 // An elementwise/broadcast op over values that come out of blocked transforms, run blocked instead.
 std::vector<Value> rewrite_elementwise(const OpNode& n) {
   if (n.op->pattern > Pattern::Broadcast || n.num_outputs() != 1 || n.types[0].ndim() != 4 || n.op->name.rfind("kiln.", 0) == 0) return {};
@@ -186,8 +225,14 @@ std::vector<Value> rewrite_elementwise(const OpNode& n) {
 Graph alter_conv_layout(const Graph& g, const Target& target) {
   if (target.kind != Target::Kind::LLVM) return g;
   int64_t max_block = 2 * target.natural_lanes(DataType::Float(32));
+  TransformCache cache;
+  transforms = &cache;
+  struct Reset {
+    ~Reset() { transforms = nullptr; }
+  } reset;
   return rewrite_graph(g, [&](const Ref<OpNode>& n) -> std::vector<Value> {
     if (n->op->name == "Conv" && n->inputs.size() >= 2) return rewrite_conv(*n, max_block);
+    if ((n->op->name == "MatMul" || n->op->name == "Gemm") && n->inputs.size() >= 2) return rewrite_matmul(*n, max_block, max_block / 2);
     if (n->op->name == "kiln.LayoutTransform") {
       // Transforms in a row collapse; relayout looks through the producer.
       Value out = relayout(n->inputs[0], n->attrs.get_int("src_block"), n->attrs.get_int("dst_block"));

@@ -16,6 +16,11 @@
 
 namespace kiln::ops {
 
+/** An index constant (kernels index with int32; a value that does not fit throws kiln::Error). */
+Expr index_imm(int64_t v);
+/** Static int32 dimension expressions of a shape. */
+std::vector<Expr> shape_exprs(const std::vector<int64_t>& shape);
+
 /** The broadcast shape of a and b; throws kiln::Error naming both shapes when they do not broadcast. */
 std::vector<int64_t> broadcast_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
 /** The constant shape of a tensor (throws when a dimension is not a constant). */

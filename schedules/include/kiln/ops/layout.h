@@ -34,6 +34,14 @@ te::Tensor conv2d_nchwc_general(const te::Tensor& X, const te::Tensor& W, const 
 /** Depthwise conv2d of a blocked input [N, C/b, H, W, b] and weights [C/b, KH, KW, b] to [N, C/b, OH, OW, b]. */
 te::Tensor depthwise_conv2d_nchwc(const te::Tensor& X, const te::Tensor& W, const Conv2dParams& p, const std::string& name = "dwconv");
 
+/**
+ * A [..., M, K] times B packed into panels Bp [N/nb, K, nb] (the nb columns
+ * of a panel contiguous per k): C[..., i, j] = sum_k A[..., i, k] * Bp[j/nb, k, j%nb],
+ * C [..., M, N]. Constant weights are packed once at compile time, so the
+ * register tile's vectors read contiguous memory along k.
+ */
+te::Tensor matmul_packed_b(const te::Tensor& A, const te::Tensor& Bp, const std::string& name = "matmul");
+
 }  // namespace kiln::ops
 
 #endif  // KILN_OPS_LAYOUT_H

@@ -16,12 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "kiln/ops/broadcast.h"
 #include "kiln/te/operation.h"
 
 namespace kiln::ops {
-
-/** Static int32 dimension expressions of a shape. */
-std::vector<Expr> shape_exprs(const std::vector<int64_t>& shape);
 
 /** X reinterpreted as `shape` in row-major order (element counts must agree). */
 te::Tensor reshape(const te::Tensor& X, const std::vector<int64_t>& shape, const std::string& name = "reshape");
