@@ -141,8 +141,10 @@ class Executor:
             inputs = [inputs[n] for n in names]
         out = []
         for a in inputs:
-            if hasattr(a, "detach"):  # a torch tensor
+            if hasattr(a, "detach"):  # a torch tensor: a numpy view of its memory (CPU)
                 a = a.detach().cpu().numpy()
+            elif hasattr(a, "__dlpack__") and not isinstance(a, (_np.ndarray, _kiln.NDArray)):
+                a = _np.from_dlpack(a)  # any other DLPack producer, without a copy
             out.append(a)
         return out
 

@@ -121,6 +121,32 @@ TEST(GraphPasses, ElementwiseChainEndsBeforeAHeavyConsumer) {
   EXPECT_EQ(groups, (std::vector<std::string>{"Relu", "test.MatMul"}));
 }
 
+TEST(GraphPasses, FoldBatchNormIntoConv) {
+  auto x = make_input("x", {{1, 3, 5, 5}, DataType::Float(32)});
+  Value conv = make_op("Conv", {x->output(), make_constant("w", random_array({4, 3, 3, 3}, 12))->output()}, {}, "conv")->output();
+  NDArray gamma = random_array({4}, 13), beta = random_array({4}, 14), mean = random_array({4}, 15), var = random_array({4}, 16);
+  for (int i = 0; i < 4; ++i) var.data_as<float>()[i] = 0.5f + std::abs(var.data_as<float>()[i]);
+  Value bn = make_op("BatchNormalization", {conv, make_constant("g", gamma)->output(), make_constant("b", beta)->output(),
+                                            make_constant("m", mean)->output(), make_constant("v", var)->output()}, {}, "bn")->output();
+  Graph g = Graph::make({x}, {bn});
+  Graph f = fold_batch_norm(g);
+  ASSERT_EQ(f.op_nodes().size(), 1u);
+  EXPECT_EQ(f.op_nodes()[0]->op->name, "Conv");
+  EXPECT_EQ(f.op_nodes()[0]->inputs.size(), 3u);  // the folded bias
+  // Reference: the conv alone, then the batch norm by hand.
+  NDArray in = random_array({1, 3, 5, 5}, 17);
+  CompileOptions plain{.fuse = false, .layout = false, .plain = true};
+  NDArray c = compile(Graph::make({x}, {conv}), plain).run({in})[0];
+  NDArray folded = compile(f, plain).run({in})[0];
+  ASSERT_EQ(folded.shape(), c.shape());
+  int64_t per = c.numel() / 4;
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    int k = static_cast<int>(i / per);
+    float want = (c.data_as<float>()[i] - mean.data_as<float>()[k]) / std::sqrt(var.data_as<float>()[k] + 1e-5f) * gamma.data_as<float>()[k] + beta.data_as<float>()[k];
+    EXPECT_NEAR(folded.data_as<float>()[i], want, 1e-4);
+  }
+}
+
 // conv -> relu -> conv -> (+ x) in NCHW: after alter_conv_layout the convs,
 // the relu and the residual add run blocked, with one transform in and one out.
 TEST(GraphPasses, AlterConvLayoutLeavesTransformsAtTheBoundary) {

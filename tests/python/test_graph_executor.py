@@ -71,3 +71,15 @@ def test_dump_ir_prints_every_pass():
     for p in ["remove_identity", "fold_constants", "fold_batch_norm", "eliminate_common_subexpr", "fuse_ops"]:
         assert f"// after {p}" in r.stderr
     assert 'kiln.fused(%x) {ops="Relu+Relu"}' in r.stderr
+
+
+def test_inputs_from_torch_and_dlpack():
+    torch = pytest.importorskip("torch")
+    exe = kiln.compile(_model())
+    x = torch.randn(8, 32)
+    y = torch.randn(32)
+    scaled, _ = exe(x, y)
+    np.testing.assert_allclose(scaled, 2 * np.maximum((x + y).numpy(), 0), rtol=1e-6)
+    xk = kiln.nd.array(x.numpy())
+    scaled2, _ = exe(xk, y.numpy())  # a kiln array
+    np.testing.assert_array_equal(scaled, scaled2)
