@@ -9,9 +9,9 @@
 // instead (constants it reads are repacked), and two transforms in a row
 // collapse (b -> NCHW -> b is nothing). What remains are transforms at the
 // boundaries of the blocked region: the model's input, pooling, reshapes.
-// The block of C channels is the largest divisor of C up to two vectors of
-// the target, for inputs and outputs alike, so a conv's output block is its
-// reader's input block and nothing is re-blocked between convolutions.
+// The block of C channels is the same for inputs and outputs (block_of: whole
+// vectors up to two), so a conv's output block is its reader's input block
+// and nothing is re-blocked between convolutions.
 // MatMul/Gemm weights (constant, 2-D) are packed the same way, into panels
 // [N/nb, K, nb], the copy the tuner's pack rule would make at every call.
 #include <algorithm>
@@ -93,6 +93,16 @@ std::optional<Value> blocked_constant(const NDArray& c, int64_t C, int64_t b) {
   return make_constant("blocked", out)->output();
 }
 
+// The channel block of C: the largest divisor up to max_block that is whole
+// vectors (24 channels: 8, not 12, which would leave a part-vector in every
+// register tile), else the largest divisor up to max_block (3 channels: 3).
+int64_t block_of(int64_t C, int64_t max_block) {
+  int64_t lanes = max_block / 2, best = 0;
+  for (int64_t b = lanes; b <= max_block; b += lanes)
+    if (C % b == 0) best = b;
+  return best > 0 ? best : ops::channel_block(static_cast<int>(C), static_cast<int>(max_block));
+}
+
 struct ConvShape {
   ops::Conv2dParams p;
   int64_t group = 1;
@@ -141,8 +151,8 @@ std::vector<Value> rewrite_conv(const OpNode& conv, int64_t max_block) {
   Value x = conv.inputs[0], y;
   int64_t kb;
   if (shape->group == 1) {
-    int64_t cb = ops::channel_block(static_cast<int>(C), static_cast<int>(max_block));
-    kb = ops::channel_block(static_cast<int>(K), static_cast<int>(max_block));
+    int64_t cb = block_of(C, max_block);
+    kb = block_of(K, max_block);
     NDArray packed = NDArray::empty({K / kb, C / cb, KH, KW, cb, kb}, DataType::Float(32));
     float* p = packed.data_as<float>();
     for (int64_t k = 0; k < K; ++k)
@@ -152,7 +162,7 @@ std::vector<Value> rewrite_conv(const OpNode& conv, int64_t max_block) {
     y = make_op("kiln.ConvNCHWc", {relayout(x, 0, cb), make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()},
                 conv_attrs(shape->p), conv.name)->output();
   } else if (shape->group == C && K == C && ws[1] == 1) {
-    kb = ops::channel_block(static_cast<int>(C), static_cast<int>(max_block));
+    kb = block_of(C, max_block);
     NDArray packed = NDArray::empty({C / kb, KH, KW, kb}, DataType::Float(32));
     float* p = packed.data_as<float>();
     for (int64_t c = 0; c < C; ++c)
@@ -180,7 +190,7 @@ std::vector<Value> rewrite_matmul(const OpNode& n, int64_t max_block, int64_t la
   if (!B || B->dtype() != DataType::Float(32) || B->ndim() != 2 || a.ndim() < 2 || a.dtype != DataType::Float(32)) return {};
   bool trans_b = gemm && n.attrs.get_int("transB") != 0;
   int64_t K = trans_b ? B->shape()[1] : B->shape()[0], N = trans_b ? B->shape()[0] : B->shape()[1];
-  int64_t nb = ops::channel_block(static_cast<int>(N), static_cast<int>(max_block));
+  int64_t nb = block_of(N, max_block);
   if (nb < lanes) return {};  // no whole vector per panel row: the plain form is as good
   NDArray packed = NDArray::empty({N / nb, K, nb}, DataType::Float(32));
   const float* b = B->data_as<float>();
