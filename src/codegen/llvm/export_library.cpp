@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -147,7 +148,8 @@ void export_library(const std::vector<PrimFunc>& funcs, const Target& target, co
 
   // Linked beside the destination, then renamed over it: never a half-written library.
   fs::path tmp = out;
-  tmp += ".tmp" + std::to_string(getpid());
+  static std::atomic<int> counter{0};  // two threads exporting to one path get distinct temporaries
+  tmp += ".tmp" + std::to_string(getpid()) + "_" + std::to_string(counter++);
   fs::path runtime = runtime_library();
   std::vector<std::string> argv = cc;
   for (std::string a : {std::string("-shared"), std::string("-fPIC"), std::string("-o"), tmp.string(), obj.string(),
