@@ -12,6 +12,8 @@ call: ``n`` is taken from the first array that has it as a dimension and
 every other use must agree. The trailing scalar for ``n`` may be left out
 (``mod(a, b, c)``); when given, it must equal the arrays' dimension.
 """
+import os
+
 from ._ffi import KilnError, _kiln
 
 TimeResult = _kiln.TimeResult
@@ -37,6 +39,17 @@ class Module:
         native = _kiln.Module.load(str(path))
         names = native.names()
         return Module(native, entry_name or (names[0] if names else "main"))
+
+    def export_library(self, path):
+        """Writes the kernels as a shared library (``.so``) that :meth:`Module.load`
+        (or :func:`load`) reads in any process with kiln's runtime, without LLVM.
+
+        The object code is linked by the system C compiler (``$CC``, default
+        ``cc``); a missing compiler raises :class:`kiln.KilnError` naming ``CC``.
+        The library records the target's CPU features, and loading it on a
+        machine that lacks them raises :class:`kiln.KilnError` naming them.
+        """
+        self._native.export_library(os.fspath(path))
 
     @property
     def names(self):
@@ -91,3 +104,8 @@ class Module:
 
     def __repr__(self):
         return f"Module(entry={self.entry_name!r}, kernels={self.names})"
+
+
+def load(path, entry_name=None):
+    """Loads a kernel library written by :meth:`Module.export_library`."""
+    return Module.load(path, entry_name)

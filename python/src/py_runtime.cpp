@@ -261,6 +261,8 @@ void define_runtime(py::module_& m) {
 
   py::class_<Module>(m, "Module", "Compiled kernels, callable by name. Use kiln.build, which wraps it.")
       .def_static("load", &Module::load, py::arg("path"), "Loads an exported kernel library (.so).")
+      .def("export_library", &Module::export_library, py::arg("path"),
+           "Writes the kernels as a shared library that Module.load reads (linked by $CC, default cc).")
       .def("names", &Module::names)
       .def("has", &Module::has, py::arg("name"))
       .def("params", [](const Module& mod, const std::string& name) { return kernel_params(mod.info(name)); }, py::arg("name"))

@@ -1,19 +1,31 @@
 #include "kiln/runtime/module.h"
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <unordered_map>
 
 #include "kiln/runtime/arg_binder.h"
+#include "kiln/runtime/library_info.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
 
 ModuleNode::~ModuleNode() = default;
+
+void ModuleNode::export_library(const std::string& path, const std::vector<KernelInfo>&) const {
+  KILN_USER_ERROR() << "export_library('" << path << "'): this module's code cannot be exported; build it with kiln::build "
+                    << "(the LLVM backend) or load it from a library";
+}
 
 const char* Arg::kind_name() const {
   switch (kind_) {
@@ -124,16 +136,73 @@ namespace {
 // A shared library opened with dlopen, closed with the last Module using it.
 class DsoModuleNode : public ModuleNode {
  public:
-  explicit DsoModuleNode(void* handle) : handle_(handle) {}
+  DsoModuleNode(void* handle, std::string path) : handle_(handle), path_(std::move(path)) {}
   ~DsoModuleNode() override { dlclose(handle_); }
   KilnKernel lookup(const std::string& symbol) override {
     return reinterpret_cast<KilnKernel>(dlsym(handle_, symbol.c_str()));
   }
   void* symbol(const char* name) const { return dlsym(handle_, name); }
+  // The library is its own export: copy the file.
+  void export_library(const std::string& path, const std::vector<KernelInfo>&) const override {
+    std::string tmp = path + ".tmp" + std::to_string(getpid());
+    std::error_code ec;
+    std::filesystem::copy_file(path_, tmp, std::filesystem::copy_options::overwrite_existing, ec);
+    if (!ec) std::filesystem::rename(tmp, path, ec);
+    if (ec) {
+      std::filesystem::remove(tmp);
+      KILN_USER_ERROR() << "export_library('" << path << "'): cannot copy '" << path_ << "': " << ec.message();
+    }
+  }
 
  private:
   void* handle_;
+  std::string path_;
 };
+
+// A clearer message than dlopen's for the common bad files: not ELF at all,
+// or cut short (an interrupted copy). "" when the file looks whole.
+std::string elf_problem(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";  // missing or unreadable: dlopen says which
+  Elf64_Ehdr h{};
+  in.read(reinterpret_cast<char*>(&h), sizeof(h));
+  std::streamsize got = in.gcount();
+  if (got < EI_NIDENT || std::memcmp(h.e_ident, ELFMAG, SELFMAG) != 0) return "it is not a shared library (no ELF header)";
+  if (h.e_ident[EI_CLASS] != ELFCLASS64) return "";  // not ours to judge: dlopen reports a wrong class
+  if (got < static_cast<std::streamsize>(sizeof(h))) return "the file is truncated (its ELF header is incomplete)";
+  in.seekg(0, std::ios::end);
+  uint64_t size = static_cast<uint64_t>(in.tellg());
+  uint64_t need = std::max<uint64_t>(h.e_shoff + uint64_t(h.e_shnum) * h.e_shentsize, h.e_phoff + uint64_t(h.e_phnum) * h.e_phentsize);
+  if (size < need) {
+    return "the file is truncated (" + std::to_string(size) + " bytes; its headers need " + std::to_string(need) + ")";
+  }
+  return "";
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+// The checks of kiln_library_info, before any kernel is looked up.
+void check_library_info(const std::string& so_path, const char* text) {
+  LibraryInfo info;
+  try {
+    info = LibraryInfo::from_json(text);
+  } catch (const Error& e) {
+    KILN_USER_ERROR() << "Module::load: '" << so_path << "': " << e.what();
+  }
+  KILN_USER_CHECK(info.abi_version >= kMinRuntimeAbiVersion && info.abi_version <= kRuntimeAbiVersion)
+      << "Module::load: '" << so_path << "' was built for runtime ABI version " << info.abi_version
+      << " (by kiln " << (info.kiln_version.empty() ? "?" : info.kiln_version) << "), but this kiln_runtime (kiln "
+      << kiln_version() << ") runs ABI version" << (kMinRuntimeAbiVersion == kRuntimeAbiVersion ? " " : "s " + std::to_string(kMinRuntimeAbiVersion) + " to ")
+      << kRuntimeAbiVersion << "; export the library again with this kiln";
+  std::vector<std::string> missing = missing_cpu_features(info.features);
+  KILN_USER_CHECK(missing.empty()) << "Module::load: '" << so_path << "' was compiled for a CPU with features this machine lacks: "
+                                   << join(missing) << " (library target: " << (info.cpu.empty() ? "generic" : info.cpu)
+                                   << ", " << info.triple << "); export it for this machine, e.g. with target \"llvm\"";
+}
 }  // namespace
 
 Module Module::load(const std::string& so_path) {
@@ -141,13 +210,18 @@ Module Module::load(const std::string& so_path) {
   // A path without a slash would make dlopen search the library path; a
   // kernel library is always named by its file.
   std::string path = so_path.find('/') == std::string::npos ? "./" + so_path : so_path;
+  std::string problem = elf_problem(path);
+  KILN_USER_CHECK(problem.empty()) << "Module::load: cannot load kernel library '" << so_path << "': " << problem;
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char* why = dlerror();
     KILN_USER_ERROR() << "Module::load: cannot load kernel library '" << so_path << "': " << (why ? why : "unknown error")
                       << "; check that the file exists and was exported by kiln for this machine";
   }
-  auto node = std::make_shared<DsoModuleNode>(handle);
+  auto node = std::make_shared<DsoModuleNode>(handle, path);
+  if (auto* info = static_cast<const char* const*>(node->symbol("kiln_library_info")); info && *info) {
+    check_library_info(so_path, *info);
+  }
   auto* metadata = static_cast<const char* const*>(node->symbol("kiln_module_metadata"));
   KILN_USER_CHECK(metadata && *metadata) << "Module::load: '" << so_path
                                          << "' has no kiln_module_metadata symbol; it is not a library exported by kiln";
@@ -180,6 +254,12 @@ std::vector<std::string> Module::names() const {
 const std::vector<KernelInfo>& Module::kernels() const {
   KILN_USER_CHECK(state_) << "use of a null Module; create one with Module::load or a backend's build";
   return state_->kernels;
+}
+
+void Module::export_library(const std::string& path) const {
+  KILN_USER_CHECK(state_) << "export_library of a null Module; create one with kiln::build or Module::load";
+  KILN_USER_CHECK(!path.empty()) << "export_library: the path is empty; name the .so file to write";
+  state_->backing->export_library(path, state_->kernels);
 }
 
 const std::shared_ptr<ModuleNode>& Module::backing() const {

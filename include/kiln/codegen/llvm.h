@@ -83,6 +83,19 @@ Module build_llvm(const std::vector<PrimFunc>& funcs, const Target& target);
 /** Writes a relocatable, position-independent object file (ELF on Linux) defining the kernels. */
 void emit_object_file(const std::vector<PrimFunc>& funcs, const Target& target, const std::string& path);
 
+/**
+ * Writes `funcs` as a shared library that Module::load reads: their object
+ * code, `kiln_module_metadata` (the JSON of `kernels`) and
+ * `kiln_library_info` (runtime ABI, kiln version, triple, CPU and features),
+ * linked by the system C compiler ($CC, default cc; "-shared -fPIC")
+ * against this process's libkiln_runtime, with an rpath to its directory.
+ * Written beside `path` and renamed, so a failure leaves no partial file.
+ * Throws kiln::Error naming $CC when there is no compiler, or with the
+ * compiler's output when linking fails.
+ */
+void export_library(const std::vector<PrimFunc>& funcs, const Target& target, const std::vector<KernelInfo>& kernels,
+                    const std::string& path);
+
 /** LLVM IR text of the module, before or after the O3 pipeline (for debugging and tests). */
 std::string emit_llvm_ir(const std::vector<PrimFunc>& funcs, const Target& target, bool optimize = true);
 

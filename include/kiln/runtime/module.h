@@ -22,8 +22,12 @@
  *    scalar parameter i) or {"op": "add", "a": ..., "b": ...}. A buffer may
  *    also list "strides" the same way (absent: compact row-major).
  *    Without "dims" a -1 dimension is not checked (metadata of old libraries).
+ *  - optionally `extern "C" const char* kiln_library_info` (library_info.h):
+ *    runtime ABI version, kiln version, triple, CPU and CPU features, which
+ *    Module::load checks before anything else.
  * The .so resolves kiln_parallel_launch and friends from libkiln_runtime,
  * so it should list that library as a dependency (or link it statically).
+ * Module::export_library writes such a library for a module built by kiln.
  */
 #ifndef KILN_RUNTIME_MODULE_H
 #define KILN_RUNTIME_MODULE_H
@@ -84,6 +88,11 @@ class ModuleNode {
   virtual ~ModuleNode();
   /** The kernel called `symbol`, or nullptr when there is none. */
   virtual KilnKernel lookup(const std::string& symbol) = 0;
+  /**
+   * Writes the kernels as an exported library at `path` (see the file
+   * comment). The default throws: this backing has no way to re-emit its code.
+   */
+  virtual void export_library(const std::string& path, const std::vector<KernelInfo>& kernels) const;
 };
 
 /**
@@ -148,6 +157,16 @@ class Module {
    * Throws kiln::Error when the file cannot be loaded or its metadata is missing or corrupt.
    */
   static Module load(const std::string& so_path);
+
+  /**
+   * Writes the module as a shared library that Module::load (and so any
+   * process with only kiln_runtime) can load: for a module built by
+   * kiln::build, the kernels' object code linked by the system C compiler
+   * ($CC, default cc) against libkiln_runtime; for a loaded module, a copy
+   * of its file. The file appears whole or not at all (written beside and
+   * renamed). Throws kiln::Error when there is no compiler or linking fails.
+   */
+  void export_library(const std::string& path) const;
 
   bool defined() const { return state_ != nullptr; }
   bool has(const std::string& name) const;

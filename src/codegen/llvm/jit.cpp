@@ -139,10 +139,15 @@ const BuildTimings& JitModule::timings() const {
 // ------------------------------------------------------------ runtime Module
 
 namespace {
-// The backing of a runtime Module: keeps the JIT session (and its code) alive.
+// The backing of a runtime Module: keeps the JIT session (and its code) alive,
+// and the lowered functions and target to emit them again for export.
 class JitModuleNode : public ModuleNode {
  public:
-  explicit JitModuleNode(JitModule jit) : jit_(std::move(jit)) {}
+  JitModuleNode(JitModule jit, std::vector<PrimFunc> funcs, Target target)
+      : jit_(std::move(jit)), funcs_(std::move(funcs)), target_(std::move(target)) {}
+  void export_library(const std::string& path, const std::vector<KernelInfo>& kernels) const override {
+    codegen::export_library(funcs_, target_, kernels, path);
+  }
   KilnKernel lookup(const std::string& symbol) override {
     for (size_t i = 0; i < jit_.function_names().size(); ++i) {
       if (jit_.function_names()[i] == symbol) return jit_.get_function(symbol);
@@ -152,6 +157,8 @@ class JitModuleNode : public ModuleNode {
 
  private:
   JitModule jit_;
+  std::vector<PrimFunc> funcs_;
+  Target target_;
 };
 }  // namespace
 
@@ -159,7 +166,7 @@ Module build_llvm(const std::vector<PrimFunc>& funcs, const Target& target) {
   JitModule jit = jit_compile(funcs, target);
   std::vector<KernelInfo> infos;
   for (const PrimFunc& f : funcs) infos.push_back(kernel_info(f));
-  return Module(std::make_shared<JitModuleNode>(std::move(jit)), std::move(infos));
+  return Module(std::make_shared<JitModuleNode>(std::move(jit), funcs, target), std::move(infos));
 }
 
 }  // namespace kiln::codegen

@@ -1,0 +1,58 @@
+"""Exporting a module as a shared library: the round trip through
+Module.export_library and kiln.runtime.load, and the errors of a missing
+compiler and of a library for CPU features the host lacks."""
+import numpy as np
+import pytest
+
+import kiln
+from kiln import te
+from kiln.runtime import load
+
+
+def build_scaled_add(target="llvm", name="scaled_add"):
+    """C = tanh(A) * 3 + B over a symbolic n, outer loop parallel."""
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.placeholder((n,), name="B")
+    C = te.compute((n,), lambda i: te.tanh(A[i]) * 3.0 + B[i], name="C")
+    s = te.create_schedule(C)
+    outer, inner = s[C].split(C.op.axis[0], factor=32)
+    s[C].parallel(outer)
+    return kiln.build(s, [A, B, C], target, name=name)
+
+
+def test_round_trip_matches_in_process_module(tmp_path):
+    mod = build_scaled_add()
+    path = tmp_path / "libscaled_add.so"
+    mod.export_library(path)
+    loaded = load(path)
+    assert loaded.names == ["scaled_add"]
+    assert loaded.params() == mod.params()
+    rng = np.random.default_rng(0)
+    for n in (1, 31, 500):
+        a = rng.uniform(-2, 2, n).astype("float32")
+        b = rng.uniform(-1, 1, n).astype("float32")
+        c_in, c_out = np.empty(n, "float32"), np.empty(n, "float32")
+        mod(a, b, c_in)
+        loaded(a, b, c_out)
+        np.testing.assert_array_equal(c_out, c_in)
+        np.testing.assert_allclose(c_out, np.tanh(a) * 3 + b, rtol=1e-5, atol=1e-5)
+    with pytest.raises(kiln.KilnError, match="B"):
+        loaded(np.zeros(4, "float32"), np.zeros(3, "float32"), np.zeros(4, "float32"))
+
+
+def test_missing_compiler_is_a_clear_error(tmp_path, monkeypatch):
+    mod = build_scaled_add()
+    monkeypatch.setenv("CC", "/nonexistent/kiln-cc")
+    with pytest.raises(kiln.KilnError, match=r"no C compiler.*\$CC is '/nonexistent/kiln-cc'"):
+        mod.export_library(tmp_path / "lib.so")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_library_for_missing_cpu_features_is_refused(tmp_path, monkeypatch):
+    path = tmp_path / "libavx512.so"
+    build_scaled_add("llvm -mcpu=skylake-avx512").export_library(path)
+    # Test-only hook of the loader: play a host without AVX-512.
+    monkeypatch.setenv("KILN_TEST_HIDE_CPU_FEATURES", "avx512f")
+    with pytest.raises(kiln.KilnError, match="features this machine lacks: .*avx512f"):
+        load(path)
