@@ -7,7 +7,11 @@
 namespace kiln {
 
 // Kept in step with project(kiln VERSION ...) in CMakeLists.txt.
-const char* kiln_version() { return "0.1.0"; }
+// KILN_VERSION comes from CMake's project(VERSION), so libraries record the version that built them.
+#ifndef KILN_VERSION
+#error "KILN_VERSION must be defined by the build (CMakeLists.txt passes project(VERSION))"
+#endif
+const char* kiln_version() { return KILN_VERSION; }
 
 std::string LibraryInfo::to_json() const {
   nlohmann::json j{{"abi_version", abi_version}, {"kiln_version", kiln_version}, {"triple", triple},
