@@ -23,7 +23,9 @@ std::vector<Expr> as_exprs(const std::vector<Var>& i) { return std::vector<Expr>
 // The pooled shape [N, C, out...], checking X's rank against the window.
 std::vector<int64_t> pooled_shape(const Tensor& X, const std::vector<WindowDim>& dims, const char* what) {
   std::vector<int64_t> s = const_shape(X);
-  KILN_USER_CHECK(!dims.empty() && s.size() == dims.size() + 2) << what << ": X of rank " << s.size() << " for a window of " << dims.size() << " dims";
+  // [N, C, spatial...], or blocked [N, C/b, spatial..., b]: the trailing block passes through.
+  KILN_USER_CHECK(!dims.empty() && (s.size() == dims.size() + 2 || s.size() == dims.size() + 3))
+      << what << ": X of rank " << s.size() << " for a window of " << dims.size() << " dims";
   for (size_t j = 0; j < dims.size(); ++j) {
     KILN_USER_CHECK(dims[j].out >= 1) << what << ": the window is larger than the padded input in spatial dim " << j;
     s[j + 2] = dims[j].out;
@@ -65,6 +67,7 @@ struct PoolWindow {
       if (c.defined()) inside = inside.defined() ? (inside && c) : c;
       idx.push_back(h);
     }
+    for (size_t k = dims.size() + 2; k < i.size(); ++k) idx.push_back(i[k]);  // a channel block
     return {idx, inside};
   }
 };
@@ -79,10 +82,11 @@ Expr reduce_or_plain(ReduceOp op, Expr body, const std::vector<IterVar>& axes) {
   }
 }
 
-std::vector<std::string> nc_names(size_t r) {
+std::vector<std::string> nc_names(size_t r, bool blocked = false) {
   std::vector<std::string> n = {"n", "c"};
   const char* s[3] = {"z", "y", "x"};
   for (size_t j = 0; j < r; ++j) n.push_back(r <= 3 ? s[3 - r + j] : "s" + std::to_string(j));
+  if (blocked) n.push_back("cb");
   return n;
 }
 
@@ -96,7 +100,7 @@ Tensor max_pool(const Tensor& X, const std::vector<WindowDim>& dims, const std::
     auto [idx, inside] = w.read(dims, i);
     Expr v = inside.defined() ? if_then_else(inside, X(idx), lowest) : X(idx);
     return reduce_or_plain(ReduceOp::Max, v, w.axes);
-  }, name, nc_names(dims.size()));
+  }, name, nc_names(dims.size(), out.size() > dims.size() + 2));
 }
 
 Tensor avg_pool(const Tensor& X, const std::vector<WindowDim>& dims, bool count_include_pad, const std::string& name) {
@@ -107,7 +111,7 @@ Tensor avg_pool(const Tensor& X, const std::vector<WindowDim>& dims, bool count_
     auto [idx, inside] = w.read(dims, i);
     Expr v = inside.defined() ? if_then_else(inside, X(idx), make_zero(X.dtype())) : X(idx);
     return reduce_or_plain(ReduceOp::Sum, v, w.axes);
-  }, name + ".sum", nc_names(dims.size()));
+  }, name + ".sum", nc_names(dims.size(), out.size() > dims.size() + 2));
   return compute(S.shape(), [&](const std::vector<Var>& i) {
     // The divisor: per dim, the window [start, start + kernel) clipped to X
     // (or to the padded X); a constant factor where no window is clipped.
@@ -129,7 +133,7 @@ Tensor avg_pool(const Tensor& X, const std::vector<WindowDim>& dims, bool count_
     Expr s = S(as_exprs(i));
     if (!varying.defined()) return s * make_const(X.dtype(), 1.0 / static_cast<double>(constant));
     return s / cast(X.dtype(), constant == 1 ? varying : varying * imm(constant));
-  }, name, nc_names(dims.size()));
+  }, name, nc_names(dims.size(), out.size() > dims.size() + 2));
 }
 
 Tensor reduce(const Tensor& X, ReduceOp op, const std::vector<int>& axes, bool keepdims, const std::string& name) {

@@ -71,7 +71,12 @@ def test_transformer_encoder_layer_matches_pytorch():
 def test_unfused_and_nchw_paths_agree():
     torch.manual_seed(3)
     net = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3, stride=2, padding=1, groups=16),
-                              torch.nn.Hardswish(), torch.nn.Conv2d(16, 8, 1))
+                              torch.nn.Hardswish(), torch.nn.AvgPool2d(3, stride=1, padding=1, count_include_pad=False),
+                              torch.nn.Conv2d(16, 16, 1), torch.nn.MaxPool2d(2, ceil_mode=True))
     x = torch.randn(1, 8, 12, 12)
+    _, exe = _check(net, x)
+    ops = [g["ops"] for g in exe.groups()]
+    # The pools run blocked between the convolutions: transforms only at the model's edges.
+    assert sum(o.count("kiln.LayoutTransform") for o in ops) == 2, ops
     _check(net, x, fuse=False)
     _check(net, x, plain=True)

@@ -90,11 +90,46 @@ void register_global(const std::string& name, ops::ReduceOp op, const std::strin
   register_op(std::move(d));
 }
 
+// The pools on blocked tensors [N, C/b, H, W, b] (made by alter_conv_layout,
+// so a pool between convolutions needs no layout change): the same
+// attributes and windows as the plain op, read from the [N, C, H, W] view.
+OpCall plain_view(const OpCall& call) {
+  OpCall v = call;
+  const auto& s = call.input_types[0].shape;
+  if (s.size() != 5) call.fail("X " + call.input_types[0].str() + " must be blocked [N, C/b, H, W, b]");
+  v.input_types[0].shape = {s[0], s[1] * s[4], s[2], s[3]};
+  return v;
+}
+
+std::vector<TensorType> blocked(const OpCall& call, std::vector<TensorType> plain) {
+  const auto& s = call.input_types[0].shape;
+  TensorType t = plain[0];
+  t.shape = {t.shape[0], s[1], t.shape[2], t.shape[3], s[4]};
+  return {t};
+}
+
+void register_blocked(const std::string& plain_name) {
+  OpDef d = get_op(plain_name);
+  d.name = "kiln." + plain_name + "NCHWc";
+  d.doc = plain_name + " of a blocked [N, C/b, H, W, b] tensor (made by alter_conv_layout)";
+  d.infer = [infer = d.infer](const OpCall& call) { return blocked(call, infer(plain_view(call))); };
+  d.compute = [plain_name](const OpCall& call, const std::vector<te::Tensor>& in) {
+    OpCall v = plain_view(call);
+    if (plain_name == "MaxPool") return std::vector<te::Tensor>{ops::max_pool(in[0], pool_windows(v), "maxpool")};
+    if (plain_name == "AveragePool")
+      return std::vector<te::Tensor>{ops::avg_pool(in[0], pool_windows(v), call.attrs.get_int("count_include_pad") != 0, "avgpool")};
+    ops::ReduceOp op = plain_name == "GlobalMaxPool" ? ops::ReduceOp::Max : ops::ReduceOp::Mean;
+    return std::vector<te::Tensor>{ops::reduce(in[0], op, {2, 3}, true, plain_name)};
+  };
+  register_op(std::move(d));
+}
+
 const bool registered = [] {
   register_max_pool();
   register_avg_pool();
   register_global("GlobalAveragePool", ops::ReduceOp::Mean, "mean over every spatial dim, kept as 1s");
   register_global("GlobalMaxPool", ops::ReduceOp::Max, "max over every spatial dim, kept as 1s");
+  for (const char* name : {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}) register_blocked(name);
   return true;
 }();
 

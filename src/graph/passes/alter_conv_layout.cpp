@@ -202,6 +202,16 @@ std::vector<Value> rewrite_matmul(const OpNode& n, int64_t max_block, int64_t la
   return {y};
 }
 
+// A 2-D pool of a value that comes out of a blocked transform: the pool's blocked twin.
+std::vector<Value> rewrite_pool(const OpNode& n) {
+  const char* pools[] = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"};
+  if (std::find(std::begin(pools), std::end(pools), n.op->name) == std::end(pools)) return {};
+  int64_t b = block_behind(n.inputs[0]);
+  if (b == 0 || n.inputs[0].type().ndim() != 4 || n.num_outputs() != 1) return {};
+  Value y = make_op("kiln." + n.op->name + "NCHWc", {relayout(n.inputs[0], 0, b)}, n.attrs, n.name)->output();
+  return {relayout(y, b, 0)};
+}
+
 // An elementwise/broadcast op over values that come out of blocked transforms, run blocked instead.
 std::vector<Value> rewrite_elementwise(const OpNode& n) {
   if (n.op->pattern > Pattern::Broadcast || n.num_outputs() != 1 || n.types[0].ndim() != 4 || n.op->name.rfind("kiln.", 0) == 0) return {};
@@ -248,6 +258,7 @@ Graph alter_conv_layout(const Graph& g, const Target& target) {
       Value out = relayout(n->inputs[0], n->attrs.get_int("src_block"), n->attrs.get_int("dst_block"));
       return out == n->output() ? std::vector<Value>{} : std::vector<Value>{out};
     }
+    if (auto pooled = rewrite_pool(*n); !pooled.empty()) return pooled;
     return rewrite_elementwise(*n);
   });
 }

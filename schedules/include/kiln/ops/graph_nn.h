@@ -101,7 +101,7 @@ Tensor gemm(const Tensor& A, const Tensor& B, const Tensor& C, double alpha, dou
 
 // ---------------------------------------------------------------- pooling, reductions, normalisation
 
-/** Max pooling of X [N, C, spatial...] over resolved windows; padding never wins. */
+/** Max pooling of X [N, C, spatial...] (or blocked [N, C/b, spatial..., b]) over resolved windows; padding never wins. */
 Tensor max_pool(const Tensor& X, const std::vector<WindowDim>& dims, const std::string& name = "maxpool");
 /**
  * Average pooling: a window sum, then a stage dividing by the window's
