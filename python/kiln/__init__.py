@@ -36,6 +36,7 @@ if hasattr(_kiln, "tuner"):  # built with the auto-scheduler (it needs XGBoost)
 if hasattr(_kiln, "graph"):  # built with the graph compiler
     from . import graph
     from .graph import compile
+    from .tune_model import tune_model
 
 Target = _kiln.Target
 PrimFunc = _kiln.PrimFunc
@@ -46,4 +47,4 @@ __all__ = ["KilnError", "InternalError", "te", "nd", "runtime", "ops", "tuning_d
 if hasattr(_kiln, "tuner"):
     __all__ += ["tuner", "tune"]
 if hasattr(_kiln, "graph"):
-    __all__ += ["graph", "compile"]
+    __all__ += ["graph", "compile", "tune_model"]

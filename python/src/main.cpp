@@ -39,6 +39,7 @@ PYBIND11_MODULE(_kiln, m) {
 #endif
 #ifdef KILN_PY_WITH_GRAPH
   define_graph(m);
+  define_tune_model(m);
   define_onnx(m);
 #endif
 }

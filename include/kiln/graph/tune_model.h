@@ -1,0 +1,65 @@
+/** \file
+ * Tuning a whole model: every fused group of the compiled graph is a tuning
+ * task (its compute DAG on the target, keyed by the workload key); identical
+ * groups are one task with a weight (how often it runs per inference). A
+ * task scheduler in the manner of Ansor spreads one trial budget over the
+ * tasks by the estimated gain in end-to-end time, with every record in the
+ * tuning database, so a session resumes where an interrupted one stopped and
+ * the records of one model serve every model with the same workloads.
+ */
+#ifndef KILN_GRAPH_TUNE_MODEL_H
+#define KILN_GRAPH_TUNE_MODEL_H
+
+#include <string>
+#include <vector>
+
+#include "kiln/graph/executor.h"
+#include "kiln/tuner/task.h"
+
+namespace kiln::graph {
+
+struct ModelTask {
+  tuner::Task task;
+  int weight = 1;                   ///< groups of the model with this workload
+  std::string ops;                  ///< "kiln.ConvNCHWc+Add+Relu"
+  std::vector<std::string> groups;  ///< the groups' names
+  int records = 0;                  ///< valid records in the DB (0 without a DB)
+  double best_time = 0;             ///< seconds, the DB's best (0: none)
+};
+
+/** The tasks of `g` compiled for `options.target` (fused, as kiln::graph::compile would), with the DB's records when options.db is set. */
+std::vector<ModelTask> extract_tasks(const Graph& g, const CompileOptions& options = {});
+/** A table of the tasks: workload, FLOPs, weight, records, best time. */
+std::string tasks_table(const std::vector<ModelTask>& tasks);
+
+struct ModelTuneOptions {
+  int trials = 1000;                 ///< the budget over all tasks
+  int batch = 16;                    ///< trials per scheduling round (one task)
+  double time_budget_s = 0;          ///< stop starting rounds after this (0: none)
+  int early_stop_rounds = 3;         ///< a task that gains nothing in this many of its rounds is done
+  bool progress = true;              ///< one progress line per round on stderr
+  uint64_t seed = 0;
+};
+
+struct ModelTuneResult {
+  std::vector<ModelTask> tasks;      ///< with their best times after the session
+  int trials = 0;                    ///< measured in this session
+  int rounds = 0;
+  double elapsed_s = 0;
+  /** Sum of weight x best time over the tasks (seconds): the model's estimated latency; 0 while a task has no record. */
+  double estimated_latency = 0;
+};
+
+/**
+ * Tunes the model's tasks into options.db (required). Tasks without records
+ * get one round each first (round robin); then each round goes to the task
+ * with the largest expected gain in the weighted total: its weight times the
+ * larger of its last round's improvement and an optimistic share of the
+ * distance to the best GFLOP/s a similar task (same operators) reached.
+ * One cost model (options.db + ".model") serves every task.
+ */
+ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const ModelTuneOptions& tune);
+
+}  // namespace kiln::graph
+
+#endif  // KILN_GRAPH_TUNE_MODEL_H

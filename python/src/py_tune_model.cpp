@@ -1,0 +1,75 @@
+// kiln.graph's model tuning bindings: task extraction and the task scheduler.
+#ifdef KILN_PY_WITH_GRAPH
+#include "kiln/graph/tune_model.h"
+#include "kiln_py.h"
+
+namespace kiln::python {
+
+using namespace kiln::graph;
+
+namespace {
+
+py::list task_list(const std::vector<ModelTask>& tasks) {
+  py::list out;
+  for (const ModelTask& t : tasks) {
+    py::dict d;
+    d["workload_key"] = t.task.workload_key;
+    d["ops"] = t.ops;
+    d["flop"] = t.task.flop;
+    d["weight"] = t.weight;
+    d["groups"] = t.groups;
+    d["records"] = t.records;
+    d["best_time"] = t.best_time;
+    out.append(d);
+  }
+  return out;
+}
+
+CompileOptions compile_options(const std::string& target, const std::string& db, bool layout) {
+  CompileOptions o;
+  o.target = target;
+  o.db = db;
+  o.layout = layout;
+  return o;
+}
+
+}  // namespace
+
+void define_tune_model(py::module_& root) {
+  py::module_ m = root.attr("graph").cast<py::module_>();
+  m.def("extract_tasks", [](const Graph& g, const std::string& target, const std::string& db, bool layout) {
+    std::vector<ModelTask> tasks;
+    {
+      py::gil_scoped_release release;
+      tasks = extract_tasks(g, compile_options(target, db, layout));
+    }
+    return py::make_tuple(task_list(tasks), tasks_table(tasks));
+  }, py::arg("graph"), py::arg("target") = "llvm", py::arg("db") = "", py::arg("layout") = true);
+  m.def("tune_model", [](const Graph& g, const std::string& target, const std::string& db, int trials, int batch, double time_budget_s,
+                         int early_stop_rounds, bool progress, uint64_t seed, bool layout) {
+    ModelTuneOptions t;
+    t.trials = trials;
+    t.batch = batch;
+    t.time_budget_s = time_budget_s;
+    t.early_stop_rounds = early_stop_rounds;
+    t.progress = progress;
+    t.seed = seed;
+    ModelTuneResult r;
+    {
+      py::gil_scoped_release release;
+      r = tune_model(g, compile_options(target, db, layout), t);
+    }
+    py::dict d;
+    d["tasks"] = task_list(r.tasks);
+    d["table"] = tasks_table(r.tasks);
+    d["trials"] = r.trials;
+    d["rounds"] = r.rounds;
+    d["elapsed_s"] = r.elapsed_s;
+    d["estimated_latency"] = r.estimated_latency;
+    return d;
+  }, py::arg("graph"), py::arg("target"), py::arg("db"), py::arg("trials"), py::arg("batch"), py::arg("time_budget_s"),
+     py::arg("early_stop_rounds"), py::arg("progress"), py::arg("seed"), py::arg("layout"));
+}
+
+}  // namespace kiln::python
+#endif  // KILN_PY_WITH_GRAPH
