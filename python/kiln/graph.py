@@ -20,6 +20,8 @@ Without ONNX, build a graph with :class:`Builder`::
 Operators are ONNX's (``kiln.graph.registered_ops()`` lists them, with
 ``op_info(name)`` for the attributes each takes).
 """
+import os
+
 import numpy as _np
 
 from ._ffi import KilnError, _kiln
@@ -117,6 +119,13 @@ class Executor:
 
     def groups(self):
         return self._exe.groups()
+
+    def export_library(self, path, weights="embed"):
+        """Writes the compiled model as one shared library that
+        :func:`kiln.runtime.load_model` runs without the compiler: every kernel,
+        the plan, and the weights, ``"embed"``-ded in the library or
+        ``"beside"`` it as ``<path>.weights``. Linked by ``$CC`` (default ``cc``)."""
+        self._exe.export_library(os.fspath(path), weights)
 
     @property
     def graph(self):

@@ -109,3 +109,60 @@ class Module:
 def load(path, entry_name=None):
     """Loads a kernel library written by :meth:`Module.export_library`."""
     return Module.load(path, entry_name)
+
+
+class LoadedModel:
+    """A model exported by ``Executor.export_library``, run by kiln's runtime
+    alone (no compiler). Call it like the executor: ``m(x)`` or ``m.run([x])`` /
+    ``m.run({"x": x})`` returns a list of numpy arrays; inputs are checked for
+    count, dtype and shape (:class:`kiln.KilnError` names the input)."""
+
+    def __init__(self, native):
+        self._native = native
+        self.inputs = native.inputs    # dicts: name, shape, dtype
+        self.outputs = native.outputs
+
+    @property
+    def input_names(self):
+        return [t["name"] for t in self.inputs]
+
+    @property
+    def input_types(self):
+        """(shape, dtype) per input, as ``Model.input_types``."""
+        return [(t["shape"], t["dtype"]) for t in self.inputs]
+
+    @property
+    def output_names(self):
+        return [t["name"] for t in self.outputs]
+
+    @property
+    def num_kernels(self):
+        return self._native.num_kernels
+
+    def __call__(self, *inputs):
+        return self.run(list(inputs))
+
+    def run(self, inputs):
+        names = self.input_names
+        if isinstance(inputs, dict):
+            missing = [n for n in names if n not in inputs]
+            extra = [n for n in inputs if n not in names]
+            if missing or extra:
+                raise KilnError(f"model inputs are {names}; missing {missing}, unknown {extra}")
+            inputs = [inputs[n] for n in names]
+        feed = []
+        for a in inputs:
+            if hasattr(a, "detach"):  # a torch tensor: a numpy view of its (CPU) memory
+                a = a.detach().cpu().numpy()
+            feed.append(a)
+        return self._native.run(feed)
+
+    def __repr__(self):
+        ins = ", ".join(f"{t['name']}: {t['dtype']}{list(t['shape'])}" for t in self.inputs)
+        return f"LoadedModel(inputs=[{ins}], kernels={self.num_kernels})"
+
+
+def load_model(path):
+    """Loads a model library written by ``Executor.export_library`` (weights
+    embedded, or in ``<path>.weights`` beside it)."""
+    return LoadedModel(_kiln.ModelRunner.load(os.fspath(path)))

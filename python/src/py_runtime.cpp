@@ -15,6 +15,7 @@
 #include <cstring>
 #include <deque>
 
+#include "kiln/runtime/model.h"
 #include "kiln/runtime/module.h"
 #include "kiln/runtime/ndarray.h"
 #include "kiln/support/error.h"
@@ -284,6 +285,50 @@ void define_runtime(py::module_& m) {
         for (size_t i = 0; i < names.size(); ++i) r += (i ? ", " : "") + names[i];
         return r + "])";
       });
+
+  // An exported model (Executor::export_library) run by kiln_runtime alone.
+  auto tensors = [](const std::vector<ModelTensor>& ts) {
+    py::list out;
+    for (const ModelTensor& t : ts) {
+      py::dict d;
+      d["name"] = t.name;
+      d["shape"] = py::tuple(py::cast(t.shape));
+      d["dtype"] = t.dtype.str();
+      out.append(d);
+    }
+    return out;
+  };
+  py::class_<ModelRunner>(m, "ModelRunner", "An exported model loaded by kiln_runtime. Use kiln.runtime.load_model.")
+      .def_static("load", &ModelRunner::load, py::arg("path"), "Loads a model library written by Executor.export_library.")
+      .def("run", [](const ModelRunner& r, py::sequence inputs) {
+        std::vector<py::array> keep;  // numpy conversions, alive until the run ends
+        std::vector<NDArray> in;
+        for (py::handle h : inputs) {
+          if (py::isinstance<NDArray>(h)) {
+            in.push_back(h.cast<NDArray>());
+            continue;
+          }
+          py::array a = py::array::ensure(h, py::array::c_style);
+          if (!a) {
+            PyErr_Clear();
+            throw_user_error("a model input must be an array (numpy, torch or kiln), got a " + std::string(py::str(h.get_type().attr("__name__"))));
+          }
+          keep.push_back(a);
+          in.push_back(from_numpy(a));
+        }
+        std::vector<NDArray> out;
+        {
+          py::gil_scoped_release release;
+          out = r.run(in);
+        }
+        py::list result;
+        for (const NDArray& a : out) result.append(to_numpy(a));
+        return result;
+      }, py::arg("inputs"))
+      .def_property_readonly("inputs", [tensors](const ModelRunner& r) { return tensors(r.inputs()); })
+      .def_property_readonly("outputs", [tensors](const ModelRunner& r) { return tensors(r.outputs()); })
+      .def_property_readonly("num_kernels", [](const ModelRunner& r) { return r.plan().kernel_names.size(); })
+      .def_property_readonly("num_steps", [](const ModelRunner& r) { return r.plan().steps.size(); });
 }
 
 }  // namespace kiln::python

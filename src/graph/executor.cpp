@@ -1,8 +1,13 @@
 // compile() and the Executor (executor.h): kernels per group, the plan, the run loop.
 #include "kiln/graph/executor.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -10,7 +15,9 @@
 #include "kiln/graph/kernel_builder.h"
 #include "kiln/graph/op_registry.h"
 #include "kiln/graph/passes.h"
+#include "kiln/codegen/llvm.h"
 #include "kiln/runtime/c_runtime_api.h"
+#include "kiln/runtime/model.h"
 #include "kiln/support/error.h"
 #include "kiln/te/workload_key.h"
 
@@ -20,12 +27,11 @@ struct Executor::State {
   Graph graph;
   ExecutionPlan plan;
   std::vector<Module> modules;       // per kernel
-  std::vector<KilnKernel> kernels;   // per kernel
   std::vector<GroupInfo> groups;     // per step
-  NDArray arena;
+  ModelRunner runner;                // runs the plan (kiln_runtime)
   int64_t weight_bytes = 0;
   double compile_seconds = 0;
-  mutable std::mutex mu;
+  mutable std::mutex mu;  // profile's repeats run back to back
 };
 
 namespace {
@@ -63,6 +69,38 @@ struct Planner {
     return value_buffer.at({v.node.get(), v.index});
   }
 };
+
+// The runtime form of the plan (kiln_runtime knows no graph types), run by a
+// ModelRunner over one module holding every kernel.
+ModelRunner make_runner(const Graph& g, const ExecutionPlan& plan, const std::vector<Module>& modules) {
+  ModelPlan m;
+  for (const auto& in : g.inputs()) m.inputs.push_back({in->name, in->types[0].shape, in->types[0].dtype});
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    std::string name = i < g.output_names().size() && !g.output_names()[i].empty() ? g.output_names()[i] : "output" + std::to_string(i);
+    m.outputs.push_back({name, g.outputs()[i].type().shape, g.outputs()[i].type().dtype});
+  }
+  for (const PlanBuffer& b : plan.buffers)
+    m.buffers.push_back({static_cast<ModelBuffer::Kind>(b.kind), b.index, b.offset, b.type.shape, b.type.dtype});
+  for (const PlanStep& s : plan.steps) m.steps.push_back({s.name, s.kernel, s.args, s.flop});
+  m.kernel_names = plan.kernel_names;
+  m.constants = plan.constants;
+  m.output_buffers = plan.outputs;
+  m.arena_bytes = plan.arena_bytes;
+  // One Module over all the kernels: each kernel resolves in its own module.
+  struct Kernels : ModuleNode {
+    std::vector<Module> modules;
+    KilnKernel lookup(const std::string& symbol) override {
+      for (const Module& mod : modules)
+        if (mod.has(symbol)) return mod.get_kernel(symbol);
+      return nullptr;
+    }
+  };
+  auto node = std::make_shared<Kernels>();
+  node->modules = modules;
+  std::vector<KernelInfo> infos;
+  for (const Module& mod : modules) infos.insert(infos.end(), mod.kernels().begin(), mod.kernels().end());
+  return ModelRunner(std::move(m), Module(node, std::move(infos)));
+}
 
 }  // namespace
 
@@ -107,7 +145,6 @@ Executor compile(const Graph& g, const CompileOptions& options) {
       }
       it = kernel_of_key.emplace(key, static_cast<int>(st->modules.size())).first;
       st->modules.push_back(k.module);
-      st->kernels.push_back(k.module.get_kernel(kname));
       p.plan.kernel_names.push_back(kname);
       GroupInfo ki;
       ki.schedule = schedule_source_name(k.source);
@@ -161,76 +198,15 @@ Executor compile(const Graph& g, const CompileOptions& options) {
   for (size_t i = 0; i < lifetimes.size(); ++i) p.plan.buffers[arena_ids[i]].offset = lifetimes[i].offset;
   p.plan.arena_bytes = p.plan.memory.arena_bytes;
   st->plan = std::move(p.plan);
-  st->arena = NDArray::empty({std::max<int64_t>(st->plan.arena_bytes, 1)}, DataType::UInt(8));
+  st->runner = make_runner(st->graph, st->plan, st->modules);
   for (const NDArray& c : st->plan.constants) st->weight_bytes += c.nbytes();
   st->compile_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return Executor(st);
 }
 
-namespace {
-
-void check_inputs(const Graph& g, const std::vector<NDArray>& inputs) {
-  KILN_USER_CHECK(inputs.size() == g.inputs().size()) << "the model takes " << g.inputs().size() << " inputs, got " << inputs.size();
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const TensorType& t = g.inputs()[i]->types[0];
-    const std::string& name = g.inputs()[i]->name;
-    KILN_USER_CHECK(inputs[i].defined()) << "input '" << name << "' is missing";
-    KILN_USER_CHECK(inputs[i].device().device_type == kDLCPU) << "input '" << name << "' is on " << device_to_string(inputs[i].device()) << "; the model runs on the CPU";
-    KILN_USER_CHECK(inputs[i].dtype() == t.dtype) << "input '" << name << "' has dtype " << inputs[i].dtype().str() << "; the model expects " << t.dtype.str();
-    KILN_USER_CHECK(inputs[i].shape() == t.shape) << "input '" << name << "' has shape " << shape_to_string(inputs[i].shape())
-                                                  << "; the model was compiled for " << shape_to_string(t.shape)
-                                                  << " (compile again with that shape to run it)";
-    KILN_USER_CHECK(inputs[i].is_contiguous()) << "input '" << name << "' is not compact row-major; pass a contiguous array";
-  }
-}
-
-}  // namespace
-
-static std::vector<NDArray> run_plan(const Executor::State& st, const std::vector<NDArray>& inputs, std::vector<double>* step_seconds) {
-  check_inputs(st.graph, inputs);
-  const ExecutionPlan& plan = st.plan;
-  std::vector<NDArray> outputs(plan.outputs.size());
-  std::vector<void*> ptr(plan.buffers.size());
-  char* arena = static_cast<char*>(st.arena.data());
-  for (size_t b = 0; b < plan.buffers.size(); ++b) {
-    const PlanBuffer& pb = plan.buffers[b];
-    switch (pb.kind) {
-      case PlanBuffer::Kind::Input: ptr[b] = inputs[pb.index].data(); break;
-      case PlanBuffer::Kind::Constant: ptr[b] = plan.constants[pb.index].data(); break;
-      case PlanBuffer::Kind::Arena: ptr[b] = arena + pb.offset; break;
-      case PlanBuffer::Kind::Output:
-        outputs[pb.index] = NDArray::empty(pb.type.shape, pb.type.dtype);
-        ptr[b] = outputs[pb.index].data();
-        break;
-    }
-  }
-  std::vector<void*> args;
-  for (size_t s = 0; s < plan.steps.size(); ++s) {
-    const PlanStep& step = plan.steps[s];
-    args.clear();
-    for (int b : step.args) args.push_back(ptr[b]);
-    auto t0 = Clock::now();
-    int32_t rc = st.kernels[step.kernel](args.data());
-    if (step_seconds) (*step_seconds)[s] += std::chrono::duration<double>(Clock::now() - t0).count();
-    if (rc != 0) {
-      const char* msg = kiln_get_last_error();
-      KILN_USER_ERROR() << "kernel of group " << step.name << " failed: " << (msg ? msg : "no message");
-    }
-  }
-  // Outputs that no step computes (an input or constant returned as is), or one value returned twice: copies.
-  for (size_t i = 0; i < plan.outputs.size(); ++i) {
-    const PlanBuffer& pb = plan.buffers[plan.outputs[i]];
-    if (pb.kind == PlanBuffer::Kind::Output && pb.index == static_cast<int>(i)) continue;
-    outputs[i] = NDArray::empty(pb.type.shape, pb.type.dtype);
-    outputs[i].copy_from(ptr[plan.outputs[i]], pb.type.bytes());
-  }
-  return outputs;
-}
-
 std::vector<NDArray> Executor::run(const std::vector<NDArray>& inputs) const {
   KILN_USER_CHECK(state_) << "this executor was not compiled";
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return run_plan(*state_, inputs, nullptr);
+  return state_->runner.run(inputs);
 }
 
 std::vector<ProfileRow> Executor::profile(const std::vector<NDArray>& inputs, int repeats) const {
@@ -238,11 +214,11 @@ std::vector<ProfileRow> Executor::profile(const std::vector<NDArray>& inputs, in
   KILN_USER_CHECK(repeats > 0) << "profile needs at least one repeat";
   std::lock_guard<std::mutex> lock(state_->mu);
   size_t n = state_->plan.steps.size();
-  run_plan(*state_, inputs, nullptr);  // warm-up
+  state_->runner.run(inputs);  // warm-up
   std::vector<std::vector<double>> samples(n);
   for (int r = 0; r < repeats; ++r) {
     std::vector<double> t(n, 0.0);
-    run_plan(*state_, inputs, &t);
+    state_->runner.run(inputs, &t);
     for (size_t s = 0; s < n; ++s) samples[s].push_back(t[s]);
   }
   std::vector<ProfileRow> rows;
@@ -258,6 +234,58 @@ std::vector<ProfileRow> Executor::profile(const std::vector<NDArray>& inputs, in
   }
   for (ProfileRow& r : rows) r.share = total > 0 ? r.seconds / total : 0;
   return rows;
+}
+
+namespace {
+// A scratch directory for the embedded weights blob, removed with this object.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "kiln_model_XXXXXX").string();
+    KILN_USER_CHECK(mkdtemp(tmpl.data())) << "export_library: cannot create a temporary directory: " << std::strerror(errno);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+}  // namespace
+
+void Executor::export_library(const std::string& path, const std::string& weights) const {
+  KILN_USER_CHECK(state_) << "this executor was not compiled";
+  KILN_USER_CHECK(weights == "embed" || weights == "beside")
+      << "export_library('" << path << "'): weights must be \"embed\" (inside the library) or \"beside\" (in '" << path
+      << ".weights'), not \"" << weights << "\"";
+  KILN_USER_CHECK(!path.empty()) << "export_library: the path is empty; name the .so file to write";
+  const ModelPlan& plan = state_->runner.plan();
+  WeightsLayout layout = layout_weights(plan.constants);
+  codegen::LibraryExtras extras;
+  extras.strings.push_back({"kiln_model_plan", plan.to_json(layout.offsets, weights, layout.bytes)});
+  TempDir tmp;
+  if (weights == "embed") {
+    std::string blob = (tmp.path / "weights.bin").string();
+    write_weights(blob, plan.constants, layout, false);
+    extras.blobs.push_back({"kiln_model_weights", blob});
+    codegen::export_modules_library(state_->modules, path, extras);
+    return;
+  }
+  // Beside: the weights under a temporary name, renamed once the library is in place.
+  std::string final_weights = path + ".weights";
+  std::string tmp_weights = final_weights + ".tmp" + std::to_string(getpid());
+  std::error_code ec;
+  try {
+    write_weights(tmp_weights, plan.constants, layout, true);
+    codegen::export_modules_library(state_->modules, path, extras);
+  } catch (...) {
+    std::filesystem::remove(tmp_weights, ec);
+    throw;
+  }
+  std::filesystem::rename(tmp_weights, final_weights, ec);
+  if (ec) {
+    std::filesystem::remove(tmp_weights, ec);
+    KILN_USER_ERROR() << "export_library: cannot write '" << final_weights << "': " << ec.message();
+  }
 }
 
 MemoryReport Executor::memory() const {

@@ -96,6 +96,26 @@ void emit_object_file(const std::vector<PrimFunc>& funcs, const Target& target, 
 void export_library(const std::vector<PrimFunc>& funcs, const Target& target, const std::vector<KernelInfo>& kernels,
                     const std::string& path);
 
+/** Extra symbols of an exported library (a model's plan and weights). */
+struct LibraryExtras {
+  /** (symbol, text): exported as `extern "C" const char* symbol`, pointing at `text`. */
+  std::vector<std::pair<std::string, std::string>> strings;
+  /**
+   * (symbol, file): the file's bytes, embedded by the assembler (.incbin, so
+   * large weights cost no C compile), exported read-only and 64-byte aligned
+   * as `symbol`, with `extern "C" const uint64_t symbol_size`.
+   */
+  std::vector<std::pair<std::string, std::string>> blobs;
+};
+
+/**
+ * Writes the kernels of several modules built by build_llvm (one target for
+ * all; kernel names distinct across them) as one shared library (one object
+ * for all kernels, one kiln_module_metadata), with `extras`. Same linking,
+ * errors and atomic rename as export_library.
+ */
+void export_modules_library(const std::vector<Module>& modules, const std::string& path, const LibraryExtras& extras = {});
+
 /** LLVM IR text of the module, before or after the O3 pipeline (for debugging and tests). */
 std::string emit_llvm_ir(const std::vector<PrimFunc>& funcs, const Target& target, bool optimize = true);
 

@@ -107,6 +107,15 @@ class Executor {
   const std::vector<GroupInfo>& groups() const;
   /** Seconds the compilation took (passes and kernels). */
   double compile_seconds() const;
+  /**
+   * Writes the model as one shared library that kiln_runtime alone loads and
+   * runs (kiln::ModelRunner::load, Python kiln.runtime.load_model; format in
+   * kiln/runtime/model.h): every kernel, the plan and the weights, either
+   * embedded ("embed") or in one file `<path>.weights` beside it ("beside").
+   * Files are written under temporary names and renamed at the end. Throws
+   * kiln::Error on a bad mode, no C compiler or a failed link.
+   */
+  void export_library(const std::string& path, const std::string& weights = "embed") const;
 
   struct State;
   explicit Executor(std::shared_ptr<State> s) : state_(std::move(s)) {}

@@ -1,0 +1,154 @@
+// Exported models (Executor::export_library, ModelRunner::load): a small
+// Conv+Relu+Add graph exported with embedded and beside weights, loaded by
+// kiln_runtime alone and compared bitwise with the in-process executor.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+
+#include "kiln/graph/executor.h"
+#include "kiln/graph/graph.h"
+#include "kiln/runtime/model.h"
+#include "kiln/support/error.h"
+
+using namespace kiln;
+using namespace kiln::graph;
+namespace fs = std::filesystem;
+
+namespace {
+
+NDArray random_array(std::vector<int64_t> shape, uint32_t seed) {
+  NDArray a = NDArray::empty(shape, DataType::Float(32));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1, 1);
+  for (int64_t i = 0; i < a.numel(); ++i) a.data_as<float>()[i] = d(rng);
+  return a;
+}
+
+// y = Relu(Conv(x, w) + b) + x2, two outputs (y and the conv) to exercise the plan's output handling.
+Graph small_graph() {
+  auto x = make_input("x", {{1, 3, 8, 8}, DataType::Float(32)});
+  auto x2 = make_input("x2", {{1, 4, 8, 8}, DataType::Float(32)});
+  Attrs conv_attrs;
+  conv_attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  Value conv = make_op("Conv", {x->output(), make_constant("w", random_array({4, 3, 3, 3}, 1))->output(),
+                                make_constant("b", random_array({4}, 2))->output()}, conv_attrs, "conv")->output();
+  Value relu = make_op("Relu", {conv}, {}, "relu")->output();
+  Value add = make_op("Add", {relu, x2->output()}, {}, "add")->output();
+  Value mul = make_op("Mul", {add, make_constant("s", random_array({1, 4, 1, 1}, 3))->output()}, {}, "mul")->output();
+  return Graph::make({x, x2}, {mul, add}, {"y", "z"});
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string t = (fs::temp_directory_path() / "kiln_export_test_XXXXXX").string();
+    EXPECT_TRUE(mkdtemp(t.data()));
+    path = t;
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+void expect_bitwise_equal(const std::vector<NDArray>& a, const std::vector<NDArray>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].shape(), b[i].shape());
+    ASSERT_EQ(a[i].nbytes(), b[i].nbytes());
+    EXPECT_EQ(std::memcmp(a[i].data(), b[i].data(), a[i].nbytes()), 0) << "output " << i;
+  }
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+class GraphExport : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { exe_ = new Executor(compile(small_graph())); }
+  static void TearDownTestSuite() { delete exe_; }
+  static Executor* exe_;
+  std::vector<NDArray> inputs_ = {random_array({1, 3, 8, 8}, 7), random_array({1, 4, 8, 8}, 8)};
+};
+Executor* GraphExport::exe_ = nullptr;
+
+}  // namespace
+
+TEST_F(GraphExport, EmbeddedRoundTrip) {
+  TempDir dir;
+  std::string so = (dir.path / "model.so").string();
+  exe_->export_library(so, "embed");
+  EXPECT_FALSE(fs::exists(so + ".weights"));
+  ModelRunner m = ModelRunner::load(so);
+  ASSERT_EQ(m.inputs().size(), 2u);
+  EXPECT_EQ(m.inputs()[0].name, "x");
+  EXPECT_EQ(m.inputs()[1].shape, (std::vector<int64_t>{1, 4, 8, 8}));
+  ASSERT_EQ(m.outputs().size(), 2u);
+  EXPECT_EQ(m.outputs()[0].name, "y");
+  EXPECT_EQ(m.outputs()[1].name, "z");
+  expect_bitwise_equal(m.run(inputs_), exe_->run(inputs_));
+  // Nothing left behind but the library.
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 1);
+}
+
+TEST_F(GraphExport, BesideRoundTrip) {
+  TempDir dir;
+  std::string so = (dir.path / "model.so").string();
+  exe_->export_library(so, "beside");
+  ASSERT_TRUE(fs::exists(so + ".weights"));
+  expect_bitwise_equal(ModelRunner::load(so).run(inputs_), exe_->run(inputs_));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 2);
+}
+
+TEST_F(GraphExport, MissingAndWrongWeightsFile) {
+  TempDir dir;
+  std::string so = (dir.path / "model.so").string();
+  exe_->export_library(so, "beside");
+  fs::rename(so + ".weights", so + ".w2");
+  std::string msg = error_of([&] { ModelRunner::load(so); });
+  EXPECT_NE(msg.find("missing"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(so + ".weights"), std::string::npos) << msg;
+  // Cut short by one byte.
+  fs::copy_file(so + ".w2", so + ".weights");
+  fs::resize_file(so + ".weights", fs::file_size(so + ".w2") - 1);
+  msg = error_of([&] { ModelRunner::load(so); });
+  EXPECT_NE(msg.find("bytes"), std::string::npos) << msg;
+  // Not a weights file.
+  { std::ofstream(so + ".weights", std::ios::trunc) << "hello"; }
+  msg = error_of([&] { ModelRunner::load(so); });
+  EXPECT_NE(msg.find("not a kiln weights file"), std::string::npos) << msg;
+}
+
+TEST_F(GraphExport, WrongInputsThroughLoadedModel) {
+  TempDir dir;
+  std::string so = (dir.path / "model.so").string();
+  exe_->export_library(so);
+  ModelRunner m = ModelRunner::load(so);
+  std::string msg = error_of([&] { m.run({random_array({1, 3, 9, 8}, 1), inputs_[1]}); });
+  EXPECT_NE(msg.find("input 'x' has shape [1, 3, 9, 8]; the model was compiled for [1, 3, 8, 8]"), std::string::npos) << msg;
+  msg = error_of([&] { m.run({inputs_[0]}); });
+  EXPECT_NE(msg.find("the model takes 2 inputs, got 1"), std::string::npos) << msg;
+  msg = error_of([&] { m.run({NDArray::empty({1, 3, 8, 8}, DataType::Int(32)), inputs_[1]}); });
+  EXPECT_NE(msg.find("dtype int32"), std::string::npos) << msg;
+}
+
+TEST_F(GraphExport, BadModeAndCopyOfLoadedLibrary) {
+  TempDir dir;
+  std::string so = (dir.path / "model.so").string();
+  std::string msg = error_of([&] { exe_->export_library(so, "inside"); });
+  EXPECT_NE(msg.find("weights must be"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(so));
+  // Module::load reads a model library as a kernel library; its export is a copy that still loads as a model.
+  exe_->export_library(so);
+  Module kernels = Module::load(so);
+  std::string k = (dir.path / "kernels.so").string();
+  kernels.export_library(k);
+  EXPECT_NO_THROW(ModelRunner::load(k));
+}
