@@ -8,6 +8,7 @@
 //   kiln-tune matmul M N K                        [options]
 //   kiln-tune conv2d N C H W K KH KW stride pad   [options]
 //   kiln-tune dense_bias_gelu M N K               [options]
+//   kiln-tune MODEL.onnx                          [options]   (kiln_tune_model.cpp)
 //
 // Exit status: 0 success, 1 error, 2 bad usage.
 #include <sys/wait.h>
@@ -34,6 +35,12 @@
 
 using namespace kiln;
 
+#ifdef KILN_TUNE_WITH_GRAPH
+namespace kiln::tools {
+int run_model(int argc, char** argv);
+}
+#endif
+
 namespace {
 
 const char* kUsage = R"(usage: kiln-tune WORKLOAD SIZES... [options]
@@ -42,6 +49,7 @@ workloads (fp32, from the operator library):
   matmul M N K                         C[M,N] = A[M,K] B[K,N]
   conv2d N C H W K KH KW stride pad    conv2d; the layout is --layout's
   dense_bias_gelu M N K                gelu(A[M,K] B[K,N] + bias[N])
+  MODEL.onnx                           a whole model (kiln-tune MODEL.onnx --help)
 
 options:
   --trials N         candidates to measure (default 200)
@@ -152,6 +160,9 @@ int run(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   std::string kind = argv[1];
+#ifdef KILN_TUNE_WITH_GRAPH
+  if (kind.size() > 5 && kind.substr(kind.size() - 5) == ".onnx") return kiln::tools::run_model(argc, argv);
+#endif
   std::vector<int> sizes;
   int i = 2;
   for (; i < argc && argv[i][0] != '-'; ++i) sizes.push_back(std::atoi(argv[i]));

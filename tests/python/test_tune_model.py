@@ -1,0 +1,70 @@
+"""Tuning a whole model: task extraction, the task scheduler, resuming from the DB, kiln.compile with the records, kiln-tune model.onnx."""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln._ffi as ffi
+from kiln.tune_model import extract_tasks
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+def _model_proto():
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((16, 16, 3, 3)).astype(np.float32), "w2")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "w2"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["d"]),
+             helper.make_node("Conv", ["d", "w2"], ["e"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["e"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w1, w2])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_tasks_scheduler_resume_and_compile(tmp_path):
+    db = str(tmp_path / "model.db")
+    model = kiln.graph.from_onnx(_model_proto())
+    tasks, table = extract_tasks(model, db=db)
+    convs = [t for t in tasks if "ConvNCHWc" in t["ops"]]
+    # The two 16->16 convolutions are one task of weight 2.
+    assert sorted(t["weight"] for t in convs) == [1, 2]
+    assert all(t["records"] == 0 and t["best_time"] == 0 for t in tasks)
+    assert "weight" in table and "unknown" in table
+    r = kiln.tune_model(model, trials=16, batch=8, db=db, progress=False)
+    assert r["trials"] == 16 and r["rounds"] == 2
+    # The warm-up took the heaviest tasks first: both convolution tasks have records now.
+    tuned = {t["workload_key"]: t for t in r["tasks"]}
+    assert all(tuned[t["workload_key"]]["best_time"] > 0 for t in convs)
+    # A new session resumes from the DB: no warm-up round for what has records.
+    tasks2, _ = extract_tasks(model, db=db)
+    assert all(t["records"] > 0 for t in tasks2 if "ConvNCHWc" in t["ops"])
+    exe = kiln.compile(model, db=db)
+    sources = [g["schedule"] for g in exe.groups() if "ConvNCHWc" in g["ops"]]
+    assert sources == ["database"] * 3
+    x = np.random.default_rng(1).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    got, ref = exe(x)[0], kiln.compile(model, fuse=False, plain=True, layout=False)(x)[0]
+    assert np.max(np.abs(got - ref)) <= 1e-5 * np.max(np.abs(ref))
+    with pytest.raises(kiln.KilnError, match="time budget"):
+        kiln.tune_model(model, trials=8, db=db, time_budget="soon")
+
+
+def test_kiln_tune_model_cli(tmp_path):
+    build = os.path.dirname(os.path.dirname(os.path.abspath(ffi._kiln.__file__)))
+    tool = os.path.join(build, "tuner", "kiln-tune")
+    if not os.path.exists(tool):
+        pytest.skip("kiln-tune is not built here")
+    path = str(tmp_path / "m.onnx")
+    onnx.save(_model_proto(), path)
+    db = str(tmp_path / "cli.db")
+    r = subprocess.run([tool, path, "--list-tasks", "--db", db, "--threads", "1"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "kiln.ConvNCHWc+Relu" in r.stdout and "weight" in r.stdout
+    r = subprocess.run([tool, path, "--trials", "8", "--batch", "8", "--db", db, "--threads", "1", "--quiet"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "8 trials in 1 rounds" in r.stdout
+    r = subprocess.run([tool, path, "--time-budget", "soon", "--db", db], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "time-budget" in r.stderr

@@ -1,0 +1,120 @@
+// kiln-tune's model mode: `kiln-tune model.onnx --trials N --db FILE`.
+// Every fused group of the compiled model is a task; the task scheduler
+// (kiln/graph/tune_model.h) spreads the budget over them. Linked into
+// kiln-tune where the graph compiler is built (KILN_TUNE_WITH_GRAPH).
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kiln/graph/onnx.h"
+#include "kiln/graph/tune_model.h"
+#include "kiln/support/error.h"
+
+namespace kiln::tools {
+
+namespace {
+
+const char* kModelUsage = R"(usage: kiln-tune MODEL.onnx [options]
+
+tunes every fused group of the model (one task per distinct workload, weighted
+by how often it runs) with one trial budget, into the tuning database;
+kiln.compile(model, db=...) / kiln-run --db then use the best records.
+
+options:
+  --trials N          the budget over all tasks (default 1000)
+  --db PATH           tuning database (default kiln_tuning.db)
+  --time-budget T     stop starting rounds after T (seconds, or 30s / 30m / 2h)
+  --list-tasks        print the tasks (workload, FLOPs, weight, records, best) and exit
+  --shape NAME=DxDx.. an input's shape (for dynamic dimensions, or to override)
+  --threads N         kernel threads (default: all cores)
+  --target T          target string (default "llvm" with -num-cores=THREADS)
+  --batch N           trials per round (default 16)
+  --quiet             no progress lines
+)";
+
+double parse_duration(const std::string& v) {
+  char unit = v.empty() ? 's' : v.back();
+  double scale = unit == 'm' ? 60 : unit == 'h' ? 3600 : 1;
+  std::string number = (unit == 's' || unit == 'm' || unit == 'h') ? v.substr(0, v.size() - 1) : v;
+  char* end = nullptr;
+  double x = std::strtod(number.c_str(), &end);
+  KILN_USER_CHECK(!number.empty() && end && *end == '\0' && x >= 0) << "--time-budget " << v << ": give seconds, or a number with s, m or h (e.g. 30m)";
+  return x * scale;
+}
+
+std::vector<int64_t> parse_dims(const std::string& item, std::string* name) {
+  size_t eq = item.rfind('=');
+  KILN_USER_CHECK(eq != std::string::npos && eq > 0) << "--shape takes NAME=D0xD1x..., got '" << item << "'";
+  *name = item.substr(0, eq);
+  std::vector<int64_t> dims;
+  std::string rest = item.substr(eq + 1);
+  size_t pos = 0;
+  while (pos <= rest.size()) {
+    size_t x = rest.find('x', pos);
+    std::string d = rest.substr(pos, x == std::string::npos ? std::string::npos : x - pos);
+    char* end = nullptr;
+    long long v = std::strtoll(d.c_str(), &end, 10);
+    KILN_USER_CHECK(!d.empty() && end && *end == '\0' && v > 0) << "--shape '" << item << "': dimensions must be positive integers separated by 'x'";
+    dims.push_back(v);
+    if (x == std::string::npos) break;
+    pos = x + 1;
+  }
+  return dims;
+}
+
+}  // namespace
+
+int run_model(int argc, char** argv) {
+  std::string path = argv[1];
+  graph::CompileOptions copt;
+  copt.db = "kiln_tuning.db";
+  graph::ModelTuneOptions topt;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  bool list = false;
+  int threads = 0;
+  std::string target;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--list-tasks") { list = true; continue; }
+    if (a == "--quiet") { topt.progress = false; continue; }
+    if (a == "--help" || a == "-h") { std::fputs(kModelUsage, stdout); return 0; }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "kiln-tune: %s needs a value\n%s", a.c_str(), kModelUsage);
+      return 2;
+    }
+    std::string v = argv[++i];
+    if (a == "--trials") topt.trials = std::stoi(v);
+    else if (a == "--db") copt.db = v;
+    else if (a == "--time-budget") topt.time_budget_s = parse_duration(v);
+    else if (a == "--batch") topt.batch = std::stoi(v);
+    else if (a == "--threads") threads = std::stoi(v);
+    else if (a == "--target") target = v;
+    else if (a == "--shape") {
+      std::string name;
+      std::vector<int64_t> dims = parse_dims(v, &name);
+      shapes[name] = dims;
+    } else {
+      std::fprintf(stderr, "kiln-tune: unknown option %s\n%s", a.c_str(), kModelUsage);
+      return 2;
+    }
+  }
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  setenv("KILN_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  copt.target = target.empty() ? "llvm -num-cores=" + std::to_string(threads) : target;
+  graph::Graph model = graph::from_onnx(path, shapes);
+  if (list) {
+    std::fputs(graph::tasks_table(graph::extract_tasks(model, copt)).c_str(), stdout);
+    return 0;
+  }
+  std::printf("kiln-tune: %s on %s, %d thread(s), budget %d trials, db %s\n", path.c_str(), copt.target.c_str(), threads, topt.trials, copt.db.c_str());
+  std::fflush(stdout);
+  graph::ModelTuneResult r = graph::tune_model(model, copt, topt);
+  std::fputs(graph::tasks_table(r.tasks).c_str(), stdout);
+  std::printf("%d trials in %d rounds, %.1f s\n", r.trials, r.rounds, r.elapsed_s);
+  return 0;
+}
+
+}  // namespace kiln::tools
