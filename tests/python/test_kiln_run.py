@@ -60,3 +60,19 @@ def test_kiln_run_errors(tmp_path):
     assert r.returncode != 0 and "no such file" in r.stderr
     r = _run(path, "--shape", "x=2by3")
     assert r.returncode != 0 and "dimensions must be integers separated by" in r.stderr
+
+
+def test_kiln_compile_then_kiln_run_the_library(tmp_path):
+    path = str(tmp_path / "conv.onnx")
+    so = str(tmp_path / "conv.so")
+    _conv_model(path, batch=1)
+    r = subprocess.run([os.path.join(ROOT, "tools", "kiln-compile"), path, "-o", so, "--weights", "beside"], env=_env(), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "fused groups" in r.stdout and os.path.exists(so) and os.path.exists(so + ".weights")
+    r = _run(so, "--repeat", "2", "--threads", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "time per run" in r.stdout
+    os.remove(so + ".weights")
+    r = _run(so)
+    assert r.returncode != 0 and ".weights" in (r.stdout + r.stderr)
