@@ -25,6 +25,7 @@ import os
 import numpy as _np
 
 from ._ffi import KilnError, _kiln
+from .runtime import model_feed
 
 _g = _kiln.graph
 Graph = _g.Graph
@@ -141,21 +142,7 @@ class Executor:
         return self._exe.compile_seconds
 
     def _order(self, inputs):
-        names = self.model.input_names
-        if isinstance(inputs, dict):
-            missing = [n for n in names if n not in inputs]
-            extra = [n for n in inputs if n not in names]
-            if missing or extra:
-                raise KilnError(f"model inputs are {names}; missing {missing}, unknown {extra}")
-            inputs = [inputs[n] for n in names]
-        out = []
-        for a in inputs:
-            if hasattr(a, "detach"):  # a torch tensor: a numpy view of its memory (CPU)
-                a = a.detach().cpu().numpy()
-            elif hasattr(a, "__dlpack__") and not isinstance(a, (_np.ndarray, _kiln.NDArray)):
-                a = _np.from_dlpack(a)  # any other DLPack producer, without a copy
-            out.append(a)
-        return out
+        return model_feed(self.model.input_names, inputs)
 
     def __repr__(self):
         return f"<kiln.graph.Executor: {self.num_kernels} kernels, arena {self.memory()['arena_bytes']} bytes>"

@@ -111,6 +111,26 @@ def load(path, entry_name=None):
     return Module.load(path, entry_name)
 
 
+def model_feed(names, inputs):
+    """A model's inputs in input order from a list or a dict by name; torch tensors and other
+    DLPack producers become numpy views of their memory (no copy)."""
+    import numpy as np
+    if isinstance(inputs, dict):
+        missing = [n for n in names if n not in inputs]
+        extra = [n for n in inputs if n not in names]
+        if missing or extra:
+            raise KilnError(f"model inputs are {names}; missing {missing}, unknown {extra}")
+        inputs = [inputs[n] for n in names]
+    feed = []
+    for a in inputs:
+        if hasattr(a, "detach"):  # a torch tensor: a numpy view of its (CPU) memory
+            a = a.detach().cpu().numpy()
+        elif hasattr(a, "__dlpack__") and not isinstance(a, (np.ndarray, _kiln.NDArray)):
+            a = np.from_dlpack(a)
+        feed.append(a)
+    return feed
+
+
 class LoadedModel:
     """A model exported by ``Executor.export_library``, run by kiln's runtime
     alone (no compiler). Call it like the executor: ``m(x)`` or ``m.run([x])`` /
@@ -143,19 +163,8 @@ class LoadedModel:
         return self.run(list(inputs))
 
     def run(self, inputs):
-        names = self.input_names
-        if isinstance(inputs, dict):
-            missing = [n for n in names if n not in inputs]
-            extra = [n for n in inputs if n not in names]
-            if missing or extra:
-                raise KilnError(f"model inputs are {names}; missing {missing}, unknown {extra}")
-            inputs = [inputs[n] for n in names]
-        feed = []
-        for a in inputs:
-            if hasattr(a, "detach"):  # a torch tensor: a numpy view of its (CPU) memory
-                a = a.detach().cpu().numpy()
-            feed.append(a)
-        return self._native.run(feed)
+        """Runs the model; `inputs` is a list in input order or a dict by input name. Returns a list of numpy arrays."""
+        return self._native.run(model_feed(self.input_names, inputs))
 
     def __repr__(self):
         ins = ", ".join(f"{t['name']}: {t['dtype']}{list(t['shape'])}" for t in self.inputs)

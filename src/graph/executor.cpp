@@ -25,7 +25,7 @@ namespace kiln::graph {
 
 struct Executor::State {
   Graph graph;
-  ExecutionPlan plan;
+  MemoryPlanStats memory;
   std::vector<Module> modules;       // per kernel
   std::vector<GroupInfo> groups;     // per step
   ModelRunner runner;                // runs the plan (kiln_runtime)
@@ -47,20 +47,22 @@ bool elementwise_group(const OpNode& node) {
   return true;
 }
 
+// Builds the runtime's plan (kiln_runtime's ModelPlan: the one form the
+// in-process run and an exported library share).
 struct Planner {
-  ExecutionPlan plan;
+  ModelPlan plan;
   std::unordered_map<const NodeObj*, int> constant_buffer;
   std::map<std::pair<const NodeObj*, int>, int> value_buffer;
 
-  int add(PlanBuffer b) {
-    plan.buffers.push_back(std::move(b));
+  int add(ModelBuffer::Kind kind, int index, const TensorType& t) {
+    plan.buffers.push_back({kind, index, 0, t.shape, t.dtype});
     return static_cast<int>(plan.buffers.size()) - 1;
   }
   int constant(const Ref<ConstantNode>& c) {
     auto it = constant_buffer.find(c.get());
     if (it != constant_buffer.end()) return it->second;
     plan.constants.push_back(c->data);
-    int id = add({PlanBuffer::Kind::Constant, static_cast<int>(plan.constants.size()) - 1, 0, c->types[0]});
+    int id = add(ModelBuffer::Kind::Constant, static_cast<int>(plan.constants.size()) - 1, c->types[0]);
     constant_buffer[c.get()] = id;
     return id;
   }
@@ -70,23 +72,9 @@ struct Planner {
   }
 };
 
-// The runtime form of the plan (kiln_runtime knows no graph types), run by a
-// ModelRunner over one module holding every kernel.
-ModelRunner make_runner(const Graph& g, const ExecutionPlan& plan, const std::vector<Module>& modules) {
-  ModelPlan m;
-  for (const auto& in : g.inputs()) m.inputs.push_back({in->name, in->types[0].shape, in->types[0].dtype});
-  for (size_t i = 0; i < g.outputs().size(); ++i) {
-    std::string name = i < g.output_names().size() && !g.output_names()[i].empty() ? g.output_names()[i] : "output" + std::to_string(i);
-    m.outputs.push_back({name, g.outputs()[i].type().shape, g.outputs()[i].type().dtype});
-  }
-  for (const PlanBuffer& b : plan.buffers)
-    m.buffers.push_back({static_cast<ModelBuffer::Kind>(b.kind), b.index, b.offset, b.type.shape, b.type.dtype});
-  for (const PlanStep& s : plan.steps) m.steps.push_back({s.name, s.kernel, s.args, s.flop});
-  m.kernel_names = plan.kernel_names;
-  m.constants = plan.constants;
-  m.output_buffers = plan.outputs;
-  m.arena_bytes = plan.arena_bytes;
-  // One Module over all the kernels: each kernel resolves in its own module.
+// A ModelRunner over `plan` with one Module over all the kernels: each
+// kernel resolves in its own module.
+ModelRunner make_runner(ModelPlan plan, const std::vector<Module>& modules) {
   struct Kernels : ModuleNode {
     std::vector<Module> modules;
     KilnKernel lookup(const std::string& symbol) override {
@@ -99,7 +87,7 @@ ModelRunner make_runner(const Graph& g, const ExecutionPlan& plan, const std::ve
   node->modules = modules;
   std::vector<KernelInfo> infos;
   for (const Module& mod : modules) infos.insert(infos.end(), mod.kernels().begin(), mod.kernels().end());
-  return ModelRunner(std::move(m), Module(node, std::move(infos)));
+  return ModelRunner(std::move(plan), Module(node, std::move(infos)));
 }
 
 }  // namespace
@@ -111,7 +99,12 @@ Executor compile(const Graph& g, const CompileOptions& options) {
   st->graph = optimize(g, target, {options.fuse, options.layout, options.dump});
   Planner p;
   for (size_t i = 0; i < st->graph.inputs().size(); ++i)
-    p.value_buffer[{st->graph.inputs()[i].get(), 0}] = p.add({PlanBuffer::Kind::Input, static_cast<int>(i), 0, st->graph.inputs()[i]->types[0]});
+    p.value_buffer[{st->graph.inputs()[i].get(), 0}] = p.add(ModelBuffer::Kind::Input, static_cast<int>(i), st->graph.inputs()[i]->types[0]);
+  for (const auto& in : st->graph.inputs()) p.plan.inputs.push_back({in->name, in->types[0].shape, in->types[0].dtype});
+  for (size_t i = 0; i < st->graph.outputs().size(); ++i) {
+    const std::string& name = st->graph.output_names()[i];
+    p.plan.outputs.push_back({name.empty() ? "output" + std::to_string(i) : name, st->graph.outputs()[i].type().shape, st->graph.outputs()[i].type().dtype});
+  }
   // Graph outputs computed by a step get Output buffers (fresh arrays per run, handed to the caller).
   std::map<std::pair<const NodeObj*, int>, int> output_of;
   for (size_t i = 0; i < st->graph.outputs().size(); ++i) {
@@ -128,7 +121,7 @@ Executor compile(const Graph& g, const CompileOptions& options) {
     KILN_CHECK(node->body.defined()) << "node '" << node->name << "' (" << node->op->name << ") is in no group after fuse_ops";
     GraphDag dag = to_te(Graph(node->body));
     std::string key = te::workload_key(dag.outputs);
-    PlanStep s;
+    ModelStep s;
     s.name = node->attrs.get_string("ops") + " @ " + node->name;
     auto it = kernel_of_key.find(key);
     GroupInfo info;
@@ -169,9 +162,9 @@ Executor compile(const Graph& g, const CompileOptions& options) {
       auto out = output_of.find({node, k});
       int b;
       if (out != output_of.end()) {
-        b = p.add({PlanBuffer::Kind::Output, out->second, 0, node->types[k]});
+        b = p.add(ModelBuffer::Kind::Output, out->second, node->types[k]);
       } else {
-        b = p.add({PlanBuffer::Kind::Arena, 0, 0, node->types[k]});
+        b = p.add(ModelBuffer::Kind::Arena, 0, node->types[k]);
         PlannedValue pv;
         pv.bytes = node->types[k].bytes();
         pv.first_step = pv.last_step = step;
@@ -193,13 +186,12 @@ Executor compile(const Graph& g, const CompileOptions& options) {
     p.plan.steps.push_back(std::move(s));
     st->groups.push_back(std::move(info));
   }
-  for (const Value& v : st->graph.outputs()) p.plan.outputs.push_back(p.value(v));
-  p.plan.memory = plan_memory(&lifetimes);
+  for (const Value& v : st->graph.outputs()) p.plan.output_buffers.push_back(p.value(v));
+  st->memory = plan_memory(&lifetimes);
   for (size_t i = 0; i < lifetimes.size(); ++i) p.plan.buffers[arena_ids[i]].offset = lifetimes[i].offset;
-  p.plan.arena_bytes = p.plan.memory.arena_bytes;
-  st->plan = std::move(p.plan);
-  st->runner = make_runner(st->graph, st->plan, st->modules);
-  for (const NDArray& c : st->plan.constants) st->weight_bytes += c.nbytes();
+  p.plan.arena_bytes = st->memory.arena_bytes;
+  for (const NDArray& c : p.plan.constants) st->weight_bytes += c.nbytes();
+  st->runner = make_runner(std::move(p.plan), st->modules);
   st->compile_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return Executor(st);
 }
@@ -213,7 +205,8 @@ std::vector<ProfileRow> Executor::profile(const std::vector<NDArray>& inputs, in
   KILN_USER_CHECK(state_) << "this executor was not compiled";
   KILN_USER_CHECK(repeats > 0) << "profile needs at least one repeat";
   std::lock_guard<std::mutex> lock(state_->mu);
-  size_t n = state_->plan.steps.size();
+  const ModelPlan& plan = state_->runner.plan();
+  size_t n = plan.steps.size();
   state_->runner.run(inputs);  // warm-up
   std::vector<std::vector<double>> samples(n);
   for (int r = 0; r < repeats; ++r) {
@@ -226,9 +219,9 @@ std::vector<ProfileRow> Executor::profile(const std::vector<NDArray>& inputs, in
   for (size_t s = 0; s < n; ++s) {
     std::sort(samples[s].begin(), samples[s].end());
     ProfileRow row;
-    row.name = state_->plan.steps[s].name;
+    row.name = plan.steps[s].name;
     row.seconds = samples[s][samples[s].size() / 2];
-    row.gflops = row.seconds > 0 ? state_->plan.steps[s].flop / row.seconds * 1e-9 : 0;
+    row.gflops = row.seconds > 0 ? plan.steps[s].flop / row.seconds * 1e-9 : 0;
     total += row.seconds;
     rows.push_back(row);
   }
@@ -290,11 +283,11 @@ void Executor::export_library(const std::string& path, const std::string& weight
 
 MemoryReport Executor::memory() const {
   KILN_USER_CHECK(state_) << "this executor was not compiled";
-  const MemoryPlanStats& m = state_->plan.memory;
-  return MemoryReport{state_->plan.arena_bytes, m.naive_bytes, m.peak_bytes, state_->weight_bytes, m.inplace};
+  const MemoryPlanStats& m = state_->memory;
+  return MemoryReport{m.arena_bytes, m.naive_bytes, m.peak_bytes, state_->weight_bytes, m.inplace};
 }
 
-const ExecutionPlan& Executor::plan() const { return state_->plan; }
+const ModelPlan& Executor::plan() const { return state_->runner.plan(); }
 const Graph& Executor::graph() const { return state_->graph; }
 const std::vector<GroupInfo>& Executor::groups() const { return state_->groups; }
 double Executor::compile_seconds() const { return state_->compile_seconds; }

@@ -5,7 +5,7 @@
  *   Executor exe = compile(graph, {.target = "llvm", .db = "kiln_tuning.db"});
  *   std::vector<NDArray> out = exe.run({x});
  *
- * The plan is data (ExecutionPlan: buffers with arena offsets, kernel calls
+ * The plan is data (kiln::ModelPlan of runtime/model.h: buffers with arena offsets, kernel calls
  * with buffer ids), so the same plan can run in process, from an exported
  * library or per rank. Kernels of groups with the same workload key are
  * compiled once. One executor runs one call at a time (its arena is shared
@@ -20,6 +20,7 @@
 
 #include "kiln/graph/graph.h"
 #include "kiln/graph/memory_plan.h"
+#include "kiln/runtime/model.h"
 #include "kiln/runtime/ndarray.h"
 
 namespace kiln::graph {
@@ -37,34 +38,6 @@ struct CompileOptions {
   bool plain = false;
   /** Print the graph after every pass (as KILN_DUMP_IR does). */
   bool dump = false;
-};
-
-/** Where a plan's buffer lives. */
-struct PlanBuffer {
-  enum class Kind : uint8_t { Input, Constant, Arena, Output };
-  Kind kind = Kind::Arena;
-  int index = 0;        ///< Input/Output: the graph's input/output number; Constant: into ExecutionPlan::constants
-  int64_t offset = 0;   ///< Arena: byte offset
-  TensorType type;
-};
-
-/** One kernel call. */
-struct PlanStep {
-  std::string name;        ///< the group's name ("Conv+Add+Relu @ /layer1/conv2")
-  int kernel = 0;          ///< into ExecutionPlan::kernel_names
-  std::vector<int> args;   ///< buffer ids, in the kernel's argument order
-  double flop = 0;
-};
-
-struct ExecutionPlan {
-  std::vector<PlanBuffer> buffers;
-  std::vector<PlanStep> steps;
-  std::vector<std::string> kernel_names;
-  std::vector<NDArray> constants;
-  /** Per graph output: the buffer holding it (an Output buffer, or an Input/Constant one to copy). */
-  std::vector<int> outputs;
-  int64_t arena_bytes = 0;
-  MemoryPlanStats memory;
 };
 
 struct GroupInfo {
@@ -100,7 +73,8 @@ class Executor {
   /** Runs `repeats` times and times each kernel (median per kernel). */
   std::vector<ProfileRow> profile(const std::vector<NDArray>& inputs, int repeats = 10) const;
   MemoryReport memory() const;
-  const ExecutionPlan& plan() const;
+  /** The plan the executor runs (kiln_runtime's form, the same an exported library carries). */
+  const ModelPlan& plan() const;
   /** The optimized (fused) graph the plan runs. */
   const Graph& graph() const;
   /** One entry per plan step. */

@@ -37,7 +37,7 @@ struct ModelTensor {
   int64_t bytes() const;
 };
 
-/** Where a plan's buffer lives (the runtime form of graph::PlanBuffer). */
+/** Where a plan's buffer lives. */
 struct ModelBuffer {
   enum class Kind : uint8_t { Input, Constant, Arena, Output };
   Kind kind = Kind::Arena;
