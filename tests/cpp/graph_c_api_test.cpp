@@ -1,0 +1,305 @@
+// The C API (kiln/runtime/c_api.h) over exported libraries: a small model
+// exported by the graph Executor and a kernel library exported by
+// Module::export_library, loaded and run through the C functions only, and
+// compared bitwise with the in-process results; then every error path:
+// status code and message. (Named graph_* so that it links kiln_graph.)
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "kiln/driver/build.h"
+#include "kiln/graph/executor.h"
+#include "kiln/graph/graph.h"
+#include "kiln/ir/op.h"
+#include "kiln/runtime/c_api.h"
+#include "kiln/runtime/model.h"
+
+using namespace kiln;
+using namespace kiln::graph;
+namespace fs = std::filesystem;
+
+namespace {
+
+const DataType f32 = DataType::Float(32);
+
+NDArray random_array(std::vector<int64_t> shape, uint32_t seed, DataType dt = f32) {
+  NDArray a = NDArray::empty(shape, dt);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1, 1);
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (dt == f32) a.data_as<float>()[i] = d(rng);
+    else a.data_as<double>()[i] = d(rng);
+  }
+  return a;
+}
+
+// A mutable DLTensor over an NDArray's memory, as a C caller would have.
+DLTensor dl(const NDArray& a) { return a.dltensor(); }
+
+// y = (Relu(Conv(x, w) + b) + x2) * s, z = Relu(...) + x2.
+Graph small_graph() {
+  auto x = make_input("x", {{1, 3, 8, 8}, f32});
+  auto x2 = make_input("x2", {{1, 4, 8, 8}, f32});
+  Attrs conv_attrs;
+  conv_attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  Value conv = make_op("Conv", {x->output(), make_constant("w", random_array({4, 3, 3, 3}, 1))->output(),
+                                make_constant("b", random_array({4}, 2))->output()}, conv_attrs, "conv")->output();
+  Value relu = make_op("Relu", {conv}, {}, "relu")->output();
+  Value add = make_op("Add", {relu, x2->output()}, {}, "add")->output();
+  Value mul = make_op("Mul", {add, make_constant("s", random_array({1, 4, 1, 1}, 3))->output()}, {}, "mul")->output();
+  return Graph::make({x, x2}, {mul, add}, {"y", "z"});
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string t = (fs::temp_directory_path() / "kiln_c_api_test_XXXXXX").string();
+    EXPECT_TRUE(mkdtemp(t.data()));
+    path = t;
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+// Expects `status` to be `want` and the last error to contain every fragment.
+void expect_status(int status, int want, std::initializer_list<std::string> fragments) {
+  EXPECT_EQ(status, want) << kiln_status_name(status) << " instead of " << kiln_status_name(want) << ": " << kiln_last_error();
+  std::string msg = kiln_last_error();
+  for (const std::string& f : fragments) EXPECT_NE(msg.find(f), std::string::npos) << "message: " << msg << "\nmissing: " << f;
+}
+
+#define ASSERT_KILN_OK(call) ASSERT_EQ((call), KILN_OK) << kiln_last_error()
+
+class CApiModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    exe_ = new Executor(compile(small_graph()));
+    dir_ = new TempDir();
+    so_ = *dir_ / "model.so";
+    exe_->export_library(so_, "embed");
+  }
+  static void TearDownTestSuite() {
+    delete exe_;
+    delete dir_;
+  }
+  void SetUp() override { ASSERT_KILN_OK(kiln_model_load(so_.c_str(), &model_)); }
+  void TearDown() override { kiln_model_free(model_); }
+
+  static Executor* exe_;
+  static TempDir* dir_;
+  static std::string so_;
+  KilnModel* model_ = nullptr;
+  std::vector<NDArray> inputs_ = {random_array({1, 3, 8, 8}, 7), random_array({1, 4, 8, 8}, 8)};
+};
+Executor* CApiModel::exe_ = nullptr;
+TempDir* CApiModel::dir_ = nullptr;
+std::string CApiModel::so_;
+
+}  // namespace
+
+TEST_F(CApiModel, RunMatchesInProcessExecutor) {
+  int n_in = 0, n_out = 0;
+  ASSERT_KILN_OK(kiln_model_num_inputs(model_, &n_in));
+  ASSERT_KILN_OK(kiln_model_num_outputs(model_, &n_out));
+  ASSERT_EQ(n_in, 2);
+  ASSERT_EQ(n_out, 2);
+  const char* name = nullptr;
+  int ndim = 0;
+  const int64_t* shape = nullptr;
+  DLDataType dtype{};
+  ASSERT_KILN_OK(kiln_model_input_info(model_, 1, &name, &ndim, &shape, &dtype));
+  EXPECT_STREQ(name, "x2");
+  ASSERT_EQ(ndim, 4);
+  EXPECT_EQ(std::vector<int64_t>(shape, shape + 4), (std::vector<int64_t>{1, 4, 8, 8}));
+  EXPECT_EQ(dtype.code, kDLFloat);
+  EXPECT_EQ(dtype.bits, 32);
+  ASSERT_KILN_OK(kiln_model_output_info(model_, 0, &name, nullptr, nullptr, nullptr));
+  EXPECT_STREQ(name, "y");
+  int idx = -1;
+  ASSERT_KILN_OK(kiln_model_input_index(model_, "x2", &idx));
+  EXPECT_EQ(idx, 1);
+
+  DLTensor x = dl(inputs_[0]), x2 = dl(inputs_[1]);
+  ASSERT_KILN_OK(kiln_model_set_input(model_, 0, &x));
+  ASSERT_KILN_OK(kiln_model_set_input_by_name(model_, "x2", &x2));
+  ASSERT_KILN_OK(kiln_model_run(model_));
+  std::vector<NDArray> want = exe_->run(inputs_);
+  for (int i = 0; i < 2; ++i) {
+    NDArray got = NDArray::empty(want[i].shape(), f32);
+    DLTensor out = dl(got);
+    ASSERT_KILN_OK(kiln_model_get_output(model_, i, &out));
+    EXPECT_EQ(std::memcmp(got.data(), want[i].data(), got.nbytes()), 0) << "output " << i;
+    const DLTensor* borrowed = nullptr;
+    ASSERT_KILN_OK(kiln_model_output(model_, i, &borrowed));
+    ASSERT_EQ(borrowed->ndim, 4);
+    EXPECT_EQ(std::vector<int64_t>(borrowed->shape, borrowed->shape + 4), want[i].shape());
+    EXPECT_EQ(std::memcmp(borrowed->data, want[i].data(), got.nbytes()), 0) << "output " << i;
+  }
+}
+
+TEST_F(CApiModel, InputsAreCopiedAndKeptForLaterRuns) {
+  NDArray x = random_array({1, 3, 8, 8}, 7);
+  DLTensor tx = dl(x), tx2 = dl(inputs_[1]);
+  ASSERT_KILN_OK(kiln_model_set_input(model_, 0, &tx));
+  ASSERT_KILN_OK(kiln_model_set_input(model_, 1, &tx2));
+  std::memset(x.data(), 0, x.nbytes());  // the model holds its own copy
+  ASSERT_KILN_OK(kiln_model_run(model_));
+  ASSERT_KILN_OK(kiln_model_run(model_));  // inputs stay set
+  const DLTensor* y = nullptr;
+  ASSERT_KILN_OK(kiln_model_output(model_, 0, &y));
+  NDArray want = exe_->run(inputs_)[0];
+  EXPECT_EQ(std::memcmp(y->data, want.data(), want.nbytes()), 0);
+}
+
+TEST_F(CApiModel, InputErrors) {
+  NDArray wrong_shape = random_array({1, 3, 8, 9}, 1);
+  DLTensor t = dl(wrong_shape);
+  expect_status(kiln_model_set_input(model_, 0, &t), KILN_ERR_MISMATCH,
+                {"kiln_model_set_input", "input 'x'", "[1, 3, 8, 9]", "[1, 3, 8, 8]"});
+  NDArray wrong_dtype = random_array({1, 3, 8, 8}, 1, DataType::Float(64));
+  t = dl(wrong_dtype);
+  expect_status(kiln_model_set_input(model_, 0, &t), KILN_ERR_MISMATCH, {"input 'x'", "float64", "float32"});
+  t = dl(inputs_[0]);
+  expect_status(kiln_model_set_input(model_, 2, &t), KILN_ERR_BAD_ARGUMENT, {"input index 2 is out of range", "2 inputs"});
+  expect_status(kiln_model_set_input(model_, -1, &t), KILN_ERR_BAD_ARGUMENT, {"out of range"});
+  expect_status(kiln_model_set_input(model_, 0, nullptr), KILN_ERR_BAD_ARGUMENT, {"null"});
+  expect_status(kiln_model_set_input(nullptr, 0, &t), KILN_ERR_BAD_ARGUMENT, {"null"});
+  expect_status(kiln_model_set_input_by_name(model_, "nope", &t), KILN_ERR_NOT_FOUND, {"no input 'nope'", "x, x2"});
+  DLTensor on_gpu = t;
+  on_gpu.device = {kDLCUDA, 0};
+  expect_status(kiln_model_set_input(model_, 0, &on_gpu), KILN_ERR_MISMATCH, {"cuda:0", "CPU"});
+  int64_t strides[4] = {192, 64, 1, 8};  // a transposed view
+  DLTensor strided = t;
+  strided.strides = strides;
+  expect_status(kiln_model_set_input(model_, 0, &strided), KILN_ERR_MISMATCH, {"not compact"});
+  expect_status(kiln_model_input_info(model_, 5, nullptr, nullptr, nullptr, nullptr), KILN_ERR_BAD_ARGUMENT, {"input index 5"});
+  expect_status(kiln_model_output_info(model_, 2, nullptr, nullptr, nullptr, nullptr), KILN_ERR_BAD_ARGUMENT,
+                {"output index 2"});
+}
+
+TEST_F(CApiModel, RunAndOutputOrderErrors) {
+  const DLTensor* y = nullptr;
+  expect_status(kiln_model_output(model_, 0, &y), KILN_ERR_STATE, {"has not run"});
+  DLTensor x = dl(inputs_[0]);
+  ASSERT_KILN_OK(kiln_model_set_input(model_, 0, &x));
+  expect_status(kiln_model_run(model_), KILN_ERR_STATE, {"input 1 ('x2') is not set"});
+  DLTensor x2 = dl(inputs_[1]);
+  ASSERT_KILN_OK(kiln_model_set_input(model_, 1, &x2));
+  ASSERT_KILN_OK(kiln_model_run(model_));
+  NDArray small = NDArray::empty({1, 4, 8}, f32);
+  DLTensor out = dl(small);
+  expect_status(kiln_model_get_output(model_, 0, &out), KILN_ERR_MISMATCH, {"output 'y'", "[1, 4, 8]", "[1, 4, 8, 8]"});
+  expect_status(kiln_model_get_output(model_, 9, &out), KILN_ERR_BAD_ARGUMENT, {"output index 9"});
+  expect_status(kiln_model_output(model_, 0, nullptr), KILN_ERR_BAD_ARGUMENT, {"null"});
+}
+
+TEST_F(CApiModel, LastErrorIsPerThreadAndKeptAcrossSuccesses) {
+  expect_status(kiln_model_run(nullptr), KILN_ERR_BAD_ARGUMENT, {"kiln_model_run", "null"});
+  int n = 0;
+  ASSERT_KILN_OK(kiln_model_num_inputs(model_, &n));
+  EXPECT_NE(std::string(kiln_last_error()).find("kiln_model_run"), std::string::npos);  // not cleared by success
+  std::string other;
+  std::thread([&] { other = kiln_last_error(); }).join();
+  EXPECT_EQ(other, "");
+  EXPECT_STREQ(kiln_status_name(KILN_ERR_STATE), "KILN_ERR_STATE");
+  EXPECT_STREQ(kiln_status_name(1234), "unknown status");
+  EXPECT_EQ(kiln_model_free(nullptr), KILN_OK);
+  EXPECT_EQ(kiln_library_free(nullptr), KILN_OK);
+}
+
+TEST_F(CApiModel, LoadErrors) {
+  TempDir dir;
+  KilnModel* m = nullptr;
+  std::string missing = dir / "missing.so";
+  expect_status(kiln_model_load(missing.c_str(), &m), KILN_ERR_NOT_FOUND, {missing, "No such file"});
+  EXPECT_EQ(m, nullptr);
+  expect_status(kiln_model_load(nullptr, &m), KILN_ERR_BAD_ARGUMENT, {"null"});
+  expect_status(kiln_model_load(so_.c_str(), nullptr), KILN_ERR_BAD_ARGUMENT, {"null"});
+  std::string text = dir / "text.so";
+  std::ofstream(text) << "not a library\n";
+  expect_status(kiln_model_load(text.c_str(), &m), KILN_ERR_INCOMPATIBLE, {"not a shared library"});
+  KilnLibrary* lib = nullptr;
+  expect_status(kiln_library_load(text.c_str(), &lib), KILN_ERR_INCOMPATIBLE, {"kiln_library_load", "not a shared library"});
+  expect_status(kiln_library_load(missing.c_str(), &lib), KILN_ERR_NOT_FOUND, {missing});
+  EXPECT_EQ(lib, nullptr);
+  // Weights beside the library, then taken away.
+  std::string beside = dir / "beside.so";
+  exe_->export_library(beside, "beside");
+  fs::rename(beside + ".weights", beside + ".w2");
+  expect_status(kiln_model_load(beside.c_str(), &m), KILN_ERR_NOT_FOUND, {beside + ".weights", "missing"});
+  fs::rename(beside + ".w2", beside + ".weights");
+  ASSERT_KILN_OK(kiln_model_load(beside.c_str(), &m));
+  kiln_model_free(m);
+}
+
+// ------------------------------------------------------------ kernel libraries
+
+namespace {
+// C = exp(A) * 0.5 + B over a symbolic n.
+Module build_exp_add() {
+  Var n{"n"};
+  te::Tensor A = te::placeholder({n}, f32, "A"), B = te::placeholder({n}, f32, "B");
+  te::Tensor C = te::compute({n}, [&](const std::vector<Var>& i) { return exp(A(i[0])) * 0.5f + B(i[0]); }, "C");
+  te::Schedule s = te::create_schedule({C});
+  return kiln::build(s, {A, B, C}, "llvm", "exp_add");
+}
+}  // namespace
+
+TEST(CApiLibrary, CallMatchesInProcessModuleAndChecksArguments) {
+  TempDir dir;
+  Module mod = build_exp_add();
+  std::string so = dir / "kernels.so";
+  mod.export_library(so);
+  KilnLibrary* lib = nullptr;
+  ASSERT_KILN_OK(kiln_library_load(so.c_str(), &lib));
+  int n = 0;
+  ASSERT_KILN_OK(kiln_library_num_kernels(lib, &n));
+  ASSERT_EQ(n, 1);
+  const char* name = nullptr;
+  ASSERT_KILN_OK(kiln_library_kernel_name(lib, 0, &name));
+  EXPECT_STREQ(name, "exp_add");
+  expect_status(kiln_library_kernel_name(lib, 1, &name), KILN_ERR_BAD_ARGUMENT, {"kernel index 1"});
+  KilnKernel fn = nullptr;
+  ASSERT_KILN_OK(kiln_library_get_kernel(lib, "exp_add", &fn));
+  EXPECT_NE(fn, nullptr);
+  expect_status(kiln_library_get_kernel(lib, "nope", &fn), KILN_ERR_NOT_FOUND, {"no kernel 'nope'", "exp_add"});
+
+  NDArray a = random_array({37}, 1), b = random_array({37}, 2), c = NDArray::empty({37}, f32), want = NDArray::empty({37}, f32);
+  mod.call("exp_add", {a, b, want});
+  DLTensor ta = dl(a), tb = dl(b), tc = dl(c);
+  DLTensor* args[] = {&ta, &tb, &tc};
+  ASSERT_KILN_OK(kiln_kernel_call(lib, "exp_add", args, 3));
+  EXPECT_EQ(std::memcmp(c.data(), want.data(), c.nbytes()), 0);
+  // The shape scalar passed explicitly as a 0-d tensor.
+  std::memset(c.data(), 0, c.nbytes());
+  int32_t n_value = 37;
+  DLTensor tn{&n_value, {kDLCPU, 0}, 0, {kDLInt, 32, 1}, nullptr, nullptr, 0};
+  DLTensor* args4[] = {&ta, &tb, &tc, &tn};
+  ASSERT_KILN_OK(kiln_kernel_call(lib, "exp_add", args4, 4));
+  EXPECT_EQ(std::memcmp(c.data(), want.data(), c.nbytes()), 0);
+
+  NDArray short_b = random_array({36}, 3);
+  DLTensor tsb = dl(short_b);
+  DLTensor* bad_shape[] = {&ta, &tsb, &tc};
+  expect_status(kiln_kernel_call(lib, "exp_add", bad_shape, 3), KILN_ERR_MISMATCH, {"kiln_kernel_call('exp_add')", "B", "36", "37"});
+  n_value = 40;
+  expect_status(kiln_kernel_call(lib, "exp_add", args4, 4), KILN_ERR_MISMATCH, {"40", "37"});
+  NDArray d64 = random_array({37}, 4, DataType::Float(64));
+  DLTensor td = dl(d64);
+  DLTensor* bad_dtype[] = {&ta, &td, &tc};
+  expect_status(kiln_kernel_call(lib, "exp_add", bad_dtype, 3), KILN_ERR_MISMATCH, {"B", "float64", "float32"});
+  expect_status(kiln_kernel_call(lib, "exp_add", args, 1), KILN_ERR_MISMATCH, {"exp_add"});
+  expect_status(kiln_kernel_call(lib, "nope", args, 3), KILN_ERR_NOT_FOUND, {"no kernel 'nope'", "exp_add"});
+  expect_status(kiln_kernel_call(lib, "exp_add", nullptr, 3), KILN_ERR_BAD_ARGUMENT, {"null"});
+  DLTensor* null_arg[] = {&ta, nullptr, &tc};
+  expect_status(kiln_kernel_call(lib, "exp_add", null_arg, 3), KILN_ERR_BAD_ARGUMENT, {"argument 1 is null"});
+
+  // A kernel library is not a model.
+  KilnModel* m = nullptr;
+  expect_status(kiln_model_load(so.c_str(), &m), KILN_ERR_INCOMPATIBLE, {"kiln_model_load", so});
+  kiln_library_free(lib);
+}
