@@ -206,5 +206,41 @@ TEST(TunerFeatureRecords, OldDatabaseLoadsAndTrains) {
   EXPECT_EQ(tuner::load_training_samples(db).size(), fresh.size() + 1);
 }
 
+// A cost model file of version 1 (kiln-store-v1 samples: distinct rows plus a
+// row -> distinct index per store) still loads, and retrains on its samples.
+TEST(TunerFeatureRecords, VersionOneModelFileLoads) {
+  std::string bytes = "KILNCM01";
+  auto put = [&](const auto& v) { bytes.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  auto put_string = [&](const std::string& s) { put(static_cast<uint64_t>(s.size())), bytes += s; };
+  std::vector<Sample> fresh = conv_samples(false);
+  put(uint32_t{1});
+  put_string(tuner::legacy_feature_extractor_name());
+  put(int32_t{tuner::num_feature_columns()});
+  put(static_cast<uint64_t>(fresh.size()));
+  for (const Sample& s : fresh) {
+    put_string(s.group);
+    put(s.throughput);
+    put(static_cast<int32_t>(s.features.total_rows()));
+    put(static_cast<uint32_t>(s.features.rows));
+    bytes.append(reinterpret_cast<const char*>(s.features.values.data()), s.features.values.size() * sizeof(float));
+    for (int r = 0; r < s.features.rows; ++r)
+      for (int k = 0; k < static_cast<int>(s.features.count(r)); ++k) put(static_cast<uint32_t>(r));
+  }
+  put_string("");  // untrained
+  std::string path = ::testing::TempDir() + "kiln_feature_records_v1.bin";
+  tuning_db::testing::write_bytes(path, bytes);
+  auto m = tuner::make_xgboost_model(3);
+  m->load(path);
+  EXPECT_FALSE(m->trained());
+  m->update({});
+  ASSERT_TRUE(m->trained());
+  auto ref = tuner::make_xgboost_model(3);
+  ref->update(fresh);
+  std::vector<Features> f;
+  for (const Sample& s : fresh) f.push_back(s.features);
+  EXPECT_EQ(m->predict(f), ref->predict(f));  // the same samples: the same model
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace kiln
