@@ -17,7 +17,6 @@
 #include <cmath>
 #include <cstring>
 #include <string_view>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "features_internal.h"
