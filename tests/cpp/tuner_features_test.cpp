@@ -156,12 +156,20 @@ TEST(TunerFeatures, UnrolledLoopAndUnrolledCopies) {
   std::vector<Stmt> copies;
   for (int c = 0; c < 4; ++c) copies.push_back(st(B, ld(A, i * 4 + c), i * 4 + c));
   Features g = extract_features(PrimFunc::make("c", {arg(A), arg(B)}, loop(i, 16, Seq::make(copies))));
-  ASSERT_EQ(g.rows, 4);
-  for (int r = 0; r < 4; ++r) {
-    EXPECT_FLOAT_EQ(at(g, r, "body_stores"), lg(4));
-    EXPECT_FLOAT_EQ(at(g, r, "func_stores"), lg(4));
-    EXPECT_FLOAT_EQ(at(g, r, "work_share"), 0.25f);
-  }
+  // The four copies make equal rows: one row standing for four stores.
+  ASSERT_EQ(g.rows, 1);
+  EXPECT_EQ(g.counts, std::vector<float>{4.f});
+  EXPECT_EQ(g.total_rows(), 4.0);
+  EXPECT_FLOAT_EQ(at(g, 0, "body_stores"), lg(4));
+  EXPECT_FLOAT_EQ(at(g, 0, "func_stores"), lg(4));
+  EXPECT_FLOAT_EQ(at(g, 0, "work_share"), 0.25f);
+  // Copies that differ (here: one is guarded) stay apart, in first-seen order.
+  copies[2] = IfThenElse::make(i < 15, copies[2]);
+  Features h = extract_features(PrimFunc::make("c", {arg(A), arg(B)}, loop(i, 16, Seq::make(copies))));
+  ASSERT_EQ(h.rows, 2);
+  EXPECT_EQ(h.counts, (std::vector<float>{3.f, 1.f}));
+  EXPECT_FLOAT_EQ(at(h, 0, "guards"), 0.f);
+  EXPECT_FLOAT_EQ(at(h, 1, "guards"), 1.f);
 }
 
 TEST(TunerFeatures, StridesFootprintsAndReuse) {
@@ -260,8 +268,8 @@ TEST(TunerFeatures, LoweredMatmulThroughThePipeline) {
     EXPECT_FLOAT_EQ(at(f, r, "par_present"), 1.f);
     EXPECT_FLOAT_EQ(at(f, r, "par_len"), lg(n / 4));
     EXPECT_FLOAT_EQ(at(f, r, "body_stores"), lg(4));  // the 4 unrolled rows of the tile
-    fma += std::exp2(at(f, r, "float_fma")) - 1;
-    share += at(f, r, "work_share");
+    fma += f.count(r) * (std::exp2(at(f, r, "float_fma")) - 1);
+    share += f.count(r) * at(f, r, "work_share");
   }
   EXPECT_NEAR(fma, double(n) * n * n, 1e-3 * n * n * n);
   EXPECT_NEAR(share, 1.0, 1e-4);

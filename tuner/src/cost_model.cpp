@@ -1,6 +1,7 @@
 // The XGBoost cost model. A candidate is a set of rows (one per store) and
 // its score is the sum of the booster's outputs on them, as in Ansor, each
-// weighted by the row's share of the work (see ModelOptions::share_weighted).
+// weighted by the row's share of the work (see ModelOptions::share_weighted)
+// and by its count (a row of Features stands for that many equal stores).
 // By default the booster learns a pairwise ranking of the candidates of each
 // task (throughput normalised by the task's best) on those scores, through
 // custom gradients (XGBoosterBoostOneIter); the alternatives are Ansor's
@@ -65,9 +66,10 @@ struct TrainSet {
 
 /**
  * The distinct rows of a candidate, each with its factor in the candidate's
- * score: its work share (or 1) times how often it occurs. Unrolled copies of
- * a store make equal rows (27347 rows were 1547 distinct ones in 300
- * candidates of a matmul), and merging them changes no score.
+ * score: its work share (or 1) times how many stores it stands for (its
+ * count, summed over equal rows). The extractor already collapses unrolled
+ * copies (Features::counts); records of the old form (one row per store)
+ * collapse here, and both forms give the same rows and factors, bit for bit.
  */
 std::vector<std::pair<const float*, double>> distinct_rows(const Features& f, const ModelOptions& o) {
   std::vector<std::pair<const float*, double>> out;
@@ -75,11 +77,12 @@ std::vector<std::pair<const float*, double>> distinct_rows(const Features& f, co
   const size_t bytes = static_cast<size_t>(f.cols) * sizeof(float);
   for (int r = 0; r < f.rows; ++r) {
     const float* row = f.values.data() + static_cast<size_t>(r) * f.cols;
-    double a = o.share_weighted ? static_cast<double>(row[work_share]) : 1.0;
     auto [it, fresh] = seen.emplace(std::string_view(reinterpret_cast<const char*>(row), bytes), out.size());
-    if (fresh) out.emplace_back(row, a);
-    else out[it->second].second += a;
+    if (fresh) out.emplace_back(row, f.count(r));
+    else out[it->second].second += f.count(r);
   }
+  // Counts are whole numbers (exact in a double): scaling once keeps both forms equal.
+  for (auto& [row, n] : out) n *= o.share_weighted ? static_cast<double>(row[work_share]) : 1.0;
   return out;
 }
 
@@ -198,13 +201,7 @@ class XGBoostModel : public CostModel {
   XGBoostModel(const ModelOptions& o, uint64_t seed) : opt_(o), seed_(seed) {}
 
   void update(const std::vector<Sample>& samples) override {
-    for (const Sample& s : samples) {
-      KILN_USER_CHECK(s.features.cols == num_feature_columns() && s.features.rows >= 0 &&
-                      s.features.values.size() == static_cast<size_t>(s.features.rows) * s.features.cols)
-          << "cost model: a sample of task '" << s.group << "' has a " << s.features.rows << "x" << s.features.cols << " feature matrix with "
-          << s.features.values.size() << " values; expected " << num_feature_columns() << " columns (" << feature_extractor_name()
-          << "); re-extract its features";
-    }
+    for (const Sample& s : samples) check_features(s.features, "cost model: a sample of task '" + s.group + "'");
     std::lock_guard<std::mutex> lock(mu_);
     samples_.insert(samples_.end(), samples.begin(), samples.end());
     retrain();
@@ -320,8 +317,7 @@ std::vector<double> XGBoostModel::predict(const std::vector<Features>& candidate
   for (size_t c = 0; c < candidates.size(); ++c) {
     const Features& f = candidates[c];
     if (f.rows <= 0) continue;
-    KILN_USER_CHECK(f.cols == cols && f.values.size() == static_cast<size_t>(f.rows) * cols)
-        << "cost model: candidate " << c << " has a " << f.rows << "x" << f.cols << " feature matrix; expected " << cols << " columns";
+    check_features(f, "cost model: candidate " + std::to_string(c));
     for (const auto& [row, a] : distinct_rows(f, opt_)) {
       values.insert(values.end(), row, row + cols);
       owner.push_back(c);

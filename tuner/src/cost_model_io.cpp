@@ -4,17 +4,17 @@
 // left of the file, so a corrupt or truncated file raises kiln::Error.
 //
 //   "KILNCM01"  u32 version  string extractor  i32 cols
-//   u64 samples  { string group  f64 throughput  i32 rows
-//                  u32 distinct  f32[distinct * cols]  u32[rows] (row -> distinct row) }
+//   u64 samples  { string group  f64 throughput  sample rows }
 //   string booster  (empty: untrained)
-// where string = u64 length + bytes; numbers are in host byte order. Rows
-// are stored once each: the unrolled copies of a store have equal rows.
+// where string = u64 length + bytes; numbers are in host byte order. The
+// sample rows are, in version 2 (extractor kiln-store-v2):
+//   i32 rows  f32[rows * cols]  f32[rows] (counts)      -- rows collapsed
+// and in version 1 (kiln-store-v1, still read):
+//   i32 rows  u32 distinct  f32[distinct * cols]  u32[rows] (row -> distinct row)
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <string_view>
-#include <unordered_map>
 
 #include "cost_model_internal.h"
 
@@ -23,7 +23,8 @@ namespace kiln::tuner::detail {
 namespace {
 
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'C', 'M', '0', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
+constexpr uint32_t kLegacyVersion = 1;  // one row per store, read only
 
 class Writer {
  public:
@@ -82,19 +83,21 @@ class Reader {
 };
 
 void put_rows(Writer& w, const Features& f) {
-  const size_t bytes = static_cast<size_t>(f.cols) * sizeof(float);
-  std::unordered_map<std::string_view, uint32_t> seen;
-  std::vector<float> distinct;
-  std::vector<uint32_t> index;
-  for (int r = 0; r < f.rows; ++r) {
-    const float* row = f.values.data() + static_cast<size_t>(r) * f.cols;
-    auto [it, fresh] = seen.emplace(std::string_view(reinterpret_cast<const char*>(row), bytes), static_cast<uint32_t>(seen.size()));
-    if (fresh) distinct.insert(distinct.end(), row, row + f.cols);
-    index.push_back(it->second);
-  }
-  w.put<uint32_t>(static_cast<uint32_t>(seen.size()));
-  w.put_floats(distinct);
-  for (uint32_t i : index) w.put<uint32_t>(i);
+  Features c = collapse_rows(f);
+  w.put<int32_t>(c.rows);
+  w.put_floats(c.values);
+  w.put_floats(c.counts);
+}
+
+Features get_collapsed_rows(Reader& r, int cols) {
+  Features f;
+  f.cols = cols;
+  f.rows = r.get<int32_t>("a sample's row count");
+  KILN_USER_CHECK(f.rows >= 0) << r.corrupt("a sample's row count");
+  f.values = r.get_floats(static_cast<uint64_t>(f.rows) * static_cast<uint64_t>(cols), "a sample's features");
+  f.counts = r.get_floats(static_cast<uint64_t>(f.rows), "a sample's row counts");
+  for (float c : f.counts) KILN_USER_CHECK(c >= 1) << r.corrupt("a sample's row counts");
+  return f;
 }
 
 std::vector<float> get_rows(Reader& r, int rows, int cols) {
@@ -124,7 +127,6 @@ void write_model_file(const std::string& path, const ModelFile& file) {
   for (const Sample& s : file.samples) {
     w.put_string(s.group);
     w.put<double>(s.throughput);
-    w.put<int32_t>(s.features.rows);
     put_rows(w, s.features);
   }
   w.put_string(file.booster);
@@ -149,11 +151,14 @@ ModelFile read_model_file(const std::string& path) {
   for (char& c : magic) c = r.get<char>("the header");
   KILN_USER_CHECK(std::memcmp(magic, kMagic, sizeof(kMagic)) == 0) << "'" << path << "' is not a kiln cost model file (bad header)";
   uint32_t version = r.get<uint32_t>("the version");
-  KILN_USER_CHECK(version == kVersion) << "cost model file '" << path << "' has version " << version << "; this kiln reads version " << kVersion;
+  KILN_USER_CHECK(version == kVersion || version == kLegacyVersion)
+      << "cost model file '" << path << "' has version " << version << "; this kiln reads versions " << kLegacyVersion << " and " << kVersion;
   std::string extractor = r.get_string("the feature extractor name");
   ModelFile file;
   file.cols = r.get<int32_t>("the column count");
-  KILN_USER_CHECK(extractor == feature_extractor_name() && file.cols == num_feature_columns())
+  // Version 1 holds kiln-store-v1 rows: the same columns, uncollapsed, so they serve as they are.
+  const std::string& expected = version == kVersion ? feature_extractor_name() : legacy_feature_extractor_name();
+  KILN_USER_CHECK(extractor == expected && file.cols == num_feature_columns())
       << "cost model file '" << path << "' was trained on features '" << extractor << "' (" << file.cols << " columns); this kiln extracts '"
       << feature_extractor_name() << "' (" << num_feature_columns() << " columns); delete the file to train a fresh model";
   uint64_t n = r.get<uint64_t>("the sample count");
@@ -161,10 +166,14 @@ ModelFile read_model_file(const std::string& path) {
     Sample s;
     s.group = r.get_string("a sample's task");
     s.throughput = r.get<double>("a sample's throughput");
-    s.features.rows = r.get<int32_t>("a sample's row count");
-    s.features.cols = file.cols;
-    KILN_USER_CHECK(s.features.rows >= 0) << r.corrupt("a sample's row count");
-    s.features.values = get_rows(r, s.features.rows, file.cols);
+    if (version == kVersion) {
+      s.features = get_collapsed_rows(r, file.cols);
+    } else {
+      s.features.rows = r.get<int32_t>("a sample's row count");
+      s.features.cols = file.cols;
+      KILN_USER_CHECK(s.features.rows >= 0) << r.corrupt("a sample's row count");
+      s.features.values = get_rows(r, s.features.rows, file.cols);
+    }
     file.samples.push_back(std::move(s));
   }
   file.booster = r.get_string("the booster");

@@ -8,10 +8,16 @@
 // unroll factor from the stores side by side in the innermost body. Loops
 // still marked Vectorized or Unrolled (a raw nest, or one the passes left
 // alone) count as well.
+//
+// Rows are collapsed as they are made: an unrolled copy of a store gives a
+// row equal to one already seen, which only adds to that row's count.
 #include "kiln/tuner/features.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string_view>
+#include <unordered_set>
 
 #include "features_internal.h"
 #include "kiln/ir/functor.h"
@@ -114,8 +120,11 @@ class StoreWalker : public IRVisitor {
       if (p.is_buffer()) params_.push_back(p.buffer->data.get());
     body_stores_.push_back(direct_stores(f->body));
   }
-  std::vector<float> rows;
-  int num_rows = 0;
+  std::vector<float> rows;  // the distinct rows, first-seen order
+  std::vector<float> counts;
+  int num_rows = 0;         // distinct rows
+  int64_t num_stores = 0;   // all rows
+  double total_elems = 0;   // elements stored by all rows, summed in store order
 
  protected:
   using IRVisitor::visit;
@@ -132,6 +141,22 @@ class StoreWalker : public IRVisitor {
   void fill_loops(float* row, int lanes) const;
   void fill_buffers(const std::vector<BufferStats>& bufs, float* row) const;
   void fill_allocs(float* row) const;
+  void add_row(const std::vector<float>& row);
+
+  /** Distinct rows by content: indices into `rows`. */
+  struct RowHash {
+    const std::vector<float>* rows;
+    size_t operator()(int r) const {
+      return std::hash<std::string_view>()(std::string_view(reinterpret_cast<const char*>(rows->data() + static_cast<size_t>(r) * kNumColumns), kNumColumns * sizeof(float)));
+    }
+  };
+  struct RowEq {
+    const std::vector<float>* rows;
+    bool operator()(int a, int b) const {
+      return std::memcmp(rows->data() + static_cast<size_t>(a) * kNumColumns, rows->data() + static_cast<size_t>(b) * kNumColumns, kNumColumns * sizeof(float)) == 0;
+    }
+  };
+  std::unordered_set<int, RowHash, RowEq> seen_{64, RowHash{&rows}, RowEq{&rows}};
 
   arith::Analyzer ana_;
   std::vector<LoopDesc> loops_;
@@ -255,8 +280,22 @@ void StoreWalker::visit(const BufferStore* op) {
   for (Access& a : accesses) a.index = resolve(a.index);
   fill_buffers(analyze_accesses(accesses, loops_, lanes, &ana_), row.data());
   fill_allocs(row.data());
+  add_row(row);
+}
+
+void StoreWalker::add_row(const std::vector<float>& row) {
+  ++num_stores;
+  total_elems += std::exp2(static_cast<double>(row[store_elems])) - 1;
+  // Append, then keep it only if no equal row is there (the set hashes rows in place).
   rows.insert(rows.end(), row.begin(), row.end());
-  ++num_rows;
+  auto [it, fresh] = seen_.insert(num_rows);
+  if (fresh) {
+    counts.push_back(1.f);
+    ++num_rows;
+  } else {
+    rows.resize(rows.size() - kNumColumns);
+    counts[static_cast<size_t>(*it)] += 1.f;
+  }
 }
 
 void StoreWalker::fill_loops(float* row, int lanes) const {
@@ -362,6 +401,11 @@ std::vector<std::string> make_names() {
 }  // namespace
 
 const std::string& feature_extractor_name() {
+  static const std::string name = "kiln-store-v2";
+  return name;
+}
+
+const std::string& legacy_feature_extractor_name() {
   static const std::string name = "kiln-store-v1";
   return name;
 }
@@ -377,19 +421,20 @@ Features extract_features(const PrimFunc& lowered) {
   KILN_USER_CHECK(lowered.defined()) << "extract_features: the function is null; pass the result of te::lower";
   StoreWalker walker(lowered);
   walker.visit_stmt(lowered->body);
-  // Second pass: what each row is worth within its function.
+  // Second pass: what each row is worth within its function. Equal rows stay
+  // equal (both columns depend on the row and on totals only).
   std::vector<float>& v = walker.rows;
-  double total = 0;
-  for (int r = 0; r < walker.num_rows; ++r) total += std::exp2(static_cast<double>(v[r * kNumColumns + store_elems])) - 1;
+  const double total = walker.total_elems;
   for (int r = 0; r < walker.num_rows; ++r) {
     float* row = v.data() + static_cast<size_t>(r) * kNumColumns;
-    row[func_stores] = slog(walker.num_rows);
+    row[func_stores] = slog(static_cast<double>(walker.num_stores));
     row[work_share] = total > 0 ? static_cast<float>((std::exp2(static_cast<double>(row[store_elems])) - 1) / total) : 0.f;
   }
   Features f;
   f.rows = walker.num_rows;
   f.cols = kNumColumns;
   f.values = std::move(walker.rows);
+  f.counts = std::move(walker.counts);
   return f;
 }
 

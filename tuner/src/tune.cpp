@@ -20,6 +20,7 @@
 #include <limits>
 
 #include "kiln/support/error.h"
+#include "kiln/tuner/feature_records.h"
 #include "kiln/te/workload_key.h"
 #include "tune_internal.h"
 
@@ -157,7 +158,7 @@ void Session::store(const std::vector<Entry>& batch, const std::vector<MeasureRe
     // The DB refuses non-finite features; a candidate without them still gets its record.
     if (f && !std::all_of(f->values.begin(), f->values.end(), [](float v) { return std::isfinite(v); })) f = nullptr;
     if (f) {
-      r.features = tuning_db::FeatureSet{feature_extractor_name(), f->rows, f->cols, f->values};
+      r.features = to_feature_set(*f);
       bool ok = m.error == MeasureError::None && m.median_time() > 0;
       // Absolute throughput (1 / time): one scale across batches and sessions; the model
       // normalises by each group's best itself. 0 marks a failure.

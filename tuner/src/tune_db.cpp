@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "kiln/tuner/feature_records.h"
 #include "kiln/tuning_db/jsonl.h"
 #include "tune_internal.h"
 
@@ -66,26 +67,7 @@ tuning_db::ErrorKind to_error_kind(MeasureError e) {
   return tuning_db::ErrorKind::run_error;
 }
 
-std::vector<Sample> training_samples(const tuning_db::Database& db) {
-  tuning_db::RecordFilter filter;
-  filter.feature_extractor = feature_extractor_name();
-  filter.include_errors = true;
-  std::vector<tuning_db::Record> records = db.training_records(filter);
-  auto group_of = [](const tuning_db::Record& r) { return r.workload_key + "|" + r.target.target + "|" + r.target.cpu_model; };
-  std::vector<Sample> out;
-  for (const tuning_db::Record& r : records) {
-    if (!r.features || r.features->cols != num_feature_columns() || r.features->rows <= 0) continue;
-    Sample s;
-    s.features.rows = static_cast<int>(r.features->rows);
-    s.features.cols = static_cast<int>(r.features->cols);
-    s.features.values = r.features->values;
-    s.group = group_of(r);
-    bool ok = r.error_kind == tuning_db::ErrorKind::none && r.median_time && *r.median_time > 0;
-    s.throughput = ok ? 1.0 / *r.median_time : 0;  // the model normalises within each group
-    out.push_back(std::move(s));
-  }
-  return out;
-}
+std::vector<Sample> training_samples(const tuning_db::Database& db) { return load_training_samples(db); }
 
 bool debug_logging() {
   const char* v = std::getenv("KILN_LOG");

@@ -37,7 +37,7 @@ bool same_hardware(const tuning_db::TargetInfo& a, const tuning_db::TargetInfo& 
 tuning_db::ErrorKind to_error_kind(MeasureError e);
 /**
  * Cost-model samples from every record of the DB with features of this
- * extractor, throughputs normalised within each (workload, target) group:
+ * extractor (or the legacy one), throughputs normalised within each (workload, target) group:
  * best / time, 0 for failures.
  */
 std::vector<Sample> training_samples(const tuning_db::Database& db);

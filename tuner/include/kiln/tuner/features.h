@@ -6,6 +6,12 @@
  * loop extents around it, and for each buffer touched the bytes, unique
  * bytes, the stride of the innermost access, the reuse distance, plus
  * allocation sizes. Rows have a fixed number of columns.
+ *
+ * Unrolled copies of a store make identical rows (a 3x3 conv candidate has
+ * ~750 stores but a few dozen distinct rows), so a Features holds each
+ * distinct row once with how many stores it stands for. The cost model
+ * weighs a row's prediction by that count: the score is the one of the
+ * expanded matrix.
  */
 #ifndef KILN_TUNER_FEATURES_H
 #define KILN_TUNER_FEATURES_H
@@ -17,14 +23,31 @@
 
 namespace kiln::tuner {
 
-/** A row-major matrix of float32: one row per store. */
+/** A row-major matrix of float32: one row per distinct store row, with its multiplicity. */
 struct Features {
   int rows = 0, cols = 0;
   std::vector<float> values;
+  /** How many stores each row stands for (rows entries, each >= 1); empty: 1 each (features of the old, uncollapsed form). */
+  std::vector<float> counts;
+  double count(int row) const { return counts.empty() ? 1.0 : static_cast<double>(counts[static_cast<size_t>(row)]); }
+  /** The number of stores: the rows of the expanded matrix. */
+  double total_rows() const;
 };
 
-/** The name of this extractor and its version (stored with features in the tuning DB). */
+/** Merges identical rows (first-seen order), adding their counts; the result always has counts. */
+Features collapse_rows(const Features& f);
+
+/** Throws kiln::Error (naming `what`) unless f is rows x num_feature_columns() with counts empty or rows positive finite ones. */
+void check_features(const Features& f, const std::string& what);
+
+/**
+ * The name of this extractor and its version (stored with features in the
+ * tuning DB). "kiln-store-v2": rows collapsed with counts; its DB form has
+ * one more column, the count, last.
+ */
 const std::string& feature_extractor_name();
+/** The previous version: the same columns, one row per store (no counts). Its DB records still train the model. */
+const std::string& legacy_feature_extractor_name();
 int num_feature_columns();
 /** Column names, for debugging and tests. */
 const std::vector<std::string>& feature_names();

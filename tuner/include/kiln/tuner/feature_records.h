@@ -1,0 +1,36 @@
+/** \file
+ * Features in the tuning DB: the stored form of Features (a FeatureSet) and
+ * the cost-model samples of a database's records.
+ *
+ * Extractor "kiln-store-v2" stores its collapsed rows with one more column,
+ * the row's count, last; so the DB schema and its JSON Lines form stay as
+ * they were. Records of "kiln-store-v1" (one row per store, no count) still
+ * load, each row counting once: their rows are the same columns.
+ */
+#ifndef KILN_TUNER_FEATURE_RECORDS_H
+#define KILN_TUNER_FEATURE_RECORDS_H
+
+#include <optional>
+#include <vector>
+
+#include "kiln/tuner/cost_model.h"
+#include "kiln/tuner/features.h"
+#include "kiln/tuning_db/database.h"
+
+namespace kiln::tuner {
+
+/** The stored form of features of this extractor (the count column appended). */
+tuning_db::FeatureSet to_feature_set(const Features& f);
+/** Features of a stored set of this extractor or the legacy one (collapsed); nullopt for another extractor or a wrong shape. */
+std::optional<Features> from_feature_set(const tuning_db::FeatureSet& f);
+
+/**
+ * Cost-model samples from every record of the DB with features of this
+ * extractor or the legacy one; each (workload, target) is one group, and a
+ * sample's throughput is 1 / median time (0 for failures).
+ */
+std::vector<Sample> load_training_samples(const tuning_db::Database& db);
+
+}  // namespace kiln::tuner
+
+#endif  // KILN_TUNER_FEATURE_RECORDS_H

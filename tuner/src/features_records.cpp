@@ -1,0 +1,66 @@
+// Features to and from the tuning DB's FeatureSet, and training samples from
+// stored records of either extractor version.
+#include <cmath>
+
+#include "kiln/tuner/feature_records.h"
+
+namespace kiln::tuner {
+
+tuning_db::FeatureSet to_feature_set(const Features& f) {
+  const int cols = f.cols + 1;
+  tuning_db::FeatureSet out{feature_extractor_name(), f.rows, cols, {}};
+  out.values.reserve(static_cast<size_t>(f.rows) * cols);
+  for (int r = 0; r < f.rows; ++r) {
+    const float* row = f.values.data() + static_cast<size_t>(r) * f.cols;
+    out.values.insert(out.values.end(), row, row + f.cols);
+    out.values.push_back(static_cast<float>(f.count(r)));
+  }
+  return out;
+}
+
+std::optional<Features> from_feature_set(const tuning_db::FeatureSet& s) {
+  const int cols = num_feature_columns();
+  if (s.rows < 0 || s.values.size() != static_cast<size_t>(s.rows) * static_cast<size_t>(s.cols)) return std::nullopt;
+  Features f;
+  f.cols = cols;
+  if (s.extractor == legacy_feature_extractor_name() && s.cols == cols) {
+    // One row per store: collapsing gives what the extractor now makes.
+    f.rows = static_cast<int>(s.rows);
+    f.values = s.values;
+    return collapse_rows(f);
+  }
+  if (s.extractor != feature_extractor_name() || s.cols != cols + 1) return std::nullopt;
+  f.rows = static_cast<int>(s.rows);
+  f.values.reserve(static_cast<size_t>(s.rows) * cols);
+  f.counts.reserve(static_cast<size_t>(s.rows));
+  for (int64_t r = 0; r < s.rows; ++r) {
+    const float* row = s.values.data() + static_cast<size_t>(r) * s.cols;
+    if (!(row[cols] >= 1)) return std::nullopt;  // a count must be a positive whole number
+    f.values.insert(f.values.end(), row, row + cols);
+    f.counts.push_back(std::round(row[cols]));
+  }
+  return f;
+}
+
+std::vector<Sample> load_training_samples(const tuning_db::Database& db) {
+  auto group_of = [](const tuning_db::Record& r) { return r.workload_key + "|" + r.target.target + "|" + r.target.cpu_model; };
+  std::vector<Sample> out;
+  for (const std::string* extractor : {&legacy_feature_extractor_name(), &feature_extractor_name()}) {
+    tuning_db::RecordFilter filter;
+    filter.feature_extractor = *extractor;
+    filter.include_errors = true;
+    for (const tuning_db::Record& r : db.training_records(filter)) {
+      std::optional<Features> f = r.features ? from_feature_set(*r.features) : std::nullopt;
+      if (!f || f->rows <= 0) continue;
+      Sample s;
+      s.features = std::move(*f);
+      s.group = group_of(r);
+      bool ok = r.error_kind == tuning_db::ErrorKind::none && r.median_time && *r.median_time > 0;
+      s.throughput = ok ? 1.0 / *r.median_time : 0;  // the model normalises within each group
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln::tuner
