@@ -721,6 +721,30 @@ TEST(CodegenLLVM, UnsupportedIrRaisesErrors) {
   EXPECT_THROW(m.get_function("nope"), Error);
 }
 
+// Cross-compilation: objects for another machine, checked by their ELF header
+// (e_machine: 183 AArch64, 62 x86-64); linking them needs that machine's linker.
+TEST(CodegenLLVM, CrossCompilesForAArch64) {
+  for (auto [target, machine] : {std::pair{"llvm -mtriple=aarch64-linux-gnu", 183}, {"llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-v1", 183},
+                                 {"llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512", 62}}) {
+    std::string path = (std::filesystem::temp_directory_path() / ("kiln_cross_" + std::to_string(getpid()) + ".o")).string();
+    codegen::emit_object_file({elementwise("ew_cross"), parallel_fn()}, Target::parse(target), path);
+    std::ifstream is(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(is)), std::istreambuf_iterator<char>());
+    std::filesystem::remove(path);
+    ASSERT_GT(bytes.size(), 64u) << target;
+    EXPECT_EQ(bytes.substr(0, 4), "\x7f" "ELF") << target;
+    EXPECT_EQ(bytes[4], 2) << target << ": ELFCLASS64";
+    uint16_t e_type, e_machine;
+    std::memcpy(&e_type, bytes.data() + 16, 2);
+    std::memcpy(&e_machine, bytes.data() + 18, 2);
+    EXPECT_EQ(e_type, 1) << target << ": ET_REL";
+    EXPECT_EQ(e_machine, machine) << target;
+    EXPECT_NE(bytes.find("ew_cross"), std::string::npos) << target;
+  }
+  // The host cannot run AArch64 code: building it for this process is refused with a pointer to emit_object_file.
+  EXPECT_THROW(jit_compile({elementwise("ew_cross_jit")}, Target::parse("llvm -mtriple=aarch64-linux-gnu")), Error);
+}
+
 TEST(CodegenLLVM, EmitsRelocatableObjectFile) {
   std::string path = (std::filesystem::temp_directory_path() / ("kiln_codegen_test_" + std::to_string(getpid()) + ".o")).string();
   codegen::emit_object_file({elementwise("ew_obj"), parallel_fn()}, host(), path);

@@ -29,6 +29,12 @@ void ensure_llvm_initialized() {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
     llvm::InitializeNativeTargetAsmParser();
+    // Every target of the LLVM build, for cross-compiled objects
+    // (-mtriple=aarch64-linux-gnu); the JIT still runs the host's only.
+    llvm::InitializeAllTargetInfos();
+    llvm::InitializeAllTargets();
+    llvm::InitializeAllTargetMCs();
+    llvm::InitializeAllAsmPrinters();
   });
 }
 
