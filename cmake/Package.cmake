@@ -16,8 +16,10 @@ include(CMakePackageConfigHelpers)
 set(KILN_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/kiln)
 
 set_target_properties(kiln_runtime PROPERTIES EXPORT_NAME runtime)
-install(TARGETS kiln_runtime EXPORT kilnRuntimeTargets
-        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
+set_target_properties(kiln_runtime_static PROPERTIES EXPORT_NAME runtime_static)
+install(TARGETS kiln_runtime kiln_runtime_static EXPORT kilnRuntimeTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
 install(DIRECTORY include/kiln/runtime DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln COMPONENT runtime)
 install(FILES include/kiln/ir/dtype.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/ir COMPONENT runtime)
 install(FILES include/kiln/support/error.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/support COMPONENT runtime)

@@ -121,12 +121,14 @@ class Executor:
     def groups(self):
         return self._exe.groups()
 
-    def export_library(self, path, weights="embed"):
+    def export_library(self, path, weights="embed", static_runtime=False):
         """Writes the compiled model as one shared library that
         :func:`kiln.runtime.load_model` runs without the compiler: every kernel,
         the plan, and the weights, ``"embed"``-ded in the library or
-        ``"beside"`` it as ``<path>.weights``. Linked by ``$CC`` (default ``cc``)."""
-        self._exe.export_library(os.fspath(path), weights)
+        ``"beside"`` it as ``<path>.weights``. Linked by ``$CC`` (default ``cc``).
+        With ``static_runtime=True`` the library carries kiln_runtime (and its C
+        API) itself and needs only libc, libm and libpthread."""
+        self._exe.export_library(os.fspath(path), weights, static_runtime)
 
     @property
     def graph(self):

@@ -198,10 +198,10 @@ void define_graph(py::module_& root) {
         d["inplace"] = r.inplace;
         return d;
       })
-      .def("export_library", [](const Executor& exe, const std::string& path, const std::string& weights) {
+      .def("export_library", [](const Executor& exe, const std::string& path, const std::string& weights, bool static_runtime) {
         py::gil_scoped_release release;
-        exe.export_library(path, weights);
-      }, py::arg("path"), py::arg("weights") = "embed",
+        exe.export_library(path, weights, static_runtime);
+      }, py::arg("path"), py::arg("weights") = "embed", py::arg("static_runtime") = false,
          "Writes the model as one .so (kernels, plan, weights embedded or beside it as <path>.weights) for kiln.runtime.load_model.")
       .def_property_readonly("graph", &Executor::graph)
       .def_property_readonly("compile_seconds", &Executor::compile_seconds)

@@ -245,7 +245,7 @@ struct TempDir {
 };
 }  // namespace
 
-void Executor::export_library(const std::string& path, const std::string& weights) const {
+void Executor::export_library(const std::string& path, const std::string& weights, bool static_runtime) const {
   KILN_USER_CHECK(state_) << "this executor was not compiled";
   KILN_USER_CHECK(weights == "embed" || weights == "beside")
       << "export_library('" << path << "'): weights must be \"embed\" (inside the library) or \"beside\" (in '" << path
@@ -254,6 +254,7 @@ void Executor::export_library(const std::string& path, const std::string& weight
   const ModelPlan& plan = state_->runner.plan();
   WeightsLayout layout = layout_weights(plan.constants);
   codegen::LibraryExtras extras;
+  extras.static_runtime = static_runtime;
   extras.strings.push_back({"kiln_model_plan", plan.to_json(layout.offsets, weights, layout.bytes)});
   TempDir tmp;
   if (weights == "embed") {

@@ -81,3 +81,56 @@ def test_errors(exe, tmp_path):
     os.remove(str(so) + ".weights")
     with pytest.raises(kiln.KilnError, match="weights file .*m.so.weights' is missing"):
         kiln.runtime.load_model(so)
+
+
+STANDALONE_C = r"""
+/* Runs a model library that carries its own runtime: only libc and dlopen, no kiln library linked. */
+#include <dlfcn.h>
+#include <dlpack/dlpack.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+typedef struct KilnModel KilnModel;
+int main(int argc, char** argv) {
+  void* so = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!so) { printf("dlopen: %s\n", dlerror()); return 1; }
+  int (*load)(const char*, KilnModel**) = (int (*)(const char*, KilnModel**))dlsym(so, "kiln_model_load");
+  int (*set_input)(KilnModel*, int, const DLTensor*) = (int (*)(KilnModel*, int, const DLTensor*))dlsym(so, "kiln_model_set_input");
+  int (*run)(KilnModel*) = (int (*)(KilnModel*))dlsym(so, "kiln_model_run");
+  int (*output)(const KilnModel*, int, const DLTensor**) = (int (*)(const KilnModel*, int, const DLTensor**))dlsym(so, "kiln_model_output");
+  const char* (*last_error)(void) = (const char* (*)(void))dlsym(so, "kiln_last_error");
+  if (!load || !set_input || !run || !output || !last_error) { printf("the library has no C API\n"); return 1; }
+  KilnModel* m = NULL;
+  if (load(argv[1], &m)) { printf("load: %s\n", last_error()); return 1; }
+  float x[2 * 3 * 6 * 6];
+  FILE* f = fopen(argv[2], "rb");
+  if (!f || fread(x, sizeof x, 1, f) != 1) return 1;
+  fclose(f);
+  int64_t shape[4] = {2, 3, 6, 6};
+  DLTensor t = {x, {kDLCPU, 0}, 4, {kDLFloat, 32, 1}, shape, NULL, 0};
+  const DLTensor* y = NULL;
+  if (set_input(m, 0, &t) || run(m) || output(m, 0, &y)) { printf("run: %s\n", last_error()); return 1; }
+  for (int i = 0; i < 10; ++i) printf("%.9g\n", ((const float*)y->data)[i]);
+  return 0;
+}
+"""
+
+
+def test_static_runtime_library_needs_only_libc(tmp_path, exe):
+    import shutil
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    so = str(tmp_path / "static.so")
+    exe.export_library(so, static_runtime=True)
+    deps = subprocess.run(["ldd", so], capture_output=True, text=True).stdout
+    assert "libkiln" not in deps and "libstdc++" not in deps and "LLVM" not in deps, deps
+    x = np.random.default_rng(2).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    (want,) = exe(x)
+    src, prog, xin = tmp_path / "run.c", tmp_path / "run", tmp_path / "x.bin"
+    src.write_text(STANDALONE_C)
+    x.tofile(xin)
+    subprocess.run(["cc", "-std=c99", "-o", str(prog), str(src), "-ldl"], check=True, capture_output=True)
+    r = subprocess.run([str(prog), so, str(xin)], capture_output=True, text=True, timeout=60, env={"PATH": os.environ.get("PATH", "")})
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = np.array([float(v) for v in r.stdout.split()], np.float32)
+    np.testing.assert_array_equal(got, want.reshape(-1)[:10])

@@ -106,6 +106,13 @@ struct LibraryExtras {
    * as `symbol`, with `extern "C" const uint64_t symbol_size`.
    */
   std::vector<std::pair<std::string, std::string>> blobs;
+  /**
+   * Link kiln_runtime (libkiln_runtime.a, found beside the process's
+   * libkiln_runtime.so) and the C++ runtime into the library, bound to
+   * themselves (-Bsymbolic): it then needs only libc, libm and libpthread,
+   * and carries the C API (c_api.h) for programs that dlopen it.
+   */
+  bool static_runtime = false;
 };
 
 /**

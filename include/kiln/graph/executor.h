@@ -86,10 +86,13 @@ class Executor {
    * runs (kiln::ModelRunner::load, Python kiln.runtime.load_model; format in
    * kiln/runtime/model.h): every kernel, the plan and the weights, either
    * embedded ("embed") or in one file `<path>.weights` beside it ("beside").
+   * With static_runtime, kiln_runtime and the C++ runtime are linked into the
+   * library (see codegen::LibraryExtras::static_runtime): it needs only libc,
+   * libm and libpthread.
    * Files are written under temporary names and renamed at the end. Throws
    * kiln::Error on a bad mode, no C compiler or a failed link.
    */
-  void export_library(const std::string& path, const std::string& weights = "embed") const;
+  void export_library(const std::string& path, const std::string& weights = "embed", bool static_runtime = false) const;
 
   struct State;
   explicit Executor(std::shared_ptr<State> s) : state_(std::move(s)) {}

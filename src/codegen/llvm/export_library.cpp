@@ -220,9 +220,17 @@ void link_library(const std::vector<PrimFunc>& funcs, const Target& target, cons
   tmp += ".tmp" + std::to_string(getpid()) + "_" + std::to_string(counter++);
   fs::path runtime = runtime_library();
   std::vector<std::string> argv = cc;
-  for (std::string a : {std::string("-shared"), std::string("-fPIC"), std::string("-o"), tmp.string(), obj.string(),
-                        meta.string(), runtime.string(), "-Wl,-rpath," + runtime.parent_path().string(), std::string("-lm")}) {
-    argv.push_back(a);
+  for (std::string a : {std::string("-shared"), std::string("-fPIC"), std::string("-o"), tmp.string(), obj.string(), meta.string()}) argv.push_back(a);
+  if (extras.static_runtime) {
+    fs::path archive = runtime.parent_path() / "libkiln_runtime.a";
+    KILN_USER_CHECK(fs::exists(archive)) << "export_library('" << path << "', static runtime): " << archive
+                                         << " is missing; it is built and installed beside libkiln_runtime.so (the runtime component)";
+    for (std::string a : {std::string("-Wl,--whole-archive"), archive.string(), std::string("-Wl,--no-whole-archive"), std::string("-Wl,-Bstatic"),
+                          std::string("-lstdc++"), std::string("-Wl,-Bdynamic"), std::string("-static-libgcc"), std::string("-Wl,-Bsymbolic"),
+                          std::string("-lpthread"), std::string("-ldl"), std::string("-lm")})
+      argv.push_back(a);
+  } else {
+    for (std::string a : {runtime.string(), "-Wl,-rpath," + runtime.parent_path().string(), std::string("-lm")}) argv.push_back(a);
   }
   if (!extras.blobs.empty()) argv.push_back(blobs.string());
   int rc = run(argv, log.string());
