@@ -17,6 +17,7 @@
 #include "kiln/ir/op.h"
 #include "kiln/runtime/c_api.h"
 #include "kiln/runtime/model.h"
+#include "graph_test_util.h"
 
 using namespace kiln;
 using namespace kiln::graph;
@@ -24,46 +25,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const DataType f32 = DataType::Float(32);
+using kiln::graph::testing::random_array;
+using kiln::graph::testing::small_graph;
+using kiln::graph::testing::TempDir;
 
-NDArray random_array(std::vector<int64_t> shape, uint32_t seed, DataType dt = f32) {
-  NDArray a = NDArray::empty(shape, dt);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1, 1);
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    if (dt == f32) a.data_as<float>()[i] = d(rng);
-    else a.data_as<double>()[i] = d(rng);
-  }
-  return a;
-}
+const DataType f32 = DataType::Float(32);
 
 // A mutable DLTensor over an NDArray's memory, as a C caller would have.
 DLTensor dl(const NDArray& a) { return a.dltensor(); }
 
-// y = (Relu(Conv(x, w) + b) + x2) * s, z = Relu(...) + x2.
-Graph small_graph() {
-  auto x = make_input("x", {{1, 3, 8, 8}, f32});
-  auto x2 = make_input("x2", {{1, 4, 8, 8}, f32});
-  Attrs conv_attrs;
-  conv_attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
-  Value conv = make_op("Conv", {x->output(), make_constant("w", random_array({4, 3, 3, 3}, 1))->output(),
-                                make_constant("b", random_array({4}, 2))->output()}, conv_attrs, "conv")->output();
-  Value relu = make_op("Relu", {conv}, {}, "relu")->output();
-  Value add = make_op("Add", {relu, x2->output()}, {}, "add")->output();
-  Value mul = make_op("Mul", {add, make_constant("s", random_array({1, 4, 1, 1}, 3))->output()}, {}, "mul")->output();
-  return Graph::make({x, x2}, {mul, add}, {"y", "z"});
-}
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "kiln_c_api_test_XXXXXX").string();
-    EXPECT_TRUE(mkdtemp(t.data()));
-    path = t;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 // Expects `status` to be `want` and the last error to contain every fragment.
 void expect_status(int status, int want, std::initializer_list<std::string> fragments) {

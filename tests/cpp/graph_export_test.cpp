@@ -13,6 +13,7 @@
 #include "kiln/graph/graph.h"
 #include "kiln/runtime/model.h"
 #include "kiln/support/error.h"
+#include "graph_test_util.h"
 
 using namespace kiln;
 using namespace kiln::graph;
@@ -20,37 +21,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-NDArray random_array(std::vector<int64_t> shape, uint32_t seed) {
-  NDArray a = NDArray::empty(shape, DataType::Float(32));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1, 1);
-  for (int64_t i = 0; i < a.numel(); ++i) a.data_as<float>()[i] = d(rng);
-  return a;
-}
+using kiln::graph::testing::random_array;
+using kiln::graph::testing::small_graph;
+using kiln::graph::testing::TempDir;
 
-// y = Relu(Conv(x, w) + b) + x2, two outputs (y and the conv) to exercise the plan's output handling.
-Graph small_graph() {
-  auto x = make_input("x", {{1, 3, 8, 8}, DataType::Float(32)});
-  auto x2 = make_input("x2", {{1, 4, 8, 8}, DataType::Float(32)});
-  Attrs conv_attrs;
-  conv_attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
-  Value conv = make_op("Conv", {x->output(), make_constant("w", random_array({4, 3, 3, 3}, 1))->output(),
-                                make_constant("b", random_array({4}, 2))->output()}, conv_attrs, "conv")->output();
-  Value relu = make_op("Relu", {conv}, {}, "relu")->output();
-  Value add = make_op("Add", {relu, x2->output()}, {}, "add")->output();
-  Value mul = make_op("Mul", {add, make_constant("s", random_array({1, 4, 1, 1}, 3))->output()}, {}, "mul")->output();
-  return Graph::make({x, x2}, {mul, add}, {"y", "z"});
-}
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "kiln_export_test_XXXXXX").string();
-    EXPECT_TRUE(mkdtemp(t.data()));
-    path = t;
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 void expect_bitwise_equal(const std::vector<NDArray>& a, const std::vector<NDArray>& b) {
   ASSERT_EQ(a.size(), b.size());

@@ -14,9 +14,12 @@
 #include "kiln/ir/op.h"
 #include "kiln/ops/nn.h"
 #include "kiln/support/error.h"
+#include "graph_test_util.h"
 
 namespace kiln::graph {
 namespace {
+
+using testing::random_array;
 
 void register_test_ops() {
   static bool done = [] {
@@ -42,14 +45,6 @@ void register_test_ops() {
     return true;
   }();
   (void)done;
-}
-
-NDArray random_array(std::vector<int64_t> shape, uint32_t seed) {
-  NDArray a = NDArray::empty(shape, DataType::Float(32));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  for (int64_t i = 0; i < a.numel(); ++i) a.data_as<float>()[i] = u(rng);
-  return a;
 }
 
 Value op(const std::string& name, std::vector<Value> in, const std::string& node = "") { return make_op(name, std::move(in), {}, node)->output(); }
