@@ -16,6 +16,7 @@ PACKAGES=(
   python3-torch libdnnl-dev python3-threadpoolctl
   libopenblas0-pthread libopenblas-dev
   libonnx-dev libprotobuf-dev python3-onnx python3-torchvision
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 )
 
 missing=()

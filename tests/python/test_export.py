@@ -56,3 +56,28 @@ def test_library_for_missing_cpu_features_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_TEST_HIDE_CPU_FEATURES", "avx512f")
     with pytest.raises(kiln.KilnError, match="features this machine lacks: .*avx512f"):
         load(path)
+
+
+def test_cross_compiled_module_exports_for_its_machine(tmp_path, monkeypatch):
+    import shutil
+    import kiln
+    from kiln import te
+    A = te.placeholder((64,), name="A")
+    B = te.compute((64,), lambda i: A[i] * 2, name="B")
+    s = te.create_schedule(B)
+    mod = kiln.build(s, [A, B], target="llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-v1")
+    with pytest.raises(kiln.KilnError, match="compiled for aarch64-linux-gnu.*cannot run it"):
+        mod(np.ones(64, "float32"), np.empty(64, "float32"))
+    cross = shutil.which("aarch64-linux-gnu-gcc")
+    if cross is None:
+        # This machine's compiler cannot link AArch64 objects: the error says so and names the fix.
+        monkeypatch.setenv("CC", "cc")
+        with pytest.raises(kiln.KilnError, match="not this machine: set CC to a compiler for it"):
+            mod.export_library(str(tmp_path / "k.so"))
+        assert not (tmp_path / "k.so").exists()
+        return
+    monkeypatch.setenv("CC", cross)
+    so = tmp_path / "k.so"
+    mod.export_library(str(so))
+    header = so.read_bytes()[:20]
+    assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183

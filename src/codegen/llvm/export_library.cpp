@@ -229,6 +229,10 @@ void link_library(const std::vector<PrimFunc>& funcs, const Target& target, cons
                           std::string("-lstdc++"), std::string("-Wl,-Bdynamic"), std::string("-static-libgcc"), std::string("-Wl,-Bsymbolic"),
                           std::string("-lpthread"), std::string("-ldl"), std::string("-lm")})
       argv.push_back(a);
+  } else if (info.triple != detail::llvm_host_triple()) {
+    // Another machine's library: the runtime's symbols stay undefined, bound
+    // when it is loaded there (this process's libkiln_runtime is for this machine).
+    argv.push_back("-lm");
   } else {
     for (std::string a : {runtime.string(), "-Wl,-rpath," + runtime.parent_path().string(), std::string("-lm")}) argv.push_back(a);
   }

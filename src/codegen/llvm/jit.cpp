@@ -162,10 +162,35 @@ class JitModuleNode : public ModuleNode {
 };
 }  // namespace
 
+// Kernels compiled for another machine (-mtriple): nothing runs here; they
+// export as a library for that machine (linked by a $CC for it).
+class CrossModuleNode : public ModuleNode {
+ public:
+  CrossModuleNode(std::vector<PrimFunc> funcs, Target target) : funcs_(std::move(funcs)), target_(std::move(target)) {}
+  void export_library(const std::string& path, const std::vector<KernelInfo>& kernels) const override {
+    codegen::export_library(funcs_, target_, kernels, path);
+  }
+  KilnKernel lookup(const std::string& symbol) override {
+    KILN_USER_ERROR() << "kernel '" << symbol << "' was compiled for " << target_.triple << ", and this machine ("
+                      << detail::llvm_host_triple() << ") cannot run it; export it with export_library (CC set to a compiler "
+                      << "for that machine) and run it there";
+    return nullptr;
+  }
+
+ private:
+  std::vector<PrimFunc> funcs_;
+  Target target_;
+};
+
 Module build_llvm(const std::vector<PrimFunc>& funcs, const Target& target) {
-  JitModule jit = jit_compile(funcs, target);
   std::vector<KernelInfo> infos;
   for (const PrimFunc& f : funcs) infos.push_back(kernel_info(f));
+  if (!target.triple.empty() && target.triple != detail::llvm_host_triple()) {
+    // Compile once now, so a bad schedule or target fails here and not at export.
+    (void)emit_assembly(funcs, target);
+    return Module(std::make_shared<CrossModuleNode>(funcs, target), std::move(infos));
+  }
+  JitModule jit = jit_compile(funcs, target);
   return Module(std::make_shared<JitModuleNode>(std::move(jit), funcs, target), std::move(infos));
 }
 
