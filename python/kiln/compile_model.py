@@ -31,7 +31,7 @@ def main(argv=None):
     try:
         t0 = time.perf_counter()
         model = kiln.graph.from_onnx(args.model, shapes=_parse_shapes(args.shape))
-        exe = kiln.compile(model, target=args.target, db=args.db)
+        exe = kiln.compile(model, target=args.target, db=args.db, quiet=True)
         t1 = time.perf_counter()
         exe.export_library(args.output, weights=args.weights)
         t2 = time.perf_counter()

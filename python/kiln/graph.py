@@ -22,6 +22,8 @@ Operators are ONNX's (``kiln.graph.registered_ops()`` lists them, with
 """
 import os
 
+import sys
+
 import numpy as _np
 
 from ._ffi import KilnError, _kiln
@@ -119,7 +121,13 @@ class Executor:
         return self._exe.memory()
 
     def groups(self):
+        """One dict per fused group: name, ops, workload_key, schedule ("database", "default" or "plain"), schedule_detail, flop."""
         return self._exe.groups()
+
+    def tuned_groups(self):
+        """(groups built from a tuning record, all groups)."""
+        groups = self._exe.groups()
+        return sum(1 for g in groups if g["schedule"] == "database"), len(groups)
 
     def export_library(self, path, weights="embed", static_runtime=False):
         """Writes the compiled model as one shared library that
@@ -150,16 +158,22 @@ class Executor:
         return f"<kiln.graph.Executor: {self.num_kernels} kernels, arena {self.memory()['arena_bytes']} bytes>"
 
 
-def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, layout=True):
+def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, layout=True, quiet=False):
     """Compiles a graph: passes, fusion, kernels (the DB's best records when `db` is given) and the memory plan.
 
     fuse=False gives one kernel per operator, plain=True unscheduled kernels
     (both for reference runs), layout=False keeps convolutions in NCHW, and
     dump=True prints the graph after every pass (as KILN_DUMP_IR=1 does).
+    With a database it says on stderr how many groups had a record (quiet=True: not).
     """
     if not isinstance(model, Graph):
         raise KilnError(f"kiln.compile takes a kiln.graph.Graph (from from_onnx, from_torch or a Builder), got a {type(model).__name__}")
-    return Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout), model)
+    exe = Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout), model)
+    if db and not quiet:
+        tuned, total = exe.tuned_groups()
+        print(f"kiln.compile: {tuned} of {total} fused groups from the tuning records in {db}"
+              + ("" if tuned == total else "; the others use default schedules (kiln.tune_model tunes them)"), file=sys.stderr)
+    return exe
 
 
 def _shape_dict(shapes):

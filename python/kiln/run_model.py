@@ -77,7 +77,7 @@ def main(argv=None):
         return _run_library(args)
     try:
         model = kiln.graph.from_onnx(args.model, shapes=_parse_shapes(args.shape))
-        exe = kiln.compile(model, target=args.target, db=args.db)
+        exe = kiln.compile(model, target=args.target, db=args.db, quiet=True)
     except kiln.KilnError as e:
         print(f"kiln-run: {e}", file=sys.stderr)
         return 2

@@ -43,6 +43,7 @@ def test_tasks_scheduler_resume_and_compile(tmp_path):
     tasks2, _ = extract_tasks(model, db=db)
     assert all(t["records"] > 0 for t in tasks2 if "ConvNCHWc" in t["ops"])
     exe = kiln.compile(model, db=db)
+    assert exe.tuned_groups()[0] == 3
     sources = [g["schedule"] for g in exe.groups() if "ConvNCHWc" in g["ops"]]
     assert sources == ["database"] * 3
     x = np.random.default_rng(1).standard_normal((1, 8, 12, 12)).astype(np.float32)
