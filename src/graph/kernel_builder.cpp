@@ -66,7 +66,7 @@ std::vector<NDArray> evaluate_node(const OpNode& node, const std::vector<NDArray
       values.push_back(Value());
       continue;
     }
-    bool compile_time = std::find(node.op->const_inputs.begin(), node.op->const_inputs.end(), static_cast<int>(i)) != node.op->const_inputs.end();
+    bool compile_time = node.op->reads_at_compile_time(static_cast<int>(i));
     if (compile_time || node.inputs[i].node->kind == NodeKind::Constant) {
       values.push_back(make_constant("c" + std::to_string(i), inputs[i])->output());
     } else {
@@ -75,15 +75,16 @@ std::vector<NDArray> evaluate_node(const OpNode& node, const std::vector<NDArray
       fed.push_back(inputs[i]);
     }
   }
-  Ref<OpNode> one = node.body.defined() ? Ref<OpNode>(new OpNode(node.name, node.op, node.attrs, values, node.types, node.body))
-                                        : make_op(node.op, values, node.attrs, node.name);
-  std::vector<Value> outs;
-  for (int i = 0; i < one->num_outputs(); ++i) outs.push_back(one->output(i));
-  Graph g = Graph::make(graph_inputs, outs);
-  if (node.op->evaluate) {
-    return node.op->evaluate(op_call(*one), inputs);
+  // A fused group is its body already; a single operator becomes a one-node graph.
+  Graph body(node.body);
+  if (!node.body.defined()) {
+    Ref<OpNode> one = make_op(node.op, values, node.attrs, node.name);
+    if (node.op->evaluate) return node.op->evaluate(op_call(*one), inputs);
+    std::vector<Value> outs;
+    for (int i = 0; i < one->num_outputs(); ++i) outs.push_back(one->output(i));
+    body = Graph::make(graph_inputs, outs);
   }
-  GroupKernel k = build_group_kernel(node.body.defined() ? Graph(node.body) : g, Target::host(), "evaluate", true);
+  GroupKernel k = build_group_kernel(body, Target::host(), "evaluate", true);
   std::vector<Arg> args;
   for (const NDArray& a : fed) args.push_back(a);
   for (const auto& c : k.dag.constants) args.push_back(c->data);

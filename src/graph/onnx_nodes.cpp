@@ -5,9 +5,9 @@
 #include <algorithm>
 
 #include "kiln/graph/op_registry.h"
+#include "kiln/graph/passes.h"
 #include "kiln/support/error.h"
 #include "onnx_internal.h"
-#include "kiln/graph/passes.h"
 
 namespace kiln::graph::onnx_detail {
 

@@ -99,8 +99,7 @@ const OpDef& get_op(const std::string& name) {
   std::string known;
   for (const std::string& n : registered_ops())
     if (n.rfind("kiln.", 0) != 0) known += (known.empty() ? "" : ", ") + n;
-  KILN_USER_ERROR() << "unknown operator '" << name << "'; kiln supports: " << known;
-  KILN_UNREACHABLE();
+  throw Error("unknown operator '" + name + "'; kiln supports: " + known);
 }
 
 Attrs normalize_attrs(const OpDef& op, const std::string& node_name, Attrs attrs) {
@@ -126,6 +125,8 @@ Attrs normalize_attrs(const OpDef& op, const std::string& node_name, Attrs attrs
   return Attrs(std::move(out));
 }
 
+bool OpDef::reads_at_compile_time(int i) const { return std::find(const_inputs.begin(), const_inputs.end(), i) != const_inputs.end(); }
+
 bool OpCall::has_input(int i) const { return i >= 0 && i < num_inputs() && input_types[i].dtype.bits() != 0; }
 
 const NDArray& OpCall::constant(int i, const char* what) const {
@@ -148,8 +149,7 @@ std::vector<int64_t> OpCall::constant_ints(int i, const char* what) const {
 }
 
 void OpCall::fail(const std::string& message) const {
-  KILN_USER_ERROR() << (op ? op->name : std::string("op")) << " node '" << node_name << "': " << message;
-  KILN_UNREACHABLE();
+  throw Error((op ? op->name : std::string("op")) + " node '" + node_name + "': " + message);
 }
 
 void OpCall::expect_rank(int i, int rank) const {

@@ -65,7 +65,7 @@ GraphDag to_te(const Graph& g) {
     OpCall call = op_call(op);
     std::vector<te::Tensor> in;
     for (size_t i = 0; i < op.inputs.size(); ++i) {
-      bool compile_time = std::find(op.op->const_inputs.begin(), op.op->const_inputs.end(), static_cast<int>(i)) != op.op->const_inputs.end();
+      bool compile_time = op.op->reads_at_compile_time(static_cast<int>(i));
       in.push_back(!op.inputs[i].defined() || compile_time ? te::Tensor() : tensor_of(op.inputs[i]));
     }
     std::vector<te::Tensor> out = op.op->compute(call, in);

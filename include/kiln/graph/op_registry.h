@@ -91,6 +91,8 @@ struct OpDef {
   ComputeFn compute;
   /** Inputs read at compile time (Reshape's shape, Slice's starts): must be constants, and are not kernel arguments. */
   std::vector<int> const_inputs;
+  /** Whether input i is one of const_inputs. */
+  bool reads_at_compile_time(int i) const;
   EvaluateFn evaluate;
   FlopsFn flops;
   /** Operators whose outputs are their first input (Identity, inference Dropout): removed by the graph passes. */
