@@ -35,34 +35,6 @@ const NDArray* constant_of(const Value& v) {
   return &static_cast<const ConstantNode&>(*v.node).data;
 }
 
-// Transforms made by this pass, so a value read blocked twice (a residual
-// input) is transformed once. Keyed by (node, output, from, to).
-using TransformCache = std::map<std::tuple<const NodeObj*, int, int64_t, int64_t>, Value>;
-thread_local TransformCache* transforms = nullptr;
-
-// A value in another channel blocking, looking through a transform that produced it.
-Value relayout(const Value& v, int64_t from, int64_t to) {
-  if (from == to) return v;
-  if (v.node->kind == NodeKind::Op) {
-    const auto& op = static_cast<const OpNode&>(*v.node);
-    if (op.op->name == "kiln.LayoutTransform") {
-      int64_t src = op.attrs.get_int("src_block");
-      return src == to ? op.inputs[0] : relayout(op.inputs[0], src, to);
-    }
-  }
-  auto key = std::make_tuple(v.node.get(), v.index, from, to);
-  if (transforms) {
-    auto it = transforms->find(key);
-    if (it != transforms->end()) return it->second;
-  }
-  Attrs a;
-  a.set("src_block", from);
-  a.set("dst_block", to);
-  Value out = make_op("kiln.LayoutTransform", {v}, a, v.node->name + ".layout")->output();
-  if (transforms) transforms->emplace(key, out);
-  return out;
-}
-
 // The block of a value made by LayoutTransform(b -> NCHW), else 0.
 int64_t block_behind(const Value& v) {
   if (v.node->kind != NodeKind::Op) return 0;
@@ -139,120 +111,15 @@ Attrs conv_attrs(const ops::Conv2dParams& p) {
   return a;
 }
 
-std::vector<Value> rewrite_conv(const OpNode& conv, int64_t max_block) {
-  const NDArray* W = constant_of(conv.inputs[1]);
-  const NDArray* B = conv.inputs.size() > 2 && conv.inputs[2].defined() ? constant_of(conv.inputs[2]) : nullptr;
-  if (!W || W->dtype() != DataType::Float(32) || (conv.inputs.size() > 2 && conv.inputs[2].defined() && !B)) return {};
-  auto shape = conv_shape(conv);
-  if (!shape) return {};
-  const auto& ws = W->shape();
-  int64_t C = conv.inputs[0].type().shape[1], K = ws[0], KH = ws[2], KW = ws[3];
-  const float* w = W->data_as<float>();
-  Value x = conv.inputs[0], y;
-  int64_t kb;
-  if (shape->group == 1) {
-    int64_t cb = block_of(C, max_block);
-    kb = block_of(K, max_block);
-    NDArray packed = NDArray::empty({K / kb, C / cb, KH, KW, cb, kb}, DataType::Float(32));
-    float* p = packed.data_as<float>();
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t r = 0; r < KH * KW; ++r)
-          p[((((k / kb) * (C / cb) + c / cb) * KH * KW + r) * cb + c % cb) * kb + k % kb] = w[(k * C + c) * KH * KW + r];
-    y = make_op("kiln.ConvNCHWc", {relayout(x, 0, cb), make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()},
-                conv_attrs(shape->p), conv.name)->output();
-  } else if (shape->group == C && K == C && ws[1] == 1) {
-    kb = block_of(C, max_block);
-    NDArray packed = NDArray::empty({C / kb, KH, KW, kb}, DataType::Float(32));
-    float* p = packed.data_as<float>();
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t r = 0; r < KH * KW; ++r) p[((c / kb) * KH * KW + r) * kb + c % kb] = w[c * KH * KW + r];
-    y = make_op("kiln.DepthwiseConvNCHWc", {relayout(x, 0, kb), make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()},
-                conv_attrs(shape->p), conv.name)->output();
-  } else {
-    return {};
-  }
-  if (B) {
-    // The bias is per output channel: [K] read as [1, K, 1, 1].
-    NDArray per_channel = NDArray::wrap(B->data(), {1, K, 1, 1}, B->dtype());
-    y = make_op("Add", {y, *blocked_constant(per_channel, K, kb)}, {}, conv.name + ".bias")->output();
-  }
-  return {relayout(y, kb, 0)};
-}
+// The pass's rules over one graph, with the transforms it made so far, so a
+// value read blocked twice (a residual input) is transformed once.
+class LayoutRewriter {
+ public:
+  explicit LayoutRewriter(int64_t max_block) : max_block_(max_block) {}
 
-// MatMul(A, B) and Gemm(A, B, C) (alpha = beta = 1, A not transposed) with
-// constant 2-D weights: B packed into panels of nb columns at compile time.
-std::vector<Value> rewrite_matmul(const OpNode& n, int64_t max_block, int64_t lanes) {
-  bool gemm = n.op->name == "Gemm";
-  if (gemm && (n.attrs.get_int("transA") != 0 || n.attrs.get_float("alpha") != 1.0 || n.attrs.get_float("beta") != 1.0)) return {};
-  const NDArray* B = constant_of(n.inputs[1]);
-  const TensorType& a = n.inputs[0].type();
-  if (!B || B->dtype() != DataType::Float(32) || B->ndim() != 2 || a.ndim() < 2 || a.dtype != DataType::Float(32)) return {};
-  bool trans_b = gemm && n.attrs.get_int("transB") != 0;
-  int64_t K = trans_b ? B->shape()[1] : B->shape()[0], N = trans_b ? B->shape()[0] : B->shape()[1];
-  int64_t nb = block_of(N, max_block);
-  if (nb < lanes) return {};  // no whole vector per panel row: the plain form is as good
-  NDArray packed = NDArray::empty({N / nb, K, nb}, DataType::Float(32));
-  const float* b = B->data_as<float>();
-  float* p = packed.data_as<float>();
-  for (int64_t k = 0; k < K; ++k)
-    for (int64_t j = 0; j < N; ++j) p[((j / nb) * K + k) * nb + j % nb] = trans_b ? b[j * K + k] : b[k * N + j];
-  Value y = make_op("kiln.MatMulPackedB", {n.inputs[0], make_constant(n.inputs[1].node->name + ".panels", packed)->output()}, {}, n.name)->output();
-  if (gemm && n.inputs.size() > 2 && n.inputs[2].defined()) y = make_op("Add", {y, n.inputs[2]}, {}, n.name + ".bias")->output();
-  return {y};
-}
-
-// A 2-D pool of a value that comes out of a blocked transform: the pool's blocked twin.
-std::vector<Value> rewrite_pool(const OpNode& n) {
-  const char* pools[] = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"};
-  if (std::find(std::begin(pools), std::end(pools), n.op->name) == std::end(pools)) return {};
-  int64_t b = block_behind(n.inputs[0]);
-  if (b == 0 || n.inputs[0].type().ndim() != 4 || n.num_outputs() != 1) return {};
-  Value y = make_op("kiln." + n.op->name + "NCHWc", {relayout(n.inputs[0], 0, b)}, n.attrs, n.name)->output();
-  return {relayout(y, b, 0)};
-}
-
-// An elementwise/broadcast op over values that come out of blocked transforms, run blocked instead.
-std::vector<Value> rewrite_elementwise(const OpNode& n) {
-  if (n.op->pattern > Pattern::Broadcast || n.num_outputs() != 1 || n.types[0].ndim() != 4 || n.op->name.rfind("kiln.", 0) == 0) return {};
-  int64_t b = 0;
-  for (const Value& v : n.inputs)
-    if (v.defined() && block_behind(v) > 0) b = block_behind(v);
-  int64_t C = n.types[0].shape[1];
-  if (b == 0 || C % b != 0) return {};
-  const auto& compile_time = n.op->const_inputs;
-  std::vector<Value> in;
-  for (size_t i = 0; i < n.inputs.size(); ++i) {
-    const Value& v = n.inputs[i];
-    if (!v.defined() || std::find(compile_time.begin(), compile_time.end(), static_cast<int>(i)) != compile_time.end()) {
-      in.push_back(v);
-    } else if (v.type().shape == n.types[0].shape) {
-      in.push_back(relayout(v, 0, b));  // looks through a transform from b
-    } else if (const NDArray* c = constant_of(v)) {
-      auto bc = blocked_constant(*c, C, b);
-      if (!bc) return {};
-      in.push_back(*bc);
-    } else {
-      return {};  // a tensor broadcast along other axes: leave it in NCHW
-    }
-  }
-  Ref<OpNode> blocked = make_op(n.op, std::move(in), n.attrs, n.name);
-  return {relayout(blocked->output(), b, 0)};
-}
-
-}  // namespace
-
-Graph alter_conv_layout(const Graph& g, const Target& target) {
-  if (target.kind != Target::Kind::LLVM) return g;
-  int64_t max_block = 2 * target.natural_lanes(DataType::Float(32));
-  TransformCache cache;
-  transforms = &cache;
-  struct Reset {
-    ~Reset() { transforms = nullptr; }
-  } reset;
-  return rewrite_graph(g, [&](const Ref<OpNode>& n) -> std::vector<Value> {
-    if (n->op->name == "Conv" && n->inputs.size() >= 2) return rewrite_conv(*n, max_block);
-    if ((n->op->name == "MatMul" || n->op->name == "Gemm") && n->inputs.size() >= 2) return rewrite_matmul(*n, max_block, max_block / 2);
+  std::vector<Value> operator()(const Ref<OpNode>& n) {
+    if (n->op->name == "Conv" && n->inputs.size() >= 2) return rewrite_conv(*n);
+    if ((n->op->name == "MatMul" || n->op->name == "Gemm") && n->inputs.size() >= 2) return rewrite_matmul(*n);
     if (n->op->name == "kiln.LayoutTransform") {
       // Transforms in a row collapse; relayout looks through the producer.
       Value out = relayout(n->inputs[0], n->attrs.get_int("src_block"), n->attrs.get_int("dst_block"));
@@ -260,7 +127,140 @@ Graph alter_conv_layout(const Graph& g, const Target& target) {
     }
     if (auto pooled = rewrite_pool(*n); !pooled.empty()) return pooled;
     return rewrite_elementwise(*n);
-  });
+  }
+
+ private:
+  // A value in another channel blocking, looking through a transform that produced it.
+  Value relayout(const Value& v, int64_t from, int64_t to) {
+    if (from == to) return v;
+    if (v.node->kind == NodeKind::Op) {
+      const auto& op = static_cast<const OpNode&>(*v.node);
+      if (op.op->name == "kiln.LayoutTransform") {
+        int64_t src = op.attrs.get_int("src_block");
+        return src == to ? op.inputs[0] : relayout(op.inputs[0], src, to);
+      }
+    }
+    auto key = std::make_tuple(v.node.get(), v.index, from, to);
+    auto it = transforms_.find(key);
+    if (it != transforms_.end()) return it->second;
+    Attrs a;
+    a.set("src_block", from);
+    a.set("dst_block", to);
+    Value out = make_op("kiln.LayoutTransform", {v}, a, v.node->name + ".layout")->output();
+    transforms_.emplace(key, out);
+    return out;
+  }
+
+  std::vector<Value> rewrite_conv(const OpNode& conv) {
+    const NDArray* W = constant_of(conv.inputs[1]);
+    const NDArray* B = conv.inputs.size() > 2 && conv.inputs[2].defined() ? constant_of(conv.inputs[2]) : nullptr;
+    if (!W || W->dtype() != DataType::Float(32) || (conv.inputs.size() > 2 && conv.inputs[2].defined() && !B)) return {};
+    auto shape = conv_shape(conv);
+    if (!shape) return {};
+    const auto& ws = W->shape();
+    int64_t C = conv.inputs[0].type().shape[1], K = ws[0], KH = ws[2], KW = ws[3];
+    const float* w = W->data_as<float>();
+    Value x = conv.inputs[0], y;
+    int64_t kb;
+    if (shape->group == 1) {
+      int64_t cb = block_of(C, max_block_);
+      kb = block_of(K, max_block_);
+      NDArray packed = NDArray::empty({K / kb, C / cb, KH, KW, cb, kb}, DataType::Float(32));
+      float* p = packed.data_as<float>();
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t r = 0; r < KH * KW; ++r)
+            p[((((k / kb) * (C / cb) + c / cb) * KH * KW + r) * cb + c % cb) * kb + k % kb] = w[(k * C + c) * KH * KW + r];
+      y = make_op("kiln.ConvNCHWc", {relayout(x, 0, cb), make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()},
+                  conv_attrs(shape->p), conv.name)->output();
+    } else if (shape->group == C && K == C && ws[1] == 1) {
+      kb = block_of(C, max_block_);
+      NDArray packed = NDArray::empty({C / kb, KH, KW, kb}, DataType::Float(32));
+      float* p = packed.data_as<float>();
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t r = 0; r < KH * KW; ++r) p[((c / kb) * KH * KW + r) * kb + c % kb] = w[c * KH * KW + r];
+      y = make_op("kiln.DepthwiseConvNCHWc", {relayout(x, 0, kb), make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()},
+                  conv_attrs(shape->p), conv.name)->output();
+    } else {
+      return {};
+    }
+    if (B) {
+      // The bias is per output channel: [K] read as [1, K, 1, 1].
+      NDArray per_channel = NDArray::wrap(B->data(), {1, K, 1, 1}, B->dtype());
+      y = make_op("Add", {y, *blocked_constant(per_channel, K, kb)}, {}, conv.name + ".bias")->output();
+    }
+    return {relayout(y, kb, 0)};
+  }
+
+  // MatMul(A, B) and Gemm(A, B, C) (alpha = beta = 1, A not transposed) with
+  // constant 2-D weights: B packed into panels of nb columns at compile time.
+  std::vector<Value> rewrite_matmul(const OpNode& n) {
+    bool gemm = n.op->name == "Gemm";
+    if (gemm && (n.attrs.get_int("transA") != 0 || n.attrs.get_float("alpha") != 1.0 || n.attrs.get_float("beta") != 1.0)) return {};
+    const NDArray* B = constant_of(n.inputs[1]);
+    const TensorType& a = n.inputs[0].type();
+    if (!B || B->dtype() != DataType::Float(32) || B->ndim() != 2 || a.ndim() < 2 || a.dtype != DataType::Float(32)) return {};
+    bool trans_b = gemm && n.attrs.get_int("transB") != 0;
+    int64_t K = trans_b ? B->shape()[1] : B->shape()[0], N = trans_b ? B->shape()[0] : B->shape()[1];
+    int64_t nb = block_of(N, max_block_);
+    if (nb < max_block_ / 2) return {};  // no whole vector per panel row: the plain form is as good
+    NDArray packed = NDArray::empty({N / nb, K, nb}, DataType::Float(32));
+    const float* b = B->data_as<float>();
+    float* p = packed.data_as<float>();
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) p[((j / nb) * K + k) * nb + j % nb] = trans_b ? b[j * K + k] : b[k * N + j];
+    Value y = make_op("kiln.MatMulPackedB", {n.inputs[0], make_constant(n.inputs[1].node->name + ".panels", packed)->output()}, {}, n.name)->output();
+    if (gemm && n.inputs.size() > 2 && n.inputs[2].defined()) y = make_op("Add", {y, n.inputs[2]}, {}, n.name + ".bias")->output();
+    return {y};
+  }
+
+  // A 2-D pool of a value that comes out of a blocked transform: the pool's blocked twin.
+  std::vector<Value> rewrite_pool(const OpNode& n) {
+    const char* pools[] = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"};
+    if (std::find(std::begin(pools), std::end(pools), n.op->name) == std::end(pools)) return {};
+    int64_t b = block_behind(n.inputs[0]);
+    if (b == 0 || n.inputs[0].type().ndim() != 4 || n.num_outputs() != 1) return {};
+    Value y = make_op("kiln." + n.op->name + "NCHWc", {relayout(n.inputs[0], 0, b)}, n.attrs, n.name)->output();
+    return {relayout(y, b, 0)};
+  }
+
+  // An elementwise/broadcast op over values that come out of blocked transforms, run blocked instead.
+  std::vector<Value> rewrite_elementwise(const OpNode& n) {
+    if (n.op->pattern > Pattern::Broadcast || n.num_outputs() != 1 || n.types[0].ndim() != 4 || n.op->name.rfind("kiln.", 0) == 0) return {};
+    int64_t b = 0;
+    for (const Value& v : n.inputs)
+      if (v.defined() && block_behind(v) > 0) b = block_behind(v);
+    int64_t C = n.types[0].shape[1];
+    if (b == 0 || C % b != 0) return {};
+    std::vector<Value> in;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const Value& v = n.inputs[i];
+      if (!v.defined() || n.op->reads_at_compile_time(static_cast<int>(i))) {
+        in.push_back(v);
+      } else if (v.type().shape == n.types[0].shape) {
+        in.push_back(relayout(v, 0, b));  // looks through a transform from b
+      } else if (const NDArray* c = constant_of(v)) {
+        auto bc = blocked_constant(*c, C, b);
+        if (!bc) return {};
+        in.push_back(*bc);
+      } else {
+        return {};  // a tensor broadcast along other axes: leave it in NCHW
+      }
+    }
+    Ref<OpNode> blocked = make_op(n.op, std::move(in), n.attrs, n.name);
+    return {relayout(blocked->output(), b, 0)};
+  }
+
+  const int64_t max_block_;  // two vectors of the target's float32 lanes
+  std::map<std::tuple<const NodeObj*, int, int64_t, int64_t>, Value> transforms_;  // (node, output, from, to)
+};
+
+}  // namespace
+
+Graph alter_conv_layout(const Graph& g, const Target& target) {
+  if (target.kind != Target::Kind::LLVM) return g;
+  LayoutRewriter rewriter(2 * target.natural_lanes(DataType::Float(32)));
+  return rewrite_graph(g, [&](const Ref<OpNode>& n) { return rewriter(n); });
 }
 
 }  // namespace kiln::graph
