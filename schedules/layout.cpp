@@ -13,6 +13,23 @@ Expr E(int64_t v) { return index_imm(v); }
 
 int64_t out_extent(int64_t padded, int64_t kernel, int dilation, int stride) { return (padded - dilation * (kernel - 1) - 1) / stride + 1; }
 
+// A blocked conv's zero-padded input and the output extents of a KH x KW
+// kernel sliding over it; fails when the kernel does not fit.
+struct PaddedInput {
+  te::Tensor P;
+  int64_t OH, OW;
+};
+PaddedInput pad_for_kernel(const te::Tensor& X, const Conv2dParams& p, int64_t KH, int64_t KW, const std::string& name, const char* what) {
+  te::Tensor P = pad_hw(X, p.pad_top, p.pad_left, p.pad_bottom, p.pad_right, name + ".pad");
+  std::vector<int64_t> ps = const_shape(P);
+  int64_t OH = out_extent(ps[2], KH, p.dilation_h, p.stride_h), OW = out_extent(ps[3], KW, p.dilation_w, p.stride_w);
+  KILN_USER_CHECK(OH > 0 && OW > 0) << what << ": the kernel is larger than the padded input";
+  return {P, OH, OW};
+}
+
+// The input row (or column) that output o reads at kernel tap r.
+Expr tap(const Expr& o, const IterVar& r, int stride, int dilation) { return o * stride + r.var() * dilation; }
+
 }  // namespace
 
 te::Tensor pad_hw(const te::Tensor& X, int top, int left, int bottom, int right, const std::string& name) {
@@ -55,15 +72,12 @@ te::Tensor conv2d_nchwc_general(const te::Tensor& X, const te::Tensor& Wt, const
   std::vector<int64_t> xs = const_shape(X), ws = const_shape(Wt);
   KILN_USER_CHECK(xs.size() == 5 && ws.size() == 6 && xs[1] == ws[1] && xs[4] == ws[4])
       << "conv2d_nchwc: input " << shape_to_string(xs) << " and weights " << shape_to_string(ws) << " do not match";
-  te::Tensor P = pad_hw(X, p.pad_top, p.pad_left, p.pad_bottom, p.pad_right, name + ".pad");
-  std::vector<int64_t> ps = const_shape(P);
-  int64_t OH = out_extent(ps[2], ws[2], p.dilation_h, p.stride_h), OW = out_extent(ps[3], ws[3], p.dilation_w, p.stride_w);
-  KILN_USER_CHECK(OH > 0 && OW > 0) << "conv2d_nchwc: the kernel is larger than the padded input";
+  auto [P, OH, OW] = pad_for_kernel(X, p, ws[2], ws[3], name, "conv2d_nchwc");
   IterVar rco = te::reduce_axis(Range(0, E(xs[1])), "rco"), ry = te::reduce_axis(Range(0, E(ws[2])), "ry"),
           rx = te::reduce_axis(Range(0, E(ws[3])), "rx"), rci = te::reduce_axis(Range(0, E(xs[4])), "rci");
   return te::compute({E(xs[0]), E(ws[0]), E(OH), E(OW), E(ws[5])},
                      [&](const std::vector<Var>& i) {
-                       Expr in = P(std::vector<Expr>{i[0], rco.var(), i[2] * p.stride_h + ry.var() * p.dilation_h, i[3] * p.stride_w + rx.var() * p.dilation_w, rci.var()});
+                       Expr in = P(std::vector<Expr>{i[0], rco.var(), tap(i[2], ry, p.stride_h, p.dilation_h), tap(i[3], rx, p.stride_w, p.dilation_w), rci.var()});
                        return te::sum(in * Wt(std::vector<Expr>{i[1], rco.var(), ry.var(), rx.var(), rci.var(), i[4]}), {rco, ry, rx, rci});
                      },
                      name, {"n", "fo", "y", "x", "fi"});
@@ -73,14 +87,11 @@ te::Tensor depthwise_conv2d_nchwc(const te::Tensor& X, const te::Tensor& Wt, con
   std::vector<int64_t> xs = const_shape(X), ws = const_shape(Wt);
   KILN_USER_CHECK(xs.size() == 5 && ws.size() == 4 && xs[1] == ws[0] && xs[4] == ws[3])
       << "depthwise_conv2d_nchwc: input " << shape_to_string(xs) << " and weights " << shape_to_string(ws) << " do not match";
-  te::Tensor P = pad_hw(X, p.pad_top, p.pad_left, p.pad_bottom, p.pad_right, name + ".pad");
-  std::vector<int64_t> ps = const_shape(P);
-  int64_t OH = out_extent(ps[2], ws[1], p.dilation_h, p.stride_h), OW = out_extent(ps[3], ws[2], p.dilation_w, p.stride_w);
-  KILN_USER_CHECK(OH > 0 && OW > 0) << "depthwise_conv2d_nchwc: the kernel is larger than the padded input";
+  auto [P, OH, OW] = pad_for_kernel(X, p, ws[1], ws[2], name, "depthwise_conv2d_nchwc");
   IterVar ry = te::reduce_axis(Range(0, E(ws[1])), "ry"), rx = te::reduce_axis(Range(0, E(ws[2])), "rx");
   return te::compute({E(xs[0]), E(xs[1]), E(OH), E(OW), E(xs[4])},
                      [&](const std::vector<Var>& i) {
-                       Expr in = P(std::vector<Expr>{i[0], i[1], i[2] * p.stride_h + ry.var() * p.dilation_h, i[3] * p.stride_w + rx.var() * p.dilation_w, i[4]});
+                       Expr in = P(std::vector<Expr>{i[0], i[1], tap(i[2], ry, p.stride_h, p.dilation_h), tap(i[3], rx, p.stride_w, p.dilation_w), i[4]});
                        return te::sum(in * Wt(std::vector<Expr>{i[1], ry.var(), rx.var(), i[4]}), {ry, rx});
                      },
                      name, {"n", "co", "y", "x", "ci"});

@@ -21,10 +21,17 @@ ops::Conv2dParams conv_params(const Attrs& a) {
 
 int64_t out_extent(int64_t in, int64_t pad, int64_t kernel, int64_t dilation, int64_t stride) { return (in + pad - dilation * (kernel - 1) - 1) / stride + 1; }
 
-std::vector<AttrSpec> conv_attrs() {
-  return {{"strides", AttrKind::Ints, std::vector<int64_t>{1, 1}},
-          {"pads", AttrKind::Ints, std::vector<int64_t>{0, 0, 0, 0}},
-          {"dilations", AttrKind::Ints, std::vector<int64_t>{1, 1}}};
+// What the blocked convolutions share: two inputs, resolved window attributes, output-fusable.
+OpDef blocked_conv_def(const std::string& name, const std::string& doc) {
+  OpDef d;
+  d.name = name;
+  d.doc = doc;
+  d.min_inputs = d.max_inputs = 2;
+  d.attrs = {{"strides", AttrKind::Ints, std::vector<int64_t>{1, 1}},
+             {"pads", AttrKind::Ints, std::vector<int64_t>{0, 0, 0, 0}},
+             {"dilations", AttrKind::Ints, std::vector<int64_t>{1, 1}}};
+  d.pattern = Pattern::OutputFusable;
+  return d;
 }
 
 void check_conv_attrs(const OpCall& c) {
@@ -63,12 +70,7 @@ const bool registered = [] {
   };
   register_op(lt);
 
-  OpDef conv;
-  conv.name = "kiln.ConvNCHWc";
-  conv.doc = "conv2d of [N, C/cb, H, W, cb] by packed weights [K/kb, C/cb, KH, KW, cb, kb] to [N, K/kb, OH, OW, kb]";
-  conv.min_inputs = conv.max_inputs = 2;
-  conv.attrs = conv_attrs();
-  conv.pattern = Pattern::OutputFusable;
+  OpDef conv = blocked_conv_def("kiln.ConvNCHWc", "conv2d of [N, C/cb, H, W, cb] by packed weights [K/kb, C/cb, KH, KW, cb, kb] to [N, K/kb, OH, OW, kb]");
   conv.infer = [](const OpCall& c) {
     c.expect_rank(0, 5);
     c.expect_rank(1, 6);
@@ -87,12 +89,7 @@ const bool registered = [] {
   };
   register_op(conv);
 
-  OpDef dw;
-  dw.name = "kiln.DepthwiseConvNCHWc";
-  dw.doc = "depthwise conv2d of [N, C/b, H, W, b] by weights [C/b, KH, KW, b]";
-  dw.min_inputs = dw.max_inputs = 2;
-  dw.attrs = conv_attrs();
-  dw.pattern = Pattern::OutputFusable;
+  OpDef dw = blocked_conv_def("kiln.DepthwiseConvNCHWc", "depthwise conv2d of [N, C/b, H, W, b] by weights [C/b, KH, KW, b]");
   dw.infer = [](const OpCall& c) {
     c.expect_rank(0, 5);
     c.expect_rank(1, 4);
