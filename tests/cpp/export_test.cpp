@@ -144,7 +144,9 @@ TEST(Export, RefusesCpuFeaturesTheHostLacks) {
   // A library for this host loads, and hiding a feature it needs refuses it.
   std::string host_so = dir / "libhost.so";
   ExpAdd().build("llvm -mcpu=x86-64 -mattr=+avx2,+fma").export_library(host_so);
-  if (host_has("avx2") && host_has("fma")) EXPECT_NO_THROW(Module::load(host_so));
+  if (host_has("avx2") && host_has("fma")) {
+    EXPECT_NO_THROW(Module::load(host_so));
+  }
   ScopedEnv hide("KILN_TEST_HIDE_CPU_FEATURES", "fma");
   expect_error([&] { Module::load(host_so); }, {"lacks: fma"});
 }

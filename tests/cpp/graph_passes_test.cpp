@@ -47,6 +47,15 @@ void register_test_ops() {
   (void)done;
 }
 
+// Options with only these fields changed (designated initializers would leave the rest unnamed).
+CompileOptions options(bool fuse, bool layout, bool plain) {
+  CompileOptions o;
+  o.fuse = fuse;
+  o.layout = layout;
+  o.plain = plain;
+  return o;
+}
+
 Value op(const std::string& name, std::vector<Value> in, const std::string& node = "") { return make_op(name, std::move(in), {}, node)->output(); }
 
 TEST(GraphPasses, RemoveIdentityAndCse) {
@@ -130,7 +139,7 @@ TEST(GraphPasses, FoldBatchNormIntoConv) {
   EXPECT_EQ(f.op_nodes()[0]->inputs.size(), 3u);  // the folded bias
   // Reference: the conv alone, then the batch norm by hand.
   NDArray in = random_array({1, 3, 5, 5}, 17);
-  CompileOptions plain{.fuse = false, .layout = false, .plain = true};
+  CompileOptions plain = options(false, false, true);
   NDArray c = compile(Graph::make({x}, {conv}), plain).run({in})[0];
   NDArray folded = compile(f, plain).run({in})[0];
   ASSERT_EQ(folded.shape(), c.shape());
@@ -157,7 +166,7 @@ TEST(GraphPasses, AlterConvLayoutLeavesTransformsAtTheBoundary) {
   EXPECT_EQ(ops, (std::vector<std::string>{"kiln.LayoutTransform", "kiln.ConvNCHWc", "Add", "Relu", "kiln.ConvNCHWc", "Add", "kiln.LayoutTransform"})) << a.str();
   NDArray in = random_array({1, 16, 6, 6}, 11);
   std::vector<NDArray> blocked = compile(g).run({in});
-  std::vector<NDArray> plain = compile(g, CompileOptions{.layout = false, .plain = true}).run({in});
+  std::vector<NDArray> plain = compile(g, options(true, false, true)).run({in});
   for (int64_t i = 0; i < plain[0].numel(); ++i) EXPECT_NEAR(blocked[0].data_as<float>()[i], plain[0].data_as<float>()[i], 1e-4);
 }
 
@@ -175,7 +184,7 @@ TEST(GraphExecutor, FusedAndUnfusedMatchNaiveLoops) {
       sum[i] += act[i * 8 + j] * act[i * 8 + j];
     }
   for (bool fuse : {true, false}) {
-    Executor exe = compile(g, CompileOptions{.fuse = fuse});
+    Executor exe = compile(g, options(fuse, true, false));
     EXPECT_EQ(exe.groups().size(), fuse ? 2u : 5u);
     std::vector<NDArray> out = exe.run({x});
     ASSERT_EQ(out.size(), 2u);

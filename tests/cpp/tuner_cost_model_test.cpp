@@ -107,7 +107,7 @@ TEST(TunerCostModel, LearnsASyntheticRanking) {
   std::printf("synthetic ranking: Spearman %.3f on 100 held-out candidates\n", rho);
   EXPECT_GT(rho, 0.8);
   // Empty candidates (no stores) score 0 and do not disturb the others.
-  std::vector<Features> mixed = {test[0].features, Features{0, tuner::num_feature_columns(), {}}};
+  std::vector<Features> mixed = {test[0].features, Features{0, tuner::num_feature_columns(), {}, {}}};
   std::vector<double> p = model->predict(mixed);
   EXPECT_EQ(p[1], 0.0);
   EXPECT_EQ(p[0], model->predict({test[0].features})[0]);
@@ -163,7 +163,7 @@ TEST(TunerCostModel, BadInputIsAnError) {
   std::remove(path.c_str());
   // Features of the wrong width.
   Sample bad;
-  bad.features = Features{1, 3, {1, 2, 3}};
+  bad.features = Features{1, 3, {1, 2, 3}, {}};
   bad.throughput = 1;
   EXPECT_THROW(model->update({bad}), Error);
   EXPECT_THROW(model->predict({bad.features}), Error);
