@@ -60,7 +60,7 @@ std::vector<NDArray> view_inputs(const py::sequence& inputs, std::vector<py::arr
     }
     keep->push_back(a);
     std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
-    DataType t = DataType::parse(py::str(a.dtype()).cast<std::string>());
+    DataType t = to_dtype(a.dtype());
     arrays.push_back(NDArray::wrap(const_cast<void*>(a.data()), shape, t));
   }
   return arrays;
