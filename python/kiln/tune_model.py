@@ -8,6 +8,7 @@ interrupted session resumes where it stopped, and ``kiln.compile(model,
 db=...)`` then builds each group from its best record. Records of one model
 serve another: the same workload key is the same task.
 """
+import warnings
 import re
 
 from ._ffi import KilnError, _kiln
@@ -33,8 +34,11 @@ def extract_tasks(model, target="llvm", db=None, layout=True):
 
 def tune_model(model, target="llvm", trials=1000, db="kiln_tuning.db", time_budget=None, batch=16, early_stop_rounds=3,
                progress=True, seed=0, layout=True):
-    """Tunes every task of `model` into `db`; returns a dict with the tasks, the table, trials, rounds, elapsed_s, estimated_latency (s)."""
+    """Tunes every task of `model` into `db`; returns a dict with the tasks, the table, trials, rounds, elapsed_s, estimated_latency (s) and failures (tasks stopped by an error, with its message)."""
     if not db:
         raise KilnError("tune_model needs a tuning database (db=...) to keep its records")
-    return _kiln.graph.tune_model(model, str(target), db, int(trials), int(batch), _seconds(time_budget), int(early_stop_rounds),
-                                  bool(progress), int(seed), layout)
+    result = _kiln.graph.tune_model(model, str(target), db, int(trials), int(batch), _seconds(time_budget),
+                                    int(early_stop_rounds), bool(progress), int(seed), layout)
+    for failure in result["failures"]:
+        warnings.warn("tune_model: a task was not tuned further after an error (please report it): " + failure)
+    return result

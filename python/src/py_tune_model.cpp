@@ -66,6 +66,7 @@ void define_tune_model(py::module_& root) {
     d["rounds"] = r.rounds;
     d["elapsed_s"] = r.elapsed_s;
     d["estimated_latency"] = r.estimated_latency;
+    d["failures"] = r.failures;
     return d;
   }, py::arg("graph"), py::arg("target"), py::arg("db"), py::arg("trials"), py::arg("batch"), py::arg("time_budget_s"),
      py::arg("early_stop_rounds"), py::arg("progress"), py::arg("seed"), py::arg("layout"));

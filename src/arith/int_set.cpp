@@ -38,7 +38,12 @@ class IntervalEvaluator {
   }
 
   IntervalSet eval(const Expr& e) {
-    if (!uses_dom(e)) return IntervalSet::single_point(e);
+    if (!uses_dom(e)) {
+      // A vector's interval is over its lanes, in scalar ends: a lane-less
+      // single point of a vector would make vector-typed ends.
+      if (e.dtype().lanes() == 1) return IntervalSet::single_point(e);
+      if (!e.as<Ramp>() && !e.as<Broadcast>()) return fallback(e);
+    }
     DataType t = e.dtype();
     if (t.is_bool()) {
       Expr r = s_->mutate(e);

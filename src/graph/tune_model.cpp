@@ -110,7 +110,19 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
     o.model_path = options.db + ".model";  // one cost model for all tasks
     o.progress = false;
     o.seed = tune.seed + static_cast<uint64_t>(r.rounds);
-    tuner::TuneResult tr = tuner::tune(t.task, o);
+    tuner::TuneResult tr;
+    try {
+      tr = tuner::tune(t.task, o);
+    } catch (const Error& e) {
+      // One task's failure (a kiln bug in lowering one of its candidates)
+      // must not cost the whole session: the task keeps what it has, and
+      // the failure is reported with the candidate that raised it.
+      r.failures.push_back("task " + std::to_string(i) + " (" + t.ops + ", " + t.task.workload_key + "): " + e.what());
+      std::fprintf(stderr, "[model] task %zu (%s) stopped: %s\n", i, t.ops.c_str(), e.what());
+      done[i] = true;
+      ++r.rounds;
+      return;
+    }
     r.trials += std::max(1, tr.trials_measured + tr.trials_skipped);
     ++r.rounds;
     double before = t.best_time;

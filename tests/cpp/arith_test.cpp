@@ -337,6 +337,10 @@ TEST_F(ArithTest, EvalInterval) {
   std::unordered_map<const Variable*, IntervalSet> open = {{x.get(), IntervalSet::everything()}};
   expect_interval(an, x + 1, open, Expr(), Expr());
   expect_interval(an, floormod(x, 8), open, 0, 7);
+  // Vector indices (a vectorized loop's): the interval is over the lanes, in
+  // scalar ends, also for the parts that use no variable of the domain.
+  expect_interval(an, Broadcast::make(k, 4) + Ramp::make(Expr(0), Expr(1), 4), dom, 0, 5);
+  expect_interval(an, Ramp::make(i, Expr(2), 4), dom, io * 8, io * 8 + 13);
 }
 
 TEST_F(ArithTest, IntervalSetHelpers) {

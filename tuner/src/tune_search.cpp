@@ -55,7 +55,10 @@ void EvolutionarySearch::featurize(const std::vector<Entry>& entries) {
         out[i] = std::make_shared<Features>(extract_features(te::lower(s, task_.args, "main")));
       } catch (const Error& e) {
         out[i] = nullptr;  // it will not build either; never pick it
-        if (is_internal(e)) failures[i] = std::current_exception();
+        // The candidate's trace with the bug report: it is what reproduces it.
+        if (is_internal(e))
+          failures[i] = std::make_exception_ptr(InternalError(std::string(e.what()) + "\n  while lowering the candidate of task " +
+                                                              task_.name + ": " + todo[i]->key));
       } catch (...) {
         failures[i] = std::current_exception();
       }

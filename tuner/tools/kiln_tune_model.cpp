@@ -12,6 +12,9 @@
 #include "kiln/graph/onnx.h"
 #include "kiln/graph/tune_model.h"
 #include "kiln/support/error.h"
+#include "kiln/tuner/feature_records.h"
+#include "kiln/tuner/ranking_report.h"
+#include "kiln/tuning_db/database.h"
 
 namespace kiln::tools {
 
@@ -28,6 +31,9 @@ options:
   --db PATH           tuning database (default kiln_tuning.db)
   --time-budget T     stop starting rounds after T (seconds, or 30s / 30m / 2h)
   --list-tasks        print the tasks (workload, FLOPs, weight, records, best) and exit
+  --rank-report       print the cost model's pairwise ranking accuracy on the
+                      model's tasks (records of --db held back: within a task,
+                      and for a model trained on the other tasks only) and exit
   --shape NAME=DxDx.. an input's shape (for dynamic dimensions, or to override)
   --threads N         kernel threads (default: all cores)
   --target T          target string (default "llvm" with -num-cores=THREADS)
@@ -65,6 +71,36 @@ std::vector<int64_t> parse_dims(const std::string& item, std::string* name) {
   return dims;
 }
 
+std::string accuracy(double a, int64_t pairs) {
+  if (a < 0) return "-";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.3f (%lld)", a, static_cast<long long>(pairs));
+  return buf;
+}
+
+/** Pairwise ranking accuracy of the cost model on the model's tasks, from the DB's records. */
+int print_rank_report(const std::vector<graph::ModelTask>& tasks, const std::string& db_path) {
+  tuning_db::Database db = tuning_db::Database::open(db_path);
+  std::vector<tuner::Sample> samples = tuner::load_training_samples(db);
+  std::vector<std::string> keys;
+  for (const graph::ModelTask& t : tasks) keys.push_back(t.task.workload_key);
+  tuner::RankingOptions o;
+  tuner::RankingReport r = tuner::ranking_report(samples, o, keys);
+  std::printf("cost model ranking on %s: %zu records of %zu task(s) with >= %d valid records; pairs apart by > %.0f%%\n",
+              db_path.c_str(), samples.size(), r.tasks.size(), o.min_records, o.tie * 100);
+  std::printf("%-18s %-36s %8s %20s %20s\n", "workload", "operators", "records", "within (pairs)", "cross (pairs)");
+  for (const tuner::TaskRanking& t : r.tasks) {
+    std::string key = t.group.substr(0, t.group.find('|')), ops;
+    for (const graph::ModelTask& m : tasks)
+      if (m.task.workload_key == key) ops = m.ops;
+    std::printf("%-18s %-36s %8d %20s %20s\n", key.c_str(), ops.substr(0, 36).c_str(), t.records,
+                accuracy(t.within, t.within_pairs).c_str(), accuracy(t.cross, t.cross_pairs).c_str());
+  }
+  std::printf("mean over tasks: within %.3f, cross %.3f (held back %.0f%% per task, seed %llu; -1: none)\n", r.within_mean,
+              r.cross_mean, o.holdout * 100, static_cast<unsigned long long>(o.seed));
+  return 0;
+}
+
 }  // namespace
 
 int run_model(int argc, char** argv) {
@@ -73,12 +109,13 @@ int run_model(int argc, char** argv) {
   copt.db = "kiln_tuning.db";
   graph::ModelTuneOptions topt;
   std::map<std::string, std::vector<int64_t>> shapes;
-  bool list = false;
+  bool list = false, rank_report = false;
   int threads = 0;
   std::string target;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--list-tasks") { list = true; continue; }
+    if (a == "--rank-report") { rank_report = true; continue; }
     if (a == "--quiet") { topt.progress = false; continue; }
     if (a == "--help" || a == "-h") { std::fputs(kModelUsage, stdout); return 0; }
     if (i + 1 >= argc) {
@@ -105,6 +142,7 @@ int run_model(int argc, char** argv) {
   setenv("KILN_NUM_THREADS", std::to_string(threads).c_str(), 1);
   copt.target = target.empty() ? "llvm -num-cores=" + std::to_string(threads) : target;
   graph::Graph model = graph::from_onnx(path, shapes);
+  if (rank_report) return print_rank_report(graph::extract_tasks(model, copt), copt.db);
   if (list) {
     std::fputs(graph::tasks_table(graph::extract_tasks(model, copt)).c_str(), stdout);
     return 0;
@@ -114,6 +152,7 @@ int run_model(int argc, char** argv) {
   graph::ModelTuneResult r = graph::tune_model(model, copt, topt);
   std::fputs(graph::tasks_table(r.tasks).c_str(), stdout);
   std::printf("%d trials in %d rounds, %.1f s\n", r.trials, r.rounds, r.elapsed_s);
+  for (const std::string& f : r.failures) std::printf("warning: not tuned further after an error (please report it): %s\n", f.c_str());
   return 0;
 }
 

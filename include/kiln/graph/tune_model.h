@@ -48,6 +48,8 @@ struct ModelTuneResult {
   double elapsed_s = 0;
   /** Sum of weight x best time over the tasks (seconds): the model's estimated latency; 0 while a task has no record. */
   double estimated_latency = 0;
+  /** Tasks the session stopped because tuning them raised an error (each with the message): they keep their earlier records or the default schedule. */
+  std::vector<std::string> failures;
 };
 
 /**
