@@ -19,6 +19,7 @@
 #include "kiln/te/lower.h"
 #include "kiln/tuner/cost_model.h"
 #include "kiln/tuner/features.h"
+#include "kiln/tuner/ranking_report.h"
 #include "random_schedule.h"
 
 namespace kiln {
@@ -82,6 +83,58 @@ TEST(TunerCostModel, RankCorrelation) {
   EXPECT_NEAR(tuner::rank_correlation({1, 2, 3, 4, 5}, {1, 4, 1.5, 5, 6}), 0.9, 1e-12);
   EXPECT_DOUBLE_EQ(tuner::rank_correlation({1, 1, 1}, {1, 2, 3}), 0.0);
   EXPECT_THROW(tuner::rank_correlation({1, 2}, {1}), Error);
+}
+
+TEST(TunerCostModel, PairwiseAccuracy) {
+  int64_t pairs = 0;
+  EXPECT_DOUBLE_EQ(tuner::pairwise_accuracy({1, 2, 3}, {5, 6, 7}, 0, &pairs), 1.0);
+  EXPECT_EQ(pairs, 3);
+  EXPECT_DOUBLE_EQ(tuner::pairwise_accuracy({1, 2, 3}, {7, 6, 5}), 0.0);
+  // (1,2) right, (1,3) right, (2,3) wrong; a predicted tie counts half.
+  EXPECT_DOUBLE_EQ(tuner::pairwise_accuracy({1, 2, 3}, {0, 2, 1}), 2.0 / 3);
+  EXPECT_DOUBLE_EQ(tuner::pairwise_accuracy({1, 2}, {4, 4}), 0.5);
+  // Pairs closer than the tie tolerance are not counted: (1, 1.005) here.
+  EXPECT_DOUBLE_EQ(tuner::pairwise_accuracy({1, 1.005, 2}, {1, 0, 2}, 0.01, &pairs), 1.0);
+  EXPECT_EQ(pairs, 2);
+  EXPECT_EQ(tuner::pairwise_accuracy({1, 1}, {1, 2}, 0, &pairs), -1);
+  EXPECT_EQ(pairs, 0);
+  EXPECT_THROW(tuner::pairwise_accuracy({1, 2}, {1}), Error);
+}
+
+TEST(TunerCostModel, RankingReportWithinAndAcrossTasks) {
+  // Two tasks with the same law (a model of one ranks the other) and a
+  // third whose throughput is noise (nothing can rank it): the report must
+  // tell them apart, and leave out the task with too few records.
+  std::vector<Sample> s = synthetic(200, 11, "a|llvm|cpu");
+  std::vector<Sample> b = synthetic(200, 12, "b|llvm|cpu");
+  std::vector<Sample> noise = synthetic(200, 13, "c|llvm|cpu");
+  std::mt19937 rng(5);
+  for (Sample& x : noise) x.throughput = 1 + static_cast<double>(rng() % 1000);
+  std::vector<Sample> few = synthetic(4, 14, "d|llvm|cpu");
+  for (auto* more : {&b, &noise, &few}) s.insert(s.end(), more->begin(), more->end());
+  tuner::RankingReport r = tuner::ranking_report(s, tuner::RankingOptions{});
+  ASSERT_EQ(r.tasks.size(), 3u);
+  for (const tuner::TaskRanking& t : r.tasks) {
+    std::printf("%s: %d records, within %.3f (%lld pairs), cross %.3f (%lld pairs)\n", t.group.c_str(), t.records, t.within,
+                static_cast<long long>(t.within_pairs), t.cross, static_cast<long long>(t.cross_pairs));
+    EXPECT_EQ(t.held_out, 50);
+    if (t.group[0] == 'c') {
+      EXPECT_LT(t.within, 0.65);
+      EXPECT_LT(t.cross, 0.65);
+    } else {
+      EXPECT_GT(t.within, 0.8);
+      EXPECT_GT(t.cross, 0.8);  // trained on the other law-abiding task (and the noise)
+    }
+  }
+  // Only the listed workloads are reported; the cross models still see the rest.
+  tuner::RankingOptions o;
+  o.cross = false;
+  tuner::RankingReport one = tuner::ranking_report(s, o, {"b"});
+  ASSERT_EQ(one.tasks.size(), 1u);
+  EXPECT_EQ(one.tasks[0].cross, -1);
+  EXPECT_GT(one.within_mean, 0.8);
+  o.holdout = 1;
+  EXPECT_THROW(tuner::ranking_report(s, o), Error);
 }
 
 TEST(TunerCostModel, UntrainedPredictsZeros) {
