@@ -129,6 +129,11 @@ class Executor:
         groups = self._exe.groups()
         return sum(1 for g in groups if g["schedule"] == "database"), len(groups)
 
+    def layout_decisions(self):
+        """Per convolution, the channel-block cap compiling with ``db=`` chose from the records:
+        conv, cap, conv_time and transform_time (s, the estimate it was chosen by), why. Empty without a db."""
+        return self._exe.layout_decisions()
+
     def export_library(self, path, weights="embed", static_runtime=False):
         """Writes the compiled model as one shared library that
         :func:`kiln.runtime.load_model` runs without the compiler: every kernel,

@@ -219,6 +219,19 @@ void define_graph(py::module_& root) {
         }
         return out;
       })
+      .def("layout_decisions", [](const Executor& exe) {
+        py::list out;
+        for (const LayoutDecision& l : exe.layout_decisions()) {
+          py::dict d;
+          d["conv"] = l.conv;
+          d["cap"] = l.cap;
+          d["conv_time"] = l.conv_time;
+          d["transform_time"] = l.transform_time;
+          d["why"] = l.why;
+          out.append(d);
+        }
+        return out;
+      })
       .def_property_readonly("num_kernels", [](const Executor& exe) { return exe.plan().kernel_names.size(); });
 
   m.def("compile", [](const Graph& g, const std::string& target, const std::string& db, bool fuse, bool plain, bool dump, bool layout) {

@@ -20,6 +20,7 @@ py::list task_list(const std::vector<ModelTask>& tasks) {
     d["groups"] = t.groups;
     d["records"] = t.records;
     d["best_time"] = t.best_time;
+    d["layout_cap"] = t.layout_cap;
     out.append(d);
   }
   return out;

@@ -28,6 +28,7 @@ struct Executor::State {
   MemoryPlanStats memory;
   std::vector<Module> modules;       // per kernel
   std::vector<GroupInfo> groups;     // per step
+  std::vector<LayoutDecision> layouts;  // per convolution, when chosen from records
   ModelRunner runner;                // runs the plan (kiln_runtime)
   int64_t weight_bytes = 0;
   double compile_seconds = 0;
@@ -96,7 +97,11 @@ Executor compile(const Graph& g, const CompileOptions& options) {
   auto start = Clock::now();
   auto st = std::make_shared<Executor::State>();
   Target target = Target::parse(options.target);
-  st->graph = optimize(g, target, {options.fuse, options.layout, options.dump});
+  PipelineOptions popt{options.fuse, options.layout, options.dump, options.layout_plan};
+  bool given = options.layout_plan.max_block > 0 || !options.layout_plan.conv_max_block.empty();
+  if (options.layout && options.choose_layouts && !options.db.empty() && !given)
+    popt.layout_plan = choose_layout_plan(g, target, options.db, &st->layouts);
+  st->graph = optimize(g, target, popt);
   Planner p;
   for (size_t i = 0; i < st->graph.inputs().size(); ++i)
     p.value_buffer[{st->graph.inputs()[i].get(), 0}] = p.add(ModelBuffer::Kind::Input, static_cast<int>(i), st->graph.inputs()[i]->types[0]);
@@ -292,5 +297,6 @@ const ModelPlan& Executor::plan() const { return state_->runner.plan(); }
 const Graph& Executor::graph() const { return state_->graph; }
 const std::vector<GroupInfo>& Executor::groups() const { return state_->groups; }
 double Executor::compile_seconds() const { return state_->compile_seconds; }
+const std::vector<LayoutDecision>& Executor::layout_decisions() const { return state_->layouts; }
 
 }  // namespace kiln::graph

@@ -28,20 +28,34 @@ double best_time_in_db(const tuner::Task& task, const std::string& db) {
   return best ? best->median_time : 0;
 }
 
-double weighted_latency(const std::vector<ModelTask>& tasks) {
-  double total = 0;
-  for (const ModelTask& t : tasks) {
-    if (t.best_time <= 0) return 0;
-    total += t.weight * t.best_time;
-  }
-  return total;
+// Per group name, the best time of the tasks that can run it (0: none has a record).
+std::map<std::string, double> best_per_group(const std::vector<ModelTask>& tasks) {
+  std::map<std::string, double> best;
+  for (const ModelTask& t : tasks)
+    for (const std::string& g : t.groups) {
+      double& b = best[g];
+      if (t.best_time > 0 && (b <= 0 || t.best_time < b)) b = t.best_time;
+    }
+  return best;
 }
 
 }  // namespace
 
-std::vector<ModelTask> extract_tasks(const Graph& g, const CompileOptions& options) {
-  Target target = Target::parse(options.target);
-  Graph fused = optimize(g, target, {true, options.layout, false});
+double estimated_latency(const std::vector<ModelTask>& tasks) {
+  double total = 0;
+  for (const auto& [group, t] : best_per_group(tasks)) {
+    if (t <= 0) return 0;
+    total += t;
+  }
+  return total;
+}
+
+namespace {
+
+/** The tasks of `g` under one layout plan, with their weights in that plan. */
+std::vector<ModelTask> tasks_of_plan(const Graph& g, const Target& target, const CompileOptions& options, const LayoutPlan& plan) {
+  PipelineOptions popt{true, options.layout, false, plan};
+  Graph fused = optimize(g, target, popt);
   std::vector<ModelTask> tasks;
   std::map<std::string, size_t> by_key;
   for (const OpNode* node : fused.op_nodes()) {
@@ -61,7 +75,48 @@ std::vector<ModelTask> extract_tasks(const Graph& g, const CompileOptions& optio
     t.task = std::move(task);
     t.ops = ops;
     t.groups = {node->name};
+    t.layout_cap = plan.max_block;
     tasks.push_back(std::move(t));
+  }
+  return tasks;
+}
+
+}  // namespace
+
+std::vector<ModelTask> extract_tasks(const Graph& g, const CompileOptions& options) {
+  Target target = Target::parse(options.target);
+  std::vector<LayoutPlan> plans = {options.layout_plan};
+  if (options.layout && options.choose_layouts && target.kind == Target::Kind::LLVM) {
+    // Every convolution under every cap, the default (two vectors) first.
+    std::vector<int64_t> caps = layout_block_choices(target);
+    plans.clear();
+    for (auto it = caps.rbegin(); it != caps.rend(); ++it) plans.push_back(LayoutPlan{*it, {}});
+  }
+  std::vector<ModelTask> tasks;
+  std::map<std::string, size_t> by_key;
+  for (const LayoutPlan& plan : plans) {
+    for (ModelTask& t : tasks_of_plan(g, target, options, plan)) {
+      auto it = by_key.find(t.task.workload_key);
+      if (it == by_key.end()) {
+        // A variant only where the cap changed it; a task every plan shares is plain.
+        if (plans.size() > 1 && &plan == &plans.front()) t.layout_cap = 0;
+        by_key[t.task.workload_key] = tasks.size();
+        tasks.push_back(std::move(t));
+        continue;
+      }
+      ModelTask& same = tasks[it->second];
+      same.weight = std::max(same.weight, t.weight);
+      for (const std::string& name : t.groups)
+        if (std::find(same.groups.begin(), same.groups.end(), name) == same.groups.end()) same.groups.push_back(name);
+    }
+  }
+  if (plans.size() > 1) {
+    // A first-plan task is a variant when a later plan gave one of its groups another task.
+    std::map<std::string, int> tasks_per_group;
+    for (const ModelTask& t : tasks)
+      for (const std::string& name : t.groups) ++tasks_per_group[name];
+    for (ModelTask& t : tasks)
+      if (t.layout_cap == 0 && tasks_per_group[t.groups.front()] > 1) t.layout_cap = plans.front().max_block;
   }
   for (ModelTask& t : tasks) t.best_time = best_time_in_db(t.task, options.db);
   if (!options.db.empty() && std::filesystem::exists(options.db)) {
@@ -75,17 +130,19 @@ std::vector<ModelTask> extract_tasks(const Graph& g, const CompileOptions& optio
 std::string tasks_table(const std::vector<ModelTask>& tasks) {
   std::ostringstream os;
   char line[512];
-  std::snprintf(line, sizeof line, "%-4s %-16s %-44s %10s %6s %8s %12s %10s\n", "#", "workload", "operators", "MFLOP", "weight", "records", "best (ms)", "GFLOP/s");
+  std::snprintf(line, sizeof line, "%-4s %-16s %-44s %10s %6s %6s %8s %12s %10s\n", "#", "workload", "operators", "MFLOP", "weight", "layout",
+                "records", "best (ms)", "GFLOP/s");
   os << line;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const ModelTask& t = tasks[i];
     std::string best = t.best_time > 0 ? std::to_string(t.best_time * 1e3).substr(0, 8) : "-";
     std::string gf = t.best_time > 0 ? std::to_string(t.task.flop / t.best_time * 1e-9).substr(0, 7) : "-";
-    std::snprintf(line, sizeof line, "%-4zu %-16s %-44s %10.2f %6d %8d %12s %10s\n", i, t.task.workload_key.c_str(), t.ops.substr(0, 44).c_str(),
-                  t.task.flop * 1e-6, t.weight, t.records, best.c_str(), gf.c_str());
+    std::string layout = t.layout_cap > 0 ? "c" + std::to_string(t.layout_cap) : "-";
+    std::snprintf(line, sizeof line, "%-4zu %-16s %-44s %10.2f %6d %6s %8d %12s %10s\n", i, t.task.workload_key.c_str(), t.ops.substr(0, 44).c_str(),
+                  t.task.flop * 1e-6, t.weight, layout.c_str(), t.records, best.c_str(), gf.c_str());
     os << line;
   }
-  double lat = weighted_latency(tasks);
+  double lat = estimated_latency(tasks);
   os << "estimated model latency (sum of weight x best): " << (lat > 0 ? std::to_string(lat * 1e3) + " ms" : "unknown (tasks without records)") << "\n";
   return os.str();
 }
@@ -125,14 +182,15 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
     }
     r.trials += std::max(1, tr.trials_measured + tr.trials_skipped);
     ++r.rounds;
-    double before = t.best_time;
+    double before = t.best_time, group_before = best_per_group(r.tasks)[t.groups.front()];
     if (tr.best_time > 0) t.best_time = before > 0 ? std::min(before, tr.best_time) : tr.best_time;
     t.records += tr.trials_measured - tr.errors;
-    last_gain[i] = before > 0 ? std::max(0.0, before - t.best_time) : 0;
+    // What the model gained: a layout variant's progress counts only where it beats its rivals.
+    last_gain[i] = group_before > 0 ? std::max(0.0, group_before - best_per_group(r.tasks)[t.groups.front()]) : 0;
     rounds_without[i] = before > 0 && last_gain[i] <= before * 1e-3 ? rounds_without[i] + 1 : 0;
     if (rounds_without[i] >= tune.early_stop_rounds) done[i] = true;
     if (tune.progress) {
-      double lat = weighted_latency(r.tasks);
+      double lat = estimated_latency(r.tasks);
       double elapsed = seconds_since(start);
       double left = r.trials > 0 ? elapsed / r.trials * std::max(0, tune.trials - r.trials) : 0;
       std::fprintf(stderr, "[model] trials %d/%d  round %d: task %zu (%s, x%d) best %.3f ms  model ~%s  elapsed %.0f s  remaining ~%.0f s\n", r.trials,
@@ -143,11 +201,18 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
   auto out_of_budget = [&] { return r.trials >= tune.trials || (tune.time_budget_s > 0 && seconds_since(start) >= tune.time_budget_s); };
   // Warm-up: every task without a record gets a round (a resumed session
   // skips what the DB has), the heaviest first (weight x FLOPs), so a small
-  // budget goes to the convolutions before the layout copies.
+  // budget goes to the convolutions before the layout copies; the default
+  // layout's tasks before the other layouts' variants, so the model has a
+  // complete estimate first.
+  Target target = Target::parse(options.target);
+  const int64_t default_cap = target.kind == Target::Kind::LLVM ? layout_block_choices(target).back() : 0;
+  auto variant = [&](size_t i) { return r.tasks[i].layout_cap != 0 && r.tasks[i].layout_cap != default_cap; };
   std::vector<size_t> order(n);
   for (size_t i = 0; i < n; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return r.tasks[a].weight * r.tasks[a].task.flop > r.tasks[b].weight * r.tasks[b].task.flop; });
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (variant(a) != variant(b)) return variant(b);
+    return r.tasks[a].weight * r.tasks[a].task.flop > r.tasks[b].weight * r.tasks[b].task.flop;
+  });
   for (size_t i : order) {
     if (out_of_budget()) break;
     if (r.tasks[i].best_time <= 0) run_round(i);
@@ -157,13 +222,17 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
     std::map<std::string, double> best_rate;
     for (const ModelTask& t : r.tasks)
       if (t.best_time > 0) best_rate[t.ops] = std::max(best_rate[t.ops], t.task.flop / t.best_time);
+    std::map<std::string, double> group_best = best_per_group(r.tasks);
     double best_gain = -1;
     size_t pick = n;
     for (size_t i = 0; i < n; ++i) {
       if (done[i]) continue;
       const ModelTask& t = r.tasks[i];
-      double reachable = best_rate[t.ops] > 0 && t.task.flop > 0 ? t.task.flop / best_rate[t.ops] : t.best_time;
-      double optimistic = 0.05 * std::max(0.0, t.best_time - reachable) + 0.01 * t.best_time;
+      // A layout variant behind its rival first has to catch up: its hope shrinks with the gap.
+      double current = std::min(t.best_time, group_best[t.groups.front()]);
+      double behind = t.best_time > 0 ? current / t.best_time : 1;
+      double reachable = best_rate[t.ops] > 0 && t.task.flop > 0 ? t.task.flop / best_rate[t.ops] : current;
+      double optimistic = (0.05 * std::max(0.0, current - reachable) + 0.01 * current) * behind * behind;
       double gain = t.weight * std::max(last_gain[i], optimistic);
       if (gain > best_gain) {
         best_gain = gain;
@@ -174,7 +243,7 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
     run_round(pick);
   }
   r.elapsed_s = seconds_since(start);
-  r.estimated_latency = weighted_latency(r.tasks);
+  r.estimated_latency = estimated_latency(r.tasks);
   return r;
 }
 

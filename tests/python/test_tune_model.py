@@ -29,8 +29,9 @@ def test_tasks_scheduler_resume_and_compile(tmp_path):
     db = str(tmp_path / "model.db")
     model = kiln.graph.from_onnx(_model_proto())
     tasks, table = extract_tasks(model, db=db)
-    convs = [t for t in tasks if "ConvNCHWc" in t["ops"]]
-    # The two 16->16 convolutions are one task of weight 2.
+    default_cap = max(t["layout_cap"] for t in tasks)
+    convs = [t for t in tasks if "ConvNCHWc" in t["ops"] and t["layout_cap"] == default_cap]
+    # The two 16->16 convolutions are one task of weight 2 (in each layout).
     assert sorted(t["weight"] for t in convs) == [1, 2]
     assert all(t["records"] == 0 and t["best_time"] == 0 for t in tasks)
     assert "weight" in table and "unknown" in table
@@ -41,7 +42,7 @@ def test_tasks_scheduler_resume_and_compile(tmp_path):
     assert all(tuned[t["workload_key"]]["best_time"] > 0 for t in convs)
     # A new session resumes from the DB: no warm-up round for what has records.
     tasks2, _ = extract_tasks(model, db=db)
-    assert all(t["records"] > 0 for t in tasks2 if "ConvNCHWc" in t["ops"])
+    assert all(t["records"] > 0 for t in tasks2 if "ConvNCHWc" in t["ops"] and t["layout_cap"] == default_cap)
     exe = kiln.compile(model, db=db)
     assert exe.tuned_groups()[0] == 3
     sources = [g["schedule"] for g in exe.groups() if "ConvNCHWc" in g["ops"]]
@@ -69,3 +70,45 @@ def test_kiln_tune_model_cli(tmp_path):
     assert "8 trials in 1 rounds" in r.stdout
     r = subprocess.run([tool, path, "--time-budget", "soon", "--db", db], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "time-budget" in r.stderr
+
+
+def test_layout_variants_are_tuned_and_chosen(tmp_path):
+    """Each convolution is a task under every channel-block cap; compiling with the DB takes, per
+    convolution, the cap whose record (plus the relayout of its input) is cheapest, and stays correct."""
+    db = str(tmp_path / "layout.db")
+    model = kiln.graph.from_onnx(_model_proto())
+    tasks, table = extract_tasks(model, db=db)
+    caps = sorted({t["layout_cap"] for t in tasks if t["layout_cap"]})
+    assert len(caps) == 2 and caps[1] == 2 * caps[0], caps
+    convs = [t for t in tasks if "ConvNCHWc" in t["ops"]]
+    # Both convolution tasks (16 output channels) have a variant per cap; conv names are their groups.
+    for name in {g for t in convs for g in t["groups"]}:
+        assert sorted(t["layout_cap"] for t in convs if name in t["groups"]) == caps
+    assert "layout" in table and f"c{caps[0]}" in table
+    # Without records for a variant, compiling keeps the default (two vectors) for every convolution.
+    kiln.tune_model(model, trials=16, batch=8, db=db, progress=False)
+    exe = kiln.compile(model, db=db)
+    assert [d["cap"] for d in exe.layout_decisions()] == [caps[1]] * 3
+    assert all(d["why"] == "records" for d in exe.layout_decisions())
+    # Every variant tuned: each convolution takes the cheaper of its two, as the records say.
+    r = kiln.tune_model(model, trials=40, batch=8, db=db, progress=False)
+    tasks, _ = extract_tasks(model, db=db)
+    assert all(t["best_time"] > 0 for t in tasks if "ConvNCHWc" in t["ops"])
+    exe = kiln.compile(model, db=db)
+    decisions = exe.layout_decisions()
+    assert len(decisions) == 3
+    for d in decisions:
+        options = {t["layout_cap"]: t["best_time"] for t in convs_of(tasks, d["conv"])}
+        assert d["conv_time"] == pytest.approx(options[d["cap"]])
+    # The first convolution reads the model's input (no convolution's block to keep): the faster record wins.
+    first = decisions[0]
+    options = {t["layout_cap"]: t["best_time"] for t in convs_of(tasks, first["conv"])}
+    assert first["transform_time"] == 0 and first["cap"] == min(options, key=options.get)
+    assert r["estimated_latency"] > 0
+    x = np.random.default_rng(2).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    got, ref = exe(x)[0], kiln.compile(model, fuse=False, plain=True, layout=False)(x)[0]
+    assert np.max(np.abs(got - ref)) <= 1e-5 * np.max(np.abs(ref))
+
+
+def convs_of(tasks, conv):
+    return [t for t in tasks if "ConvNCHWc" in t["ops"] and conv in t["groups"]]

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kiln/graph/graph.h"
+#include "kiln/graph/layout_plan.h"
 #include "kiln/graph/memory_plan.h"
 #include "kiln/runtime/model.h"
 #include "kiln/runtime/ndarray.h"
@@ -34,6 +35,14 @@ struct CompileOptions {
   bool fuse = true;
   /** Convolutions in the blocked NCHWc layout (alter_conv_layout). */
   bool layout = true;
+  /**
+   * With a database and no layout_plan given: each convolution's channel
+   * block chosen from its records (choose_layout_plan).
+   * Task extraction then also lists each convolution under every block cap.
+   */
+  bool choose_layouts = true;
+  /** The channel blocking when it is not chosen from records (default: two vectors). */
+  LayoutPlan layout_plan;
   /** Plain (unscheduled) kernels: slow, simple, for references. */
   bool plain = false;
   /** Print the graph after every pass (as KILN_DUMP_IR does). */
@@ -79,6 +88,8 @@ class Executor {
   const Graph& graph() const;
   /** One entry per plan step. */
   const std::vector<GroupInfo>& groups() const;
+  /** Per convolution, the channel block cap chosen from the records (empty when none was chosen). */
+  const std::vector<LayoutDecision>& layout_decisions() const;
   /** Seconds the compilation took (passes and kernels). */
   double compile_seconds() const;
   /**

@@ -14,6 +14,7 @@
 
 #include "kiln/codegen/target.h"
 #include "kiln/graph/graph.h"
+#include "kiln/graph/layout_plan.h"
 
 namespace kiln::graph {
 
@@ -38,10 +39,11 @@ Graph fold_batch_norm(const Graph& g);
 /**
  * Convolutions in the blocked NCHWc layout (weights packed at compile time),
  * elementwise operators between them blocked too, and layout transforms
- * left only at the boundaries of the blocked region; constant MatMul/Gemm
- * weights packed into panels of two vectors' columns. CPU targets only.
+ * left only at the boundaries of the blocked region (and between
+ * convolutions the plan blocks differently); constant MatMul/Gemm weights
+ * packed into panels of two vectors' columns. CPU targets only.
  */
-Graph alter_conv_layout(const Graph& g, const Target& target);
+Graph alter_conv_layout(const Graph& g, const Target& target, const LayoutPlan& plan = {});
 
 /** Merges operator nodes with the same op, attributes and inputs (and constants with the same bytes). */
 Graph eliminate_common_subexpr(const Graph& g);
@@ -66,6 +68,8 @@ struct PipelineOptions {
   bool layout = true;
   /** Print the graph after each pass to stderr (also by KILN_DUMP_IR). */
   bool dump = false;
+  /** The convolutions' channel blocking (alter_conv_layout). */
+  LayoutPlan layout_plan = {};
 };
 
 /** The pipeline: remove_identity, fold_constants, fold_batch_norm, eliminate_common_subexpr, alter_conv_layout, then fuse_ops (or wrap_ops). */

@@ -25,11 +25,27 @@ struct ModelTask {
   std::vector<std::string> groups;  ///< the groups' names
   int records = 0;                  ///< valid records in the DB (0 without a DB)
   double best_time = 0;             ///< seconds, the DB's best (0: none)
+  /**
+   * 0 for a task of the model under any layout; else the channel-block cap
+   * (layout_plan.h) of this variant: its groups have a variant under
+   * another cap too, and compiling picks one per convolution.
+   */
+  int64_t layout_cap = 0;
 };
 
-/** The tasks of `g` compiled for `options.target` (fused, as kiln::graph::compile would), with the DB's records when options.db is set. */
+/**
+ * The tasks of `g` compiled for `options.target` (fused, as kiln::graph::compile would), with the DB's records when options.db is set.
+ * With options.choose_layouts, the convolutions' groups under every channel-block cap (ModelTask::layout_cap).
+ */
 std::vector<ModelTask> extract_tasks(const Graph& g, const CompileOptions& options = {});
-/** A table of the tasks: workload, FLOPs, weight, records, best time. */
+/**
+ * The model's estimated latency: per group (by name), the best time of the
+ * tasks that can run it (variants under other layouts are alternatives),
+ * summed; 0 while a group has no task with a record.
+ */
+double estimated_latency(const std::vector<ModelTask>& tasks);
+
+/** A table of the tasks: workload, FLOPs, weight, layout variant, records, best time. */
 std::string tasks_table(const std::vector<ModelTask>& tasks);
 
 struct ModelTuneOptions {

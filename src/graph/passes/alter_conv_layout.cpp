@@ -9,9 +9,11 @@
 // instead (constants it reads are repacked), and two transforms in a row
 // collapse (b -> NCHW -> b is nothing). What remains are transforms at the
 // boundaries of the blocked region: the model's input, pooling, reshapes.
-// The block of C channels is the same for inputs and outputs (block_of: whole
-// vectors up to two), so a conv's output block is its reader's input block
-// and nothing is re-blocked between convolutions.
+// The block of C channels is the same for inputs and outputs
+// (channel_block_for: whole vectors up to the cap, two vectors unless the
+// LayoutPlan gives a convolution another), so between convolutions under
+// one cap nothing is re-blocked; where the plan changes the cap, a
+// transform from one block to the other (b1 -> b2) remains.
 // MatMul/Gemm weights (constant, 2-D) are packed the same way, into panels
 // [N/nb, K, nb], the copy the tuner's pack rule would make at every call.
 #include <algorithm>
@@ -25,6 +27,7 @@
 #include "kiln/ops/broadcast.h"
 #include "kiln/ops/layout.h"
 #include "kiln/ops/nn.h"
+#include "kiln/support/error.h"
 
 namespace kiln::graph {
 
@@ -63,16 +66,6 @@ std::optional<Value> blocked_constant(const NDArray& c, int64_t C, int64_t b) {
   NDArray out = NDArray::empty({1, C / b, 1, 1, b}, c.dtype());
   out.copy_from(c.data(), c.nbytes());
   return make_constant("blocked", out)->output();
-}
-
-// The channel block of C: the largest divisor up to max_block that is whole
-// vectors (24 channels: 8, not 12, which would leave a part-vector in every
-// register tile), else the largest divisor up to max_block (3 channels: 3).
-int64_t block_of(int64_t C, int64_t max_block) {
-  int64_t lanes = max_block / 2, best = 0;
-  for (int64_t b = lanes; b <= max_block; b += lanes)
-    if (C % b == 0) best = b;
-  return best > 0 ? best : ops::channel_block(static_cast<int>(C), static_cast<int>(max_block));
 }
 
 struct ConvShape {
@@ -115,7 +108,7 @@ Attrs conv_attrs(const ops::Conv2dParams& p) {
 // value read blocked twice (a residual input) is transformed once.
 class LayoutRewriter {
  public:
-  explicit LayoutRewriter(int64_t max_block) : max_block_(max_block) {}
+  LayoutRewriter(int64_t max_block, const LayoutPlan& plan) : max_block_(max_block), plan_(plan) {}
 
   std::vector<Value> operator()(const Ref<OpNode>& n) {
     if (n->op->name == "Conv" && n->inputs.size() >= 2) return rewrite_conv(*n);
@@ -162,9 +155,10 @@ class LayoutRewriter {
     const float* w = W->data_as<float>();
     Value x = conv.inputs[0], y;
     int64_t kb;
+    const int64_t cap = plan_.cap_of(conv.name, max_block_);
     if (shape->group == 1) {
-      int64_t cb = block_of(C, max_block_);
-      kb = block_of(K, max_block_);
+      int64_t cb = channel_block_for(C, cap, lanes());
+      kb = channel_block_for(K, cap, lanes());
       NDArray packed = NDArray::empty({K / kb, C / cb, KH, KW, cb, kb}, DataType::Float(32));
       float* p = packed.data_as<float>();
       for (int64_t k = 0; k < K; ++k)
@@ -174,7 +168,7 @@ class LayoutRewriter {
       y = make_op("kiln.ConvNCHWc", {relayout(x, 0, cb), make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()},
                   conv_attrs(shape->p), conv.name)->output();
     } else if (shape->group == C && K == C && ws[1] == 1) {
-      kb = block_of(C, max_block_);
+      kb = channel_block_for(C, cap, lanes());
       NDArray packed = NDArray::empty({C / kb, KH, KW, kb}, DataType::Float(32));
       float* p = packed.data_as<float>();
       for (int64_t c = 0; c < C; ++c)
@@ -202,7 +196,7 @@ class LayoutRewriter {
     if (!B || B->dtype() != DataType::Float(32) || B->ndim() != 2 || a.ndim() < 2 || a.dtype != DataType::Float(32)) return {};
     bool trans_b = gemm && n.attrs.get_int("transB") != 0;
     int64_t K = trans_b ? B->shape()[1] : B->shape()[0], N = trans_b ? B->shape()[0] : B->shape()[1];
-    int64_t nb = block_of(N, max_block_);
+    int64_t nb = channel_block_for(N, max_block_, lanes());
     if (nb < max_block_ / 2) return {};  // no whole vector per panel row: the plain form is as good
     NDArray packed = NDArray::empty({N / nb, K, nb}, DataType::Float(32));
     const float* b = B->data_as<float>();
@@ -251,15 +245,38 @@ class LayoutRewriter {
     return {relayout(blocked->output(), b, 0)};
   }
 
+  int64_t lanes() const { return max_block_ / 2; }
+
   const int64_t max_block_;  // two vectors of the target's float32 lanes
+  const LayoutPlan& plan_;    // per-convolution caps
   std::map<std::tuple<const NodeObj*, int, int64_t, int64_t>, Value> transforms_;  // (node, output, from, to)
 };
 
 }  // namespace
 
-Graph alter_conv_layout(const Graph& g, const Target& target) {
+int64_t channel_block_for(int64_t C, int64_t max_block, int64_t lanes) {
+  int64_t best = 0;
+  for (int64_t b = lanes; b <= max_block; b += lanes)
+    if (C % b == 0) best = b;
+  return best > 0 ? best : ops::channel_block(static_cast<int>(C), static_cast<int>(max_block));
+}
+
+int64_t LayoutPlan::cap_of(const std::string& conv, int64_t fallback) const {
+  auto it = conv_max_block.find(conv);
+  if (it != conv_max_block.end()) return it->second;
+  return max_block > 0 ? max_block : fallback;
+}
+
+std::vector<int64_t> layout_block_choices(const Target& target) {
+  int64_t lanes = target.natural_lanes(DataType::Float(32));
+  return {lanes, 2 * lanes};
+}
+
+Graph alter_conv_layout(const Graph& g, const Target& target, const LayoutPlan& plan) {
   if (target.kind != Target::Kind::LLVM) return g;
-  LayoutRewriter rewriter(2 * target.natural_lanes(DataType::Float(32)));
+  for (const auto& [conv, cap] : plan.conv_max_block)
+    KILN_USER_CHECK(cap > 0) << "layout plan: convolution '" << conv << "' has cap " << cap << "; give a positive channel block";
+  LayoutRewriter rewriter(2 * target.natural_lanes(DataType::Float(32)), plan);
   return rewrite_graph(g, [&](const Ref<OpNode>& n) { return rewriter(n); });
 }
 

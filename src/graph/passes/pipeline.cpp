@@ -22,7 +22,7 @@ Graph optimize(const Graph& g, const Target& target, const PipelineOptions& opti
   out = after("fold_constants", fold_constants(out));
   out = after("fold_batch_norm", fold_batch_norm(out));
   out = after("eliminate_common_subexpr", eliminate_common_subexpr(out));
-  if (options.layout) out = after("alter_conv_layout", alter_conv_layout(out, target));
+  if (options.layout) out = after("alter_conv_layout", alter_conv_layout(out, target, options.layout_plan));
   out = options.fuse ? after("fuse_ops", fuse_ops(out)) : after("wrap_ops", wrap_ops(out));
   return out;
 }

@@ -1,0 +1,70 @@
+/** \file
+ * The channel blocking of each convolution in the NCHWc layout, and its
+ * choice from tuning records.
+ *
+ * A convolution's channels are blocked by the largest divisor that is whole
+ * vectors, up to a cap; the caps tried are one and two vectors of the
+ * target's float32 lanes (AVX2: 8 and 16; AVX-512: 16 and 32). Tuning a
+ * model tunes every convolution under each cap (a task per variant), and
+ * compiling with the database picks per convolution the cap whose best
+ * record, plus the layout transform its input then needs, costs least.
+ */
+#ifndef KILN_GRAPH_LAYOUT_PLAN_H
+#define KILN_GRAPH_LAYOUT_PLAN_H
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kiln {
+struct Target;
+}
+
+namespace kiln::graph {
+
+class Graph;
+
+struct LayoutPlan {
+  /** The cap of every convolution not listed below (0: two vectors of the target's lanes). */
+  int64_t max_block = 0;
+  /** Per convolution (node name): its cap. */
+  std::map<std::string, int64_t> conv_max_block;
+
+  int64_t cap_of(const std::string& conv, int64_t fallback) const;
+};
+
+/**
+ * The block of `channels` under a cap: the largest divisor up to the cap
+ * that is whole vectors of `lanes` (24 channels, cap 16: 8, not 12, which
+ * would leave a part-vector in every register tile), else the largest
+ * divisor up to the cap (3 channels: 3).
+ */
+int64_t channel_block_for(int64_t channels, int64_t cap, int64_t lanes);
+
+/** The caps a convolution may take on this target: one and two vectors of float32. */
+std::vector<int64_t> layout_block_choices(const Target& target);
+
+/** One line per convolution of the choice: the cap it took, and why. */
+struct LayoutDecision {
+  std::string conv;
+  int64_t cap = 0;
+  double conv_time = 0;       ///< seconds, its group's best record under that cap
+  double transform_time = 0;  ///< seconds, the estimated relayout of its input
+  std::string why;            ///< "records", "default (no record)"
+};
+
+/**
+ * The cap per convolution of `g` (an imported model, before optimize) from
+ * the best records in `db`: greedily in graph order, each convolution
+ * takes the cap minimising its group's best time plus the estimated time of
+ * relayouting its input from the block its producer chose (bytes moved at
+ * the bandwidth of the database's best LayoutTransform record). A
+ * convolution without records under some cap keeps the default.
+ */
+LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::string& db,
+                              std::vector<LayoutDecision>* decisions = nullptr);
+
+}  // namespace kiln::graph
+
+#endif  // KILN_GRAPH_LAYOUT_PLAN_H

@@ -1,0 +1,121 @@
+// choose_layout_plan (layout_plan.h): each convolution's channel block from
+// the tuning records of its group under every cap the target allows.
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <map>
+
+#include "kiln/graph/layout_plan.h"
+#include "kiln/graph/op_registry.h"
+#include "kiln/graph/passes.h"
+#include "kiln/graph/to_te.h"
+#include "kiln/tuner/task.h"
+#include "kiln/tuner/tune.h"
+
+namespace kiln::graph {
+
+namespace {
+
+// Used when the database has no LayoutTransform record to measure it by:
+// a copy on these machines moves 5-15 GB/s; the low end does not hide a cost.
+constexpr double kFallbackBandwidth = 5e9;
+
+bool is_conv_group(const std::string& ops) { return ops.rfind("kiln.ConvNCHWc", 0) == 0 || ops.rfind("kiln.DepthwiseConvNCHWc", 0) == 0; }
+
+/** What the database says of the groups of `g` optimized under one cap. */
+struct PlanTimes {
+  std::map<std::string, double> conv_time;  // conv name -> its group's best (0: no record)
+  double bandwidth = 0;                     // bytes/s of the best-measured LayoutTransform group
+};
+
+PlanTimes times_under(const Graph& g, const Target& target, int64_t cap, const std::string& db, std::map<std::string, double>* cache) {
+  PipelineOptions o;
+  o.layout_plan.max_block = cap;
+  Graph fused = optimize(g, target, o);
+  PlanTimes out;
+  for (const OpNode* node : fused.op_nodes()) {
+    std::string ops = node->attrs.get_string("ops");
+    bool transform = ops == "kiln.LayoutTransform";
+    if (!is_conv_group(ops) && !transform) continue;
+    GraphDag dag = to_te(Graph(node->body));
+    tuner::Task task = tuner::make_task(dag.args(), target, ops);
+    auto it = cache->find(task.workload_key);
+    if (it == cache->end()) {
+      auto best = tuner::best_record(task, db);
+      it = cache->emplace(task.workload_key, best ? best->median_time : 0.0).first;
+    }
+    double t = it->second;
+    if (transform) {
+      if (t > 0) out.bandwidth = std::max(out.bandwidth, static_cast<double>(node->inputs[0].type().bytes() + node->types[0].bytes()) / t);
+    } else {
+      out.conv_time[node->name] = t;
+    }
+  }
+  return out;
+}
+
+/** The convolution whose output (through elementwise ops and pools) feeds `v`, or nullptr. */
+const OpNode* producer_conv(const Value& v, int depth = 8) {
+  if (!v.defined() || v.node->kind != NodeKind::Op || depth == 0) return nullptr;
+  const auto& op = static_cast<const OpNode&>(*v.node);
+  if (op.op->name == "Conv") return &op;
+  bool passes_blocks = op.op->pattern <= Pattern::Broadcast || op.op->name == "MaxPool" || op.op->name == "AveragePool";
+  if (!passes_blocks) return nullptr;
+  for (const Value& in : op.inputs)
+    if (const OpNode* c = producer_conv(in, depth - 1)) return c;
+  return nullptr;
+}
+
+/** The block a cap gives a convolution's input (in) or output (out) channels: alter_conv_layout's rule. */
+int64_t conv_block(const OpNode& conv, bool out, int64_t cap, int64_t lanes) {
+  int64_t channels = out ? conv.types[0].shape[1] : conv.inputs[0].type().shape[1];
+  return channel_block_for(channels, cap, lanes);
+}
+
+}  // namespace
+
+LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::string& db, std::vector<LayoutDecision>* decisions) {
+  LayoutPlan plan;
+  if (db.empty() || !std::filesystem::exists(db) || target.kind != Target::Kind::LLVM) return plan;
+  const std::vector<int64_t> caps = layout_block_choices(target);
+  const int64_t lanes = caps.front(), fallback_cap = caps.back();
+  std::map<std::string, double> cache;
+  std::vector<PlanTimes> times;
+  double bandwidth = 0;
+  for (int64_t cap : caps) {
+    times.push_back(times_under(g, target, cap, db, &cache));
+    bandwidth = std::max(bandwidth, times.back().bandwidth);
+  }
+  if (bandwidth <= 0) bandwidth = kFallbackBandwidth;
+  // The convolutions in graph order, as the layout pass meets them.
+  Graph pre = eliminate_common_subexpr(fold_batch_norm(fold_constants(remove_identity(g))));
+  for (const OpNode* conv : pre.op_nodes()) {
+    if (conv->op->name != "Conv" || conv->types.empty() || conv->types[0].ndim() != 4) continue;
+    const OpNode* prev = producer_conv(conv->inputs[0]);
+    int64_t prev_block = prev ? conv_block(*prev, true, plan.cap_of(prev->name, fallback_cap), lanes) : 0;
+    LayoutDecision d;
+    d.conv = conv->name;
+    d.cap = fallback_cap;
+    d.why = "default (no record)";
+    double best = std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < caps.size(); ++i) {
+      auto it = times[i].conv_time.find(conv->name);
+      if (it == times[i].conv_time.end() || it->second <= 0) continue;
+      // A producer blocked otherwise costs a relayout of this input (there and back through its block).
+      bool relayout = prev_block > 0 && prev_block != conv_block(*conv, false, caps[i], lanes);
+      double transform = relayout ? 2.0 * static_cast<double>(conv->inputs[0].type().bytes()) / bandwidth : 0;
+      if (it->second + transform < best) {
+        best = it->second + transform;
+        d.cap = caps[i];
+        d.conv_time = it->second;
+        d.transform_time = transform;
+        d.why = "records";
+      }
+    }
+    plan.conv_max_block[conv->name] = d.cap;
+    if (decisions) decisions->push_back(d);
+  }
+  return plan;
+}
+
+}  // namespace kiln::graph
