@@ -180,8 +180,11 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
       ++r.rounds;
       return;
     }
-    r.trials += std::max(1, tr.trials_measured + tr.trials_skipped);
+    // The budget is measurements; a round that measured nothing (the search
+    // found only what the DB has) ends the task rather than spin.
+    r.trials += tr.trials_measured;
     ++r.rounds;
+    if (tr.trials_measured == 0) done[i] = true;
     double before = t.best_time, group_before = best_per_group(r.tasks)[t.groups.front()];
     if (tr.best_time > 0) t.best_time = before > 0 ? std::min(before, tr.best_time) : tr.best_time;
     t.records += tr.trials_measured - tr.errors;
