@@ -1,0 +1,156 @@
+#!/usr/bin/python3
+"""How a model's speed grows with tuning trials: kiln after N trials against PyTorch's best, in one run.
+
+  bench/model_tuning_table.py [--model resnet18] [--checkpoints 500,1000,3000] [--threads 1,2] [--tune-threads 2]
+                              [--image-size 224] [--db FILE] [--workdir DIR] [--build DIR] [--time-budget 60m]
+
+The model is exported to ONNX as bench/model_bench.py exports it (random
+seeded weights, batch 1, the same opset), so its tasks have the workload keys
+model_bench's compile looks up. kiln-tune MODEL.onnx tunes it in stages, one
+per checkpoint (each stage resumes from the database: a stage's trials are
+the checkpoint minus the previous one), the wall time of each stage is kept,
+and the database is copied at every checkpoint (SQLite's backup API). Then
+model_bench times kiln compiled with each copy against PyTorch's best setup
+(interleaved, its own default threading), and the table gives per
+checkpoint: trials, cumulative tuning wall time, the tuner's estimate (sum of
+the best records) and model_bench's kiln min/median, peer median and ratio
+(below 1: kiln is faster). --db with an existing database resumes it:
+trials already there count toward the checkpoints.
+"""
+import argparse
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "peers"))
+import model_bench  # noqa: E402
+import torch_models  # noqa: E402
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="model_tuning_table.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="resnet18", help=f"one of {', '.join(torch_models.MODELS)}")
+    ap.add_argument("--checkpoints", type=lambda s: model_bench._int_list(s, "--checkpoints"), default=[500, 1000, 3000])
+    ap.add_argument("--threads", type=lambda s: model_bench._int_list(s, "--threads"), default=[1, 2], help="model_bench's threads")
+    ap.add_argument("--tune-threads", type=int, default=os.cpu_count() or 1, help="kernel threads while tuning (the target's cores)")
+    ap.add_argument("--image-size", type=int, default=224)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--opset", type=int, default=14)
+    ap.add_argument("--db", help="the session's database (default: WORKDIR/MODEL.db)")
+    ap.add_argument("--workdir", default="model_tuning", help="where the ONNX file, the database and its copies go")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--time-budget", default=None, help="per stage, passed to kiln-tune --time-budget")
+    ap.add_argument("--repeat", type=int, default=7, help="model_bench's interleaved rounds")
+    return ap.parse_args(argv)
+
+
+def export_model(args, path):
+    import torch
+    torch.set_num_threads(1)
+    module, x = torch_models.build(args.model, args.image_size, args.seq_len)
+    with torch.enable_grad():
+        torch.onnx.export(module, (x,), path, input_names=["input"], output_names=["output"], opset_version=args.opset)
+
+
+def task_keys(args, onnx_path):
+    """The workload keys of the model's tasks (every layout variant), from kiln-tune --list-tasks."""
+    tool = os.path.join(args.build, "tuner", "kiln-tune")
+    out = subprocess.run([tool, onnx_path, "--list-tasks", "--threads", str(args.tune_threads)], capture_output=True, text=True, check=True)
+    return [line.split()[1] for line in out.stdout.splitlines() if re.match(r"^\d+\s+[0-9a-f]{16}\s", line)]
+
+
+def measured_records(db, keys):
+    """Measurements (valid and failed: what a trial leaves) of the model's tasks in the database."""
+    if not os.path.exists(db):
+        return 0
+    with sqlite3.connect(db) as c:
+        marks = ",".join("?" * len(keys))
+        return c.execute(f"SELECT COUNT(*) FROM records r JOIN workloads w ON r.workload_id = w.id WHERE w.workload_key IN ({marks})",
+                         keys).fetchone()[0]
+
+
+def snapshot(db, path):
+    """A consistent copy of the database, written under a temporary name and renamed."""
+    tmp = path + ".tmp"
+    if os.path.exists(tmp):
+        os.remove(tmp)
+    src, dst = sqlite3.connect(db), sqlite3.connect(tmp)
+    with dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
+    os.replace(tmp, path)
+
+
+def tune_stage(args, onnx_path, db, trials):
+    """Runs kiln-tune for `trials` more measurements; returns (wall seconds, the tuner's estimate in ms or None)."""
+    tool = os.path.join(args.build, "tuner", "kiln-tune")
+    cmd = [tool, onnx_path, "--trials", str(trials), "--db", db, "--threads", str(args.tune_threads), "--quiet"]
+    if args.time_budget:
+        cmd += ["--time-budget", args.time_budget]
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise SystemExit(f"kiln-tune failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    m = re.search(r"estimated model latency \(sum of weight x best\): ([0-9.]+) ms", out.stdout)
+    for line in out.stdout.splitlines():
+        if line.startswith("warning:"):
+            print(line, file=sys.stderr)
+    return wall, float(m.group(1)) if m else None
+
+
+def bench(args, db, tmp_json):
+    cmd = [sys.executable, os.path.join(HERE, "model_bench.py"), "--models", args.model, "--threads", ",".join(map(str, args.threads)),
+           "--image-size", str(args.image_size), "--seq-len", str(args.seq_len), "--opset", str(args.opset), "--db", db,
+           "--repeat", str(args.repeat), "--json", tmp_json, "--build", args.build]
+    subprocess.run(cmd, stdout=sys.stderr, check=False)
+    with open(tmp_json) as f:
+        data = json.load(f)
+    return data["rows"] if isinstance(data, dict) else data
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    os.makedirs(args.workdir, exist_ok=True)
+    onnx_path = os.path.join(args.workdir, f"{args.model}_{args.image_size}.onnx")
+    db = args.db or os.path.join(args.workdir, f"{args.model}.db")
+    if not os.path.exists(onnx_path):
+        export_model(args, onnx_path)
+    keys = task_keys(args, onnx_path)
+    stages = []
+    wall = 0.0
+    for n in sorted(args.checkpoints):
+        have = measured_records(db, keys)
+        estimate = None
+        if n > have:
+            seconds, estimate = tune_stage(args, onnx_path, db, n - have)
+            wall += seconds
+        copy = os.path.join(args.workdir, f"{args.model}_{n}.db")
+        snapshot(db, copy)
+        stages.append({"trials": measured_records(copy, keys), "checkpoint": n, "wall_s": wall, "estimate_ms": estimate, "db": copy})
+        print(f"model_tuning_table: checkpoint {n}: {stages[-1]['trials']} records, {wall:.0f} s of tuning", file=sys.stderr, flush=True)
+    m = model_bench.machine()
+    print(f"{args.model} {args.image_size}x{args.image_size}, batch 1; tuned with {args.tune_threads} thread(s); "
+          f"CPU {m['cpu']} ({m['isa']}, {m['cores']} cores)")
+    fmt = "{:>7} {:>9} {:>10} {:>2} {:>9} {:>9} {:>9}  {:<18} {}"
+    print(fmt.format("trials", "tune (s)", "est. (ms)", "T", "kiln min", "kiln med", "peer med", "kiln/peer (range)", "best peer"))
+    for st in stages:
+        for r in bench(args, st["db"], os.path.join(args.workdir, f"rows_{st['checkpoint']}.json")):
+            ratio = "-" if r.get("ratio_median") is None else f"{r['ratio_median']:.2f} ({r['ratio_min']:.2f}..{r['ratio_max']:.2f})"
+            est = "-" if st["estimate_ms"] is None else f"{st['estimate_ms']:.2f}"
+            print(fmt.format(st["trials"], f"{st['wall_s']:.0f}", est, r["threads"], model_bench._f(r.get("kiln_min"), ".2f"),
+                             model_bench._f(r.get("kiln_median"), ".2f"), model_bench._f(r.get("peer_median"), ".2f"), ratio,
+                             r.get("peer") or r.get("kiln_error", "-")[:80]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
