@@ -146,3 +146,18 @@ def _best(task, db):
 
 
 __all__ = ["tune", "make_task", "best_schedule", "plot_curve", "Task", "TuneResult"]
+
+
+def ranking_report(db, workloads=None, holdout=0.25, tie=0.01, seed=0, cross=True, min_records=8):
+    """How well the cost model ranks the candidates of each task in `db` (pairwise accuracy: the share of
+    pairs of one task, apart by more than `tie` in time, that it orders as they measured).
+
+    ``within``: a model trained on every task's records but a held-back share (`holdout`), scored on the
+    held-back ones; ``cross``: per task, a model trained on the other tasks only, scored on all of its
+    records (-1 where there is no pair or it was not run). Returns ``{"tasks": [...], "within_mean",
+    "cross_mean"}``; `workloads` limits the tasks reported (workload keys)."""
+    if not os.path.exists(db):
+        raise KilnError(f"ranking_report: no tuning database at {db!r}")
+    return _kiln.tuner.ranking_report(os.fspath(db), list(workloads or []), float(holdout), float(tie), int(seed), bool(cross),
+                                      int(min_records))
+

@@ -3,7 +3,10 @@
 // touches no Python object, and its worker processes are forked from C++.
 #include "kiln/codegen/target.h"
 #include "kiln/support/error.h"
+#include "kiln/tuner/feature_records.h"
+#include "kiln/tuner/ranking_report.h"
 #include "kiln/tuner/task.h"
+#include "kiln/tuning_db/database.h"
 #include "kiln/tuner/tune.h"
 #include "kiln_py.h"
 
@@ -108,6 +111,35 @@ void define_tuner(py::module_& m) {
     if (!b) return py::none();
     return py::make_tuple(b->schedule, b->trace_json, b->record_id, b->median_time);
   }, py::arg("task"), py::arg("db_path"));
+
+  // The cost model's pairwise ranking accuracy on the DB's records (ranking_report.h): one dict per task, and the means.
+  t.def("ranking_report", [](const std::string& db_path, const std::vector<std::string>& workloads, double holdout, double tie,
+                             uint64_t seed, bool cross, int min_records) {
+    tuner::RankingOptions o{holdout, tie, seed, cross, min_records};
+    tuner::RankingReport r;
+    {
+      py::gil_scoped_release release;
+      r = tuner::ranking_report(tuner::load_training_samples(tuning_db::Database::open(db_path)), o, workloads);
+    }
+    py::list tasks;
+    for (const tuner::TaskRanking& x : r.tasks) {
+      py::dict d;
+      d["workload_key"] = x.group.substr(0, x.group.find('|'));
+      d["group"] = x.group;
+      d["records"] = x.records;
+      d["held_out"] = x.held_out;
+      d["within"] = x.within;
+      d["within_pairs"] = x.within_pairs;
+      d["cross"] = x.cross;
+      d["cross_pairs"] = x.cross_pairs;
+      tasks.append(d);
+    }
+    py::dict out;
+    out["tasks"] = tasks;
+    out["within_mean"] = r.within_mean;
+    out["cross_mean"] = r.cross_mean;
+    return out;
+  });
 }
 
 }  // namespace kiln::python

@@ -120,3 +120,20 @@ def test_curve_png_and_bad_input(tmp_path, monkeypatch):
         kiln.tune([A, B], db=str(tmp_path / "x.db"), **tiny())  # no output among the args
     with pytest.raises(kiln.KilnError):
         kiln.tune([A, B, C], db="", **tiny())
+
+
+def test_ranking_report_of_a_session(session, tmp_path):
+    db, r = session
+    rep = kiln.tuner.ranking_report(db, min_records=4, cross=False)
+    (task,) = rep["tasks"]
+    assert task["workload_key"] == r.task.workload_key
+    assert task["records"] == sum(1 for g in r.trial_gflops if g > 0)
+    assert 0 < task["held_out"] <= 3  # a quarter of 12 trials, failures not counted
+    # An accuracy is a share of pairs (or -1 when the held-back records make none).
+    assert task["within"] == -1 or 0 <= task["within"] <= 1
+    assert rep["cross_mean"] == -1
+    assert kiln.tuner.ranking_report(db, workloads=["0" * 16])["tasks"] == []
+    with pytest.raises(kiln.KilnError, match="no tuning database"):
+        kiln.tuner.ranking_report(str(tmp_path / "none.db"))
+    with pytest.raises(kiln.KilnError, match="holdout"):
+        kiln.tuner.ranking_report(db, holdout=0)
