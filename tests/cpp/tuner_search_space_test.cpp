@@ -484,7 +484,12 @@ TEST_P(TunerSketch, SeedsComputeAndFitTheRegisters) {
         EXPECT_TRUE(width % lanes == 0 && (vectors == 1 || vectors == 2)) << "width " << width;
         int rows = tile_of(space, seeds[k], t.rows1).back();
         if (!t.rows2.empty()) rows *= tile_of(space, seeds[k], t.rows2).back();
-        EXPECT_LE(rows * vectors + vectors + 1, regs - 1) << "rows " << rows << ", width " << width;
+        // The accumulators and the broadcast register fit; on x86 the vector
+        // operand may come from memory (folded into the FMA), elsewhere it
+        // needs registers of its own and one spare.
+        bool x86 = task.target.triple.rfind("x86_64", 0) == 0;
+        if (x86) EXPECT_LE(rows * vectors + 1, regs) << "rows " << rows << ", width " << width;
+        else EXPECT_LE(rows * vectors + vectors + 1, regs - 1) << "rows " << rows << ", width " << width;
         // M = 24 has a divisor near every budget (the 7x7 conv's prime extents do not).
         if (t.c.name == "matmul") {
           EXPECT_GT(rows * vectors * 2, regs - 1 - 2 * vectors - 1) << "the tile should fill half the registers at least: rows " << rows;

@@ -102,13 +102,18 @@ void sample_slot(const Slot& slot, int lanes, std::mt19937_64& rng, std::vector<
   for (int64_t p : prime_factors(slot.extent / inner)) out[level(rng)] *= static_cast<int>(p);
 }
 
+int64_t max_rows_loads_folded(const DagInfo& dag, int vectors) {
+  if (!dag.fma_memory_operand) return max_tile_rows(dag.registers, vectors);
+  return std::max(1, (dag.registers - 1) / std::max(1, vectors));
+}
+
 void fit_rows_to_registers(const DagInfo& dag, const Sketch& sk, std::mt19937_64& rng, std::vector<int>* decisions) {
   for (const StagePlan& p : sk.plans) {
     if (p.spatial_tiles.empty()) continue;
     const Slot& panel = sk.slots[p.spatial_tiles.back()];
     int width = (*decisions)[panel.offset + panel.size - 1];
     int vectors = (width + dag.lanes - 1) / dag.lanes;
-    int64_t budget = max_tile_rows(dag.registers, vectors);
+    int64_t budget = max_rows_loads_folded(dag, vectors);
     for (size_t k = 0; k + 1 < p.spatial_tiles.size(); ++k) {
       const Slot& rows = sk.slots[p.spatial_tiles[k]];
       int64_t inner = (*decisions)[rows.offset + rows.size - 1];

@@ -55,7 +55,18 @@ struct DagInfo {
   int cores = 1;
   int lanes = 8;       ///< float32 lanes of one native vector register
   int registers = 16;  ///< vector registers of the target (16 on AVX2, 32 on AVX-512)
+  /** x86: an FMA takes its vector operand from memory, so a tile's weight vectors need no register. */
+  bool fma_memory_operand = false;
 };
+
+/**
+ * Rows of a register tile `vectors` wide when the vector operand is read by
+ * the FMAs from memory (x86): every register but the broadcast one holds an
+ * accumulator, 7 rows of 2 vectors on AVX2 instead of max_tile_rows' 6 (a
+ * 7-wide output, a ResNet's last stage, then fits whole). Elsewhere
+ * max_tile_rows.
+ */
+int64_t max_rows_loads_folded(const DagInfo& dag, int vectors);
 
 /** Analyses the task's DAG; throws kiln::Error for symbolic shapes (the tuner needs constants). */
 DagInfo analyze_dag(const Task& task);
@@ -160,8 +171,10 @@ void fit_rows_to_registers(const DagInfo& dag, const Sketch& sketch, std::mt1993
  * stages, up to four complete decision vectors derived from the target as
  * the hand schedules derive theirs (a register tile of two or one vectors
  * times the rows that fit the registers, one or four vectors' lanes of
- * reduce steps unrolled); none for other sketches. */
-std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& sketch);
+ * reduce steps unrolled; with folded_loads on x86, two more whose rows
+ * assume the FMAs read the vector operand from memory); none for other
+ * sketches. */
+std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& sketch, bool folded_loads = true);
 /** The decisions a schedule gets without measurement: the first seed, or
  * where there is none the seeds' structure with the widest tile that divides. */
 std::vector<int> default_decisions(const DagInfo& dag, const Sketch& sketch);

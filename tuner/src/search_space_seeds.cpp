@@ -76,7 +76,8 @@ std::vector<bool> indexes_vector_operand(const StageInfo& st) {
 // One seed of plan p with a register tile `width` wide and about `reduce`
 // reduce steps unrolled around it (R1, innermost axes first); false when the
 // plan is not tiled.
-bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const StagePlan& p, int64_t width, int64_t reduce, std::vector<int>* d) {
+bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const StagePlan& p, int64_t width, int64_t reduce, bool folded,
+               std::vector<int>* d) {
   if (p.spatial_tiles.empty()) return false;
   std::vector<bool> shares_no_vector = indexes_vector_operand(st);
   for (size_t k = 0; k < shares_no_vector.size(); ++k) shares_no_vector[k] = !shares_no_vector[k];
@@ -85,8 +86,9 @@ bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const 
   put_tile(last, width, d);
   int vectors = static_cast<int>((width + dag.lanes - 1) / dag.lanes);
   // One register spare beside the tile, as the hand schedules keep it
-  // (LLVM loads the next step's vector early).
-  int64_t rows_left = max_tile_rows(dag.registers - 1, vectors), rows = 1;
+  // (LLVM loads the next step's vector early); or, `folded`, the vector
+  // operand read by the FMAs from memory and every other register a row.
+  int64_t rows_left = folded ? max_rows_loads_folded(dag, vectors) : max_tile_rows(dag.registers - 1, vectors), rows = 1;
   // Rows first along the axes that share the vector operand's loads, then the others.
   for (bool sharing : {true, false})
     for (size_t k = n - 1; k-- > 0;) {
@@ -118,10 +120,19 @@ bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const 
 
 }  // namespace
 
-std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& sk) {
+std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& sk, bool folded_loads) {
   std::vector<std::vector<int>> out;
-  // Two or one vectors wide; one vector's lanes of reduce steps unrolled, or four.
-  for (auto [vectors, reduce] : {std::pair{2, 1}, {1, 1}, {2, 4}, {1, 4}}) {
+  // Two or one vectors wide; one vector's lanes of reduce steps unrolled, or
+  // four; then (x86, with folded_loads) two vectors with the rows of folded
+  // loads. The default takes none of those (tile_intensity would prefer
+  // them, unmeasured); the search measures every seed first.
+  struct Shape {
+    int vectors, reduce;
+    bool folded;
+  };
+  std::vector<Shape> shapes = {{2, 1, false}, {1, 1, false}, {2, 4, false}, {1, 4, false}};
+  if (dag.fma_memory_operand && folded_loads) shapes.insert(shapes.end(), {{2, 1, true}, {2, 4, true}});
+  for (auto [vectors, reduce, folded] : shapes) {
     std::vector<int> d(sk.num_decisions, 0);
     // Untiled slots (Simple stages beside the tiled one): their first valid value.
     for (const Slot& s : sk.slots)
@@ -137,7 +148,7 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
       }
       if (p.spatial_tiles.empty()) continue;
       int64_t width = tile_width(sk.slots[p.spatial_tiles.back()], dag.lanes, vectors);
-      if (width == 0 || !seed_plan(dag, dag.stages[si], sk, p, width, int64_t(reduce) * dag.lanes, &d)) {
+      if (width == 0 || !seed_plan(dag, dag.stages[si], sk, p, width, int64_t(reduce) * dag.lanes, folded, &d)) {
         any = false;
         break;
       }
@@ -171,7 +182,7 @@ double tile_intensity(const DagInfo& dag, const Sketch& sk, const std::vector<in
 }
 
 std::vector<int> default_decisions(const DagInfo& dag, const Sketch& sk) {
-  std::vector<std::vector<int>> seeds = seed_decisions(dag, sk);
+  std::vector<std::vector<int>> seeds = seed_decisions(dag, sk, false);
   if (!seeds.empty()) {
     // The first of the best (two vectors wide before one, on ties).
     size_t pick = 0;
@@ -200,7 +211,7 @@ std::vector<int> default_decisions(const DagInfo& dag, const Sketch& sk) {
                      std::find(last.inner_allowed.begin(), last.inner_allowed.end(), w) != last.inner_allowed.end();
       if (w <= std::min<int64_t>(2 * dag.lanes, kMaxVectorExtent) && allowed) width = w;
     }
-    seed_plan(dag, dag.stages[si], sk, p, width, dag.lanes, &d);
+    seed_plan(dag, dag.stages[si], sk, p, width, dag.lanes, false, &d);
   }
   return d;
 }

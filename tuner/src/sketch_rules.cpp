@@ -143,6 +143,7 @@ DagInfo analyze_dag(const Task& task) {
   DagInfo dag;
   dag.lanes = std::max(1, task.target.natural_lanes(DataType::Float(32)));
   dag.registers = std::max(8, task.target.num_vector_registers());
+  dag.fma_memory_operand = task.target.triple.rfind("x86_64", 0) == 0 || task.target.triple.rfind("i686", 0) == 0;
   dag.cores = task.target.num_cores > 0 ? task.target.num_cores : std::max(1u, std::thread::hardware_concurrency());
   std::vector<te::Operation> ops = te::topo_sort(task.outputs);
   std::unordered_map<const te::OperationNode*, int> index;
