@@ -1,0 +1,118 @@
+// The gradient operators of Conv (kiln's own, made by Conv's gradient in
+// nn.cpp): the input's gradient as a reduction over the kernel taps that
+// reach each input element (a transposed convolution), and the weights'
+// gradient as a reduction of input times output gradient over the batch and
+// the output positions. Groups (and so depthwise) are the forward's.
+#include "kiln/ir/op.h"
+#include "kiln/ops/broadcast.h"
+#include "op_helpers.h"
+#include "window_grad.h"
+
+namespace kiln::graph::ops_detail {
+namespace {
+
+using ops::index_imm;
+using ops::shape_exprs;
+
+std::vector<int64_t> spatial(const std::vector<int64_t>& s) { return std::vector<int64_t>(s.begin() + 2, s.end()); }
+
+std::vector<Expr> as_exprs(const std::vector<Var>& v, size_t from, size_t to) { return std::vector<Expr>(v.begin() + from, v.begin() + to); }
+
+std::vector<Expr> cat(std::vector<Expr> a, const std::vector<Expr>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Sums `body` over `axes` with out-of-window terms zero.
+Expr guarded_sum(const Expr& valid, const Expr& body, const std::vector<IterVar>& axes) {
+  Expr v = valid.defined() ? if_then_else(valid, body, make_zero(body.dtype())) : body;
+  return te::sum(v, axes);
+}
+
+// kiln.ConvGradInput(dY [N, K, out...], W [K, C/group, kernel...]) -> dX [input_shape].
+void register_grad_input() {
+  OpDef d;
+  d.name = "kiln.ConvGradInput";
+  d.doc = "the gradient of Conv's input X from dY and W (a transposed convolution); attributes resolved by Conv's gradient";
+  d.min_inputs = d.max_inputs = 2;
+  d.attrs = window_grad_specs(true);
+  d.attrs.push_back({"group", AttrKind::Int, int64_t(1)});
+  d.pattern = Pattern::OutputFusable;
+  d.infer = [](const OpCall& call) {
+    const auto& in = call.attrs.get_ints("input_shape");
+    if (in.size() != call.input_types[0].shape.size()) call.fail("input_shape " + attr_to_string(in) + " and dY " + call.input_types[0].str() + " differ in rank");
+    grad_windows(call, spatial(in), spatial(call.input_types[0].shape));
+    return std::vector<TensorType>{TensorType{in, call.input_types[0].dtype}};
+  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    const std::vector<int64_t>& xs = call.attrs.get_ints("input_shape");
+    te::Tensor dY = in[0], W = in[1];
+    auto dims = grad_windows(call, spatial(xs), spatial(call.input_types[0].shape));
+    int64_t G = call.attrs.get_int("group"), K = call.input_types[1].shape[0], Cg = call.input_types[1].shape[1], Kg = K / G;
+    Taps taps(dims);
+    IterVar kk = te::reduce_axis(Range(0, index_imm(Kg)), "kk");
+    std::vector<IterVar> axes{kk};
+    axes.insert(axes.end(), taps.axes.begin(), taps.axes.end());
+    return std::vector<te::Tensor>{te::compute(shape_exprs(xs), [&](const std::vector<Var>& i) {
+      auto [o, valid] = reverse_taps(dims, as_exprs(i, 2, i.size()), taps.t);
+      Expr c = i[1];
+      Expr k = G == 1 ? Expr(kk.var()) : floordiv(c, index_imm(Cg)) * index_imm(Kg) + kk.var();
+      Expr cw = G == 1 ? c : floormod(c, index_imm(Cg));
+      Expr body = dY(cat({i[0], k}, o)) * W(cat({k, cw}, taps.t));
+      return guarded_sum(valid, body, axes);
+    }, "conv_grad_input")};
+  };
+  register_op(std::move(d));
+}
+
+// kiln.ConvGradWeight(X [N, C, in...], dY [N, K, out...]) -> dW [K, C/group, kernel...].
+void register_grad_weight() {
+  OpDef d;
+  d.name = "kiln.ConvGradWeight";
+  d.doc = "the gradient of Conv's weights W from X and dY; attributes resolved by Conv's gradient";
+  d.min_inputs = d.max_inputs = 2;
+  d.attrs = window_grad_specs(false);
+  d.attrs.push_back({"group", AttrKind::Int, int64_t(1)});
+  d.pattern = Pattern::OutputFusable;
+  auto shape_of = [](const OpCall& call) {
+    const auto& x = call.input_types[0].shape;
+    int64_t G = call.attrs.get_int("group");
+    std::vector<int64_t> s{call.input_types[1].shape[1], x[1] / G};
+    for (int64_t k : call.attrs.get_ints("kernel_shape")) s.push_back(k);
+    return s;
+  };
+  d.infer = [shape_of](const OpCall& call) {
+    grad_windows(call, spatial(call.input_types[0].shape), spatial(call.input_types[1].shape));
+    return std::vector<TensorType>{TensorType{shape_of(call), call.input_types[0].dtype}};
+  };
+  d.compute = [shape_of](const OpCall& call, const std::vector<te::Tensor>& in) {
+    te::Tensor X = in[0], dY = in[1];
+    const auto& ys = call.input_types[1].shape;
+    auto dims = grad_windows(call, spatial(call.input_types[0].shape), spatial(ys));
+    std::vector<int64_t> ws = shape_of(call);
+    int64_t Cg = ws[1], Kg = ws[0] / call.attrs.get_int("group");
+    std::vector<IterVar> axes{te::reduce_axis(Range(0, index_imm(ys[0])), "n")};
+    std::vector<Expr> o;
+    for (size_t j = 2; j < ys.size(); ++j) {
+      axes.push_back(te::reduce_axis(Range(0, index_imm(ys[j])), "o" + std::to_string(j - 2)));
+      o.push_back(axes.back().var());
+    }
+    return std::vector<te::Tensor>{te::compute(shape_exprs(ws), [&](const std::vector<Var>& i) {
+      auto [h, inside] = forward_taps(dims, o, as_exprs(i, 2, i.size()));
+      Expr n = axes[0].var(), k = i[0];
+      Expr c = Kg == ws[0] ? Expr(i[1]) : floordiv(k, index_imm(Kg)) * index_imm(Cg) + i[1];
+      Expr body = dY(cat({n, k}, o)) * X(cat({n, c}, h));
+      return guarded_sum(inside, body, axes);
+    }, "conv_grad_weight")};
+  };
+  register_op(std::move(d));
+}
+
+const bool registered = [] {
+  register_grad_input();
+  register_grad_weight();
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::graph::ops_detail
