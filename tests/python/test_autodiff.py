@@ -1,0 +1,205 @@
+"""Reverse-mode differentiation (kiln.graph.gradients): every operator's
+gradient against central finite differences (float64 where the op takes it),
+and whole models against PyTorch's autograd."""
+import numpy as np
+import pytest
+import torch
+
+import kiln
+from kiln import graph as kg
+
+RNG = np.random.default_rng(0)
+
+
+def _graph(op, inputs, attrs, const_inputs):
+    """loss = sum(op(inputs) * R) with R random, so each output element weighs differently."""
+    b = kg.Builder()
+    vals = []
+    for i, a in enumerate(inputs):
+        if a is None:
+            vals.append(None)
+        elif i in const_inputs or not np.issubdtype(a.dtype, np.floating):
+            vals.append(b.constant(f"c{i}", a))
+        else:
+            vals.append(b.input(f"x{i}", a.shape, str(a.dtype)))
+    y = b.op(op, *vals, **attrs)
+    r = RNG.standard_normal(y.shape).astype(y.dtype)
+    loss = b.op("ReduceSum", b.op("Mul", y, b.constant("r", r)), keepdims=0)
+    return b.build(loss), [v for i, v in enumerate(vals) if v is not None and not v.is_constant]
+
+
+def check_grad(op, inputs, rtol=1e-5, atol=1e-7, eps=1e-6, **attrs):
+    """Compares kiln's gradient of every float graph input with central differences."""
+    const_inputs = set(kg._g.op_const_inputs(op))
+    graph, wrt = _graph(op, inputs, attrs, const_inputs)
+    feed = [a for i, a in enumerate(inputs) if a is not None and i not in const_inputs and np.issubdtype(a.dtype, np.floating)]
+    grads = kiln.compile(kg.gradient_graph(graph, wrt))(*feed)[1:]
+    forward = kiln.compile(graph)
+    for k, (a, g) in enumerate(zip(feed, grads)):
+        num = np.zeros_like(a)
+        for idx in np.ndindex(a.shape):
+            saved = a[idx]
+            a[idx] = saved + eps
+            hi = forward(*feed)[0]
+            a[idx] = saved - eps
+            lo = forward(*feed)[0]
+            a[idx] = saved
+            num[idx] = (hi - lo) / (2 * eps)
+        np.testing.assert_allclose(g, num, rtol=rtol, atol=atol, err_msg=f"{op} input {k}")
+
+
+def rand(*shape, lo=None):
+    a = RNG.standard_normal(shape)
+    if lo is not None:
+        a = lo + np.abs(a)
+    return a
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+@pytest.mark.parametrize("shapes", [((2, 3), (2, 3)), ((3, 1, 4), (2, 4)), ((), (2, 3)), ((4,), (3, 1))])
+def test_binary_broadcast(op, shapes):
+    check_grad(op, [rand(*shapes[0]), rand(*shapes[1], lo=0.5 if op == "Div" else None)])
+
+
+@pytest.mark.parametrize("op,lo", [("Neg", None), ("Exp", None), ("Log", 0.5), ("Sqrt", 0.5), ("Erf", None), ("Reciprocal", 0.5),
+                                   ("Relu", None), ("Sigmoid", None), ("Tanh", None), ("Softplus", None), ("Identity", None)])
+def test_unary(op, lo):
+    x = rand(3, 4, lo=lo)
+    if op == "Relu":
+        x[np.abs(x) < 1e-3] = 0.5  # away from the kink
+    check_grad(op, [x])
+
+
+@pytest.mark.parametrize("op,attrs", [("LeakyRelu", {"alpha": 0.2}), ("Elu", {"alpha": 0.7})])
+def test_unary_attrs(op, attrs):
+    x = rand(2, 5)
+    x[np.abs(x) < 1e-3] = 0.5
+    check_grad(op, [x], **attrs)
+
+
+def test_clip():
+    x = np.linspace(-2, 2, 12).reshape(3, 4) + 0.013
+    check_grad("Clip", [x, np.array(-1.0), np.array(1.0)])
+
+
+def test_pow():
+    check_grad("Pow", [rand(2, 3, lo=0.5), np.array(3.0)])
+    check_grad("Pow", [rand(2, 3, lo=0.5), rand(3)])
+
+
+@pytest.mark.parametrize("a,b", [((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((4,), (4, 5)), ((2, 3, 4), (4,)), ((2, 1, 3, 4), (3, 4, 2)), ((4,), (4,))])
+def test_matmul(a, b):
+    check_grad("MatMul", [rand(*a), rand(*b)])
+
+
+@pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_gemm(ta, tb):
+    a = rand(4, 3) if ta else rand(3, 4)
+    b = rand(5, 4) if tb else rand(4, 5)
+    check_grad("Gemm", [a, b, rand(5)], transA=ta, transB=tb, alpha=0.7, beta=1.3)
+
+
+@pytest.mark.parametrize("x,w,attrs", [
+    ((2, 3, 6, 5), (4, 3, 3, 3), {"pads": [1, 0, 2, 1], "strides": [2, 1]}),
+    ((1, 4, 7, 7), (4, 2, 3, 2), {"group": 2, "dilations": [2, 1], "pads": [1, 1, 1, 1]}),
+    ((1, 3, 5, 5), (3, 1, 3, 3), {"group": 3, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((2, 2, 9), (3, 2, 3), {"strides": [3], "pads": [2, 1]}),
+])
+def test_conv(x, w, attrs):
+    check_grad("Conv", [rand(*x), rand(*w), rand(w[0])], **attrs)
+
+
+def test_conv_float32():
+    # float32 with a loose tolerance: the path models train in.
+    check_grad("Conv", [rand(2, 3, 6, 6).astype("float32"), rand(4, 3, 3, 3).astype("float32")], rtol=2e-2, atol=2e-2, eps=1e-2, pads=[1, 1, 1, 1])
+
+
+@pytest.mark.parametrize("attrs", [{"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                                   {"kernel_shape": [2, 3], "strides": [2, 1], "ceil_mode": 1},
+                                   {"kernel_shape": [2, 2], "dilations": [2, 2]}])
+def test_max_pool(attrs):
+    x = RNG.permutation(2 * 3 * 7 * 6).reshape(2, 3, 7, 6) * 0.1  # distinct values: no ties
+    check_grad("MaxPool", [x.astype("float64")], **attrs)
+
+
+def test_max_pool_ties_go_to_the_first():
+    x = np.zeros((1, 1, 4, 4), "float32")
+    b = kg.Builder()
+    xi = b.input("x", x.shape)
+    loss = b.op("ReduceSum", b.op("MaxPool", xi, kernel_shape=[2, 2], strides=[2, 2]), keepdims=0)
+    (g,) = kiln.compile(kg.gradient_graph(b.build(loss), [xi]))(x)[1:]
+    xt = torch.zeros(1, 1, 4, 4, requires_grad=True)
+    torch.nn.functional.max_pool2d(xt, 2, 2).sum().backward()
+    np.testing.assert_array_equal(g, xt.grad.numpy())
+
+
+@pytest.mark.parametrize("attrs", [{"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                                   {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 2], "count_include_pad": 1},
+                                   {"kernel_shape": [2, 3], "ceil_mode": 1, "strides": [2, 2]}])
+def test_avg_pool(attrs):
+    check_grad("AveragePool", [rand(2, 2, 6, 5)], **attrs)
+
+
+def test_global_avg_pool():
+    check_grad("GlobalAveragePool", [rand(2, 3, 4, 5)])
+
+
+@pytest.mark.parametrize("axis", [1, -1])
+def test_softmax(axis):
+    check_grad("Softmax", [rand(2, 3, 4)], axis=axis)
+
+
+@pytest.mark.parametrize("axis,scale", [(-1, (5,)), (1, (4, 5)), (1, (1, 5))])
+def test_layer_norm(axis, scale):
+    check_grad("LayerNormalization", [rand(2, 4, 5), rand(*scale), rand(*scale)], axis=axis, rtol=1e-4)
+
+
+def test_shapes():
+    check_grad("Reshape", [rand(2, 3, 4), np.array([4, -1], "int64")])
+    check_grad("Flatten", [rand(2, 3, 4)], axis=2)
+    check_grad("Transpose", [rand(2, 3, 4)], perm=[2, 0, 1])
+    check_grad("Squeeze", [rand(2, 1, 4), np.array([1], "int64")])
+    check_grad("Unsqueeze", [rand(2, 4), np.array([0, -1], "int64")])
+    check_grad("Expand", [rand(3, 1), np.array([2, 3, 4], "int64")])
+
+
+def test_slice():
+    i64 = lambda *v: np.array(v, "int64")
+    check_grad("Slice", [rand(5, 6), i64(1, -1), i64(4, 0), i64(0, 1), i64(1, -2)])
+    check_grad("Slice", [rand(4, 7), i64(0), i64(7), i64(1), i64(3)])
+
+
+def test_concat():
+    check_grad("Concat", [rand(2, 3), rand(2, 1), rand(2, 2)], axis=-1)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_gather(axis):
+    idx = np.array([[0, 2, -1], [2, 2, 1]], "int64")
+    check_grad("Gather", [rand(4, 3), idx], axis=axis)
+
+
+def test_reductions():
+    check_grad("ReduceSum", [rand(2, 3, 4), np.array([0, -1], "int64")], keepdims=0)
+    check_grad("ReduceSum", [rand(2, 3)])
+    check_grad("ReduceMean", [rand(2, 3, 4)], axes=[1], keepdims=1)
+    check_grad("ReduceMean", [rand(2, 3, 4)], keepdims=0)
+
+
+def test_an_op_without_a_gradient_is_named():
+    b = kg.Builder()
+    x = b.input("x", (2, 3))
+    loss = b.op("ReduceSum", b.op("Floor", x, name="round_down"), keepdims=0)
+    with pytest.raises(kiln.KilnError, match="Floor node 'round_down'.*no gradient"):
+        kg.gradient_graph(b.build(loss), [x])
+
+
+def test_unused_input_has_zero_gradient_and_shared_values_accumulate():
+    b = kg.Builder()
+    x, u = b.input("x", (3,)), b.input("u", (2,))
+    y = b.op("Mul", x, x)  # x reaches the loss twice
+    loss = b.op("ReduceSum", b.op("Add", y, x), keepdims=0)
+    assert kg.gradients(loss, [u]) == [None]
+    out = kiln.compile(kg.gradient_graph(b.build(loss), [x, u]))(np.array([1, 2, 3], "float32"), np.ones(2, "float32"))
+    np.testing.assert_allclose(out[1], [3, 5, 7])
+    np.testing.assert_array_equal(out[2], [0, 0])
