@@ -203,3 +203,32 @@ def test_unused_input_has_zero_gradient_and_shared_values_accumulate():
     out = kiln.compile(kg.gradient_graph(b.build(loss), [x, u]))(np.array([1, 2, 3], "float32"), np.ones(2, "float32"))
     np.testing.assert_allclose(out[1], [3, 5, 7])
     np.testing.assert_array_equal(out[2], [0, 0])
+
+
+# ---- losses
+
+
+@pytest.mark.parametrize("label_dtype", ["int64", "int32"])
+def test_softmax_cross_entropy(label_dtype):
+    x, y = rand(5, 4) * 3, np.array([0, 3, 1, 3, 2], label_dtype)
+    (loss,) = kg.run_op("kiln.SoftmaxCrossEntropy", [x, y])
+    ref = torch.nn.functional.cross_entropy(torch.tensor(x), torch.tensor(y.astype("int64")))
+    np.testing.assert_allclose(loss, ref.item(), rtol=1e-10)
+    assert loss.shape == ()
+    check_grad("kiln.SoftmaxCrossEntropy", [x, y])
+
+
+def test_mean_squared_error():
+    a, t = rand(3, 4), rand(3, 4)
+    (loss,) = kg.run_op("kiln.MeanSquaredError", [a, t])
+    np.testing.assert_allclose(loss, np.mean((a - t) ** 2), rtol=1e-12)
+    check_grad("kiln.MeanSquaredError", [a, t])
+
+
+def test_losses_name_mismatched_shapes():
+    with pytest.raises(kiln.KilnError, match=r"prediction float64\[3, 4\] and the target float64\[4\] must have one shape"):
+        kg.run_op("kiln.MeanSquaredError", [rand(3, 4), rand(4)])
+    with pytest.raises(kiln.KilnError, match=r"labels int64\[3\] must be \[5\]"):
+        kg.run_op("kiln.SoftmaxCrossEntropy", [rand(5, 4), np.zeros(3, "int64")])
+    with pytest.raises(kiln.KilnError, match="labels float64.*class indices"):
+        kg.run_op("kiln.SoftmaxCrossEntropy", [rand(5, 4), rand(5)])
