@@ -232,3 +232,28 @@ def test_losses_name_mismatched_shapes():
         kg.run_op("kiln.SoftmaxCrossEntropy", [rand(5, 4), np.zeros(3, "int64")])
     with pytest.raises(kiln.KilnError, match="labels float64.*class indices"):
         kg.run_op("kiln.SoftmaxCrossEntropy", [rand(5, 4), rand(5)])
+
+
+# ---- executor fixes training graphs needed
+
+
+def test_groups_with_one_key_but_other_argument_orders_get_their_own_kernels():
+    # Div(x, y) and Div(c, y) (c a constant) lower to one DAG, but take their arguments as (x, y) and (y, c).
+    b = kg.Builder()
+    x, y = b.input("x", (2, 3)), b.input("y", (2, 3))
+    c = np.full((2, 3), 3.0, "float32")
+    g = b.build(b.op("Div", x, y), b.op("Div", b.constant("c", c), y))
+    xv, yv = np.full((2, 3), 2.0, "float32"), np.full((2, 3), 4.0, "float32")
+    a, d = kiln.compile(g)(xv, yv)
+    np.testing.assert_allclose(a, 0.5)
+    np.testing.assert_allclose(d, 0.75)
+
+
+def test_fused_group_with_inputs_from_nodes_of_one_name():
+    b = kg.Builder()
+    x = b.input("x", (4,))
+    p, q = b.op("Exp", x), b.op("Exp", b.op("Neg", x))  # two nodes named "Exp"
+    a = b.op("Add", b.op("ReduceSum", p, keepdims=1), b.op("ReduceSum", q, keepdims=1))
+    (out,) = kiln.compile(b.build(b.op("Mul", a, b.op("Add", p, q))))(np.ones(4, "float32"))
+    e = np.exp(1) + np.exp(-1)
+    np.testing.assert_allclose(out, 4 * e * e * np.ones(4), rtol=1e-6)

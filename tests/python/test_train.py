@@ -1,0 +1,133 @@
+"""kiln.train: a compiled training step (forward, loss, backward, update in
+one graph) follows PyTorch's training step by step: same initial weights,
+same data, same optimizer rule."""
+import numpy as np
+import pytest
+import torch
+
+import kiln
+from kiln import graph as kg
+
+RNG = np.random.default_rng(7)
+
+
+def mlp_torch(sizes=(8, 16, 16, 4)):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(sizes[0], sizes[1]), torch.nn.ReLU(), torch.nn.Linear(sizes[1], sizes[2]), torch.nn.Tanh(),
+                               torch.nn.Linear(sizes[2], sizes[3]))
+
+
+def mlp_graph(module, batch):
+    """The torch MLP rebuilt with the graph Builder (its weights as constants named like torch's parameters)."""
+    b = kg.Builder()
+    h = b.input("x", (batch, module[0].in_features))
+    for i, layer in enumerate(module):
+        if isinstance(layer, torch.nn.Linear):
+            w = b.constant(f"{i}.weight", layer.weight.detach().numpy())
+            h = b.op("Gemm", h, w, b.constant(f"{i}.bias", layer.bias.detach().numpy()), transB=1)
+        else:
+            h = b.op("Relu" if isinstance(layer, torch.nn.ReLU) else "Tanh", h)
+    return b.build(h)
+
+
+def cnn_torch():
+    torch.manual_seed(1)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                               torch.nn.Conv2d(6, 8, 3, stride=2, padding=1), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 2 * 2, 5))
+
+
+def follow_torch(step, module, opt, x, y, loss_fn, steps=50, rtol=1e-4, atol=1e-6):
+    for k in range(steps):
+        loss = step(x, y)
+        opt.zero_grad()
+        ref = loss_fn(module(torch.tensor(x)), torch.tensor(y))
+        ref.backward()
+        opt.step()
+        np.testing.assert_allclose(loss, ref.item(), rtol=rtol, atol=atol, err_msg=f"loss at step {k}")
+    params = dict(module.named_parameters())
+    assert sorted(step.parameters) == sorted(params)
+    for name, p in step.parameters.items():
+        np.testing.assert_allclose(p, params[name].detach().numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def classification_data(batch, shape, classes):
+    return RNG.standard_normal((batch,) + shape).astype("float32"), RNG.integers(0, classes, batch)
+
+
+def test_mlp_sgd_momentum_follows_torch():
+    m = mlp_torch()
+    x, y = classification_data(16, (8,), 4)
+    step = kiln.train.compile(mlp_graph(m, 16), loss="cross_entropy", optimizer=kiln.train.SGD(lr=0.1, momentum=0.9))
+    follow_torch(step, m, torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), x, y, torch.nn.functional.cross_entropy)
+
+
+def test_cnn_from_onnx_sgd_momentum_weight_decay_follows_torch():
+    m = cnn_torch()
+    x, y = classification_data(8, (3, 8, 8), 5)
+    model = kg.from_torch(m, x)  # its initializers become the parameters
+    step = kiln.train.compile(model, loss="cross_entropy", optimizer=kiln.train.SGD(lr=0.02, momentum=0.9, weight_decay=1e-3))
+    opt = torch.optim.SGD(m.parameters(), lr=0.02, momentum=0.9, weight_decay=1e-3)
+    follow_torch(step, m, opt, x, y, torch.nn.functional.cross_entropy)
+
+
+@pytest.mark.parametrize("kind", ["Adam", "AdamW"])
+def test_mlp_adam_follows_torch(kind):
+    m = mlp_torch()
+    x, y = classification_data(16, (8,), 4)
+    ours = getattr(kiln.train, kind)(lr=0.01, weight_decay=0.01)
+    step = kiln.train.compile(mlp_graph(m, 16), loss="cross_entropy", optimizer=ours)
+    follow_torch(step, m, getattr(torch.optim, kind)(m.parameters(), lr=0.01, weight_decay=0.01), x, y, torch.nn.functional.cross_entropy)
+
+
+def test_mse_regression_nesterov_follows_torch():
+    m = mlp_torch((8, 16, 16, 3))
+    x = RNG.standard_normal((16, 8)).astype("float32")
+    y = RNG.standard_normal((16, 3)).astype("float32")
+    step = kiln.train.compile(mlp_graph(m, 16), loss="mse", optimizer=kiln.train.SGD(lr=0.05, momentum=0.5, nesterov=True))
+    follow_torch(step, m, torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.5, nesterov=True), x, y, torch.nn.functional.mse_loss, steps=20)
+
+
+def test_parameters_are_readable_and_writable():
+    m = mlp_torch()
+    step = kiln.train.compile(mlp_graph(m, 4), optimizer=kiln.train.SGD(lr=0.1))
+    w = step.parameters["0.weight"]
+    np.testing.assert_array_equal(w, m[0].weight.detach().numpy())
+    step.parameters["0.weight"] = np.zeros_like(w)
+    step.parameters["2.weight"][:] = 0  # in place, too
+    x, y = classification_data(4, (8,), 4)
+    step(x, y)
+    # With the hidden weights zero, layer 0's gradient is zero: plain SGD leaves it at zero.
+    np.testing.assert_array_equal(step.parameters["0.weight"], 0)
+    with pytest.raises(kiln.KilnError, match=r"parameter '0.weight' has shape \(16, 8\)"):
+        step.parameters["0.weight"] = np.zeros((2, 2))
+    with pytest.raises(kiln.KilnError, match="no parameter 'nope'"):
+        step.parameters["nope"] = w
+
+
+def test_mismatched_loss_shapes_are_named():
+    m = mlp_torch()
+    with pytest.raises(kiln.KilnError, match=r"prediction float32\[4, 4\] and the target float32\[4, 3\] must have one shape"):
+        kiln.train.compile(mlp_graph(m, 4), loss="mse", target_shape=(4, 3))
+    step = kiln.train.compile(mlp_graph(m, 4), loss="cross_entropy")
+    with pytest.raises(kiln.KilnError, match="labels"):
+        step(np.zeros((4, 8), "float32"), np.zeros(3, "int64"))
+    with pytest.raises(kiln.KilnError, match="logits"):
+        b = kg.Builder()
+        x = b.input("x", (4, 3, 2))
+        kiln.train.compile(b.build(b.op("Mul", x, b.constant("w", np.ones(2, "float32")))), loss="cross_entropy")
+
+
+def test_an_op_without_a_gradient_is_named():
+    b = kg.Builder()
+    x = b.input("x", (4, 8))
+    h = b.op("Gemm", x, b.constant("w", np.ones((8, 3), "float32")))
+    logits = b.op("Floor", h, name="quantize")
+    with pytest.raises(kiln.KilnError, match="Floor node 'quantize'.*no gradient"):
+        kiln.train.compile(b.build(logits), loss="cross_entropy")
+
+
+def test_bad_optimizer_settings():
+    with pytest.raises(kiln.KilnError, match="must not be negative"):
+        kiln.train.SGD(lr=-1)
+    with pytest.raises(kiln.KilnError, match="betas"):
+        kiln.train.Adam(betas=(1.0, 0.9))
