@@ -22,9 +22,12 @@ def _graph(op, inputs, attrs, const_inputs):
             vals.append(b.constant(f"c{i}", a))
         else:
             vals.append(b.input(f"x{i}", a.shape, str(a.dtype)))
-    y = b.op(op, *vals, **attrs)
-    r = RNG.standard_normal(y.shape).astype(y.dtype)
-    loss = b.op("ReduceSum", b.op("Mul", y, b.constant("r", r)), keepdims=0)
+    ys = b.op(op, *vals, outputs=True, **attrs)
+    loss = None
+    for k, y in enumerate(ys):
+        r = RNG.standard_normal(y.shape).astype(y.dtype)
+        term = b.op("ReduceSum", b.op("Mul", y, b.constant(f"r{k}", r)), keepdims=0)
+        loss = term if loss is None else b.op("Add", loss, term)
     return b.build(loss), [v for i, v in enumerate(vals) if v is not None and not v.is_constant]
 
 
@@ -177,6 +180,26 @@ def test_concat():
 def test_gather(axis):
     idx = np.array([[0, 2, -1], [2, 2, 1]], "int64")
     check_grad("Gather", [rand(4, 3), idx], axis=axis)
+
+
+def test_split_pad_where_cast_extrema():
+    check_grad("Split", [rand(2, 7), np.array([3, 4], "int64")], axis=1, num_outputs=2)
+    check_grad("Pad", [rand(2, 3), np.array([1, 0, 2, 1], "int64")])
+    check_grad("Where", [RNG.random((3, 1)) > 0.5, rand(3, 4), rand(4)])
+    check_grad("Cast", [rand(2, 3)], to=11)
+    check_grad("Max", [rand(3, 4), rand(4)])
+    check_grad("Min", [rand(3, 4), rand(3, 1)])
+    check_grad("Abs", [rand(3, 4)])
+
+
+def test_split_with_an_unused_piece():
+    b = kg.Builder()
+    x = b.input("x", (2, 6))
+    first, _ = b.op("Split", x, b.constant("s", np.array([2, 4], "int64")), axis=1, outputs=2)
+    loss = b.op("ReduceSum", b.op("Mul", first, first), keepdims=0)
+    xv = RNG.standard_normal((2, 6)).astype("float32")
+    (g,) = kiln.compile(kg.gradient_graph(b.build(loss), [x]))(xv)[1:]
+    np.testing.assert_allclose(g, np.concatenate([2 * xv[:, :2], np.zeros((2, 4))], axis=1), rtol=1e-6)
 
 
 def test_reductions():

@@ -87,6 +87,50 @@ def test_mse_regression_nesterov_follows_torch():
     follow_torch(step, m, torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.5, nesterov=True), x, y, torch.nn.functional.mse_loss, steps=20)
 
 
+class Encoder(torch.nn.Module):
+    """Embedding, one transformer encoder layer (multi-head attention, GELU, post-norm) and a classifier over the mean."""
+
+    def __init__(self, vocab=11, d=16, heads=2, ff=32, classes=3):
+        super().__init__()
+        torch.manual_seed(2)
+        self.heads = heads
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.qkv, self.out = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.ff1, self.ff2 = torch.nn.Linear(d, ff), torch.nn.Linear(ff, d)
+        self.head = torch.nn.Linear(d, classes)
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        split = lambda t: t.reshape(b, s, self.heads, d // self.heads).transpose(1, 2)
+        a = torch.softmax(split(q) @ split(k).transpose(-1, -2) / (d // self.heads) ** 0.5, dim=-1) @ split(v)
+        x = self.ln1(x + self.out(a.transpose(1, 2).reshape(b, s, d)))
+        x = self.ln2(x + self.ff2(torch.nn.functional.gelu(self.ff1(x))))
+        return self.head(x.mean(1))
+
+
+def test_transformer_encoder_from_onnx_follows_torch():
+    m = Encoder()
+    ids, y = RNG.integers(0, 11, (4, 5)), np.array([0, 2, 1, 2])
+    step = kiln.train.compile(kg.from_torch(m, ids), loss="cross_entropy", optimizer=kiln.train.SGD(lr=0.1, momentum=0.9))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    for k in range(20):
+        loss = step(ids, y)
+        opt.zero_grad()
+        ref = torch.nn.functional.cross_entropy(m(torch.tensor(ids)), torch.tensor(y))
+        ref.backward()
+        opt.step()
+        np.testing.assert_allclose(loss, ref.item(), rtol=1e-4, atol=1e-6, err_msg=f"loss at step {k}")
+    # The exporter renames some weights (transposed MatMul operands); those that keep torch's names must match.
+    params = dict(m.named_parameters())
+    shared = [n for n in step.parameters if n in params]
+    assert "emb.weight" in shared and "ln1.weight" in shared
+    for n in shared:
+        np.testing.assert_allclose(step.parameters[n], params[n].detach().numpy(), rtol=1e-4, atol=1e-5, err_msg=n)
+
+
 def test_parameters_are_readable_and_writable():
     m = mlp_torch()
     step = kiln.train.compile(mlp_graph(m, 4), optimizer=kiln.train.SGD(lr=0.1))

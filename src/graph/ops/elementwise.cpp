@@ -107,6 +107,20 @@ Values mean_grad(GradBuilder& b, const Values& g) {
   return out;
 }
 
+// Max/Min of two inputs: the gradient to the one taken (the first on a tie).
+GradientFn extremum_grad(const char* keep_first) {
+  return [keep_first](GradBuilder& b, const Values& g) -> Values {
+    if (b.num_inputs() == 1) return {g[0]};
+    if (b.num_inputs() > 2) b.call().fail("has no gradient with more than two inputs (nest two-input " + b.node().op->name + "s)");
+    Value first = b.op(keep_first, {b.in(0), b.in(1)}), zero = b.scalar(0, g[0].type().dtype);
+    return binary_grads(b, b.wants(0) ? b.op("Where", {first, g[0], zero}) : Value(), b.wants(1) ? b.op("Where", {first, zero, g[0]}) : Value());
+  };
+}
+
+Value abs_grad(GradBuilder& b, const Value& g) {
+  return b.op("Where", {b.op("Less", {b.in(0), b.scalar(0, g.type().dtype)}), b.neg(g), g});
+}
+
 Value erf_grad(GradBuilder& b, const Value& g) {  // 2/sqrt(pi) exp(-x^2)
   Value x = b.in(0);
   return b.mul(b.scale(g, 2.0 / std::sqrt(M_PI)), b.op("Exp", {b.neg(b.mul(x, x))}));
@@ -129,10 +143,10 @@ const bool registered = [] {
   register_op(with_grad(broadcast_def("Div", "a / b, broadcast; integers truncate toward zero (a zero divisor gives 0)", 2, 2, DTypes::Numeric,
                                       [](const OpCall&, const Exprs& x) { return divide(x[0], x[1]); }), div_grad));
   register_op(with_grad(pow_def(), pow_grad));
-  register_op(broadcast_def("Max", "elementwise maximum of 1 or more inputs, broadcast", 1, kMany, DTypes::Numeric,
-                            [](const OpCall&, const Exprs& x) { return fold(x, max2); }));
-  register_op(broadcast_def("Min", "elementwise minimum of 1 or more inputs, broadcast", 1, kMany, DTypes::Numeric,
-                            [](const OpCall&, const Exprs& x) { return fold(x, min2); }));
+  register_op(with_grad(broadcast_def("Max", "elementwise maximum of 1 or more inputs, broadcast", 1, kMany, DTypes::Numeric,
+                                      [](const OpCall&, const Exprs& x) { return fold(x, max2); }), extremum_grad("GreaterOrEqual")));
+  register_op(with_grad(broadcast_def("Min", "elementwise minimum of 1 or more inputs, broadcast", 1, kMany, DTypes::Numeric,
+                                      [](const OpCall&, const Exprs& x) { return fold(x, min2); }), extremum_grad("LessOrEqual")));
   register_op(with_grad(broadcast_def("Sum", "elementwise sum of 1 or more inputs, broadcast", 1, kMany, DTypes::Numeric,
                                       [](const OpCall&, const Exprs& x) { return fold(x, add2); }), sum_grad));
   register_op(with_grad(broadcast_def("Mean", "elementwise mean of 1 or more inputs, broadcast", 1, kMany, DTypes::Float, [](const OpCall&, const Exprs& x) {
@@ -145,7 +159,7 @@ const bool registered = [] {
     register_op(std::move(d));
   };
   unary("Neg", "-x", DTypes::Signed, [](Expr x) { return -x; }, [](GradBuilder& b, const Value& g) { return b.neg(g); });
-  unary("Abs", "|x|", DTypes::Numeric, [](Expr x) { return x.dtype().is_uint() ? x : abs(x); });
+  unary("Abs", "|x|", DTypes::Numeric, [](Expr x) { return x.dtype().is_uint() ? x : abs(x); }, abs_grad);
   unary("Sqrt", "sqrt(x)", DTypes::Float, [](Expr x) { return sqrt(x); }, [](GradBuilder& b, const Value& g) { return b.div(g, b.scale(b.out(), 2)); });
   unary("Exp", "exp(x)", DTypes::Float, [](Expr x) { return exp(x); }, [](GradBuilder& b, const Value& g) { return b.mul(g, b.out()); });
   unary("Log", "natural log(x)", DTypes::Float, [](Expr x) { return log(x); }, [](GradBuilder& b, const Value& g) { return b.div(g, b.in(0)); });

@@ -98,6 +98,22 @@ std::vector<int64_t> split_sizes(const OpCall& call, int* axis_out) {
   return sizes;
 }
 
+// The pieces' gradients joined back (zeros for a piece the loss does not reach).
+std::vector<Value> split_grad(GradBuilder& b, const std::vector<Value>& g) {
+  int axis;
+  split_sizes(b.call(), &axis);
+  std::vector<Value> parts;
+  for (int k = 0; k < b.node().num_outputs(); ++k) {
+    if (g[k].defined()) {
+      parts.push_back(g[k]);
+      continue;
+    }
+    const TensorType& t = b.node().types[k];
+    parts.push_back(b.expand(b.scalar(0, t.dtype), t.shape));
+  }
+  return {parts.size() == 1 ? parts[0] : b.op("Concat", parts, Attrs({{"axis", int64_t(axis)}}))};
+}
+
 void register_split() {
   OpDef d;
   d.name = "Split";
@@ -122,6 +138,7 @@ void register_split() {
     std::vector<int64_t> sizes = split_sizes(call, &axis);
     return ops::split(in[0], axis, sizes, "split");
   };
+  d.gradient = split_grad;
   register_op(std::move(d));
 }
 
@@ -350,6 +367,20 @@ PadSpec pad_spec(const OpCall& call) {
   return p;
 }
 
+std::vector<Value> pad_grad(GradBuilder& b, const std::vector<Value>& g) {
+  OpCall call = b.call();
+  PadSpec p = pad_spec(call);
+  if (p.mode != ops::PadMode::Constant) call.fail("has no gradient in " + call.attrs.get_string("mode") + " mode (only constant padding is differentiated)");
+  std::vector<int64_t> starts, ends, axes;
+  for (int k = 0; k < b.in_type(0).ndim(); ++k) {
+    if (p.before[k] < 0 || p.after[k] < 0) call.fail("has no gradient with negative pads (cropping); use Slice");
+    starts.push_back(p.before[k]);
+    ends.push_back(p.before[k] + b.in_type(0).shape[k]);
+    axes.push_back(k);
+  }
+  return {b.op("Slice", {g[0], b.ints(starts), b.ints(ends), b.ints(axes)})};
+}
+
 void register_pad() {
   OpDef d;
   d.name = "Pad";
@@ -369,6 +400,7 @@ void register_pad() {
     PadSpec p = pad_spec(call);
     return std::vector<te::Tensor>{ops::pad(in[0], p.before, p.after, p.mode, make_const(in_type(call).dtype, p.value), "pad")};
   };
+  d.gradient = pad_grad;
   register_op(std::move(d));
 }
 
