@@ -12,6 +12,8 @@ operator reads at compile time (the initializers of an ONNX model, the
 weights of a Builder graph) are the trainable parameters: they become inputs
 of the training graph, whose outputs are the loss, the new parameters and
 the new optimizer state, fed back by the step object at the next call.
+Batch norms train on batch statistics (as torch.nn.BatchNorm in train mode);
+their running statistics are ``step.buffers``, updated at every step.
 Optimizers follow PyTorch's update rules (torch.optim.SGD, Adam, AdamW), so a
 model trained with the same initial weights and data follows PyTorch's
 losses.
@@ -164,10 +166,11 @@ class _Parameters(dict):
 class TrainStep:
     """One compiled training step; call it with the model's inputs and the target, get the loss (a float)."""
 
-    def __init__(self, exe, graph, n_data, has_target, params, state_names, states, scalars):
+    def __init__(self, exe, graph, n_data, has_target, params, state_names, states, scalars, buffers):
         self._exe, self.graph = exe, graph
         self._n_data, self._has_target = n_data, has_target
         self.parameters = params
+        self.buffers = buffers  # updated each step, not trained (batch norm running statistics)
         self._state_names = state_names
         self._states = states  # per parameter, a list of arrays
         self._scalars = scalars
@@ -192,6 +195,7 @@ class TrainStep:
         names = list(self.parameters)
         feed += [dict.__getitem__(self.parameters, n) for n in names]
         feed += [s for per in self._states for s in per]
+        feed += [dict.__getitem__(self.buffers, n) for n in self.buffers]
         feed += self._scalars.feed(self.steps)
         outs = self._exe.run(feed)
         for k, n in enumerate(names):
@@ -200,6 +204,9 @@ class TrainStep:
         for per in self._states:
             per[:] = outs[at: at + len(per)]
             at += len(per)
+        for n in list(self.buffers):
+            dict.__setitem__(self.buffers, n, outs[at])
+            at += 1
         return float(outs[0])
 
 
@@ -216,12 +223,12 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     if len(model.output_names) != 1:
         raise KilnError(f"kiln.train.compile needs a model with one output (the prediction or the loss); this one has {len(model.output_names)}")
     optimizer = optimizer or SGD()
-    lifted, names, values = _kg.lift_parameters(model)
+    lifted, names, values, buffer_names, buffer_values = _kg.lift_parameters(model, training=True)
     if not names:
         raise KilnError("the model has no trainable parameters (float constants of rank >= 1)")
     n_data = len(model.input_names)
     ins = lifted.input_values
-    data, params = ins[:n_data], ins[n_data:]
+    data, params, buffers = ins[:n_data], ins[n_data: n_data + len(names)], ins[n_data + len(names):]
     loss_v, y = _loss_value(loss, lifted.output_values[0], target_shape)
     dtype = loss_v.dtype
     grads = [g if g is not None else _kg.make_constant(f"zero_grad_{n}", _np.zeros(p.shape, p.dtype))
@@ -230,11 +237,13 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     states = [[_kg.make_input(f"{n}.{s}", list(p.shape), p.dtype) for s in state_names] for n, p in zip(names, params)]
     scalars = _Scalars(dtype)
     new_params, new_states = optimizer.build(params, grads, states, scalars)
-    inputs = data + ([y] if y is not None else []) + params + [s for per in states for s in per] + scalars.values
-    outputs = [loss_v] + new_params + [s for per in new_states for s in per]
-    out_names = ["loss"] + [f"new.{n}" for n in names] + [f"new.{n}.{s}" for n in names for s in state_names]
+    inputs = data + ([y] if y is not None else []) + params + [s for per in states for s in per] + buffers + scalars.values
+    outputs = [loss_v] + new_params + [s for per in new_states for s in per] + lifted.output_values[1:]
+    out_names = (["loss"] + [f"new.{n}" for n in names] + [f"new.{n}.{s}" for n in names for s in state_names]
+                 + [f"new.{n}" for n in buffer_names])
     graph = _kg.make_graph(inputs, outputs, out_names)
     exe = _kg.compile(graph, target=target)
     params_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(names, values))
     state_arrays = [[_np.zeros(p.shape, p.dtype) for _ in state_names] for p in params]
-    return TrainStep(exe, graph, n_data, y is not None, params_d, state_names, state_arrays, scalars)
+    buffers_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(buffer_names, buffer_values))
+    return TrainStep(exe, graph, n_data, y is not None, params_d, state_names, state_arrays, scalars, buffers_d)

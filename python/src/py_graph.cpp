@@ -163,10 +163,12 @@ void define_graph(py::module_& root) {
     return out;
   }, py::arg("loss"), py::arg("wrt"), "d loss / d w for each w (None where the loss does not depend on it).");
   m.def("gradient_graph", &gradient_graph, py::arg("graph"), py::arg("wrt"), py::arg("loss_output") = 0);
-  m.def("lift_parameters", [](const Graph& g) {
-    LiftedParameters p = lift_parameters(g);
-    return py::make_tuple(p.graph, p.names, to_numpy_list(p.values));
-  }, "The graph with its trainable constants as inputs after the model's: (graph, names, initial arrays).");
+  m.def("lift_parameters", [](const Graph& g, bool training) {
+    LiftedParameters p = lift_parameters(g, training);
+    return py::make_tuple(p.graph, p.names, to_numpy_list(p.values), p.buffer_names, to_numpy_list(p.buffer_values));
+  }, py::arg("graph"), py::arg("training") = false,
+     "The graph with its trainable constants as inputs after the model's, then its buffers (training=True: batch norms on batch "
+     "statistics, their running statistics as buffers whose updates are extra outputs): (graph, names, arrays, buffer names, buffer arrays).");
 
   m.def("remove_identity", &remove_identity);
   m.def("fold_constants", [](const Graph& g) { return fold_constants(g); });

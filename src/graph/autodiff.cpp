@@ -8,7 +8,6 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "kiln/graph/rewrite.h"
 #include "kiln/support/error.h"
 
 namespace kiln::graph {
@@ -124,19 +123,6 @@ Value zeros(const std::string& name, const TensorType& t) {
   return make_constant(name, a)->output();
 }
 
-// Constants some consumer reads at compile time (Reshape's shape ...) stay constants.
-std::unordered_set<const NodeObj*> compile_time_constants(const Graph& g) {
-  std::unordered_set<const NodeObj*> fixed;
-  for (const OpNode* n : g.op_nodes())
-    for (size_t i = 0; i < n->inputs.size(); ++i)
-      if (n->inputs[i].defined() && n->op->reads_at_compile_time(static_cast<int>(i))) fixed.insert(n->inputs[i].node.get());
-  return fixed;
-}
-
-bool is_parameter(const NodeObj& n, const std::unordered_set<const NodeObj*>& fixed) {
-  return n.kind == NodeKind::Constant && n.types[0].dtype.is_float() && n.types[0].ndim() >= 1 && !fixed.count(&n);
-}
-
 }  // namespace
 
 Graph gradient_graph(const Graph& graph, const std::vector<Value>& wrt, int loss_output) {
@@ -151,40 +137,6 @@ Graph gradient_graph(const Graph& graph, const std::vector<Value>& wrt, int loss
     outs.push_back(grads[k].defined() ? grads[k] : zeros(names.back(), wrt[k].type()));
   }
   return Graph::make(graph.inputs(), outs, names);
-}
-
-LiftedParameters lift_parameters(const Graph& graph) {
-  std::unordered_set<const NodeObj*> fixed = compile_time_constants(graph);
-  std::unordered_map<const NodeObj*, Ref<NodeObj>> remap;
-  std::unordered_set<std::string> taken;
-  for (const auto& in : graph.inputs()) taken.insert(in->name);
-  LiftedParameters lifted;
-  std::vector<Ref<InputNode>> inputs = graph.inputs();
-  auto mapped = [&](const Value& v) { return v.defined() && remap.count(v.node.get()) ? Value{remap[v.node.get()], v.index} : v; };
-  for (const Ref<NodeObj>& n : graph.topo_order()) {
-    if (is_parameter(*n, fixed)) {
-      std::string name = n->name;
-      for (int k = 1; !taken.insert(name).second; ++k) name = n->name + "_" + std::to_string(k);
-      Ref<InputNode> in = make_input(name, n->types[0]);
-      inputs.push_back(in);
-      lifted.names.push_back(name);
-      lifted.values.push_back(static_cast<const ConstantNode*>(n.get())->data);
-      remap[n.get()] = in;
-    } else if (n->kind == NodeKind::Op) {
-      const auto& op = static_cast<const OpNode&>(*n);
-      std::vector<Value> ins;
-      bool changed = false;
-      for (const Value& v : op.inputs) {
-        ins.push_back(mapped(v));
-        changed |= !(ins.back() == v);
-      }
-      if (changed) remap[n.get()] = with_inputs(op, std::move(ins));
-    }
-  }
-  std::vector<Value> outs;
-  for (const Value& v : graph.outputs()) outs.push_back(mapped(v));
-  lifted.graph = Graph::make(std::move(inputs), std::move(outs), graph.output_names());
-  return lifted;
 }
 
 }  // namespace kiln::graph

@@ -10,7 +10,7 @@
 namespace kiln::graph {
 
 std::vector<Value> GradBuilder::op_n(const std::string& name, std::vector<Value> inputs, Attrs attrs) {
-  std::string label = node_.name + "/grad/" + name + std::to_string(count_++);
+  std::string label = prefix_ + name + std::to_string(count_++);
   Ref<OpNode> n = make_op(name, std::move(inputs), std::move(attrs), label);
   std::vector<Value> outs;
   for (int i = 0; i < n->num_outputs(); ++i) outs.push_back(n->output(i));
@@ -28,13 +28,13 @@ Value GradBuilder::scalar(double v, DataType t) {
   else if (t == DataType::Int(64)) *a.data_as<int64_t>() = static_cast<int64_t>(v);
   else if (t == DataType::Int(32)) *a.data_as<int32_t>() = static_cast<int32_t>(v);
   else throw Error(node_.name + ": kiln differentiates float32 and float64 graphs, not " + t.str());
-  return make_constant(node_.name + "/grad/c" + std::to_string(count_++), a)->output();
+  return make_constant(prefix_ + "c" + std::to_string(count_++), a)->output();
 }
 
 Value GradBuilder::ints(const std::vector<int64_t>& v) {
   NDArray a = NDArray::empty({static_cast<int64_t>(v.size())}, DataType::Int(64));
   if (!v.empty()) std::memcpy(a.data(), v.data(), v.size() * sizeof(int64_t));
-  return make_constant(node_.name + "/grad/i" + std::to_string(count_++), a)->output();
+  return make_constant(prefix_ + "i" + std::to_string(count_++), a)->output();
 }
 
 Value GradBuilder::reshape(Value a, const std::vector<int64_t>& shape) {

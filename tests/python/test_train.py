@@ -87,6 +87,39 @@ def test_mse_regression_nesterov_follows_torch():
     follow_torch(step, m, torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.5, nesterov=True), x, y, torch.nn.functional.mse_loss, steps=20)
 
 
+def bn_cnn_torch():
+    torch.manual_seed(3)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.AvgPool2d(2),
+                            torch.nn.Flatten(), torch.nn.Linear(4 * 3 * 3, 3))
+    with torch.no_grad():  # not the trivial initial affine parameters
+        m[1].weight.uniform_(0.5, 1.5)
+        m[1].bias.uniform_(-0.5, 0.5)
+    return m
+
+
+def bn_cnn_graph(m, batch):
+    b = kg.Builder()
+    c = lambda name, t: b.constant(name, t.detach().numpy())
+    h = b.op("Conv", b.input("x", (batch, 3, 6, 6)), c("0.weight", m[0].weight), pads=[1, 1, 1, 1])
+    bn = m[1]
+    h = b.op("BatchNormalization", h, c("1.weight", bn.weight), c("1.bias", bn.bias), c("1.running_mean", bn.running_mean),
+             c("1.running_var", bn.running_var), epsilon=bn.eps, momentum=1 - bn.momentum)
+    h = b.op("AveragePool", b.op("Relu", h), kernel_shape=[2, 2], strides=[2, 2])
+    return b.build(b.op("Gemm", b.op("Flatten", h), c("5.weight", m[5].weight), c("5.bias", m[5].bias), transB=1))
+
+
+def test_batch_norm_trains_on_batch_statistics_like_torch():
+    m = bn_cnn_torch()
+    x, y = classification_data(6, (3, 6, 6), 3)
+    step = kiln.train.compile(bn_cnn_graph(m, 6), optimizer=kiln.train.SGD(lr=0.1, momentum=0.9))
+    assert sorted(step.buffers) == ["1.running_mean", "1.running_var"]
+    m.train()
+    follow_torch(step, m, torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), x, y, torch.nn.functional.cross_entropy, steps=30)
+    for name, ref in m.named_buffers():
+        if name in step.buffers:
+            np.testing.assert_allclose(step.buffers[name], ref.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+
+
 class Encoder(torch.nn.Module):
     """Embedding, one transformer encoder layer (multi-head attention, GELU, post-norm) and a classifier over the mean."""
 

@@ -24,7 +24,8 @@ namespace kiln::graph {
 /** Makes the ops of one node's gradient; the helpers keep gradients reading like the math. */
 class GradBuilder {
  public:
-  GradBuilder(const OpNode& node, std::vector<bool> wants) : node_(node), wants_(std::move(wants)) {}
+  GradBuilder(const OpNode& node, std::vector<bool> wants, std::string prefix = "")
+      : node_(node), wants_(std::move(wants)), prefix_(prefix.empty() ? node.name + "/grad/" : std::move(prefix)) {}
 
   const OpNode& node() const { return node_; }
   const Attrs& attrs() const { return node_.attrs; }
@@ -64,6 +65,7 @@ class GradBuilder {
  private:
   const OpNode& node_;
   std::vector<bool> wants_;
+  std::string prefix_;  // of the names of the nodes made
   int count_ = 0;
 };
 
@@ -84,19 +86,29 @@ std::vector<Value> gradients(const Graph& graph, const Value& loss, const std::v
  */
 Graph gradient_graph(const Graph& graph, const std::vector<Value>& wrt, int loss_output = 0);
 
-/** A model whose trainable constants became inputs. */
+/** A model whose trainable constants became inputs (and, in training mode, whose batch norms use batch statistics). */
 struct LiftedParameters {
-  Graph graph;                       ///< the model's inputs, then one input per parameter
+  /** Inputs: the model's, then one per parameter, then one per buffer. Outputs: the model's, then one per buffer (its updated value). */
+  Graph graph;
   std::vector<std::string> names;    ///< the parameters' names (their constants' names)
   std::vector<NDArray> values;       ///< their initial values (the constants' arrays, shared)
+  std::vector<std::string> buffer_names;  ///< state that is updated but not trained (batch norm running statistics)
+  std::vector<NDArray> buffer_values;
 };
 
 /**
  * Makes every float constant of rank >= 1 that is not read at compile time
  * (the initializers of an ONNX model, the weights of a Builder graph) a
  * graph input, appended after the model's inputs in topo order.
+ *
+ * With `training`, each BatchNormalization normalises with its batch's
+ * statistics (as torch.nn.BatchNorm in train mode), written with
+ * ReduceMean and elementwise ops so that its gradient is theirs; its
+ * running mean and variance become buffers, updated as ONNX and PyTorch do
+ * (running = running * momentum + batch * (1 - momentum), the variance
+ * unbiased).
  */
-LiftedParameters lift_parameters(const Graph& graph);
+LiftedParameters lift_parameters(const Graph& graph, bool training = false);
 
 }  // namespace kiln::graph
 
