@@ -280,3 +280,41 @@ def test_fused_group_with_inputs_from_nodes_of_one_name():
     (out,) = kiln.compile(b.build(b.op("Mul", a, b.op("Add", p, q))))(np.ones(4, "float32"))
     e = np.exp(1) + np.exp(-1)
     np.testing.assert_allclose(out, 4 * e * e * np.ones(4), rtol=1e-6)
+
+
+# ---- whole models against PyTorch's autograd
+
+
+def model_grads_match_torch(module, x, rtol=1e-4, atol=1e-5):
+    """kiln's gradients of sum(module(x) * r) for every lifted parameter against torch's."""
+    graph, names, values, _, _ = kg.lift_parameters(kg.from_torch(module, x))
+    r = RNG.standard_normal(graph.output_types[0][0]).astype("float32")
+    out = graph.output_values[0]
+    loss = kg.make_op("ReduceSum", [kg.make_op("Mul", [out, kg.make_constant("r", r)])[0]], keepdims=0)[0]
+    params = graph.input_values[1:]
+    grads = kiln.compile(kg.make_graph(graph.input_values, [loss] + [g for g in kg.gradients(loss, params)]))(x, *values)
+    module.zero_grad()
+    ref = (module(torch.tensor(x)) * torch.tensor(r)).sum()
+    ref.backward()
+    np.testing.assert_allclose(grads[0], ref.item(), rtol=1e-5)
+    torch_grads = {n: p.grad.numpy() for n, p in module.named_parameters()}
+    checked = 0
+    for name, g in zip(names, grads[1:]):
+        if name in torch_grads:
+            np.testing.assert_allclose(g, torch_grads[name], rtol=rtol, atol=atol, err_msg=name)
+            checked += 1
+    assert checked == len(torch_grads)
+
+
+def test_mlp_gradients_match_torch():
+    torch.manual_seed(4)
+    m = torch.nn.Sequential(torch.nn.Linear(6, 10), torch.nn.Sigmoid(), torch.nn.Linear(10, 8), torch.nn.GELU(), torch.nn.Linear(8, 3))
+    model_grads_match_torch(m, RNG.standard_normal((5, 6)).astype("float32"))
+
+
+def test_cnn_gradients_match_torch():
+    torch.manual_seed(5)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3, padding=1, stride=2), torch.nn.ReLU(), torch.nn.Conv2d(6, 6, 3, padding=1, groups=6),
+                            torch.nn.Tanh(), torch.nn.Conv2d(6, 4, 1, groups=2), torch.nn.MaxPool2d(3, stride=2, padding=1),
+                            torch.nn.AvgPool2d(2), torch.nn.Flatten(), torch.nn.Linear(4 * 2 * 2, 5))
+    model_grads_match_torch(m, RNG.standard_normal((2, 3, 15, 15)).astype("float32"))
