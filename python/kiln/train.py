@@ -23,7 +23,7 @@ import numpy as _np
 from ._ffi import KilnError
 from . import graph as _kg
 
-__all__ = ["compile", "SGD", "Adam", "AdamW", "TrainStep"]
+__all__ = ["compile", "from_torch", "SGD", "Adam", "AdamW", "TrainStep"]
 
 
 def _op(name, *inputs, **attrs):
@@ -208,6 +208,51 @@ class TrainStep:
             dict.__setitem__(self.buffers, n, outs[at])
             at += 1
         return float(outs[0])
+
+
+def from_torch(module, example_inputs, opset=15):
+    """Imports a PyTorch module for training: exported through ONNX in training
+    mode, so its batch norms stay (kiln.graph.from_torch exports in eval mode,
+    where the exporter folds each batch norm into the convolution before it).
+    Dropout is exported in training mode too, which kiln does not compile:
+    pass a module without dropout (or with p=0 layers removed)."""
+    import io
+
+    import torch
+
+    args = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
+    args = tuple(torch.from_numpy(_np.ascontiguousarray(a)) if isinstance(a, _np.ndarray) else a for a in args)
+    names = [f"input{i}" for i in range(len(args))]
+    buf = io.BytesIO()
+    was_training = module.training
+    saved = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    try:
+        with torch.no_grad():
+            torch.onnx.export(module, args, buf, opset_version=int(opset), input_names=names,
+                              training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    finally:
+        module.train(was_training)
+    data = _restore_buffers(buf.getvalue(), module, saved)
+    return _kg.from_onnx(data, shapes={n: tuple(a.shape) for n, a in zip(names, args)})
+
+
+def _restore_buffers(data, module, saved):
+    """Tracing ran the module once in train mode, moving its batch norms' running
+    statistics, and the export holds the moved values: put the module and the
+    exported buffers back as they were. Without the onnx package the module
+    keeps the moved values, so that it and the export still agree."""
+    try:
+        import onnx
+        from onnx import numpy_helper
+    except ImportError:
+        return data
+    buffers = {name for name, _ in module.named_buffers()}
+    model = onnx.load_from_string(data)
+    for init in model.graph.initializer:
+        if init.name in buffers and init.name in saved:
+            init.CopyFrom(numpy_helper.from_array(saved[init.name].cpu().numpy(), init.name))
+    module.load_state_dict(saved)
+    return model.SerializeToString()
 
 
 def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_shape=None):

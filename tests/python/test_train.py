@@ -120,6 +120,23 @@ def test_batch_norm_trains_on_batch_statistics_like_torch():
             np.testing.assert_allclose(step.buffers[name], ref.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
 
 
+def test_torch_model_with_batch_norm_trains_like_torch():
+    # Exported in training mode: the batch norm stays (an eval-mode export folds it into the conv).
+    torch.manual_seed(4)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(4 * 4 * 4, 3))
+    x, y = classification_data(5, (3, 6, 6), 3)
+    before = m[1].running_var.clone()
+    model = kiln.train.from_torch(m, x)
+    assert "BatchNormalization" in model.op_types()
+    assert torch.equal(m[1].running_var, before)  # the export's traced forward left no trace
+    step = kiln.train.compile(model, optimizer=kiln.train.SGD(lr=0.05, momentum=0.9))
+    m.train()
+    follow_torch(step, m, torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9), x, y, torch.nn.functional.cross_entropy, steps=20)
+    np.testing.assert_allclose(step.buffers["1.running_var"], m[1].running_var.numpy(), rtol=1e-4)
+    with pytest.raises(kiln.KilnError, match="training_mode=1.*kiln.train"):
+        kiln.compile(model)  # for inference, a training-mode batch norm has no meaning
+
+
 class Encoder(torch.nn.Module):
     """Embedding, one transformer encoder layer (multi-head attention, GELU, post-norm) and a classifier over the mean."""
 
