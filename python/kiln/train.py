@@ -45,7 +45,7 @@ class _Scalars:
         return v
 
     def feed(self, step):
-        return [_np.asarray(f(step), self.dtype) for f in self.fns]
+        return [_np.asarray(f(step), v.dtype) for f, v in zip(self.fns, self.values)]
 
 
 def _const(value, like):
@@ -213,9 +213,9 @@ class TrainStep:
 def from_torch(module, example_inputs, opset=15):
     """Imports a PyTorch module for training: exported through ONNX in training
     mode, so its batch norms stay (kiln.graph.from_torch exports in eval mode,
-    where the exporter folds each batch norm into the convolution before it).
-    Dropout is exported in training mode too, which kiln does not compile:
-    pass a module without dropout (or with p=0 layers removed)."""
+    where the exporter folds each batch norm into the convolution before it,
+    and drops the dropouts). kiln draws its own dropout masks, so a model with
+    dropout trains like PyTorch's in distribution, not step by step."""
     import io
 
     import torch
@@ -255,25 +255,28 @@ def _restore_buffers(data, module, saved):
     return model.SerializeToString()
 
 
-def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_shape=None):
+def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_shape=None, seed=0):
     """Compiles one training step of `model` (a kiln.graph.Graph with one output).
 
     loss: "cross_entropy" (the output is logits [batch, classes]; the target
     is int64 class indices [batch]), "mse" (the target has the output's shape,
     or `target_shape`), or None (the model's scalar output is the loss).
     optimizer: SGD, Adam or AdamW (default SGD(lr=0.01)).
+    seed: the dropout masks' seed (each step draws new masks from it and the step number).
     """
     if not isinstance(model, _kg.Graph):
         raise KilnError(f"kiln.train.compile takes a kiln.graph.Graph, got a {type(model).__name__}")
     if len(model.output_names) != 1:
         raise KilnError(f"kiln.train.compile needs a model with one output (the prediction or the loss); this one has {len(model.output_names)}")
     optimizer = optimizer or SGD()
-    lifted, names, values, buffer_names, buffer_values = _kg.lift_parameters(model, training=True)
+    lifted, names, values, buffer_names, buffer_values, seed_input = _kg.lift_parameters(model, training=True)
     if not names:
         raise KilnError("the model has no trainable parameters (float constants of rank >= 1)")
     n_data = len(model.input_names)
     ins = lifted.input_values
-    data, params, buffers = ins[:n_data], ins[n_data: n_data + len(names)], ins[n_data + len(names):]
+    data, params = ins[:n_data], ins[n_data: n_data + len(names)]
+    buffers = ins[n_data + len(names): n_data + len(names) + len(buffer_names)]
+    seed_v = ins[-1] if seed_input else None
     loss_v, y = _loss_value(loss, lifted.output_values[0], target_shape)
     dtype = loss_v.dtype
     grads = [g if g is not None else _kg.make_constant(f"zero_grad_{n}", _np.zeros(p.shape, p.dtype))
@@ -282,6 +285,9 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     states = [[_kg.make_input(f"{n}.{s}", list(p.shape), p.dtype) for s in state_names] for n, p in zip(names, params)]
     scalars = _Scalars(dtype)
     new_params, new_states = optimizer.build(params, grads, states, scalars)
+    if seed_v is not None:  # dropout masks: a new seed per step
+        scalars.values.append(seed_v)
+        scalars.fns.append(lambda t: seed * 1000000007 + t)
     inputs = data + ([y] if y is not None else []) + params + [s for per in states for s in per] + buffers + scalars.values
     outputs = [loss_v] + new_params + [s for per in new_states for s in per] + lifted.output_values[1:]
     out_names = (["loss"] + [f"new.{n}" for n in names] + [f"new.{n}.{s}" for n in names for s in state_names]

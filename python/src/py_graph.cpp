@@ -165,10 +165,11 @@ void define_graph(py::module_& root) {
   m.def("gradient_graph", &gradient_graph, py::arg("graph"), py::arg("wrt"), py::arg("loss_output") = 0);
   m.def("lift_parameters", [](const Graph& g, bool training) {
     LiftedParameters p = lift_parameters(g, training);
-    return py::make_tuple(p.graph, p.names, to_numpy_list(p.values), p.buffer_names, to_numpy_list(p.buffer_values));
+    return py::make_tuple(p.graph, p.names, to_numpy_list(p.values), p.buffer_names, to_numpy_list(p.buffer_values), p.seed_input);
   }, py::arg("graph"), py::arg("training") = false,
      "The graph with its trainable constants as inputs after the model's, then its buffers (training=True: batch norms on batch "
-     "statistics, their running statistics as buffers whose updates are extra outputs): (graph, names, arrays, buffer names, buffer arrays).");
+     "statistics, their running statistics as buffers whose updates are extra outputs; dropouts drawing masks from a last int64 seed "
+     "input): (graph, names, arrays, buffer names, buffer arrays, seed input name or '').");
 
   m.def("remove_identity", &remove_identity);
   m.def("fold_constants", [](const Graph& g) { return fold_constants(g); });

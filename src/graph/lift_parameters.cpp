@@ -60,6 +60,20 @@ BatchNormTraining batch_norm_training(const OpNode& bn, const std::vector<Value>
   return r;
 }
 
+// Dropout(x, ratio?, training_mode?) -> kiln.Dropout(x, seed + k): the k-th
+// dropout of the model draws its own masks; a zero ratio is the identity.
+Value stochastic_dropout(const OpNode& d, const std::vector<Value>& in, const Value& seed, int k) {
+  OpCall call = op_call(d);
+  double ratio = 0.5;
+  if (call.has_input(1)) ratio = *scalar_of(call.constant(1, "ratio"));
+  if (ratio == 0) return in[0];
+  GradBuilder b(d, {}, d.name + "/train/");
+  Value s = k == 0 ? seed : b.add(seed, b.scalar(static_cast<double>(k) * 1000003.0, DataType::Int(64)));
+  return b.op("kiln.Dropout", {in[0], s}, Attrs({{"ratio", ratio}}));
+}
+
+bool is_dropout(const NodeObj& n) { return n.kind == NodeKind::Op && static_cast<const OpNode&>(n).op->name == "Dropout"; }
+
 std::string unique_name(const std::string& base, std::unordered_set<std::string>* taken) {
   std::string name = base;
   for (int k = 1; !taken->insert(name).second; ++k) name = base + "_" + std::to_string(k);
@@ -78,6 +92,11 @@ LiftedParameters lift_parameters(const Graph& graph, bool training) {
   std::vector<Ref<InputNode>> inputs = graph.inputs(), buffer_inputs;
   std::unordered_map<const NodeObj*, Value> update_of;  // buffer input -> its updated value
   auto mapped = [&](const Value& v) { return v.defined() && remap.count(v.node.get()) ? remap[v.node.get()][v.index] : v; };
+  Ref<InputNode> seed;
+  int dropouts = 0;
+  if (training)
+    for (const OpNode* n : graph.op_nodes())
+      if (is_dropout(*n) && !seed.defined()) seed = make_input(unique_name("train.seed", &taken), {{}, DataType::Int(64)});
   for (const Ref<NodeObj>& n : graph.topo_order()) {
     bool buffer = buffers.count(n.get()) != 0;
     if (buffer || (n->kind == NodeKind::Constant && n->types[0].dtype.is_float() && n->types[0].ndim() >= 1 && !fixed.count(n.get()))) {
@@ -101,6 +120,9 @@ LiftedParameters lift_parameters(const Graph& graph, bool training) {
           if (stat.node->kind != NodeKind::Input || !update_of.emplace(stat.node.get(), update).second)
             KILN_USER_ERROR() << "BatchNormalization node '" << op.name << "': its running statistics must be constants of its own (not computed, not shared)";
         }
+      } else if (training && is_dropout(op)) {
+        remap[n.get()] = {stochastic_dropout(op, ins, seed->output(), dropouts++)};
+        for (int k = 1; k < op.num_outputs(); ++k) remap[n.get()].push_back(op.output(k));  // the mask output stays unread
       } else if (changed) {
         Ref<OpNode> copy = with_inputs(op, std::move(ins));
         for (int k = 0; k < copy->num_outputs(); ++k) remap[n.get()].push_back(copy->output(k));
@@ -108,6 +130,10 @@ LiftedParameters lift_parameters(const Graph& graph, bool training) {
     }
   }
   inputs.insert(inputs.end(), buffer_inputs.begin(), buffer_inputs.end());
+  if (seed.defined()) {
+    inputs.push_back(seed);
+    lifted.seed_input = seed->name;
+  }
   std::vector<Value> outs;
   std::vector<std::string> names = graph.output_names();
   for (const Value& v : graph.outputs()) outs.push_back(mapped(v));

@@ -202,6 +202,25 @@ def test_split_with_an_unused_piece():
     np.testing.assert_allclose(g, np.concatenate([2 * xv[:, :2], np.zeros((2, 4))], axis=1), rtol=1e-6)
 
 
+def test_dropout_masks():
+    x = np.ones((100, 100), "float32")
+    seed = lambda s: np.array(s, "int64")
+    (a,) = kg.run_op("kiln.Dropout", [x, seed(3)], ratio=0.3)
+    (b,) = kg.run_op("kiln.Dropout", [x, seed(3)], ratio=0.3)
+    (c,) = kg.run_op("kiln.Dropout", [x, seed(4)], ratio=0.3)
+    assert abs((a == 0).mean() - 0.3) < 0.02
+    np.testing.assert_allclose(np.unique(a), [0, 1 / 0.7], rtol=1e-6)
+    np.testing.assert_array_equal(a, b)  # the same seed, the same mask
+    assert abs(((a == 0) & (c == 0)).mean() - 0.09) < 0.02  # another seed, an independent mask
+    assert abs(((a[:, :-1] == 0) & (a[:, 1:] == 0)).mean() - 0.09) < 0.02  # neighbours independent
+    bld = kg.Builder()
+    xi, si = bld.input("x", x.shape), bld.input("s", (), "int64")
+    np.testing.assert_array_equal(kiln.compile(bld.build(bld.op("kiln.Dropout", xi, si, ratio=0.3)))(x, seed(3))[0], a)
+    check_grad("kiln.Dropout", [rand(3, 5), seed(11)], ratio=0.4)
+    with pytest.raises(kiln.KilnError, match=r"ratio 1.0+ must be in \[0, 1\)"):
+        kg.run_op("kiln.Dropout", [x, seed(1)], ratio=1.0)
+
+
 def test_reductions():
     check_grad("ReduceSum", [rand(2, 3, 4), np.array([0, -1], "int64")], keepdims=0)
     check_grad("ReduceSum", [rand(2, 3)])
@@ -287,7 +306,7 @@ def test_fused_group_with_inputs_from_nodes_of_one_name():
 
 def model_grads_match_torch(module, x, rtol=1e-4, atol=1e-5):
     """kiln's gradients of sum(module(x) * r) for every lifted parameter against torch's."""
-    graph, names, values, _, _ = kg.lift_parameters(kg.from_torch(module, x))
+    graph, names, values, *_ = kg.lift_parameters(kg.from_torch(module, x))
     r = RNG.standard_normal(graph.output_types[0][0]).astype("float32")
     out = graph.output_values[0]
     loss = kg.make_op("ReduceSum", [kg.make_op("Mul", [out, kg.make_constant("r", r)])[0]], keepdims=0)[0]

@@ -137,6 +137,44 @@ def test_torch_model_with_batch_norm_trains_like_torch():
         kiln.compile(model)  # for inference, a training-mode batch norm has no meaning
 
 
+def test_dropout_draws_new_masks_each_step():
+    m = mlp_torch()
+    b = kg.Builder()
+    x = b.input("x", (16, 8))
+    h = b.op("Relu", b.op("Gemm", x, b.constant("w1", m[0].weight.detach().numpy()), b.constant("b1", m[0].bias.detach().numpy()), transB=1))
+    h = b.op("Dropout", h, b.constant("ratio", np.array(0.5, "float32")))
+    logits = b.op("Gemm", h, b.constant("w2", m[2].weight.detach().numpy()[:4]), transB=1)
+    model = b.build(logits)
+    xv, yv = classification_data(16, (8,), 4)
+    frozen = kiln.train.compile(model, optimizer=kiln.train.SGD(lr=0.0))
+    losses = [frozen(xv, yv) for _ in range(3)]
+    assert len(set(losses)) == 3  # same weights, other masks
+    again = kiln.train.compile(model, optimizer=kiln.train.SGD(lr=0.0))
+    assert [again(xv, yv) for _ in range(3)] == losses  # the masks follow the seed and the step
+    other = kiln.train.compile(model, optimizer=kiln.train.SGD(lr=0.0), seed=1)
+    assert other(xv, yv) != losses[0]
+    (ref,) = kiln.compile(model)(xv)  # inference: dropout is the identity
+    want = torch.nn.functional.cross_entropy(torch.tensor(ref), torch.tensor(yv)).item()
+    assert abs(np.mean(losses) - want) < 0.5 * want
+    step = kiln.train.compile(model, optimizer=kiln.train.SGD(lr=0.1, momentum=0.9))
+    first = step(xv, yv)
+    for _ in range(40):
+        last = step(xv, yv)
+    assert last < first
+
+
+def test_torch_dropout_imports_for_training_only():
+    torch.manual_seed(6)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.2), torch.nn.Linear(16, 4))
+    x, y = classification_data(8, (8,), 4)
+    model = kiln.train.from_torch(m, x)
+    assert "Dropout" in model.op_types()
+    with pytest.raises(kiln.KilnError, match="training_mode is true.*kiln.train"):
+        kiln.compile(model)
+    step = kiln.train.compile(model, optimizer=kiln.train.SGD(lr=0.1))
+    assert np.isfinite(step(x, y))
+
+
 class Encoder(torch.nn.Module):
     """Embedding, one transformer encoder layer (multi-head attention, GELU, post-norm) and a classifier over the mean."""
 

@@ -94,6 +94,8 @@ struct LiftedParameters {
   std::vector<NDArray> values;       ///< their initial values (the constants' arrays, shared)
   std::vector<std::string> buffer_names;  ///< state that is updated but not trained (batch norm running statistics)
   std::vector<NDArray> buffer_values;
+  /** In training mode with a Dropout: the last input, an int64 scalar seed of the masks (a new one per step); else empty. */
+  std::string seed_input;
 };
 
 /**
@@ -106,7 +108,8 @@ struct LiftedParameters {
  * ReduceMean and elementwise ops so that its gradient is theirs; its
  * running mean and variance become buffers, updated as ONNX and PyTorch do
  * (running = running * momentum + batch * (1 - momentum), the variance
- * unbiased).
+ * unbiased). Each Dropout becomes kiln.Dropout, its masks drawn from a
+ * seed input (LiftedParameters::seed_input) and the node's position.
  */
 LiftedParameters lift_parameters(const Graph& graph, bool training = false);
 

@@ -47,8 +47,12 @@ OpDef pow_def() {
   return d;
 }
 
+// Whether a Dropout node's constant training_mode input is true.
+bool training_dropout(const OpCall& call) { return call.has_input(2) && scalar_constant(call, 2, "training_mode") != 0; }
+
 // Inference Dropout: the identity. Training mode (a true constant
-// training_mode input) has no inference meaning.
+// training_mode input) imports, for kiln.train to make it stochastic
+// (kiln.Dropout); remove_identity leaves it, and its compute refuses it.
 OpDef dropout_def() {
   OpDef d = unary_def("Dropout", "inference Dropout: the identity (inputs ratio and training_mode are optional constants)", DTypes::Float,
                       [](const OpCall&, Expr x) { return x; }, {{"seed", AttrKind::Int, AttrValue(int64_t{0})}});
@@ -57,9 +61,13 @@ OpDef dropout_def() {
   d.is_identity = true;
   auto base = d.infer;
   d.infer = [base](const OpCall& call) {
-    if (call.has_input(2) && scalar_constant(call, 2, "training_mode") != 0)
-      call.fail("training_mode is true; kiln compiles inference graphs only (export the model in eval mode)");
+    if (call.has_input(2)) scalar_constant(call, 2, "training_mode");  // fails unless a constant scalar
     return base(call);
+  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    if (training_dropout(call))
+      call.fail("training_mode is true: train the model with kiln.train (which draws the masks), or export it in eval mode for inference");
+    return std::vector<te::Tensor>{ops::unary(in[0], [](Expr x) { return x; }, "Dropout")};
   };
   return d;
 }
