@@ -106,12 +106,14 @@ std::vector<Value> gradients(const Value& loss, const std::vector<Value>& wrt) {
   for (auto it = order.rbegin(); it != order.rend(); ++it)
     if ((*it)->kind == NodeKind::Op && needs.count(*it)) backprop_node(*static_cast<const OpNode*>(*it), needs, table);
   std::vector<Value> out;
-  for (const Value& w : wrt) out.push_back(w == loss ? Value() : table.get(w));
+  for (const Value& w : wrt) out.push_back(table.get(w));
   return out;
 }
 
 std::vector<Value> gradients(const Graph& graph, const Value& loss, const std::vector<Value>& wrt) {
-  (void)graph;
+  bool in_graph = false;
+  for (const Ref<NodeObj>& n : graph.topo_order()) in_graph |= n.get() == loss.node.get();
+  KILN_USER_CHECK(in_graph) << "gradients: the loss '" << (loss.defined() ? loss.node->name : "?") << "' is not computed by the graph (not an output nor an ancestor of one)";
   return gradients(loss, wrt);
 }
 

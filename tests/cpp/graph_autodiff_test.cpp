@@ -48,6 +48,19 @@ TEST(GraphAutodiff, AValueTheLossDoesNotReachHasNoGradient) {
   EXPECT_TRUE(g[1].defined());
 }
 
+TEST(GraphAutodiff, TheLossMustBeTheGraphs) {
+  auto x = make_input("x", {{2}, DataType::Float(32)});
+  Value loss = reduce_all(x->output());
+  Graph g = Graph::make({x}, {loss});
+  EXPECT_TRUE(gradients(g, loss, {x->output()})[0].defined());
+  Value other = reduce_all(make_op("Exp", {x->output()})->output());
+  EXPECT_THROW(gradients(g, other, {x->output()}), Error);
+  // d loss / d loss is one.
+  Graph self = Graph::make({x}, {loss, gradients(loss, {loss})[0]});
+  std::vector<NDArray> out = compile(self).run({random_array({2}, 3)});
+  EXPECT_FLOAT_EQ(out[1].data_as<float>()[0], 1.0f);
+}
+
 TEST(GraphAutodiff, AnOpWithoutAGradientIsNamed) {
   auto x = make_input("x", {{2, 3}, DataType::Float(32)});
   Value loss = reduce_all(make_op("Floor", {x->output()}, {}, "round_down")->output());

@@ -76,7 +76,7 @@ class GradBuilder {
  * and node when an op on the way has no gradient.
  */
 std::vector<Value> gradients(const Value& loss, const std::vector<Value>& wrt);
-/** As above; `graph` only checks that the loss is one of its outputs' ancestors (it usually is an output). */
+/** As above, checking that `graph` computes the loss (it is an output or an ancestor of one). */
 std::vector<Value> gradients(const Graph& graph, const Value& loss, const std::vector<Value>& wrt);
 
 /**
