@@ -107,6 +107,7 @@ def test_gemm(ta, tb):
     ((1, 4, 7, 7), (4, 2, 3, 2), {"group": 2, "dilations": [2, 1], "pads": [1, 1, 1, 1]}),
     ((1, 3, 5, 5), (3, 1, 3, 3), {"group": 3, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
     ((2, 2, 9), (3, 2, 3), {"strides": [3], "pads": [2, 1]}),
+    ((1, 2, 4, 5), (3, 2, 1, 2), {"pads": [1, 2, 1, 0], "strides": [2, 1]}),  # pads as wide as the window: the direct form
 ])
 def test_conv(x, w, attrs):
     check_grad("Conv", [rand(*x), rand(*w), rand(w[0])], **attrs)
