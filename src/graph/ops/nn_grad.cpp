@@ -173,12 +173,15 @@ void register_grad_weight() {
       axes.push_back(te::reduce_axis(Range(0, index_imm(ys[j])), "o" + std::to_string(j - 2)));
       o.push_back(axes.back().var());
     }
+    // X padded once, so the reduction reads it without conditions.
+    te::Tensor P = ops::pad_spatial(X, dims, 0.0, "conv_grad_weight.pad");
+    std::vector<ops::WindowDim> unpadded = dims;  // the windows over P: no pads, every tap inside
+    for (auto& w : unpadded) w.pad_begin = w.pad_end = 0, w.in = (w.out - 1) * w.stride + w.span();
     return std::vector<te::Tensor>{te::compute(shape_exprs(ws), [&](const std::vector<Var>& i) {
-      auto [h, inside] = forward_taps(dims, o, as_exprs(i, 2, i.size()));
+      auto [h, inside] = forward_taps(unpadded, o, as_exprs(i, 2, i.size()));
       Expr n = axes[0].var(), k = i[0];
-      Expr c = Kg == ws[0] ? Expr(i[1]) : floordiv(k, index_imm(Kg)) * index_imm(Cg) + i[1];
-      Expr body = dY(cat({n, k}, o)) * X(cat({n, c}, h));
-      return guarded_sum(inside, body, axes);
+      Expr c = floordiv(k, index_imm(Kg)) * index_imm(Cg) + i[1];
+      return guarded_sum(inside, dY(cat({n, k}, o)) * P(cat({n, c}, h)), axes);
     }, "conv_grad_weight")};
   };
   register_op(std::move(d));
