@@ -166,8 +166,9 @@ class _Parameters(dict):
 class TrainStep:
     """One compiled training step; call it with the model's inputs and the target, get the loss (a float)."""
 
-    def __init__(self, exe, graph, n_data, has_target, params, state_names, states, scalars, buffers):
+    def __init__(self, exe, graph, n_data, has_target, params, state_names, states, scalars, buffers, optimizer):
         self._exe, self.graph = exe, graph
+        self.optimizer = optimizer  # its lr (and weight_decay for AdamW) are read at every step
         self._n_data, self._has_target = n_data, has_target
         self.parameters = params
         self.buffers = buffers  # updated each step, not trained (batch norm running statistics)
@@ -297,4 +298,4 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     params_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(names, values))
     state_arrays = [[_np.zeros(p.shape, p.dtype) for _ in state_names] for p in params]
     buffers_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(buffer_names, buffer_values))
-    return TrainStep(exe, graph, n_data, y is not None, params_d, state_names, state_arrays, scalars, buffers_d)
+    return TrainStep(exe, graph, n_data, y is not None, params_d, state_names, state_arrays, scalars, buffers_d, optimizer)

@@ -236,6 +236,34 @@ def test_parameters_are_readable_and_writable():
         step.parameters["nope"] = w
 
 
+def test_learning_rate_changes_between_steps():
+    m = mlp_torch()
+    x, y = classification_data(4, (8,), 4)
+    step = kiln.train.compile(mlp_graph(m, 4), optimizer=kiln.train.Adam(lr=0.01))
+    step(x, y)
+    before = {n: p.copy() for n, p in step.parameters.items()}
+    step.optimizer.lr = 0.0
+    step(x, y)
+    for n, p in step.parameters.items():
+        np.testing.assert_array_equal(p, before[n], err_msg=n)
+    assert step.steps == 2 and set(step.state["0.weight"]) == {"exp_avg", "exp_avg_sq"}
+
+
+def test_a_model_that_computes_its_loss():
+    b = kg.Builder()
+    x, t = b.input("x", (6, 3)), b.input("t", (6, 2))
+    w = b.constant("w", np.zeros((3, 2), "float32"))
+    d = b.op("Sub", b.op("MatMul", x, w), t)
+    model = b.build(b.op("ReduceMean", b.op("Mul", d, d), keepdims=0))
+    step = kiln.train.compile(model, loss=None, optimizer=kiln.train.SGD(lr=0.5))
+    xv = RNG.standard_normal((6, 3)).astype("float32")
+    tv = xv @ np.array([[1, 0], [0, 2], [1, 1]], "float32")
+    losses = [step(xv, tv) for _ in range(100)]
+    assert losses[-1] < 1e-3 * losses[0]
+    with pytest.raises(kiln.KilnError, match="must be a scalar"):
+        kiln.train.compile(mlp_graph(mlp_torch(), 4), loss=None)
+
+
 def test_mismatched_loss_shapes_are_named():
     m = mlp_torch()
     with pytest.raises(kiln.KilnError, match=r"prediction float32\[4, 4\] and the target float32\[4, 3\] must have one shape"):
