@@ -37,6 +37,7 @@ if hasattr(_kiln, "graph"):  # built with the graph compiler
     from . import graph
     from .graph import compile
     from .tune_model import tune_model
+    from . import train
 
 Target = _kiln.Target
 PrimFunc = _kiln.PrimFunc

@@ -44,6 +44,9 @@ eliminate_common_subexpr = _g.eliminate_common_subexpr
 fuse_ops = _g.fuse_ops
 wrap_ops = _g.wrap_ops
 optimize = _g.optimize
+gradients = _g.gradients
+gradient_graph = _g.gradient_graph
+lift_parameters = _g.lift_parameters
 
 
 def make_op(op, inputs, name="", **attrs):

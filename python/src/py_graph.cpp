@@ -3,6 +3,7 @@
 // not copied, while a run lasts).
 #include <pybind11/functional.h>
 
+#include "kiln/graph/autodiff.h"
 #include "kiln/graph/executor.h"
 #include "kiln/graph/kernel_builder.h"
 #include "kiln/graph/op_registry.h"
@@ -98,6 +99,12 @@ void define_graph(py::module_& root) {
         return l;
       })
       .def_property_readonly("output_names", &Graph::output_names)
+      .def_property_readonly("input_values", [](const Graph& g) {
+        std::vector<Value> v;
+        for (const auto& i : g.inputs()) v.push_back(i->output());
+        return v;
+      }, "The inputs as Values (to build on the graph).")
+      .def_property_readonly("output_values", &Graph::outputs, "The outputs as Values.")
       .def_property_readonly("output_types", [](const Graph& g) {
         py::list l;
         for (const Value& v : g.outputs()) l.append(type_tuple(v.type()));
@@ -146,8 +153,23 @@ void define_graph(py::module_& root) {
     for (const AttrSpec& s : d.attrs) attrs[py::str(s.name)] = s.default_value ? from_attr(*s.default_value) : py::object(py::none());
     info["attrs"] = attrs;
     info["has_compute"] = static_cast<bool>(d.compute);
+    info["has_gradient"] = static_cast<bool>(d.gradient);
     return info;
   });
+
+  m.def("gradients", [](const Value& loss, const std::vector<Value>& wrt) {
+    std::vector<std::optional<Value>> out;
+    for (const Value& g : gradients(loss, wrt)) out.push_back(g.defined() ? std::optional<Value>(g) : std::nullopt);
+    return out;
+  }, py::arg("loss"), py::arg("wrt"), "d loss / d w for each w (None where the loss does not depend on it).");
+  m.def("gradient_graph", &gradient_graph, py::arg("graph"), py::arg("wrt"), py::arg("loss_output") = 0);
+  m.def("lift_parameters", [](const Graph& g, bool training) {
+    LiftedParameters p = lift_parameters(g, training);
+    return py::make_tuple(p.graph, p.names, to_numpy_list(p.values), p.buffer_names, to_numpy_list(p.buffer_values), p.seed_input);
+  }, py::arg("graph"), py::arg("training") = false,
+     "The graph with its trainable constants as inputs after the model's, then its buffers (training=True: batch norms on batch "
+     "statistics, their running statistics as buffers whose updates are extra outputs; dropouts drawing masks from a last int64 seed "
+     "input): (graph, names, arrays, buffer names, buffer arrays, seed input name or '').");
 
   m.def("remove_identity", &remove_identity);
   m.def("fold_constants", [](const Graph& g) { return fold_constants(g); });

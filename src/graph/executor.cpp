@@ -41,6 +41,21 @@ using Clock = std::chrono::steady_clock;
 
 // Whether the group only maps elements to elements at the same index, so its
 // output may overwrite an input of the same type that dies with it.
+// The workload key names the DAG, not the order of its arguments: Div(x, y)
+// and Div(c, y) with c a constant have one key but take (x, y) and (y, c).
+// Kernels are shared only when their placeholders are also arguments in
+// the same order (positions of the args among the DAG's placeholders).
+std::string argument_order(const GraphDag& dag) {
+  std::vector<const void*> placeholders;
+  for (const te::Operation& op : te::topo_sort(dag.outputs)) placeholders.push_back(op.get());
+  std::string sig = "|args";
+  for (const te::Tensor& t : dag.args()) {
+    auto it = std::find(placeholders.begin(), placeholders.end(), static_cast<const void*>(t.op().get()));
+    sig += " " + std::to_string(it - placeholders.begin());
+  }
+  return sig;
+}
+
 bool elementwise_group(const OpNode& node) {
   if (!node.body.defined()) return node.op->pattern <= Pattern::Broadcast;
   for (const OpNode* n : Graph(node.body).op_nodes())
@@ -128,7 +143,7 @@ Executor compile(const Graph& g, const CompileOptions& options) {
     std::string key = te::workload_key(dag.outputs);
     ModelStep s;
     s.name = node->attrs.get_string("ops") + " @ " + node->name;
-    auto it = kernel_of_key.find(key);
+    auto it = kernel_of_key.find(key + argument_order(dag));
     GroupInfo info;
     info.name = s.name;
     info.ops = node->attrs.get_string("ops");
@@ -141,7 +156,7 @@ Executor compile(const Graph& g, const CompileOptions& options) {
       } catch (const std::exception& e) {
         rethrow_as(e, "compiling group " + s.name + ": " + e.what());
       }
-      it = kernel_of_key.emplace(key, static_cast<int>(st->modules.size())).first;
+      it = kernel_of_key.emplace(key + argument_order(dag), static_cast<int>(st->modules.size())).first;
       st->modules.push_back(k.module);
       p.plan.kernel_names.push_back(kname);
       GroupInfo ki;

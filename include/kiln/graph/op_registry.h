@@ -13,6 +13,9 @@
  *   evaluate      optional: computes outputs from constant inputs directly
  *                 (Shape needs only the input type; used by constant folding)
  *   flops         optional cost estimate; absent: counted from the compute
+ *   gradient      optional: the gradients of the inputs from those of the
+ *                 outputs, built from other registered ops (autodiff.h);
+ *                 absent: the op cannot be differentiated through
  *
  * Default schedules come from the group, not the op: a fused group is one
  * compute DAG, and its default schedule is made from that DAG by the rules
@@ -79,6 +82,14 @@ using InferFn = std::function<std::vector<TensorType>(const OpCall&)>;
 using ComputeFn = std::function<std::vector<te::Tensor>(const OpCall&, const std::vector<te::Tensor>&)>;
 using EvaluateFn = std::function<std::vector<NDArray>(const OpCall&, const std::vector<NDArray>&)>;
 using FlopsFn = std::function<double(const OpCall&)>;
+class GradBuilder;
+/**
+ * Reverse mode of one node: `b` holds the node and makes the gradient's ops;
+ * `out_grads` has one gradient per output (undefined where an output does
+ * not reach the loss). Returns one Value per input, undefined for inputs
+ * without a gradient (integer inputs, shapes) or not wanted (b.wants(i)).
+ */
+using GradientFn = std::function<std::vector<Value>(GradBuilder& b, const std::vector<Value>& out_grads)>;
 
 struct OpDef {
   std::string name;
@@ -95,6 +106,7 @@ struct OpDef {
   bool reads_at_compile_time(int i) const;
   EvaluateFn evaluate;
   FlopsFn flops;
+  GradientFn gradient;
   /** Operators whose outputs are their first input (Identity, inference Dropout): removed by the graph passes. */
   bool is_identity = false;
 };

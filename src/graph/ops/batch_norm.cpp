@@ -1,7 +1,8 @@
 // BatchNormalization in its inference form (ONNX opset 15):
 //   y = (x - mean[c]) / sqrt(var[c] + epsilon) * scale[c] + B[c],  c = axis 1.
 // After a Conv with constant parameters, fold_batch_norm folds it into the
-// Conv's weights; elsewhere it is this broadcast compute.
+// Conv's weights; elsewhere it is this broadcast compute. In a training
+// graph (lift_parameters with training) it normalises with batch statistics.
 #include "elementwise_helpers.h"
 
 namespace kiln::graph::ops_detail {
@@ -9,9 +10,10 @@ namespace {
 
 const char* const kParams[] = {"X", "scale", "B", "input_mean", "input_var"};
 
+// training_mode=1 (a model exported for training) imports, so that kiln.train
+// can rewrite it to batch statistics (lift_parameters); as an inference
+// kernel it has no meaning, so only its compute refuses it.
 std::vector<TensorType> infer(const OpCall& call) {
-  if (call.attrs.get_int("training_mode") != 0)
-    call.fail("training_mode=1 computes batch statistics; kiln compiles inference graphs only (export the model in eval mode)");
   const TensorType& x = call.input_types[0];
   expect_dtype(call, 0, DTypes::Float, "X");
   if (x.ndim() < 2) call.fail("X has type " + x.str() + "; BatchNormalization needs at least 2 dimensions (N, C, ...)");
@@ -26,6 +28,8 @@ std::vector<TensorType> infer(const OpCall& call) {
 }
 
 std::vector<te::Tensor> compute(const OpCall& call, const std::vector<te::Tensor>& in) {
+  if (call.attrs.get_int("training_mode") != 0)
+    call.fail("training_mode=1 computes batch statistics: train the model with kiln.train, or export it in eval mode for inference");
   DataType t = in[0].dtype();
   Expr eps = make_const(t, call.attrs.get_float("epsilon"));
   te::Tensor X = in[0], scale = in[1], B = in[2], mean = in[3], var = in[4];

@@ -47,8 +47,12 @@ OpDef pow_def() {
   return d;
 }
 
+// Whether a Dropout node's constant training_mode input is true.
+bool training_dropout(const OpCall& call) { return call.has_input(2) && scalar_constant(call, 2, "training_mode") != 0; }
+
 // Inference Dropout: the identity. Training mode (a true constant
-// training_mode input) has no inference meaning.
+// training_mode input) imports, for kiln.train to make it stochastic
+// (kiln.Dropout); remove_identity leaves it, and its compute refuses it.
 OpDef dropout_def() {
   OpDef d = unary_def("Dropout", "inference Dropout: the identity (inputs ratio and training_mode are optional constants)", DTypes::Float,
                       [](const OpCall&, Expr x) { return x; }, {{"seed", AttrKind::Int, AttrValue(int64_t{0})}});
@@ -57,11 +61,77 @@ OpDef dropout_def() {
   d.is_identity = true;
   auto base = d.infer;
   d.infer = [base](const OpCall& call) {
-    if (call.has_input(2) && scalar_constant(call, 2, "training_mode") != 0)
-      call.fail("training_mode is true; kiln compiles inference graphs only (export the model in eval mode)");
+    if (call.has_input(2)) scalar_constant(call, 2, "training_mode");  // fails unless a constant scalar
     return base(call);
   };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    if (training_dropout(call))
+      call.fail("training_mode is true: train the model with kiln.train (which draws the masks), or export it in eval mode for inference");
+    return std::vector<te::Tensor>{ops::unary(in[0], [](Expr x) { return x; }, "Dropout")};
+  };
   return d;
+}
+
+// ---- gradients: the reverse of a broadcast is a sum back to the input's shape.
+
+using Values = std::vector<Value>;
+
+// (da, db) of a binary op, each summed back to its input's shape.
+Values binary_grads(GradBuilder& b, const Value& da, const Value& db) {
+  return {da.defined() ? b.sum_to(da, b.in_type(0).shape) : Value(), db.defined() ? b.sum_to(db, b.in_type(1).shape) : Value()};
+}
+
+Values add_grad(GradBuilder& b, const Values& g) { return binary_grads(b, g[0], b.wants(1) ? g[0] : Value()); }
+Values sub_grad(GradBuilder& b, const Values& g) { return binary_grads(b, g[0], b.wants(1) ? b.neg(g[0]) : Value()); }
+Values mul_grad(GradBuilder& b, const Values& g) {
+  return binary_grads(b, b.wants(0) ? b.mul(g[0], b.in(1)) : Value(), b.wants(1) ? b.mul(g[0], b.in(0)) : Value());
+}
+// d(a/b)/db = -(a/b)/b: reuses the output instead of squaring b.
+Values div_grad(GradBuilder& b, const Values& g) {
+  return binary_grads(b, b.wants(0) ? b.div(g[0], b.in(1)) : Value(), b.wants(1) ? b.neg(b.div(b.mul(g[0], b.out()), b.in(1))) : Value());
+}
+
+// x ** e: dx = g e x^(e-1); de = g y log(x) (only for a float exponent).
+Values pow_grad(GradBuilder& b, const Values& g) {
+  Value x = b.in(0), e = b.in(1);
+  DataType t = x.type().dtype;
+  if (!e.type().dtype.is_float()) e = b.op("Cast", {e}, Attrs({{"to", int64_t(t.bits() == 64 ? 11 : 1)}}));
+  Value dx, de;
+  if (b.wants(0)) dx = b.mul(g[0], b.mul(e, b.op("Pow", {x, b.sub(e, b.scalar(1, t))})));
+  if (b.wants(1)) de = b.mul(g[0], b.mul(b.out(), b.op("Log", {x})));
+  return binary_grads(b, dx, de);
+}
+
+Values sum_grad(GradBuilder& b, const Values& g) {
+  Values out;
+  for (int i = 0; i < b.num_inputs(); ++i) out.push_back(b.sum_to(g[0], b.in_type(i).shape));
+  return out;
+}
+
+Values mean_grad(GradBuilder& b, const Values& g) {
+  Value s = b.scale(g[0], 1.0 / b.num_inputs());
+  Values out;
+  for (int i = 0; i < b.num_inputs(); ++i) out.push_back(b.sum_to(s, b.in_type(i).shape));
+  return out;
+}
+
+// Max/Min of two inputs: the gradient to the one taken (the first on a tie).
+GradientFn extremum_grad(const char* keep_first) {
+  return [keep_first](GradBuilder& b, const Values& g) -> Values {
+    if (b.num_inputs() == 1) return {g[0]};
+    if (b.num_inputs() > 2) b.call().fail("has no gradient with more than two inputs (nest two-input " + b.node().op->name + "s)");
+    Value first = b.op(keep_first, {b.in(0), b.in(1)}), zero = b.scalar(0, g[0].type().dtype);
+    return binary_grads(b, b.wants(0) ? b.op("Where", {first, g[0], zero}) : Value(), b.wants(1) ? b.op("Where", {first, zero, g[0]}) : Value());
+  };
+}
+
+Value abs_grad(GradBuilder& b, const Value& g) {
+  return b.op("Where", {b.op("Less", {b.in(0), b.scalar(0, g.type().dtype)}), b.neg(g), g});
+}
+
+Value erf_grad(GradBuilder& b, const Value& g) {  // 2/sqrt(pi) exp(-x^2)
+  Value x = b.in(0);
+  return b.mul(b.scale(g, 2.0 / std::sqrt(M_PI)), b.op("Exp", {b.neg(b.mul(x, x))}));
 }
 
 Expr fold(const Exprs& xs, Expr (*f)(Expr, Expr)) {
@@ -75,39 +145,43 @@ Expr min2(Expr a, Expr b) { return min(a, b); }
 
 const bool registered = [] {
   constexpr int kMany = 1 << 20;  // variadic ops take any number of inputs
-  register_op(broadcast_def("Add", "a + b, broadcast", 2, 2, DTypes::Numeric, [](const OpCall&, const Exprs& x) { return x[0] + x[1]; }));
-  register_op(broadcast_def("Sub", "a - b, broadcast", 2, 2, DTypes::Numeric, [](const OpCall&, const Exprs& x) { return x[0] - x[1]; }));
-  register_op(broadcast_def("Mul", "a * b, broadcast", 2, 2, DTypes::Numeric, [](const OpCall&, const Exprs& x) { return x[0] * x[1]; }));
-  register_op(broadcast_def("Div", "a / b, broadcast; integers truncate toward zero (a zero divisor gives 0)", 2, 2, DTypes::Numeric,
-                            [](const OpCall&, const Exprs& x) { return divide(x[0], x[1]); }));
-  register_op(pow_def());
-  register_op(broadcast_def("Max", "elementwise maximum of 1 or more inputs, broadcast", 1, kMany, DTypes::Numeric,
-                            [](const OpCall&, const Exprs& x) { return fold(x, max2); }));
-  register_op(broadcast_def("Min", "elementwise minimum of 1 or more inputs, broadcast", 1, kMany, DTypes::Numeric,
-                            [](const OpCall&, const Exprs& x) { return fold(x, min2); }));
-  register_op(broadcast_def("Sum", "elementwise sum of 1 or more inputs, broadcast", 1, kMany, DTypes::Numeric,
-                            [](const OpCall&, const Exprs& x) { return fold(x, add2); }));
-  register_op(broadcast_def("Mean", "elementwise mean of 1 or more inputs, broadcast", 1, kMany, DTypes::Float, [](const OpCall&, const Exprs& x) {
+  register_op(with_grad(broadcast_def("Add", "a + b, broadcast", 2, 2, DTypes::Numeric, [](const OpCall&, const Exprs& x) { return x[0] + x[1]; }), add_grad));
+  register_op(with_grad(broadcast_def("Sub", "a - b, broadcast", 2, 2, DTypes::Numeric, [](const OpCall&, const Exprs& x) { return x[0] - x[1]; }), sub_grad));
+  register_op(with_grad(broadcast_def("Mul", "a * b, broadcast", 2, 2, DTypes::Numeric, [](const OpCall&, const Exprs& x) { return x[0] * x[1]; }), mul_grad));
+  register_op(with_grad(broadcast_def("Div", "a / b, broadcast; integers truncate toward zero (a zero divisor gives 0)", 2, 2, DTypes::Numeric,
+                                      [](const OpCall&, const Exprs& x) { return divide(x[0], x[1]); }), div_grad));
+  register_op(with_grad(pow_def(), pow_grad));
+  register_op(with_grad(broadcast_def("Max", "elementwise maximum of 1 or more inputs, broadcast", 1, kMany, DTypes::Numeric,
+                                      [](const OpCall&, const Exprs& x) { return fold(x, max2); }), extremum_grad("GreaterOrEqual")));
+  register_op(with_grad(broadcast_def("Min", "elementwise minimum of 1 or more inputs, broadcast", 1, kMany, DTypes::Numeric,
+                                      [](const OpCall&, const Exprs& x) { return fold(x, min2); }), extremum_grad("LessOrEqual")));
+  register_op(with_grad(broadcast_def("Sum", "elementwise sum of 1 or more inputs, broadcast", 1, kMany, DTypes::Numeric,
+                                      [](const OpCall&, const Exprs& x) { return fold(x, add2); }), sum_grad));
+  register_op(with_grad(broadcast_def("Mean", "elementwise mean of 1 or more inputs, broadcast", 1, kMany, DTypes::Float, [](const OpCall&, const Exprs& x) {
     return fold(x, add2) / make_const(x[0].dtype(), static_cast<double>(x.size()));
-  }));
+  }), mean_grad));
 
-  auto unary = [](const char* name, const char* doc, DTypes t, Expr (*f)(Expr)) {
-    register_op(unary_def(name, doc, t, [f](const OpCall&, Expr x) { return f(x); }));
+  auto unary = [](const char* name, const char* doc, DTypes t, Expr (*f)(Expr), UnaryGradFn df = nullptr) {
+    OpDef d = unary_def(name, doc, t, [f](const OpCall&, Expr x) { return f(x); });
+    if (df) d.gradient = unary_grad(std::move(df));
+    register_op(std::move(d));
   };
-  unary("Neg", "-x", DTypes::Signed, [](Expr x) { return -x; });
-  unary("Abs", "|x|", DTypes::Numeric, [](Expr x) { return x.dtype().is_uint() ? x : abs(x); });
-  unary("Sqrt", "sqrt(x)", DTypes::Float, [](Expr x) { return sqrt(x); });
-  unary("Exp", "exp(x)", DTypes::Float, [](Expr x) { return exp(x); });
-  unary("Log", "natural log(x)", DTypes::Float, [](Expr x) { return log(x); });
-  unary("Erf", "the error function erf(x)", DTypes::Float, [](Expr x) { return erf(x); });
-  unary("Reciprocal", "1 / x", DTypes::Float, [](Expr x) { return make_const(x.dtype(), 1.0) / x; });
+  unary("Neg", "-x", DTypes::Signed, [](Expr x) { return -x; }, [](GradBuilder& b, const Value& g) { return b.neg(g); });
+  unary("Abs", "|x|", DTypes::Numeric, [](Expr x) { return x.dtype().is_uint() ? x : abs(x); }, abs_grad);
+  unary("Sqrt", "sqrt(x)", DTypes::Float, [](Expr x) { return sqrt(x); }, [](GradBuilder& b, const Value& g) { return b.div(g, b.scale(b.out(), 2)); });
+  unary("Exp", "exp(x)", DTypes::Float, [](Expr x) { return exp(x); }, [](GradBuilder& b, const Value& g) { return b.mul(g, b.out()); });
+  unary("Log", "natural log(x)", DTypes::Float, [](Expr x) { return log(x); }, [](GradBuilder& b, const Value& g) { return b.div(g, b.in(0)); });
+  unary("Erf", "the error function erf(x)", DTypes::Float, [](Expr x) { return erf(x); }, erf_grad);
+  unary("Reciprocal", "1 / x", DTypes::Float, [](Expr x) { return make_const(x.dtype(), 1.0) / x; },
+        [](GradBuilder& b, const Value& g) { return b.neg(b.mul(g, b.mul(b.out(), b.out()))); });
   unary("Floor", "floor(x)", DTypes::Float, [](Expr x) { return floor(x); });
   unary("Ceil", "ceil(x)", DTypes::Float, [](Expr x) { return ceil(x); });
 
   OpDef identity = unary_def("Identity", "the input, unchanged (removed by remove_identity)", DTypes::Any, [](const OpCall&, Expr x) { return x; });
   identity.is_identity = true;
+  identity.gradient = unary_grad([](GradBuilder&, const Value& g) { return g; });
   register_op(std::move(identity));
-  register_op(dropout_def());
+  register_op(with_grad(dropout_def(), unary_grad([](GradBuilder&, const Value& g) { return g; })));
   return true;
 }();
 

@@ -102,4 +102,8 @@ OpDef broadcast_def(const std::string& name, const std::string& doc, int min_inp
   return d;
 }
 
+GradientFn unary_grad(UnaryGradFn df) {
+  return [df](GradBuilder& b, const std::vector<Value>& g) { return std::vector<Value>{df(b, g[0])}; };
+}
+
 }  // namespace kiln::graph::ops_detail

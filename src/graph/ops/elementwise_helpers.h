@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/graph/autodiff.h"
 #include "op_helpers.h"
 
 namespace kiln::graph::ops_detail {
@@ -44,6 +45,15 @@ OpDef unary_def(const std::string& name, const std::string& doc, DTypes dtypes, 
 /** A Broadcast op of min..max inputs of one dtype in `dtypes`: out = f(xs); output dtype `out` (Void: the inputs'). */
 OpDef broadcast_def(const std::string& name, const std::string& doc, int min_inputs, int max_inputs, DTypes dtypes, CallNaryFn f,
                     DataType out = DataType::Void());
+
+/** d with its gradient set (so a registration reads register_op(with_grad(unary_def(...), grad))). */
+inline OpDef with_grad(OpDef d, GradientFn f) {
+  d.gradient = std::move(f);
+  return d;
+}
+/** The gradient of a one-input elementwise op: g * f'(x), written by `df` from the builder and g. */
+using UnaryGradFn = std::function<Value(GradBuilder& b, const Value& g)>;
+GradientFn unary_grad(UnaryGradFn df);
 
 }  // namespace kiln::graph::ops_detail
 

@@ -52,6 +52,24 @@ OpDef where_def() {
   return d;
 }
 
+// ---- gradients
+
+// Float to float: the gradient cast back; to or from an integer type there is none.
+std::vector<Value> cast_grad(GradBuilder& b, const std::vector<Value>& g) {
+  DataType from = b.in_type(0).dtype;
+  if (!from.is_float() || !g[0].type().dtype.is_float()) return {Value()};
+  if (from == g[0].type().dtype) return {g[0]};
+  return {b.op("Cast", {g[0]}, Attrs({{"to", int64_t(from.bits() == 64 ? 11 : from.bits() == 16 ? 10 : 1)}}))};
+}
+
+// The gradient goes to the branch each element was taken from.
+std::vector<Value> where_grad(GradBuilder& b, const std::vector<Value>& g) {
+  Value zero = b.scalar(0, g[0].type().dtype), cond = b.in(0);
+  Value dx = b.wants(1) ? b.sum_to(b.op("Where", {cond, g[0], zero}), b.in_type(1).shape) : Value();
+  Value dy = b.wants(2) ? b.sum_to(b.op("Where", {cond, zero, g[0]}), b.in_type(2).shape) : Value();
+  return {Value(), dx, dy};
+}
+
 const bool registered = [] {
   auto compare = [](const char* name, const char* doc, DTypes t, Expr (*f)(Expr, Expr)) {
     register_op(broadcast_def(name, doc, 2, 2, t, [f](const OpCall&, const Exprs& x) { return f(x[0], x[1]); }, DataType::Bool()));
@@ -65,8 +83,8 @@ const bool registered = [] {
   compare("Or", "a or b, broadcast; bool inputs", DTypes::Bool, [](Expr a, Expr b) { return a || b; });
   compare("Xor", "a xor b, broadcast; bool inputs", DTypes::Bool, [](Expr a, Expr b) { return a != b; });
   register_op(unary_def("Not", "not x; bool input", DTypes::Bool, [](const OpCall&, Expr x) { return !x; }));
-  register_op(where_def());
-  register_op(cast_def());
+  register_op(with_grad(where_def(), where_grad));
+  register_op(with_grad(cast_def(), cast_grad));
   return true;
 }();
 

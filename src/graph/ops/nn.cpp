@@ -1,10 +1,12 @@
 // The heavy operators: Conv, Gemm, MatMul (pattern OutputFusable: their
 // elementwise consumers fuse as the reduction's epilogue).
+#include "kiln/graph/autodiff.h"
 #include "kiln/ops/graph_nn.h"
 
 #include "kiln/support/error.h"
 #include "op_helpers.h"
 #include "window_attrs.h"
+#include "window_grad.h"
 
 namespace kiln::graph::ops_detail {
 namespace {
@@ -59,6 +61,25 @@ std::vector<TensorType> conv_infer(const OpCall& call) {
   return {TensorType{out, x.dtype}};
 }
 
+// dX by kiln.ConvGradInput, dW by kiln.ConvGradWeight, dB sums dY over all but the channels.
+std::vector<Value> conv_grad(GradBuilder& b, const std::vector<Value>& g) {
+  ConvGeometry geo = conv_geometry(b.call());
+  Attrs a = window_grad_attrs(geo.dims);
+  a.set("group", geo.group);
+  std::vector<Value> out(b.num_inputs());
+  if (b.wants(1)) out[1] = b.op("kiln.ConvGradWeight", {b.in(0), g[0]}, a);
+  if (b.wants(0)) {
+    a.set("input_shape", b.in_type(0).shape);
+    out[0] = b.op("kiln.ConvGradInput", {g[0], b.in(1)}, a);
+  }
+  if (b.wants(2)) {
+    std::vector<int64_t> axes{0};
+    for (int k = 2; k < g[0].type().ndim(); ++k) axes.push_back(k);
+    out[2] = b.reduce_sum(g[0], axes, false);
+  }
+  return out;
+}
+
 void register_conv() {
   OpDef d;
   d.name = "Conv";
@@ -90,6 +111,7 @@ void register_conv() {
     double per_output = 2.0 * static_cast<double>(w.numel() / w.shape[0]);
     return outputs * (per_output + (call.has_input(2) ? 1.0 : 0.0));
   };
+  d.gradient = conv_grad;
   register_op(std::move(d));
 }
 
@@ -124,6 +146,44 @@ GemmDims gemm_dims(const OpCall& call) {
   return g;
 }
 
+// Y = alpha A' B' + beta C: dA' = alpha g B'^T and dB' = alpha A'^T g, each
+// written as one Gemm whose transposes undo A' and B' (no Transpose op).
+std::vector<Value> gemm_grad(GradBuilder& b, const std::vector<Value>& g) {
+  bool ta = b.attrs().get_int("transA") != 0, tb = b.attrs().get_int("transB") != 0;
+  double alpha = b.attrs().get_float("alpha");
+  auto gemm = [&](Value x, Value y, bool tx, bool ty) {
+    return b.op("Gemm", {x, y}, Attrs({{"alpha", alpha}, {"transA", int64_t(tx)}, {"transB", int64_t(ty)}}));
+  };
+  Value A = b.in(0), B = b.in(1), G = g[0];
+  std::vector<Value> out(b.num_inputs());
+  if (b.wants(0)) out[0] = ta ? gemm(B, G, tb, true) : gemm(G, B, false, !tb);
+  if (b.wants(1)) out[1] = tb ? gemm(G, A, true, ta) : gemm(A, G, !ta, false);
+  if (b.wants(2)) out[2] = b.sum_to(b.scale(G, b.attrs().get_float("beta")), b.in_type(2).shape);
+  return out;
+}
+
+// numpy matmul: 1-D operands become matrices ([K] -> [1, K] or [K, 1]), then
+// dA = g B^T and dB = A^T g, summed back over broadcast batch dims.
+std::vector<Value> matmul_grad(GradBuilder& b, const std::vector<Value>& g) {
+  std::vector<int64_t> as = b.in_type(0).shape, bs = b.in_type(1).shape, gs = g[0].type().shape;
+  if (as.size() == 1) as.insert(as.begin(), 1);
+  if (bs.size() == 1) bs.push_back(1);
+  if (b.in_type(1).ndim() == 1) gs.push_back(1);
+  if (b.in_type(0).ndim() == 1) gs.insert(gs.end() - 1, 1);
+  Value A = b.reshape(b.in(0), as), B = b.reshape(b.in(1), bs), G = b.reshape(g[0], gs);
+  auto swap_last = [&](Value v) {
+    std::vector<int64_t> perm;
+    int r = v.type().ndim();
+    for (int k = 0; k < r; ++k) perm.push_back(k);
+    std::swap(perm[r - 1], perm[r - 2]);
+    return b.transpose(v, perm);
+  };
+  std::vector<Value> out(2);
+  if (b.wants(0)) out[0] = b.reshape(b.sum_to(b.op("MatMul", {G, swap_last(B)}), as), b.in_type(0).shape);
+  if (b.wants(1)) out[1] = b.reshape(b.sum_to(b.op("MatMul", {swap_last(A), G}), bs), b.in_type(1).shape);
+  return out;
+}
+
 void register_gemm() {
   OpDef d;
   d.name = "Gemm";
@@ -146,6 +206,7 @@ void register_gemm() {
     double mn = static_cast<double>(g.M * g.N);
     return 2.0 * mn * static_cast<double>(g.K) + (call.has_input(2) ? 2.0 * mn : 0.0);
   };
+  d.gradient = gemm_grad;
   register_op(std::move(d));
 }
 
@@ -171,6 +232,7 @@ void register_matmul() {
     for (int64_t s : matmul_out(call)) outputs *= static_cast<double>(s);
     return 2.0 * outputs * static_cast<double>(call.input_types[0].shape.back());
   };
+  d.gradient = matmul_grad;
   register_op(std::move(d));
 }
 

@@ -2,10 +2,12 @@
 // Reduction: a pool reduces a small window per output, which the tuner's
 // simple rule vectorises as it is (no multi-level tiling to leave room for),
 // and an elementwise consumer may still fuse after it.
+#include "kiln/graph/autodiff.h"
 #include "kiln/ops/graph_nn.h"
 
 #include "op_helpers.h"
 #include "window_attrs.h"
+#include "window_grad.h"
 
 namespace kiln::graph::ops_detail {
 namespace {
@@ -49,6 +51,31 @@ std::vector<AttrSpec> window_attrs(bool dilations) {
   return a;
 }
 
+// ---- gradients (the kiln.*Grad ops are in pool_grad.cpp)
+
+Attrs dx_attrs(GradBuilder& b) {
+  Attrs a = window_grad_attrs(pool_windows(b.call()));
+  a.set("input_shape", b.in_type(0).shape);
+  return a;
+}
+
+std::vector<Value> max_pool_grad(GradBuilder& b, const std::vector<Value>& g) {
+  Value argmax = b.op("kiln.MaxPoolArgmax", {b.in(0), b.out()}, window_grad_attrs(pool_windows(b.call())));
+  return {b.op("kiln.MaxPoolGrad", {g[0], argmax}, dx_attrs(b))};
+}
+
+std::vector<Value> avg_pool_grad(GradBuilder& b, const std::vector<Value>& g) {
+  Attrs a = dx_attrs(b);
+  a.set("count_include_pad", b.attrs().get_int("count_include_pad"));
+  return {b.op("kiln.AveragePoolGrad", {g[0]}, a)};
+}
+
+std::vector<Value> global_avg_grad(GradBuilder& b, const std::vector<Value>& g) {
+  const TensorType& x = b.in_type(0);
+  double n = static_cast<double>(x.numel() / (x.shape[0] * x.shape[1]));
+  return {b.expand(b.scale(g[0], 1.0 / n), x.shape)};
+}
+
 void register_max_pool() {
   OpDef d;
   d.name = "MaxPool";
@@ -59,6 +86,7 @@ void register_max_pool() {
   d.pattern = Pattern::Reduction;
   d.infer = pool_infer;
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) { return std::vector<te::Tensor>{ops::max_pool(in[0], pool_windows(call), "maxpool")}; };
+  d.gradient = max_pool_grad;
   register_op(std::move(d));
 }
 
@@ -73,6 +101,7 @@ void register_avg_pool() {
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
     return std::vector<te::Tensor>{ops::avg_pool(in[0], pool_windows(call), call.attrs.get_int("count_include_pad") != 0, "avgpool")};
   };
+  d.gradient = avg_pool_grad;
   register_op(std::move(d));
 }
 
@@ -87,6 +116,7 @@ void register_global(const std::string& name, ops::ReduceOp op, const std::strin
     for (int j = 2; j < call.input_types[0].ndim(); ++j) axes.push_back(j);
     return std::vector<te::Tensor>{ops::reduce(in[0], op, axes, true, name)};
   };
+  if (op == ops::ReduceOp::Mean) d.gradient = global_avg_grad;
   register_op(std::move(d));
 }
 
@@ -111,6 +141,7 @@ std::vector<TensorType> blocked(const OpCall& call, std::vector<TensorType> plai
 void register_blocked(const std::string& plain_name) {
   OpDef d = get_op(plain_name);
   d.name = "kiln." + plain_name + "NCHWc";
+  d.gradient = nullptr;  // made after differentiation; the plain op's gradient does not fit the blocked layout
   d.doc = plain_name + " of a blocked [N, C/b, H, W, b] tensor (made by alter_conv_layout)";
   d.infer = [infer = d.infer](const OpCall& call) { return blocked(call, infer(plain_view(call))); };
   d.compute = [plain_name](const OpCall& call, const std::vector<te::Tensor>& in) {

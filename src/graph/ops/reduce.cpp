@@ -2,6 +2,7 @@
 // LayerNormalization (pattern Reduction).
 #include <algorithm>
 
+#include "kiln/graph/autodiff.h"
 #include "kiln/ops/graph_nn.h"
 #include "kiln/support/error.h"
 #include "op_helpers.h"
@@ -40,8 +41,62 @@ ReduceSpec reduce_spec(const OpCall& call, bool axes_input) {
   return s;
 }
 
+// ---- gradients
+
+using Values = std::vector<Value>;
+
+// The output gradient spread back over the reduced axes (scaled by `factor`: 1 for a sum, 1/count for a mean).
+Value spread(GradBuilder& b, const Value& g, const ReduceSpec& s, double factor) {
+  std::vector<int64_t> kept = b.in_type(0).shape;
+  for (int a : s.axes) kept[a] = 1;
+  Value r = b.reshape(g, kept);
+  if (factor != 1.0) r = b.scale(r, factor);
+  return b.expand(r, b.in_type(0).shape);
+}
+
+GradientFn reduce_grad(bool axes_input, bool mean) {
+  return [axes_input, mean](GradBuilder& b, const Values& g) -> Values {
+    ReduceSpec s = reduce_spec(b.call(), axes_input);
+    double count = 1;
+    for (int a : s.axes) count *= static_cast<double>(b.in_type(0).shape[a]);
+    return {spread(b, g[0], s, mean ? 1.0 / count : 1.0)};
+  };
+}
+
+// dx = y (g - sum(g y)) along the axis.
+Values softmax_grad(GradBuilder& b, const Values& g) {
+  int64_t axis = normalize_axis(b.call(), b.attrs().get_int("axis"), b.in_type(0).ndim());
+  Value y = b.out();
+  Value gy = b.mul(g[0], y);
+  return {b.mul(y, b.sub(g[0], b.reduce_sum(gy, {axis}, true)))};
+}
+
+// With xh = (x - mean) * rstd over the normalised axes A and dxh = g * scale:
+// dx = rstd (dxh - mean_A(dxh) - xh mean_A(dxh xh)); dscale, dB sum g xh and g back to their shapes.
+Values layer_norm_grad(GradBuilder& b, const Values& g) {
+  const TensorType& xt = b.in_type(0);
+  int axis = normalize_axis(b.call(), b.attrs().get_int("axis"), xt.ndim());
+  std::vector<int64_t> axes;
+  for (int k = axis; k < xt.ndim(); ++k) axes.push_back(k);
+  Value x = b.in(0);
+  Value xc = b.sub(x, b.reduce_mean(x, axes, true));
+  Value var = b.reduce_mean(b.mul(xc, xc), axes, true);
+  Value rstd = b.op("Reciprocal", {b.op("Sqrt", {b.add(var, b.scalar(b.attrs().get_float("epsilon"), xt.dtype))})});
+  Value xh = b.mul(xc, rstd);
+  Value dxh = b.mul(g[0], b.in(1));
+  Values out(3);
+  if (b.wants(0)) {
+    Value m1 = b.reduce_mean(dxh, axes, true), m2 = b.reduce_mean(b.mul(dxh, xh), axes, true);
+    out[0] = b.mul(rstd, b.sub(b.sub(dxh, m1), b.mul(xh, m2)));
+  }
+  if (b.wants(1)) out[1] = b.sum_to(b.mul(g[0], xh), b.in_type(1).shape);
+  if (b.wants(2)) out[2] = b.sum_to(g[0], b.in_type(2).shape);
+  return out;
+}
+
 void register_reduce(const std::string& name, ops::ReduceOp op, bool axes_input) {
   OpDef d;
+  if (op == ops::ReduceOp::Sum || op == ops::ReduceOp::Mean) d.gradient = reduce_grad(axes_input, op == ops::ReduceOp::Mean);
   d.name = name;
   d.doc = axes_input ? "reduction over the axes of constant input 1 (all when absent), keepdims" : "reduction over the axes attribute (all when empty), keepdims";
   d.pattern = Pattern::Reduction;
@@ -87,6 +142,7 @@ void register_softmax() {
     int axis = normalize_axis(call, call.attrs.get_int("axis"), call.input_types[0].ndim());
     return std::vector<te::Tensor>{ops::softmax_axis(in[0], axis, "softmax")};
   };
+  d.gradient = softmax_grad;
   register_op(std::move(d));
 }
 
@@ -124,6 +180,7 @@ void register_layer_norm() {
     te::Tensor bias = in.size() > 2 ? in[2] : te::Tensor();
     return std::vector<te::Tensor>{ops::layer_norm_axes(in[0], in[1], bias, axis, call.attrs.get_float("epsilon"), "layernorm")};
   };
+  d.gradient = layer_norm_grad;
   register_op(std::move(d));
 }
 

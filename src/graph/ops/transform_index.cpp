@@ -3,6 +3,8 @@
 // constant-folded, through the same computes and a plain kernel).
 #include <limits>
 
+#include "kiln/graph/autodiff.h"
+#include "kiln/ir/op.h"
 #include "kiln/support/error.h"
 #include "op_helpers.h"
 #include "transform_common.h"
@@ -31,6 +33,19 @@ int concat_axis(const OpCall& call) {
   return axis;
 }
 
+// Each input's gradient is its slice of the output's.
+std::vector<Value> concat_grad(GradBuilder& b, const std::vector<Value>& g) {
+  int axis = concat_axis(b.call());
+  std::vector<Value> out;
+  int64_t at = 0;
+  for (int i = 0; i < b.num_inputs(); ++i) {
+    int64_t n = b.in_type(i).shape[axis];
+    out.push_back(b.wants(i) ? b.op("Slice", {g[0], b.ints({at}), b.ints({at + n}), b.ints({axis})}) : Value());
+    at += n;
+  }
+  return out;
+}
+
 void register_concat() {
   OpDef d;
   d.name = "Concat";
@@ -48,6 +63,7 @@ void register_concat() {
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
     return std::vector<te::Tensor>{ops::concat(in, concat_axis(call), "concat")};
   };
+  d.gradient = concat_grad;
   register_op(std::move(d));
 }
 
@@ -82,6 +98,22 @@ std::vector<int64_t> split_sizes(const OpCall& call, int* axis_out) {
   return sizes;
 }
 
+// The pieces' gradients joined back (zeros for a piece the loss does not reach).
+std::vector<Value> split_grad(GradBuilder& b, const std::vector<Value>& g) {
+  int axis;
+  split_sizes(b.call(), &axis);
+  std::vector<Value> parts;
+  for (int k = 0; k < b.node().num_outputs(); ++k) {
+    if (g[k].defined()) {
+      parts.push_back(g[k]);
+      continue;
+    }
+    const TensorType& t = b.node().types[k];
+    parts.push_back(b.expand(b.scalar(0, t.dtype), t.shape));
+  }
+  return {parts.size() == 1 ? parts[0] : b.op("Concat", parts, Attrs({{"axis", int64_t(axis)}}))};
+}
+
 void register_split() {
   OpDef d;
   d.name = "Split";
@@ -106,6 +138,7 @@ void register_split() {
     std::vector<int64_t> sizes = split_sizes(call, &axis);
     return ops::split(in[0], axis, sizes, "split");
   };
+  d.gradient = split_grad;
   register_op(std::move(d));
 }
 
@@ -137,6 +170,54 @@ std::vector<ops::SliceRange> slice_ranges(const OpCall& call) {
   return ranges;
 }
 
+// kiln.SliceGrad(dY): zeros of input_shape with dY written where the slice read
+// (starts and steps per dim, resolved); an index map, so it fuses like Slice.
+void register_slice_grad() {
+  OpDef d;
+  d.name = "kiln.SliceGrad";
+  d.doc = "Slice's input gradient: dY placed at the sliced elements of zeros of input_shape";
+  d.attrs = {{"input_shape", AttrKind::Ints, std::nullopt}, {"starts", AttrKind::Ints, std::nullopt}, {"steps", AttrKind::Ints, std::nullopt}};
+  d.pattern = Pattern::Injective;
+  d.infer = [](const OpCall& call) {
+    const auto& in = call.attrs.get_ints("input_shape");
+    if (in.size() != call.input_types[0].shape.size() || call.attrs.get_ints("starts").size() != in.size() || call.attrs.get_ints("steps").size() != in.size())
+      call.fail("input_shape, starts, steps and dY " + call.input_types[0].str() + " differ in rank");
+    return std::vector<TensorType>{TensorType{in, call.input_types[0].dtype}};
+  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    const auto &shape = call.attrs.get_ints("input_shape"), &starts = call.attrs.get_ints("starts"), &steps = call.attrs.get_ints("steps");
+    const auto& counts = call.input_types[0].shape;
+    te::Tensor dY = in[0];
+    return std::vector<te::Tensor>{te::compute(ops::shape_exprs(shape), [&](const std::vector<Var>& i) {
+      std::vector<Expr> at;
+      Expr hit;
+      for (size_t k = 0; k < shape.size(); ++k) {
+        if (starts[k] == 0 && steps[k] == 1 && counts[k] == shape[k]) {
+          at.push_back(i[k]);
+          continue;
+        }
+        Expr num = i[k] - ops::index_imm(starts[k]);
+        Expr idx = steps[k] == 1 ? num : floordiv(num, ops::index_imm(steps[k]));
+        Expr c = idx >= 0 && idx < ops::index_imm(counts[k]);
+        if (steps[k] != 1) c = c && floormod(num, ops::index_imm(steps[k])) == 0;
+        hit = hit.defined() ? (hit && c) : c;
+        at.push_back(idx);
+      }
+      return hit.defined() ? if_then_else(hit, dY(at), make_zero(dY.dtype())) : dY(at);
+    }, "slice_grad")};
+  };
+  register_op(std::move(d));
+}
+
+std::vector<Value> slice_grad(GradBuilder& b, const std::vector<Value>& g) {
+  std::vector<int64_t> starts, steps;
+  for (const ops::SliceRange& r : slice_ranges(b.call())) {
+    starts.push_back(r.start);
+    steps.push_back(r.step);
+  }
+  return {b.op("kiln.SliceGrad", {g[0]}, Attrs({{"input_shape", b.in_type(0).shape}, {"starts", starts}, {"steps", steps}}))};
+}
+
 void register_slice() {
   OpDef d;
   d.name = "Slice";
@@ -154,6 +235,7 @@ void register_slice() {
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
     return std::vector<te::Tensor>{ops::strided_slice(in[0], slice_ranges(call), "slice")};
   };
+  d.gradient = slice_grad;
   register_op(std::move(d));
 }
 
@@ -175,6 +257,48 @@ int gather_axis(const OpCall& call) {
   return axis;
 }
 
+// kiln.GatherGrad(indices, dY) -> d data [data_shape]: each row of data sums
+// the rows of dY gathered from it (a scatter-add written as a reduction over
+// the indices, so no two threads write one element).
+void register_gather_grad() {
+  OpDef d;
+  d.name = "kiln.GatherGrad";
+  d.doc = "Gather's data gradient: for each row r along axis, the sum of dY over the positions whose index is r";
+  d.min_inputs = d.max_inputs = 2;
+  d.attrs = {{"axis", AttrKind::Int, std::nullopt}, {"data_shape", AttrKind::Ints, std::nullopt}};
+  d.pattern = Pattern::Reduction;
+  d.infer = [](const OpCall& call) {
+    if (!call.input_types[0].dtype.is_integer()) call.fail("indices are " + call.input_types[0].str() + "; they must be int32 or int64");
+    return std::vector<TensorType>{TensorType{call.attrs.get_ints("data_shape"), call.input_types[1].dtype}};
+  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    te::Tensor I = in[0], dY = in[1];
+    const auto& shape = call.attrs.get_ints("data_shape");
+    size_t axis = static_cast<size_t>(call.attrs.get_int("axis"));
+    std::vector<IterVar> axes;
+    std::vector<Expr> j;
+    for (size_t k = 0; k < call.input_types[0].shape.size(); ++k) {
+      axes.push_back(te::reduce_axis(Range(0, ops::index_imm(call.input_types[0].shape[k])), "j" + std::to_string(k)));
+      j.push_back(axes.back().var());
+    }
+    return std::vector<te::Tensor>{te::compute(ops::shape_exprs(shape), [&](const std::vector<Var>& i) {
+      Expr idx = I(j);
+      idx = select(idx < make_zero(idx.dtype()), idx + make_const(idx.dtype(), static_cast<double>(shape[axis])), idx);
+      std::vector<Expr> at(i.begin(), i.begin() + axis);
+      at.insert(at.end(), j.begin(), j.end());
+      at.insert(at.end(), i.begin() + axis + 1, i.end());
+      Expr v = select(idx == cast(idx.dtype(), i[axis]), dY(at), make_zero(dY.dtype()));
+      return axes.empty() ? v : te::sum(v, axes);
+    }, "gather_grad")};
+  };
+  register_op(std::move(d));
+}
+
+std::vector<Value> gather_grad(GradBuilder& b, const std::vector<Value>& g) {
+  int axis = gather_axis(b.call());
+  return {b.op("kiln.GatherGrad", {b.in(1), g[0]}, Attrs({{"axis", int64_t(axis)}, {"data_shape", b.in_type(0).shape}}))};
+}
+
 void register_gather() {
   OpDef d;
   d.name = "Gather";
@@ -193,6 +317,7 @@ void register_gather() {
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
     return std::vector<te::Tensor>{ops::gather(in[0], in[1], gather_axis(call), "gather")};
   };
+  d.gradient = gather_grad;
   register_op(std::move(d));
 }
 
@@ -242,6 +367,20 @@ PadSpec pad_spec(const OpCall& call) {
   return p;
 }
 
+std::vector<Value> pad_grad(GradBuilder& b, const std::vector<Value>& g) {
+  OpCall call = b.call();
+  PadSpec p = pad_spec(call);
+  if (p.mode != ops::PadMode::Constant) call.fail("has no gradient in " + call.attrs.get_string("mode") + " mode (only constant padding is differentiated)");
+  std::vector<int64_t> starts, ends, axes;
+  for (int k = 0; k < b.in_type(0).ndim(); ++k) {
+    if (p.before[k] < 0 || p.after[k] < 0) call.fail("has no gradient with negative pads (cropping); use Slice");
+    starts.push_back(p.before[k]);
+    ends.push_back(p.before[k] + b.in_type(0).shape[k]);
+    axes.push_back(k);
+  }
+  return {b.op("Slice", {g[0], b.ints(starts), b.ints(ends), b.ints(axes)})};
+}
+
 void register_pad() {
   OpDef d;
   d.name = "Pad";
@@ -261,6 +400,7 @@ void register_pad() {
     PadSpec p = pad_spec(call);
     return std::vector<te::Tensor>{ops::pad(in[0], p.before, p.after, p.mode, make_const(in_type(call).dtype, p.value), "pad")};
   };
+  d.gradient = pad_grad;
   register_op(std::move(d));
 }
 
@@ -268,7 +408,9 @@ const bool registered = [] {
   register_concat();
   register_split();
   register_slice();
+  register_slice_grad();
   register_gather();
+  register_gather_grad();
   register_pad();
   return true;
 }();

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/graph/autodiff.h"
 #include "kiln/support/error.h"
 #include "op_helpers.h"
 #include "transform_common.h"
@@ -17,6 +18,18 @@ const TensorType& in_type(const OpCall& call) { return call.input_types[0]; }
 TensorType with_shape(const OpCall& call, std::vector<int64_t> shape) { return TensorType{std::move(shape), in_type(call).dtype}; }
 
 std::vector<TensorType> one(TensorType t) { return {std::move(t)}; }
+
+// ---- gradients: a reshaping op's gradient is the output's reshaped back.
+
+std::vector<Value> reshape_back(GradBuilder& b, const std::vector<Value>& g) { return {b.reshape(g[0], b.in_type(0).shape)}; }
+std::vector<Value> expand_grad(GradBuilder& b, const std::vector<Value>& g) { return {b.sum_to(g[0], b.in_type(0).shape)}; }
+std::vector<int> transpose_perm(const OpCall& call);
+std::vector<Value> transpose_grad(GradBuilder& b, const std::vector<Value>& g) {
+  std::vector<int> perm = transpose_perm(b.call());
+  std::vector<int64_t> inverse(perm.size());
+  for (size_t k = 0; k < perm.size(); ++k) inverse[perm[k]] = static_cast<int64_t>(k);
+  return {b.transpose(g[0], inverse)};
+}
 
 // ---- Reshape -------------------------------------------------------------
 
@@ -72,6 +85,7 @@ void register_reshape() {
   d.const_inputs = {1};
   d.infer = [](const OpCall& call) { return one(with_shape(call, reshape_shape(call))); };
   d.compute = reshape_to(reshape_shape);
+  d.gradient = reshape_back;
   register_op(std::move(d));
 }
 
@@ -96,6 +110,7 @@ void register_flatten() {
   d.pattern = Pattern::Injective;
   d.infer = [](const OpCall& call) { return one(with_shape(call, flatten_shape(call))); };
   d.compute = reshape_to(flatten_shape);
+  d.gradient = reshape_back;
   register_op(std::move(d));
 }
 
@@ -136,6 +151,7 @@ void register_transpose() {
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
     return std::vector<te::Tensor>{ops::permute_dims(in[0], transpose_perm(call), "transpose")};
   };
+  d.gradient = transpose_grad;
   register_op(std::move(d));
 }
 
@@ -174,6 +190,7 @@ void register_squeeze() {
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
     return std::vector<te::Tensor>{ops::squeeze(in[0], squeeze_axes(call), "squeeze")};
   };
+  d.gradient = reshape_back;
   register_op(std::move(d));
 }
 
@@ -200,6 +217,7 @@ void register_unsqueeze() {
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
     return std::vector<te::Tensor>{ops::expand_dims(in[0], unsqueeze_axes(call), "unsqueeze")};
   };
+  d.gradient = reshape_back;
   register_op(std::move(d));
 }
 
@@ -226,6 +244,7 @@ void register_expand() {
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
     return std::vector<te::Tensor>{ops::broadcast_to(in[0], expand_shape(call), "expand")};
   };
+  d.gradient = expand_grad;
   register_op(std::move(d));
 }
 

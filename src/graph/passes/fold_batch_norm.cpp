@@ -30,6 +30,7 @@ Graph fold_batch_norm(const Graph& g) {
   for (const Value& v : g.outputs()) ++readers[v.node.get()];
   return rewrite_graph(g, [&](const Ref<OpNode>& bn) -> std::vector<Value> {
     if (bn->op->name != "BatchNormalization" || bn->inputs.size() < 5) return {};
+    if (bn->attrs.get_int("training_mode") != 0) return {};  // batch statistics: nothing to fold
     const Value& x = bn->inputs[0];
     if (x.node->kind != NodeKind::Op) return {};
     const auto& conv = static_cast<const OpNode&>(*x.node);

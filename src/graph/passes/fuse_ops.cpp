@@ -107,7 +107,11 @@ Graph build_groups(const Graph& g, const Grouping& gr) {
         if (ext[k] == v) return body_inputs[k]->output();
       ext.push_back(v);
       std::string name = v.node->name + (v.node->num_outputs() > 1 ? ":" + std::to_string(v.index) : "");
-      body_inputs.push_back(make_input(name.empty() ? "in" + std::to_string(ext.size() - 1) : name, v.type()));
+      if (name.empty()) name = "in" + std::to_string(ext.size() - 1);
+      // Node names need not be unique (a Builder names nodes by their op); a body's inputs must be.
+      for (const auto& b : body_inputs)
+        if (b->name == name) name += "#" + std::to_string(ext.size() - 1);
+      body_inputs.push_back(make_input(name, v.type()));
       return body_inputs.back()->output();
     };
     std::vector<Value> body_outputs, escaping_values;

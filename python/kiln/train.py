@@ -1,0 +1,301 @@
+"""Training: a model's forward pass, loss, backward pass and optimizer update
+compiled into one graph, run one step per call.
+
+    step = kiln.train.compile(model, loss="cross_entropy", optimizer=kiln.train.SGD(lr=0.1, momentum=0.9))
+    for x, y in batches:
+        loss = step(x, y)
+    step.parameters["fc1.weight"]      # numpy arrays, readable and writable
+
+`model` is a :class:`kiln.graph.Graph` (from a Builder, ``from_onnx`` or
+``from_torch``) with one output. Its float constants of rank >= 1 that no
+operator reads at compile time (the initializers of an ONNX model, the
+weights of a Builder graph) are the trainable parameters: they become inputs
+of the training graph, whose outputs are the loss, the new parameters and
+the new optimizer state, fed back by the step object at the next call.
+Batch norms train on batch statistics (as torch.nn.BatchNorm in train mode);
+their running statistics are ``step.buffers``, updated at every step.
+Optimizers follow PyTorch's update rules (torch.optim.SGD, Adam, AdamW), so a
+model trained with the same initial weights and data follows PyTorch's
+losses.
+"""
+import numpy as _np
+
+from ._ffi import KilnError
+from . import graph as _kg
+
+__all__ = ["compile", "from_torch", "SGD", "Adam", "AdamW", "TrainStep"]
+
+
+def _op(name, *inputs, **attrs):
+    return _kg.make_op(name, list(inputs), **attrs)[0]
+
+
+class _Scalars:
+    """Per-step scalar inputs of the training graph (learning rate, bias corrections), fed at each call."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+        self.values = []  # graph input Values
+        self.fns = []  # step number -> value
+
+    def add(self, name, fn):
+        v = _kg.make_input(f"train.{name}", [], self.dtype)
+        self.values.append(v)
+        self.fns.append(fn)
+        return v
+
+    def feed(self, step):
+        return [_np.asarray(f(step), v.dtype) for f, v in zip(self.fns, self.values)]
+
+
+def _const(value, like):
+    return _kg.make_constant("train.c", _np.asarray(value, like.dtype))
+
+
+class SGD:
+    """torch.optim.SGD's rule: d = g + weight_decay * p; with momentum,
+    buf = momentum * buf + (1 - dampening) * d (buf = d at the first step),
+    d = d + momentum * buf if nesterov else buf; p = p - lr * d.
+    ``lr`` may be changed between steps."""
+
+    def __init__(self, lr=0.01, momentum=0.0, weight_decay=0.0, dampening=0.0, nesterov=False):
+        if lr < 0 or momentum < 0 or weight_decay < 0:
+            raise KilnError(f"SGD: lr ({lr}), momentum ({momentum}) and weight_decay ({weight_decay}) must not be negative")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise KilnError("SGD: nesterov needs a positive momentum and zero dampening (as torch.optim.SGD)")
+        self.lr, self.momentum, self.weight_decay, self.dampening, self.nesterov = lr, momentum, weight_decay, dampening, nesterov
+
+    def state_names(self):
+        return ["momentum_buffer"] if self.momentum else []
+
+    def build(self, params, grads, states, scalars):
+        lr = scalars.add("lr", lambda t: self.lr)
+        # The first step's buffer is d itself (no dampening), as in PyTorch.
+        damp = scalars.add("dampening", lambda t: 1.0 if t == 1 else 1.0 - self.dampening) if self.momentum else None
+        new_params, new_states = [], []
+        for p, g, st in zip(params, grads, states):
+            d = g
+            if self.weight_decay:
+                d = _op("Add", d, _op("Mul", p, _const(self.weight_decay, p)))
+            if self.momentum:
+                buf = _op("Add", _op("Mul", st[0], _const(self.momentum, p)), _op("Mul", d, damp))
+                new_states.append([buf])
+                d = _op("Add", d, _op("Mul", buf, _const(self.momentum, p))) if self.nesterov else buf
+            else:
+                new_states.append([])
+            new_params.append(_op("Sub", p, _op("Mul", d, lr)))
+        return new_params, new_states
+
+
+class Adam:
+    """torch.optim.Adam's rule: m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2,
+    p = p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps); weight_decay
+    adds weight_decay * p to g (L2). ``lr`` may be changed between steps."""
+
+    decoupled = False
+
+    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        b1, b2 = betas
+        if lr < 0 or eps < 0 or weight_decay < 0 or not (0 <= b1 < 1 and 0 <= b2 < 1):
+            raise KilnError(f"{type(self).__name__}: lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}: "
+                            "lr, eps and weight_decay must not be negative and the betas must be in [0, 1)")
+        self.lr, self.betas, self.eps, self.weight_decay = lr, (b1, b2), eps, weight_decay
+
+    def state_names(self):
+        return ["exp_avg", "exp_avg_sq"]
+
+    def build(self, params, grads, states, scalars):
+        b1, b2 = self.betas
+        step_size = scalars.add("step_size", lambda t: self.lr / (1 - b1 ** t))
+        bc2_sqrt = scalars.add("bias_correction2_sqrt", lambda t: _np.sqrt(1 - b2 ** t))
+        decay = scalars.add("decay", lambda t: 1 - self.lr * self.weight_decay) if self.decoupled and self.weight_decay else None
+        new_params, new_states = [], []
+        for p, g, (m, v) in zip(params, grads, states):
+            if self.weight_decay and not self.decoupled:
+                g = _op("Add", g, _op("Mul", p, _const(self.weight_decay, p)))
+            if decay is not None:
+                p = _op("Mul", p, decay)  # AdamW: decay the weights apart from the gradient
+            m = _op("Add", _op("Mul", m, _const(b1, p)), _op("Mul", g, _const(1 - b1, p)))
+            v = _op("Add", _op("Mul", v, _const(b2, p)), _op("Mul", _op("Mul", g, g), _const(1 - b2, p)))
+            denom = _op("Add", _op("Div", _op("Sqrt", v), bc2_sqrt), _const(self.eps, p))
+            new_params.append(_op("Sub", p, _op("Mul", _op("Div", m, denom), step_size)))
+            new_states.append([m, v])
+        return new_params, new_states
+
+
+class AdamW(Adam):
+    """torch.optim.AdamW: Adam with the weight decay applied to the weights (p *= 1 - lr * weight_decay) instead of the gradient."""
+
+    decoupled = True
+
+    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        super().__init__(lr, betas, eps, weight_decay)
+
+
+def _loss_value(loss, out, n_batch_hint):
+    """The loss Value on the model's output and the target input it needs (None for loss=None)."""
+    shape, dtype = out.shape, out.dtype
+    if loss is None:
+        if shape != ():
+            raise KilnError(f"loss=None takes the model's output as the loss, so it must be a scalar; the output is {dtype}{list(shape)}")
+        return out, None
+    if loss == "cross_entropy":
+        if len(shape) != 2:
+            raise KilnError(f"loss='cross_entropy' needs the model's output to be logits [batch, classes]; it is {dtype}{list(shape)}")
+        y = _kg.make_input("labels", [shape[0]], "int64")
+        return _op("kiln.SoftmaxCrossEntropy", out, y), y
+    if loss == "mse":
+        y = _kg.make_input("target", list(n_batch_hint or shape), dtype)
+        return _op("kiln.MeanSquaredError", out, y), y
+    raise KilnError(f"loss must be 'cross_entropy', 'mse' or None (the model computes it), got {loss!r}")
+
+
+class _Parameters(dict):
+    """name -> numpy array; assigning checks the shape and copies (dtype converted)."""
+
+    def __setitem__(self, name, value):
+        if name not in self:
+            raise KilnError(f"no parameter '{name}'; the parameters are {sorted(self)}")
+        old = dict.__getitem__(self, name)
+        a = _np.array(value, dtype=old.dtype, order="C")
+        if a.shape != old.shape:
+            raise KilnError(f"parameter '{name}' has shape {old.shape}; cannot assign an array of shape {a.shape}")
+        dict.__setitem__(self, name, a)
+
+
+class TrainStep:
+    """One compiled training step; call it with the model's inputs and the target, get the loss (a float)."""
+
+    def __init__(self, exe, graph, n_data, has_target, params, state_names, states, scalars, buffers, optimizer):
+        self._exe, self.graph = exe, graph
+        self.optimizer = optimizer  # its lr (and weight_decay for AdamW) are read at every step
+        self._n_data, self._has_target = n_data, has_target
+        self.parameters = params
+        self.buffers = buffers  # updated each step, not trained (batch norm running statistics)
+        self._state_names = state_names
+        self._states = states  # per parameter, a list of arrays
+        self._scalars = scalars
+        self.steps = 0
+
+    @property
+    def state(self):
+        """The optimizer state: {parameter name: {state name: array}}."""
+        return {n: dict(zip(self._state_names, s)) for n, s in zip(self.parameters, self._states)}
+
+    def __call__(self, *inputs):
+        want = self._n_data + (1 if self._has_target else 0)
+        if len(inputs) != want:
+            raise KilnError(f"the training step takes {self._n_data} model input(s)" + (" and the target" if self._has_target else "")
+                            + f", got {len(inputs)} argument(s)")
+        feed = [_np.ascontiguousarray(a) for a in inputs[: self._n_data]]
+        if self._has_target:
+            y = _np.asarray(inputs[-1])
+            want_dtype = self.graph.input_types[self._n_data][1]
+            feed.append(_np.ascontiguousarray(y.astype(want_dtype) if y.dtype.kind in "iu" and want_dtype.startswith("int") else y))
+        self.steps += 1
+        names = list(self.parameters)
+        feed += [dict.__getitem__(self.parameters, n) for n in names]
+        feed += [s for per in self._states for s in per]
+        feed += [dict.__getitem__(self.buffers, n) for n in self.buffers]
+        feed += self._scalars.feed(self.steps)
+        outs = self._exe.run(feed)
+        for k, n in enumerate(names):
+            dict.__setitem__(self.parameters, n, outs[1 + k])
+        at = 1 + len(names)
+        for per in self._states:
+            per[:] = outs[at: at + len(per)]
+            at += len(per)
+        for n in list(self.buffers):
+            dict.__setitem__(self.buffers, n, outs[at])
+            at += 1
+        return float(outs[0])
+
+
+def from_torch(module, example_inputs, opset=15):
+    """Imports a PyTorch module for training: exported through ONNX in training
+    mode, so its batch norms stay (kiln.graph.from_torch exports in eval mode,
+    where the exporter folds each batch norm into the convolution before it,
+    and drops the dropouts). kiln draws its own dropout masks, so a model with
+    dropout trains like PyTorch's in distribution, not step by step."""
+    import io
+
+    import torch
+
+    args = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
+    args = tuple(torch.from_numpy(_np.ascontiguousarray(a)) if isinstance(a, _np.ndarray) else a for a in args)
+    names = [f"input{i}" for i in range(len(args))]
+    buf = io.BytesIO()
+    was_training = module.training
+    saved = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    try:
+        with torch.no_grad():
+            torch.onnx.export(module, args, buf, opset_version=int(opset), input_names=names,
+                              training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    finally:
+        module.train(was_training)
+    data = _restore_buffers(buf.getvalue(), module, saved)
+    return _kg.from_onnx(data, shapes={n: tuple(a.shape) for n, a in zip(names, args)})
+
+
+def _restore_buffers(data, module, saved):
+    """Tracing ran the module once in train mode, moving its batch norms' running
+    statistics, and the export holds the moved values: put the module and the
+    exported buffers back as they were. Without the onnx package the module
+    keeps the moved values, so that it and the export still agree."""
+    try:
+        import onnx
+        from onnx import numpy_helper
+    except ImportError:
+        return data
+    buffers = {name for name, _ in module.named_buffers()}
+    model = onnx.load_from_string(data)
+    for init in model.graph.initializer:
+        if init.name in buffers and init.name in saved:
+            init.CopyFrom(numpy_helper.from_array(saved[init.name].cpu().numpy(), init.name))
+    module.load_state_dict(saved)
+    return model.SerializeToString()
+
+
+def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_shape=None, seed=0):
+    """Compiles one training step of `model` (a kiln.graph.Graph with one output).
+
+    loss: "cross_entropy" (the output is logits [batch, classes]; the target
+    is int64 class indices [batch]), "mse" (the target has the output's shape,
+    or `target_shape`), or None (the model's scalar output is the loss).
+    optimizer: SGD, Adam or AdamW (default SGD(lr=0.01)).
+    seed: the dropout masks' seed (each step draws new masks from it and the step number).
+    """
+    if not isinstance(model, _kg.Graph):
+        raise KilnError(f"kiln.train.compile takes a kiln.graph.Graph, got a {type(model).__name__}")
+    if len(model.output_names) != 1:
+        raise KilnError(f"kiln.train.compile needs a model with one output (the prediction or the loss); this one has {len(model.output_names)}")
+    optimizer = optimizer or SGD()
+    lifted, names, values, buffer_names, buffer_values, seed_input = _kg.lift_parameters(model, training=True)
+    if not names:
+        raise KilnError("the model has no trainable parameters (float constants of rank >= 1)")
+    n_data = len(model.input_names)
+    ins = lifted.input_values
+    data, params = ins[:n_data], ins[n_data: n_data + len(names)]
+    buffers = ins[n_data + len(names): n_data + len(names) + len(buffer_names)]
+    seed_v = ins[-1] if seed_input else None
+    loss_v, y = _loss_value(loss, lifted.output_values[0], target_shape)
+    dtype = loss_v.dtype
+    grads = [g if g is not None else _kg.make_constant(f"zero_grad_{n}", _np.zeros(p.shape, p.dtype))
+             for n, p, g in zip(names, params, _kg.gradients(loss_v, params))]
+    state_names = optimizer.state_names()
+    states = [[_kg.make_input(f"{n}.{s}", list(p.shape), p.dtype) for s in state_names] for n, p in zip(names, params)]
+    scalars = _Scalars(dtype)
+    new_params, new_states = optimizer.build(params, grads, states, scalars)
+    if seed_v is not None:  # dropout masks: a new seed per step
+        scalars.values.append(seed_v)
+        scalars.fns.append(lambda t: seed * 1000000007 + t)
+    inputs = data + ([y] if y is not None else []) + params + [s for per in states for s in per] + buffers + scalars.values
+    outputs = [loss_v] + new_params + [s for per in new_states for s in per] + lifted.output_values[1:]
+    out_names = (["loss"] + [f"new.{n}" for n in names] + [f"new.{n}.{s}" for n in names for s in state_names]
+                 + [f"new.{n}" for n in buffer_names])
+    graph = _kg.make_graph(inputs, outputs, out_names)
+    exe = _kg.compile(graph, target=target)
+    params_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(names, values))
+    state_arrays = [[_np.zeros(p.shape, p.dtype) for _ in state_names] for p in params]
+    buffers_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(buffer_names, buffer_values))
+    return TrainStep(exe, graph, n_data, y is not None, params_d, state_names, state_arrays, scalars, buffers_d, optimizer)

@@ -1,0 +1,119 @@
+// Training losses, kiln's own ops (no ONNX counterpart in the inference
+// opsets): kiln.SoftmaxCrossEntropy and kiln.MeanSquaredError, both reduced
+// to a scalar (the mean), with their gradients. Pattern Reduction.
+#include "elementwise_helpers.h"
+#include "kiln/support/error.h"
+
+namespace kiln::graph::ops_detail {
+namespace {
+
+int onnx_float_code(DataType t) { return t.bits() == 64 ? 11 : 1; }
+
+// ---- kiln.SoftmaxCrossEntropy(logits [N, C], labels [N] int) -> mean over N of -log softmax(logits)[label]
+
+std::vector<TensorType> ce_infer(const OpCall& call) {
+  const TensorType &x = call.input_types[0], &y = call.input_types[1];
+  expect_dtype(call, 0, DTypes::Float, "the logits (input 0)");
+  if (x.ndim() != 2) call.fail("the logits " + x.str() + " must be [batch, classes]");
+  if (!y.dtype.is_integer()) call.fail("the labels " + y.str() + " must be class indices (int32 or int64), one per row of the logits");
+  if (y.shape != std::vector<int64_t>{x.shape[0]})
+    call.fail("the labels " + y.str() + " must be [" + std::to_string(x.shape[0]) + "], one class index per row of the logits " + x.str());
+  return {TensorType{{}, x.dtype}};
+}
+
+// Stable: log(sum exp(x - max)) + max - x[label]. A label outside [0, C)
+// is clamped (a kernel cannot report it).
+std::vector<te::Tensor> ce_compute(const OpCall& call, const std::vector<te::Tensor>& in) {
+  te::Tensor X = in[0], L = in[1];
+  int64_t N = call.input_types[0].shape[0], C = call.input_types[0].shape[1];
+  auto row = [&](const char* name, auto f) { return te::compute({ops::index_imm(N)}, [&](const std::vector<Var>& i) { return f(i[0]); }, name); };
+  te::Tensor mx = row("ce.max", [&](Var n) {
+    IterVar c = te::reduce_axis(Range(0, ops::index_imm(C)), "c");
+    return te::max(X({n, c.var()}), {c});
+  });
+  te::Tensor se = row("ce.sumexp", [&](Var n) {
+    IterVar c = te::reduce_axis(Range(0, ops::index_imm(C)), "c");
+    return te::sum(exp(X({n, c.var()}) - mx({n})), {c});
+  });
+  te::Tensor nll = row("ce.nll", [&](Var n) {
+    Expr label = cast(n.dtype(), L({n}));
+    label = max(min(label, make_const(n.dtype(), static_cast<double>(C - 1))), make_zero(n.dtype()));
+    return log(se({n})) + mx({n}) - X({n, label});
+  });
+  te::Tensor total = te::compute({}, [&](const std::vector<Var>&) {
+    IterVar n = te::reduce_axis(Range(0, ops::index_imm(N)), "n");
+    return te::sum(nll({n.var()}), {n});
+  }, "ce.sum");
+  return {te::compute({}, [&](const std::vector<Var>&) { return total({}) * make_const(X.dtype(), 1.0 / static_cast<double>(N)); }, "softmax_cross_entropy")};
+}
+
+// d/dlogits = (softmax(logits) - onehot(labels)) * g / N.
+std::vector<Value> ce_grad(GradBuilder& b, const std::vector<Value>& g) {
+  const TensorType& x = b.in_type(0);
+  DataType t = x.dtype, lt = b.in_type(1).dtype;
+  std::vector<int64_t> classes(x.shape[1]);
+  for (int64_t c = 0; c < x.shape[1]; ++c) classes[c] = c;
+  Value cls = b.ints(classes);
+  if (lt != DataType::Int(64)) cls = b.op("Cast", {cls}, Attrs({{"to", int64_t(6)}}));  // int32 labels
+  Value hit = b.op("Equal", {b.op("Unsqueeze", {b.in(1), b.ints({1})}), cls});
+  Value onehot = b.op("Cast", {hit}, Attrs({{"to", int64_t(onnx_float_code(t))}}));
+  Value p = b.op("Softmax", {b.in(0)}, Attrs({{"axis", int64_t(1)}}));
+  return {b.mul(b.sub(p, onehot), b.scale(g[0], 1.0 / static_cast<double>(x.shape[0])))};
+}
+
+// ---- kiln.MeanSquaredError(prediction, target) -> mean((prediction - target)^2)
+
+std::vector<TensorType> mse_infer(const OpCall& call) {
+  expect_dtype(call, 0, DTypes::Float, "the prediction (input 0)");
+  const TensorType &p = call.input_types[0], &t = call.input_types[1];
+  if (p != t) call.fail("the prediction " + p.str() + " and the target " + t.str() + " must have one shape and dtype (kiln does not broadcast a loss)");
+  return {TensorType{{}, p.dtype}};
+}
+
+std::vector<te::Tensor> mse_compute(const OpCall& call, const std::vector<te::Tensor>& in) {
+  const std::vector<int64_t>& shape = call.input_types[0].shape;
+  std::vector<IterVar> axes;
+  std::vector<Expr> at;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    axes.push_back(te::reduce_axis(Range(0, ops::index_imm(shape[k])), "r" + std::to_string(k)));
+    at.push_back(axes.back().var());
+  }
+  double scale = 1.0 / static_cast<double>(std::max<int64_t>(call.input_types[0].numel(), 1));
+  te::Tensor total = te::compute({}, [&](const std::vector<Var>&) {
+    Expr d = in[0](at) - in[1](at);
+    return axes.empty() ? d * d : te::sum(d * d, axes);
+  }, "mse.sum");
+  return {te::compute({}, [&](const std::vector<Var>&) { return total({}) * make_const(in[0].dtype(), scale); }, "mean_squared_error")};
+}
+
+std::vector<Value> mse_grad(GradBuilder& b, const std::vector<Value>& g) {
+  double n = static_cast<double>(std::max<int64_t>(b.in_type(0).numel(), 1));
+  Value d = b.mul(b.sub(b.in(0), b.in(1)), b.scale(g[0], 2.0 / n));
+  return {d, b.wants(1) ? b.neg(d) : Value()};
+}
+
+const bool registered = [] {
+  OpDef ce;
+  ce.name = "kiln.SoftmaxCrossEntropy";
+  ce.doc = "mean over the batch of -log softmax(logits)[label]: logits [N, C] float, labels [N] int32/int64; a scalar";
+  ce.min_inputs = ce.max_inputs = 2;
+  ce.pattern = Pattern::Reduction;
+  ce.infer = ce_infer;
+  ce.compute = ce_compute;
+  ce.gradient = ce_grad;
+  register_op(std::move(ce));
+
+  OpDef mse;
+  mse.name = "kiln.MeanSquaredError";
+  mse.doc = "mean((prediction - target)^2) over every element; prediction and target of one shape; a scalar";
+  mse.min_inputs = mse.max_inputs = 2;
+  mse.pattern = Pattern::Reduction;
+  mse.infer = mse_infer;
+  mse.compute = mse_compute;
+  mse.gradient = mse_grad;
+  register_op(std::move(mse));
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::graph::ops_detail

@@ -1,0 +1,197 @@
+// The gradient operators of Conv (kiln's own, made by Conv's gradient in
+// nn.cpp): the input's gradient as a reduction over the kernel taps that
+// reach each input element (a transposed convolution), and the weights'
+// gradient as a reduction of input times output gradient over the batch and
+// the output positions. Groups (and so depthwise) are the forward's.
+#include "kiln/ir/op.h"
+#include "kiln/ops/broadcast.h"
+#include "op_helpers.h"
+#include "window_grad.h"
+
+namespace kiln::graph::ops_detail {
+namespace {
+
+using ops::index_imm;
+using ops::shape_exprs;
+
+std::vector<int64_t> spatial(const std::vector<int64_t>& s) { return std::vector<int64_t>(s.begin() + 2, s.end()); }
+
+std::vector<Expr> as_exprs(const std::vector<Var>& v, size_t from, size_t to) { return std::vector<Expr>(v.begin() + from, v.begin() + to); }
+
+std::vector<Expr> cat(std::vector<Expr> a, const std::vector<Expr>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Sums `body` over `axes` with out-of-window terms zero.
+Expr guarded_sum(const Expr& valid, const Expr& body, const std::vector<IterVar>& axes) {
+  Expr v = valid.defined() ? if_then_else(valid, body, make_zero(body.dtype())) : body;
+  return te::sum(v, axes);
+}
+
+// ---- the gradients as forward convolutions (ops::conv_nchw), so they are
+// scheduled as convolutions: a reduction without conditions over padded
+// input. Where that form does not apply they fall back to the direct form.
+
+std::vector<Expr> idx(const std::vector<Var>& i) { return std::vector<Expr>(i.begin(), i.end()); }
+
+// dX = conv(dY dilated by the stride and padded by span - 1 - pad, W flipped
+// with its channel axes swapped per group), stride 1. Undefined where a pad
+// would be negative (a pad as wide as the window).
+te::Tensor grad_input_as_conv(const te::Tensor& dY, const te::Tensor& W, const std::vector<ops::WindowDim>& dims, int64_t G,
+                              const std::vector<int64_t>& xs) {
+  std::vector<int64_t> ys = ops::const_shape(dY), ws = ops::const_shape(W);
+  int64_t K = ws[0], Cg = ws[1], Kg = K / G, C = xs[1];
+  std::vector<ops::WindowDim> conv(dims.size());
+  std::vector<int64_t> dilated{ys[0], K};
+  bool strided = false;
+  for (size_t j = 0; j < dims.size(); ++j) {
+    const ops::WindowDim& d = dims[j];
+    int64_t in = (d.out - 1) * d.stride + 1, pb = d.span() - 1 - d.pad_begin, pe = xs[j + 2] + d.pad_begin - (d.out - 1) * d.stride - 1;
+    if (pb < 0 || pe < 0) return te::Tensor();
+    conv[j] = ops::WindowDim{in, d.kernel, 1, d.dilation, pb, pe, xs[j + 2]};
+    dilated.push_back(in);
+    strided |= d.stride > 1;
+  }
+  te::Tensor D = dY;
+  if (strided)
+    D = te::compute(shape_exprs(dilated), [&](const std::vector<Var>& i) {
+      std::vector<Expr> at{i[0], i[1]};
+      Expr hit;
+      for (size_t j = 0; j < dims.size(); ++j) {
+        Expr s = index_imm(dims[j].stride);
+        at.push_back(dims[j].stride == 1 ? Expr(i[j + 2]) : floordiv(i[j + 2], s));
+        if (dims[j].stride > 1) hit = and_maybe(hit, floormod(i[j + 2], s) == 0);
+      }
+      return if_then_else(hit, dY(at), make_zero(dY.dtype()));
+    }, "conv_grad_input.dilate");
+  std::vector<int64_t> fs{C, Kg};
+  fs.insert(fs.end(), ws.begin() + 2, ws.end());
+  te::Tensor Wf = te::compute(shape_exprs(fs), [&](const std::vector<Var>& i) {
+    Expr c = i[0];
+    Expr k = G == 1 ? Expr(i[1]) : floordiv(c, index_imm(Cg)) * index_imm(Kg) + i[1];
+    std::vector<Expr> at{k, G == 1 ? c : floormod(c, index_imm(Cg))};
+    for (size_t j = 0; j < dims.size(); ++j) at.push_back(index_imm(dims[j].kernel - 1) - i[j + 2]);
+    return W(at);
+  }, "conv_grad_input.flip");
+  return ops::conv_nchw(D, Wf, conv, G, "conv_grad_input");
+}
+
+// dW (one group) = conv(X with N and C swapped, dY with N and K swapped as
+// the weights), stride the forward's dilation and dilation its stride, with
+// C and K swapped back.
+te::Tensor grad_weight_as_conv(const te::Tensor& X, const te::Tensor& dY, const std::vector<ops::WindowDim>& dims, const std::vector<int64_t>& ws) {
+  std::vector<int64_t> xs = ops::const_shape(X), ys = ops::const_shape(dY);
+  auto swap01 = [](const te::Tensor& t, const std::vector<int64_t>& s, const char* name) {
+    std::vector<int64_t> sw = s;
+    std::swap(sw[0], sw[1]);
+    return te::compute(shape_exprs(sw), [&](const std::vector<Var>& i) {
+      std::vector<Expr> at = idx(i);
+      std::swap(at[0], at[1]);
+      return t(at);
+    }, name);
+  };
+  std::vector<ops::WindowDim> conv(dims.size());
+  for (size_t j = 0; j < dims.size(); ++j) {
+    const ops::WindowDim& d = dims[j];
+    conv[j] = ops::WindowDim{xs[j + 2], ys[j + 2], d.dilation, d.stride, d.pad_begin, d.pad_end, d.kernel};
+  }
+  te::Tensor R = ops::conv_nchw(swap01(X, xs, "conv_grad_weight.x"), swap01(dY, ys, "conv_grad_weight.dy"), conv, 1, "conv_grad_weight.ck");
+  std::vector<int64_t> rs = ws;
+  std::swap(rs[0], rs[1]);
+  return swap01(R, rs, "conv_grad_weight");
+}
+
+// kiln.ConvGradInput(dY [N, K, out...], W [K, C/group, kernel...]) -> dX [input_shape].
+void register_grad_input() {
+  OpDef d;
+  d.name = "kiln.ConvGradInput";
+  d.doc = "the gradient of Conv's input X from dY and W (a transposed convolution); attributes resolved by Conv's gradient";
+  d.min_inputs = d.max_inputs = 2;
+  d.attrs = window_grad_specs(true);
+  d.attrs.push_back({"group", AttrKind::Int, int64_t(1)});
+  d.pattern = Pattern::OutputFusable;
+  d.infer = [](const OpCall& call) {
+    const auto& in = call.attrs.get_ints("input_shape");
+    if (in.size() != call.input_types[0].shape.size()) call.fail("input_shape " + attr_to_string(in) + " and dY " + call.input_types[0].str() + " differ in rank");
+    grad_windows(call, spatial(in), spatial(call.input_types[0].shape));
+    return std::vector<TensorType>{TensorType{in, call.input_types[0].dtype}};
+  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    const std::vector<int64_t>& xs = call.attrs.get_ints("input_shape");
+    te::Tensor dY = in[0], W = in[1];
+    auto dims = grad_windows(call, spatial(xs), spatial(call.input_types[0].shape));
+    int64_t G = call.attrs.get_int("group"), K = call.input_types[1].shape[0], Cg = call.input_types[1].shape[1], Kg = K / G;
+    te::Tensor as_conv = grad_input_as_conv(dY, W, dims, G, xs);
+    if (as_conv.defined()) return std::vector<te::Tensor>{as_conv};
+    Taps taps(dims);
+    IterVar kk = te::reduce_axis(Range(0, index_imm(Kg)), "kk");
+    std::vector<IterVar> axes{kk};
+    axes.insert(axes.end(), taps.axes.begin(), taps.axes.end());
+    return std::vector<te::Tensor>{te::compute(shape_exprs(xs), [&](const std::vector<Var>& i) {
+      auto [o, valid] = reverse_taps(dims, as_exprs(i, 2, i.size()), taps.t);
+      Expr c = i[1];
+      Expr k = G == 1 ? Expr(kk.var()) : floordiv(c, index_imm(Cg)) * index_imm(Kg) + kk.var();
+      Expr cw = G == 1 ? c : floormod(c, index_imm(Cg));
+      Expr body = dY(cat({i[0], k}, o)) * W(cat({k, cw}, taps.t));
+      return guarded_sum(valid, body, axes);
+    }, "conv_grad_input")};
+  };
+  register_op(std::move(d));
+}
+
+// kiln.ConvGradWeight(X [N, C, in...], dY [N, K, out...]) -> dW [K, C/group, kernel...].
+void register_grad_weight() {
+  OpDef d;
+  d.name = "kiln.ConvGradWeight";
+  d.doc = "the gradient of Conv's weights W from X and dY; attributes resolved by Conv's gradient";
+  d.min_inputs = d.max_inputs = 2;
+  d.attrs = window_grad_specs(false);
+  d.attrs.push_back({"group", AttrKind::Int, int64_t(1)});
+  d.pattern = Pattern::OutputFusable;
+  auto shape_of = [](const OpCall& call) {
+    const auto& x = call.input_types[0].shape;
+    int64_t G = call.attrs.get_int("group");
+    std::vector<int64_t> s{call.input_types[1].shape[1], x[1] / G};
+    for (int64_t k : call.attrs.get_ints("kernel_shape")) s.push_back(k);
+    return s;
+  };
+  d.infer = [shape_of](const OpCall& call) {
+    grad_windows(call, spatial(call.input_types[0].shape), spatial(call.input_types[1].shape));
+    return std::vector<TensorType>{TensorType{shape_of(call), call.input_types[0].dtype}};
+  };
+  d.compute = [shape_of](const OpCall& call, const std::vector<te::Tensor>& in) {
+    te::Tensor X = in[0], dY = in[1];
+    const auto& ys = call.input_types[1].shape;
+    auto dims = grad_windows(call, spatial(call.input_types[0].shape), spatial(ys));
+    std::vector<int64_t> ws = shape_of(call);
+    int64_t Cg = ws[1], Kg = ws[0] / call.attrs.get_int("group");
+    if (Kg == ws[0]) return std::vector<te::Tensor>{grad_weight_as_conv(X, dY, dims, ws)};
+    std::vector<IterVar> axes{te::reduce_axis(Range(0, index_imm(ys[0])), "n")};
+    std::vector<Expr> o;
+    for (size_t j = 2; j < ys.size(); ++j) {
+      axes.push_back(te::reduce_axis(Range(0, index_imm(ys[j])), "o" + std::to_string(j - 2)));
+      o.push_back(axes.back().var());
+    }
+    // X padded once, so the reduction reads it without conditions.
+    te::Tensor P = ops::pad_spatial(X, dims, 0.0, "conv_grad_weight.pad");
+    std::vector<ops::WindowDim> unpadded = dims;  // the windows over P: no pads, every tap inside
+    for (auto& w : unpadded) w.pad_begin = w.pad_end = 0, w.in = (w.out - 1) * w.stride + w.span();
+    return std::vector<te::Tensor>{te::compute(shape_exprs(ws), [&](const std::vector<Var>& i) {
+      auto [h, inside] = forward_taps(unpadded, o, as_exprs(i, 2, i.size()));
+      Expr n = axes[0].var(), k = i[0];
+      Expr c = floordiv(k, index_imm(Kg)) * index_imm(Cg) + i[1];
+      return guarded_sum(inside, dY(cat({n, k}, o)) * P(cat({n, c}, h)), axes);
+    }, "conv_grad_weight")};
+  };
+  register_op(std::move(d));
+}
+
+const bool registered = [] {
+  register_grad_input();
+  register_grad_weight();
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::graph::ops_detail
