@@ -1,0 +1,134 @@
+// insert_barriers: sync_threads() exactly where the threads of a block pass
+// shared data to each other (see kiln/pass/gpu.h).
+//
+// Block-level code is walked in program order with the shared buffers read
+// and written since the last barrier. Thread nests (and thread-0 regions,
+// block-level statements without a thread nest) are the units that touch
+// memory: one that reads what is pending as written (read after write),
+// or writes what is pending as read or written (write after read/write),
+// gets a barrier in front of it. Serial block-level loops are walked until
+// the state at their back edge stops growing, so a barrier needed only from
+// the second iteration on (the next fetch overwriting a tile still being
+// read) is found; it stands at the top of the body and costs the first
+// iteration nothing it would not need anyway.
+#include <set>
+
+#include "kiln/ir/functor.h"
+#include "kiln/pass/gpu.h"
+
+namespace kiln::pass {
+
+namespace {
+
+using BufferSet = std::set<const Variable*>;
+
+struct Pending {
+  BufferSet read, written;
+  bool operator==(const Pending& o) const = default;
+  void merge(const Pending& o) {
+    read.insert(o.read.begin(), o.read.end());
+    written.insert(o.written.begin(), o.written.end());
+  }
+};
+
+bool intersects(const BufferSet& a, const BufferSet& b) {
+  for (const Variable* v : a)
+    if (b.count(v)) return true;
+  return false;
+}
+
+class BarrierPlanner {
+ public:
+  explicit BarrierPlanner(BufferSet shared) : shared_(std::move(shared)) {}
+
+  Stmt process(const Stmt& s, Pending* st) {
+    if (is_sync_threads(s)) {
+      *st = Pending();
+      return s;
+    }
+    const For* loop = s.as<For>();
+    bool thread_nest = loop && loop->kind == ForKind::ThreadBinding && thread_dim_index(loop->thread_tag) >= 0;
+    if (thread_nest || !has_thread_loop(s)) return region(s, st);
+    if (loop) return process_loop(loop, st);
+    if (const Seq* seq = s.as<Seq>()) {
+      std::vector<Stmt> out;
+      for (const Stmt& c : seq->seq) out.push_back(process(c, st));
+      return Seq::make(std::move(out));
+    }
+    if (const IfThenElse* op = s.as<IfThenElse>()) {
+      Pending other = *st;
+      Stmt t = process(op->then_case, st);
+      Stmt e = op->else_case.defined() ? process(op->else_case, &other) : Stmt();
+      st->merge(other);
+      return IfThenElse::make(op->condition, t, e);
+    }
+    if (const LetStmt* op = s.as<LetStmt>()) return LetStmt::make(op->var, op->value, process(op->body, st));
+    if (const AttrStmt* op = s.as<AttrStmt>()) return AttrStmt::make(op->key, op->value, process(op->body, st));
+    if (const Allocate* op = s.as<Allocate>()) return Allocate::make(op->buffer, process(op->body, st));
+    if (const AssertStmt* op = s.as<AssertStmt>()) return AssertStmt::make(op->condition, op->message, process(op->body, st));
+    return s;
+  }
+
+ private:
+  // A unit that touches memory: a barrier goes before it when it conflicts with what is pending.
+  Stmt region(const Stmt& s, Pending* st) {
+    Pending mine;
+    post_order_visit(
+        s,
+        [&](const Expr& e) {
+          if (const BufferLoad* l = e.as<BufferLoad>(); l && shared_.count(l->buffer->data.get())) mine.read.insert(l->buffer->data.get());
+        },
+        [&](const Stmt& x) {
+          if (const BufferStore* w = x.as<BufferStore>(); w && shared_.count(w->buffer->data.get())) mine.written.insert(w->buffer->data.get());
+        });
+    bool conflict = intersects(mine.read, st->written) || intersects(mine.written, st->read) || intersects(mine.written, st->written);
+    Stmt out = s;
+    if (conflict) {
+      *st = Pending();
+      out = Seq::make({make_sync_threads(), s});
+    }
+    st->merge(mine);
+    return out;
+  }
+
+  Stmt process_loop(const For* op, Pending* st) {
+    if (op->kind == ForKind::ThreadBinding) {
+      // A block loop: each iteration is another block, with shared memory of its own.
+      Pending fresh;
+      return For::make(op->loop_var, op->min, op->extent, op->kind, process(op->body, &fresh), op->thread_tag);
+    }
+    Pending entry = *st, exit = *st;
+    Stmt body;
+    // The state at the top of an iteration is the entry state or the state
+    // at the end of the previous one; grow it until it is stable (sets of
+    // buffers only grow, so this ends).
+    for (int round = 0; round < 8; ++round) {
+      Pending in = entry;
+      in.merge(exit);
+      Pending out = in;
+      body = process(op->body, &out);
+      if (round > 0 && out == exit) break;
+      exit = out;
+    }
+    *st = exit;
+    st->merge(entry);  // the loop may run zero times
+    return For::make(op->loop_var, op->min, op->extent, op->kind, body, op->thread_tag);
+  }
+
+  BufferSet shared_;
+};
+
+}  // namespace
+
+PrimFunc insert_barriers(const PrimFunc& f) {
+  BufferSet shared;
+  post_order_visit(f.body(), [](const Expr&) {}, [&](const Stmt& s) {
+    if (const Allocate* a = s.as<Allocate>(); a && a->buffer.scope() == "shared") shared.insert(a->buffer->data.get());
+  });
+  if (shared.empty()) return f;
+  Pending st;
+  Stmt body = BarrierPlanner(shared).process(f.body(), &st);
+  return f.with_body(body);
+}
+
+}  // namespace kiln::pass
