@@ -56,9 +56,7 @@ class RaceChecker : public interp::GpuHooks {
       if (seen_threads_.insert(t).second) ++stats.thread_runs;
     } else if (int b = pass::block_dim_index(tag); b >= 0) {
       bid_[b] = value;
-      ++stats.blocks;  // counted at every block loop; corrected in finish() for nested ones
-      seen_threads_.clear();
-      if (seen_threads_.insert(thread()).second) ++stats.thread_runs;
+      seen_threads_.clear();  // a new block: its threads are counted afresh
     }
   }
 
@@ -135,7 +133,7 @@ class RaceChecker : public interp::GpuHooks {
   std::unordered_set<int64_t> seen_threads_;
 };
 
-// Blocks are counted once per iteration of the innermost block loop.
+// Every block of the grid runs (there is one block nest).
 int64_t count_blocks(const PrimFunc& f) {
   pass::LaunchConfig cfg = pass::launch_config(f, pass::GpuLimits{});
   return cfg.num_blocks();

@@ -22,12 +22,17 @@ namespace {
 
 using BufferSet = std::set<const Variable*>;
 
+// Shared buffers touched since the last barrier: by anyone, and by thread
+// nests (many threads; thread-0 regions are one thread, which needs no
+// barrier to see its own writes).
 struct Pending {
-  BufferSet read, written;
+  BufferSet read, written, read_many, written_many;
   bool operator==(const Pending& o) const = default;
   void merge(const Pending& o) {
     read.insert(o.read.begin(), o.read.end());
     written.insert(o.written.begin(), o.written.end());
+    read_many.insert(o.read_many.begin(), o.read_many.end());
+    written_many.insert(o.written_many.begin(), o.written_many.end());
   }
 };
 
@@ -48,7 +53,7 @@ class BarrierPlanner {
     }
     const For* loop = s.as<For>();
     bool thread_nest = loop && loop->kind == ForKind::ThreadBinding && thread_dim_index(loop->thread_tag) >= 0;
-    if (thread_nest || !has_thread_loop(s)) return region(s, st);
+    if (thread_nest || !has_thread_loop(s)) return region(s, thread_nest, st);
     if (loop) return process_loop(loop, st);
     if (const Seq* seq = s.as<Seq>()) {
       std::vector<Stmt> out;
@@ -71,7 +76,7 @@ class BarrierPlanner {
 
  private:
   // A unit that touches memory: a barrier goes before it when it conflicts with what is pending.
-  Stmt region(const Stmt& s, Pending* st) {
+  Stmt region(const Stmt& s, bool many, Pending* st) {
     Pending mine;
     post_order_visit(
         s,
@@ -81,12 +86,15 @@ class BarrierPlanner {
         [&](const Stmt& x) {
           if (const BufferStore* w = x.as<BufferStore>(); w && shared_.count(w->buffer->data.get())) mine.written.insert(w->buffer->data.get());
         });
-    bool conflict = intersects(mine.read, st->written) || intersects(mine.written, st->read) || intersects(mine.written, st->written);
+    const BufferSet& w = many ? st->written : st->written_many;
+    const BufferSet& r = many ? st->read : st->read_many;
+    bool conflict = intersects(mine.read, w) || intersects(mine.written, r) || intersects(mine.written, w);
     Stmt out = s;
     if (conflict) {
       *st = Pending();
       out = Seq::make({make_sync_threads(), s});
     }
+    if (many) mine.read_many = mine.read, mine.written_many = mine.written;
     st->merge(mine);
     return out;
   }
@@ -97,22 +105,37 @@ class BarrierPlanner {
       Pending fresh;
       return For::make(op->loop_var, op->min, op->extent, op->kind, process(op->body, &fresh), op->thread_tag);
     }
-    Pending entry = *st, exit = *st;
+    // The barriers the loop needs on its own (its iterations among themselves)...
+    Pending exit;
+    Stmt body = loop_alone(op, &exit);
+    // ...and one before it when its first iteration conflicts with what came
+    // before: hoisted out of the loop, it runs once instead of every iteration.
+    Pending probe = *st;
+    bool conflicts = count_barriers(process(body, &probe)) > count_barriers(body);
+    Stmt loop = For::make(op->loop_var, op->min, op->extent, op->kind, body, op->thread_tag);
+    if (conflicts) *st = Pending();
+    st->merge(exit);  // the loop may run zero times: keep what was pending
+    return conflicts ? Seq::make({make_sync_threads(), loop}) : loop;
+  }
+
+  // The body with the barriers that iterations of the loop need among
+  // themselves: walked from an empty state, then from the state at the end of
+  // an iteration until that state stops growing (sets only grow, so this ends).
+  Stmt loop_alone(const For* op, Pending* exit) {
     Stmt body;
-    // The state at the top of an iteration is the entry state or the state
-    // at the end of the previous one; grow it until it is stable (sets of
-    // buffers only grow, so this ends).
     for (int round = 0; round < 8; ++round) {
-      Pending in = entry;
-      in.merge(exit);
-      Pending out = in;
+      Pending out = *exit;
       body = process(op->body, &out);
-      if (round > 0 && out == exit) break;
-      exit = out;
+      if (round > 0 && out == *exit) break;
+      exit->merge(out);
     }
-    *st = exit;
-    st->merge(entry);  // the loop may run zero times
-    return For::make(op->loop_var, op->min, op->extent, op->kind, body, op->thread_tag);
+    return body;
+  }
+
+  static int count_barriers(const Stmt& s) {
+    int n = 0;
+    post_order_visit(s, [](const Expr&) {}, [&](const Stmt& x) { n += is_sync_threads(x); });
+    return n;
   }
 
   BufferSet shared_;
