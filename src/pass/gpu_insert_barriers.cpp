@@ -11,9 +11,12 @@
 // the second iteration on (the next fetch overwriting a tile still being
 // read) is found; it stands at the top of the body and costs the first
 // iteration nothing it would not need anyway.
+#include <map>
 #include <set>
 
+#include "kiln/arith/analyzer.h"
 #include "kiln/ir/functor.h"
+#include "kiln/ir/op.h"
 #include "kiln/pass/gpu.h"
 
 namespace kiln::pass {
@@ -88,7 +91,9 @@ class BarrierPlanner {
         });
     const BufferSet& w = many ? st->written : st->written_many;
     const BufferSet& r = many ? st->read : st->read_many;
-    bool conflict = intersects(mine.read, w) || intersects(mine.written, r) || intersects(mine.written, w);
+    bool waw = false;
+    for (const Variable* x : mine.written) waw = waw || (w.count(x) && !exempt_from_waw(x));
+    bool conflict = intersects(mine.read, w) || intersects(mine.written, r) || waw;
     Stmt out = s;
     if (conflict) {
       *st = Pending();
@@ -123,13 +128,51 @@ class BarrierPlanner {
   // an iteration until that state stops growing (sets only grow, so this ends).
   Stmt loop_alone(const For* op, Pending* exit) {
     Stmt body;
+    disjoint_.push_back(disjoint_across_iterations(op));
     for (int round = 0; round < 8; ++round) {
       Pending out = *exit;
       body = process(op->body, &out);
       if (round > 0 && out == *exit) break;
       exit->merge(out);
     }
+    disjoint_.pop_back();
     return body;
+  }
+
+  // A write to x needs no barrier against the pending writes to x when those
+  // can only come from earlier iterations of the loops being walked and each
+  // of those loops writes x at different elements in different iterations.
+  bool exempt_from_waw(const Variable* x) const {
+    if (disjoint_.empty()) return false;
+    for (const BufferSet& d : disjoint_)
+      if (!d.count(x)) return false;
+    return true;
+  }
+
+  // Shared buffers that iterations of `op` write at different elements: one
+  // store in the body, whose index grows by a constant c per iteration while
+  // the rest of it (the inner loops' and threads' part) spans less than c.
+  BufferSet disjoint_across_iterations(const For* op) {
+    std::map<const Variable*, std::vector<const BufferStore*>> stores;
+    arith::Analyzer ana;
+    post_order_visit(op->body, [](const Expr&) {}, [&](const Stmt& x) {
+      if (const For* f = x.as<For>()) ana.bind(f->loop_var, Range(f->min, f->extent));
+      if (const BufferStore* w = x.as<BufferStore>(); w && shared_.count(w->buffer->data.get())) stores[w->buffer->data.get()].push_back(w);
+    });
+    BufferSet out;
+    const Var& v = op->loop_var;
+    for (const auto& [data, list] : stores) {
+      if (list.size() != 1 || list[0]->indices.size() != 1) continue;
+      const Expr& idx = list[0]->indices[0];
+      Expr next = substitute(idx, [&](const Variable* x) { return x == v.get() ? v + 1 : Expr(); });
+      const int64_t* step = as_const_int(ana.simplify(next - idx));
+      if (!step || *step <= 0) continue;
+      Expr rest = ana.simplify(idx - v * IntImm::make(v.dtype(), *step));
+      if (uses_var(rest, [&](const Variable* x) { return x == v.get(); })) continue;
+      arith::ConstIntBound b = ana.const_int_bound(rest);
+      if (b.min != arith::ConstIntBound::kNegInf && b.max != arith::ConstIntBound::kPosInf && b.max - b.min < *step) out.insert(data);
+    }
+    return out;
   }
 
   static int count_barriers(const Stmt& s) {
@@ -139,6 +182,8 @@ class BarrierPlanner {
   }
 
   BufferSet shared_;
+  // For each loop being walked by loop_alone, innermost last: disjoint_across_iterations.
+  std::vector<BufferSet> disjoint_;
 };
 
 }  // namespace
