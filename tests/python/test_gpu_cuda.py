@@ -90,6 +90,7 @@ def test_tiled_gemm_simulates_and_compiles(M, N, K):
     src = mod.get_source()
     assert src.count("__syncthreads();") == 2
     assert src.count("__shared__") == 2 and "#pragma unroll" in src
+    assert "float C_local[4];" in src  # the block's accumulator tile, one thread's 2x2 part
     assert mod.launch["grid"] == (N // 16, M // 16, 1) and mod.launch["block"] == (8, 8, 1)
     a = rng.standard_normal((M, K), dtype="float32")
     b = rng.standard_normal((K, N), dtype="float32")
@@ -140,7 +141,8 @@ def test_softmax_rows():
     mod = kiln.build(s, args, target="cuda -arch=sm_80")
     x = rng.standard_normal((R, Cn), dtype="float32") * 4
     y = np.zeros_like(x)
-    mod.simulate(x, y)
+    run = mod.simulate(x, y)
+    assert run.barriers == 3 * R  # each barrier runs once per block: none inside the loops
     ref = np.exp(x - x.max(1, keepdims=True))
     np.testing.assert_allclose(y, ref / ref.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
     ir = str(mod.func)

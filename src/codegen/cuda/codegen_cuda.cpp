@@ -32,6 +32,7 @@ std::string CodeGenCUDA::run(const PrimFunc& f) {
     }
   }
   sig << ")";
+  compact_ = plan_local_compaction(f, &thread_vars_);
   indent_ = 1;
   stmt(f.body());
   std::ostringstream out;
@@ -204,8 +205,10 @@ void CodeGenCUDA::emit_allocate(const Allocate* op) {
                                                          << "' inside the kernel; a kernel allocates only shared and local memory (run gpu_storage_scope)";
   std::string name = ident(b.name(), b->data.get());
   scope_[b->data.get()] = scope;
+  auto shrunk = compact_.find(b->data.get());
+  int64_t size = shrunk != compact_.end() ? shrunk->second.size : *n;
   // 16-byte alignment lets float4 accesses use shared arrays too.
-  line(std::string(scope == "shared" ? "__shared__ __align__(16) " : "") + ctype(b.dtype()) + " " + name + "[" + std::to_string(std::max<int64_t>(*n, 1)) + "];");
+  line(std::string(scope == "shared" ? "__shared__ __align__(16) " : "") + ctype(b.dtype()) + " " + name + "[" + std::to_string(std::max<int64_t>(size, 1)) + "];");
   stmt(op->body);
 }
 

@@ -6,14 +6,37 @@
 #ifndef KILN_SRC_CODEGEN_CUDA_CODEGEN_CUDA_H
 #define KILN_SRC_CODEGEN_CUDA_CODEGEN_CUDA_H
 
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "kiln/codegen/cuda.h"
 
 namespace kiln::codegen::cuda_detail {
+
+using VarSet = std::unordered_set<const Variable*>;
+
+/** How a block-level local buffer shrinks to one thread's part on the GPU. */
+struct LocalPlan {
+  /** Elements per thread. */
+  int64_t size = 0;
+  /** Coefficient of a loop variable in the rest -> its dense coefficient (empty: keep the rest). */
+  std::map<int64_t, int64_t> dense;
+  /** The per-thread index from the thread-free rest of an original index. */
+  Expr rewrite(const Expr& rest) const;
+};
+
+/**
+ * Block-level local buffers that shrink to one thread's part on the GPU
+ * (local_compaction.cpp), by data variable. Fills *thread_vars with the
+ * threadIdx loop variables of f.
+ */
+std::unordered_map<const Variable*, LocalPlan> plan_local_compaction(const PrimFunc& f, VarSet* thread_vars);
+/** index = *thread_part + *rest with *rest free of thread variables; false when a term mixes both. */
+bool split_thread_part(const Expr& index, const VarSet& thread_vars, Expr* thread_part, Expr* rest);
 
 class CodeGenCUDA {
  public:
@@ -56,6 +79,9 @@ class CodeGenCUDA {
   bool uses_fp16_ = false, uses_bf16_ = false;
   std::unordered_map<const Variable*, std::string> names_;
   std::set<std::string> used_;
+  // Local buffers shrunk to one thread's part (plan_local_compaction), and the thread variables.
+  std::unordered_map<const Variable*, LocalPlan> compact_;
+  VarSet thread_vars_;
   // Scope of each buffer's storage, by data variable.
   std::unordered_map<const Variable*, std::string> scope_;
 };

@@ -68,7 +68,13 @@ std::string CodeGenCUDA::min_max(bool is_min, const Expr& a, const Expr& b) {
 
 std::string CodeGenCUDA::access(const BufferNode* b, const Expr& index) {
   KILN_USER_CHECK(index.dtype().is_scalar()) << "cuda codegen of '" << name_ << "': vector access of '" << b->name << "'; GPU kernels are lowered without vectorize_loops";
-  return var_name(b->data.get()) + "[" + expr(index) + "]";
+  Expr i = index;
+  if (auto plan = compact_.find(b->data.get()); plan != compact_.end()) {
+    Expr thread_part;
+    KILN_CHECK(split_thread_part(index, thread_vars_, &thread_part, &i)) << "cuda codegen: local buffer '" << b->name << "' was planned for compaction but an index does not split";
+    i = plan->second.rewrite(i);
+  }
+  return var_name(b->data.get()) + "[" + expr(i) + "]";
 }
 
 // Math in float for float32 (the f-suffixed functions, or the fast
