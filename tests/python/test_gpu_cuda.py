@@ -267,3 +267,51 @@ def test_nvrtc_error_shows_log_and_source():
         kiln._kiln.cuda.compile(bad, "k", "cuda -arch=sm_90")
     ptx = kiln._kiln.cuda.compile('extern "C" __global__ void k(float* a) { a[0] = 1.f; }', "k", "cuda -arch=sm_90", ptx=True)
     assert b".entry k" in ptx
+
+
+def test_local_stage_shared_between_threads_is_reported():
+    # A.local is filled by thread 0 (its loop is not bound) and read by every
+    # thread: on the GPU the others would read their own, empty copies.
+    A = te.placeholder((64,), name="A")
+    B = te.compute((64,), lambda i: A[i] * 2, name="B")
+    s = te.create_schedule(B)
+    AL = s.cache_read(A, "local", [B])
+    bx, tx = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(bx, "blockIdx.x")
+    s[B].bind(tx, "threadIdx.x")
+    s[AL].compute_at(s[B], bx)
+    mod = kiln.gpu.build(s, [A, B], "cuda -arch=sm_90", compile=False)
+    with pytest.raises(kiln.KilnError, match=r"local buffer 'A\.local' element \d+ is used by thread .* each thread has its own copy"):
+        mod.simulate(np.ones(64, "float32"), np.zeros(64, "float32"))
+    # Bound to the threads the way B reads it, each thread keeps its own element: fine.
+    s[AL].bind(s[AL].op.axis[0], "threadIdx.x")
+    mod = kiln.gpu.build(s, [A, B], "cuda -arch=sm_90", compile=False)
+    a = rng.standard_normal(64, dtype="float32")
+    b = np.zeros(64, "float32")
+    mod.simulate(a, b)
+    np.testing.assert_array_equal(b, a * 2)
+    assert "float A_local[1];" in mod.get_source()
+
+
+def test_nest_binding_fewer_threads_runs_on_thread_zero_of_the_rest():
+    # The block is 8x4 threads (from B); the copy into shared memory binds
+    # only threadIdx.x, so threads with threadIdx.y > 0 skip it.
+    A = te.placeholder((4, 8), name="A")
+    B = te.compute((4, 8), lambda i, j: A[i, j] + A[i, 7 - j], name="B")
+    s = te.create_schedule(B)
+    AS = s.cache_read(A, "shared", [B])
+    i, j = s[B].op.axis
+    bx, _ = s[B].split(i, nparts=1)
+    s[B].bind(bx, "blockIdx.x")
+    s[B].bind(s[B].leaf_iter_vars[1], "threadIdx.y")
+    s[B].bind(j, "threadIdx.x")
+    s[AS].compute_at(s[B], bx)
+    s[AS].bind(s[AS].op.axis[1], "threadIdx.x")
+    mod = kiln.gpu.build(s, [A, B], "cuda -arch=sm_90", compile=False)
+    assert mod.launch["block"] == (8, 4, 1)
+    assert "if (threadIdx.y == 0) A_shared[" in mod.get_source()
+    a = rng.standard_normal((4, 8), dtype="float32")
+    b = np.zeros((4, 8), "float32")
+    mod.simulate(a, b)
+    np.testing.assert_allclose(b, a + a[:, ::-1])
+    nvrtc_compiles(s, [A, B])
