@@ -315,3 +315,43 @@ def test_nest_binding_fewer_threads_runs_on_thread_zero_of_the_rest():
     mod.simulate(a, b)
     np.testing.assert_allclose(b, a + a[:, ::-1])
     nvrtc_compiles(s, [A, B])
+
+
+def test_row_sum_across_threads_through_shared_memory():
+    # rfactor: 32 threads of a block each sum a strided part of the row into
+    # shared memory, then thread 0 adds the 32 partial sums.
+    R, Cn = 4, 100
+    A = te.placeholder((R, Cn), name="A")
+    k = te.reduce_axis((0, Cn), name="k")
+    B = te.compute((R,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B)
+    _, ki = s[B].split(B.op.reduce_axis[0], factor=32)
+    BF = s.rfactor(B, ki)
+    s[B].bind(s[B].op.axis[0], "blockIdx.x")
+    s[BF].compute_at(s[B], s[B].op.axis[0])
+    s[BF].bind(s[BF].op.axis[0], "threadIdx.x")
+    mod = kiln.build(s, [A, B], target="cuda -arch=sm_90")
+    assert str(mod.func).count("sync_threads") == 1
+    a = rng.standard_normal((R, Cn), dtype="float32")
+    b = np.zeros(R, "float32")
+    assert mod.simulate(a, b).barriers == R
+    np.testing.assert_allclose(b, a.sum(1), rtol=1e-5, atol=1e-5)
+    nvrtc_compiles(s, [A, B])
+    racy = kiln.gpu.build(s, [A, B], "cuda -arch=sm_90", insert_barriers=False, compile=False)
+    with pytest.raises(kiln.KilnError, match=r"data race on shared buffer 'B\.rf'"):
+        racy.simulate(a, b)
+
+
+def test_target_object_and_ptx():
+    A = te.placeholder((64,), name="A")
+    B = te.compute((64,), lambda i: A[i] + 1, name="B")
+    s = te.create_schedule(B)
+    bx, tx = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(bx, "blockIdx.x")
+    s[B].bind(tx, "threadIdx.x")
+    if not NVRTC_OK:
+        pytest.skip(f"NVRTC cannot be loaded: {NVRTC_WHY}")
+    mod = kiln.build(s, [A, B], target=kiln.Target("cuda -arch=sm_80"), name="add_one")
+    assert isinstance(mod, kiln.gpu.CudaModule)
+    assert "add_one(" in mod.get_source()
+    assert ".entry add_one" in mod.get_ptx()

@@ -102,8 +102,13 @@ LaunchConfig launch_config(const PrimFunc& f, const GpuLimits& limits = {});
  * of the next iteration waits until the compute of this one has read the
  * tile. Shared buffers are tracked whole (by their data variable): a barrier
  * between two nests that touch disjoint parts of one buffer is kept, which is
- * safe. A race within one thread nest cannot be fixed by a barrier; the GPU
- * simulator reports it.
+ * safe, except that writes which different iterations of a block-level loop
+ * provably make to different elements (a fetch loop filling a buffer piece
+ * by piece) need no barrier between them. Two thread-0 regions need none
+ * either (one thread sees its own writes). Global buffers are not tracked:
+ * threads of a block that pass data through global memory get no barrier,
+ * and the GPU simulator reports the race. A race within one thread nest
+ * cannot be fixed by a barrier; the simulator reports it too.
  */
 PrimFunc insert_barriers(const PrimFunc& f);
 
