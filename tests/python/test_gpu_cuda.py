@@ -355,3 +355,35 @@ def test_target_object_and_ptx():
     assert isinstance(mod, kiln.gpu.CudaModule)
     assert "add_one(" in mod.get_source()
     assert ".entry add_one" in mod.get_ptx()
+
+
+@pytest.mark.parametrize("weights_in_shared", [False, True])
+def test_conv2d_one_output_per_thread(weights_in_shared):
+    torch = pytest.importorskip("torch")
+    N, CI, H, W, CO = 1, 3, 10, 9, 8
+    X = te.placeholder((N, CI, H, W), name="X")
+    Wt = te.placeholder((CO, CI, 3, 3), name="W")
+    C, P = kiln.ops.conv2d_nchw(X, Wt, stride=1, pad=1)
+    s = te.create_schedule(C)
+    s[P].compute_inline()
+    n, co, h, w = s[C].op.axis
+    f = s[C].fuse(n, co)
+    s[C].bind(f, "blockIdx.x")
+    s[C].bind(h, "threadIdx.y")
+    s[C].bind(w, "threadIdx.x")
+    if weights_in_shared:
+        # The block's 3x3x3 filter, fetched by the first 9 threads of row 0 in 3 steps.
+        WS = s.cache_read(Wt, "shared", [C])
+        s[WS].compute_at(s[C], f)
+        fw = s[WS].fuse(*s[WS].op.axis)
+        _, fi = s[WS].split(fw, factor=9)
+        s[WS].bind(fi, "threadIdx.x")
+    mod = kiln.build(s, [X, Wt, C], target="cuda -arch=sm_90")
+    assert str(mod.func).count("sync_threads") == (1 if weights_in_shared else 0)
+    x = rng.standard_normal((N, CI, H, W), dtype="float32")
+    wt = rng.standard_normal((CO, CI, 3, 3), dtype="float32")
+    c = np.zeros((N, CO, H, W), "float32")
+    mod.simulate(x, wt, c)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), padding=1).numpy()
+    np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4)
+    nvrtc_compiles(s, [X, Wt, C])
