@@ -20,17 +20,21 @@ namespace {
 
 constexpr int64_t kNone = -1;
 
-// Who touched one element: the last writer, and a reader, each with the
-// block and the barrier epoch of the access.
+// Who touched one element: the last writer, and up to two distinct readers
+// of the current epoch (enough: a writer differs from at least one of them),
+// each with the block and the barrier epoch of the access.
 struct Touch {
   int64_t writer = kNone, writer_block = kNone, write_epoch = kNone;
   int64_t reader = kNone, reader_block = kNone, read_epoch = kNone;
+  int64_t reader2 = kNone, reader2_block = kNone, read2_epoch = kNone;
 };
 
 struct Region {
   uintptr_t lo = 0, hi = 0;
   const BufferNode* buffer = nullptr;
   std::string scope;
+  /** Allocated inside a thread nest: each thread has its own (in the interpreter too). */
+  bool per_thread = false;
 };
 
 std::string tuple(int64_t id) {
@@ -52,16 +56,18 @@ class RaceChecker : public interp::GpuHooks {
   void enter_thread_loop(const std::string& tag, int64_t value) override {
     if (int d = pass::thread_dim_index(tag); d >= 0) {
       tid_[d] = value;
+      in_nest_[d] = true;
       int64_t t = thread();
       if (seen_threads_.insert(t).second) ++stats.thread_runs;
     } else if (int b = pass::block_dim_index(tag); b >= 0) {
       bid_[b] = value;
       seen_threads_.clear();  // a new block: its threads are counted afresh
+      block_touches_.clear();  // and its shared and local memory is its own
     }
   }
 
   void exit_thread_loop(const std::string& tag) override {
-    if (int d = pass::thread_dim_index(tag); d >= 0) tid_[d] = 0;
+    if (int d = pass::thread_dim_index(tag); d >= 0) tid_[d] = 0, in_nest_[d] = false;
   }
 
   void barrier() override {
@@ -71,21 +77,24 @@ class RaceChecker : public interp::GpuHooks {
 
   void allocate(const BufferNode* b, const uint8_t* data, int64_t nbytes) override {
     uintptr_t lo = reinterpret_cast<uintptr_t>(data), hi = lo + static_cast<uintptr_t>(nbytes);
-    // Forget regions and records this storage overlaps: the memory is reused.
+    // Forget regions this storage overlaps: the memory is reused.
     auto it = regions_.lower_bound(lo);
     if (it != regions_.begin() && std::prev(it)->second.hi > lo) --it;
     while (it != regions_.end() && it->first < hi) it = regions_.erase(it);
-    regions_[lo] = {lo, hi, b, b->scope};
-    for (uintptr_t a = lo; a < hi; ++a) touches_.erase(a);
+    regions_[lo] = {lo, hi, b, b->scope, in_nest_[0] || in_nest_[1] || in_nest_[2]};
   }
 
   void access(const BufferNode* b, const uint8_t* element, bool write) override {
     uintptr_t a = reinterpret_cast<uintptr_t>(element);
     const Region* r = region_of(a);
+    if (r && r->per_thread) return;
     std::string scope = r ? r->scope : "global";
     const BufferNode* buf = r ? r->buffer : b;
     int64_t index = r ? static_cast<int64_t>((a - r->lo) / buf->dtype.bytes()) : -1;
-    Touch& t = touches_[a];
+    // Shared and local elements are named by buffer and index, not address:
+    // on the GPU an allocation inside a block-level loop is the same memory in
+    // every iteration, though the interpreter allocates it afresh.
+    Touch& t = r ? block_touches_[{buf->data.get(), index}] : touches_[a];
     int64_t me = thread(), blk = block();
     if (scope == "local") return check_local(t, buf, index, me, blk);
     bool shared = scope == "shared";
@@ -93,8 +102,14 @@ class RaceChecker : public interp::GpuHooks {
     auto unordered = [&](int64_t who, int64_t who_block, int64_t when) { return who != kNone && (who_block != blk || (who != me && when == epoch_)); };
     if (unordered(t.writer, t.writer_block, t.write_epoch)) race(buf, scope, index, t.writer, t.writer_block, "wrote", me, write ? "writes" : "reads");
     if (write && shared && unordered(t.reader, t.reader_block, t.read_epoch)) race(buf, scope, index, t.reader, t.reader_block, "read", me, "writes");
-    if (write) t.writer = me, t.writer_block = blk, t.write_epoch = epoch_;
-    else if (shared && (t.reader == kNone || t.read_epoch != epoch_ || t.reader == me)) t.reader = me, t.reader_block = blk, t.read_epoch = epoch_;
+    if (write && shared && unordered(t.reader2, t.reader2_block, t.read2_epoch)) race(buf, scope, index, t.reader2, t.reader2_block, "read", me, "writes");
+    if (write) {
+      t.writer = me, t.writer_block = blk, t.write_epoch = epoch_;
+    } else if (shared && (t.reader == kNone || t.read_epoch != epoch_ || t.reader == me)) {
+      t.reader = me, t.reader_block = blk, t.read_epoch = epoch_;
+    } else if (shared && (t.reader2 == kNone || t.read2_epoch != epoch_)) {
+      t.reader2 = me, t.reader2_block = blk, t.read2_epoch = epoch_;
+    }
   }
 
  private:
@@ -127,9 +142,11 @@ class RaceChecker : public interp::GpuHooks {
   }
 
   int64_t tid_[3] = {0, 0, 0}, bid_[3] = {0, 0, 0};
+  bool in_nest_[3] = {false, false, false};
   int64_t epoch_ = 0;
   std::map<uintptr_t, Region> regions_;
-  std::unordered_map<uintptr_t, Touch> touches_;
+  std::unordered_map<uintptr_t, Touch> touches_;  // global memory, by address
+  std::map<std::pair<const Variable*, int64_t>, Touch> block_touches_;  // shared and local, by storage and index
   std::unordered_set<int64_t> seen_threads_;
 };
 

@@ -139,6 +139,30 @@ TEST(GpuGemm, MissingBarrierIsReportedAsRace) {
   expect_error([&] { g.simulate(f); }, {"data race on shared buffer", ".shared'", "since the last barrier", "thread ("});
 }
 
+// Drops the first barrier: the one at the top of the k loop, which keeps the
+// next fetch from overwriting tiles that other threads still read.
+class DropFirstBarrier : public IRMutator {
+ protected:
+  using IRMutator::visit;
+  Stmt visit(const Evaluate* op) override {
+    if (!dropped_ && pass::is_sync_threads(Stmt(op))) {
+      dropped_ = true;
+      return make_nop();
+    }
+    return op;
+  }
+  bool dropped_ = false;
+};
+
+TEST(GpuGemm, OverwritingATileStillReadIsARace) {
+  TiledGemm g;
+  PrimFunc f = lower_gpu(g.s, {g.A, g.B, g.C}, "gemm");
+  PrimFunc cut = f.with_body(DropFirstBarrier().mutate(f.body()));
+  EXPECT_EQ(count(to_string(cut), "sync_threads"), 1);
+  // Write after read: a thread fetching the next tile, another having read the element.
+  expect_error([&] { g.simulate(cut); }, {"data race on shared buffer 'A.shared'", "writes it", "read it since the last barrier"});
+}
+
 TEST(GpuGemm, CudaSourceAndNvrtc) {
   TiledGemm g;
   for (const char* arch : {"cuda -arch=sm_80", "cuda -arch=sm_90"}) {
