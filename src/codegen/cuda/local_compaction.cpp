@@ -6,7 +6,6 @@
 // (C_local[i*2 + j]: 4 registers instead of 256). The GPU simulator runs the
 // IR as it is and reports threads whose parts overlap, so what it accepts is
 // what this rewrite preserves.
-#include <functional>
 #include <map>
 #include <set>
 #include <unordered_set>
@@ -116,71 +115,102 @@ bool split_thread_part(const Expr& index, const VarSet& thread_vars, Expr* threa
   return true;
 }
 
-std::unordered_map<const Variable*, LocalPlan> plan_local_compaction(const PrimFunc& f, VarSet* thread_vars) {
-  // Thread variables, each mapped to one variable per tag so that the offsets
-  // of different nests (each with its own loop variables) compare equal.
-  std::unordered_map<const Variable*, Var> canonical;
-  std::unordered_map<std::string, Var> by_tag;
-  std::unordered_map<const Variable*, int64_t> extents;  // loops from 0 of constant extent
-  arith::Analyzer ana;
-  std::vector<const Allocate*> candidates;
-  post_order_visit(f.body(), [](const Expr&) {}, [&](const Stmt& x) {
-    const For* op = x.as<For>();
-    if (!op) return;
-    ana.bind(op->loop_var, Range(op->min, op->extent));
-    if (const int64_t* e = as_const_int(op->extent); e && is_zero(op->min)) extents[op->loop_var.get()] = *e;
-    if (op->kind == ForKind::ThreadBinding && pass::thread_dim_index(op->thread_tag) >= 0) {
-      auto it = by_tag.try_emplace(op->thread_tag, Var(op->thread_tag, op->loop_var.dtype())).first;
-      canonical[op->loop_var.get()] = it->second;
-      thread_vars->insert(op->loop_var.get());
-    }
-  });
-  // Block-level local allocations: those with no thread loop around them.
-  std::function<void(const Stmt&)> find = [&](const Stmt& s) {
-    if (const For* op = s.as<For>(); op && op->kind == ForKind::ThreadBinding && pass::thread_dim_index(op->thread_tag) >= 0) return;
-    if (const Allocate* a = s.as<Allocate>(); a && a->buffer.scope() == "local") candidates.push_back(a);
-    if (const For* op = s.as<For>()) find(op->body);
-    else if (const Allocate* op = s.as<Allocate>()) find(op->body);
-    else if (const Seq* op = s.as<Seq>()) for (const Stmt& c : op->seq) find(c);
-    else if (const IfThenElse* op = s.as<IfThenElse>()) {
-      find(op->then_case);
-      if (op->else_case.defined()) find(op->else_case);
-    }
-    else if (const LetStmt* op = s.as<LetStmt>()) find(op->body);
-    else if (const AttrStmt* op = s.as<AttrStmt>()) find(op->body);
-    else if (const AssertStmt* op = s.as<AssertStmt>()) find(op->body);
-  };
-  find(f.body());
-  std::unordered_map<const Variable*, LocalPlan> out;
-  for (const Allocate* a : candidates) {
+namespace {
+
+// Block-level local allocations: those with no thread loop around them.
+void block_level_locals(const Stmt& s, std::vector<const Allocate*>* out) {
+  if (const For* op = s.as<For>()) {
+    if (op->kind != ForKind::ThreadBinding || pass::thread_dim_index(op->thread_tag) < 0) block_level_locals(op->body, out);
+  } else if (const Allocate* op = s.as<Allocate>()) {
+    if (op->buffer.scope() == "local") out->push_back(op);
+    block_level_locals(op->body, out);
+  } else if (const Seq* op = s.as<Seq>()) {
+    for (const Stmt& c : op->seq) block_level_locals(c, out);
+  } else if (const IfThenElse* op = s.as<IfThenElse>()) {
+    block_level_locals(op->then_case, out);
+    if (op->else_case.defined()) block_level_locals(op->else_case, out);
+  } else if (const LetStmt* op = s.as<LetStmt>()) {
+    block_level_locals(op->body, out);
+  } else if (const AttrStmt* op = s.as<AttrStmt>()) {
+    block_level_locals(op->body, out);
+  } else if (const AssertStmt* op = s.as<AssertStmt>()) {
+    block_level_locals(op->body, out);
+  }
+}
+
+class Planner {
+ public:
+  // Binds every loop's range, and maps each thread variable to one variable
+  // per tag, so that the offsets of different nests (each with its own loop
+  // variables) compare equal.
+  Planner(const PrimFunc& f, VarSet* thread_vars) : thread_vars_(thread_vars) {
+    post_order_visit(f.body(), [](const Expr&) {}, [&](const Stmt& x) {
+      const For* op = x.as<For>();
+      if (!op) return;
+      ana_.bind(op->loop_var, Range(op->min, op->extent));
+      if (const int64_t* e = as_const_int(op->extent); e && is_zero(op->min)) extents_[op->loop_var.get()] = *e;
+      if (op->kind == ForKind::ThreadBinding && pass::thread_dim_index(op->thread_tag) >= 0) {
+        auto it = by_tag_.try_emplace(op->thread_tag, Var(op->thread_tag, op->loop_var.dtype())).first;
+        canonical_[op->loop_var.get()] = it->second;
+        thread_vars->insert(op->loop_var.get());
+      }
+    });
+  }
+
+  // The plan for one allocation; size 0 when it cannot shrink.
+  LocalPlan plan(const Allocate* a) {
     const Variable* data = a->buffer->data.get();
     const int64_t* size = as_const_int(a->buffer.num_elements());
-    bool ok = size != nullptr;
-    Expr offset;
-    int64_t span = 0;
-    std::map<int64_t, int64_t> radix;  // coefficient -> extent of the loops it scales
-    bool dense = true;
-    auto check = [&](const std::vector<Expr>& indices) {
-      Expr t, r;
-      if (!ok || indices.size() != 1 || !split_thread_part(indices[0], *thread_vars, &t, &r)) return void(ok = false);
-      Expr canon = ana.simplify(substitute(t, [&](const Variable* v) { auto it = canonical.find(v); return it == canonical.end() ? Expr() : Expr(it->second); }));
-      if (offset.defined() && !structural_equal(offset, canon)) return void(ok = false);
-      offset = canon;
-      arith::ConstIntBound b = ana.const_int_bound(r);
-      if (b.min < 0 || b.max == arith::ConstIntBound::kPosInf) return void(ok = false);
-      span = std::max(span, b.max + 1);
-      dense = dense && collect_radix(r, extents, &radix);
-    };
+    ok_ = size != nullptr, dense_ = true, offset_ = Expr(), span_ = 0, radix_.clear();
     post_order_visit(a->body, [&](const Expr& e) {
       if (const BufferLoad* l = e.as<BufferLoad>(); l && l->buffer->data.get() == data) check(l->indices);
     }, [&](const Stmt& x) {
       if (const BufferStore* w = x.as<BufferStore>(); w && w->buffer->data.get() == data) check(w->indices);
     });
-    if (!ok || !offset.defined() || span <= 0 || span >= *size) continue;
-    LocalPlan plan{span, {}};
-    if (dense) densify(radix, &plan);
-    out[data] = plan;
+    LocalPlan p;
+    if (!ok_ || !offset_.defined() || span_ <= 0 || span_ >= *size) return p;
+    p.size = span_;
+    if (dense_) densify(radix_, &p);
+    return p;
   }
+
+ private:
+  // One access: its thread part must be the same as every other's, its rest non-negative and bounded.
+  void check(const std::vector<Expr>& indices) {
+    Expr t, r;
+    if (!ok_ || indices.size() != 1 || !split_thread_part(indices[0], *thread_vars_, &t, &r)) return void(ok_ = false);
+    Expr canon = ana_.simplify(substitute(t, [&](const Variable* v) {
+      auto it = canonical_.find(v);
+      return it == canonical_.end() ? Expr() : Expr(it->second);
+    }));
+    if (offset_.defined() && !structural_equal(offset_, canon)) return void(ok_ = false);
+    offset_ = canon;
+    arith::ConstIntBound b = ana_.const_int_bound(r);
+    if (b.min < 0 || b.max == arith::ConstIntBound::kPosInf) return void(ok_ = false);
+    span_ = std::max(span_, b.max + 1);
+    dense_ = dense_ && collect_radix(r, extents_, &radix_);
+  }
+
+  VarSet* thread_vars_;
+  arith::Analyzer ana_;
+  std::unordered_map<const Variable*, Var> canonical_;
+  std::unordered_map<std::string, Var> by_tag_;
+  std::unordered_map<const Variable*, int64_t> extents_;  // loops from 0 of constant extent
+  bool ok_ = true, dense_ = true;
+  Expr offset_;
+  int64_t span_ = 0;
+  std::map<int64_t, int64_t> radix_;  // coefficient -> extent of the loops it scales
+};
+
+}  // namespace
+
+std::unordered_map<const Variable*, LocalPlan> plan_local_compaction(const PrimFunc& f, VarSet* thread_vars) {
+  Planner planner(f, thread_vars);
+  std::vector<const Allocate*> locals;
+  block_level_locals(f.body(), &locals);
+  std::unordered_map<const Variable*, LocalPlan> out;
+  for (const Allocate* a : locals)
+    if (LocalPlan p = planner.plan(a); p.size > 0) out[a->buffer->data.get()] = std::move(p);
   return out;
 }
 
