@@ -202,6 +202,37 @@ TEST(GpuElementwise, GuardWhenTheSplitDoesNotDivide) {
   EXPECT_TRUE(all_close(b, want, 1e-5f));
 }
 
+// Hand-built: per block, 4 rounds of "fetch 16 values into shared memory,
+// then each thread reads another thread's value". Each round needs a barrier
+// after its fetch (read after write) and one before the next fetch (write
+// after read); the thread-0 region that zeroes the count before the loop
+// needs none against the fetch (different buffers), and the last nest none.
+TEST(GpuBarriers, ReadAfterWriteAndWriteAfterReadInALoop) {
+  DataType f32 = DataType::Float(32);
+  Buffer A = Buffer::make("A", f32, {128}), B = Buffer::make("B", f32, {128});
+  Buffer S = Buffer::make("S", f32, {16}, "shared"), Z = Buffer::make("Z", f32, {1}, "shared");
+  Var bx("bx"), r("r"), t1("t1"), t2("t2");
+  Stmt fetch = For::make(t1, 0, 16, ForKind::ThreadBinding, BufferStore::make(S, BufferLoad::make(A, {bx * 64 + r * 16 + t1}), {t1}), "threadIdx.x");
+  Stmt use = For::make(t2, 0, 16, ForKind::ThreadBinding,
+                       BufferStore::make(B, BufferLoad::make(S, {15 - t2}) + BufferLoad::make(Z, {0}), {bx * 64 + r * 16 + t2}), "threadIdx.x");
+  Stmt rounds = For::make(r, 0, 4, ForKind::Serial, Seq::make({fetch, use}));
+  Stmt body = Allocate::make(Z, Allocate::make(S, Seq::make({BufferStore::make(Z, 0.0f, {0}), rounds})));
+  PrimFunc f = PrimFunc::make("rounds", {Param{A->data, A}, Param{B->data, B}}, For::make(bx, 0, 2, ForKind::ThreadBinding, body, "blockIdx.x"));
+  pass::verify_gpu_kernel(f);
+  PrimFunc g = pass::insert_barriers(f);
+  std::string ir = to_string(g);
+  EXPECT_EQ(count(ir, "sync_threads"), 2) << ir;
+  std::vector<float> a = random_vector(128, 5), b(128, 0.f), want(128);
+  for (int blk = 0; blk < 2; ++blk)
+    for (int round = 0; round < 4; ++round)
+      for (int t = 0; t < 16; ++t) want[blk * 64 + round * 16 + t] = a[blk * 64 + round * 16 + 15 - t];
+  GpuSimulation run = simulate_gpu(g, {a.data(), b.data()});
+  EXPECT_EQ(run.barriers, 2 * 4 * 2);
+  EXPECT_EQ(b, want);
+  // Without them the simulator sees thread 0 read what thread 15 wrote.
+  expect_error([&] { simulate_gpu(f, {a.data(), b.data()}); }, {"data race on shared buffer 'S' element 15", "thread (0,0,0) of block (0,0,0) reads it", "thread (15,0,0)"});
+}
+
 TEST(GpuErrors, UnboundLoopIsNamed) {
   Tensor A = te::placeholder({64, 32}, DataType::Float(32), "A");
   Tensor B = te::compute({64, 32}, [&](const std::vector<Var>& i) { return A({i[0], i[1]}) + 1.0f; }, "B", {"row", "col"});
