@@ -22,7 +22,10 @@ namespace kiln::codegen {
  * `T* __restrict__`, scalars pass by value, in f's parameter order. Block
  * and thread loops read blockIdx/threadIdx (guarded where a loop binds fewer
  * threads than `launch`), shared allocations are `__shared__` arrays, local
- * ones per-thread arrays, unrolled loops get `#pragma unroll`, a vectorized
+ * ones per-thread arrays (a block-level local buffer shrunk to one thread's
+ * part when every access adds the same thread offset: the 16x16 tile of a
+ * block becomes a thread's 2x2 registers), block-level statements without
+ * thread loops run on thread 0, unrolled loops get `#pragma unroll`, a vectorized
  * float32 copy of 2 or 4 aligned elements becomes one float2/float4 access
  * (other vectorized loops unrolled scalar loops). With target.fast_math the
  * fast intrinsics (__expf, ...) are used. Throws kiln::Error on IR it cannot
