@@ -387,3 +387,33 @@ def test_conv2d_one_output_per_thread(weights_in_shared):
     ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), padding=1).numpy()
     np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4)
     nvrtc_compiles(s, [X, Wt, C])
+
+
+def test_without_nvrtc_compiling_says_so_and_the_rest_works():
+    # A fresh process: NVRTC is looked for once per process.
+    import os
+    import subprocess
+    import sys
+    code = """
+import numpy as np, kiln
+from kiln import te
+A = te.placeholder((64,), name="A")
+B = te.compute((64,), lambda i: A[i] + 1, name="B")
+s = te.create_schedule(B)
+bx, tx = s[B].split(B.op.axis[0], factor=32)
+s[B].bind(bx, "blockIdx.x"); s[B].bind(tx, "threadIdx.x")
+assert kiln.gpu.nvrtc_available()[0] is False
+try:
+    kiln.build(s, [A, B], target="cuda -arch=sm_90")
+    raise SystemExit("no error")
+except kiln.KilnError as e:
+    print(e)
+mod = kiln.gpu.build(s, [A, B], "cuda -arch=sm_90", compile=False)
+a = np.arange(64, dtype="float32"); b = np.zeros(64, "float32")
+mod.simulate(a, b)
+assert (b == a + 1).all() and "main_kernel" in mod.get_source()
+"""
+    env = dict(os.environ, KILN_NVRTC_LIBRARY="/nonexistent/libnvrtc.so")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "NVRTC (libnvrtc.so) was not found; tried /nonexistent/libnvrtc.so" in out.stdout

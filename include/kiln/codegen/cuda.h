@@ -36,7 +36,12 @@ std::string codegen_cuda(const PrimFunc& f, const Target& target, const pass::La
 /** The kernel's symbol in the CUDA C for a function name: a C identifier, "main" -> "main_kernel". */
 std::string kernel_symbol(const std::string& name);
 
-/** True when libnvrtc can be loaded; otherwise *why says what was tried. */
+/**
+ * True when libnvrtc can be loaded; otherwise *why says what was tried. It is
+ * looked for as libnvrtc.so(.13/.12) on the library path and in
+ * /usr/local/cuda/lib64, or only at $KILN_NVRTC_LIBRARY when that is set;
+ * once per process.
+ */
 bool nvrtc_available(std::string* why = nullptr);
 
 enum class NvrtcOutput { Cubin, Ptx };

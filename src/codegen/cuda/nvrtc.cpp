@@ -3,6 +3,7 @@
 // clearly what is missing only when a cuda target is compiled.
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <sstream>
 #include <vector>
@@ -44,8 +45,11 @@ const Nvrtc& nvrtc() {
   static Nvrtc n;
   static std::once_flag once;
   std::call_once(once, [] {
-    const char* candidates[] = {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so.13",
-                                "/usr/local/cuda/lib64/libnvrtc.so.12"};
+    std::vector<const char*> candidates = {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so.13",
+                                           "/usr/local/cuda/lib64/libnvrtc.so.12"};
+    // KILN_NVRTC_LIBRARY names the one library to load (another toolkit, or a
+    // missing file to check how kiln behaves without NVRTC).
+    if (const char* forced = std::getenv("KILN_NVRTC_LIBRARY"); forced && *forced) candidates = {forced};
     for (const char* c : candidates) {
       n.tried += std::string(n.tried.empty() ? "" : ", ") + c;
       n.lib = dlopen(c, RTLD_NOW | RTLD_LOCAL);
