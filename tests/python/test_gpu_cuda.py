@@ -417,3 +417,31 @@ assert (b == a + 1).all() and "main_kernel" in mod.get_source()
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "NVRTC (libnvrtc.so) was not found; tried /nonexistent/libnvrtc.so" in out.stdout
+
+
+def test_launch_extents_must_be_constants():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2, name="B")
+    s = te.create_schedule(B)
+    bx, tx = s[B].split(B.op.axis[0], factor=64)
+    s[B].bind(bx, "blockIdx.x")
+    s[B].bind(tx, "threadIdx.x")
+    with pytest.raises(kiln.KilnError, match=r"bound to blockIdx\.x has extent .*not a constant.*constants for now"):
+        kiln.build(s, [A, B], target="cuda -arch=sm_90")
+
+
+def test_shared_memory_over_48k_is_rejected():
+    A = te.placeholder((4, 16384), name="A")
+    B = te.compute((4, 16384), lambda i, j: A[i, 16383 - j], name="B")
+    s = te.create_schedule(B)
+    AS = s.cache_read(A, "shared", [B])
+    i, j = s[B].op.axis
+    s[B].bind(i, "blockIdx.x")
+    jo, ji = s[B].split(j, factor=256)
+    s[B].bind(ji, "threadIdx.x")
+    s[AS].compute_at(s[B], i)
+    _, aj = s[AS].split(s[AS].op.axis[1], factor=256)
+    s[AS].bind(aj, "threadIdx.x")
+    with pytest.raises(kiln.KilnError, match=r"65536 bytes of shared memory per block exceed the 49152 bytes"):
+        kiln.build(s, [A, B], target="cuda -arch=sm_90")
