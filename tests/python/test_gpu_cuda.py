@@ -250,6 +250,26 @@ def test_float4_copy_and_fast_math():
     np.testing.assert_array_equal(a, b)
     nvrtc_compiles(s, [A, B])
 
+    # Arithmetic on the lanes: a float4 load per operand, the lanes one by one, a float4 store.
+    Bias = te.placeholder((4,), name="Bias")
+    D = te.placeholder((n,), name="D")
+    E = te.compute((n,), lambda i: A[i] * 2 + D[i] + Bias[1], name="E")
+    s = te.create_schedule(E)
+    bx, rest = s[E].split(E.op.axis[0], factor=256)
+    tx, v = s[E].split(rest, factor=4)
+    s[E].bind(bx, "blockIdx.x")
+    s[E].bind(tx, "threadIdx.x")
+    s[E].vectorize(v)
+    mod = kiln.gpu.build(s, [A, D, Bias, E], "cuda -arch=sm_90", compile=False)
+    src = mod.get_source()
+    assert src.count("*reinterpret_cast<const float4*>") == 2 and "out.w = " in src, src
+    d = rng.standard_normal(n, dtype="float32")
+    bias = rng.standard_normal(4, dtype="float32")
+    e = np.zeros(n, "float32")
+    mod.simulate(a, d, bias, e)
+    np.testing.assert_allclose(e, a * 2 + d + bias[1], rtol=1e-6)
+    nvrtc_compiles(s, [A, D, Bias, E])
+
     C = te.compute((n,), lambda i: te.exp(A[i]) + te.sigmoid(A[i]), name="C")
     s = te.create_schedule(C)
     bx, tx = s[C].split(C.op.axis[0], factor=256)

@@ -26,8 +26,10 @@ namespace kiln::codegen {
  * part when every access adds the same thread offset: the 16x16 tile of a
  * block becomes a thread's 2x2 registers), block-level statements without
  * thread loops run on thread 0, unrolled loops get `#pragma unroll`, a vectorized
- * float32 copy of 2 or 4 aligned elements becomes one float2/float4 access
- * (other vectorized loops unrolled scalar loops). With target.fast_math the
+ * float32 loop of 2 or 4 lanes storing dst[b + v] from loads src[c + v]
+ * (b, c provably aligned, global or shared, dst not read) becomes one
+ * float2/float4 load per source and one store, the lanes computed one by
+ * one (other vectorized loops stay unrolled scalar loops). With target.fast_math the
  * fast intrinsics (__expf, ...) are used. Throws kiln::Error on IR it cannot
  * express (vector expressions: lower without vectorize_loops).
  */

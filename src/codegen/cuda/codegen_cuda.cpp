@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <numeric>
+#include <tuple>
 
 #include "kiln/ir/functor.h"
 #include "kiln/support/error.h"
@@ -136,7 +138,7 @@ std::string CodeGenCUDA::unbound_guard() const {
 void CodeGenCUDA::emit_for(const For* op) {
   if (op->kind == ForKind::ThreadBinding) return emit_bound_loop(op);
   if (!in_thread_ && !pass::has_thread_loop(Stmt(op))) return emit_thread0_region(Stmt(op));
-  if (op->kind == ForKind::Vectorized && emit_vector_copy(op)) return;
+  if (op->kind == ForKind::Vectorized && emit_vector_store(op)) return;
   std::string v = ident(op->loop_var.name(), op->loop_var.get()), t = ctype(op->loop_var.dtype());
   std::string lo = expr(op->min), n = expr(op->extent);
   if (op->kind == ForKind::Unrolled || op->kind == ForKind::Vectorized) line("#pragma unroll");
@@ -231,23 +233,78 @@ static Expr unit_stride_base(const Expr& index, const Var& v) {
   return Expr();
 }
 
-// dst[b + v] = src[c + v] for v in 0..lanes of float32, with b and c multiples
-// of lanes, in global or shared memory: one float2/float4 access each.
-bool CodeGenCUDA::emit_vector_copy(const For* op) {
+namespace {
+
+// Replaces the loads of a vectorized loop's body that read lanes base + v by
+// fresh variables (one per load), recording each load's buffer and base;
+// fails (ok = false) on any other load that depends on v.
+class VectorLoads : public IRMutator {
+ public:
+  VectorLoads(const Var& v, int64_t lanes, const std::function<bool(const Variable*)>& vectorizable) : v_(v), lanes_(lanes), vectorizable_(vectorizable) {}
+  bool ok = true;
+  std::vector<std::tuple<Var, const BufferNode*, Expr>> loads;  // variable, buffer, base
+
+ protected:
+  using IRMutator::visit;
+  Expr visit(const BufferLoad* op) override {
+    if (!uses_var(Expr(op), [&](const Variable* x) { return x == v_.get(); })) return op;
+    Expr base = op->indices.size() == 1 ? unit_stride_base(op->indices[0], v_) : Expr();
+    if (!base.defined() || op->dtype != DataType::Float(32) || known_multiple(base) % lanes_ || !vectorizable_(op->buffer->data.get())) {
+      ok = false;
+      return op;
+    }
+    Var x("vec", DataType::Float(32));
+    loads.emplace_back(x, op->buffer.get(), base);
+    return x;
+  }
+
+ private:
+  Var v_;
+  int64_t lanes_;
+  std::function<bool(const Variable*)> vectorizable_;
+};
+
+}  // namespace
+
+// dst[b + v] = f(src[c + v], ..., scalars) for v in 0..lanes of float32, with
+// b and c multiples of lanes, in global or shared memory, where f does not
+// read dst: one float2/float4 load per source, the lanes computed one by one,
+// one float2/float4 store. Anything else stays a scalar loop.
+bool CodeGenCUDA::emit_vector_store(const For* op) {
   const int64_t* lanes = as_const_int(op->extent);
   const BufferStore* st = op->body.as<BufferStore>();
-  const BufferLoad* ld = st ? st->value.as<BufferLoad>() : nullptr;
-  if (!lanes || (*lanes != 2 && *lanes != 4) || !is_zero(op->min) || !ld || st->indices.size() != 1 || ld->indices.size() != 1) return false;
-  if (st->buffer.dtype() != DataType::Float(32) || ld->buffer->dtype != DataType::Float(32)) return false;
-  Expr sb = unit_stride_base(st->indices[0], op->loop_var), lb = unit_stride_base(ld->indices[0], op->loop_var);
-  if (!sb.defined() || !lb.defined() || known_multiple(sb) % *lanes || known_multiple(lb) % *lanes) return false;
+  if (!lanes || (*lanes != 2 && *lanes != 4) || !is_zero(op->min) || !st || st->indices.size() != 1 || st->buffer.dtype() != DataType::Float(32)) return false;
   auto vec_ok = [&](const Variable* data) { return scope_.count(data) && scope_[data] != "local"; };
-  if (!vec_ok(st->buffer->data.get()) || !vec_ok(ld->buffer->data.get())) return false;
+  Expr sb = unit_stride_base(st->indices[0], op->loop_var);
+  if (!sb.defined() || known_multiple(sb) % *lanes || !vec_ok(st->buffer->data.get())) return false;
+  const Variable* dst = st->buffer->data.get();
+  bool reads_dst = false;
+  post_order_visit(st->value, [&](const Expr& e) {
+    if (const BufferLoad* l = e.as<BufferLoad>()) reads_dst = reads_dst || l->buffer->data.get() == dst;
+  });
+  VectorLoads vl(op->loop_var, *lanes, vec_ok);
+  Expr value = vl.mutate(st->value);
+  if (reads_dst || !vl.ok) return false;
   std::string vt = *lanes == 4 ? "float4" : "float2";
   std::string g = unbound_guard();
-  std::string s = "*reinterpret_cast<" + vt + "*>(" + var_name(st->buffer->data.get()) + " + " + expr(sb) + ") = *reinterpret_cast<const " + vt + "*>(" +
-                  var_name(ld->buffer->data.get()) + " + " + expr(lb) + ");";
-  line(g.empty() ? s : "if (" + g + ") " + s);
+  line(g.empty() ? "{" : "if (" + g + ") {");
+  ++indent_;
+  std::vector<std::string> vec_names;
+  for (const auto& [x, buf, base] : vl.loads) {
+    vec_names.push_back(ident("vec", nullptr));
+    line("const " + vt + " " + vec_names.back() + " = *reinterpret_cast<const " + vt + "*>(" + var_name(buf->data.get()) + " + " + expr(base) + ");");
+  }
+  std::string out = ident("out", nullptr);
+  line(vt + " " + out + ";");
+  static const char* const kLane[] = {"x", "y", "z", "w"};
+  for (int l = 0; l < *lanes; ++l) {
+    for (size_t k = 0; k < vl.loads.size(); ++k) names_[std::get<0>(vl.loads[k]).get()] = vec_names[k] + "." + kLane[l];
+    Expr lane = substitute(value, [&](const Variable* x) { return x == op->loop_var.get() ? IntImm::make(op->loop_var.dtype(), l) : Expr(); });
+    line(out + "." + kLane[l] + " = " + expr(lane) + ";");
+  }
+  line("*reinterpret_cast<" + vt + "*>(" + var_name(dst) + " + " + expr(sb) + ") = " + out + ";");
+  --indent_;
+  line("}");
   return true;
 }
 

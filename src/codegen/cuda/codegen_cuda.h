@@ -53,7 +53,7 @@ class CodeGenCUDA {
   void emit_thread0_region(const Stmt& s);
   void emit_store(const BufferStore* op);
   void emit_allocate(const Allocate* op);
-  bool emit_vector_copy(const For* op);
+  bool emit_vector_store(const For* op);
   std::string unbound_guard() const;
   std::string prelude();
   std::string ident(const std::string& hint, const Variable* v);
