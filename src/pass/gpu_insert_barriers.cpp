@@ -6,11 +6,12 @@
 // block-level statements without a thread nest) are the units that touch
 // memory: one that reads what is pending as written (read after write),
 // or writes what is pending as read or written (write after read/write),
-// gets a barrier in front of it. Serial block-level loops are walked until
-// the state at their back edge stops growing, so a barrier needed only from
-// the second iteration on (the next fetch overwriting a tile still being
-// read) is found; it stands at the top of the body and costs the first
-// iteration nothing it would not need anyway.
+// gets a barrier in front of it. Serial block-level loops are first walked
+// on their own, until the state at their back edge stops growing, so a
+// barrier needed only from the second iteration on (the next fetch
+// overwriting a tile still being read) is found and stands in the body; a
+// barrier that only the code before the loop makes necessary goes before the
+// loop, where it runs once.
 #include <map>
 #include <set>
 
