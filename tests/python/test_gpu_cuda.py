@@ -28,7 +28,10 @@ def gemm_schedule(M, N, K, tile=16, thread_tile=2, kstep=8, dtype="float32"):
     A = te.placeholder((M, K), name="A", dtype=dtype)
     B = te.placeholder((K, N), name="B", dtype=dtype)
     k = te.reduce_axis((0, K), name="k")
-    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    if dtype == "float32":
+        C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    else:  # fp16/bf16 inputs, fp32 accumulation
+        C = te.compute((M, N), lambda i, j: te.sum(te.cast(A[i, k], "float32") * te.cast(B[k, j], "float32"), axis=k), name="C")
     s = te.create_schedule(C)
     CL = s.cache_write(C, "local")
     AS = s.cache_read(A, "shared", [CL])
@@ -98,6 +101,24 @@ def test_tiled_gemm_simulates_and_compiles(M, N, K):
     run = mod.simulate(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
     assert run.blocks == (M // 16) * (N // 16) and run.barriers == run.blocks * 2 * (K // 8)
+    nvrtc_compiles(s, args)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_gemm_accumulates_in_fp32(dtype):
+    M = N = K = 32
+    s, args = gemm_schedule(M, N, K, dtype=dtype)
+    mod = kiln.gpu.build(s, args, "cuda -arch=sm_80", compile=False)
+    ctype = "__half" if dtype == "float16" else "__nv_bfloat16"
+    assert f"__shared__ __align__(16) {ctype} A_shared[" in mod.get_source()
+    a = rng.standard_normal((M, K), dtype="float32")
+    b = rng.standard_normal((K, N), dtype="float32")
+    if dtype == "float16":
+        a, b = a.astype("float16"), b.astype("float16")
+        ref = a.astype("float32") @ b.astype("float32")
+        c = np.zeros((M, N), "float32")
+        mod.simulate(a, b, c)
+        np.testing.assert_allclose(c, ref, rtol=1e-3, atol=1e-3)
     nvrtc_compiles(s, args)
 
 
