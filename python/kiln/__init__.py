@@ -26,7 +26,7 @@ Code written for TVM's tensor expressions runs with ``import kiln as tvm``:
 thin aliases of kiln's own calls.
 """
 from ._ffi import InternalError, KilnError, _kiln
-from . import te, nd, runtime, ops, tuning_db, tir, testing
+from . import te, nd, runtime, ops, tuning_db, tir, testing, gpu
 from .driver import build, lower
 from .nd import cpu, device
 from .runtime import Module, TimeResult
@@ -44,7 +44,7 @@ PrimFunc = _kiln.PrimFunc
 
 __version__ = "0.1.0"
 
-__all__ = ["KilnError", "InternalError", "te", "nd", "runtime", "ops", "tuning_db", "tir", "testing", "build", "lower", "cpu", "device", "Module", "TimeResult", "Target", "PrimFunc"]
+__all__ = ["KilnError", "InternalError", "te", "nd", "runtime", "ops", "tuning_db", "tir", "testing", "gpu", "build", "lower", "cpu", "device", "Module", "TimeResult", "Target", "PrimFunc"]
 if hasattr(_kiln, "tuner"):
     __all__ += ["tuner", "tune"]
 if hasattr(_kiln, "graph"):

@@ -47,6 +47,12 @@ def _as_schedule(s, what):
     _check_schedule(s, what)
 
 
+def _is_cuda(target):
+    if isinstance(target, _kiln.Target):
+        return target.kind == "cuda"
+    return isinstance(target, str) and target.split(" ", 1)[0] == "cuda"
+
+
 def build(s, args, target="llvm", name="main", db=None):
     """Compiles schedule ``s`` for ``target`` into a callable :class:`kiln.runtime.Module`.
 
@@ -54,6 +60,8 @@ def build(s, args, target="llvm", name="main", db=None):
     schedule. ``target`` is a string (``"llvm"``: the host CPU;
     ``"llvm -mcpu=znver3 -num-cores=2"``) or a :class:`kiln.Target`. The module
     is called with the arguments in the order of ``args``: ``mod(a, b, c)``.
+    A cuda target (``"cuda -arch=sm_90"``) gives a :class:`kiln.gpu.CudaModule`
+    (CUDA C, cubin, and a GPU simulator; see :mod:`kiln.gpu`).
 
     With ``db`` (the path of a tuning database, see :func:`kiln.tune`) the
     best record for this computation and target is applied instead of ``s``
@@ -62,6 +70,10 @@ def build(s, args, target="llvm", name="main", db=None):
     """
     s = _as_schedule(s, "build")
     tensors = _arg_tensors(args, "build")
+    if _is_cuda(target):
+        # A GPU kernel: kiln.gpu.CudaModule (get_source(), simulate(), call on a GPU).
+        from . import gpu
+        return gpu.build(s, tensors, str(target), name)
     if db is not None:
         if not hasattr(_kiln, "tuner"):
             raise KilnError("build(db=...): this kiln was built without the auto-scheduler (it needs XGBoost: libxgboost-dev)")

@@ -31,6 +31,8 @@ void define_lower(py::module_& m);
 void define_runtime(py::module_& m);
 void define_ops(py::module_& m);
 void define_tuning_db(py::module_& m);
+/** kiln.gpu's native part, _kiln.cuda (py_cuda.cpp). */
+void define_cuda(py::module_& m);
 /** kiln.tuner (py_tuner.cpp): built only with the auto-scheduler (KILN_PY_WITH_TUNER). */
 void define_tuner(py::module_& m);
 

@@ -34,6 +34,7 @@ PYBIND11_MODULE(_kiln, m) {
   define_runtime(m);
   define_ops(m);
   define_tuning_db(m);
+  define_cuda(m);
 #ifdef KILN_PY_WITH_TUNER
   define_tuner(m);
 #endif

@@ -15,7 +15,7 @@ Module build(const te::Schedule& sch, const std::vector<te::Tensor>& args, const
 Module build(const te::Schedule& sch, const std::vector<te::Tensor>& args, const Target& target, const std::string& name) {
   PrimFunc f = te::lower(sch, args, name);
 #ifdef KILN_WITH_LLVM
-  KILN_USER_CHECK(target.kind == Target::Kind::LLVM) << "build for target '" << target.str() << "': only llvm targets can be built into a runnable module (CUDA code generation is a separate backend)";
+  KILN_USER_CHECK(target.kind == Target::Kind::LLVM) << "build for target '" << target.str() << "': only llvm targets build into a Module; for cuda use kiln::build_cuda (kiln/driver/build_cuda.h), or kiln.build in Python";
   return codegen::build_llvm({f}, target);
 #else
   KILN_USER_ERROR() << "build for target '" << target.str() << "': kiln was built without the LLVM backend (configure with -DKILN_WITH_LLVM=ON)";

@@ -242,7 +242,8 @@ static F math(Intrinsic op, F x, F y) {
     case Intrinsic::Sin: return std::sin(x);
     case Intrinsic::Cos: return std::cos(x);
     case Intrinsic::IfThenElse:
-    case Intrinsic::Likely: break;
+    case Intrinsic::Likely:
+    case Intrinsic::SyncThreads: break;
   }
   KILN_UNREACHABLE() << "math_lane of " << intrinsic_name(op);
   return F(0);

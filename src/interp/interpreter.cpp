@@ -4,6 +4,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "gpu_hooks.h"
 #include "interp_value.h"
 #include "kiln/codegen/kernel_metadata.h"
 #include "kiln/runtime/arg_binder.h"
@@ -61,7 +62,7 @@ class ScopedBind {
 
 class Interpreter {
  public:
-  explicit Interpreter(const PrimFunc& f) : func_(f) {}
+  Interpreter(const PrimFunc& f, interp::GpuHooks* hooks) : func_(f), hooks_(hooks) {}
   void run(const std::vector<void*>& args);
 
  private:
@@ -78,6 +79,7 @@ class Interpreter {
   Value eval_if_then_else(const Call* op);
   Value eval_ramp(const Ramp* op);
   Value eval_load(const BufferLoad* op);
+  Value sync_threads();
   [[noreturn]] void not_lowered(const char* what, const std::string& name);
 
   void exec_for(const For* op);
@@ -92,6 +94,8 @@ class Interpreter {
   void check_in_bounds(const BufferNode* b, const Storage& s, const char* what, const int64_t* offsets, int lanes, uint64_t active);
 
   PrimFunc func_;
+  // The GPU simulator's observer (null for plain interpretation).
+  interp::GpuHooks* hooks_;
   std::unordered_map<const Variable*, Slot<Value>> env_;
   // Keyed by the buffer's data variable: storage flattening makes new 1-D
   // Buffer nodes that share `data` with the original, so the node is no key.
@@ -296,6 +300,7 @@ Value Interpreter::eval_cast(const Cast* op) {
 Value Interpreter::eval_call(const Call* op) {
   if (op->op == Intrinsic::IfThenElse) return eval_if_then_else(op);
   if (op->op == Intrinsic::Likely) return eval(op->args[0]);
+  if (op->op == Intrinsic::SyncThreads) return sync_threads();
   DataType t = op->dtype.element_of();
   Value a = eval(op->args[0]);
   Value b = op->args.size() > 1 ? eval(op->args[1]) : a;
@@ -422,7 +427,18 @@ Value Interpreter::eval_load(const BufferLoad* op) {
     if ((active >> l) & 1) r.lane[l] = interp::load_lane(b->dtype, s.data + offsets[l] * bytes);
     else r.lane[l].i = 0;
   }
+  if (hooks_)
+    for (int l = 0; l < lanes; ++l)
+      if ((active >> l) & 1) hooks_->access(b, s.data + offsets[l] * bytes, false);
   return r;
+}
+
+// Serially, a barrier has nothing to wait for; the GPU simulator counts it.
+Value Interpreter::sync_threads() {
+  if (hooks_) hooks_->barrier();
+  Value v(DataType::Int(32));
+  v.lane[0].i = 0;
+  return v;
 }
 
 // -------------------------------------------------------------- statements
@@ -470,10 +486,13 @@ void Interpreter::exec_for(const For* op) {
   DataType t = op->loop_var.dtype();
   ScopedBind<Value> bind(env_, op->loop_var.get(), Value(t));
   Value& v = bind.value();
+  bool bound = hooks_ && op->kind == ForKind::ThreadBinding;
   for (int64_t k = 0; k < extent; ++k) {
     v.lane[0].i = interp::wrap_int(t, min + k);
+    if (bound) hooks_->enter_thread_loop(op->thread_tag, min + k);
     exec(op->body);
   }
+  if (bound) hooks_->exit_thread_loop(op->thread_tag);
 }
 
 void Interpreter::exec_store(const BufferStore* op) {
@@ -491,6 +510,7 @@ void Interpreter::exec_store(const BufferStore* op) {
     Lane x = v.lane[v.lanes() == 1 ? 0 : l];
     if (from != b->dtype) x = interp::cast_lane(from, b->dtype, x);
     interp::store_lane(b->dtype, s.data + offsets[l] * bytes, x);
+    if (hooks_) hooks_->access(b, s.data + offsets[l] * bytes, true);
   }
 }
 
@@ -504,6 +524,7 @@ void Interpreter::exec_allocate(const Allocate* op) {
   storage.data = storage.owned.get();
   // Poisoned, not zeroed: code that reads before writing shows NaNs or garbage.
   interp::poison(b->dtype, storage.data, storage.nbytes / b->dtype.bytes());
+  if (hooks_) hooks_->allocate(b, storage.data, storage.nbytes);
   ScopedBind<Storage*> bind_storage(storage_, b->data.get(), &storage);
   ScopedBind<Value> bind_handle(env_, b->data.get(), handle_value(storage.data));
   exec(op->body);
@@ -520,7 +541,7 @@ void Interpreter::exec_assert(const AssertStmt* op) {
 void interpret(const PrimFunc& f, const std::vector<void*>& args) {
   KILN_USER_CHECK(f.defined()) << "interpret of an undefined function";
   try {
-    Interpreter(f).run(args);
+    Interpreter(f, nullptr).run(args);
   } catch (const Error& e) {
     // Name the function: the oracle runs many of them in one test.
     rethrow_as(e, "in function '" + f.name() + "': " + e.what());
@@ -532,5 +553,16 @@ void interpret_args(const PrimFunc& f, const std::vector<Arg>& args) {
   PackedArgs packed(codegen::kernel_info(f), args);
   interpret(f, std::vector<void*>(packed.data(), packed.data() + packed.size()));
 }
+
+namespace interp {
+void interpret_with_hooks(const PrimFunc& f, const std::vector<void*>& args, GpuHooks* hooks) {
+  KILN_USER_CHECK(f.defined()) << "simulating an undefined function";
+  try {
+    Interpreter(f, hooks).run(args);
+  } catch (const Error& e) {
+    rethrow_as(e, "in function '" + f.name() + "': " + e.what());
+  }
+}
+}  // namespace interp
 
 }  // namespace kiln

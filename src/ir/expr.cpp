@@ -96,7 +96,7 @@ Expr Cast::make(DataType t, Expr v) {
   return new Cast(t, std::move(v));
 }
 
-static const char* const kIntrinsicNames[] = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "pow", "fabs", "sigmoid", "floor", "ceil", "round", "trunc", "sin", "cos", "abs", "if_then_else", "likely"};
+static const char* const kIntrinsicNames[] = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "pow", "fabs", "sigmoid", "floor", "ceil", "round", "trunc", "sin", "cos", "abs", "if_then_else", "likely", "sync_threads"};
 
 const char* intrinsic_name(Intrinsic op) { return kIntrinsicNames[static_cast<int>(op)]; }
 

@@ -17,6 +17,8 @@
  *  - float -> int truncates toward zero (NaN gives 0, out-of-range
  *    saturates to int64 and then keeps the low bits);
  *  - every For kind runs serially in order; AttrStmt is ignored;
+ *    sync_threads() is a no-op (kiln/interp/gpu_simulator.h runs GPU kernels
+ *    with their barriers and checks them for races);
  *  - Allocate'd memory starts poisoned (quiet NaNs for floats, 0xA5 bytes
  *    otherwise), so reads before writes show up in results;
  *  - buffers are found through their `data` variable, so the 1-D buffers

@@ -240,6 +240,12 @@ enum class Intrinsic : uint8_t {
   IfThenElse,
   /** likely(c): a hint that c is usually true; value is c. */
   Likely,
+  /**
+   * sync_threads("shared"): a barrier of the threads of a GPU block
+   * (__syncthreads); an int32 call used only as Evaluate. Inserted by
+   * pass::insert_barriers (kiln/pass/gpu.h).
+   */
+  SyncThreads,
 };
 const char* intrinsic_name(Intrinsic op);
 /** Looks an intrinsic up by name; throws kiln::Error naming the known ones. */

@@ -1,0 +1,117 @@
+/** \file
+ * The loop passes that make a lowered function a GPU kernel (each in its own
+ * file src/pass/gpu_<name>.cpp). The driver runs them after the common
+ * passes for a cuda target (kiln/driver/build_cuda.h).
+ *
+ * The shape of a GPU kernel, as these passes check and keep it:
+ *
+ *   for bx in blockIdx.x        <- the block nest: blockIdx loops, outermost
+ *     allocate A.shared         <- block level: uniform code, run alike by
+ *     for ko in 0..K/8             every thread of the block (serial loops,
+ *       sync_threads("shared")     lets, conditions on block variables,
+ *       for tx in threadIdx.x      shared and local allocations, barriers)
+ *         A.shared[tx] = ...    <- thread nests: a threadIdx loop and all
+ *       sync_threads("shared")     inside it, run by each thread on its own
+ *       for tx in threadIdx.x
+ *         ... A.shared[...] ...
+ *
+ * Thread nests are the leaves of block-level code. A block-level statement
+ * that holds no thread nest but stores something (a serial reduction, say)
+ * is run by thread 0 alone (codegen guards it with threadIdx == 0). A thread
+ * nest that binds fewer threads than the launch (tx < 16 of 32, or no
+ * threadIdx.y while the block has a y extent) runs on the threads it binds,
+ * the others skip it. Barriers stand only at block level, so every thread
+ * reaches each of them.
+ */
+#ifndef KILN_PASS_GPU_H
+#define KILN_PASS_GPU_H
+
+#include <cstdint>
+#include <string>
+
+#include "kiln/codegen/target.h"
+#include "kiln/ir/function.h"
+
+namespace kiln::pass {
+
+/** "blockIdx.x/y/z" -> 0/1/2; -1 for anything else. */
+int block_dim_index(const std::string& thread_tag);
+/** "threadIdx.x/y/z" -> 0/1/2; -1 for anything else. */
+int thread_dim_index(const std::string& thread_tag);
+/** True when s has a loop bound to threadIdx.x/y/z anywhere inside. */
+bool has_thread_loop(const Stmt& s);
+
+/** Evaluate(sync_threads("shared")): the barrier of a block's threads. */
+Stmt make_sync_threads();
+bool is_sync_threads(const Stmt& s);
+
+/** Per-block limits of the device a kernel is launched on. */
+struct GpuLimits {
+  int64_t max_threads_per_block = 1024;
+  int64_t max_block[3] = {1024, 1024, 64};
+  int64_t max_grid[3] = {2147483647, 65535, 65535};
+  /** Static shared memory (__shared__ arrays) per block without opting in to more. */
+  int64_t max_shared_bytes = 48 * 1024;
+};
+
+/** The grid and block of a kernel, from its thread-bound loops. */
+struct LaunchConfig {
+  int64_t grid[3] = {1, 1, 1};
+  int64_t block[3] = {1, 1, 1};
+  /** Bytes of all shared allocations (static __shared__ arrays). */
+  int64_t shared_bytes = 0;
+
+  int64_t threads_per_block() const { return block[0] * block[1] * block[2]; }
+  int64_t num_blocks() const { return grid[0] * grid[1] * grid[2]; }
+  /** "grid=(4,1,1) block=(64,1,1) shared=2048B". */
+  std::string str() const;
+};
+
+/**
+ * Gives allocations inside the kernel the scope their place implies, where
+ * the schedule left the default "global" (a stage computed at a loop of the
+ * kernel): inside a thread nest it becomes "local" (per thread), at block
+ * level "shared" (one per block, what the block's threads exchange through).
+ * Loads and stores follow their buffer. Explicit "shared"/"local" stay.
+ */
+PrimFunc gpu_storage_scope(const PrimFunc& f);
+
+/**
+ * Checks that f has the kernel shape of the file comment; throws kiln::Error
+ * naming the offending loop or buffer and the fix: a loop outside every
+ * blockIdx-bound loop, a threadIdx loop outside the block nest, a blockIdx
+ * loop inside a thread nest, a tag bound twice in one nest, several block
+ * nests, a shared allocation or a barrier inside a thread nest, a store
+ * outside the block nest.
+ */
+void verify_gpu_kernel(const PrimFunc& f);
+
+/**
+ * The launch configuration of a verified kernel: each grid/block dimension
+ * is the largest extent bound to its tag (nests that bind less are guarded
+ * in codegen). Throws kiln::Error when a bound extent or a shared size is not
+ * a constant, or the block, grid or shared memory exceeds `limits`.
+ */
+LaunchConfig launch_config(const PrimFunc& f, const GpuLimits& limits = {});
+
+/**
+ * Inserts sync_threads() where the threads of a block need it and nowhere
+ * else: before a thread nest (or thread-0 region) that reads a shared buffer
+ * written since the last barrier, or writes one read or written since then.
+ * Block-level serial loops are followed around their back edge, so the fetch
+ * of the next iteration waits until the compute of this one has read the
+ * tile. Shared buffers are tracked whole (by their data variable): a barrier
+ * between two nests that touch disjoint parts of one buffer is kept, which is
+ * safe, except that writes which different iterations of a block-level loop
+ * provably make to different elements (a fetch loop filling a buffer piece
+ * by piece) need no barrier between them. Two thread-0 regions need none
+ * either (one thread sees its own writes). Global buffers are not tracked:
+ * threads of a block that pass data through global memory get no barrier,
+ * and the GPU simulator reports the race. A race within one thread nest
+ * cannot be fixed by a barrier; the simulator reports it too.
+ */
+PrimFunc insert_barriers(const PrimFunc& f);
+
+}  // namespace kiln::pass
+
+#endif  // KILN_PASS_GPU_H

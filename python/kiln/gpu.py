@@ -1,0 +1,82 @@
+"""The CUDA backend: ``kiln.build(s, args, target="cuda -arch=sm_90")``.
+
+The result, a :class:`CudaModule`, holds the CUDA C (``get_source()``), the
+cubin NVRTC made for the target's architecture, and the lowered kernel.
+``mod.simulate(*arrays)`` runs the kernel on the CPU over every block and
+thread, honouring barriers, and raises :class:`kiln.KilnError` on a data race
+(so GPU schedules are checked without a GPU). ``mod(*arrays)`` runs it on the
+GPU; without a CUDA driver or GPU it raises :class:`kiln.KilnError` saying so.
+
+NVRTC (libnvrtc) and the driver (libcuda.so.1) are loaded when first needed;
+kiln itself needs neither. ``nvrtc_available()`` and ``driver_available()``
+tell what this machine has.
+"""
+from ._ffi import KilnError, _kiln
+
+_cuda = _kiln.cuda
+
+
+def nvrtc_available():
+    """(True, "") when NVRTC can be loaded, else (False, why not)."""
+    return _cuda.nvrtc_available()
+
+
+def driver_available():
+    """(True, "") when a CUDA driver and a GPU are present, else (False, why not)."""
+    why = _cuda.driver_unavailable_reason()
+    return (not why, why)
+
+
+def lower(s, args, name="main", insert_barriers=True):
+    """The kernel as lowered for a cuda target (``print()`` shows it, barriers included)."""
+    return _cuda.lower(s, list(args), name, insert_barriers)
+
+
+class CudaModule:
+    """A kernel built for a cuda target."""
+
+    def __init__(self, native):
+        self._native = native
+
+    @property
+    def name(self):
+        return self._native.name
+
+    @property
+    def func(self):
+        """The lowered kernel (a PrimFunc)."""
+        return self._native.func
+
+    @property
+    def launch(self):
+        """{"grid": (x, y, z), "block": (x, y, z), "shared_bytes": n}."""
+        return self._native.launch
+
+    @property
+    def cubin(self):
+        """NVRTC's cubin for the target's architecture (bytes; empty when built with compile=False)."""
+        return self._native.cubin
+
+    def get_source(self):
+        """The CUDA C of the kernel."""
+        return self._native.source
+
+    def get_ptx(self):
+        """PTX of the kernel for compute_XX of the target (compiled now)."""
+        return self._native.ptx()
+
+    def simulate(self, *args):
+        """Runs the kernel on the CPU (numpy arrays in, results written in place); returns what ran."""
+        return self._native.simulate(list(args))
+
+    def __call__(self, *args):
+        """Runs the kernel on the GPU with numpy arrays (copied to the device and back)."""
+        self._native.run(list(args))
+
+
+def build(s, args, target, name="main", insert_barriers=True, compile=True):
+    """Lowers ``s`` for the GPU and compiles it; see :func:`kiln.build`."""
+    return CudaModule(_cuda.build(s, list(args), str(target), name, insert_barriers, compile))
+
+
+__all__ = ["CudaModule", "build", "lower", "nvrtc_available", "driver_available", "KilnError"]

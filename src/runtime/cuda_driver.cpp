@@ -1,0 +1,146 @@
+// The CUDA driver API through dlopen: only the entry points a launch needs,
+// declared here (kiln_runtime has no CUDA headers or libraries to link).
+#include <dlfcn.h>
+
+#include <mutex>
+
+#include "kiln/runtime/cuda.h"
+#include "kiln/support/error.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+using CUresult = int;  // 0 is CUDA_SUCCESS
+using CUdevice = int;
+using CUcontext = struct CUctx_st*;
+using CUmodule = struct CUmod_st*;
+using CUfunction = struct CUfunc_st*;
+using CUdeviceptr = unsigned long long;
+
+struct Driver {
+  void* lib = nullptr;
+  std::string problem;  // why the driver cannot be used; empty when it can
+  CUresult (*Init)(unsigned) = nullptr;
+  CUresult (*DeviceGetCount)(int*) = nullptr;
+  CUresult (*DeviceGet)(CUdevice*, int) = nullptr;
+  CUresult (*PrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
+  CUresult (*CtxSetCurrent)(CUcontext) = nullptr;
+  CUresult (*ModuleLoadData)(CUmodule*, const void*) = nullptr;
+  CUresult (*ModuleUnload)(CUmodule) = nullptr;
+  CUresult (*ModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*MemAlloc)(CUdeviceptr*, size_t) = nullptr;
+  CUresult (*MemFree)(CUdeviceptr) = nullptr;
+  CUresult (*MemcpyHtoD)(CUdeviceptr, const void*, size_t) = nullptr;
+  CUresult (*MemcpyDtoH)(void*, CUdeviceptr, size_t) = nullptr;
+  CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**) = nullptr;
+  CUresult (*CtxSynchronize)() = nullptr;
+  CUresult (*GetErrorString)(CUresult, const char**) = nullptr;
+  CUcontext ctx = nullptr;
+};
+
+template <typename F>
+bool bind(void* lib, const char* name, F* out) {
+  *out = reinterpret_cast<F>(dlsym(lib, name));
+  return *out != nullptr;
+}
+
+bool bind_all(Driver& d) {
+  return bind(d.lib, "cuInit", &d.Init) && bind(d.lib, "cuDeviceGetCount", &d.DeviceGetCount) && bind(d.lib, "cuDeviceGet", &d.DeviceGet) &&
+         bind(d.lib, "cuDevicePrimaryCtxRetain", &d.PrimaryCtxRetain) && bind(d.lib, "cuCtxSetCurrent", &d.CtxSetCurrent) && bind(d.lib, "cuModuleLoadData", &d.ModuleLoadData) &&
+         bind(d.lib, "cuModuleUnload", &d.ModuleUnload) && bind(d.lib, "cuModuleGetFunction", &d.ModuleGetFunction) && bind(d.lib, "cuMemAlloc_v2", &d.MemAlloc) &&
+         bind(d.lib, "cuMemFree_v2", &d.MemFree) && bind(d.lib, "cuMemcpyHtoD_v2", &d.MemcpyHtoD) && bind(d.lib, "cuMemcpyDtoH_v2", &d.MemcpyDtoH) &&
+         bind(d.lib, "cuLaunchKernel", &d.LaunchKernel) && bind(d.lib, "cuCtxSynchronize", &d.CtxSynchronize) && bind(d.lib, "cuGetErrorString", &d.GetErrorString);
+}
+
+// Loaded and initialised once: the library, cuInit, a device, its primary context.
+Driver& driver() {
+  static Driver d;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    d.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!d.lib) {
+      d.problem = "libcuda.so.1 could not be loaded";
+      return;
+    }
+    if (!bind_all(d)) {
+      d.problem = "libcuda.so.1 lacks driver API entry points kiln needs (driver too old?)";
+      return;
+    }
+    int count = 0;
+    CUresult r = d.Init(0);
+    if (r == 0) r = d.DeviceGetCount(&count);
+    if (r != 0 || count == 0) {
+      d.problem = r != 0 ? "cuInit failed with CUDA error " + std::to_string(r) : "the driver reports no GPU";
+      return;
+    }
+    CUdevice dev = 0;
+    if (d.DeviceGet(&dev, 0) != 0 || d.PrimaryCtxRetain(&d.ctx, dev) != 0) d.problem = "could not open GPU 0";
+  });
+  return d;
+}
+
+void check(CUresult r, const char* what, const std::string& kernel) {
+  if (r == 0) return;
+  const char* msg = nullptr;
+  driver().GetErrorString(r, &msg);
+  KILN_USER_ERROR() << "CUDA error in " << what << " for kernel '" << kernel << "': " << (msg ? msg : "unknown error") << " (" << r << ")";
+}
+
+// Device buffers freed on every way out, the module unloaded.
+struct Launch {
+  explicit Launch(Driver& drv) : d(drv) {}
+  Driver& d;
+  std::vector<CUdeviceptr> buffers;
+  CUmodule module = nullptr;
+  ~Launch() {
+    for (CUdeviceptr p : buffers) d.MemFree(p);
+    if (module) d.ModuleUnload(module);
+  }
+};
+
+}  // namespace
+
+std::string driver_unavailable_reason() { return driver().problem; }
+
+void launch(const std::string& image, const std::string& kernel, const int64_t grid[3], const int64_t block[3], const std::vector<KernelArg>& args) {
+  Driver& d = driver();
+  KILN_USER_CHECK(d.problem.empty()) << "no CUDA driver (libcuda.so.1) / no GPU on this machine (" << d.problem << "); kernel '" << kernel
+                                     << "' cannot run here; its CUDA source and cubin are still available, and simulate() runs it on the CPU";
+  check(d.CtxSetCurrent(d.ctx), "cuCtxSetCurrent", kernel);
+  Launch l(d);
+  // The image must end in a NUL when it is PTX text; a cubin ignores the extra byte.
+  std::string img = image + '\0';
+  check(d.ModuleLoadData(&l.module, img.data()), "cuModuleLoadData", kernel);
+  CUfunction fn = nullptr;
+  check(d.ModuleGetFunction(&fn, l.module, kernel.c_str()), "cuModuleGetFunction", kernel);
+  // Values behind the pointers cuLaunchKernel reads: one slot per argument.
+  std::vector<CUdeviceptr> ptrs(args.size());
+  std::vector<int32_t> i32(args.size());
+  std::vector<int64_t> i64(args.size());
+  std::vector<float> f32(args.size());
+  std::vector<double> f64(args.size());
+  std::vector<void*> params(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const KernelArg& a = args[i];
+    switch (a.kind) {
+      case KernelArg::Kind::Buffer:
+        check(d.MemAlloc(&ptrs[i], a.nbytes ? a.nbytes : 1), "cuMemAlloc", kernel);
+        l.buffers.push_back(ptrs[i]);
+        if (a.nbytes) check(d.MemcpyHtoD(ptrs[i], a.host, a.nbytes), "cuMemcpyHtoD", kernel);
+        params[i] = &ptrs[i];
+        break;
+      case KernelArg::Kind::Int32: i32[i] = static_cast<int32_t>(a.int_value), params[i] = &i32[i]; break;
+      case KernelArg::Kind::Int64: i64[i] = a.int_value, params[i] = &i64[i]; break;
+      case KernelArg::Kind::Float32: f32[i] = static_cast<float>(a.float_value), params[i] = &f32[i]; break;
+      case KernelArg::Kind::Float64: f64[i] = a.float_value, params[i] = &f64[i]; break;
+    }
+  }
+  auto u = [](int64_t v) { return static_cast<unsigned>(v); };
+  check(d.LaunchKernel(fn, u(grid[0]), u(grid[1]), u(grid[2]), u(block[0]), u(block[1]), u(block[2]), 0, nullptr, params.data(), nullptr), "cuLaunchKernel", kernel);
+  check(d.CtxSynchronize(), "the kernel run (cuCtxSynchronize)", kernel);
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i].kind == KernelArg::Kind::Buffer && args[i].copy_back && args[i].nbytes) check(d.MemcpyDtoH(args[i].host, ptrs[i], args[i].nbytes), "cuMemcpyDtoH", kernel);
+}
+
+}  // namespace kiln::cuda

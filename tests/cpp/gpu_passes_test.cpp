@@ -1,0 +1,267 @@
+// The GPU lowering passes, CUDA C codegen, NVRTC and the GPU simulator on
+// schedules written with the ordinary primitives: a tiled GEMM through
+// shared memory, an elementwise op with a bounds guard, errors for schedules
+// that are no valid kernel. Runs without a GPU (NVRTC parts skip without it).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "kiln/codegen/cuda.h"
+#include "kiln/driver/build_cuda.h"
+#include "kiln/interp/gpu_simulator.h"
+#include "kiln/ir/functor.h"
+#include "kiln/ir/op.h"
+#include "kiln/ir/printer.h"
+#include "kiln/ops/nn.h"
+#include "kiln/runtime/cuda.h"
+#include "kiln/support/error.h"
+#include "reference_ops.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using te::Schedule;
+using te::Tensor;
+using testing::all_close;
+using testing::random_vector;
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+// Expects a kiln::Error whose message contains every one of `parts`.
+template <typename F>
+void expect_error(F f, std::initializer_list<const char*> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    for (const char* p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << "'" << p << "' not in: " << e.what();
+  }
+}
+
+// C = A @ B tiled for the GPU: 16x16 tiles per block, 2x2 per thread, the
+// tiles of A and B fetched cooperatively into shared memory per 8-wide k
+// step, accumulation in local memory.
+struct TiledGemm {
+  static constexpr int M = 32, N = 48, K = 24;
+  Tensor A = te::placeholder({M, K}, DataType::Float(32), "A");
+  Tensor B = te::placeholder({K, N}, DataType::Float(32), "B");
+  Tensor C = ops::matmul(A, B);
+  Schedule s = te::create_schedule({C});
+
+  TiledGemm() {
+    Tensor CL = s.cache_write(C, "local");
+    Tensor AS = s.cache_read(A, "shared", {CL});
+    Tensor BS = s.cache_read(B, "shared", {CL});
+    auto& c = s[C];
+    auto [by, yi] = c.split(c.axis("i"), 16);
+    auto [bx, xi] = c.split(c.axis("j"), 16);
+    auto [ty, yii] = c.split(yi, 2);
+    auto [tx, xii] = c.split(xi, 2);
+    c.reorder({by, bx, ty, tx, yii, xii});
+    c.bind(by, "blockIdx.y"), c.bind(bx, "blockIdx.x"), c.bind(ty, "threadIdx.y"), c.bind(tx, "threadIdx.x");
+    s[CL].compute_at(c, bx);
+    auto& cl = s[CL];
+    auto [cty, cyi] = cl.split(cl.axis("i"), 2);
+    auto [ctx, cxi] = cl.split(cl.axis("j"), 2);
+    auto [ko, ki] = cl.split(cl.axis("k"), 8);
+    cl.reorder({ko, cty, ctx, ki, cyi, cxi});
+    cl.bind(cty, "threadIdx.y"), cl.bind(ctx, "threadIdx.x");
+    for (const Tensor& t : {AS, BS}) {
+      auto& st = s[t];
+      st.compute_at(cl, ko);
+      const auto& leaves = st.leaf_iter_vars();
+      IterVar f = st.fuse(leaves[0], leaves[1]);
+      auto [fo, fi] = st.split(f, 64);
+      auto [fy, fx] = st.split(fi, 8);
+      st.reorder({fy, fx, fo});
+      st.bind(fy, "threadIdx.y"), st.bind(fx, "threadIdx.x");
+    }
+  }
+
+  ::testing::AssertionResult simulate(const PrimFunc& f, GpuSimulation* stats = nullptr) {
+    std::vector<float> a = random_vector(M * K, 1), b = random_vector(K * N, 2), c(M * N, 1234.f);
+    GpuSimulation r = simulate_gpu(f, {a.data(), b.data(), c.data()});
+    if (stats) *stats = r;
+    return all_close(c, testing::ref::matmul(a, b, M, N, K));
+  }
+};
+
+TEST(GpuGemm, SimulatesCorrectlyWithTwoBarriersPerStep) {
+  TiledGemm g;
+  PrimFunc f = lower_gpu(g.s, {g.A, g.B, g.C}, "gemm");
+  std::string ir = to_string(f);
+  // The classic pair: after the fetch (before the compute reads the tiles)
+  // and before the next fetch overwrites them. No more.
+  EXPECT_EQ(count(ir, "sync_threads"), 2) << ir;
+  GpuSimulation stats;
+  EXPECT_TRUE(g.simulate(f, &stats));
+  EXPECT_EQ(stats.blocks, 2 * 3);
+  EXPECT_EQ(stats.thread_runs, 6 * 64);
+  EXPECT_EQ(stats.barriers, 6 * 3 * 2);  // 3 k steps of 2 barriers in each of 6 blocks
+}
+
+TEST(GpuGemm, LaunchConfigAndScopes) {
+  TiledGemm g;
+  PrimFunc f = lower_gpu(g.s, {g.A, g.B, g.C}, "gemm");
+  pass::LaunchConfig cfg = pass::launch_config(f);
+  EXPECT_EQ(cfg.grid[0], 3);
+  EXPECT_EQ(cfg.grid[1], 2);
+  EXPECT_EQ(cfg.block[0], 8);
+  EXPECT_EQ(cfg.block[1], 8);
+  EXPECT_EQ(cfg.shared_bytes, 2 * 16 * 8 * 4);
+  // The scopes survive storage_flatten: the allocations are flat and keep them.
+  std::string ir = to_string(f);
+  EXPECT_NE(ir.find("allocate A.shared.shared[float32 * 128]"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("allocate C.local.local[float32 * 256]"), std::string::npos) << ir;
+  int shared = 0, local = 0;
+  post_order_visit(f.body(), [](const Expr&) {}, [&](const Stmt& s) {
+    if (const Allocate* a = s.as<Allocate>()) {
+      shared += a->buffer.scope() == "shared";
+      local += a->buffer.scope() == "local";
+      EXPECT_EQ(a->buffer.ndim(), 1);
+    }
+  });
+  EXPECT_EQ(shared, 2);
+  EXPECT_EQ(local, 1);
+}
+
+TEST(GpuGemm, MissingBarrierIsReportedAsRace) {
+  TiledGemm g;
+  GpuLowerOptions o;
+  o.insert_barriers = false;
+  PrimFunc f = lower_gpu(g.s, {g.A, g.B, g.C}, "gemm", o);
+  EXPECT_EQ(count(to_string(f), "sync_threads"), 0);
+  expect_error([&] { g.simulate(f); }, {"data race on shared buffer", ".shared'", "since the last barrier", "thread ("});
+}
+
+// Drops the first barrier: the one at the top of the k loop, which keeps the
+// next fetch from overwriting tiles that other threads still read.
+class DropFirstBarrier : public IRMutator {
+ protected:
+  using IRMutator::visit;
+  Stmt visit(const Evaluate* op) override {
+    if (!dropped_ && pass::is_sync_threads(Stmt(op))) {
+      dropped_ = true;
+      return make_nop();
+    }
+    return op;
+  }
+  bool dropped_ = false;
+};
+
+TEST(GpuGemm, OverwritingATileStillReadIsARace) {
+  TiledGemm g;
+  PrimFunc f = lower_gpu(g.s, {g.A, g.B, g.C}, "gemm");
+  PrimFunc cut = f.with_body(DropFirstBarrier().mutate(f.body()));
+  EXPECT_EQ(count(to_string(cut), "sync_threads"), 1);
+  // Write after read: a thread fetching the next tile, another having read the element.
+  expect_error([&] { g.simulate(cut); }, {"data race on shared buffer 'A.shared'", "writes it", "read it since the last barrier"});
+}
+
+TEST(GpuGemm, CudaSourceAndNvrtc) {
+  TiledGemm g;
+  for (const char* arch : {"cuda -arch=sm_80", "cuda -arch=sm_90"}) {
+    Target t = Target::parse(arch);
+    CudaModule m = build_cuda(g.s, {g.A, g.B, g.C}, t, "gemm", {}, false);
+    EXPECT_NE(m.source.find("extern \"C\" __global__ void __launch_bounds__(64) gemm("), std::string::npos) << m.source;
+    EXPECT_EQ(count(m.source, "__syncthreads();"), 2);
+    EXPECT_EQ(count(m.source, "__shared__"), 2);
+    EXPECT_NE(m.source.find("blockIdx.y"), std::string::npos);
+    // The 16x16 accumulator tile of the block shrinks to the thread's 2x2 registers.
+    EXPECT_NE(m.source.find("float C_local[4];"), std::string::npos) << m.source;
+    std::string why;
+    if (!codegen::nvrtc_available(&why)) {
+      GTEST_SKIP() << "NVRTC cannot be loaded: " << why;
+    }
+    std::string cubin = codegen::nvrtc_compile(m.source, "gemm", t);
+    EXPECT_GT(cubin.size(), 100u);
+    EXPECT_EQ(cubin.compare(0, 4, "\x7f" "ELF"), 0);  // a cubin is an ELF image
+  }
+}
+
+TEST(GpuElementwise, GuardWhenTheSplitDoesNotDivide) {
+  const int n = 1000;
+  Tensor A = te::placeholder({n}, DataType::Float(32), "A");
+  Tensor B = te::compute({n}, [&](const std::vector<Var>& i) { return exp(A({i[0]})) * 2.0f; }, "B", {"i"});
+  Schedule s = te::create_schedule({B});
+  auto [bx, tx] = s[B].split(s[B].axis("i"), 128);
+  s[B].bind(bx, "blockIdx.x"), s[B].bind(tx, "threadIdx.x");
+  CudaModule m = build_cuda(s, {A, B}, Target::parse("cuda -arch=sm_90 -fast-math"), "scale_exp", {}, false);
+  EXPECT_EQ(m.launch.grid[0], 8);
+  EXPECT_EQ(m.launch.block[0], 128);
+  EXPECT_NE(m.source.find("< 1000"), std::string::npos) << m.source;  // the guard
+  EXPECT_NE(m.source.find("__expf("), std::string::npos) << m.source;  // fast math
+  std::vector<float> a = random_vector(n, 3), b(n, 0.f), want(n);
+  for (int i = 0; i < n; ++i) want[i] = std::exp(a[i]) * 2.0f;
+  simulate_gpu(m.func, {a.data(), b.data()});
+  EXPECT_TRUE(all_close(b, want, 1e-5f));
+}
+
+// Hand-built: per block, 4 rounds of "fetch 16 values into shared memory,
+// then each thread reads another thread's value". Each round needs a barrier
+// after its fetch (read after write) and one before the next fetch (write
+// after read); the thread-0 region that zeroes the count before the loop
+// needs none against the fetch (different buffers), and the last nest none.
+TEST(GpuBarriers, ReadAfterWriteAndWriteAfterReadInALoop) {
+  DataType f32 = DataType::Float(32);
+  Buffer A = Buffer::make("A", f32, {128}), B = Buffer::make("B", f32, {128});
+  Buffer S = Buffer::make("S", f32, {16}, "shared"), Z = Buffer::make("Z", f32, {1}, "shared");
+  Var bx("bx"), r("r"), t1("t1"), t2("t2");
+  Stmt fetch = For::make(t1, 0, 16, ForKind::ThreadBinding, BufferStore::make(S, BufferLoad::make(A, {bx * 64 + r * 16 + t1}), {t1}), "threadIdx.x");
+  Stmt use = For::make(t2, 0, 16, ForKind::ThreadBinding,
+                       BufferStore::make(B, BufferLoad::make(S, {15 - t2}) + BufferLoad::make(Z, {0}), {bx * 64 + r * 16 + t2}), "threadIdx.x");
+  Stmt rounds = For::make(r, 0, 4, ForKind::Serial, Seq::make({fetch, use}));
+  Stmt body = Allocate::make(Z, Allocate::make(S, Seq::make({BufferStore::make(Z, 0.0f, {0}), rounds})));
+  PrimFunc f = PrimFunc::make("rounds", {Param{A->data, A}, Param{B->data, B}}, For::make(bx, 0, 2, ForKind::ThreadBinding, body, "blockIdx.x"));
+  pass::verify_gpu_kernel(f);
+  PrimFunc g = pass::insert_barriers(f);
+  std::string ir = to_string(g);
+  EXPECT_EQ(count(ir, "sync_threads"), 2) << ir;
+  std::vector<float> a = random_vector(128, 5), b(128, 0.f), want(128);
+  for (int blk = 0; blk < 2; ++blk)
+    for (int round = 0; round < 4; ++round)
+      for (int t = 0; t < 16; ++t) want[blk * 64 + round * 16 + t] = a[blk * 64 + round * 16 + 15 - t];
+  GpuSimulation run = simulate_gpu(g, {a.data(), b.data()});
+  EXPECT_EQ(run.barriers, 2 * 4 * 2);
+  EXPECT_EQ(b, want);
+  // Without them the simulator sees thread 0 read what thread 15 wrote.
+  expect_error([&] { simulate_gpu(f, {a.data(), b.data()}); }, {"data race on shared buffer 'S' element 15", "thread (0,0,0) of block (0,0,0) reads it", "thread (15,0,0)"});
+}
+
+TEST(GpuErrors, UnboundLoopIsNamed) {
+  Tensor A = te::placeholder({64, 32}, DataType::Float(32), "A");
+  Tensor B = te::compute({64, 32}, [&](const std::vector<Var>& i) { return A({i[0], i[1]}) + 1.0f; }, "B", {"row", "col"});
+  Schedule s = te::create_schedule({B});
+  s[B].bind(s[B].axis("col"), "threadIdx.x");
+  expect_error([&] { lower_gpu(s, {A, B}); }, {"loop 'row'", "not bound", "blockIdx.x"});
+}
+
+TEST(GpuErrors, ThreadLoopOutsideBlockAndTooManyThreads) {
+  Tensor A = te::placeholder({4096}, DataType::Float(32), "A");
+  Tensor B = te::compute({4096}, [&](const std::vector<Var>& i) { return A({i[0]}) * 3.0f; }, "B", {"i"});
+  Schedule s = te::create_schedule({B});
+  auto [o, in] = s[B].split(s[B].axis("i"), 2048);
+  s[B].bind(o, "threadIdx.x"), s[B].bind(in, "blockIdx.x");
+  expect_error([&] { lower_gpu(s, {A, B}); }, {"bound to threadIdx.x but lies outside every blockIdx-bound loop"});
+
+  Schedule s2 = te::create_schedule({B});
+  auto [o2, in2] = s2[B].split(s2[B].axis("i"), 2048);
+  s2[B].bind(o2, "blockIdx.x"), s2[B].bind(in2, "threadIdx.x");
+  PrimFunc f = lower_gpu(s2, {A, B});
+  expect_error([&] { pass::launch_config(f); }, {"2048", "exceed", "1024"});
+}
+
+TEST(GpuErrors, CallWithoutDriverSaysSo) {
+  std::string why = cuda::driver_unavailable_reason();
+  if (why.empty()) GTEST_SKIP() << "this machine has a CUDA driver and a GPU";
+  const int64_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+  expect_error([&] { cuda::launch("", "k", grid, block, {}); }, {"no CUDA driver (libcuda.so.1) / no GPU on this machine"});
+}
+
+}  // namespace
+}  // namespace kiln
