@@ -48,6 +48,8 @@ def parse_args(argv=None):
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--time-budget", default=None, help="per stage, passed to kiln-tune --time-budget")
     ap.add_argument("--repeat", type=int, default=7, help="model_bench's interleaved rounds")
+    ap.add_argument("--tune-only", action="store_true", help="tune and copy the database at each checkpoint; no timing")
+    ap.add_argument("--bench-only", action="store_true", help="time the copies an earlier --tune-only run left (its stages.json)")
     return ap.parse_args(argv)
 
 
@@ -124,6 +126,10 @@ def main(argv=None):
     db = args.db or os.path.join(args.workdir, f"{args.model}.db")
     if not os.path.exists(onnx_path):
         export_model(args, onnx_path)
+    stages_file = os.path.join(args.workdir, f"{args.model}_stages.json")
+    if args.bench_only:
+        with open(stages_file) as f:
+            return print_table(args, json.load(f))
     keys = task_keys(args, onnx_path)
     stages = []
     wall = 0.0
@@ -137,6 +143,14 @@ def main(argv=None):
         snapshot(db, copy)
         stages.append({"trials": measured_records(copy, keys), "checkpoint": n, "wall_s": wall, "estimate_ms": estimate, "db": copy})
         print(f"model_tuning_table: checkpoint {n}: {stages[-1]['trials']} records, {wall:.0f} s of tuning", file=sys.stderr, flush=True)
+        with open(stages_file, "w") as f:
+            json.dump(stages, f, indent=1)
+    if args.tune_only:
+        return 0
+    return print_table(args, stages)
+
+
+def print_table(args, stages):
     m = model_bench.machine()
     print(f"{args.model} {args.image_size}x{args.image_size}, batch 1; tuned with {args.tune_threads} thread(s); "
           f"CPU {m['cpu']} ({m['isa']}, {m['cores']} cores)")
