@@ -42,4 +42,7 @@ PYBIND11_MODULE(_kiln, m) {
   define_tune_model(m);
   define_onnx(m);
 #endif
+#ifdef KILN_PY_WITH_DIST
+  define_dist(m);
+#endif
 }
