@@ -111,7 +111,8 @@ class Plan:
 
 
 def _block(a, blocks):
-    return _np.ascontiguousarray(a[tuple(slice(o, o + n) for o, n in blocks)])
+    # np.ascontiguousarray would make a 0-d array 1-d.
+    return _np.require(a[tuple(slice(o, o + n) for o, n in blocks)] if blocks else a, requirements="C")
 
 
 class Runner:
@@ -123,6 +124,7 @@ class Runner:
         self.plan = plan
         self._blocks = plan.sharded.input_blocks(native.rank)
         self._shapes = [tuple(t[0]) for t in plan.model.input_types]
+        self._dtypes = [t[1] for t in plan.model.input_types]
 
     @property
     def rank(self):
@@ -140,8 +142,8 @@ class Runner:
         if len(inputs) != len(self._blocks):
             raise KilnError(f"the graph takes {len(self._blocks)} input(s), got {len(inputs)}")
         feed = []
-        for i, (a, blocks, shape) in enumerate(zip(inputs, self._blocks, self._shapes)):
-            a = _np.asarray(a)
+        for i, (a, blocks, shape, dtype) in enumerate(zip(inputs, self._blocks, self._shapes, self._dtypes)):
+            a = _np.asarray(a, dtype=dtype)
             if not local:
                 if a.shape != shape:
                     raise KilnError(f"input {i} must have the global shape {shape}, got {a.shape}")
