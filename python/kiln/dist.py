@@ -66,21 +66,8 @@ def _strategy_specs(model, mesh, strategy):
         axis = "data" if "data" in axes else axes[0]
         return {n: " ".join([f"S({axis})"] + ["R"] * (len(t[0]) - 1)) for n, t in zip(model.input_names, model.input_types) if len(t[0]) >= 1}
     if strategy == "tensor":
-        return _megatron_specs(model, "model" if "model" in axes else axes[-1])
+        return dict(_d.megatron_specs(model, mesh, "model" if "model" in axes else axes[-1]))
     raise KilnError(f"strategy must be 'data' or 'tensor' (or give specs=...), got {strategy!r}")
-
-
-def _megatron_specs(model, axis):
-    """Tensor parallel in the Megatron manner: the 2-D weights of consecutive MatMul/Gemm ops
-    alternate column split and row split, so each pair needs one all-reduce."""
-    specs, column = {}, True
-    for name, trans_b in _d.matmul_weights(model):
-        spec = ["R", "R"]
-        dim = (0 if trans_b else 1) if column else (1 if trans_b else 0)
-        spec[dim] = f"S({axis})"
-        specs[name] = " ".join(spec)
-        column = not column
-    return specs
 
 
 class Plan:
@@ -157,8 +144,9 @@ def shard(model, mesh, strategy=None, specs=None, keep_outputs_sharded=False):
 
     strategy="data": every model input split on its first dim over the mesh's
     "data" axis (else its first), weights replicated. strategy="tensor":
-    Megatron-style, the weights of consecutive matmuls split by columns then
-    by rows over the "model" axis (else the last). `specs` ({input or weight
+    Megatron-style over the "model" axis (else the last): matmul weights
+    split by columns, and by rows where their activation comes from a
+    column-split one (one all-reduce per pair; attention splits by heads). `specs` ({input or weight
     name: spec}) adds to or overrides the strategy's specs.
     """
     from .graph import Graph

@@ -97,16 +97,7 @@ void define_dist(py::module_& root) {
       .def_property_readonly("local_graph", &Runner::local_graph)
       .def_property_readonly("num_segments", &Runner::num_segments);
 
-  m.def("matmul_weights", [](const graph::Graph& g) {
-    // (weight name, transB) of each MatMul/Gemm whose second input is a 2-D weight, in graph order.
-    std::vector<std::pair<std::string, int64_t>> out;
-    for (const auto* op : g.op_nodes()) {
-      if (op->op->name != "MatMul" && op->op->name != "Gemm") continue;
-      const graph::Value& w = op->inputs[1];
-      if (w.node->kind == graph::NodeKind::Constant && w.type().ndim() == 2) out.push_back({w.node->name, op->attrs.get_int_or("transB", 0)});
-    }
-    return out;
-  });
+  m.def("megatron_specs", &megatron_specs, py::arg("graph"), py::arg("mesh"), py::arg("axis"));
   m.def("rank", [] { return world()->rank(); });
   m.def("size", [] { return world()->size(); });
   m.def("backend", [] { return world()->backend(); });

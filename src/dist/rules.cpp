@@ -195,24 +195,43 @@ RuleOutput channel_rule(const RuleInput& r) {
   return o;
 }
 
-// Reshape-like ops: an input dim keeps its split where it reappears whole in the output (same size, same number of elements before it).
+// Reshape-like ops. Dims of size > 1 are grouped where the element counts
+// before them agree on both sides; a group of one input dim and one output
+// dim keeps its split; one input dim cut into several output dims passes its
+// split to the outer one (heads out of a hidden dim); several input dims
+// merged into one pass the outer one's split (the others must be whole).
 RuleOutput reshape_rule(const RuleInput& r) {
   const auto& is = in_type(r, 0).shape;
   const auto& os = r.node.types[0].shape;
   ShardingSpec x = seen(r, 0), out = R(static_cast<int>(os.size()));
   RuleOutput o = with_inputs_default(r);
-  int64_t pi = 1;
-  for (size_t i = 0; i < is.size(); ++i) {
-    int64_t pj = 1;
-    for (size_t j = 0; j < os.size(); ++j) {
-      if (pj == pi && os[j] == is[i] && is[i] > 1) {
-        out.dims[j] = x.dims[i];
-        o.in[0].dims[i] = x.dims[i];
-        break;
-      }
-      pj *= os[j];
+  std::vector<int> id, od;  // dims of size > 1
+  for (int i = 0; i < static_cast<int>(is.size()); ++i)
+    if (is[i] > 1) id.push_back(i);
+  for (int j = 0; j < static_cast<int>(os.size()); ++j)
+    if (os[j] > 1) od.push_back(j);
+  size_t a = 0, b = 0;
+  while (a < id.size() && b < od.size()) {
+    size_t a1 = a + 1, b1 = b + 1;
+    int64_t pi = is[id[a]], po = os[od[b]];
+    while (pi != po) {
+      if (pi < po && a1 < id.size()) pi *= is[id[a1++]];
+      else if (po < pi && b1 < od.size()) po *= os[od[b1++]];
+      else break;
     }
-    pi *= is[i];
+    if (pi != po) break;
+    if (a1 - a == 1 || b1 - b == 1) {
+      // One side is a single dim: the outer dim of the other side carries the split.
+      const Axes& axes = x.dims[id[a]];
+      ShardingSpec probe = R(1);
+      probe.dims[0] = axes;
+      if (os[od[b]] % probe.split_factor(0, r.mesh) == 0) {
+        out.dims[od[b]] = axes;
+        o.in[0].dims[id[a]] = axes;
+      }
+    }
+    a = a1;
+    b = b1;
   }
   o.out.push_back(out);
   return o;

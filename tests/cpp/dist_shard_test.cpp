@@ -120,6 +120,39 @@ TEST(DistShard, ReshardingBetweenSpecKinds) {
   EXPECT_EQ(count_ops(k.graph, "kiln.AllReduce"), 1);
 }
 
+Value constant_ints(const std::string& name, std::vector<int64_t> v) {
+  NDArray a = NDArray::empty({static_cast<int64_t>(v.size())}, DataType::Int(64));
+  std::memcpy(a.data(), v.data(), v.size() * sizeof(int64_t));
+  return make_constant(name, a)->output();
+}
+
+// Self-attention with 2 heads and a residual layer norm: x [2, 4, 8].
+Graph attention_block() {
+  auto x = make_input("x", {{2, 4, 8}, DataType::Float(32)});
+  auto heads = [&](const std::string& w, std::vector<int64_t> perm) {
+    Value p = op("MatMul", {x->output(), weight(w, {8, 8})});
+    Value r = make_op("Reshape", {p, constant_ints(w + ".shape", {2, 4, 2, 4})}, {}, w + ".heads")->output();
+    return op("Transpose", {r}, Attrs({{"perm", perm}}));
+  };
+  Value q = heads("wq", {0, 2, 1, 3}), k = heads("wk", {0, 2, 3, 1}), v = heads("wv", {0, 2, 1, 3});
+  Value s = op("Softmax", {op("MatMul", {q, k})}, Attrs({{"axis", int64_t{-1}}}));
+  Value o = op("Transpose", {op("MatMul", {s, v})}, Attrs({{"perm", std::vector<int64_t>{0, 2, 1, 3}}}));
+  Value merged = make_op("Reshape", {o, constant_ints("merge.shape", {2, 4, 8})}, {}, "merge")->output();
+  Value y = op("Add", {op("MatMul", {merged, weight("wo", {8, 8})}), x->output()});
+  Value n = op("LayerNormalization", {y, weight("ln.scale", {8}), weight("ln.bias", {8})});
+  return Graph::make({x}, {n});
+}
+
+TEST(DistShard, TransformerAttentionSplitByHeads) {
+  ShardedGraph sg = shard_graph(attention_block(), Mesh({{"model", 2}}),
+                                {{"wq", "R S(model)"}, {"wk", "R S(model)"}, {"wv", "R S(model)"}, {"wo", "S(model) R"}});
+  EXPECT_EQ(sg.str(), GOLDEN_ATTENTION);
+  EXPECT_EQ(count_ops(sg.graph, "kiln.AllReduce"), 1);
+  EXPECT_EQ(count_ops(sg.graph, "kiln.AllGather"), 0);
+  Graph r1 = lower_to_rank(sg, 1);
+  EXPECT_EQ(r1.str(), GOLDEN_ATTENTION_RANK1);
+}
+
 TEST(DistShard, Errors) {
   Ref<InputNode> x;
   Graph g = mlp(x);

@@ -102,6 +102,11 @@ def test_tensor_parallel_mlp(np_):
 
 
 @pytest.mark.parametrize("np_", [2, 4])
+def test_tensor_parallel_attention_split_by_heads(np_):
+    expect_ok("tp_attention.py", np_)
+
+
+@pytest.mark.parametrize("np_", [2, 4])
 def test_data_parallel_cnn(np_):
     expect_ok("dp_cnn.py", np_, timeout=90)
 

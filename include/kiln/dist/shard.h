@@ -58,6 +58,14 @@ bool is_collective(const std::string& op_name);
 ShardedGraph shard_graph(const graph::Graph& g, const Mesh& mesh, const std::map<std::string, std::string>& given,
                          const ShardOptions& options = {});
 
+/**
+ * Tensor parallel in the Megatron manner over mesh axis `axis`: the 2-D
+ * weight of each MatMul/Gemm split by columns, except where its activation
+ * comes from a column-split one, then by rows (so each pair costs one
+ * all-reduce). Returns weight name -> spec, for shard_graph.
+ */
+std::map<std::string, std::string> megatron_specs(const graph::Graph& g, const Mesh& mesh, const std::string& axis);
+
 /** The graph rank `rank` runs: local shapes, constants sliced, kiln.Shard as Slice, collectives with local=1. */
 graph::Graph lower_to_rank(const ShardedGraph& sg, int rank);
 
