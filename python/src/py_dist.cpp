@@ -97,6 +97,9 @@ void define_dist(py::module_& root) {
       .def_property_readonly("local_graph", &Runner::local_graph)
       .def_property_readonly("num_segments", &Runner::num_segments);
 
+  m.def("reshard_graph", [](std::vector<int64_t> shape, py::handle dtype, const Mesh& mesh, const std::string& from, const std::string& to) {
+    return reshard_graph(graph::TensorType{shape, to_dtype(dtype)}, mesh, from, to);
+  });
   m.def("megatron_specs", &megatron_specs, py::arg("graph"), py::arg("mesh"), py::arg("axis"));
   m.def("rank", [] { return world()->rank(); });
   m.def("size", [] { return world()->size(); });

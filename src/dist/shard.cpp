@@ -165,6 +165,18 @@ ShardedGraph shard_graph(const Graph& g, const Mesh& mesh, const std::map<std::s
   return sg;
 }
 
+ShardedGraph reshard_graph(const TensorType& t, const Mesh& mesh, const std::string& from, const std::string& to) {
+  ShardedGraph sg{mesh, Graph(), {}};
+  auto x = make_input("x", t);
+  sg.specs[x->output()] = parse_spec(from, mesh, t.ndim(), "the input");
+  local_shape(t.shape, sg.specs[x->output()], mesh, "the input");
+  ShardingSpec target = parse_spec(to, mesh, t.ndim(), "the output");
+  local_shape(t.shape, target, mesh, "the output");
+  Sharder sharder(mesh, sg.specs);
+  sg.graph = Graph::make({x}, {sharder.reshard(x->output(), target)});
+  return sg;
+}
+
 std::string ShardedGraph::str() const {
   // The graph printer's format, with each value's spec after its type.
   std::ostringstream os;

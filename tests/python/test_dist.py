@@ -96,6 +96,11 @@ def test_nccl_says_what_is_missing():
 
 
 @pytest.mark.parametrize("np_", [2, 4])
+def test_resharding_between_every_pair_of_specs(np_):
+    expect_ok("reshard.py", np_)
+
+
+@pytest.mark.parametrize("np_", [2, 4])
 def test_tensor_parallel_mlp(np_):
     out = expect_ok("tp_mlp.py", np_)
     assert "kiln.AllReduce" in out

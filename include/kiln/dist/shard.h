@@ -58,6 +58,9 @@ bool is_collective(const std::string& op_name);
 ShardedGraph shard_graph(const graph::Graph& g, const Mesh& mesh, const std::map<std::string, std::string>& given,
                          const ShardOptions& options = {});
 
+/** A graph of one input of type `t` with spec `from` whose output is the input resharded to `to` (tests every resharding path). */
+ShardedGraph reshard_graph(const graph::TensorType& t, const Mesh& mesh, const std::string& from, const std::string& to);
+
 /**
  * Tensor parallel in the Megatron manner over mesh axis `axis`: the 2-D
  * weight of each MatMul/Gemm split by columns, except where its activation
