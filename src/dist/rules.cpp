@@ -163,24 +163,39 @@ RuleOutput gemm_rule(const RuleInput& r) {
   return matmul_like(r, {ta ? 1 : 0, ta ? 0 : 1, tb ? 1 : 0, tb ? 0 : 1}, 2);
 }
 
-// Conv: split on the batch (data parallel) and on the output channels (the weight's dim 0, groups of 1).
+// Conv: split on the batch (data parallel), on the output channels (the
+// weight's dim 0) and, for groups of 1, on the input channels, which are
+// contracted: partial sums (the bias then joins them, as Gemm's does). The
+// last also keeps a batch split through kiln.train's weight gradient when it
+// is a convolution of X and dY with batch and channels swapped.
 RuleOutput conv_rule(const RuleInput& r) {
   ShardingSpec x = seen(r, 0), w = seen(r, 1);
-  Axes nb = x.dims[0], oc = r.node.attrs.get_int_or("group", 1) == 1 ? w.dims[0] : Axes{};
-  dedupe({&nb, &oc});
+  bool dense = r.node.attrs.get_int_or("group", 1) == 1;
+  Axes nb = x.dims[0], oc = dense ? w.dims[0] : Axes{}, ic = dense ? (!x.dims[1].empty() ? x.dims[1] : w.dims[1]) : Axes{};
+  dedupe({&nb, &oc, &ic});
+  ShardingSpec probe = R(1);
+  probe.dims[0] = ic;
+  if (in_type(r, 0).shape[1] % probe.split_factor(0, r.mesh) != 0) ic.clear();
   ShardingSpec out = R(r.node.types[0].ndim());
   out.dims[0] = nb;
   out.dims[1] = oc;
   out = fit_to(out, r.node.types[0].shape, r.mesh);
   RuleOutput o = with_inputs_default(r);
   o.in[0].dims[0] = out.dims[0];
+  o.in[0].dims[1] = ic;
   o.in[1].dims[0] = out.dims[1];
-  if (has(r, 2)) o.in[2].dims[0] = out.dims[1];
+  o.in[1].dims[1] = ic;
+  out.partial = ic;
+  std::sort(out.partial.begin(), out.partial.end());
+  if (has(r, 2)) {
+    o.in[2].dims[0] = out.dims[1];
+    o.in[2].partial = out.partial;
+  }
   o.out.push_back(out);
   return o;
 }
 
-// Pools and inference batch norm: batch and channels carry, spatial dims are gathered; per-channel inputs follow the channels.
+// Pools, their gradients and inference batch norm: batch and channels carry, spatial dims are gathered; per-channel inputs follow the channels.
 RuleOutput channel_rule(const RuleInput& r) {
   if (r.node.types.size() != 1) return replicated_rule(r);
   ShardingSpec x = seen(r, 0);
@@ -188,9 +203,13 @@ RuleOutput channel_rule(const RuleInput& r) {
   for (int d = 0; d < std::min(2, out.ndim()); ++d) out.dims[d] = x.dims[d];
   out = fit_to(out, r.node.types[0].shape, r.mesh);
   RuleOutput o = with_inputs_default(r);
-  for (int d = 0; d < std::min(2, out.ndim()); ++d) o.in[0].dims[d] = out.dims[d];
-  for (size_t i = 1; i < r.node.inputs.size(); ++i)
-    if (has(r, i) && in_type(r, i).ndim() == 1 && out.ndim() > 1) o.in[i].dims[0] = out.dims[1];
+  for (size_t i = 0; i < r.node.inputs.size(); ++i) {
+    if (!has(r, i)) continue;
+    if (in_type(r, i).ndim() == out.ndim())  // the data, and the pool gradients' second operand (argmax, forward output)
+      for (int d = 0; d < std::min(2, out.ndim()); ++d) o.in[i].dims[d] = out.dims[d];
+    else if (in_type(r, i).ndim() == 1 && out.ndim() > 1)  // per-channel parameters
+      o.in[i].dims[0] = out.dims[1];
+  }
   o.out.push_back(out);
   return o;
 }
@@ -324,6 +343,75 @@ RuleOutput gather_rule(const RuleInput& r) {
   return o;
 }
 
+// kiln.ConvGradWeight(X, dY): the batch is contracted, so batch-split operands give a partial weight gradient.
+RuleOutput conv_grad_weight_rule(const RuleInput& r) {
+  Axes nb = seen(r, 0).dims[0];
+  if (nb.empty()) nb = seen(r, 1).dims[0];
+  ShardingSpec probe = R(1);
+  probe.dims[0] = nb;
+  if (in_type(r, 0).shape[0] % probe.split_factor(0, r.mesh) != 0) nb.clear();
+  RuleOutput o = with_inputs_default(r);
+  o.in[0].dims[0] = nb;
+  o.in[1].dims[0] = nb;
+  ShardingSpec out = R(r.node.types[0].ndim());
+  out.partial = nb;
+  std::sort(out.partial.begin(), out.partial.end());
+  o.out.push_back(out);
+  return o;
+}
+
+// kiln.ConvGradInput(dY, W): dX keeps dY's batch split.
+RuleOutput conv_grad_input_rule(const RuleInput& r) {
+  ShardingSpec out = R(r.node.types[0].ndim());
+  out.dims[0] = seen(r, 0).dims[0];
+  out = fit_to(out, r.node.types[0].shape, r.mesh);
+  RuleOutput o = with_inputs_default(r);
+  o.in[0].dims[0] = out.dims[0];
+  o.out.push_back(out);
+  return o;
+}
+
+// Expand: the input's whole (not broadcast) dims keep their splits.
+RuleOutput expand_rule(const RuleInput& r) {
+  const auto& os = r.node.types[0].shape;
+  const auto& is = in_type(r, 0).shape;
+  ShardingSpec x = seen(r, 0), out = R(static_cast<int>(os.size()));
+  int off = static_cast<int>(os.size() - is.size());
+  for (int k = 0; k < x.ndim(); ++k)
+    if (is[k] == os[k + off] && is[k] > 1) out.dims[k + off] = x.dims[k];
+  RuleOutput o = with_inputs_default(r);
+  o.in[0] = project(out, os, is);
+  o.out.push_back(out);
+  return o;
+}
+
+// Global sizes in attributes or compile-time inputs become the rank's block sizes.
+std::vector<int64_t> localized(std::vector<int64_t> shape, const ShardingSpec& spec, const Mesh& mesh) {
+  for (int j = 0; j < spec.ndim() && j < static_cast<int>(shape.size()); ++j)
+    if (shape[j] > 0) shape[j] /= spec.split_factor(j, mesh);
+  return shape;
+}
+
+Ref<OpNode> input_shape_localize(const OpNode& g, std::vector<graph::Value> ins, const std::vector<ShardingSpec>& outs, const Mesh& mesh) {
+  graph::Attrs a = g.attrs;
+  a.set("input_shape", localized(a.get_ints("input_shape"), outs[0], mesh));
+  return graph::make_op(g.op, ins, a, g.name);
+}
+
+Ref<OpNode> expand_localize(const OpNode& g, std::vector<graph::Value> ins, const std::vector<ShardingSpec>& outs, const Mesh& mesh) {
+  std::vector<int64_t> shape = graph::op_call(g).constant_ints(1, "shape");
+  // The shape aligns to the output's trailing dims.
+  ShardingSpec tail = R(static_cast<int>(shape.size()));
+  int off = outs[0].ndim() - tail.ndim();
+  for (int k = 0; k < tail.ndim(); ++k)
+    if (k + off >= 0) tail.dims[k] = outs[0].dims[k + off];
+  shape = localized(shape, tail, mesh);
+  NDArray c = NDArray::empty({static_cast<int64_t>(shape.size())}, DataType::Int(64));
+  c.copy_from(shape.data(), static_cast<int64_t>(shape.size() * sizeof(int64_t)));
+  ins[1] = graph::make_constant(g.name + ".local_shape", c)->output();
+  return graph::make_op(g.op, ins, g.attrs, g.name);
+}
+
 const std::unordered_map<std::string, ShardingRule>& table() {
   static const auto* t = [] {
     auto* m = new std::unordered_map<std::string, ShardingRule>();
@@ -341,6 +429,12 @@ const std::unordered_map<std::string, ShardingRule>& table() {
     for (const char* p : {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1", "ReduceSumSquare", "ReduceLogSumExp"})
       (*m)[p] = {[](const RuleInput& r) { return reduce_rule(r, false); }, nullptr};
     (*m)["Gather"] = {gather_rule, nullptr};
+    // Gradient ops (kiln.train): data-parallel steps keep the batch split through the backward pass.
+    (*m)["kiln.ConvGradWeight"] = {conv_grad_weight_rule, nullptr};
+    (*m)["kiln.ConvGradInput"] = {conv_grad_input_rule, input_shape_localize};
+    (*m)["kiln.MaxPoolArgmax"] = {channel_rule, nullptr};
+    for (const char* p : {"kiln.MaxPoolGrad", "kiln.AveragePoolGrad"}) (*m)[p] = {channel_rule, input_shape_localize};
+    (*m)["Expand"] = {expand_rule, expand_localize};
     return m;
   }();
   return *t;

