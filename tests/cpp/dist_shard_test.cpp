@@ -3,7 +3,9 @@
 
 #include <cstring>
 
+#include "kiln/dist/runner.h"
 #include "kiln/dist/shard.h"
+#include "kiln/graph/executor.h"
 #include "kiln/graph/op_registry.h"
 #include "kiln/support/error.h"
 
@@ -159,4 +161,30 @@ TEST(DistShard, Errors) {
   EXPECT_THROW(shard_graph(g, Mesh({{"model", 2}}), {{"nope", "R R"}}), kiln::Error);
   EXPECT_THROW(shard_graph(g, Mesh({{"model", 3}}), {{"x", "S(model) R"}}), kiln::Error);
   EXPECT_THROW(Mesh({{"a", 2}, {"a", 2}}), kiln::Error);
+}
+
+TEST(DistStrategy, MegatronSplitsColumnsThenRows) {
+  Ref<InputNode> x;
+  Mesh mesh({{"model", 2}});
+  auto mlp_specs = megatron_specs(mlp(x), mesh, "model");
+  EXPECT_EQ(mlp_specs, (std::map<std::string, std::string>{{"w1", "R S(model)"}, {"w2", "S(model) R"}}));
+  auto att = megatron_specs(attention_block(), mesh, "model");
+  EXPECT_EQ(att, (std::map<std::string, std::string>{{"wq", "R S(model)"}, {"wk", "R S(model)"}, {"wv", "R S(model)"}, {"wo", "S(model) R"}}));
+  EXPECT_THROW(megatron_specs(attention_block(), mesh, "data"), kiln::Error);
+}
+
+TEST(DistRunner, OneRankRunsTheMeshOfOne) {
+  // Without mpirun the world is one rank: collectives are copies, and the segments around them run.
+  Ref<InputNode> x;
+  Graph g = mlp(x);
+  ShardedGraph sg = shard_graph(g, Mesh({{"model", 1}}), megatron_specs(g, Mesh({{"model", 1}}), "model"));
+  Runner runner(sg, world());
+  EXPECT_EQ(runner.num_segments(), 2);  // before and after the all-reduce
+  NDArray in = NDArray::empty({8, 16}, DataType::Float(32));
+  for (int64_t i = 0; i < in.numel(); ++i) static_cast<float*>(in.data())[i] = 0.01f * static_cast<float>(i % 7);
+  NDArray got = runner.run({in})[0];
+  NDArray want = compile(g).run({in})[0];
+  ASSERT_EQ(got.shape(), want.shape());
+  for (int64_t i = 0; i < got.numel(); ++i) EXPECT_NEAR(static_cast<float*>(got.data())[i], static_cast<float*>(want.data())[i], 1e-4);
+  EXPECT_THROW(Runner(shard_graph(g, Mesh({{"model", 2}}), {}), world()), kiln::Error);  // 2 ranks wanted, 1 running
 }
