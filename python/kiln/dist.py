@@ -34,6 +34,7 @@ set_timeout = _d.set_timeout
 barrier = _d.barrier
 all_reduce = _d.all_reduce
 all_gather = _d.all_gather
+broadcast = _d.broadcast
 mpi_built = _d.mpi_built
 nccl_all_reduce = _d.nccl_all_reduce
 
@@ -157,11 +158,18 @@ def shard(model, mesh, strategy=None, specs=None, keep_outputs_sharded=False):
     return Plan(_d.shard_graph(model, mesh, given, bool(keep_outputs_sharded)), model)
 
 
+def train(model, mesh, axis=None, **train_options):
+    """``kiln.train.compile(model, **train_options)`` made data parallel over `mesh` (see data_parallel)."""
+    from . import train as _train
+    return data_parallel(_train.compile(model, **train_options), mesh, axis)
+
+
 def data_parallel(step, mesh, axis=None):
     """Makes a kiln.train step data parallel over `mesh`: each rank takes its block of the batch,
     the step's graph is sharded (gradients come out as partial sums and are all-reduced before the
-    optimizer), so every rank holds the same parameters after every step and the loss is the full
-    batch's. Call it on every rank; then call the step with the full batch as before."""
+    optimizer; the loss is the mean over the whole batch, so their sum is the average gradient),
+    parameters start as rank 0's, so every rank holds the same parameters after every step and the
+    loss is the full batch's. Call it on every rank; then call the step with the full batch as before."""
     axes = [n for n, _ in mesh.axes]
     axis = axis or ("data" if "data" in axes else axes[0])
     g = step.graph
@@ -171,5 +179,9 @@ def data_parallel(step, mesh, axis=None):
         given[name] = " ".join([f"S({axis})"] + ["R"] * (len(t[0]) - 1))
     plan = Plan(_d.shard_graph(g, mesh, given, False), g)
     step._exe = plan.compile()
+    # Every rank starts from rank 0's parameters and buffers (as DDP does), whatever each initialised.
+    for table in (step.parameters, step.buffers):
+        for name in list(table):
+            table[name] = broadcast(table[name], 0)
     step.plan = plan
     return step

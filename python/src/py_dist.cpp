@@ -114,6 +114,11 @@ void define_dist(py::module_& root) {
     world()->all_reduce(x.data(), x.numel(), x.dtype());
     return ndarray_to_numpy(x);
   }, "The elementwise sum of an array over every rank.");
+  m.def("broadcast", [](py::array a, int root) {
+    NDArray x = numpy_to_ndarray(py::array::ensure(a, py::array::c_style));
+    world()->broadcast(x.data(), x.numel(), x.dtype(), root);
+    return ndarray_to_numpy(x);
+  }, py::arg("array"), py::arg("root") = 0, "Rank root's array on every rank (same shape and dtype everywhere).");
   m.def("all_gather", [](py::array a) {
     NDArray x = numpy_to_ndarray(py::array::ensure(a, py::array::c_style));
     std::vector<int64_t> shape = x.shape();

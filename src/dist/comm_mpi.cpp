@@ -127,6 +127,8 @@ class MpiCommunicator : public Communicator {
     wait(r, "barrier");
   }
   std::shared_ptr<Communicator> split(int color, int key) override {
+    // MPI_Comm_split blocks without a deadline: meet the peers first under one.
+    barrier();
     MPI_Comm c;
     MPI_Comm_split(comm_, color, key, &c);
     return std::make_shared<MpiCommunicator>(c);

@@ -27,3 +27,10 @@ def check(cond, msg):
     if not cond:
         print(f"FAIL rank {kiln.dist.rank()}: {msg}", file=sys.stderr, flush=True)
         sys.exit(1)
+
+
+def reference(model, *inputs):
+    """The one-process kiln result, compiled on rank 0 only (to spare the shared cores) and sent to every rank."""
+    shape, dtype = model.output_types[0]
+    out = kiln.compile(model)(*inputs)[0] if kiln.dist.rank() == 0 else np.empty(shape, dtype)
+    return kiln.dist.broadcast(np.ascontiguousarray(out, dtype=dtype), 0)
