@@ -109,6 +109,7 @@ ShardedGraph shard_graph(const Graph& g, const Mesh& mesh, const std::map<std::s
   std::set<std::string> used;
   std::unordered_map<const NodeObj*, Ref<NodeObj>> remap;
   Sharder sharder(mesh, specs);
+  std::map<std::pair<const NodeObj*, std::string>, Value> weight_copies;
   for (const auto& n : g.topo_order()) {
     if (n->kind != NodeKind::Op) {
       Value v = n->output();
@@ -144,7 +145,20 @@ ShardedGraph shard_graph(const Graph& g, const Mesh& mesh, const std::map<std::s
         free.erase(ins[i].node.get());
       } else if (specs.at(ins[i]) != need) {
         if (ri.free[i]) free.erase(ins[i].node.get());
-        ins[i] = sharder.reshard(ins[i], need);
+        if (ins[i].node->kind == NodeKind::Constant && need.partial.empty()) {
+          // A weight wanted another way costs nothing: the same data (by reference) as a second constant, sliced its own way.
+          auto key = std::make_pair(ins[i].node.get(), need.str(mesh));
+          auto it = weight_copies.find(key);
+          if (it == weight_copies.end()) {
+            const auto& c = static_cast<const ConstantNode&>(*ins[i].node);
+            Value copy = make_constant(c.name, c.data)->output();
+            specs[copy] = need;
+            it = weight_copies.emplace(key, copy).first;
+          }
+          ins[i] = it->second;
+        } else {
+          ins[i] = sharder.reshard(ins[i], need);
+        }
         changed = true;
       }
     }

@@ -155,6 +155,21 @@ TEST(DistShard, TransformerAttentionSplitByHeads) {
   EXPECT_EQ(r1.str(), GOLDEN_ATTENTION_RANK1);
 }
 
+TEST(DistShard, AWeightWantedTwoWaysIsSlicedTwiceNotCommunicated) {
+  Mesh mesh({{"m", 2}});
+  auto a = make_input("a", {{4, 4}, DataType::Float(32)});
+  auto b = make_input("b", {{4, 4}, DataType::Float(32)});
+  Value w = weight("w", {4, 4});
+  Value y = op("Add", {op("Add", {a->output(), w}), op("Add", {b->output(), w})});
+  ShardedGraph sg = shard_graph(Graph::make({a, b}, {y}), mesh, {{"a", "S(m) R"}, {"b", "R S(m)"}});
+  int constants = 0;
+  for (const auto& n : sg.graph.topo_order()) constants += n->kind == NodeKind::Constant;
+  EXPECT_EQ(constants, 2) << sg.str();
+  EXPECT_EQ(count_ops(sg.graph, "kiln.AllToAll"), 1) << sg.str();  // only between the two activations
+  Graph r0 = lower_to_rank(sg, 0);
+  EXPECT_EQ(r0.op_nodes().size(), 5u);  // three Adds, the all-to-all and the output's all-gather
+}
+
 TEST(DistShard, Errors) {
   Ref<InputNode> x;
   Graph g = mlp(x);
