@@ -412,6 +412,36 @@ Ref<OpNode> expand_localize(const OpNode& g, std::vector<graph::Value> ins, cons
   return graph::make_op(g.op, ins, g.attrs, g.name);
 }
 
+// Mean losses (kiln.SoftmaxCrossEntropy over the batch, kiln.MeanSquaredError
+// over every element): on split inputs each rank's mean, scaled by its share,
+// is an addend of the global mean, so the loss is a partial sum and the
+// batch is never gathered (its gradient ops scale by the global count).
+RuleOutput mean_loss_rule(const RuleInput& r, bool batch_only) {
+  ShardingSpec x = seen(r, 0);
+  if (batch_only)
+    for (int d = 1; d < x.ndim(); ++d) x.dims[d].clear();
+  RuleOutput o = with_inputs_default(r);
+  o.in[0] = x;
+  o.in[1] = batch_only ? ShardingSpec{{x.dims[0]}, {}} : x;
+  ShardingSpec out = R(r.node.types[0].ndim());
+  for (const auto& d : x.dims) out.partial.insert(out.partial.end(), d.begin(), d.end());
+  std::sort(out.partial.begin(), out.partial.end());
+  o.out.push_back(out);
+  return o;
+}
+
+Ref<OpNode> mean_loss_localize(const OpNode& g, std::vector<graph::Value> ins, const std::vector<ShardingSpec>& outs, const Mesh& mesh) {
+  Ref<OpNode> local = graph::make_op(g.op, ins, g.attrs, g.name);
+  int64_t k = 1;
+  for (int a : outs[0].partial) k *= mesh.axis_size(a);
+  if (k == 1) return local;
+  DataType t = g.types[0].dtype;
+  NDArray c = NDArray::empty({}, t);
+  if (t == DataType::Float(64)) *static_cast<double*>(c.data()) = 1.0 / static_cast<double>(k);
+  else *static_cast<float*>(c.data()) = 1.0f / static_cast<float>(k);
+  return graph::make_op("Mul", {local->output(), graph::make_constant(g.name + ".share", c)->output()}, {}, g.name + ".share");
+}
+
 const std::unordered_map<std::string, ShardingRule>& table() {
   static const auto* t = [] {
     auto* m = new std::unordered_map<std::string, ShardingRule>();
@@ -435,6 +465,8 @@ const std::unordered_map<std::string, ShardingRule>& table() {
     (*m)["kiln.MaxPoolArgmax"] = {channel_rule, nullptr};
     for (const char* p : {"kiln.MaxPoolGrad", "kiln.AveragePoolGrad"}) (*m)[p] = {channel_rule, input_shape_localize};
     (*m)["Expand"] = {expand_rule, expand_localize};
+    (*m)["kiln.SoftmaxCrossEntropy"] = {[](const RuleInput& r) { return mean_loss_rule(r, true); }, mean_loss_localize};
+    (*m)["kiln.MeanSquaredError"] = {[](const RuleInput& r) { return mean_loss_rule(r, false); }, mean_loss_localize};
     return m;
   }();
   return *t;

@@ -117,7 +117,8 @@ def test_data_parallel_cnn(np_):
 
 def test_data_parallel_training_20_steps():
     out = expect_ok("dp_train.py", 2, timeout=90)
-    assert out.count("kiln.AllReduce") == 4  # one per parameter's gradient
+    assert out.count("kiln.AllReduce") == 5  # one per parameter's gradient, one for the loss
+    assert "kiln.AllGather" not in out  # the batch is never gathered
 
 
 def test_data_parallel_cnn_training_keeps_the_batch_split():
