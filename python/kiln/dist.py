@@ -18,7 +18,7 @@ the way its first consumer wants.
 
 Without mpirun one process runs a mesh of size 1. Ranks that die or hang
 make the others stop with an error after ``set_timeout`` seconds (default
-60, or $KILN_DIST_TIMEOUT).
+300, or $KILN_DIST_TIMEOUT).
 """
 import atexit
 
@@ -31,6 +31,7 @@ rank = _d.rank
 size = _d.size
 backend = _d.backend
 set_timeout = _d.set_timeout
+timeout = _d.timeout
 barrier = _d.barrier
 all_reduce = _d.all_reduce
 all_gather = _d.all_gather
@@ -80,7 +81,13 @@ class Plan:
         self.mesh = sharded.mesh
 
     def __str__(self):
-        return str(self.sharded)
+        cs = self.collectives()
+        total = sum(c[2] for c in cs)
+        kinds = {}
+        for c in cs:
+            kinds[c[0][5:]] = kinds.get(c[0][5:], 0) + 1
+        summary = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "no collectives"
+        return f"{self.sharded}\n# {summary}; {total} bytes of results per rank per run"
 
     def collectives(self):
         """(op, mesh axis, bytes) for each inserted collective."""

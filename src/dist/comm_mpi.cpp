@@ -25,7 +25,8 @@ namespace {
 
 double g_timeout = [] {
   const char* s = std::getenv("KILN_DIST_TIMEOUT");
-  return s && std::atof(s) > 0 ? std::atof(s) : 60.0;
+  // Generous by default: ranks compile their segments at different speeds before the first collective.
+  return s && std::atof(s) > 0 ? std::atof(s) : 300.0;
 }();
 
 // One process: every collective is a copy of the rank's own data.

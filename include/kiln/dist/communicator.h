@@ -53,7 +53,7 @@ class Communicator {
 bool mpi_built();
 /** The communicator over every process: MPI when started by mpirun (initialised on first use), else a one-rank "self" one. */
 std::shared_ptr<Communicator> world();
-/** Seconds a collective waits for its peers before the job is aborted (default: $KILN_DIST_TIMEOUT or 60). */
+/** Seconds a collective waits for its peers before the job is aborted (default: $KILN_DIST_TIMEOUT or 300). */
 void set_timeout(double seconds);
 double timeout();
 /** Finalizes MPI if world() started it (at exit; later world() calls throw). */
