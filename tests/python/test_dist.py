@@ -106,6 +106,10 @@ def test_tensor_parallel_mlp(np_):
     assert "kiln.AllReduce" in out
 
 
+def test_rule_families_on_split_inputs():
+    expect_ok("rules_zoo.py", 2)
+
+
 def test_tensor_parallel_attention_split_by_heads():
     expect_ok("tp_attention.py", 2)  # 4 ranks pass too (tp_attention.py); left out to keep the suite short
 
