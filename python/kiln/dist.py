@@ -36,6 +36,8 @@ barrier = _d.barrier
 all_reduce = _d.all_reduce
 all_gather = _d.all_gather
 broadcast = _d.broadcast
+send = _d.send
+recv = _d.recv
 mpi_built = _d.mpi_built
 nccl_all_reduce = _d.nccl_all_reduce
 

@@ -119,6 +119,15 @@ void define_dist(py::module_& root) {
     world()->broadcast(x.data(), x.numel(), x.dtype(), root);
     return ndarray_to_numpy(x);
   }, py::arg("array"), py::arg("root") = 0, "Rank root's array on every rank (same shape and dtype everywhere).");
+  m.def("send", [](py::array a, int peer, int tag) {
+    NDArray x = numpy_to_ndarray(py::array::ensure(a, py::array::c_style));
+    world()->send(x.data(), x.numel(), x.dtype(), peer, tag);
+  }, py::arg("array"), py::arg("peer"), py::arg("tag") = 0);
+  m.def("recv", [](std::vector<int64_t> shape, py::handle dtype, int peer, int tag) {
+    NDArray x = NDArray::empty(shape, to_dtype(dtype));
+    world()->recv(x.data(), x.numel(), x.dtype(), peer, tag);
+    return ndarray_to_numpy(x);
+  }, py::arg("shape"), py::arg("dtype"), py::arg("peer"), py::arg("tag") = 0, "An array of that shape and dtype sent by rank `peer`.");
   m.def("all_gather", [](py::array a) {
     NDArray x = numpy_to_ndarray(py::array::ensure(a, py::array::c_style));
     std::vector<int64_t> shape = x.shape();

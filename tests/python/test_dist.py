@@ -95,6 +95,10 @@ def test_nccl_says_what_is_missing():
         pass
 
 
+def test_communicator_calls():
+    expect_ok("comm_ops.py", 2)
+
+
 @pytest.mark.parametrize("np_", [2, 4])
 def test_resharding_between_every_pair_of_specs(np_):
     expect_ok("reshard.py", np_)
