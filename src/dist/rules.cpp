@@ -108,7 +108,9 @@ struct MatmulDims {
   int a_m, a_k, b_k, b_n;
 };
 
-RuleOutput matmul_like(const RuleInput& r, MatmulDims d, int bias_input) {
+// prefer_b: on a conflict (both operands split K differently, or M and N on
+// one axis) B's splits win instead of A's; the rule tries both.
+RuleOutput matmul_choice(const RuleInput& r, MatmulDims d, int bias_input, bool prefer_b) {
   ShardingSpec a = seen(r, 0), b = seen(r, 1);
   const auto& oshape = r.node.types[0].shape;
   int ro = static_cast<int>(oshape.size()), ra = a.ndim(), rb = b.ndim();
@@ -119,12 +121,13 @@ RuleOutput matmul_like(const RuleInput& r, MatmulDims d, int bias_input) {
     if (ia >= 0 && in_type(r, 0).shape[ia] == oshape[k] && !a.dims[ia].empty()) out.dims[k] = a.dims[ia];
     else if (ib >= 0 && in_type(r, 1).shape[ib] == oshape[k]) out.dims[k] = b.dims[ib];
   }
-  Axes m = a.dims[d.a_m], n = b.dims[d.b_n], kx = !a.dims[d.a_k].empty() ? a.dims[d.a_k] : b.dims[d.b_k];
+  const Axes &ka = a.dims[d.a_k], &kb = b.dims[d.b_k];
+  Axes m = a.dims[d.a_m], n = b.dims[d.b_n], kx = prefer_b ? (!kb.empty() ? kb : ka) : (!ka.empty() ? ka : kb);
   std::vector<Axes*> groups;
   for (int k = 0; k < ro - 2; ++k) groups.push_back(&out.dims[k]);
-  groups.push_back(&m);
+  groups.push_back(prefer_b ? &n : &m);
   groups.push_back(&kx);
-  groups.push_back(&n);
+  groups.push_back(prefer_b ? &m : &n);
   dedupe(groups);
   int64_t K = in_type(r, 0).shape[d.a_k];
   ShardingSpec kcheck{{kx}, {}};
@@ -150,6 +153,18 @@ RuleOutput matmul_like(const RuleInput& r, MatmulDims d, int bias_input) {
   }
   o.out.push_back(out);
   return o;
+}
+
+// Both conflict resolutions, the one whose operand resharding costs less (ties: A's).
+RuleOutput matmul_like(const RuleInput& r, MatmulDims d, int bias_input) {
+  auto cost = [&](const RuleOutput& o) {
+    double c = 0;
+    for (int i = 0; i < 2; ++i)
+      if (!r.free[i]) c += reshard_cost(r.in[i], o.in[i], in_type(r, i), r.mesh);
+    return c;
+  };
+  RuleOutput a = matmul_choice(r, d, bias_input, false), b = matmul_choice(r, d, bias_input, true);
+  return cost(b) < cost(a) ? b : a;
 }
 
 RuleOutput matmul_rule(const RuleInput& r) {

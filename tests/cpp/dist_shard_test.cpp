@@ -170,6 +170,30 @@ TEST(DistShard, AWeightWantedTwoWaysIsSlicedTwiceNotCommunicated) {
   EXPECT_EQ(r0.op_nodes().size(), 5u);  // three Adds, the all-to-all and the output's all-gather
 }
 
+TEST(DistShard, MatmulConflictTakesTheCheaperResharding) {
+  // A [4, 64] split on K over m and B [64, 256] split on its columns over m: keeping B's
+  // split and gathering A's K moves A (small); keeping A's would gather B (large).
+  Mesh mesh({{"m", 2}});
+  auto a = make_input("a", {{4, 64}, DataType::Float(32)});
+  auto b = make_input("b", {{64, 256}, DataType::Float(32)});
+  Value y = op("MatMul", {a->output(), b->output()});
+  ShardedGraph sg = shard_graph(Graph::make({a, b}, {y}), mesh, {{"a", "R S(m)"}, {"b", "R S(m)"}}, {.keep_outputs_sharded = true});
+  const OpNode* mm = nullptr;
+  for (const OpNode* o : sg.graph.op_nodes())
+    if (o->op->name == "MatMul") mm = o;
+  ASSERT_NE(mm, nullptr);
+  EXPECT_EQ(sg.specs.at(mm->output()).str(mesh), "R S(m)") << sg.str();
+  EXPECT_EQ(count_ops(sg.graph, "kiln.AllGather"), 1);
+  for (const OpNode* o : sg.graph.op_nodes())
+    if (o->op->name == "kiln.AllGather") EXPECT_EQ(o->attrs.get_int("bytes"), 4 * 64 * 4);  // A gathered, not B
+  // Swapped sizes: A large, B small: A's K split is kept (B moves its split by an all-to-all) and the output is a partial sum.
+  auto a2 = make_input("a", {{256, 64}, DataType::Float(32)});
+  auto b2 = make_input("b", {{64, 4}, DataType::Float(32)});
+  ShardedGraph sg2 = shard_graph(Graph::make({a2, b2}, {op("MatMul", {a2->output(), b2->output()})}), Mesh({{"m", 2}}),
+                                 {{"a", "R S(m)"}, {"b", "R S(m)"}});
+  EXPECT_EQ(count_ops(sg2.graph, "kiln.AllReduce"), 1) << sg2.str();
+}
+
 TEST(DistShard, Errors) {
   Ref<InputNode> x;
   Graph g = mlp(x);
