@@ -117,6 +117,8 @@ ShardedGraph shard_graph(const Graph& g, const Mesh& mesh, const std::map<std::s
       if (it != given.end()) {
         used.insert(n->name);
         ShardingSpec s = parse_spec(it->second, mesh, n->types[0].ndim(), "'" + n->name + "'");
+        KILN_USER_CHECK(s.partial.empty()) << "kiln.dist.shard: the spec of '" << n->name << "' (" << it->second
+                                           << ") has partial sums; inputs and weights are given whole or split (R / S(axis))";
         local_shape(n->types[0].shape, s, mesh, "'" + n->name + "'");  // checks divisibility
         specs[v] = s;
       } else {

@@ -200,6 +200,7 @@ TEST(DistShard, Errors) {
   EXPECT_THROW(shard_graph(g, Mesh({{"model", 2}}), {{"nope", "R R"}}), kiln::Error);
   EXPECT_THROW(shard_graph(g, Mesh({{"model", 3}}), {{"x", "S(model) R"}}), kiln::Error);
   EXPECT_THROW(Mesh({{"a", 2}, {"a", 2}}), kiln::Error);
+  EXPECT_THROW(shard_graph(g, Mesh({{"model", 2}}), {{"x", "R R partial(model)"}}), kiln::Error);
 }
 
 TEST(DistStrategy, MegatronSplitsColumnsThenRows) {
