@@ -49,3 +49,6 @@ if hasattr(_kiln, "tuner"):
     __all__ += ["tuner", "tune"]
 if hasattr(_kiln, "graph"):
     __all__ += ["graph", "compile", "tune_model"]
+if hasattr(_kiln, "dist"):  # built with the distribution pass
+    from . import dist
+    __all__ += ["dist"]

@@ -74,6 +74,7 @@ void define_graph(py::module_& m);
 /** kiln.graph.extract_tasks / tune_model (py_tune_model.cpp): after define_graph. */
 void define_tune_model(py::module_& m);
 void define_onnx(py::module_& m);
+void define_dist(py::module_& m);
 
 /** Raises kiln::Error (kiln.KilnError in Python) with the message. */
 [[noreturn]] void throw_user_error(const std::string& message);

@@ -43,4 +43,7 @@ PYBIND11_MODULE(_kiln, m) {
   define_tune_model(m);
   define_onnx(m);
 #endif
+#ifdef KILN_PY_WITH_DIST
+  define_dist(m);
+#endif
 }

@@ -1,0 +1,196 @@
+"""Distributed runs: a graph sharded over a mesh of ranks, collectives inserted, one graph per rank.
+
+Start the ranks with mpirun (``mpirun -np 4 python3 script.py``); every rank
+runs the same script::
+
+    import kiln
+    mesh = kiln.dist.Mesh(("data", 2), ("model", 2))
+    plan = kiln.dist.shard(model, mesh, strategy="tensor")   # or "data", or specs={...}
+    print(plan)                    # every value with its sharding spec, every collective with its bytes
+    runner = plan.compile()        # this rank's graph, compiled
+    (y,) = runner(x)               # the full inputs in; the full (gathered) outputs out
+
+Sharding specs are written one token per tensor dimension: ``R`` (replicated)
+or ``S(axis)`` / ``S(axis1,axis2)`` (split over mesh axes), then optionally
+``partial(axis)``; e.g. ``"S(data) R"`` for a batch split. Specs given on some
+inputs or weights flow through the graph; a weight without a spec is sliced
+the way its first consumer wants.
+
+Without mpirun one process runs a mesh of size 1. Ranks that die or hang
+make the others stop with an error after ``set_timeout`` seconds (default
+300, or $KILN_DIST_TIMEOUT).
+"""
+import atexit
+
+import numpy as _np
+
+from ._ffi import KilnError, _kiln
+
+_d = _kiln.dist
+rank = _d.rank
+size = _d.size
+backend = _d.backend
+set_timeout = _d.set_timeout
+timeout = _d.timeout
+barrier = _d.barrier
+all_reduce = _d.all_reduce
+all_gather = _d.all_gather
+broadcast = _d.broadcast
+send = _d.send
+recv = _d.recv
+mpi_built = _d.mpi_built
+nccl_all_reduce = _d.nccl_all_reduce
+
+atexit.register(_d.finalize)
+
+
+def Mesh(*axes):
+    """A mesh of ranks with named axes: ``Mesh(("data", 2), ("model", 2))`` (row-major: rank 1 is data 0, model 1)."""
+    try:
+        return _d.Mesh([(str(n), int(s)) for n, s in axes])
+    except (TypeError, ValueError):
+        raise KilnError(f"Mesh takes (name, size) pairs, e.g. Mesh(('data', 2)); got {axes!r}") from None
+
+
+def _spec_text(spec):
+    if isinstance(spec, str):
+        return spec
+    toks = []
+    for d in spec:  # a sequence per dim: None / axis name / tuple of axis names
+        if d is None:
+            toks.append("R")
+        else:
+            toks.append("S(" + ",".join([d] if isinstance(d, str) else list(d)) + ")")
+    return " ".join(toks)
+
+
+def _strategy_specs(model, mesh, strategy):
+    axes = [n for n, _ in mesh.axes]
+    if strategy == "data":
+        axis = "data" if "data" in axes else axes[0]
+        return {n: " ".join([f"S({axis})"] + ["R"] * (len(t[0]) - 1)) for n, t in zip(model.input_names, model.input_types) if len(t[0]) >= 1}
+    if strategy == "tensor":
+        return dict(_d.megatron_specs(model, mesh, "model" if "model" in axes else axes[-1]))
+    raise KilnError(f"strategy must be 'data' or 'tensor' (or give specs=...), got {strategy!r}")
+
+
+class Plan:
+    """A graph sharded over a mesh: ``print(plan)`` shows it; ``plan.compile()`` gives this rank's runner."""
+
+    def __init__(self, sharded, model):
+        self.sharded = sharded
+        self.model = model
+        self.mesh = sharded.mesh
+
+    def __str__(self):
+        cs = self.collectives()
+        total = sum(c[2] for c in cs)
+        kinds = {}
+        for c in cs:
+            kinds[c[0][5:]] = kinds.get(c[0][5:], 0) + 1
+        summary = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "no collectives"
+        return f"{self.sharded}\n# {summary}; {total} bytes of results per rank per run"
+
+    def collectives(self):
+        """(op, mesh axis, bytes) for each inserted collective."""
+        return self.sharded.collectives()
+
+    def lower(self, rank):
+        """The graph `rank` runs (local shapes, sliced weights, collectives)."""
+        return self.sharded.lower(rank)
+
+    def compile(self, target="llvm"):
+        """This rank's graph, cut at its collectives and compiled (every rank must call it: it splits the communicator)."""
+        if _d.size() != self.mesh.size:
+            raise KilnError(f"the mesh {self.mesh} has {self.mesh.size} ranks but {_d.size()} process(es) run; "
+                            f"start them with mpirun -np {self.mesh.size}")
+        return Runner(_d.Runner(self.sharded, str(target)), self)
+
+
+def _block(a, blocks):
+    # np.ascontiguousarray would make a 0-d array 1-d.
+    return _np.require(a[tuple(slice(o, o + n) for o, n in blocks)] if blocks else a, requirements="C")
+
+
+class Runner:
+    """A rank's compiled graph. ``runner(*inputs)`` takes the full (global) inputs, feeds this rank its blocks
+    and returns the outputs (full, unless the plan keeps them sharded: then this rank's blocks)."""
+
+    def __init__(self, native, plan):
+        self._r = native
+        self.plan = plan
+        self._blocks = plan.sharded.input_blocks(native.rank)
+        self._shapes = [tuple(t[0]) for t in plan.model.input_types]
+        self._dtypes = [t[1] for t in plan.model.input_types]
+
+    @property
+    def rank(self):
+        return self._r.rank
+
+    @property
+    def local_graph(self):
+        return self._r.local_graph
+
+    def __call__(self, *inputs):
+        return self.run(list(inputs))
+
+    def run(self, inputs, local=False):
+        """`inputs` in the graph's input order: full arrays (each rank takes its block), or with local=True this rank's blocks."""
+        if len(inputs) != len(self._blocks):
+            raise KilnError(f"the graph takes {len(self._blocks)} input(s), got {len(inputs)}")
+        feed = []
+        for i, (a, blocks, shape, dtype) in enumerate(zip(inputs, self._blocks, self._shapes, self._dtypes)):
+            a = _np.asarray(a, dtype=dtype)
+            if not local:
+                if a.shape != shape:
+                    raise KilnError(f"input {i} must have the global shape {shape}, got {a.shape}")
+                a = _block(a, blocks)
+            feed.append(a)
+        return self._r.run(feed)
+
+
+def shard(model, mesh, strategy=None, specs=None, keep_outputs_sharded=False):
+    """Shards `model` (a kiln.graph.Graph) over `mesh`.
+
+    strategy="data": every model input split on its first dim over the mesh's
+    "data" axis (else its first), weights replicated. strategy="tensor":
+    Megatron-style over the "model" axis (else the last): matmul weights
+    split by columns, and by rows where their activation comes from a
+    column-split one (one all-reduce per pair; attention splits by heads). `specs` ({input or weight
+    name: spec}) adds to or overrides the strategy's specs.
+    """
+    from .graph import Graph
+    if not isinstance(model, Graph):
+        raise KilnError(f"kiln.dist.shard takes a kiln.graph.Graph, got a {type(model).__name__}")
+    given = _strategy_specs(model, mesh, strategy) if strategy else {}
+    given.update({str(k): _spec_text(v) for k, v in (specs or {}).items()})
+    return Plan(_d.shard_graph(model, mesh, given, bool(keep_outputs_sharded)), model)
+
+
+def train(model, mesh, axis=None, **train_options):
+    """``kiln.train.compile(model, **train_options)`` made data parallel over `mesh` (see data_parallel)."""
+    from . import train as _train
+    return data_parallel(_train.compile(model, **train_options), mesh, axis)
+
+
+def data_parallel(step, mesh, axis=None):
+    """Makes a kiln.train step data parallel over `mesh`: each rank takes its block of the batch,
+    the step's graph is sharded (gradients come out as partial sums and are all-reduced before the
+    optimizer; the loss is the mean over the whole batch, so their sum is the average gradient),
+    parameters start as rank 0's, so every rank holds the same parameters after every step and the
+    loss is the full batch's. Call it on every rank; then call the step with the full batch as before."""
+    axes = [n for n, _ in mesh.axes]
+    axis = axis or ("data" if "data" in axes else axes[0])
+    g = step.graph
+    n_batch = step._n_data + (1 if step._has_target else 0)
+    given = {}
+    for name, t in list(zip(g.input_names, g.input_types))[:n_batch]:
+        given[name] = " ".join([f"S({axis})"] + ["R"] * (len(t[0]) - 1))
+    plan = Plan(_d.shard_graph(g, mesh, given, False), g)
+    step._exe = plan.compile()
+    # Every rank starts from rank 0's parameters and buffers (as DDP does), whatever each initialised.
+    for table in (step.parameters, step.buffers):
+        for name in list(table):
+            table[name] = broadcast(table[name], 0)
+    step.plan = plan
+    return step

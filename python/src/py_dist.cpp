@@ -1,0 +1,147 @@
+// kiln.dist's native part: meshes, the distribution pass, per-rank runners and the world communicator.
+#include <pybind11/functional.h>
+
+#include "kiln/dist/communicator.h"
+#include "kiln/dist/runner.h"
+#include "kiln/dist/shard.h"
+#include "kiln/graph/executor.h"
+#include "kiln/graph/op_registry.h"
+#include "kiln_py.h"
+
+namespace kiln::python {
+
+using namespace kiln::dist;
+
+namespace {
+
+std::vector<NDArray> to_arrays(const py::sequence& xs) {
+  std::vector<NDArray> out;
+  for (auto x : xs) out.push_back(numpy_to_ndarray(py::array::ensure(x, py::array::c_style)));
+  return out;
+}
+
+py::list to_list(const std::vector<NDArray>& xs) {
+  py::list l;
+  for (const auto& x : xs) l.append(ndarray_to_numpy(x));
+  return l;
+}
+
+}  // namespace
+
+void define_dist(py::module_& root) {
+  py::module_ m = root.def_submodule("dist", "The distribution pass and its runner (kiln.dist).");
+  py::class_<Mesh>(m, "Mesh")
+      .def(py::init<std::vector<std::pair<std::string, int>>>())
+      .def_property_readonly("size", &Mesh::size)
+      .def_property_readonly("axes", [](const Mesh& me) {
+        std::vector<std::pair<std::string, int>> a;
+        for (int i = 0; i < me.ndim(); ++i) a.push_back({me.axis_name(i), me.axis_size(i)});
+        return a;
+      })
+      .def("coords", &Mesh::coords)
+      .def("__str__", &Mesh::str)
+      .def("__repr__", &Mesh::str);
+
+  py::class_<ShardedGraph>(m, "ShardedGraph")
+      .def("__str__", &ShardedGraph::str)
+      .def_property_readonly("graph", [](const ShardedGraph& s) { return s.graph; })
+      .def_property_readonly("mesh", [](const ShardedGraph& s) { return s.mesh; })
+      .def("lower", &lower_to_rank, py::arg("rank"))
+      .def("input_specs", [](const ShardedGraph& s) {
+        std::vector<std::string> out;
+        for (const auto& in : s.graph.inputs()) out.push_back(s.specs.at(in->output()).str(s.mesh));
+        return out;
+      })
+      .def("output_specs", [](const ShardedGraph& s) {
+        std::vector<std::string> out;
+        for (const auto& v : s.graph.outputs()) out.push_back(s.specs.at(v).str(s.mesh));
+        return out;
+      })
+      .def("input_blocks", [](const ShardedGraph& s, int rank) {
+        std::vector<std::vector<std::pair<int64_t, int64_t>>> out;
+        for (const auto& in : s.graph.inputs()) out.push_back(local_block(in->types[0].shape, s.specs.at(in->output()), s.mesh, rank));
+        return out;
+      })
+      .def("output_blocks", [](const ShardedGraph& s, int rank) {
+        std::vector<std::vector<std::pair<int64_t, int64_t>>> out;
+        for (const auto& v : s.graph.outputs()) out.push_back(local_block(v.type().shape, s.specs.at(v), s.mesh, rank));
+        return out;
+      })
+      .def("collectives", [](const ShardedGraph& s) {
+        py::list out;
+        for (const auto* op : s.graph.op_nodes())
+          if (is_collective(op->op->name))
+            out.append(py::make_tuple(op->op->name, op->attrs.get_string("axis"), op->attrs.get_int("bytes")));
+        return out;
+      });
+
+  m.def("shard_graph", [](const graph::Graph& g, const Mesh& mesh, std::map<std::string, std::string> specs, bool keep) {
+    return shard_graph(g, mesh, specs, ShardOptions{keep});
+  }, py::arg("graph"), py::arg("mesh"), py::arg("specs"), py::arg("keep_outputs_sharded") = false);
+
+  py::class_<Runner, std::shared_ptr<Runner>>(m, "Runner")
+      .def(py::init([](const ShardedGraph& s, const std::string& target) {
+        graph::CompileOptions options;
+        options.target = target;
+        return std::make_shared<Runner>(s, world(), options);
+      }), py::arg("sharded"), py::arg("target") = "llvm")
+      .def("run", [](const Runner& r, py::sequence inputs) {
+        std::vector<NDArray> in = to_arrays(inputs), out;
+        {
+          py::gil_scoped_release release;
+          out = r.run(in);
+        }
+        return to_list(out);
+      })
+      .def_property_readonly("rank", &Runner::rank)
+      .def_property_readonly("local_graph", &Runner::local_graph)
+      .def_property_readonly("num_segments", &Runner::num_segments);
+
+  m.def("reshard_graph", [](std::vector<int64_t> shape, py::handle dtype, const Mesh& mesh, const std::string& from, const std::string& to) {
+    return reshard_graph(graph::TensorType{shape, to_dtype(dtype)}, mesh, from, to);
+  });
+  m.def("megatron_specs", &megatron_specs, py::arg("graph"), py::arg("mesh"), py::arg("axis"));
+  m.def("rank", [] { return world()->rank(); });
+  m.def("size", [] { return world()->size(); });
+  m.def("backend", [] { return world()->backend(); });
+  m.def("mpi_built", &mpi_built);
+  m.def("set_timeout", &set_timeout);
+  m.def("timeout", &timeout);
+  m.def("finalize", &finalize);
+  m.def("barrier", [] { world()->barrier(); });
+  m.def("all_reduce", [](py::array a) {
+    NDArray x = numpy_to_ndarray(py::array::ensure(a, py::array::c_style));
+    world()->all_reduce(x.data(), x.numel(), x.dtype());
+    return ndarray_to_numpy(x);
+  }, "The elementwise sum of an array over every rank.");
+  m.def("broadcast", [](py::array a, int root) {
+    NDArray x = numpy_to_ndarray(py::array::ensure(a, py::array::c_style));
+    world()->broadcast(x.data(), x.numel(), x.dtype(), root);
+    return ndarray_to_numpy(x);
+  }, py::arg("array"), py::arg("root") = 0, "Rank root's array on every rank (same shape and dtype everywhere).");
+  m.def("send", [](py::array a, int peer, int tag) {
+    NDArray x = numpy_to_ndarray(py::array::ensure(a, py::array::c_style));
+    world()->send(x.data(), x.numel(), x.dtype(), peer, tag);
+  }, py::arg("array"), py::arg("peer"), py::arg("tag") = 0);
+  m.def("recv", [](std::vector<int64_t> shape, py::handle dtype, int peer, int tag) {
+    NDArray x = NDArray::empty(shape, to_dtype(dtype));
+    world()->recv(x.data(), x.numel(), x.dtype(), peer, tag);
+    return ndarray_to_numpy(x);
+  }, py::arg("shape"), py::arg("dtype"), py::arg("peer"), py::arg("tag") = 0, "An array of that shape and dtype sent by rank `peer`.");
+  m.def("all_gather", [](py::array a) {
+    NDArray x = numpy_to_ndarray(py::array::ensure(a, py::array::c_style));
+    std::vector<int64_t> shape = x.shape();
+    shape.insert(shape.begin(), world()->size());
+    NDArray out = NDArray::empty(shape, x.dtype());
+    world()->all_gather(x.data(), out.data(), x.numel(), x.dtype());
+    return ndarray_to_numpy(out);
+  }, "Every rank's array, stacked on a new first axis in rank order.");
+  m.def("nccl_all_reduce", [](py::array a, int device) {
+    NDArray x = numpy_to_ndarray(py::array::ensure(a, py::array::c_style));
+    auto comm = make_nccl(world(), device);
+    comm->all_reduce(x.data(), x.numel(), x.dtype());
+    return ndarray_to_numpy(x);
+  }, py::arg("array"), py::arg("device") = 0, "An all-reduce through NCCL (a smoke test of the NCCL backend).");
+}
+
+}  // namespace kiln::python

@@ -1,0 +1,226 @@
+// The MPI communicator, the world communicator and the one-rank "self" one.
+// Every MPI collective is issued non-blocking and polled against a deadline,
+// so a dead or hung peer ends the job with a message instead of a hang.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "kiln/dist/communicator.h"
+#include "kiln/support/error.h"
+
+#ifdef KILN_WITH_MPI
+#include <dlfcn.h>
+// The C API only: Open MPI's deprecated C++ bindings would need libmpi_cxx.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+namespace kiln::dist {
+
+namespace {
+
+double g_timeout = [] {
+  const char* s = std::getenv("KILN_DIST_TIMEOUT");
+  // Generous by default: ranks compile their segments at different speeds before the first collective.
+  return s && std::atof(s) > 0 ? std::atof(s) : 300.0;
+}();
+
+// One process: every collective is a copy of the rank's own data.
+class SelfCommunicator : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string backend() const override { return "self"; }
+  void all_reduce(void*, int64_t, DataType) override {}
+  void all_gather(const void* s, void* r, int64_t n, DataType t) override { std::memmove(r, s, bytes_of(n, t)); }
+  void reduce_scatter(const void* s, void* r, int64_t n, DataType t) override { std::memmove(r, s, bytes_of(n, t)); }
+  void all_to_all(const void* s, void* r, int64_t n, DataType t) override { std::memmove(r, s, bytes_of(n, t)); }
+  void broadcast(void*, int64_t, DataType, int) override {}
+  void send(const void*, int64_t, DataType, int peer, int) override { no_peer(peer); }
+  void recv(void*, int64_t, DataType, int peer, int) override { no_peer(peer); }
+  void barrier() override {}
+  std::shared_ptr<Communicator> split(int, int) override { return std::make_shared<SelfCommunicator>(); }
+
+ private:
+  [[noreturn]] static void no_peer(int peer) {
+    KILN_USER_ERROR() << "kiln.dist: send/recv to rank " << peer << " in a one-rank run; start the ranks with mpirun -np N";
+    std::abort();
+  }
+};
+
+bool launched_by_mpirun() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+#ifdef KILN_WITH_MPI
+bool g_started = false, g_finalized = false;
+
+MPI_Datatype mpi_type(DataType t) {
+  if (t == DataType::Float(32)) return MPI_FLOAT;
+  if (t == DataType::Float(64)) return MPI_DOUBLE;
+  if (t == DataType::Int(32)) return MPI_INT32_T;
+  if (t == DataType::Int(64)) return MPI_INT64_T;
+  if (t == DataType::Int(8)) return MPI_INT8_T;
+  if (t == DataType::UInt(8) || t.is_bool()) return MPI_UINT8_T;
+  KILN_USER_ERROR() << "kiln.dist: MPI collectives take float32/64, int8/32/64, uint8 or bool arrays, not " << t.str();
+  return MPI_BYTE;
+}
+
+int to_int(int64_t n) {
+  KILN_USER_CHECK(n >= 0 && n <= INT32_MAX) << "kiln.dist: a collective of " << n << " elements exceeds MPI's int count";
+  return static_cast<int>(n);
+}
+
+class MpiCommunicator : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm c) : comm_(c) {
+    MPI_Comm_rank(c, &rank_);
+    MPI_Comm_size(c, &size_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+
+  void all_reduce(void* buf, int64_t n, DataType t) override {
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, buf, to_int(n), mpi_type(t), MPI_SUM, comm_, &r);
+    wait(r, "all_reduce");
+  }
+  void all_gather(const void* s, void* rv, int64_t n, DataType t) override {
+    MPI_Request r;
+    MPI_Iallgather(s, to_int(n), mpi_type(t), rv, to_int(n), mpi_type(t), comm_, &r);
+    wait(r, "all_gather");
+  }
+  void reduce_scatter(const void* s, void* rv, int64_t n, DataType t) override {
+    MPI_Request r;
+    MPI_Ireduce_scatter_block(s, rv, to_int(n), mpi_type(t), MPI_SUM, comm_, &r);
+    wait(r, "reduce_scatter");
+  }
+  void all_to_all(const void* s, void* rv, int64_t n, DataType t) override {
+    MPI_Request r;
+    MPI_Ialltoall(s, to_int(n), mpi_type(t), rv, to_int(n), mpi_type(t), comm_, &r);
+    wait(r, "all_to_all");
+  }
+  void broadcast(void* buf, int64_t n, DataType t, int root) override {
+    MPI_Request r;
+    MPI_Ibcast(buf, to_int(n), mpi_type(t), root, comm_, &r);
+    wait(r, "broadcast");
+  }
+  void send(const void* buf, int64_t n, DataType t, int peer, int tag) override {
+    MPI_Request r;
+    MPI_Isend(buf, to_int(n), mpi_type(t), peer, tag, comm_, &r);
+    wait(r, "send");
+  }
+  void recv(void* buf, int64_t n, DataType t, int peer, int tag) override {
+    MPI_Request r;
+    MPI_Irecv(buf, to_int(n), mpi_type(t), peer, tag, comm_, &r);
+    wait(r, "recv");
+  }
+  void barrier() override {
+    MPI_Request r;
+    MPI_Ibarrier(comm_, &r);
+    wait(r, "barrier");
+  }
+  std::shared_ptr<Communicator> split(int color, int key) override {
+    // MPI_Comm_split blocks without a deadline: meet the peers first under one.
+    barrier();
+    MPI_Comm c;
+    MPI_Comm_split(comm_, color, key, &c);
+    return std::make_shared<MpiCommunicator>(c);
+  }
+
+ private:
+  // Polls until done; past the deadline the peers are taken for dead or hung and the job is aborted.
+  void wait(MPI_Request& r, const char* what) {
+    auto start = std::chrono::steady_clock::now();
+    int done = 0, spins = 0;
+    for (;;) {
+      MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+      if (done) return;
+      double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > g_timeout) {
+        int world_rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+        std::fprintf(stderr,
+                     "kiln.dist: rank %d: %s over %d ranks did not complete within %.0f s (KILN_DIST_TIMEOUT): a peer rank "
+                     "died, hangs or took another path; aborting all ranks\n",
+                     world_rank, what, size_, g_timeout);
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 70);
+      }
+      // Spin briefly (collectives of small arrays finish in microseconds), then yield the core.
+      if (++spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+};
+
+std::shared_ptr<Communicator> start_mpi() {
+  // Python loads _kiln with RTLD_LOCAL; Open MPI's plugins need libmpi's symbols global.
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&MPI_Init_thread), &info) && info.dli_fname) dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    g_started = true;
+  }
+  return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD);
+}
+#endif
+
+}  // namespace
+
+bool mpi_built() {
+#ifdef KILN_WITH_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::shared_ptr<Communicator> world() {
+  static std::mutex mu;
+  static std::shared_ptr<Communicator> w;
+  std::lock_guard<std::mutex> lock(mu);
+  if (w) return w;
+  if (!launched_by_mpirun()) return w = std::make_shared<SelfCommunicator>();
+#ifdef KILN_WITH_MPI
+  KILN_USER_CHECK(!g_finalized) << "kiln.dist: MPI was already finalized in this process";
+  return w = start_mpi();
+#else
+  const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
+  KILN_USER_CHECK(n && std::atoi(n) == 1) << "kiln.dist: this process was started by mpirun, but kiln was built without MPI "
+                                          << "(install libopenmpi-dev and rebuild kiln); distributed runs need it";
+  return w = std::make_shared<SelfCommunicator>();
+#endif
+}
+
+void set_timeout(double seconds) {
+  KILN_USER_CHECK(seconds > 0) << "kiln.dist: the collective timeout must be > 0 seconds, got " << seconds;
+  g_timeout = seconds;
+}
+
+double timeout() { return g_timeout; }
+
+void finalize() {
+#ifdef KILN_WITH_MPI
+  int fin = 0;
+  if (g_started && !g_finalized) {
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Finalize();
+    g_finalized = true;
+  }
+#endif
+}
+
+}  // namespace kiln::dist

@@ -1,0 +1,38 @@
+// Spec choices for the named strategies of kiln.dist.shard.
+#include <unordered_map>
+
+#include "kiln/dist/shard.h"
+#include "kiln/graph/op_registry.h"
+
+namespace kiln::dist {
+
+using namespace graph;
+
+std::map<std::string, std::string> megatron_specs(const Graph& g, const Mesh& mesh, const std::string& axis) {
+  mesh.axis(axis);  // checks the name
+  // A value "carries a column split" from a column-split matmul until a
+  // row-split matmul consumes it: a matmul whose activation carries one is
+  // split by rows (its output is a partial sum: one all-reduce), any other by
+  // columns. MLP: w1 columns, w2 rows; attention: Q, K, V columns, output rows.
+  std::unordered_map<const NodeObj*, bool> carries;
+  std::map<std::string, std::string> specs;
+  const std::string s = "S(" + axis + ")";
+  for (const OpNode* op : g.op_nodes()) {
+    bool in = false;
+    for (const Value& v : op->inputs)
+      if (v.defined() && carries.count(v.node.get())) in = in || carries[v.node.get()];
+    bool out = in;
+    bool matmul = op->op->name == "MatMul" || op->op->name == "Gemm";
+    if (matmul && op->inputs.size() >= 2 && op->inputs[1].node->kind == NodeKind::Constant && op->inputs[1].type().ndim() == 2) {
+      bool trans_b = op->attrs.get_int_or("transB", 0) != 0;
+      // Row split: the contracted dim (0, or 1 when transposed); column split: the other.
+      int dim = in ? (trans_b ? 1 : 0) : (trans_b ? 0 : 1);
+      specs[op->inputs[1].node->name] = dim == 0 ? s + " R" : "R " + s;
+      out = !in;
+    }
+    carries[op] = out;
+  }
+  return specs;
+}
+
+}  // namespace kiln::dist
