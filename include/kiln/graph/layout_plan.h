@@ -59,8 +59,9 @@ struct LayoutDecision {
  * the best records in `db`: greedily in graph order, each convolution
  * takes the cap minimising its group's best time plus the estimated time of
  * relayouting its input from the block its producer chose (bytes moved at
- * the bandwidth of the database's best LayoutTransform record). A
- * convolution without records under some cap keeps the default.
+ * the bandwidth of the database's best LayoutTransform record). Only caps
+ * with a record compete; a convolution with none keeps the default (two
+ * vectors). Residual inputs relayouted for an Add are not counted.
  */
 LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::string& db,
                               std::vector<LayoutDecision>* decisions = nullptr);
