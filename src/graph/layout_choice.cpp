@@ -1,6 +1,7 @@
 // choose_layout_plan (layout_plan.h): each convolution's channel block from
 // the tuning records of its group under every cap the target allows.
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -28,6 +29,32 @@ struct PlanTimes {
   double bandwidth = 0;                     // bytes/s of the best-measured LayoutTransform group
 };
 
+// The best record of a group (0: none), through a cache by workload key.
+double group_time(const OpNode& node, const Target& target, const std::string& db, std::map<std::string, double>* cache) {
+  GraphDag dag = to_te(Graph(node.body));
+  tuner::Task task = tuner::make_task(dag.args(), target, node.attrs.get_string("ops"));
+  auto it = cache->find(task.workload_key);
+  if (it == cache->end()) {
+    auto best = tuner::best_record(task, db);
+    it = cache->emplace(task.workload_key, best ? best->median_time : 0.0).first;
+  }
+  return it->second;
+}
+
+// The sum of the best records of every group `plan` compiles to; 0 when a group has none.
+double plan_time(const Graph& g, const Target& target, const LayoutPlan& plan, const std::string& db, std::map<std::string, double>* cache) {
+  PipelineOptions o;
+  o.layout_plan = plan;
+  double total = 0;
+  Graph fused = optimize(g, target, o);  // holds the nodes the loop walks
+  for (const OpNode* node : fused.op_nodes()) {
+    double t = group_time(*node, target, db, cache);
+    if (t <= 0) return 0;
+    total += t;
+  }
+  return total;
+}
+
 PlanTimes times_under(const Graph& g, const Target& target, int64_t cap, const std::string& db, std::map<std::string, double>* cache) {
   PipelineOptions o;
   o.layout_plan.max_block = cap;
@@ -37,14 +64,7 @@ PlanTimes times_under(const Graph& g, const Target& target, int64_t cap, const s
     std::string ops = node->attrs.get_string("ops");
     bool transform = ops == "kiln.LayoutTransform";
     if (!is_conv_group(ops) && !transform) continue;
-    GraphDag dag = to_te(Graph(node->body));
-    tuner::Task task = tuner::make_task(dag.args(), target, ops);
-    auto it = cache->find(task.workload_key);
-    if (it == cache->end()) {
-      auto best = tuner::best_record(task, db);
-      it = cache->emplace(task.workload_key, best ? best->median_time : 0.0).first;
-    }
-    double t = it->second;
+    double t = group_time(*node, target, db, cache);
     if (transform) {
       if (t > 0) out.bandwidth = std::max(out.bandwidth, static_cast<double>(node->inputs[0].type().bytes() + node->types[0].bytes()) / t);
     } else {
@@ -89,6 +109,7 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
   if (bandwidth <= 0) bandwidth = kFallbackBandwidth;
   // The convolutions in graph order, as the layout pass meets them.
   Graph pre = eliminate_common_subexpr(fold_batch_norm(fold_constants(remove_identity(g))));
+  std::vector<LayoutDecision> mixed;
   for (const OpNode* conv : pre.op_nodes()) {
     if (conv->op->name != "Conv" || conv->types.empty() || conv->types[0].ndim() != 4) continue;
     const OpNode* prev = producer_conv(conv->inputs[0]);
@@ -113,9 +134,51 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
       }
     }
     plan.conv_max_block[conv->name] = d.cap;
-    if (decisions) decisions->push_back(d);
+    mixed.push_back(d);
   }
-  return plan;
+  // The per-conv choice changes the graph beyond each conv: a residual Add
+  // between convs blocked differently no longer fuses into the conv, and
+  // relayouts appear, all as groups the tuning never saw. So every
+  // candidate plan (the per-conv one, and each cap for all convs, which is
+  // what tuning measured) is costed by the records of every group it
+  // compiles to, and the cheapest one whose groups all have a record wins.
+  std::vector<std::pair<LayoutPlan, std::string>> candidates = {{plan, "per-conv choice"}};
+  for (int64_t cap : caps) candidates.push_back({LayoutPlan{cap, {}}, "every conv at cap " + std::to_string(cap)});
+  double best_total = 0;
+  size_t pick = candidates.size();
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    double total = plan_time(g, target, candidates[i].first, db, &cache);
+    if (total > 0 && (pick == candidates.size() || total < best_total)) best_total = total, pick = i;
+  }
+  if (pick == candidates.size()) {
+    // No plan has a record for each of its groups: the default, as untuned.
+    if (decisions) {
+      for (LayoutDecision d : mixed) {
+        d.cap = fallback_cap, d.conv_time = d.transform_time = 0, d.why = "default (no plan has a record for every group)";
+        decisions->push_back(d);
+      }
+    }
+    return LayoutPlan{};
+  }
+  const LayoutPlan& chosen = candidates[pick].first;
+  if (decisions) {
+    for (LayoutDecision d : mixed) {
+      if (pick != 0) {
+        d.cap = chosen.cap_of(d.conv, fallback_cap);
+        d.transform_time = 0;
+        d.conv_time = 0;
+        for (size_t i = 0; i < caps.size(); ++i) {
+          auto it = times[i].conv_time.find(d.conv);
+          if (caps[i] == d.cap && it != times[i].conv_time.end()) d.conv_time = it->second;
+        }
+      }
+      char total[64];
+      std::snprintf(total, sizeof total, " (plan total %.3f ms)", best_total * 1e3);
+      d.why = candidates[pick].second + total;
+      decisions->push_back(d);
+    }
+  }
+  return chosen;
 }
 
 }  // namespace kiln::graph

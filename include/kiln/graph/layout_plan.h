@@ -59,9 +59,12 @@ struct LayoutDecision {
  * the best records in `db`: greedily in graph order, each convolution
  * takes the cap minimising its group's best time plus the estimated time of
  * relayouting its input from the block its producer chose (bytes moved at
- * the bandwidth of the database's best LayoutTransform record). Only caps
- * with a record compete; a convolution with none keeps the default (two
- * vectors). Residual inputs relayouted for an Add are not counted.
+ * the bandwidth of the database's best LayoutTransform record; only caps
+ * with a record compete). That per-conv plan, and each cap for every conv
+ * (what tuning measured), are then costed whole: the sum of the best
+ * records of every group the plan compiles to (mixing blocks changes the
+ * groups: a residual Add no longer fuses, relayouts appear). The cheapest
+ * plan whose groups all have a record wins; with none, the default.
  */
 LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::string& db,
                               std::vector<LayoutDecision>* decisions = nullptr);
