@@ -27,6 +27,7 @@ bool is_conv_group(const std::string& ops) { return ops.rfind("kiln.ConvNCHWc", 
 struct PlanTimes {
   std::map<std::string, double> conv_time;  // conv name -> its group's best (0: no record)
   double bandwidth = 0;                     // bytes/s of the best-measured LayoutTransform group
+  double total = 0;                         // the sum over every group (0: some group has no record)
 };
 
 // The best record of a group (0: none), through a cache by workload key.
@@ -41,36 +42,25 @@ double group_time(const OpNode& node, const Target& target, const std::string& d
   return it->second;
 }
 
-// The sum of the best records of every group `plan` compiles to; 0 when a group has none.
-double plan_time(const Graph& g, const Target& target, const LayoutPlan& plan, const std::string& db, std::map<std::string, double>* cache) {
+// The groups of `g` under `plan`, each with its best record.
+PlanTimes times_under(const Graph& g, const Target& target, const LayoutPlan& plan, const std::string& db, std::map<std::string, double>* cache) {
   PipelineOptions o;
   o.layout_plan = plan;
-  double total = 0;
-  Graph fused = optimize(g, target, o);  // holds the nodes the loop walks
-  for (const OpNode* node : fused.op_nodes()) {
-    double t = group_time(*node, target, db, cache);
-    if (t <= 0) return 0;
-    total += t;
-  }
-  return total;
-}
-
-PlanTimes times_under(const Graph& g, const Target& target, int64_t cap, const std::string& db, std::map<std::string, double>* cache) {
-  PipelineOptions o;
-  o.layout_plan.max_block = cap;
   Graph fused = optimize(g, target, o);
   PlanTimes out;
+  bool complete = true;
   for (const OpNode* node : fused.op_nodes()) {
     std::string ops = node->attrs.get_string("ops");
-    bool transform = ops == "kiln.LayoutTransform";
-    if (!is_conv_group(ops) && !transform) continue;
     double t = group_time(*node, target, db, cache);
-    if (transform) {
+    complete = complete && t > 0;
+    out.total += t;
+    if (ops == "kiln.LayoutTransform") {
       if (t > 0) out.bandwidth = std::max(out.bandwidth, static_cast<double>(node->inputs[0].type().bytes() + node->types[0].bytes()) / t);
-    } else {
+    } else if (is_conv_group(ops)) {
       out.conv_time[node->name] = t;
     }
   }
+  if (!complete) out.total = 0;
   return out;
 }
 
@@ -103,7 +93,7 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
   std::vector<PlanTimes> times;
   double bandwidth = 0;
   for (int64_t cap : caps) {
-    times.push_back(times_under(g, target, cap, db, &cache));
+    times.push_back(times_under(g, target, LayoutPlan{cap, {}}, db, &cache));
     bandwidth = std::max(bandwidth, times.back().bandwidth);
   }
   if (bandwidth <= 0) bandwidth = kFallbackBandwidth;
@@ -147,7 +137,8 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
   double best_total = 0;
   size_t pick = candidates.size();
   for (size_t i = 0; i < candidates.size(); ++i) {
-    double total = plan_time(g, target, candidates[i].first, db, &cache);
+    // The uniform plans' totals came with their conv times.
+    double total = i == 0 ? times_under(g, target, plan, db, &cache).total : times[i - 1].total;
     if (total > 0 && (pick == candidates.size() || total < best_total)) best_total = total, pick = i;
   }
   if (pick == candidates.size()) {
