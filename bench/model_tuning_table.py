@@ -102,7 +102,7 @@ def tune_stage(args, onnx_path, db, trials):
     wall = time.perf_counter() - t0
     if out.returncode != 0:
         raise SystemExit(f"kiln-tune failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    m = re.search(r"estimated model latency \(sum of weight x best\): ([0-9.]+) ms", out.stdout)
+    m = re.search(r"estimated model latency \(per group, the best of its tasks, summed\): ([0-9.]+) ms", out.stdout)
     for line in out.stdout.splitlines():
         if line.startswith("warning:"):
             print(line, file=sys.stderr)

@@ -143,7 +143,7 @@ std::string tasks_table(const std::vector<ModelTask>& tasks) {
     os << line;
   }
   double lat = estimated_latency(tasks);
-  os << "estimated model latency (sum of weight x best): " << (lat > 0 ? std::to_string(lat * 1e3) + " ms" : "unknown (tasks without records)") << "\n";
+  os << "estimated model latency (per group, the best of its tasks, summed): " << (lat > 0 ? std::to_string(lat * 1e3) + " ms" : "unknown (tasks without records)") << "\n";
   return os.str();
 }
 

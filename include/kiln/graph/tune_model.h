@@ -62,7 +62,7 @@ struct ModelTuneResult {
   int trials = 0;                    ///< measured in this session
   int rounds = 0;
   double elapsed_s = 0;
-  /** Sum of weight x best time over the tasks (seconds): the model's estimated latency; 0 while a task has no record. */
+  /** estimated_latency(tasks) after the session (seconds); 0 while a group has no task with a record. */
   double estimated_latency = 0;
   /** Tasks the session stopped because tuning them raised an error (each with the message): they keep their earlier records or the default schedule. */
   std::vector<std::string> failures;
