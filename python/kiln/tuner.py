@@ -127,6 +127,26 @@ def plot_curve(curve, path, title="tuning curve", trials=None, peer=None):
         raise KilnError("plot_curve: matplotlib is not installed (apt-get install python3-matplotlib)") from err
 
 
+def measure(args, traces, target="llvm", repeat=3, min_repeat_ms=20.0, number=1, timeout=10.0, cold_inputs=False):
+    """Measures schedules of a computation as a tuning session does, without recording them.
+
+    ``traces`` are schedule traces (JSON text, as records and ``Schedule.trace()``
+    give them). Each is built and timed in its own worker process; the result is
+    one dict per trace: ``run_times`` (seconds per call, one per repeat),
+    ``error`` ("none", "build_error", "run_error", "timeout") and ``error_msg``.
+    With ``cold_inputs`` every input but the first is evicted from the caches
+    before each call, as a layer's weights are inside a model run (the first
+    input, the activation just written, stays warm). Cold timings are not
+    comparable with the warm ones tuning records hold, so this does not write
+    to a database.
+    """
+    task = make_task(args, target)
+    traces = [t if isinstance(t, str) else t.to_json() for t in traces]
+    options = dict(repeat=int(repeat), min_repeat_ms=float(min_repeat_ms), number=int(number), timeout_s=float(timeout),
+                   cold_inputs=bool(cold_inputs))
+    return _kiln.tuner.measure(task, traces, options)
+
+
 def best_schedule(args, target="llvm", db="kiln_tuning.db"):
     """The best recorded schedule of a computation (replayed on its tensors), or None."""
     found = _best(make_task(args, target), db)
@@ -145,7 +165,7 @@ def _best(task, db):
     return sched, trace, record_id, median
 
 
-__all__ = ["tune", "make_task", "best_schedule", "plot_curve", "Task", "TuneResult"]
+__all__ = ["tune", "make_task", "measure", "best_schedule", "plot_curve", "Task", "TuneResult"]
 
 
 def ranking_report(db, workloads=None, holdout=0.25, tie=0.01, seed=0, cross=True, min_records=8):

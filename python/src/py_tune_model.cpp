@@ -14,6 +14,7 @@ py::list task_list(const std::vector<ModelTask>& tasks) {
   for (const ModelTask& t : tasks) {
     py::dict d;
     d["workload_key"] = t.task.workload_key;
+    d["task"] = t.task;
     d["ops"] = t.ops;
     d["flop"] = t.task.flop;
     d["weight"] = t.weight;

@@ -3,7 +3,9 @@
 // touches no Python object, and its worker processes are forked from C++.
 #include "kiln/codegen/target.h"
 #include "kiln/support/error.h"
+#include "kiln/te/trace.h"
 #include "kiln/tuner/feature_records.h"
+#include "kiln/tuner/measure.h"
 #include "kiln/tuner/ranking_report.h"
 #include "kiln/tuner/task.h"
 #include "kiln/tuning_db/database.h"
@@ -47,6 +49,7 @@ tuner::TuneOptions options_of(const py::dict& d) {
   get("min_repeat_ms", &o.measure.min_repeat_ms);
   get("build_threads", &o.measure.build_threads);
   get("inject_faults", &o.measure.inject_faults);
+  get("cold_inputs", &o.measure.cold_inputs);
   return o;
 }
 
@@ -100,6 +103,33 @@ void define_tuner(py::module_& m) {
     }
     return result_dict(r);
   }, py::arg("task"), py::arg("options"), "Runs a tuning session; returns the result as a dict.");
+
+  // Measures schedule traces (JSON) of a task as a tuning session would; one dict per trace.
+  t.def("measure", [](const tuner::Task& task, const std::vector<std::string>& traces, const py::dict& options) {
+    tuner::TuneOptions all = options_of(options);
+    tuner::MeasureOptions o = all.measure;
+    o.timeout_s = all.timeout_s;
+    std::vector<tuner::Candidate> cs;
+    for (const std::string& json : traces) {
+      tuner::Candidate c;
+      c.trace = te::Trace::from_json(json);
+      cs.push_back(std::move(c));
+    }
+    std::vector<tuner::MeasureResult> rs;
+    {
+      py::gil_scoped_release release;
+      rs = tuner::Measurer(task, o).measure(cs);
+    }
+    py::list out;
+    for (const tuner::MeasureResult& r : rs) {
+      py::dict d;
+      d["run_times"] = r.run_times;
+      d["error"] = tuner::measure_error_name(r.error);
+      d["error_msg"] = r.error_msg;
+      out.append(d);
+    }
+    return out;
+  }, py::arg("task"), py::arg("traces"), py::arg("options"));
 
   // (schedule, trace JSON, record id, median seconds) of the best record, or None.
   t.def("best_record", [](const tuner::Task& task, const std::string& db_path) -> py::object {

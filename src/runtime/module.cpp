@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "kiln/runtime/arg_binder.h"
+#include "kiln/runtime/cache_flush.h"
 #include "kiln/runtime/library_info.h"
 #include "kiln/support/error.h"
 
@@ -308,6 +309,57 @@ TimeResult Module::time_evaluator(const std::string& name, const std::vector<Arg
     }
   }
   out.number = number;
+  return out;
+}
+
+namespace {
+
+// Bytes of a tensor argument's data: what a kernel may touch.
+size_t tensor_bytes(const DLTensor& t) {
+  size_t n = (t.dtype.bits * size_t(t.dtype.lanes) + 7) / 8;
+  for (int d = 0; d < t.ndim; ++d) n *= static_cast<size_t>(t.shape[d]);
+  return n;
+}
+
+}  // namespace
+
+TimeResult time_evaluator_cold(const Module& mod, const std::string& name, const std::vector<Arg>& args,
+                               const std::vector<size_t>& flush_args, int number, int repeat, double min_repeat_ms) {
+  KILN_USER_CHECK(number >= 1 && repeat >= 1 && min_repeat_ms >= 0)
+      << "time_evaluator_cold of '" << name << "': number (" << number << ") and repeat (" << repeat
+      << ") must be at least 1 and min_repeat_ms (" << min_repeat_ms << ") at least 0";
+  std::vector<std::pair<const void*, size_t>> cold;
+  for (size_t i : flush_args) {
+    KILN_USER_CHECK(i < args.size() && args[i].kind() == Arg::Kind::Tensor && args[i].tensor())
+        << "time_evaluator_cold of '" << name << "': flush index " << i << " is not a tensor argument (the call has "
+        << args.size() << " arguments)";
+    const DLTensor& t = *args[i].tensor();
+    cold.emplace_back(static_cast<const char*>(t.data) + t.byte_offset, tensor_bytes(t));
+  }
+  KilnKernel fn = mod.get_kernel(name);
+  // Packing checks every argument against the kernel's signature, as time_evaluator does.
+  PackedArgs packed(mod.info(name), args);
+  void* const* argv = packed.data();
+  invoke(name, fn, argv);  // warm-up: page faults, lazy thread-pool start
+
+  using Clock = std::chrono::steady_clock;
+  TimeResult out;
+  int most_calls = 0;
+  for (int r = 0; r < repeat; ++r) {
+    auto wall_start = Clock::now();
+    double timed = 0;
+    int calls = 0;
+    while (calls < number || std::chrono::duration<double, std::milli>(Clock::now() - wall_start).count() < min_repeat_ms) {
+      for (const auto& [p, n] : cold) evict_from_cache(p, n);
+      auto start = Clock::now();
+      invoke(name, fn, argv);
+      timed += std::chrono::duration<double>(Clock::now() - start).count();
+      ++calls;
+    }
+    out.results.push_back(timed / calls);
+    most_calls = std::max(most_calls, calls);
+  }
+  out.number = most_calls;
   return out;
 }
 

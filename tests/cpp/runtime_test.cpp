@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "kiln/runtime/c_runtime_api.h"
+#include "kiln/runtime/cache_flush.h"
 #include "kiln/runtime/module.h"
 #include "kiln/runtime/ndarray.h"
 #include "kiln/support/error.h"
@@ -595,6 +596,28 @@ TEST_F(ModuleFixture, TimeEvaluator) {
   expect_error([&] { mod.time_evaluator("vadd", {a, b, c, 64}, 0, 1); }, {"number (0)"});
   expect_error([&] { mod.time_evaluator("vadd", {a, b, c}, 1, 1); }, {"expected 4 arguments"});
   expect_error([&] { mod.time_evaluator("fail", {}, 1, 1); }, {"poisoned"});
+}
+
+TEST_F(ModuleFixture, TimeEvaluatorCold) {
+  // Evicting a buffer from the caches leaves its bytes as they were.
+  std::vector<float> before(a.data_as<float>(), a.data_as<float>() + 64);
+  evict_from_cache(a.data(), a.nbytes());
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), a.data_as<float>()));
+  evict_from_cache(nullptr, 100);  // nothing to do, no crash
+
+  TimeResult r = time_evaluator_cold(mod, "vadd", {a, b, c, 64}, {1}, 3, 4);
+  ASSERT_EQ(r.results.size(), 4u);
+  EXPECT_GE(r.number, 3);
+  for (double t : r.results) EXPECT_GT(t, 0);
+  EXPECT_EQ(c.data_as<float>()[2], 102.f) << "the timed calls ran the kernel";
+  // min_repeat_ms counts the evictions' wall time too, so a repeat makes more calls.
+  TimeResult g = time_evaluator_cold(mod, "vadd", {a, b, c, 64}, {0, 1}, 1, 2, 2.0);
+  EXPECT_GT(g.number, 1);
+
+  expect_error([&] { time_evaluator_cold(mod, "vadd", {a, b, c, 64}, {3}); }, {"flush index 3 is not a tensor argument"});
+  expect_error([&] { time_evaluator_cold(mod, "vadd", {a, b, c, 64}, {7}); }, {"flush index 7", "4 arguments"});
+  expect_error([&] { time_evaluator_cold(mod, "vadd", {a, b, c}, {0}); }, {"expected 4 arguments"});
+  expect_error([&] { time_evaluator_cold(mod, "vadd", {a, b, c, 64}, {0}, 0, 1); }, {"number (0)"});
 }
 
 TEST(Module, RejectsInvalidMetadata) {

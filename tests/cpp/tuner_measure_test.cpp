@@ -81,6 +81,24 @@ TEST(TunerMeasure, CorrectCandidatesHaveRunTimes) {
   EXPECT_EQ(m.measured_count(), 3);
 }
 
+TEST(TunerMeasure, ColdInputsMeasureAndStayCorrect) {
+  // B is evicted before every call (A, the first input, stays warm); the
+  // timings are valid and the candidate still computes the right result.
+  Task task = gemm_task(64);
+  MeasureOptions o = quick();
+  o.cold_inputs = true;
+  Measurer m(task, o);
+  std::vector<MeasureResult> r = m.measure({tiled(task, false), tiled(task, true)});
+  ASSERT_EQ(r.size(), 2u);
+  for (const MeasureResult& x : r) {
+    EXPECT_EQ(x.error, MeasureError::None) << x.error_msg;
+    ASSERT_EQ(x.run_times.size(), 3u);
+    for (double t : x.run_times) EXPECT_GT(t, 0);
+  }
+  std::string why;
+  EXPECT_TRUE(m.check_correct(tiled(task, true), &why)) << why;
+}
+
 TEST(TunerMeasure, CrashIsRunErrorAndNextCandidateStillMeasures) {
   Task task = gemm_task(64);
   Measurer m(task, quick("crash@1"));

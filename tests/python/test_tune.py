@@ -137,3 +137,22 @@ def test_ranking_report_of_a_session(session, tmp_path):
         kiln.tuner.ranking_report(str(tmp_path / "none.db"))
     with pytest.raises(kiln.KilnError, match="holdout"):
         kiln.tuner.ranking_report(db, holdout=0)
+
+
+def test_measure_traces_warm_and_cold(session):
+    """kiln.tuner.measure times given traces (warm, and with cold inputs); a bad trace is a build error."""
+    db, r = session
+    A, B, C = gemm(64)
+    s = te.create_schedule(C.op)
+    i, j = s[C].op.axis
+    s[C].vectorize(s[C].split(j, 8)[1])
+    traces = [r.best_trace, s.trace().to_json(), "[]"]
+    for cold in (False, True):
+        out = kiln.tuner.measure([A, B, C], traces, repeat=2, min_repeat_ms=1.0, cold_inputs=cold)
+        assert [o["error"] for o in out[:2]] == ["none", "none"], out
+        for o in out[:2]:
+            assert len(o["run_times"]) == 2 and min(o["run_times"]) > 0
+        # The empty trace is the unscheduled function: valid too.
+        assert out[2]["error"] == "none"
+    bad = kiln.tuner.measure([A, B, C], ['[{"kind":"split","stage":9,"axes":[0],"ints":[4]}]'])
+    assert bad[0]["error"] == "build_error" and bad[0]["run_times"] == []

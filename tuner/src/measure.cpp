@@ -192,6 +192,17 @@ struct Measurer::Impl {
   /** Runs the module once on the arrays with outputs poisoned first; returns the outputs. */
   WorkerOutcome run_once(const Module& mod, Fault fault, double timeout_s, std::vector<std::vector<unsigned char>>* outs) const;
   void ensure_reference();
+  /** The inputs evicted before each call under cold_inputs: every input but the first. */
+  std::vector<size_t> cold_args() const {
+    std::vector<size_t> out;
+    bool first = true;
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      if (std::find(outputs.begin(), outputs.end(), i) != outputs.end()) continue;
+      if (!first) out.push_back(i);
+      first = false;
+    }
+    return out;
+  }
 };
 
 std::vector<Built> Measurer::Impl::build_all(const std::vector<Candidate>& cs) const {
@@ -285,6 +296,7 @@ std::vector<MeasureResult> Measurer::measure(const std::vector<Candidate>& candi
     job.number = impl_->opts.number;
     job.repeat = impl_->opts.repeat;
     job.min_repeat_ms = impl_->opts.min_repeat_ms;
+    if (impl_->opts.cold_inputs) job.flush_args = impl_->cold_args();
     job.fault = impl_->faults.at(index);
     if (job.fault == Fault::Wrong) job.fault = Fault::None;  // wrong results show in check_correct only
     WorkerOutcome o = detail::run_in_worker(built[i].mod, impl_->arrays, job, impl_->opts.timeout_s);

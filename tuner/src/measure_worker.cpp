@@ -18,6 +18,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "kiln/runtime/cache_flush.h"
 #include "kiln/support/error.h"
 
 namespace kiln::tuner::detail {
@@ -93,7 +94,9 @@ std::string run_job(const Module& mod, const std::vector<NDArray>& args, const W
   }
   std::vector<Arg> call_args(args.begin(), args.end());
   std::vector<double> times;
-  if (job.time) {
+  if (job.time && !job.flush_args.empty()) {
+    times = time_evaluator_cold(mod, "main", call_args, job.flush_args, job.number, job.repeat, job.min_repeat_ms).results;
+  } else if (job.time) {
     times = mod.time_evaluator("main", call_args, job.number, job.repeat, job.min_repeat_ms).results;
   } else {
     mod.call("main", call_args);

@@ -39,6 +39,8 @@ struct WorkerJob {
   bool time = true;  ///< time it (time_evaluator); false: call it once (correctness runs)
   int number = 1, repeat = 3;
   double min_repeat_ms = 0;
+  /** Arguments evicted from the caches before each timed call (MeasureOptions::cold_inputs); empty: warm timing. */
+  std::vector<size_t> flush_args;
   Fault fault = Fault::None;
 };
 

@@ -28,6 +28,15 @@ struct MeasureOptions {
   double timeout_s = 10;  ///< per candidate run, in the worker
   int build_threads = 2;
   /**
+   * Cold inputs: before each timed call, every input but the first is evicted
+   * from the caches (kiln/runtime/cache_flush.h). Inside a model a layer's
+   * weights were pushed out of cache by the layers before it, while its first
+   * input, the activation the layer before just wrote, is still warm; a kernel
+   * timed call after call on warm weights looks faster than it runs there.
+   * Timings with and without it are not comparable (tuning records keep which).
+   */
+  bool cold_inputs = false;
+  /**
    * Test hook: faults to inject, e.g. "crash@3,hang@5". The number is the
    * index of a candidate among all candidates this Measurer has measured
    * (0-based, counted across measure() calls). crash: the worker calls the
