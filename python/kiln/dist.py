@@ -71,16 +71,29 @@ def _strategy_specs(model, mesh, strategy):
         return {n: " ".join([f"S({axis})"] + ["R"] * (len(t[0]) - 1)) for n, t in zip(model.input_names, model.input_types) if len(t[0]) >= 1}
     if strategy == "tensor":
         return dict(_d.megatron_specs(model, mesh, "model" if "model" in axes else axes[-1]))
-    raise KilnError(f"strategy must be 'data' or 'tensor' (or give specs=...), got {strategy!r}")
+    raise KilnError(f"strategy must be 'data', 'tensor' or 'auto' (or give specs=...), got {strategy!r}")
 
 
 class Plan:
     """A graph sharded over a mesh: ``print(plan)`` shows it; ``plan.compile()`` gives this rank's runner."""
 
-    def __init__(self, sharded, model):
+    def __init__(self, sharded, model, specs=None, report=None, baselines=None):
         self.sharded = sharded
         self.model = model
         self.mesh = sharded.mesh
+        self.specs = dict(specs or {})  # what was given (or chosen by strategy="auto")
+        self._report = report
+        self.baselines = baselines or {}
+
+    def estimate(self, **cost):
+        """The estimated time and memory of one rank's run (a dict: total_s, compute_s, comm_s, memory_bytes,
+        comm_bytes, collectives, text). `cost` overrides flops_per_s, memory_bytes_per_s, link_bytes_per_s, latency_s."""
+        return _d.estimate_plan(self.sharded, {k: float(v) for k, v in cost.items()})
+
+    @property
+    def report(self):
+        """For strategy="auto": the chosen specs, the estimate, and the named strategies' estimates beside it."""
+        return self._report or f"# specs: {self.specs}\n# estimate: {self.estimate()['text']}\n"
 
     def __str__(self):
         cs = self.collectives()
@@ -149,7 +162,7 @@ class Runner:
         return self._r.run(feed)
 
 
-def shard(model, mesh, strategy=None, specs=None, keep_outputs_sharded=False):
+def shard(model, mesh, strategy=None, specs=None, keep_outputs_sharded=False, memory_limit=None, cost=None, max_plans=4096):
     """Shards `model` (a kiln.graph.Graph) over `mesh`.
 
     strategy="data": every model input split on its first dim over the mesh's
@@ -158,13 +171,25 @@ def shard(model, mesh, strategy=None, specs=None, keep_outputs_sharded=False):
     split by columns, and by rows where their activation comes from a
     column-split one (one all-reduce per pair; attention splits by heads). `specs` ({input or weight
     name: spec}) adds to or overrides the strategy's specs.
+    strategy="auto": a search over every matmul weight's split (none, rows or columns, per mesh axis)
+    and every input's batch split, for the lowest estimated time (compute + communication, see
+    Plan.estimate) whose memory per rank fits `memory_limit` (bytes; None: no limit); `cost` overrides
+    the machine the estimate assumes (flops_per_s, memory_bytes_per_s, link_bytes_per_s, latency_s).
+    ``print(plan.report)`` shows the choice beside the named strategies.
     """
     from .graph import Graph
     if not isinstance(model, Graph):
         raise KilnError(f"kiln.dist.shard takes a kiln.graph.Graph, got a {type(model).__name__}")
+    if strategy == "auto":
+        if specs:
+            raise KilnError("strategy='auto' chooses every spec itself; give specs=... without a strategy instead")
+        cost = {k: float(v) for k, v in (cost or {}).items()}
+        chosen, sharded, _, baselines, report = _d.auto_shard(model, mesh, int(memory_limit or 0), cost, int(max_plans),
+                                                             bool(keep_outputs_sharded))
+        return Plan(sharded, model, chosen, report, baselines)
     given = _strategy_specs(model, mesh, strategy) if strategy else {}
     given.update({str(k): _spec_text(v) for k, v in (specs or {}).items()})
-    return Plan(_d.shard_graph(model, mesh, given, bool(keep_outputs_sharded)), model)
+    return Plan(_d.shard_graph(model, mesh, given, bool(keep_outputs_sharded)), model, given)
 
 
 def train(model, mesh, axis=None, **train_options):

@@ -1,6 +1,7 @@
 // kiln.dist's native part: meshes, the distribution pass, per-rank runners and the world communicator.
 #include <pybind11/functional.h>
 
+#include "kiln/dist/auto_shard.h"
 #include "kiln/dist/communicator.h"
 #include "kiln/dist/runner.h"
 #include "kiln/dist/shard.h"
@@ -18,6 +19,32 @@ std::vector<NDArray> to_arrays(const py::sequence& xs) {
   std::vector<NDArray> out;
   for (auto x : xs) out.push_back(numpy_to_ndarray(py::array::ensure(x, py::array::c_style)));
   return out;
+}
+
+py::dict estimate_dict(const PlanEstimate& e) {
+  py::dict d;
+  d["total_s"] = e.total_s();
+  d["compute_s"] = e.compute_s;
+  d["comm_s"] = e.comm_s;
+  d["memory_bytes"] = e.memory_bytes;
+  d["comm_bytes"] = e.comm_bytes;
+  d["collectives"] = e.collectives;
+  d["text"] = e.str();
+  return d;
+}
+
+CostParams cost_of(const py::dict& d) {
+  CostParams c;
+  for (auto [k, v] : d) {
+    std::string key = py::str(k);
+    double x = v.cast<double>();
+    if (key == "flops_per_s") c.flops_per_s = x;
+    else if (key == "memory_bytes_per_s") c.memory_bytes_per_s = x;
+    else if (key == "link_bytes_per_s") c.link_bytes_per_s = x;
+    else if (key == "latency_s") c.latency_s = x;
+    else throw_user_error("cost: unknown key '" + key + "'; known: flops_per_s, memory_bytes_per_s, link_bytes_per_s, latency_s");
+  }
+  return c;
 }
 
 py::list to_list(const std::vector<NDArray>& xs) {
@@ -100,6 +127,25 @@ void define_dist(py::module_& root) {
   m.def("reshard_graph", [](std::vector<int64_t> shape, py::handle dtype, const Mesh& mesh, const std::string& from, const std::string& to) {
     return reshard_graph(graph::TensorType{shape, to_dtype(dtype)}, mesh, from, to);
   });
+  m.def("estimate_plan", [](const ShardedGraph& s, const py::dict& cost) { return estimate_dict(estimate_plan(s, cost_of(cost))); },
+        py::arg("sharded"), py::arg("cost") = py::dict());
+  // (specs, sharded graph, estimate, {strategy: estimate}, report) of the searched plan.
+  m.def("auto_shard", [](const graph::Graph& g, const Mesh& mesh, int64_t memory_limit, const py::dict& cost, int max_plans, bool keep) {
+    AutoShardOptions o;
+    o.memory_limit = memory_limit;
+    o.cost = cost_of(cost);
+    o.max_plans = max_plans;
+    o.keep_outputs_sharded = keep;
+    AutoShardResult r;
+    {
+      py::gil_scoped_release release;
+      r = auto_shard(g, mesh, o);
+    }
+    py::dict baselines;
+    for (const auto& [name, e] : r.baselines) baselines[py::str(name)] = estimate_dict(e);
+    return py::make_tuple(r.specs, r.sharded, estimate_dict(r.estimate), baselines, r.report(memory_limit));
+  }, py::arg("graph"), py::arg("mesh"), py::arg("memory_limit") = 0, py::arg("cost") = py::dict(), py::arg("max_plans") = 4096,
+     py::arg("keep_outputs_sharded") = false);
   m.def("megatron_specs", &megatron_specs, py::arg("graph"), py::arg("mesh"), py::arg("axis"));
   m.def("rank", [] { return world()->rank(); });
   m.def("size", [] { return world()->size(); });

@@ -1,0 +1,95 @@
+/** \file
+ * Automatic sharding: the plan for a graph on a mesh chosen by a search over
+ * each parameter's and input's sharding, scored by an estimate of one rank's
+ * run time (compute + communication) under a per-rank memory limit.
+ *
+ *   AutoShardOptions o;
+ *   o.memory_limit = 64 << 20;                  // bytes per rank
+ *   AutoShardResult r = auto_shard(g, Mesh({{"data", 2}, {"model", 2}}), o);
+ *   std::cout << r.report();                    // the plan, its estimate, the named strategies beside it
+ *   Graph local = lower_to_rank(r.sharded, rank);
+ *
+ * The choices: every 2-D value read as a MatMul/Gemm weight (a constant, or
+ * a graph input of a training step) is replicated or split by rows or by
+ * columns over one mesh axis; every other graph input is replicated or split
+ * on its first (batch) dimension over one axis or over all. Everything else
+ * follows by propagation (shard_graph). The search is exhaustive up to
+ * max_plans complete choices; beyond, coordinate descent from the best named
+ * strategy (each choice in turn set to its best while the others stay, until
+ * a pass changes nothing).
+ *
+ * The estimate (estimate_plan), for one rank (ranks are symmetric):
+ *   compute  MatMul/Gemm/Conv: 2 x local multiply-adds / flops_per_s; every
+ *            other op: the local bytes it reads and writes / memory_bytes_per_s;
+ *   comm     per collective, ring algorithms over its group of n ranks:
+ *            all-reduce 2(n-1)/n of the bytes, all-gather and all-to-all
+ *            (n-1)/n of the result, reduce-scatter (n-1)/n of the input;
+ *            over link_bytes_per_s, plus latency_s per step (2(n-1) steps
+ *            for an all-reduce, n-1 for the others);
+ *   memory   constants and graph inputs (local blocks) plus the most
+ *            intermediate bytes live at once, in graph order.
+ * It ignores overlap of compute and communication, and fusion.
+ */
+#ifndef KILN_DIST_AUTO_SHARD_H
+#define KILN_DIST_AUTO_SHARD_H
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/dist/shard.h"
+
+namespace kiln::dist {
+
+/** The machine the estimate assumes (per rank). */
+struct CostParams {
+  double flops_per_s = 50e9;         ///< sustained GEMM/conv rate of one rank
+  double memory_bytes_per_s = 10e9;  ///< what memory-bound ops stream
+  double link_bytes_per_s = 5e9;     ///< one rank's link bandwidth in a ring
+  double latency_s = 20e-6;          ///< per step of a collective
+};
+
+struct PlanEstimate {
+  double compute_s = 0;
+  double comm_s = 0;
+  double total_s() const { return compute_s + comm_s; }
+  int64_t memory_bytes = 0;  ///< per rank
+  int64_t comm_bytes = 0;    ///< sent per rank per run (ring model)
+  int collectives = 0;
+  std::string str() const;   ///< "1.23 ms (compute 1.00 ms + comm 0.23 ms, 4 collectives, 1.5 MB sent), memory 12.0 MB"
+};
+
+/** The estimate of a sharded graph (see the file comment). */
+PlanEstimate estimate_plan(const ShardedGraph& sg, const CostParams& cost = {});
+
+struct AutoShardOptions {
+  int64_t memory_limit = 0;  ///< bytes per rank; 0: none
+  CostParams cost;
+  int max_plans = 4096;      ///< exhaustive search up to this many complete choices
+  bool keep_outputs_sharded = false;
+};
+
+struct AutoShardResult {
+  /** The chosen specs (value name -> spec text), as shard_graph takes them. */
+  std::map<std::string, std::string> specs;
+  ShardedGraph sharded;
+  PlanEstimate estimate;
+  /** The named strategies under the same estimate ("replicated", "data", "tensor"), where they apply. */
+  std::vector<std::pair<std::string, PlanEstimate>> baselines;
+  int plans_evaluated = 0;
+  bool exhaustive = false;
+  /** The chosen specs, the estimate, and the baselines with whether each fits the limit. */
+  std::string report(int64_t memory_limit = 0) const;
+};
+
+/**
+ * Searches the plan with the lowest estimated time whose memory fits
+ * options.memory_limit. Throws kiln::Error when no plan fits, naming the
+ * limit and the least memory any plan needs.
+ */
+AutoShardResult auto_shard(const graph::Graph& g, const Mesh& mesh, const AutoShardOptions& options = {});
+
+}  // namespace kiln::dist
+
+#endif  // KILN_DIST_AUTO_SHARD_H

@@ -1,0 +1,340 @@
+// Automatic sharding (auto_shard.h): the estimate of a sharded graph, the
+// choices per parameter and input, and the search over them.
+#include "kiln/dist/auto_shard.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kiln/graph/op_registry.h"
+#include "kiln/support/error.h"
+
+namespace kiln::dist {
+
+using namespace graph;
+
+namespace {
+
+std::string ms(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f ms", s * 1e3);
+  return buf;
+}
+
+std::string mb(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f MB", bytes / 1e6);
+  return buf;
+}
+
+int64_t local_bytes(const ShardedGraph& sg, const Value& v) {
+  const TensorType& t = v.type();
+  std::vector<int64_t> shape = local_shape(t.shape, sg.specs.at(v), sg.mesh, v.node->name);
+  return TensorType{shape, t.dtype}.bytes();
+}
+
+std::vector<int64_t> local_dims(const ShardedGraph& sg, const Value& v) {
+  return local_shape(v.type().shape, sg.specs.at(v), sg.mesh, v.node->name);
+}
+
+int64_t product(const std::vector<int64_t>& v, size_t from = 0) {
+  int64_t p = 1;
+  for (size_t i = from; i < v.size(); ++i) p *= v[i];
+  return p;
+}
+
+// Multiply-adds of a rank's share of a MatMul/Gemm/Conv; -1 for other ops.
+double local_macs(const ShardedGraph& sg, const OpNode& op) {
+  const std::string& name = op.op->name;
+  if (name != "MatMul" && name != "Gemm" && name != "Conv") return -1;
+  std::vector<int64_t> out = local_dims(sg, op.output());
+  if (name == "Conv") return double(product(out)) * double(product(local_dims(sg, op.inputs[1]), 1));
+  // The contracted length: A's last dim (its first for a transposed Gemm A).
+  std::vector<int64_t> a = local_dims(sg, op.inputs[0]);
+  int64_t k = name == "Gemm" && op.attrs.get_int_or("transA", 0) != 0 ? a.front() : a.back();
+  return double(product(out)) * double(k);
+}
+
+// Seconds and bytes sent of one collective in a ring over its group.
+std::pair<double, int64_t> collective_cost(const OpNode& op, const CostParams& c) {
+  int64_t n = op.attrs.get_int("size"), result = op.attrs.get_int("bytes");
+  if (n <= 1) return {0.0, 0};
+  const std::string& name = op.op->name;
+  double sent = 0, steps = double(n - 1);
+  if (name == "kiln.AllReduce") sent = 2.0 * double(n - 1) / double(n) * double(result), steps *= 2;
+  else if (name == "kiln.ReduceScatter") sent = double(n - 1) * double(result);  // (n-1)/n of the n-times larger input
+  else sent = double(n - 1) / double(n) * double(result);                         // all-gather, all-to-all
+  return {sent / c.link_bytes_per_s + steps * c.latency_s, static_cast<int64_t>(sent)};
+}
+
+}  // namespace
+
+std::string PlanEstimate::str() const {
+  std::ostringstream os;
+  os << ms(total_s()) << " (compute " << ms(compute_s) << " + comm " << ms(comm_s) << ", " << collectives << " collective"
+     << (collectives == 1 ? "" : "s") << ", " << mb(comm_bytes) << " sent), memory " << mb(memory_bytes);
+  return os.str();
+}
+
+PlanEstimate estimate_plan(const ShardedGraph& sg, const CostParams& c) {
+  PlanEstimate e;
+  std::vector<const OpNode*> ops = sg.graph.op_nodes();
+  // Leaves are held for the whole run.
+  std::unordered_set<const NodeObj*> leaves;
+  for (const auto& in : sg.graph.inputs()) leaves.insert(in.get());
+  for (const OpNode* op : ops)
+    for (const Value& v : op->inputs)
+      if (v.defined() && v.node->kind != NodeKind::Op) leaves.insert(v.node.get());
+  for (const NodeObj* n : leaves) e.memory_bytes += local_bytes(sg, n->output());
+  // Intermediates live from their op to their last reader (outputs: to the end).
+  std::unordered_map<const NodeObj*, size_t> last_use;
+  for (size_t i = 0; i < ops.size(); ++i)
+    for (const Value& v : ops[i]->inputs)
+      if (v.defined() && v.node->kind == NodeKind::Op) last_use[v.node.get()] = i;
+  for (const Value& v : sg.graph.outputs()) last_use[v.node.get()] = ops.size();
+  std::vector<std::vector<const OpNode*>> dies(ops.size() + 1);
+  for (const OpNode* op : ops) dies[last_use.count(op) ? last_use[op] : 0].push_back(op);
+  int64_t live = 0, peak = 0;
+  auto op_bytes = [&](const OpNode* op) {
+    int64_t b = 0;
+    for (int o = 0; o < op->num_outputs(); ++o) b += local_bytes(sg, op->output(o));
+    return b;
+  };
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const OpNode& op = *ops[i];
+    live += op_bytes(&op);
+    peak = std::max(peak, live);
+    for (const OpNode* d : dies[i]) live -= op_bytes(d);
+    if (is_collective(op.op->name)) {
+      auto [s, sent] = collective_cost(op, c);
+      e.comm_s += s;
+      e.comm_bytes += sent;
+      ++e.collectives;
+      continue;
+    }
+    double macs = local_macs(sg, op);
+    if (macs >= 0) {
+      e.compute_s += 2 * macs / c.flops_per_s;
+    } else {
+      int64_t moved = op_bytes(&op);
+      for (const Value& v : op.inputs)
+        if (v.defined()) moved += local_bytes(sg, v);
+      e.compute_s += double(moved) / c.memory_bytes_per_s;
+    }
+  }
+  e.memory_bytes += peak;
+  return e;
+}
+
+namespace {
+
+// One decision: a value (by name) and the spec texts it may take.
+struct Choice {
+  std::string name;
+  std::vector<std::string> options;  ///< options[0] replicates
+  bool batch = false;                ///< a data input (options[1 + a]: its first dim split over axis a)
+};
+
+std::string spec_with(int ndim, int dim, const std::string& split) {
+  std::string s;
+  for (int d = 0; d < ndim; ++d) s += (d ? " " : "") + (d == dim ? split : std::string("R"));
+  return s;
+}
+
+// The 2-D values read as MatMul/Gemm weights get R / rows / columns per axis;
+// other graph inputs R / batch split per axis / over all axes.
+std::vector<Choice> choices_of(const Graph& g, const Mesh& mesh) {
+  std::vector<Choice> out;
+  std::unordered_set<std::string> weights;
+  for (const OpNode* op : g.op_nodes()) {
+    const std::string& n = op->op->name;
+    if ((n != "MatMul" && n != "Gemm") || op->inputs.size() < 2) continue;
+    const Value& w = op->inputs[1];
+    if (w.node->kind == NodeKind::Op || w.type().ndim() != 2 || !weights.insert(w.node->name).second) continue;
+    Choice c{w.node->name, {"R R"}, false};
+    for (int a = 0; a < mesh.ndim(); ++a) {
+      std::string s = "S(" + mesh.axis_name(a) + ")";
+      c.options.push_back(s + " R");
+      c.options.push_back("R " + s);
+    }
+    out.push_back(c);
+  }
+  for (const auto& in : g.inputs()) {
+    int nd = in->types[0].ndim();
+    if (nd == 0 || weights.count(in->name)) continue;
+    Choice c{in->name, {spec_with(nd, -1, "")}, true};
+    std::string all;
+    for (int a = 0; a < mesh.ndim(); ++a) {
+      c.options.push_back(spec_with(nd, 0, "S(" + mesh.axis_name(a) + ")"));
+      all += (a ? "," : "") + mesh.axis_name(a);
+    }
+    if (mesh.ndim() > 1) c.options.push_back(spec_with(nd, 0, "S(" + all + ")"));
+    out.push_back(c);
+  }
+  return out;
+}
+
+struct Scored {
+  bool valid = false;
+  PlanEstimate est;
+  ShardedGraph sg;
+};
+
+class Search {
+ public:
+  Search(const Graph& g, const Mesh& mesh, const AutoShardOptions& o) : g_(g), mesh_(mesh), o_(o), choices_(choices_of(g, mesh)) {}
+
+  const std::vector<Choice>& choices() const { return choices_; }
+  int evaluated() const { return evaluated_; }
+  int64_t least_memory() const { return least_memory_; }
+
+  std::map<std::string, std::string> specs_of(const std::vector<int>& pick) const {
+    std::map<std::string, std::string> s;
+    for (size_t i = 0; i < choices_.size(); ++i) s[choices_[i].name] = choices_[i].options[pick[i]];
+    return s;
+  }
+
+  Scored score(const std::map<std::string, std::string>& specs) {
+    ++evaluated_;
+    Scored r;
+    try {
+      ShardOptions so;
+      so.keep_outputs_sharded = o_.keep_outputs_sharded;
+      r.sg = shard_graph(g_, mesh_, specs, so);
+      r.est = estimate_plan(r.sg, o_.cost);
+      r.valid = true;
+      least_memory_ = std::min(least_memory_, r.est.memory_bytes);
+    } catch (const Error&) {
+      // A split that does not divide its dimension: not a plan.
+    }
+    return r;
+  }
+
+  // Lower is better; plans over the memory limit after every plan within it.
+  double key(const Scored& s) const {
+    if (!s.valid) return std::numeric_limits<double>::infinity();
+    if (o_.memory_limit > 0 && s.est.memory_bytes > o_.memory_limit) return 1e30 + double(s.est.memory_bytes);
+    return s.est.total_s();
+  }
+
+ private:
+  const Graph& g_;
+  const Mesh& mesh_;
+  const AutoShardOptions& o_;
+  std::vector<Choice> choices_;
+  int evaluated_ = 0;
+  int64_t least_memory_ = std::numeric_limits<int64_t>::max();
+};
+
+std::vector<std::pair<std::string, std::map<std::string, std::string>>> named_strategies(const Graph& g, const Mesh& mesh,
+                                                                                         const std::vector<Choice>& choices) {
+  std::vector<std::pair<std::string, std::map<std::string, std::string>>> out;
+  std::map<std::string, std::string> rep, data;
+  for (const Choice& c : choices) rep[c.name] = c.options[0];
+  out.push_back({"replicated", rep});
+  int data_axis = 0;
+  for (int a = 0; a < mesh.ndim(); ++a)
+    if (mesh.axis_name(a) == "data") data_axis = a;
+  data = rep;
+  bool any_batch = false;
+  for (const Choice& c : choices)
+    if (c.batch) {
+      data[c.name] = c.options[1 + data_axis];
+      any_batch = true;
+    }
+  if (any_batch) out.push_back({"data", data});
+  int model_axis = mesh.ndim() - 1;
+  for (int a = 0; a < mesh.ndim(); ++a)
+    if (mesh.axis_name(a) == "model") model_axis = a;
+  std::map<std::string, std::string> tensor = rep;
+  for (const auto& [name, spec] : megatron_specs(g, mesh, mesh.axis_name(model_axis))) tensor[name] = spec;
+  if (tensor != rep) out.push_back({"tensor", tensor});
+  return out;
+}
+
+}  // namespace
+
+AutoShardResult auto_shard(const Graph& g, const Mesh& mesh, const AutoShardOptions& o) {
+  KILN_USER_CHECK(o.memory_limit >= 0 && o.max_plans >= 1 && o.cost.flops_per_s > 0 && o.cost.memory_bytes_per_s > 0 &&
+                  o.cost.link_bytes_per_s > 0 && o.cost.latency_s >= 0)
+      << "auto_shard: memory_limit must be >= 0, max_plans >= 1, the rates positive and latency_s >= 0";
+  Search search(g, mesh, o);
+  const std::vector<Choice>& cs = search.choices();
+  AutoShardResult best;
+  double best_key = std::numeric_limits<double>::infinity();
+  std::vector<int> best_pick(cs.size(), 0);
+  auto consider = [&](const std::vector<int>& pick) {
+    std::map<std::string, std::string> specs = search.specs_of(pick);
+    Scored s = search.score(specs);
+    double k = search.key(s);
+    if (k < best_key) {
+      best_key = k;
+      best_pick = pick;
+      best.specs = specs;
+      best.sharded = s.sg;
+      best.estimate = s.est;
+    }
+    return k;
+  };
+  // The named strategies: reported beside the choice, and the start of the descent.
+  for (const auto& [name, specs] : named_strategies(g, mesh, cs)) {
+    Scored s = search.score(specs);
+    if (s.valid) best.baselines.push_back({name, s.est});
+    std::vector<int> pick(cs.size(), 0);
+    for (size_t i = 0; i < cs.size(); ++i) {
+      auto it = std::find(cs[i].options.begin(), cs[i].options.end(), specs.at(cs[i].name));
+      pick[i] = it == cs[i].options.end() ? 0 : static_cast<int>(it - cs[i].options.begin());
+    }
+    consider(pick);
+  }
+  double plans = 1;
+  for (const Choice& c : cs) plans *= double(c.options.size());
+  best.exhaustive = plans <= o.max_plans;
+  if (best.exhaustive) {
+    std::vector<int> pick(cs.size(), 0);
+    for (;;) {
+      consider(pick);
+      size_t i = 0;
+      while (i < cs.size() && ++pick[i] == static_cast<int>(cs[i].options.size())) pick[i++] = 0;
+      if (i == cs.size()) break;
+    }
+  } else {
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t i = 0; i < cs.size(); ++i)
+        for (int v = 0; v < static_cast<int>(cs[i].options.size()); ++v) {
+          if (v == best_pick[i]) continue;
+          std::vector<int> pick = best_pick;
+          pick[i] = v;
+          double before = best_key;
+          if (consider(pick) < before) changed = true;
+        }
+    }
+  }
+  best.plans_evaluated = search.evaluated();
+  KILN_USER_CHECK(best_key < 1e30) << "auto_shard: no plan on " << mesh.str() << " fits the memory limit of " << mb(o.memory_limit)
+                                   << " per rank; the least any plan needs is "
+                                   << (search.least_memory() == std::numeric_limits<int64_t>::max() ? std::string("unknown (no valid plan)")
+                                                                                                   : mb(search.least_memory()))
+                                   << "; raise memory_limit or use a larger mesh";
+  return best;
+}
+
+std::string AutoShardResult::report(int64_t memory_limit) const {
+  std::ostringstream os;
+  os << "# auto sharding on " << sharded.mesh.str() << ": " << plans_evaluated << " plans scored ("
+     << (exhaustive ? "every combination" : "coordinate descent") << ")\n";
+  for (const auto& [name, spec] : specs) os << "#   " << name << ": " << spec << "\n";
+  os << "# estimate: " << estimate.str() << "\n";
+  for (const auto& [name, e] : baselines) {
+    os << "# " << name << ": " << e.str();
+    if (memory_limit > 0 && e.memory_bytes > memory_limit) os << " (over the limit of " << mb(memory_limit) << ")";
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace kiln::dist

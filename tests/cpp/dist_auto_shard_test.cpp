@@ -1,0 +1,113 @@
+// Automatic sharding (kiln/dist/auto_shard.h): the estimate's parts, and the
+// search's choice with and without a memory limit.
+#include <gtest/gtest.h>
+
+#include "kiln/dist/auto_shard.h"
+#include "kiln/graph/op_registry.h"
+#include "kiln/support/error.h"
+
+using namespace kiln;
+using namespace kiln::graph;
+using namespace kiln::dist;
+
+namespace {
+
+Value weight(const std::string& name, std::vector<int64_t> shape) {
+  NDArray a = NDArray::empty(shape, DataType::Float(32));
+  std::fill_n(static_cast<float*>(a.data()), a.numel(), 0.5f);
+  return make_constant(name, a)->output();
+}
+
+// x[batch, width] through `layers` MatMul + Relu with width x width weights (4 MB each at width 1024).
+Graph chain(int64_t batch, int64_t width, int layers) {
+  auto x = make_input("x", {{batch, width}, DataType::Float(32)});
+  Value h = x->output();
+  for (int i = 0; i < layers; ++i)
+    h = make_op("Relu", {make_op("MatMul", {h, weight("w" + std::to_string(i), {width, width})})->output()})->output();
+  return Graph::make({x}, {h});
+}
+
+const PlanEstimate* baseline(const AutoShardResult& r, const std::string& name) {
+  for (const auto& [n, e] : r.baselines)
+    if (n == name) return &e;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST(DistAutoShard, EstimateCountsComputeCommAndMemory) {
+  Graph g = chain(64, 256, 2);
+  Mesh mesh({{"model", 2}});
+  CostParams c;
+  // Replicated: the full matmuls, no collective; memory = weights + input + the live intermediates.
+  PlanEstimate rep = estimate_plan(shard_graph(g, mesh, {}), c);
+  EXPECT_EQ(rep.collectives, 0);
+  EXPECT_NEAR(rep.compute_s, 2 * (2.0 * 64 * 256 * 256) / c.flops_per_s + 2 * (2 * 64 * 256 * 4.0) / c.memory_bytes_per_s, 1e-9);
+  EXPECT_GE(rep.memory_bytes, 2 * 256 * 256 * 4 + 64 * 256 * 4);
+  // Megatron: w0 columns, w1 rows: half the multiply-adds, one all-reduce of the [64, 256] output.
+  PlanEstimate mt = estimate_plan(shard_graph(g, mesh, megatron_specs(g, mesh, "model")), c);
+  EXPECT_EQ(mt.collectives, 1);
+  EXPECT_EQ(mt.comm_bytes, 64 * 256 * 4);  // 2(n-1)/n of the bytes with n = 2
+  EXPECT_NEAR(mt.comm_s, 64 * 256 * 4 / c.link_bytes_per_s + 2 * c.latency_s, 1e-12);
+  EXPECT_LT(mt.memory_bytes, rep.memory_bytes);
+  EXPECT_NE(mt.str().find("1 collective"), std::string::npos) << mt.str();
+}
+
+TEST(DistAutoShard, WithoutALimitDataParallelInferenceNeedsNoCommunication) {
+  Graph g = chain(64, 1024, 4);
+  AutoShardResult r = auto_shard(g, Mesh({{"data", 2}, {"model", 2}}));
+  EXPECT_TRUE(r.exhaustive);
+  EXPECT_EQ(r.specs.at("x"), "S(data,model) R") << r.report();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(r.specs.at("w" + std::to_string(i)), "R R") << r.report();
+  // The output is gathered at the end (over each axis): the only collectives.
+  EXPECT_EQ(r.estimate.collectives, 2) << r.report();
+  for (const OpNode* op : r.sharded.graph.op_nodes())
+    if (is_collective(op->op->name)) EXPECT_EQ(op->op->name, "kiln.AllGather") << r.report();
+  ASSERT_NE(baseline(r, "data"), nullptr);
+  EXPECT_LE(r.estimate.total_s(), baseline(r, "data")->total_s());
+}
+
+TEST(DistAutoShard, AMemoryLimitDataParallelCannotMeetSplitsTheWeights) {
+  Graph g = chain(64, 1024, 4);  // 16 MB of weights
+  Mesh mesh({{"data", 2}, {"model", 2}});
+  AutoShardOptions o;
+  o.memory_limit = 12 << 20;
+  AutoShardResult r = auto_shard(g, mesh, o);
+  const PlanEstimate* data = baseline(r, "data");
+  ASSERT_NE(data, nullptr);
+  EXPECT_GT(data->memory_bytes, o.memory_limit) << "data parallel replicates every weight";
+  EXPECT_LE(r.estimate.memory_bytes, o.memory_limit) << r.report(o.memory_limit);
+  for (int i = 0; i < 4; ++i) EXPECT_NE(r.specs.at("w" + std::to_string(i)), "R R") << r.report(o.memory_limit);
+  EXPECT_GE(r.estimate.collectives, 1);
+  std::string rep = r.report(o.memory_limit);
+  EXPECT_NE(rep.find("# data: "), std::string::npos) << rep;
+  EXPECT_NE(rep.find("over the limit"), std::string::npos) << rep;
+}
+
+TEST(DistAutoShard, ALimitNoPlanMeetsSaysTheLeastMemory) {
+  Graph g = chain(64, 1024, 4);
+  AutoShardOptions o;
+  o.memory_limit = 1 << 20;
+  try {
+    auto_shard(g, Mesh({{"data", 2}, {"model", 2}}), o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("fits the memory limit of 1.05 MB"), std::string::npos) << m;
+    EXPECT_NE(m.find("the least any plan needs is"), std::string::npos) << m;
+  }
+  AutoShardOptions bad;
+  bad.cost.link_bytes_per_s = 0;
+  EXPECT_THROW(auto_shard(g, Mesh({{"data", 2}}), bad), Error);
+}
+
+TEST(DistAutoShard, LargeSearchesDescendFromTheNamedStrategies) {
+  Graph g = chain(64, 512, 6);  // 5^6 x 4 combinations: over max_plans
+  AutoShardOptions o;
+  o.max_plans = 256;
+  o.memory_limit = 4 << 20;     // 6 MB of weights: data parallel does not fit
+  AutoShardResult r = auto_shard(g, Mesh({{"data", 2}, {"model", 2}}), o);
+  EXPECT_FALSE(r.exhaustive);
+  EXPECT_LE(r.estimate.memory_bytes, o.memory_limit) << r.report(o.memory_limit);
+  EXPECT_LT(r.plans_evaluated, 5 * 5 * 5 * 5 * 5 * 5 * 4);
+}
