@@ -21,6 +21,7 @@ make the others stop with an error after ``set_timeout`` seconds (default
 300, or $KILN_DIST_TIMEOUT).
 """
 import atexit
+import time as _time
 
 import numpy as _np
 
@@ -118,6 +119,71 @@ class Plan:
             raise KilnError(f"the mesh {self.mesh} has {self.mesh.size} ranks but {_d.size()} process(es) run; "
                             f"start them with mpirun -np {self.mesh.size}")
         return Runner(_d.Runner(self.sharded, str(target)), self)
+
+
+def _best_time(fn, reps):
+    fn()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = _time.perf_counter()
+        fn()
+        best = min(best, _time.perf_counter() - t0)
+    return best
+
+
+def calibrate(gemm=384, stream_mb=16, reps=10):
+    """Measures the machine under the auto-sharding estimate, on every rank (call it on all: it
+    runs collectives): a kiln-compiled [gemm]^3 MatMul (flops_per_s), an elementwise Add over
+    `stream_mb` MB (memory_bytes_per_s), and all-reduces of 1 KB and 4 MB over all ranks
+    (latency_s and link_bytes_per_s of the ring model), and tiny graphs of 1 and 8 kernels (run_s,
+    kernel_s: the fixed costs of a run and of each kernel, Python's call included). Each figure is the slowest rank's best
+    of `reps`. Returns the cost dict ``shard(..., strategy="auto", cost=...)`` and
+    ``Plan.estimate(**cost)`` take."""
+    from . import graph as _g
+    rng = _np.random.default_rng(0)
+    b = _g.Builder()
+    a = b.input("a", (gemm, gemm))
+    mm = _g.compile(b.build(b.op("MatMul", a, b.constant("w", rng.standard_normal((gemm, gemm)).astype("float32")))))
+    av = rng.standard_normal((gemm, gemm)).astype("float32")
+    t_mm = _best_time(lambda: mm(av), reps)
+    n = stream_mb * (1 << 20) // 12
+    b = _g.Builder()
+    x, y = b.input("x", (n,)), b.input("y", (n,))
+    add = _g.compile(b.build(b.op("Add", x, y)))
+    xv = _np.ones(n, "float32")
+    t_add = _best_time(lambda: add(xv, xv), reps)
+    # Fixed costs: a run of one tiny kernel, and what each further (unfusable) kernel adds.
+    b = _g.Builder()
+    h = t0 = b.input("t", (4, 4))
+    eye = b.constant("i", _np.eye(4, dtype="float32"))
+    for _ in range(8):
+        h = b.op("MatMul", h, eye)
+    tiny1 = _g.compile(b.build(b.op("MatMul", t0, eye)))
+    tiny8 = _g.compile(b.build(h))
+    tv = _np.ones((4, 4), "float32")
+    t_run = _best_time(lambda: tiny1(tv), reps * 10)
+    t_kernel = max((_best_time(lambda: tiny8(tv), reps * 10) - t_run) / 7, 0.0)
+    ranks = size()
+    small, large = _np.zeros(256, "float32"), _np.zeros(1 << 20, "float32")
+    t_small = t_large = 0.0
+    if ranks > 1:
+        barrier()
+        t_small = _best_time(lambda: all_reduce(small), reps)
+        barrier()
+        t_large = _best_time(lambda: all_reduce(large), reps)
+    # The slowest rank sets the pace of a synchronous step.
+    times = _np.array([t_mm, t_add, t_small, t_large, t_run, t_kernel], "float64")
+    worst = all_gather(times).max(axis=0) if ranks > 1 else times
+    t_mm, t_add, t_small, t_large, t_run, t_kernel = (float(v) for v in worst)
+    cost = {"flops_per_s": 2.0 * gemm ** 3 / t_mm, "memory_bytes_per_s": 3 * 4 * n / t_add, "kernel_s": t_kernel,
+            "run_s": max(t_run - t_kernel, 0.0)}
+    if ranks > 1:
+        # Ring all-reduce: 2(n-1) steps of latency, 2(n-1)/n of the bytes over the link.
+        share = 2.0 * (ranks - 1) / ranks
+        bandwidth = share * (large.nbytes - small.nbytes) / max(t_large - t_small, 1e-9)
+        cost["link_bytes_per_s"] = bandwidth
+        cost["latency_s"] = max((t_small - share * small.nbytes / bandwidth) / (2 * (ranks - 1)), 0.0)
+    return cost
 
 
 def _block(a, blocks):

@@ -42,7 +42,9 @@ CostParams cost_of(const py::dict& d) {
     else if (key == "memory_bytes_per_s") c.memory_bytes_per_s = x;
     else if (key == "link_bytes_per_s") c.link_bytes_per_s = x;
     else if (key == "latency_s") c.latency_s = x;
-    else throw_user_error("cost: unknown key '" + key + "'; known: flops_per_s, memory_bytes_per_s, link_bytes_per_s, latency_s");
+    else if (key == "kernel_s") c.kernel_s = x;
+    else if (key == "run_s") c.run_s = x;
+    else throw_user_error("cost: unknown key '" + key + "'; known: flops_per_s, memory_bytes_per_s, link_bytes_per_s, latency_s, kernel_s, run_s");
   }
   return c;
 }

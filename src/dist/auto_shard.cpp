@@ -97,6 +97,7 @@ PlanEstimate estimate_plan(const ShardedGraph& sg, const CostParams& c) {
   for (const Value& v : sg.graph.outputs()) last_use[v.node.get()] = ops.size();
   std::vector<std::vector<const OpNode*>> dies(ops.size() + 1);
   for (const OpNode* op : ops) dies[last_use.count(op) ? last_use[op] : 0].push_back(op);
+  e.compute_s += c.run_s;
   int64_t live = 0, peak = 0;
   auto op_bytes = [&](const OpNode* op) {
     int64_t b = 0;
@@ -115,6 +116,8 @@ PlanEstimate estimate_plan(const ShardedGraph& sg, const CostParams& c) {
       ++e.collectives;
       continue;
     }
+    Pattern p = op.op->pattern;
+    if (p != Pattern::Elementwise && p != Pattern::Broadcast && p != Pattern::Injective) e.compute_s += c.kernel_s;
     double macs = local_macs(sg, op);
     if (macs >= 0) {
       e.compute_s += 2 * macs / c.flops_per_s;
@@ -259,8 +262,8 @@ std::vector<std::pair<std::string, std::map<std::string, std::string>>> named_st
 
 AutoShardResult auto_shard(const Graph& g, const Mesh& mesh, const AutoShardOptions& o) {
   KILN_USER_CHECK(o.memory_limit >= 0 && o.max_plans >= 1 && o.cost.flops_per_s > 0 && o.cost.memory_bytes_per_s > 0 &&
-                  o.cost.link_bytes_per_s > 0 && o.cost.latency_s >= 0)
-      << "auto_shard: memory_limit must be >= 0, max_plans >= 1, the rates positive and latency_s >= 0";
+                  o.cost.link_bytes_per_s > 0 && o.cost.latency_s >= 0 && o.cost.kernel_s >= 0 && o.cost.run_s >= 0)
+      << "auto_shard: memory_limit must be >= 0, max_plans >= 1, the rates positive and latency_s, kernel_s, run_s >= 0";
   Search search(g, mesh, o);
   const std::vector<Choice>& cs = search.choices();
   AutoShardResult best;

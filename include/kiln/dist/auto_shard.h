@@ -26,6 +26,9 @@
  *            (n-1)/n of the result, reduce-scatter (n-1)/n of the input;
  *            over link_bytes_per_s, plus latency_s per step (2(n-1) steps
  *            for an all-reduce, n-1 for the others);
+ *            plus kernel_s per op that starts a fused group (not elementwise,
+ *            broadcast or injective: those fuse into their producer) and
+ *            run_s once;
  *   memory   constants and graph inputs (local blocks) plus the most
  *            intermediate bytes live at once, in graph order.
  * It ignores overlap of compute and communication, and fusion.
@@ -48,6 +51,8 @@ struct CostParams {
   double memory_bytes_per_s = 10e9;  ///< what memory-bound ops stream
   double link_bytes_per_s = 5e9;     ///< one rank's link bandwidth in a ring
   double latency_s = 20e-6;          ///< per step of a collective
+  double kernel_s = 5e-6;            ///< fixed cost of each kernel a rank runs (a fused group)
+  double run_s = 50e-6;              ///< fixed cost of one run (dispatch, inputs in, outputs out)
 };
 
 struct PlanEstimate {

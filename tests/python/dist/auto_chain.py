@@ -45,6 +45,11 @@ for _ in range(20):
     runner(xv)
 kiln.dist.barrier()
 measured = (time.perf_counter() - t0) / 20
+cost = kiln.dist.calibrate(reps=5)
+check(all(v > 0 for k, v in cost.items() if k != "latency_s"), f"calibrated rates are positive: {cost}")
+calibrated = plan.estimate(**cost)
 if kiln.dist.rank() == 0:
-    print(f"estimate {est['total_s'] * 1e3:.3f} ms, measured {measured * 1e3:.3f} ms per run", flush=True)
+    print(f"calibrated cost {cost}", flush=True)
+    print(f"estimate {est['total_s'] * 1e3:.3f} ms (default cost), {calibrated['total_s'] * 1e3:.3f} ms (calibrated); "
+          f"measured {measured * 1e3:.3f} ms per run", flush=True)
 ok("auto plan")
