@@ -3,6 +3,7 @@
 
 #include "kiln/dist/auto_shard.h"
 #include "kiln/dist/communicator.h"
+#include "kiln/dist/pipeline.h"
 #include "kiln/dist/runner.h"
 #include "kiln/dist/shard.h"
 #include "kiln/graph/executor.h"
@@ -148,6 +149,22 @@ void define_dist(py::module_& root) {
     return py::make_tuple(r.specs, r.sharded, estimate_dict(r.estimate), baselines, r.report(memory_limit));
   }, py::arg("graph"), py::arg("mesh"), py::arg("memory_limit") = 0, py::arg("cost") = py::dict(), py::arg("max_plans") = 4096,
      py::arg("keep_outputs_sharded") = false);
+  // (stage dicts, printed cut) of a balanced pipeline cut.
+  m.def("cut_pipeline", [](const graph::Graph& g, int stages, const py::dict& cost) {
+    PipelineCut cut = cut_pipeline(g, stages, cost_of(cost));
+    py::list out;
+    for (const PipelineStage& s : cut.stages) {
+      py::dict d;
+      d["graph"] = s.graph;
+      d["recv"] = s.recv;
+      d["model_inputs"] = s.model_inputs;
+      d["send"] = s.send;
+      d["num_ops"] = s.num_ops;
+      d["estimated_s"] = s.estimated_s;
+      out.append(d);
+    }
+    return py::make_tuple(out, cut.str());
+  }, py::arg("graph"), py::arg("num_stages"), py::arg("cost") = py::dict());
   m.def("megatron_specs", &megatron_specs, py::arg("graph"), py::arg("mesh"), py::arg("axis"));
   m.def("rank", [] { return world()->rank(); });
   m.def("size", [] { return world()->size(); });

@@ -70,7 +70,31 @@ std::pair<double, int64_t> collective_cost(const OpNode& op, const CostParams& c
   return {sent / c.link_bytes_per_s + steps * c.latency_s, static_cast<int64_t>(sent)};
 }
 
+// A rank's seconds for one non-collective op: its multiply-adds at the GEMM
+// rate, or the bytes it streams; plus the fixed cost of a kernel where it starts one.
+double op_seconds(const ShardedGraph& sg, const OpNode& op, const CostParams& c) {
+  double s = 0;
+  Pattern p = op.op->pattern;
+  if (p != Pattern::Elementwise && p != Pattern::Broadcast && p != Pattern::Injective) s += c.kernel_s;
+  double macs = local_macs(sg, op);
+  if (macs >= 0) return s + 2 * macs / c.flops_per_s;
+  int64_t moved = 0;
+  for (int o = 0; o < op.num_outputs(); ++o) moved += local_bytes(sg, op.output(o));
+  for (const Value& v : op.inputs)
+    if (v.defined()) moved += local_bytes(sg, v);
+  return s + double(moved) / c.memory_bytes_per_s;
+}
+
 }  // namespace
+
+std::vector<double> op_times(const Graph& g, const CostParams& cost) {
+  ShardedGraph sg = shard_graph(g, Mesh({{"one", 1}}), {});
+  // shard_graph keeps every op of g (a mesh of one inserts nothing), in the same topo order.
+  std::vector<double> out;
+  for (const OpNode* op : sg.graph.op_nodes()) out.push_back(op_seconds(sg, *op, cost));
+  KILN_CHECK(out.size() == g.op_nodes().size()) << "op_times: the graph changed under a mesh of one";
+  return out;
+}
 
 std::string PlanEstimate::str() const {
   std::ostringstream os;
@@ -116,17 +140,7 @@ PlanEstimate estimate_plan(const ShardedGraph& sg, const CostParams& c) {
       ++e.collectives;
       continue;
     }
-    Pattern p = op.op->pattern;
-    if (p != Pattern::Elementwise && p != Pattern::Broadcast && p != Pattern::Injective) e.compute_s += c.kernel_s;
-    double macs = local_macs(sg, op);
-    if (macs >= 0) {
-      e.compute_s += 2 * macs / c.flops_per_s;
-    } else {
-      int64_t moved = op_bytes(&op);
-      for (const Value& v : op.inputs)
-        if (v.defined()) moved += local_bytes(sg, v);
-      e.compute_s += double(moved) / c.memory_bytes_per_s;
-    }
+    e.compute_s += op_seconds(sg, op, c);
   }
   e.memory_bytes += peak;
   return e;

@@ -68,6 +68,9 @@ struct PlanEstimate {
 /** The estimate of a sharded graph (see the file comment). */
 PlanEstimate estimate_plan(const ShardedGraph& sg, const CostParams& cost = {});
 
+/** The estimate's seconds of each op of g (in g.op_nodes() order) on one device. */
+std::vector<double> op_times(const graph::Graph& g, const CostParams& cost = {});
+
 struct AutoShardOptions {
   int64_t memory_limit = 0;  ///< bytes per rank; 0: none
   CostParams cost;
