@@ -121,6 +121,9 @@ class Plan:
         return Runner(_d.Runner(self.sharded, str(target)), self)
 
 
+from .dist_pipeline import PipelinePlan, PipelineRunner, pipeline, pipeline_train  # noqa: E402,F401
+
+
 def _best_time(fn, reps):
     fn()
     best = float("inf")
@@ -256,100 +259,6 @@ def shard(model, mesh, strategy=None, specs=None, keep_outputs_sharded=False, me
     given = _strategy_specs(model, mesh, strategy) if strategy else {}
     given.update({str(k): _spec_text(v) for k, v in (specs or {}).items()})
     return Plan(_d.shard_graph(model, mesh, given, bool(keep_outputs_sharded)), model, given)
-
-
-class PipelinePlan:
-    """A graph cut into balanced stages, one per rank (see ``pipeline``). ``print(plan)`` shows the cut."""
-
-    def __init__(self, model, stages, text, micro_batches):
-        self.model = model
-        self.stages = stages
-        self.micro_batches = micro_batches
-        self._text = text
-
-    def __str__(self):
-        p, m = len(self.stages), self.micro_batches
-        return self._text + f"# {m} micro-batches: GPipe's idle share (bubble) is (P-1)/(M+P-1) = {(p - 1) / (m + p - 1):.2f}"
-
-    def compile(self, target="llvm"):
-        """This rank's stage, compiled (every rank calls it; rank r runs stage r)."""
-        if size() != len(self.stages):
-            raise KilnError(f"the pipeline has {len(self.stages)} stages but {size()} process(es) run; "
-                            f"start them with mpirun -np {len(self.stages)}")
-        from . import graph as _g
-        return PipelineRunner(self, _g.compile(self.stages[rank()]["graph"], target=target))
-
-
-class PipelineRunner:
-    """Rank r's stage of a pipeline. ``runner(*inputs)`` takes the full batch (micro_batches times the
-    model's batch, on every rank), streams the micro-batches through the stages (GPipe order: stage r
-    sends micro-batch m on as soon as it is done) and returns the model's outputs on every rank.
-    ``stats`` holds the last run's seconds, this rank's time running its stage, its bubble (the share of
-    the step it was idle: waiting for its neighbour, or done early) and the mean bubble over the ranks."""
-
-    def __init__(self, plan, exe):
-        self.plan = plan
-        self._exe = exe
-        self.stage = plan.stages[rank()]
-        self.stats = {}
-
-    def __call__(self, *inputs):
-        return self.run(list(inputs))
-
-    def run(self, inputs):
-        model, m_count = self.plan.model, self.plan.micro_batches
-        if len(inputs) != len(model.input_names):
-            raise KilnError(f"the model takes {len(model.input_names)} input(s), got {len(inputs)}")
-        micro = {}
-        for name, (shape, dtype), a in zip(model.input_names, model.input_types, inputs):
-            a = _np.asarray(a, dtype=dtype)
-            want = (shape[0] * m_count,) + tuple(shape[1:]) if shape else ()
-            if a.shape != want:
-                raise KilnError(f"input '{name}' must have shape {want} ({m_count} micro-batches of {tuple(shape)}), got {a.shape}")
-            micro[name] = _np.split(a, m_count) if shape else [a] * m_count
-        r, last = rank(), len(self.plan.stages) - 1
-        graph = self.stage["graph"]
-        recv_types = graph.input_types[:len(self.stage["recv"])]
-        results = []
-        busy = 0.0
-        start = _time.perf_counter()
-        for m in range(m_count):
-            got = [recv(shape, dtype, r - 1, tag=m * 1024 + k) for k, (shape, dtype) in enumerate(recv_types)]
-            t0 = _time.perf_counter()
-            outs = self._exe.run(got + [_np.ascontiguousarray(micro[n][m]) for n in self.stage["model_inputs"]])
-            busy += _time.perf_counter() - t0
-            if r < last:
-                for k, o in enumerate(outs):
-                    send(_np.ascontiguousarray(o), r + 1, tag=m * 1024 + k)
-            else:
-                results.append(outs)
-        # The last stage has the outputs; every rank returns them (the broadcast also ends the step together).
-        finals = []
-        for k, (shape, dtype) in enumerate(model.output_types):
-            full = (shape[0] * m_count,) + tuple(shape[1:])
-            out = _np.concatenate([res[k] for res in results]) if r == last else _np.empty(full, dtype)
-            finals.append(broadcast(_np.ascontiguousarray(out, dtype=dtype), last))
-        total = _time.perf_counter() - start
-        # A rank's bubble: the share of the step it was not running its stage (waiting to receive, or done early).
-        bubble = 1.0 - busy / total if total > 0 else 0.0
-        everyone = all_gather(_np.array([bubble], "float64"))[:, 0] if size() > 1 else _np.array([bubble])
-        self.stats = {"seconds": total, "busy_s": busy, "bubble": bubble, "bubble_mean": float(everyone.mean())}
-        return finals
-
-
-def pipeline(model, micro_batches=4, num_stages=None, cost=None):
-    """Pipeline parallel: `model` (a kiln.graph.Graph at the micro-batch size) cut into `num_stages`
-    consecutive stages (default: one per rank) that balance the estimated time of their ops (the
-    cost model of strategy="auto"; `cost` overrides its machine, e.g. from ``calibrate()``).
-    Each rank runs its stage on `micro_batches` micro-batches in a row, sending each one's
-    boundary values to the next rank. Returns a PipelinePlan; ``plan.compile()`` on every rank."""
-    from .graph import Graph
-    if not isinstance(model, Graph):
-        raise KilnError(f"kiln.dist.pipeline takes a kiln.graph.Graph, got a {type(model).__name__}")
-    if int(micro_batches) < 1:
-        raise KilnError(f"micro_batches must be at least 1, got {micro_batches}")
-    stages, text = _d.cut_pipeline(model, size() if num_stages is None else int(num_stages), {k: float(v) for k, v in (cost or {}).items()})
-    return PipelinePlan(model, stages, text, int(micro_batches))
 
 
 def train(model, mesh, axis=None, **train_options):

@@ -79,3 +79,28 @@ def test_pipeline_errors():
 def test_pipeline_runs_on_ranks(np_):
     out = expect_ok("pipeline_mlp.py", np_, timeout=120)
     assert "bubble" in out
+
+
+def test_one_stage_training_in_one_process_follows_kiln_train():
+    """num_stages=1 runs without mpirun: micro-batched GPipe on one rank is gradient accumulation."""
+    def model(batch):
+        rng = np.random.default_rng(1)
+        b = kiln.graph.Builder()
+        h = b.op("Relu", b.op("MatMul", b.input("x", (batch, 8)), b.constant("w0", rng.standard_normal((8, 16)).astype("float32"))))
+        return b.build(b.op("MatMul", h, b.constant("w1", rng.standard_normal((16, 3)).astype("float32"))))
+    plan = kiln.dist.pipeline_train(model(2), loss="mse", optimizer=kiln.train.Adam(lr=0.01), micro_batches=3, num_stages=1)
+    step, ref = plan.compile(), kiln.train.compile(model(6), loss="mse", optimizer=kiln.train.Adam(lr=0.01))
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        x, y = rng.standard_normal((6, 8)).astype("float32"), rng.standard_normal((6, 3)).astype("float32")
+        assert step(x, y) == pytest.approx(ref(x, y), rel=1e-5)
+    for n, v in step.all_parameters().items():
+        np.testing.assert_allclose(v, ref.parameters[n], rtol=1e-4, atol=1e-6)
+    with pytest.raises(kiln.KilnError, match=r"must have shape \(6, 8\) \(3 micro-batches of \(2, 8\)\)"):
+        step(x[:4], y[:4])
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_pipeline_training_on_ranks_follows_one_process(np_):
+    out = expect_ok("pipeline_train.py", np_, timeout=120)
+    assert "losses match" in out

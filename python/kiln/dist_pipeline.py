@@ -1,0 +1,329 @@
+"""Pipeline parallelism over the ranks of kiln.dist: a graph cut into balanced stages, one per
+rank (kiln.dist.pipeline for inference, kiln.dist.pipeline_train for a training step), with
+micro-batches streamed through the ranks by send/recv between neighbours."""
+import time as _time
+
+import numpy as _np
+
+from ._ffi import KilnError, _kiln
+
+_d = _kiln.dist
+_kg = _kiln.graph
+
+
+def rank():
+    return _d.rank()
+
+
+def size():
+    return _d.size()
+
+
+def _send(a, peer, tag):
+    _d.send(_np.ascontiguousarray(a), peer, tag)
+
+
+def _recv(shape, dtype, peer, tag):
+    return _d.recv(list(shape), dtype, peer, tag)
+
+
+def _broadcast(a, root):
+    return _d.broadcast(a, root)
+
+
+def _all_gather(a):
+    return _d.all_gather(a)
+
+
+class PipelinePlan:
+    """A graph cut into balanced stages, one per rank (see ``pipeline``). ``print(plan)`` shows the cut."""
+
+    def __init__(self, model, stages, text, micro_batches):
+        self.model = model
+        self.stages = stages
+        self.micro_batches = micro_batches
+        self._text = text
+
+    def __str__(self):
+        p, m = len(self.stages), self.micro_batches
+        return self._text + f"# {m} micro-batches: GPipe's idle share (bubble) is (P-1)/(M+P-1) = {(p - 1) / (m + p - 1):.2f}"
+
+    def compile(self, target="llvm"):
+        """This rank's stage, compiled (every rank calls it; rank r runs stage r)."""
+        if size() != len(self.stages):
+            raise KilnError(f"the pipeline has {len(self.stages)} stages but {size()} process(es) run; "
+                            f"start them with mpirun -np {len(self.stages)}")
+        from . import graph as _g
+        return PipelineRunner(self, _g.compile(self.stages[rank()]["graph"], target=target))
+
+
+class PipelineRunner:
+    """Rank r's stage of a pipeline. ``runner(*inputs)`` takes the full batch (micro_batches times the
+    model's batch, on every rank), streams the micro-batches through the stages (GPipe order: stage r
+    sends micro-batch m on as soon as it is done) and returns the model's outputs on every rank.
+    ``stats`` holds the last run's seconds, this rank's time running its stage, its bubble (the share of
+    the step it was idle: waiting for its neighbour, or done early) and the mean bubble over the ranks."""
+
+    def __init__(self, plan, exe):
+        self.plan = plan
+        self._exe = exe
+        self.stage = plan.stages[rank()]
+        self.stats = {}
+
+    def __call__(self, *inputs):
+        return self.run(list(inputs))
+
+    def run(self, inputs):
+        model, m_count = self.plan.model, self.plan.micro_batches
+        if len(inputs) != len(model.input_names):
+            raise KilnError(f"the model takes {len(model.input_names)} input(s), got {len(inputs)}")
+        micro = {}
+        for name, (shape, dtype), a in zip(model.input_names, model.input_types, inputs):
+            a = _np.asarray(a, dtype=dtype)
+            want = (shape[0] * m_count,) + tuple(shape[1:]) if shape else ()
+            if a.shape != want:
+                raise KilnError(f"input '{name}' must have shape {want} ({m_count} micro-batches of {tuple(shape)}), got {a.shape}")
+            micro[name] = _np.split(a, m_count) if shape else [a] * m_count
+        r, last = rank(), len(self.plan.stages) - 1
+        graph = self.stage["graph"]
+        recv_types = graph.input_types[:len(self.stage["recv"])]
+        results = []
+        busy = 0.0
+        start = _time.perf_counter()
+        for m in range(m_count):
+            got = [_recv(shape, dtype, r - 1, m * 1024 + k) for k, (shape, dtype) in enumerate(recv_types)]
+            t0 = _time.perf_counter()
+            outs = self._exe.run(got + [_np.ascontiguousarray(micro[n][m]) for n in self.stage["model_inputs"]])
+            busy += _time.perf_counter() - t0
+            if r < last:
+                for k, o in enumerate(outs):
+                    _send(o, r + 1, m * 1024 + k)
+            else:
+                results.append(outs)
+        # The last stage has the outputs; every rank returns them (the broadcast also ends the step together).
+        finals = []
+        for k, (shape, dtype) in enumerate(model.output_types):
+            full = (shape[0] * m_count,) + tuple(shape[1:])
+            out = _np.concatenate([res[k] for res in results]) if r == last else _np.empty(full, dtype)
+            finals.append(_broadcast(_np.ascontiguousarray(out, dtype=dtype), last))
+        total = _time.perf_counter() - start
+        # A rank's bubble: the share of the step it was not running its stage (waiting to receive, or done early).
+        bubble = 1.0 - busy / total if total > 0 else 0.0
+        everyone = _all_gather(_np.array([bubble], "float64"))[:, 0] if size() > 1 else _np.array([bubble])
+        self.stats = {"seconds": total, "busy_s": busy, "bubble": bubble, "bubble_mean": float(everyone.mean())}
+        return finals
+
+
+def pipeline(model, micro_batches=4, num_stages=None, cost=None):
+    """Pipeline parallel: `model` (a kiln.graph.Graph at the micro-batch size) cut into `num_stages`
+    consecutive stages (default: one per rank) that balance the estimated time of their ops (the
+    cost model of strategy="auto"; `cost` overrides its machine, e.g. from ``calibrate()``).
+    Each rank runs its stage on `micro_batches` micro-batches in a row, sending each one's
+    boundary values to the next rank. Returns a PipelinePlan; ``plan.compile()`` on every rank."""
+    from .graph import Graph
+    if not isinstance(model, Graph):
+        raise KilnError(f"kiln.dist.pipeline takes a kiln.graph.Graph, got a {type(model).__name__}")
+    if int(micro_batches) < 1:
+        raise KilnError(f"micro_batches must be at least 1, got {micro_batches}")
+    stages, text = _d.cut_pipeline(model, size() if num_stages is None else int(num_stages), {k: float(v) for k, v in (cost or {}).items()})
+    return PipelinePlan(model, stages, text, int(micro_batches))
+
+
+
+
+def _vjp_graph(stage, param_names):
+    """The stage's backward: its inputs and, except on the last stage, the gradients of what it sends
+    (``grad.<name>``) in; the gradients of what it received and of its parameters out (the last stage
+    puts its loss first). It recomputes the stage's forward, so a micro-batch keeps only its stage inputs
+    between the two passes (GPipe's re-materialisation)."""
+    from .train import _op
+    g = stage["graph"]
+    ins, outs = g.input_values, g.output_values
+    n_recv = len(stage["recv"])
+    params = [ins[n_recv + i] for i, n in enumerate(stage["model_inputs"]) if n in param_names]
+    wrt = ins[:n_recv] + params
+    last = not stage["send"]
+    dys = [] if last else [_kg.make_input(f"grad.{n}", list(o.shape), o.dtype) for n, o in zip(stage["send"], outs)]
+    if last:
+        scalar = outs[0]
+    else:
+        terms = [_op("ReduceSum", _op("Mul", o, d), keepdims=0) for o, d in zip(outs, dys)]
+        scalar = terms[0]
+        for t in terms[1:]:
+            scalar = _op("Add", scalar, t)
+    grads = [gv if gv is not None else _kg.make_constant(f"zero_grad_{i}", _np.zeros(v.shape, v.dtype))
+             for i, (v, gv) in enumerate(zip(wrt, _kg.gradients(scalar, wrt)))]
+    names = (["loss"] if last else []) + [f"grad.{n}" for n in stage["recv"]] + \
+        [f"grad.{n}" for n in stage["model_inputs"] if n in param_names]
+    return _kg.make_graph(list(ins) + dys, ([outs[0]] if last else []) + grads, names), len(params)
+
+
+class PipelineTrainStep:
+    """Rank r's stage of a pipelined training step (see ``pipeline_train``). ``step(*inputs, target)``
+    takes the full batch on every rank and returns the loss (the mean over the micro-batches, on
+    every rank); ``parameters`` are this rank's (its stage's), ``all_parameters()`` gathers every stage's."""
+
+    def __init__(self, plan, fwd, bwd, update, params, state_names, states, scalars, batch_names):
+        self.plan = plan
+        self._fwd, self._bwd, self._update = fwd, bwd, update
+        self.parameters = params
+        self._state_names, self._states, self._scalars = state_names, states, scalars
+        self._batch_names = batch_names
+        self.steps = 0
+        self.stats = {}
+
+    def __call__(self, *inputs):
+        plan = self.plan
+        m_count, graph = plan.micro_batches, plan.graph
+        if len(inputs) != len(self._batch_names):
+            raise KilnError(f"the training step takes {len(self._batch_names)} input(s) (the model's and the target), got {len(inputs)}")
+        micro = {}
+        for name, (shape, dtype), a in zip(self._batch_names, graph.input_types, inputs):
+            a = _np.asarray(a)
+            a = a.astype(dtype) if a.dtype != _np.dtype(dtype) else a
+            want = (shape[0] * m_count,) + tuple(shape[1:])
+            if a.shape != want:
+                raise KilnError(f"input '{name}' must have shape {want} ({m_count} micro-batches of {tuple(shape)}), got {a.shape}")
+            micro[name] = _np.split(a, m_count)
+        r, last = rank(), len(plan.stages) - 1
+        stage = plan.stages[r]
+        n_recv = len(stage["recv"])
+        recv_types = stage["graph"].input_types[:n_recv]
+        send_types = stage["graph"].output_types if r < last else []
+
+        def feed(m, got):
+            return got + [_np.ascontiguousarray(micro[n][m]) if n in micro else dict.__getitem__(self.parameters, n)
+                          for n in stage["model_inputs"]]
+
+        busy, start = 0.0, _time.perf_counter()
+        stash = []
+        # GPipe: every micro-batch forward, then every one backward in reverse order. Sends go one
+        # way in each phase, so blocking sends cannot wait on each other in a cycle.
+        for m in range(m_count):
+            got = [_recv(sh, dt, r - 1, m * 1024 + k) for k, (sh, dt) in enumerate(recv_types)]
+            stash.append(got)
+            if r < last:
+                t0 = _time.perf_counter()
+                outs = self._fwd.run(feed(m, got))
+                busy += _time.perf_counter() - t0
+                for k, o in enumerate(outs):
+                    _send(o, r + 1, m * 1024 + k)
+        n_params = len(self.parameters)
+        acc = [_np.zeros_like(dict.__getitem__(self.parameters, n)) for n in self.parameters]
+        losses = []
+        for m in reversed(range(m_count)):
+            dys = [] if r == last else [_recv(sh, dt, r + 1, (1 << 20) + m * 1024 + k) for k, (sh, dt) in enumerate(send_types)]
+            t0 = _time.perf_counter()
+            outs = self._bwd.run(feed(m, stash[m]) + dys)
+            busy += _time.perf_counter() - t0
+            if r == last:
+                losses.append(float(outs[0]))
+                outs = outs[1:]
+            for k in range(n_recv):
+                _send(outs[k], r - 1, (1 << 20) + m * 1024 + k)
+            for k in range(n_params):
+                acc[k] += outs[n_recv + k]
+        self.steps += 1
+        if n_params:
+            names = list(self.parameters)
+            grads = [a / m_count for a in acc]  # the loss is the mean over the micro-batches
+            ups = self._update.run([dict.__getitem__(self.parameters, n) for n in names] + grads +
+                                   [s for per in self._states for s in per] + self._scalars.feed(self.steps))
+            for k, n in enumerate(names):
+                dict.__setitem__(self.parameters, n, ups[k])
+            at = len(names)
+            for per in self._states:
+                per[:] = ups[at: at + len(per)]
+                at += len(per)
+        loss = _broadcast(_np.array([_np.mean(losses) if r == last else 0.0], "float64"), last)[0]
+        total = _time.perf_counter() - start
+        bubble = 1.0 - busy / total if total > 0 else 0.0
+        everyone = _all_gather(_np.array([bubble], "float64"))[:, 0] if size() > 1 else _np.array([bubble])
+        self.stats = {"seconds": total, "busy_s": busy, "bubble": bubble, "bubble_mean": float(everyone.mean())}
+        return float(loss)
+
+    def all_parameters(self):
+        """Every stage's parameters, on every rank (each stage's rank broadcasts its own)."""
+        out = {}
+        for s, names in enumerate(self.plan.stage_params):
+            for n in names:
+                a = dict.__getitem__(self.parameters, n) if s == rank() else _np.empty(*self.plan.param_types[n])
+                out[n] = _broadcast(_np.ascontiguousarray(a), s)
+        return out
+
+
+class PipelineTrainPlan:
+    """A training step's loss graph cut into stages; ``compile()`` on every rank gives its PipelineTrainStep."""
+
+    def __init__(self, graph, stages, text, micro_batches, names, values, batch_names, optimizer):
+        self.graph, self.stages, self._text, self.micro_batches = graph, stages, text, micro_batches
+        self.optimizer = optimizer
+        self._names, self._values, self._batch_names = names, values, batch_names
+        pset = set(names)
+        self.stage_params = [[n for n in st["model_inputs"] if n in pset] for st in stages]
+        self.param_types = {n: (v.shape, v.dtype) for n, v in zip(names, values)}
+
+    def __str__(self):
+        p, m = len(self.stages), self.micro_batches
+        return self._text + (f"# {m} micro-batches, GPipe schedule; each stage's backward recomputes its forward; "
+                             f"ideal bubble (P-1)/(M+P-1) = {(p - 1) / (m + p - 1):.2f}")
+
+    def compile(self, target="llvm"):
+        from . import train as _t
+        if size() != len(self.stages):
+            raise KilnError(f"the pipeline has {len(self.stages)} stages but {size()} process(es) run; "
+                            f"start them with mpirun -np {len(self.stages)}")
+        r = rank()
+        stage = self.stages[r]
+        pset = set(self._names)
+        fwd = _kg.compile(stage["graph"], target=target) if stage["send"] else None
+        bwd_graph, n_params = _vjp_graph(stage, pset)
+        bwd = _kg.compile(bwd_graph, target=target)
+        mine = self.stage_params[r]
+        values = dict(zip(self._names, self._values))
+        params = _t._Parameters((n, _np.array(values[n], copy=True)) for n in mine)
+        state_names = self.optimizer.state_names()
+        update, states, scalars = None, [], None
+        if mine:
+            pv = [_kg.make_input(n, list(values[n].shape), str(values[n].dtype)) for n in mine]
+            gv = [_kg.make_input(f"grad.{n}", list(values[n].shape), str(values[n].dtype)) for n in mine]
+            sv = [[_kg.make_input(f"{n}.{s}", list(values[n].shape), str(values[n].dtype)) for s in state_names] for n in mine]
+            scalars = _t._Scalars(str(values[mine[0]].dtype))
+            new_p, new_s = self.optimizer.build(pv, gv, sv, scalars)
+            g = _kg.make_graph(pv + gv + [x for per in sv for x in per] + scalars.values,
+                               new_p + [x for per in new_s for x in per],
+                               [f"new.{n}" for n in mine] + [f"new.{n}.{s}" for n in mine for s in state_names])
+            update = _kg.compile(g, target=target)
+            states = [[_np.zeros(values[n].shape, values[n].dtype) for _ in state_names] for n in mine]
+        return PipelineTrainStep(self, fwd, bwd, update, params, state_names, states, scalars, self._batch_names)
+
+
+def pipeline_train(model, loss="cross_entropy", optimizer=None, micro_batches=4, num_stages=None, cost=None):
+    """Pipeline-parallel training: `model` (a kiln.graph.Graph at the micro-batch size, with one
+    output) with its loss cut into `num_stages` stages (default: one per rank) balanced by estimated
+    time; the model's float constants become parameters, each trained on the rank of the stage that
+    uses it. Each step streams `micro_batches` micro-batches forward through the ranks, then backward
+    (GPipe), sums the gradients and updates every stage's parameters with `optimizer` (as in
+    kiln.train: SGD, Adam, AdamW). Returns a PipelineTrainPlan; ``plan.compile()`` on every rank."""
+    from . import train as _t
+    if not isinstance(model, _kg.Graph):
+        raise KilnError(f"kiln.dist.pipeline_train takes a kiln.graph.Graph, got a {type(model).__name__}")
+    if int(micro_batches) < 1:
+        raise KilnError(f"micro_batches must be at least 1, got {micro_batches}")
+    optimizer = optimizer or _t.SGD()
+    lifted, names, values, buffer_names, _, seed_input = _kg.lift_parameters(model, training=True)
+    if buffer_names or seed_input:
+        raise KilnError("pipeline_train does not handle batch-norm running statistics or dropout yet; "
+                        "train such a model with kiln.train or kiln.dist.train (data parallel)")
+    if not names:
+        raise KilnError("the model has no trainable parameters (float constants of rank >= 1)")
+    n_data = len(model.input_names)
+    ins = lifted.input_values
+    data, params = ins[:n_data], ins[n_data: n_data + len(names)]
+    loss_v, y = _t._loss_value(loss, lifted.output_values[0], None)
+    batch = data + ([y] if y is not None else [])
+    graph = _kg.make_graph(batch + params, [loss_v], ["loss"])
+    n = size() if num_stages is None else int(num_stages)
+    stages, text = _d.cut_pipeline(graph, n, {k: float(v) for k, v in (cost or {}).items()})
+    batch_names = graph.input_names[:len(batch)]
+    return PipelineTrainPlan(graph, stages, text, int(micro_batches), names, values, batch_names, optimizer)
