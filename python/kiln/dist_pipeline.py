@@ -261,6 +261,13 @@ class PipelineTrainPlan:
         self._names, self._values, self._batch_names = names, values, batch_names
         pset = set(names)
         self.stage_params = [[n for n in st["model_inputs"] if n in pset] for st in stages]
+        owner = {}
+        for s, ps in enumerate(self.stage_params):
+            for n in ps:
+                if n in owner:
+                    raise KilnError(f"parameter '{n}' is read by stages {owner[n]} and {s} (a shared weight): pipeline_train "
+                                    "trains each parameter on one rank; untie it or use data parallel training")
+                owner[n] = s
         self.param_types = {n: (v.shape, v.dtype) for n, v in zip(names, values)}
 
     def __str__(self):

@@ -20,7 +20,7 @@ losses.
 """
 import numpy as _np
 
-from ._ffi import KilnError
+from ._ffi import KilnError, _kiln
 from . import graph as _kg
 
 __all__ = ["compile", "from_torch", "SGD", "Adam", "AdamW", "TrainStep"]
@@ -182,6 +182,13 @@ class TrainStep:
         """The optimizer state: {parameter name: {state name: array}}."""
         return {n: dict(zip(self._state_names, s)) for n, s in zip(self.parameters, self._states)}
 
+    def memory(self):
+        """Bytes a step holds (dict by part: parameters, optimizer_state, inputs, running_graph (the one
+        graph's planned arena of intermediates, kept activations and gradients included, and the new
+        parameters and state it writes), total)."""
+        from .train_checkpoint import plain_step_memory
+        return plain_step_memory(self)
+
     def __call__(self, *inputs):
         want = self._n_data + (1 if self._has_target else 0)
         if len(inputs) != want:
@@ -256,7 +263,8 @@ def _restore_buffers(data, module, saved):
     return model.SerializeToString()
 
 
-def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_shape=None, seed=0):
+def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_shape=None, seed=0, memory_limit=None,
+            segments=None):
     """Compiles one training step of `model` (a kiln.graph.Graph with one output).
 
     loss: "cross_entropy" (the output is logits [batch, classes]; the target
@@ -264,6 +272,9 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     or `target_shape`), or None (the model's scalar output is the loss).
     optimizer: SGD, Adam or AdamW (default SGD(lr=0.01)).
     seed: the dropout masks' seed (each step draws new masks from it and the step number).
+    memory_limit: bytes a step may hold (``step.memory()`` reports them); over it, activations are
+    recomputed instead of kept (train_checkpoint.py): the fewest segments that fit are chosen, or a
+    KilnError says the least memory any segmentation reached. segments=K forces K segments.
     """
     if not isinstance(model, _kg.Graph):
         raise KilnError(f"kiln.train.compile takes a kiln.graph.Graph, got a {type(model).__name__}")
@@ -294,8 +305,49 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     out_names = (["loss"] + [f"new.{n}" for n in names] + [f"new.{n}.{s}" for n in names for s in state_names]
                  + [f"new.{n}" for n in buffer_names])
     graph = _kg.make_graph(inputs, outputs, out_names)
+    n_batch = n_data + (1 if y is not None else 0)
+    loss_graph = _kg.make_graph(data + ([y] if y is not None else []) + params, [loss_v], ["loss"])
+    if segments is not None and int(segments) > 1:
+        return _checkpointed(loss_graph, n_batch, names, values, optimizer, int(segments), target, buffer_names, seed_input)
     exe = _kg.compile(graph, target=target)
     params_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(names, values))
     state_arrays = [[_np.zeros(p.shape, p.dtype) for _ in state_names] for p in params]
     buffers_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(buffer_names, buffer_values))
-    return TrainStep(exe, graph, n_data, y is not None, params_d, state_names, state_arrays, scalars, buffers_d, optimizer)
+    step = TrainStep(exe, graph, n_data, y is not None, params_d, state_names, state_arrays, scalars, buffers_d, optimizer)
+    if memory_limit is None or step.memory()["total"] <= memory_limit:
+        return step
+    return _fit_memory(step, loss_graph, n_batch, names, values, optimizer, int(memory_limit), target, buffer_names, seed_input)
+
+
+def _checkpointed(loss_graph, n_batch, names, values, optimizer, segments, target, buffer_names, seed_input):
+    from . import train_checkpoint as _ck
+    if buffer_names or seed_input:
+        raise KilnError("recomputing activations (memory_limit / segments) does not handle batch-norm running statistics or "
+                        "dropout yet: the recomputed forward would update them twice; train this model without a memory limit")
+    if not hasattr(_kiln, "dist"):
+        raise KilnError("recomputing activations needs kiln's distribution pass (its balanced cut); this kiln was built without it")
+    return _ck.compile_checkpointed(loss_graph, n_batch, names, values, optimizer, segments, target)
+
+
+def _fit_memory(step, loss_graph, n_batch, names, values, optimizer, limit, target, buffer_names, seed_input):
+    """The fewest segments whose checkpointed step fits `limit` bytes (2, 3, ... 8, then doubling)."""
+    tried = [(1, step.memory()["total"])]
+    k = 2
+    while True:
+        try:
+            ck = _checkpointed(loss_graph, n_batch, names, values, optimizer, k, target, buffer_names, seed_input)
+        except KilnError as e:
+            if "fewer than the" not in str(e):
+                raise
+            break  # more segments than operators
+        total = ck.memory()["total"]
+        tried.append((k, total))
+        if total <= limit:
+            return ck
+        if len(tried) >= 4 and total >= tried[-2][1] >= tried[-3][1]:
+            break  # more segments stopped helping (kept boundaries outgrow the activations saved)
+        k = k + 1 if k < 8 else k * 2
+    best_k, best = min(tried, key=lambda t: t[1])
+    raise KilnError(f"memory_limit={limit} bytes cannot be met: the least a step needs is {best} bytes ({best_k} segment"
+                    f"{'s' if best_k > 1 else ''}; tried " + ", ".join(f"{k}: {m}" for k, m in tried) +
+                    "); raise the limit or use a smaller batch")

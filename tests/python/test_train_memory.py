@@ -1,0 +1,84 @@
+"""kiln.train under a memory budget: step.memory(), segments=K (activations recomputed from segment
+boundaries) and memory_limit=... (the fewest segments that fit, or an error naming the least memory)."""
+import numpy as np
+import pytest
+
+import kiln
+
+pytestmark = pytest.mark.skipif(not hasattr(kiln, "dist"), reason="recomputation uses the distribution pass's balanced cut")
+
+
+def mlp(batch=256, width=64, layers=8, classes=10):
+    """Activations (batch x width) outweigh the weights (width x width): what recomputation saves."""
+    rng = np.random.default_rng(0)
+    b = kiln.graph.Builder()
+    h = b.input("x", (batch, width))
+    for i in range(layers):
+        h = b.op("Tanh", b.op("MatMul", h, b.constant(f"w{i}", (rng.standard_normal((width, width)) / 8).astype("float32"))))
+    return b.build(b.op("MatMul", h, b.constant("out", rng.standard_normal((width, classes)).astype("float32"))))
+
+
+def batches(n, batch=256, width=64, classes=10):
+    rng = np.random.default_rng(1)
+    return [(rng.standard_normal((batch, width)).astype("float32"), rng.integers(0, classes, batch)) for _ in range(n)]
+
+
+def follow(a, b, steps=4):
+    for x, y in batches(steps):
+        assert a(x, y) == pytest.approx(b(x, y), rel=1e-5)
+    for n in a.parameters:
+        np.testing.assert_allclose(a.parameters[n], b.parameters[n], rtol=1e-4, atol=1e-6)
+
+
+def opt():
+    return kiln.train.SGD(lr=0.05, momentum=0.9)
+
+
+def test_memory_report_of_the_plain_step():
+    step = kiln.train.compile(mlp(), optimizer=opt())
+    m = step.memory()
+    assert m["segments"] == 1
+    assert m["parameters"] == sum(a.nbytes for a in step.parameters.values())
+    assert m["optimizer_state"] == m["parameters"]  # one momentum buffer per parameter
+    assert m["total"] == m["parameters"] + m["optimizer_state"] + m["inputs"] + m["running_graph"]
+    # The plain step keeps the activations of all 8 layers for the backward pass.
+    assert m["running_graph"] > 8 * 256 * 64 * 4
+
+
+@pytest.mark.parametrize("segments", [2, 3, 5])
+def test_segments_recompute_and_follow_the_plain_step(segments):
+    plain = kiln.train.compile(mlp(), optimizer=opt())
+    ck = kiln.train.compile(mlp(), optimizer=opt(), segments=segments)
+    assert ck.memory()["segments"] == segments
+    assert ck.memory()["total"] < plain.memory()["total"]
+    follow(ck, plain)
+
+
+def test_memory_limit_picks_the_fewest_segments_that_fit():
+    plain = kiln.train.compile(mlp(), optimizer=opt())
+    totals = {k: kiln.train.compile(mlp(), optimizer=opt(), segments=k).memory()["total"] for k in (2, 3, 4)}
+    limit = (totals[3] + totals[2]) // 2 if totals[3] < totals[2] else totals[3]
+    assert limit < plain.memory()["total"]
+    ck = kiln.train.compile(mlp(), optimizer=opt(), memory_limit=limit)
+    assert ck.memory()["total"] <= limit
+    assert ck.memory()["segments"] == min(k for k, t in totals.items() if t <= limit)
+    follow(ck, plain)
+    # A limit the plain step meets keeps it.
+    assert kiln.train.compile(mlp(), optimizer=opt(), memory_limit=plain.memory()["total"]).memory()["segments"] == 1
+
+
+def test_a_limit_no_segmentation_meets_says_the_least():
+    with pytest.raises(kiln.KilnError, match=r"memory_limit=1000 bytes cannot be met: the least a step needs is \d+ bytes"):
+        kiln.train.compile(mlp(), optimizer=opt(), memory_limit=1000)
+
+
+def test_batch_norm_models_refuse_recomputation():
+    rng = np.random.default_rng(0)
+    b = kiln.graph.Builder()
+    x = b.input("x", (8, 3, 4, 4))
+    h = b.op("Conv", x, b.constant("w", rng.standard_normal((4, 3, 3, 3)).astype("float32")), pads=[1, 1, 1, 1])
+    h = b.op("BatchNormalization", h, b.constant("g", np.ones(4, "float32")), b.constant("bb", np.zeros(4, "float32")),
+             b.constant("m", np.zeros(4, "float32")), b.constant("v", np.ones(4, "float32")))
+    h = b.op("Flatten", b.op("GlobalAveragePool", h))
+    with pytest.raises(kiln.KilnError, match="batch-norm running statistics"):
+        kiln.train.compile(b.build(h), segments=2)
