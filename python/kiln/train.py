@@ -306,9 +306,15 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
                  + [f"new.{n}" for n in buffer_names])
     graph = _kg.make_graph(inputs, outputs, out_names)
     n_batch = n_data + (1 if y is not None else 0)
-    loss_graph = _kg.make_graph(data + ([y] if y is not None else []) + params, [loss_v], ["loss"])
+
+    def loss_graph():  # the loss of the parameters, for recomputation (made only where asked: it has no dropout seed)
+        if buffer_names or seed_input:
+            raise KilnError("recomputing activations (memory_limit / segments) does not handle batch-norm running statistics "
+                            "or dropout yet: the recomputed forward would update them twice or draw new masks; train this "
+                            "model without a memory limit")
+        return _kg.make_graph(data + ([y] if y is not None else []) + params, [loss_v], ["loss"])
     if segments is not None and int(segments) > 1:
-        return _checkpointed(loss_graph, n_batch, names, values, optimizer, int(segments), target, buffer_names, seed_input)
+        return _checkpointed(loss_graph(), n_batch, names, values, optimizer, int(segments), target)
     exe = _kg.compile(graph, target=target)
     params_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(names, values))
     state_arrays = [[_np.zeros(p.shape, p.dtype) for _ in state_names] for p in params]
@@ -316,26 +322,23 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     step = TrainStep(exe, graph, n_data, y is not None, params_d, state_names, state_arrays, scalars, buffers_d, optimizer)
     if memory_limit is None or step.memory()["total"] <= memory_limit:
         return step
-    return _fit_memory(step, loss_graph, n_batch, names, values, optimizer, int(memory_limit), target, buffer_names, seed_input)
+    return _fit_memory(step, loss_graph(), n_batch, names, values, optimizer, int(memory_limit), target)
 
 
-def _checkpointed(loss_graph, n_batch, names, values, optimizer, segments, target, buffer_names, seed_input):
+def _checkpointed(loss_graph, n_batch, names, values, optimizer, segments, target):
     from . import train_checkpoint as _ck
-    if buffer_names or seed_input:
-        raise KilnError("recomputing activations (memory_limit / segments) does not handle batch-norm running statistics or "
-                        "dropout yet: the recomputed forward would update them twice; train this model without a memory limit")
     if not hasattr(_kiln, "dist"):
         raise KilnError("recomputing activations needs kiln's distribution pass (its balanced cut); this kiln was built without it")
     return _ck.compile_checkpointed(loss_graph, n_batch, names, values, optimizer, segments, target)
 
 
-def _fit_memory(step, loss_graph, n_batch, names, values, optimizer, limit, target, buffer_names, seed_input):
+def _fit_memory(step, loss_graph, n_batch, names, values, optimizer, limit, target):
     """The fewest segments whose checkpointed step fits `limit` bytes (2, 3, ... 8, then doubling)."""
     tried = [(1, step.memory()["total"])]
     k = 2
     while True:
         try:
-            ck = _checkpointed(loss_graph, n_batch, names, values, optimizer, k, target, buffer_names, seed_input)
+            ck = _checkpointed(loss_graph, n_batch, names, values, optimizer, k, target)
         except KilnError as e:
             if "fewer than the" not in str(e):
                 raise
