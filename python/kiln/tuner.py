@@ -82,7 +82,7 @@ def make_task(args, target="llvm", name=""):
 
 def tune(args, target="llvm", trials=200, db="kiln_tuning.db", seed=0, timeout=10.0, curve_png=None,
          batch_size=32, early_stop_rounds=8, repeat=3, min_repeat_ms=20.0, number=1, build_threads=2,
-         progress=True, model_path=None, population=64, generations=3, name="", inject_faults=None):
+         progress=True, model_path=None, population=64, generations=3, name="", inject_faults=None, cold_inputs=False):
     """Tunes a computation and returns a :class:`TuneResult`.
 
     ``args`` are the kernel's tensors (inputs and outputs, in call order) or a
@@ -91,7 +91,9 @@ def tune(args, target="llvm", trials=200, db="kiln_tuning.db", seed=0, timeout=1
     ``timeout`` the time limit of one candidate's run in seconds. With
     ``curve_png`` the best GFLOP/s against trials is plotted (matplotlib; a
     warning, not an error, when it is missing). ``inject_faults`` is a test
-    hook (e.g. ``"crash@3"``, see the C++ MeasureOptions).
+    hook (e.g. ``"crash@3"``, see the C++ MeasureOptions). ``cold_inputs`` times every candidate with
+    every input but the first evicted from the caches (see :func:`measure`); such records are kept
+    apart from warm ones, and ``best_schedule`` / ``kiln.compile(db=)`` prefer them.
     """
     task = make_task(args, target, name)
     if not isinstance(db, (str, os.PathLike)) or not str(db):
@@ -100,7 +102,7 @@ def tune(args, target="llvm", trials=200, db="kiln_tuning.db", seed=0, timeout=1
                    seed=int(seed), db_path=os.fspath(db), timeout_s=float(timeout), progress=bool(progress),
                    model_path=model_path, population=int(population), generations=int(generations),
                    number=int(number), repeat=int(repeat), min_repeat_ms=float(min_repeat_ms),
-                   build_threads=int(build_threads), inject_faults=inject_faults)
+                   build_threads=int(build_threads), inject_faults=inject_faults, cold_inputs=bool(cold_inputs))
     result = TuneResult(_kiln.tuner.tune(task, options), task)
     if curve_png:
         try:
@@ -136,9 +138,7 @@ def measure(args, traces, target="llvm", repeat=3, min_repeat_ms=20.0, number=1,
     ``error`` ("none", "build_error", "run_error", "timeout") and ``error_msg``.
     With ``cold_inputs`` every input but the first is evicted from the caches
     before each call, as a layer's weights are inside a model run (the first
-    input, the activation just written, stays warm). Cold timings are not
-    comparable with the warm ones tuning records hold, so this does not write
-    to a database.
+    input, the activation just written, stays warm). Nothing is recorded.
     """
     task = make_task(args, target)
     traces = [t if isinstance(t, str) else t.to_json() for t in traces]

@@ -48,8 +48,9 @@ void define_tune_model(py::module_& root) {
     return py::make_tuple(task_list(tasks), tasks_table(tasks));
   }, py::arg("graph"), py::arg("target") = "llvm", py::arg("db") = "", py::arg("layout") = true);
   m.def("tune_model", [](const Graph& g, const std::string& target, const std::string& db, int trials, int batch, double time_budget_s,
-                         int early_stop_rounds, bool progress, uint64_t seed, bool layout) {
+                         int early_stop_rounds, bool progress, uint64_t seed, bool layout, bool cold_inputs) {
     ModelTuneOptions t;
+    t.cold_inputs = cold_inputs;
     t.trials = trials;
     t.batch = batch;
     t.time_budget_s = time_budget_s;
@@ -71,7 +72,7 @@ void define_tune_model(py::module_& root) {
     d["failures"] = r.failures;
     return d;
   }, py::arg("graph"), py::arg("target"), py::arg("db"), py::arg("trials"), py::arg("batch"), py::arg("time_budget_s"),
-     py::arg("early_stop_rounds"), py::arg("progress"), py::arg("seed"), py::arg("layout"));
+     py::arg("early_stop_rounds"), py::arg("progress"), py::arg("seed"), py::arg("layout"), py::arg("cold_inputs") = true);
 }
 
 }  // namespace kiln::python

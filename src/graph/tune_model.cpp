@@ -167,6 +167,7 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
     o.model_path = options.db + ".model";  // one cost model for all tasks
     o.progress = false;
     o.seed = tune.seed + static_cast<uint64_t>(r.rounds);
+    o.measure.cold_inputs = tune.cold_inputs;
     tuner::TuneResult tr;
     try {
       tr = tuner::tune(t.task, o);

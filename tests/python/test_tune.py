@@ -156,3 +156,19 @@ def test_measure_traces_warm_and_cold(session):
         assert out[2]["error"] == "none"
     bad = kiln.tuner.measure([A, B, C], ['[{"kind":"split","stage":9,"axes":[0],"ints":[4]}]'])
     assert bad[0]["error"] == "build_error" and bad[0]["run_times"] == []
+
+
+def test_cold_input_records_are_kept_apart_and_preferred(tmp_path):
+    """A cold-input session's records carry " [cold inputs]" on their target; the best schedule then
+    comes from them even where a warm record is faster."""
+    db = str(tmp_path / "cold.db")
+    A, B, C = gemm(32)
+    warm = kiln.tune([A, B, C], db=db, **tiny(trials=6))
+    cold = kiln.tune([A, B, C], db=db, cold_inputs=True, **tiny(trials=6, seed=4))
+    assert warm.trials_measured == 6 and cold.trials_measured == 6  # warm records do not make the cold session skip traces
+    with kiln.tuning_db.open(db) as d:
+        targets = {r.target.target for r in d.records(warm.task.workload_key)}
+    assert any(t.endswith(" [cold inputs]") for t in targets) and any(not t.endswith(" [cold inputs]") for t in targets), targets
+    found = kiln.tuner._best(kiln.tuner.make_task([A, B, C]), db)
+    assert found is not None
+    assert found[1] == cold.best_trace  # the cold session's best, not the warm one's

@@ -79,7 +79,7 @@ struct Session {
 
 void Session::open_run() {
   db.add_workload({task.workload_key, task.name.empty() ? task.workload_key : task.name, te::dag_json(task.outputs)});
-  target = target_info(task.target);
+  target = target_info(task.target, opt.measure.cold_inputs);
   tuning_db::TuningRun run;
   run.budget = opt.trials;
   run.seed = static_cast<int64_t>(opt.seed);
@@ -342,8 +342,11 @@ std::optional<BestRecord> best_record(const Task& task, const std::string& db_pa
   oo.read_only = true;
   oo.create_if_missing = false;
   tuning_db::Database db = tuning_db::Database::open(db_path, oo);
-  tuning_db::TargetInfo target = target_info(task.target);
-  for (const tuning_db::Record& r : db.best(task.workload_key, target, 4)) {
+  // Cold-input records first: they are what a model run sees (measure.h); warm ones where a workload has none.
+  tuning_db::TargetInfo target = target_info(task.target, true);
+  std::vector<tuning_db::Record> top = db.best(task.workload_key, target, 4);
+  if (top.empty()) top = db.best(task.workload_key, target = target_info(task.target, false), 4);
+  for (const tuning_db::Record& r : top) {
     try {
       BestRecord b{te::Schedule::from_trace(task.outputs, te::Trace::from_json(r.trace)), r.trace, r.id, r.median_time.value_or(0)};
       if (debug)

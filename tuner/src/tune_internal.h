@@ -28,8 +28,14 @@ inline constexpr const char* kKilnVersion = "0.1.0";
 
 // ---------------------------------------------------------------- tune_db.cpp
 
-/** The target facts the DB keys on: target string, CPU model (/proc/cpuinfo), features, GPU arch. */
-tuning_db::TargetInfo target_info(const Target& target);
+/**
+ * The target facts the DB keys on: target string, CPU model (/proc/cpuinfo),
+ * features, GPU arch. Records timed with cold inputs (MeasureOptions::cold_inputs)
+ * carry kColdInputsSuffix on the target string: their times are not comparable
+ * with warm ones, and the DB's target facts are where comparability lives.
+ */
+tuning_db::TargetInfo target_info(const Target& target, bool cold_inputs = false);
+inline constexpr const char* kColdInputsSuffix = " [cold inputs]";
 /** The canonical JSON of a trace: the DB's form, so equal schedules are equal strings. */
 std::string canonical_trace(const te::Trace& trace);
 /** Whether a stored record's target is the same hardware as `t` (TargetMatch::hardware). */

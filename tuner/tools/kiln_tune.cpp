@@ -67,6 +67,8 @@ options:
   --target T         target string (default "llvm" with -num-cores=THREADS)
   --model PATH       load/save the cost model here
   --no-peer          skip the comparison with the peer libraries
+  --cold-inputs      evict every input but the first from the caches before each
+                     timed call (records kept apart from warm ones)
   --quiet            no progress line
   --inject-faults S  test hook: e.g. crash@3,hang@5 (see MeasureOptions)
 )";
@@ -174,6 +176,7 @@ int run(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--no-peer") { peer = false; continue; }
     if (a == "--quiet") { o.progress = false; continue; }
+    if (a == "--cold-inputs") { o.measure.cold_inputs = true; continue; }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "kiln-tune: %s needs a value\n%s", a.c_str(), kUsage);
       return 2;

@@ -38,6 +38,9 @@ options:
   --threads N         kernel threads (default: all cores)
   --target T          target string (default "llvm" with -num-cores=THREADS)
   --batch N           trials per round (default 16)
+  --warm-inputs       time candidates with their inputs in cache between calls
+                      (default: every input but the first evicted before each
+                      call, as a layer's weights are in a model run)
   --quiet             no progress lines
 )";
 
@@ -117,6 +120,7 @@ int run_model(int argc, char** argv) {
     if (a == "--list-tasks") { list = true; continue; }
     if (a == "--rank-report") { rank_report = true; continue; }
     if (a == "--quiet") { topt.progress = false; continue; }
+    if (a == "--warm-inputs") { topt.cold_inputs = false; continue; }
     if (a == "--help" || a == "-h") { std::fputs(kModelUsage, stdout); return 0; }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "kiln-tune: %s needs a value\n%s", a.c_str(), kModelUsage);

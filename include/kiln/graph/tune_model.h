@@ -55,6 +55,12 @@ struct ModelTuneOptions {
   int early_stop_rounds = 3;         ///< a task that gains nothing in this many of its rounds is done
   bool progress = true;              ///< one progress line per round on stderr
   uint64_t seed = 0;
+  /**
+   * Time candidates with cold inputs (tuner::MeasureOptions::cold_inputs): every
+   * input but the first evicted before each call, as a layer's weights are in a
+   * model run. Such records are kept apart from warm ones and preferred by compile.
+   */
+  bool cold_inputs = true;
 };
 
 struct ModelTuneResult {

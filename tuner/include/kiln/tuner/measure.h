@@ -33,7 +33,9 @@ struct MeasureOptions {
    * weights were pushed out of cache by the layers before it, while its first
    * input, the activation the layer before just wrote, is still warm; a kernel
    * timed call after call on warm weights looks faster than it runs there.
-   * Timings with and without it are not comparable (tuning records keep which).
+   * Timings with and without it are not comparable: a session's records carry
+   * it on their target facts (" [cold inputs]" after the target string), and
+   * best_record prefers cold records where a workload has any.
    */
   bool cold_inputs = false;
   /**
