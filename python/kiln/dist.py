@@ -72,6 +72,9 @@ def _strategy_specs(model, mesh, strategy):
         return {n: " ".join([f"S({axis})"] + ["R"] * (len(t[0]) - 1)) for n, t in zip(model.input_names, model.input_types) if len(t[0]) >= 1}
     if strategy == "tensor":
         return dict(_d.megatron_specs(model, mesh, "model" if "model" in axes else axes[-1]))
+    if strategy == "pipeline":
+        raise KilnError("strategy='pipeline' is its own call: kiln.dist.pipeline(model, micro_batches=...) "
+                        "(or kiln.dist.pipeline_train for training)")
     raise KilnError(f"strategy must be 'data', 'tensor' or 'auto' (or give specs=...), got {strategy!r}")
 
 
