@@ -22,6 +22,7 @@ import numpy as _np
 
 from ._ffi import KilnError, _kiln
 from . import graph as _kg
+from . import train_precision as _prec
 
 __all__ = ["compile", "from_torch", "SGD", "Adam", "AdamW", "TrainStep"]
 
@@ -166,8 +167,9 @@ class _Parameters(dict):
 class TrainStep:
     """One compiled training step; call it with the model's inputs and the target, get the loss (a float)."""
 
-    def __init__(self, exe, graph, n_data, has_target, params, state_names, states, scalars, buffers, optimizer):
+    def __init__(self, exe, graph, n_data, has_target, params, state_names, states, scalars, buffers, optimizer, scaler=None):
         self._exe, self.graph = exe, graph
+        self.scaler = scaler  # the loss scale (train_precision.LossScaler) or None
         self.optimizer = optimizer  # its lr (and weight_decay for AdamW) are read at every step
         self._n_data, self._has_target = n_data, has_target
         self.parameters = params
@@ -205,7 +207,14 @@ class TrainStep:
         feed += [s for per in self._states for s in per]
         feed += [dict.__getitem__(self.buffers, n) for n in self.buffers]
         feed += self._scalars.feed(self.steps)
+        if self.scaler is not None:
+            feed.append(_np.asarray(self.scaler.scale, self.graph.input_types[-1][1]))
         outs = self._exe.run(feed)
+        if self.scaler is not None:
+            finite = bool(outs[-1])
+            self.scaler.update(finite)
+            if not finite:
+                self.steps -= 1  # a skipped step: the optimizer's step count does not advance (as GradScaler)
         for k, n in enumerate(names):
             dict.__setitem__(self.parameters, n, outs[1 + k])
         at = 1 + len(names)
@@ -264,7 +273,7 @@ def _restore_buffers(data, module, saved):
 
 
 def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_shape=None, seed=0, memory_limit=None,
-            segments=None):
+            segments=None, precision=None, loss_scale=None):
     """Compiles one training step of `model` (a kiln.graph.Graph with one output).
 
     loss: "cross_entropy" (the output is logits [batch, classes]; the target
@@ -275,13 +284,20 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     memory_limit: bytes a step may hold (``step.memory()`` reports them); over it, activations are
     recomputed instead of kept (train_checkpoint.py): the fewest segments that fit are chosen, or a
     KilnError says the least memory any segmentation reached. segments=K forces K segments.
+    precision: "bfloat16" or "float16" runs MatMul/Gemm/Conv on values rounded to it with float32
+    accumulation, float32 master weights (train_precision.py). loss_scale: None ("dynamic" for
+    float16), "dynamic", a fixed number, or a train_precision.LossScaler; ``step.scaler`` holds it.
     """
     if not isinstance(model, _kg.Graph):
         raise KilnError(f"kiln.train.compile takes a kiln.graph.Graph, got a {type(model).__name__}")
     if len(model.output_names) != 1:
         raise KilnError(f"kiln.train.compile needs a model with one output (the prediction or the loss); this one has {len(model.output_names)}")
     optimizer = optimizer or SGD()
+    precision = _prec.check_precision(precision)
+    scaler = _prec.scaler_of(loss_scale, precision)
     lifted, names, values, buffer_names, buffer_values, seed_input = _kg.lift_parameters(model, training=True)
+    if precision:
+        lifted = _kg.autocast(lifted, precision)
     if not names:
         raise KilnError("the model has no trainable parameters (float constants of rank >= 1)")
     n_data = len(model.input_names)
@@ -291,12 +307,20 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     seed_v = ins[-1] if seed_input else None
     loss_v, y = _loss_value(loss, lifted.output_values[0], target_shape)
     dtype = loss_v.dtype
-    grads = [g if g is not None else _kg.make_constant(f"zero_grad_{n}", _np.zeros(p.shape, p.dtype))
-             for n, p, g in zip(names, params, _kg.gradients(loss_v, params))]
+    scale_v = finite = None
+    if scaler is not None:
+        scale_v = _kg.make_input("train.loss_scale", [], dtype)
+        grads, finite = _prec.scaled_gradients(loss_v, params, names, scale_v)
+    else:
+        grads = [g if g is not None else _kg.make_constant(f"zero_grad_{n}", _np.zeros(p.shape, p.dtype))
+                 for n, p, g in zip(names, params, _kg.gradients(loss_v, params))]
     state_names = optimizer.state_names()
     states = [[_kg.make_input(f"{n}.{s}", list(p.shape), p.dtype) for s in state_names] for n, p in zip(names, params)]
     scalars = _Scalars(dtype)
     new_params, new_states = optimizer.build(params, grads, states, scalars)
+    if finite is not None:  # a step with inf/NaN gradients leaves parameters and state as they were
+        new_params = _prec.guarded(finite, new_params, params)
+        new_states = [_prec.guarded(finite, ns, st) for ns, st in zip(new_states, states)]
     if seed_v is not None:  # dropout masks: a new seed per step
         scalars.values.append(seed_v)
         scalars.fns.append(lambda t: seed * 1000000007 + t)
@@ -304,6 +328,8 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     outputs = [loss_v] + new_params + [s for per in new_states for s in per] + lifted.output_values[1:]
     out_names = (["loss"] + [f"new.{n}" for n in names] + [f"new.{n}.{s}" for n in names for s in state_names]
                  + [f"new.{n}" for n in buffer_names])
+    if scale_v is not None:
+        inputs, outputs, out_names = inputs + [scale_v], outputs + [finite], out_names + ["finite"]
     graph = _kg.make_graph(inputs, outputs, out_names)
     n_batch = n_data + (1 if y is not None else 0)
 
@@ -313,13 +339,15 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
                             "or dropout yet: the recomputed forward would update them twice or draw new masks; train this "
                             "model without a memory limit")
         return _kg.make_graph(data + ([y] if y is not None else []) + params, [loss_v], ["loss"])
+    if (segments is not None and int(segments) > 1 or memory_limit is not None) and (precision or scaler):
+        raise KilnError("recomputing activations (memory_limit / segments) and mixed precision or loss scaling do not combine yet")
     if segments is not None and int(segments) > 1:
         return _checkpointed(loss_graph(), n_batch, names, values, optimizer, int(segments), target)
     exe = _kg.compile(graph, target=target)
     params_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(names, values))
     state_arrays = [[_np.zeros(p.shape, p.dtype) for _ in state_names] for p in params]
     buffers_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(buffer_names, buffer_values))
-    step = TrainStep(exe, graph, n_data, y is not None, params_d, state_names, state_arrays, scalars, buffers_d, optimizer)
+    step = TrainStep(exe, graph, n_data, y is not None, params_d, state_names, state_arrays, scalars, buffers_d, optimizer, scaler)
     if memory_limit is None or step.memory()["total"] <= memory_limit:
         return step
     return _fit_memory(step, loss_graph(), n_batch, names, values, optimizer, int(memory_limit), target)

@@ -3,6 +3,7 @@
 // not copied, while a run lasts).
 #include <pybind11/functional.h>
 
+#include "kiln/graph/autocast.h"
 #include "kiln/graph/autodiff.h"
 #include "kiln/graph/executor.h"
 #include "kiln/graph/kernel_builder.h"
@@ -177,6 +178,15 @@ void define_graph(py::module_& root) {
   m.def("eliminate_common_subexpr", &eliminate_common_subexpr);
   m.def("fuse_ops", [](const Graph& g) { return fuse_ops(g); });
   m.def("wrap_ops", &wrap_ops);
+  m.def("autocast", [](const Graph& g, const std::string& dtype, std::vector<std::string> ops, bool round_outputs) {
+    AutocastOptions o;
+    KILN_USER_CHECK(dtype == "bfloat16" || dtype == "float16") << "autocast: dtype must be 'bfloat16' or 'float16', got '" << dtype << "'";
+    o.low = dtype == "bfloat16" ? DataType::BFloat16() : DataType::Float(16);
+    if (!ops.empty()) o.ops = ops;
+    o.round_outputs = round_outputs;
+    return autocast(g, o);
+  }, py::arg("graph"), py::arg("dtype") = "bfloat16", py::arg("ops") = std::vector<std::string>{}, py::arg("round_outputs") = true,
+     "MatMul/Gemm/Conv (or `ops`) read and give values rounded to a 16-bit float (kiln/graph/autocast.h).");
   m.def("optimize", [](const Graph& g, const std::string& target, bool fuse) { return optimize(g, Target::parse(target), {fuse, true, false}); },
         py::arg("graph"), py::arg("target") = "llvm", py::arg("fuse") = true);
 

@@ -317,7 +317,8 @@ def test_cast(to):
 def test_cast_errors():
     with pytest.raises(KilnError, match=r"Cast node.*to=8.*supported"):
         G.run_op("Cast", [rand((3,))], to=8)
-    with pytest.raises(KilnError, match=r"Cast node.*to=16"):
+    # bfloat16 computes (autocast rounds through it) but has no numpy dtype to come out as.
+    with pytest.raises(KilnError, match=r"dtype bfloat16 has no numpy equivalent"):
         G.run_op("Cast", [rand((3,))], to=16)
     with pytest.raises(KilnError, match=r"Cast node.*lacks the required attribute 'to'"):
         G.run_op("Cast", [rand((3,))])

@@ -9,11 +9,11 @@ namespace {
 
 using Exprs = std::vector<Expr>;
 
-// Cast's targets: the ONNX data types kiln computes with (not bfloat16 yet).
-std::optional<DataType> onnx_dtype(int64_t code) {
-  std::optional<DataType> t = dtype_of_onnx_code(code);
-  return t && !t->is_bfloat() ? t : std::nullopt;
-}
+// Cast's targets: the ONNX data types kiln computes with (bfloat16 included:
+// the mixed-precision pass rounds through it; kernels hold it as its bits).
+std::optional<DataType> onnx_dtype(int64_t code) { return dtype_of_onnx_code(code); }
+
+int64_t onnx_float_code(DataType t) { return t.bits() == 64 ? 11 : t.is_bfloat() ? 16 : t.bits() == 16 ? 10 : 1; }
 
 // Cast (attribute `to`: an ONNX data type code). Float to integer truncates
 // toward zero; anything to bool is x != 0; bool to a number is 0 or 1.
@@ -28,7 +28,7 @@ OpDef cast_def() {
     if (!t)
       call.fail("to=" + std::to_string(to) +
                 " is an ONNX data type kiln does not compute with; supported: 1 float32, 2 uint8, 3 int8, 4 uint16, 5 int16, 6 int32, 7 int64, "
-                "9 bool, 10 float16, 11 float64, 12 uint32, 13 uint64");
+                "9 bool, 10 float16, 11 float64, 12 uint32, 13 uint64, 16 bfloat16");
     return std::vector<TensorType>{TensorType{call.input_types[0].shape, *t}};
   };
   return d;
@@ -59,7 +59,7 @@ std::vector<Value> cast_grad(GradBuilder& b, const std::vector<Value>& g) {
   DataType from = b.in_type(0).dtype;
   if (!from.is_float() || !g[0].type().dtype.is_float()) return {Value()};
   if (from == g[0].type().dtype) return {g[0]};
-  return {b.op("Cast", {g[0]}, Attrs({{"to", int64_t(from.bits() == 64 ? 11 : from.bits() == 16 ? 10 : 1)}}))};
+  return {b.op("Cast", {g[0]}, Attrs({{"to", onnx_float_code(from)}}))};
 }
 
 // The gradient goes to the branch each element was taken from.
