@@ -111,3 +111,23 @@ def test_layout_variants_are_tuned_and_chosen(tmp_path):
 
 def convs_of(tasks, conv):
     return [t for t in tasks if "ConvNCHWc" in t["ops"] and conv in t["groups"]]
+
+
+def test_remeasure_warm_records_cold(tmp_path):
+    """A warm session's best records measured again with cold inputs become cold records, which
+    compile then uses; the compiled model stays correct."""
+    from kiln.tune_model import remeasure
+    db = str(tmp_path / "warm.db")
+    model = kiln.graph.from_onnx(_model_proto())
+    kiln.tune_model(model, trials=16, batch=8, db=db, progress=False, cold_inputs=False)
+    rows = remeasure(model, db, top=3, rounds=2, progress=False)
+    assert rows and all(r["after"] > 0 and r["before"] > 0 for r in rows)
+    with kiln.tuning_db.open(db) as d:
+        for r in rows:
+            cold = [x for x in d.records(r["workload_key"]) if x.target.target.endswith(" [cold inputs]")]
+            assert 1 <= len(cold) <= 3 and all(len(x.run_times) == 6 for x in cold)  # 2 rounds x 3 repeats
+    exe = kiln.compile(model, db=db)
+    assert exe.tuned_groups()[0] == 3
+    x = np.random.default_rng(2).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    got, ref = exe(x)[0], kiln.compile(model, fuse=False, plain=True, layout=False)(x)[0]
+    assert np.max(np.abs(got - ref)) <= 1e-5 * np.max(np.abs(ref))
