@@ -33,71 +33,43 @@ def extract_tasks(model, target="llvm", db=None, layout=True):
 
 
 def tune_model(model, target="llvm", trials=1000, db="kiln_tuning.db", time_budget=None, batch=16, early_stop_rounds=3,
-               progress=True, seed=0, layout=True, cold_inputs=True):
+               progress=True, seed=0, layout=True, cold_inputs=True, confirm_top=4, confirm_rounds=3):
     """Tunes every task of `model` into `db`; returns a dict with the tasks, the table, trials, rounds, elapsed_s, estimated_latency (s) and failures (tasks stopped by an error, with its message).
 
     cold_inputs: time each candidate with every input but the first evicted from the caches, as a layer's
-    weights are inside a model run (records kept apart from warm ones; compile prefers them)."""
+    weights are inside a model run (records kept apart from warm ones; compile prefers them).
+    confirm_top, confirm_rounds: after the search, each task's best few schedules and its default schedule
+    are measured again side by side in that many rounds (not counted in `trials`; 0 skips it): the
+    fastest of thousands of single measurements is partly the luckiest one (see ``remeasure``)."""
     if not db:
         raise KilnError("tune_model needs a tuning database (db=...) to keep its records")
     result = _kiln.graph.tune_model(model, str(target), db, int(trials), int(batch), _seconds(time_budget),
-                                    int(early_stop_rounds), bool(progress), int(seed), layout, bool(cold_inputs))
+                                    int(early_stop_rounds), bool(progress), int(seed), layout, bool(cold_inputs),
+                                    int(confirm_top), int(confirm_rounds))
     for failure in result["failures"]:
         warnings.warn("tune_model: a task was not tuned further after an error (please report it): " + failure)
     return result
 
 
-COLD = " [cold inputs]"
-
-
 def remeasure(model, db, target="llvm", top=8, rounds=3, cold_inputs=True, progress=True):
-    """Measures again the `top` best records of every task of `model` (by their min time, among the
-    records timed warm) in `rounds` interleaved rounds, with cold inputs by default, and stores the
-    new timings as records of their own (cold ones on the " [cold inputs]" target, which compile
-    then prefers). For records taken on a loaded machine, or before cold-input timing existed:
-    the best of a task among re-measured schedules is the one that is fastest as a model runs it.
-    Returns one dict per task: workload_key, ops, weight, before (the old best, seconds), after
-    (the best re-measured), changed (whether another schedule won)."""
-    import numpy as np
-    from . import tuner as _tuner
-    from . import tuning_db as _tdb
+    """Confirms the best records of every task of `model` already in `db` (kiln/tuner/confirm.h): the
+    `top` best schedules (by min time) and the task's default schedule measured again side by side in
+    `rounds` interleaved rounds (cold inputs by default), their timings stored as records of their own,
+    which compile then ranks. For records taken on a loaded machine, or before cold-input timing
+    existed. Returns one dict per task with records: workload_key, ops, weight, contenders, before
+    (the old best min time, s), after (the winner's median, s), changed, default_won."""
     tasks, _ = extract_tasks(model, target, db)
     out = []
-    with _tdb.open(db) as d:
-        run = d.start_run(budget=0, machine="remeasure")
-        for i, t in enumerate(tasks):
-            key = t["workload_key"]
-            recs = [r for r in d.records(key) if r.error_kind == "none" and r.min_time is not None
-                    and not r.target.target.endswith(COLD)]
-            if not recs:
-                continue
-            recs.sort(key=lambda r: r.min_time)
-            picked, seen = [], set()
-            for r in recs:  # one record per schedule
-                if r.trace not in seen:
-                    seen.add(r.trace)
-                    picked.append(r)
-                if len(picked) == top:
-                    break
-            traces = [r.trace for r in picked]
-            times = [[] for _ in traces]
-            for _ in range(rounds):
-                for k, m in enumerate(_tuner.measure(t["task"], traces, repeat=3, min_repeat_ms=10, cold_inputs=cold_inputs)):
-                    times[k] += m["run_times"]
-            new = []
-            for r, ts in zip(picked, times):
-                if not ts:
-                    continue
-                tgt = _tdb.TargetInfo(r.target.target + (COLD if cold_inputs else ""), r.target.cpu_model,
-                                      list(r.target.cpu_features), r.target.gpu_arch, r.target.kiln_version)
-                new.append(_tdb.Record(workload_key=key, target=tgt, trace=r.trace, run_times=ts, run_uid=run))
-            d.add_records(new)
-            best_new = min(range(len(times)), key=lambda k: min(times[k]) if times[k] else float("inf"))
-            row = {"workload_key": key, "ops": t["ops"], "weight": t["weight"], "before": picked[0].min_time,
-                   "after": min(times[best_new]) if times[best_new] else float("nan"), "changed": best_new != 0}
-            out.append(row)
-            if progress:
-                print(f"[remeasure] task {i} {t['ops'][:40]:40s} x{t['weight']}: best {row['before'] * 1e3:.3f} ms -> "
-                      f"{row['after'] * 1e3:.3f} ms{' (another schedule wins)' if row['changed'] else ''}", flush=True)
-        d.end_run(run)
+    for i, t in enumerate(tasks):
+        if not t["records"]:
+            continue
+        row = dict(_kiln.tuner.confirm_best(t["task"], db, int(top), int(rounds), bool(cold_inputs)))
+        if not row["contenders"]:
+            continue
+        row.update(workload_key=t["workload_key"], ops=t["ops"], weight=t["weight"])
+        out.append(row)
+        if progress:
+            print(f"[remeasure] task {i} {t['ops'][:40]:40s} x{t['weight']}: best {row['before'] * 1e3:.3f} ms -> "
+                  f"{row['after'] * 1e3:.3f} ms" + (" (the default schedule wins)" if row["default_won"] else
+                                                   " (another schedule wins)" if row["changed"] else ""), flush=True)
     return out

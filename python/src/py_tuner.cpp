@@ -4,8 +4,10 @@
 #include "kiln/codegen/target.h"
 #include "kiln/support/error.h"
 #include "kiln/te/trace.h"
+#include "kiln/tuner/confirm.h"
 #include "kiln/tuner/feature_records.h"
 #include "kiln/tuner/measure.h"
+#include "kiln/tuner/search_space.h"
 #include "kiln/tuner/ranking_report.h"
 #include "kiln/tuner/task.h"
 #include "kiln/tuning_db/database.h"
@@ -130,6 +132,30 @@ void define_tuner(py::module_& m) {
     }
     return out;
   }, py::arg("task"), py::arg("traces"), py::arg("options"));
+
+  // confirm.h: contenders measured again side by side; a dict of the outcome.
+  t.def("confirm_best", [](const tuner::Task& task, const std::string& db, int top, int rounds, bool cold) {
+    tuner::ConfirmResult r;
+    {
+      py::gil_scoped_release release;
+      r = tuner::confirm_best(task, db, tuner::ConfirmOptions{top, rounds, cold});
+    }
+    py::dict d;
+    d["contenders"] = r.contenders;
+    d["before"] = r.before;
+    d["after"] = r.after;
+    d["changed"] = r.changed;
+    d["default_won"] = r.default_won;
+    return d;
+  }, py::arg("task"), py::arg("db"), py::arg("top") = 4, py::arg("rounds") = 3, py::arg("cold_inputs") = true);
+
+  // The trace of the schedule a task gets without tuning (the graph compiler's default for a group).
+  t.def("default_trace", [](const tuner::Task& task) {
+    tuner::SearchSpace space(task);
+    tuner::Candidate c = space.default_candidate();
+    space.materialize(&c);
+    return c.trace.to_json();
+  }, py::arg("task"));
 
   // (schedule, trace JSON, record id, median seconds) of the best record, or None.
   t.def("best_record", [](const tuner::Task& task, const std::string& db_path) -> py::object {

@@ -11,6 +11,7 @@
 #include "kiln/graph/passes.h"
 #include "kiln/graph/to_te.h"
 #include "kiln/support/error.h"
+#include "kiln/tuner/confirm.h"
 #include "kiln/tuner/tune.h"
 #include "kiln/tuning_db/database.h"
 
@@ -147,6 +148,36 @@ std::string tasks_table(const std::vector<ModelTask>& tasks) {
   return os.str();
 }
 
+namespace {
+
+// The confirmation after the search (tuner/confirm.h): each task's best few
+// and its default schedule measured again side by side; their records then
+// decide what compile uses.
+void confirm_tasks(ModelTuneResult* r, const std::string& db, const ModelTuneOptions& tune) {
+  tuner::ConfirmOptions c;
+  c.top = tune.confirm_top;
+  c.rounds = tune.confirm_rounds;
+  c.cold_inputs = tune.cold_inputs;
+  for (size_t i = 0; i < r->tasks.size(); ++i) {
+    ModelTask& t = r->tasks[i];
+    if (t.best_time <= 0) continue;
+    tuner::ConfirmResult cr;
+    try {
+      cr = tuner::confirm_best(t.task, db, c);
+    } catch (const Error& e) {
+      if (is_internal(e)) throw;
+      r->failures.push_back("confirming task " + std::to_string(i) + " (" + t.ops + "): " + e.what());
+      continue;
+    }
+    if (cr.after > 0) t.best_time = cr.after;
+    if (tune.progress)
+      std::fprintf(stderr, "[model] confirmed task %zu (%s, x%d): %d contenders, best %.3f ms -> %.3f ms%s\n", i, t.ops.substr(0, 40).c_str(), t.weight,
+                   cr.contenders, cr.before * 1e3, cr.after * 1e3, cr.default_won ? " (the default schedule)" : cr.changed ? " (another schedule)" : "");
+  }
+}
+
+}  // namespace
+
 ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const ModelTuneOptions& tune) {
   KILN_USER_CHECK(!options.db.empty()) << "tune_model needs a tuning database to keep its records (db=...)";
   KILN_USER_CHECK(tune.trials > 0 && tune.batch > 0) << "tune_model: trials and batch must be positive";
@@ -246,6 +277,7 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
     if (pick == n) break;  // every task stopped improving
     run_round(pick);
   }
+  if (tune.confirm_top > 0) confirm_tasks(&r, options.db, tune);
   r.elapsed_s = seconds_since(start);
   r.estimated_latency = estimated_latency(r.tasks);
   return r;

@@ -122,10 +122,14 @@ def test_remeasure_warm_records_cold(tmp_path):
     kiln.tune_model(model, trials=16, batch=8, db=db, progress=False, cold_inputs=False)
     rows = remeasure(model, db, top=3, rounds=2, progress=False)
     assert rows and all(r["after"] > 0 and r["before"] > 0 for r in rows)
+    tasks = {t["workload_key"]: t for t in extract_tasks(model, db=db)[0]}
     with kiln.tuning_db.open(db) as d:
         for r in rows:
             cold = [x for x in d.records(r["workload_key"]) if x.target.target.endswith(" [cold inputs]")]
-            assert 1 <= len(cold) <= 3 and all(len(x.run_times) == 6 for x in cold)  # 2 rounds x 3 repeats
+            assert 2 <= len(cold) <= 4 and all(len(x.run_times) == 6 for x in cold)  # top 3 and the default; 2 rounds x 3 repeats
+            assert r["contenders"] == len(cold)
+            default = ffi._kiln.tuner.default_trace(tasks[r["workload_key"]]["task"])
+            assert any(x.trace == default for x in cold), "the default schedule competes"
     exe = kiln.compile(model, db=db)
     assert exe.tuned_groups()[0] == 3
     x = np.random.default_rng(2).standard_normal((1, 8, 12, 12)).astype(np.float32)

@@ -38,6 +38,8 @@ options:
   --threads N         kernel threads (default: all cores)
   --target T          target string (default "llvm" with -num-cores=THREADS)
   --batch N           trials per round (default 16)
+  --confirm K         after the search, measure each task's K best schedules and
+                      its default schedule again side by side (default 4; 0: no)
   --warm-inputs       time candidates with their inputs in cache between calls
                       (default: every input but the first evicted before each
                       call, as a layer's weights are in a model run)
@@ -131,6 +133,7 @@ int run_model(int argc, char** argv) {
     else if (a == "--db") copt.db = v;
     else if (a == "--time-budget") topt.time_budget_s = parse_duration(v);
     else if (a == "--batch") topt.batch = std::stoi(v);
+    else if (a == "--confirm") topt.confirm_top = std::stoi(v);
     else if (a == "--threads") threads = std::stoi(v);
     else if (a == "--target") target = v;
     else if (a == "--shape") {

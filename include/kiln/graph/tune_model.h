@@ -61,6 +61,13 @@ struct ModelTuneOptions {
    * model run. Such records are kept apart from warm ones and preferred by compile.
    */
   bool cold_inputs = true;
+  /**
+   * After the search, each task's confirm_top best schedules and its default
+   * schedule are measured again in confirm_rounds interleaved rounds
+   * (tuner/confirm.h; not counted in trials); 0 skips it.
+   */
+  int confirm_top = 4;
+  int confirm_rounds = 3;
 };
 
 struct ModelTuneResult {

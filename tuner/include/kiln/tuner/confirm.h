@@ -1,0 +1,42 @@
+/** \file
+ * Confirming a task's best record: its few best schedules in the DB and the
+ * default schedule, measured again in interleaved rounds, the new timings
+ * stored as records of their own.
+ *
+ * A search measures each candidate once, on a machine that other work may
+ * share: the fastest record of thousands is as much the luckiest measurement
+ * as the fastest schedule, and on a shared 2-core machine the same kernel
+ * measures 1.3 to 4 ms from one batch to the next. Measuring the contenders
+ * again side by side, round after round, ranks them on equal terms; the
+ * default schedule competes too, so a task's best is never one that loses to
+ * what the task gets without tuning.
+ */
+#ifndef KILN_TUNER_CONFIRM_H
+#define KILN_TUNER_CONFIRM_H
+
+#include <string>
+
+#include "kiln/tuner/task.h"
+
+namespace kiln::tuner {
+
+struct ConfirmOptions {
+  int top = 4;               ///< the best distinct schedules of the DB (by min time, any timing) that compete
+  int rounds = 3;            ///< each measures every contender once (repeat 3, >= 10 ms each)
+  bool cold_inputs = true;   ///< time them with cold inputs (MeasureOptions::cold_inputs)
+};
+
+struct ConfirmResult {
+  int contenders = 0;        ///< schedules measured (the default included); 0 when the task has no valid record
+  double before = 0;         ///< the DB's best min time before (seconds)
+  double after = 0;          ///< the median time of the winner of the rounds (seconds)
+  bool changed = false;      ///< the winner is not the schedule with the best time before
+  bool default_won = false;  ///< the winner is the default schedule
+};
+
+/** Measures and stores as described above; the DB at db_path must exist. */
+ConfirmResult confirm_best(const Task& task, const std::string& db_path, const ConfirmOptions& options = {});
+
+}  // namespace kiln::tuner
+
+#endif  // KILN_TUNER_CONFIRM_H
