@@ -125,7 +125,7 @@ def test_remeasure_warm_records_cold(tmp_path):
     tasks = {t["workload_key"]: t for t in extract_tasks(model, db=db)[0]}
     with kiln.tuning_db.open(db) as d:
         for r in rows:
-            cold = [x for x in d.records(r["workload_key"]) if x.target.target.endswith(" [cold inputs]")]
+            cold = [x for x in d.records(r["workload_key"]) if x.target.target.endswith(" [cold inputs] [confirmed]")]
             assert 2 <= len(cold) <= 4 and all(len(x.run_times) == 6 for x in cold)  # top 3 and the default; 2 rounds x 3 repeats
             assert r["contenders"] == len(cold)
             default = ffi._kiln.tuner.default_trace(tasks[r["workload_key"]]["task"])

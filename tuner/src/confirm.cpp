@@ -20,11 +20,14 @@ ConfirmResult confirm_best(const Task& task, const std::string& db_path, const C
   KILN_USER_CHECK(o.top >= 1 && o.rounds >= 1) << "confirm_best: top (" << o.top << ") and rounds (" << o.rounds << ") must be at least 1";
   KILN_USER_CHECK(std::filesystem::exists(db_path)) << "confirm_best: no tuning database at '" << db_path << "'";
   tuning_db::Database db = tuning_db::Database::open(db_path);
-  tuning_db::TargetInfo warm = target_info(task.target, false), cold = target_info(task.target, true);
-  // The task's valid records on this hardware, either timing, best min time first.
+  // The task's valid records on this hardware, any timing, confirmed or not, best min time first.
+  std::vector<tuning_db::TargetInfo> ours;
+  for (bool cold : {false, true})
+    for (bool confirmed : {false, true}) ours.push_back(target_info(task.target, cold, confirmed));
   std::vector<tuning_db::Record> valid;
   for (tuning_db::Record& r : db.records(task.workload_key))
-    if (r.error_kind == tuning_db::ErrorKind::none && r.min_time && (same_hardware(r.target, warm) || same_hardware(r.target, cold)))
+    if (r.error_kind == tuning_db::ErrorKind::none && r.min_time &&
+        std::any_of(ours.begin(), ours.end(), [&](const tuning_db::TargetInfo& t) { return same_hardware(r.target, t); }))
       valid.push_back(std::move(r));
   ConfirmResult res;
   if (valid.empty()) return res;
@@ -74,7 +77,7 @@ ConfirmResult confirm_best(const Task& task, const std::string& db_path, const C
     if (times[i].empty() || !errors[i].empty()) continue;  // a contender that fails now does not compete
     tuning_db::Record r;
     r.workload_key = task.workload_key;
-    r.target = o.cold_inputs ? cold : warm;
+    r.target = target_info(task.target, o.cold_inputs, true);
     r.trace = canonical_trace(contenders[i].trace);
     r.run_times = times[i];
     r.run_uid = run_uid;

@@ -342,10 +342,15 @@ std::optional<BestRecord> best_record(const Task& task, const std::string& db_pa
   oo.read_only = true;
   oo.create_if_missing = false;
   tuning_db::Database db = tuning_db::Database::open(db_path, oo);
-  // Cold-input records first: they are what a model run sees (measure.h); warm ones where a workload has none.
-  tuning_db::TargetInfo target = target_info(task.target, true);
-  std::vector<tuning_db::Record> top = db.best(task.workload_key, target, 4);
-  if (top.empty()) top = db.best(task.workload_key, target = target_info(task.target, false), 4);
+  // Confirmed records first (confirm.h), cold-input ones before warm (what a
+  // model run sees, measure.h): the first kind the workload has decides.
+  tuning_db::TargetInfo target;
+  std::vector<tuning_db::Record> top;
+  for (auto [cold, confirmed] : {std::pair{true, true}, {false, true}, {true, false}, {false, false}}) {
+    target = target_info(task.target, cold, confirmed);
+    top = db.best(task.workload_key, target, 4);
+    if (!top.empty()) break;
+  }
   for (const tuning_db::Record& r : top) {
     try {
       BestRecord b{te::Schedule::from_trace(task.outputs, te::Trace::from_json(r.trace)), r.trace, r.id, r.median_time.value_or(0)};

@@ -36,9 +36,9 @@ std::vector<std::string> sorted_unique(std::vector<std::string> v) {
 
 }  // namespace
 
-tuning_db::TargetInfo target_info(const Target& target, bool cold_inputs) {
+tuning_db::TargetInfo target_info(const Target& target, bool cold_inputs, bool confirmed) {
   tuning_db::TargetInfo t;
-  t.target = target.str() + (cold_inputs ? kColdInputsSuffix : "");
+  t.target = target.str() + (cold_inputs ? kColdInputsSuffix : "") + (confirmed ? kConfirmedSuffix : "");
   t.kiln_version = kKilnVersion;
   if (target.kind == Target::Kind::CUDA) {
     t.gpu_arch = target.arch;

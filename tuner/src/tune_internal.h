@@ -34,8 +34,14 @@ inline constexpr const char* kKilnVersion = "0.1.0";
  * carry kColdInputsSuffix on the target string: their times are not comparable
  * with warm ones, and the DB's target facts are where comparability lives.
  */
-tuning_db::TargetInfo target_info(const Target& target, bool cold_inputs = false);
+tuning_db::TargetInfo target_info(const Target& target, bool cold_inputs = false, bool confirmed = false);
 inline constexpr const char* kColdInputsSuffix = " [cold inputs]";
+/**
+ * Records of a confirmation (confirm.h: contenders measured side by side in
+ * rounds) carry this after the timing's suffix: ranked among themselves, a
+ * search's single lucky measurement of one contender cannot outrank them.
+ */
+inline constexpr const char* kConfirmedSuffix = " [confirmed]";
 /** The canonical JSON of a trace: the DB's form, so equal schedules are equal strings. */
 std::string canonical_trace(const te::Trace& trace);
 /** Whether a stored record's target is the same hardware as `t` (TargetMatch::hardware). */

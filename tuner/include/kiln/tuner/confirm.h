@@ -1,7 +1,8 @@
 /** \file
  * Confirming a task's best record: its few best schedules in the DB and the
  * default schedule, measured again in interleaved rounds, the new timings
- * stored as records of their own.
+ * stored as records of their own, on the target facts with " [confirmed]"
+ * after the timing's suffix: best_record ranks confirmed records first.
  *
  * A search measures each candidate once, on a machine that other work may
  * share: the fastest record of thousands is as much the luckiest measurement

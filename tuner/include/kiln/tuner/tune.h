@@ -88,7 +88,8 @@ struct BestRecord {
 /**
  * Same lookup as best_schedule: the lowest median among valid records of the
  * workload on the same hardware (target string, CPU model and features),
- * among those timed with cold inputs when the workload has any, else warm;
+ * among the first kind of records the workload has of: confirmed with cold
+ * inputs, confirmed warm (confirm.h), cold inputs, warm;
  * records that no longer replay are passed over. No file: nullopt. With
  * KILN_LOG=debug, says on stderr which record is used or why none.
  */
