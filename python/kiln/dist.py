@@ -39,6 +39,7 @@ broadcast = _d.broadcast
 send = _d.send
 recv = _d.recv
 mpi_built = _d.mpi_built
+wire_bytes_sent = _d.wire_bytes_sent
 nccl_all_reduce = _d.nccl_all_reduce
 
 atexit.register(_d.finalize)
@@ -134,6 +135,14 @@ class Runner:
     def __call__(self, *inputs):
         return self.run(list(inputs))
 
+    def stats(self):
+        """Counters since the last reset_stats(): where run() spent its time (segments, collectives) and what
+        each collective moved (a dict; see kiln._kiln.dist.Runner.stats)."""
+        return self._r.stats()
+
+    def reset_stats(self):
+        self._r.reset_stats()
+
     def run(self, inputs, local=False):
         """`inputs` in the graph's input order: full arrays (each rank takes its block), or with local=True this rank's blocks."""
         if len(inputs) != len(self._blocks):
@@ -188,6 +197,7 @@ def data_parallel(step, mesh, axis=None):
         given[name] = " ".join([f"S({axis})"] + ["R"] * (len(t[0]) - 1))
     plan = Plan(_d.shard_graph(g, mesh, given, False), g)
     step._exe = plan.compile()
+    step.runner = step._exe  # its stats() say where each step's time went
     # Every rank starts from rank 0's parameters and buffers (as DDP does), whatever each initialised.
     for table in (step.parameters, step.buffers):
         for name in list(table):

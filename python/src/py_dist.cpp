@@ -95,7 +95,32 @@ void define_dist(py::module_& root) {
       })
       .def_property_readonly("rank", &Runner::rank)
       .def_property_readonly("local_graph", &Runner::local_graph)
-      .def_property_readonly("num_segments", &Runner::num_segments);
+      .def_property_readonly("num_segments", &Runner::num_segments)
+      .def("stats", [](const Runner& r) {
+        RunStats s = r.stats();
+        py::list cs;
+        for (const auto& c : s.collectives) {
+          py::dict d;
+          d["op"] = c.op;
+          d["axis"] = c.axis;
+          d["group_size"] = c.group_size;
+          d["bytes"] = c.bytes;
+          d["calls"] = c.calls;
+          d["seconds"] = c.seconds;
+          d["wire_bytes"] = c.wire_bytes;
+          cs.append(d);
+        }
+        py::dict d;
+        d["runs"] = s.runs;
+        d["seconds"] = s.seconds;
+        d["segment_seconds"] = s.segment_seconds;
+        d["collective_seconds"] = s.collective_seconds;
+        d["collectives"] = cs;
+        return d;
+      }, "Counters since the last reset_stats(): runs, seconds (in run), segment_seconds, collective_seconds, and per "
+         "collective (in the order they run) op, axis, group_size, bytes (input per call), calls, seconds, wire_bytes "
+         "(sent by this rank, -1 unless mpirun was given --mca pml_monitoring_enable 1).")
+      .def("reset_stats", &Runner::reset_stats);
 
   m.def("reshard_graph", [](std::vector<int64_t> shape, py::handle dtype, const Mesh& mesh, const std::string& from, const std::string& to) {
     return reshard_graph(graph::TensorType{shape, to_dtype(dtype)}, mesh, from, to);
@@ -105,6 +130,7 @@ void define_dist(py::module_& root) {
   m.def("size", [] { return world()->size(); });
   m.def("backend", [] { return world()->backend(); });
   m.def("mpi_built", &mpi_built);
+  m.def("wire_bytes_sent", &wire_bytes_sent, "Bytes this process has sent to its peers (Open MPI pml monitoring), or -1 when unknown.");
   m.def("set_timeout", &set_timeout);
   m.def("timeout", &timeout);
   m.def("finalize", &finalize);

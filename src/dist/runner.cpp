@@ -4,6 +4,7 @@
 // non-collective ops of level k and runs after the collectives of level k.
 #include "kiln/dist/runner.h"
 
+#include <chrono>
 #include <cstring>
 #include <unordered_set>
 
@@ -85,6 +86,8 @@ struct Runner::Impl {
     std::vector<Value> ins, outs;
   };
   std::vector<Step> steps;
+  mutable RunStats stats;  // collectives' entries in the order of their steps
+  std::vector<int> stat_of;  // step -> its entry in stats.collectives (-1 for segments)
 };
 
 namespace {
@@ -181,6 +184,17 @@ Runner::Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, cons
       if (!st.outs.empty()) m.steps.push_back(std::move(st));
     }
   }
+
+  for (const auto& st : m.steps) {
+    m.stat_of.push_back(st.collective ? static_cast<int>(m.stats.collectives.size()) : -1);
+    if (!st.collective) continue;
+    CollectiveStats c;
+    c.op = st.collective->op->name;
+    c.axis = st.collective->attrs.get_string("axis");
+    c.group_size = m.axis_comms[m.mesh.axis(c.axis)]->size();
+    c.bytes = st.collective->inputs[0].type().bytes();
+    m.stats.collectives.push_back(c);
+  }
 }
 
 Runner::~Runner() = default;
@@ -199,20 +213,48 @@ std::vector<NDArray> Runner::run(const std::vector<NDArray>& inputs) const {
     if (v.node->kind == NodeKind::Constant) return static_cast<const ConstantNode&>(*v.node).data;
     return env.at(v);
   };
-  for (const auto& st : m.steps) {
+  using clock = std::chrono::steady_clock;
+  auto seconds_since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
+  auto run_start = clock::now();
+  for (size_t i = 0; i < m.steps.size(); ++i) {
+    const auto& st = m.steps[i];
+    auto t = clock::now();
     if (st.collective) {
+      CollectiveStats& cs = m.stats.collectives[static_cast<size_t>(m.stat_of[i])];
+      int64_t wire = wire_bytes_sent();
       int a = m.mesh.axis(st.collective->attrs.get_string("axis"));
       env[st.collective->output()] = run_collective(*st.collective, get(st.collective->inputs[0]), *m.axis_comms[a]);
+      double s = seconds_since(t);
+      cs.seconds += s;
+      m.stats.collective_seconds += s;
+      ++cs.calls;
+      if (wire >= 0) cs.wire_bytes = std::max<int64_t>(cs.wire_bytes, 0) + wire_bytes_sent() - wire;
       continue;
     }
     std::vector<NDArray> ins;
     for (const Value& v : st.ins) ins.push_back(get(v));
     std::vector<NDArray> outs = st.exe.run(ins);
     for (size_t i = 0; i < outs.size(); ++i) env[st.outs[i]] = outs[i];
+    m.stats.segment_seconds += seconds_since(t);
   }
   std::vector<NDArray> result;
   for (const Value& v : m.local.outputs()) result.push_back(get(v));
+  ++m.stats.runs;
+  m.stats.seconds += seconds_since(run_start);
   return result;
+}
+
+RunStats Runner::stats() const { return impl_->stats; }
+
+void Runner::reset_stats() const {
+  RunStats& s = impl_->stats;
+  s.runs = 0;
+  s.seconds = s.segment_seconds = s.collective_seconds = 0;
+  for (auto& c : s.collectives) {
+    c.calls = 0;
+    c.seconds = 0;
+    c.wire_bytes = -1;
+  }
 }
 
 int Runner::rank() const { return impl_->rank; }

@@ -12,6 +12,7 @@
 #define KILN_DIST_RUNNER_H
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kiln/dist/communicator.h"
@@ -19,6 +20,25 @@
 #include "kiln/graph/executor.h"
 
 namespace kiln::dist {
+
+/** One collective of the rank's graph, summed over the runs since the last reset. */
+struct CollectiveStats {
+  std::string op, axis;       ///< e.g. "kiln.AllReduce" over mesh axis "data"
+  int group_size = 1;         ///< ranks taking part
+  int64_t bytes = 0;          ///< this rank's input per call
+  int64_t calls = 0;
+  double seconds = 0;         ///< time the rank spent inside it (waiting for peers included)
+  int64_t wire_bytes = -1;    ///< bytes this rank sent for it (wire_bytes_sent(); -1 unknown)
+};
+
+/** What run() did since the last reset_stats(): where the time went and what the collectives moved. */
+struct RunStats {
+  int64_t runs = 0;
+  double seconds = 0;             ///< inside run()
+  double segment_seconds = 0;     ///< in compiled segments
+  double collective_seconds = 0;  ///< in collectives
+  std::vector<CollectiveStats> collectives;  ///< in the order they run
+};
 
 class Runner {
  public:
@@ -32,6 +52,9 @@ class Runner {
   const graph::Graph& local_graph() const;
   /** How many compiled segments the graph was cut into. */
   int num_segments() const;
+  /** Counters of the runs since construction or the last reset_stats(). */
+  RunStats stats() const;
+  void reset_stats() const;
 
   struct Impl;
 
