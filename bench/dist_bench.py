@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""Data-parallel training throughput of kiln.dist on 1, 2 and 4 ranks, and what its collectives cost.
+
+  PYTHONPATH=python:build/python /usr/bin/python3 bench/dist_bench.py [--ranks 1,2,4] [--models mlp,cnn]
+      [--steps 10] [--algorithm default|ring|...] [--json out.json]
+
+The driver (this script without mpirun) starts `mpirun -np N` on itself for
+each rank count, one thread per rank (KILN_NUM_THREADS=1, OMP_NUM_THREADS=1),
+with Open MPI's monitoring on (--mca pml_monitoring_enable 1), so that the
+runner's stats (kiln.dist Runner.stats()) count the bytes each collective
+sent. Each rank trains with a fixed batch per rank (weak scaling, as
+DistributedDataParallel is used): the global batch grows with N. It reports
+
+  - samples/s of the global batch: the min and median over the timed steps
+    (rank 0's step time, from the call to the returned loss)
+  - the bytes each rank sent for the gradient all-reduces per step, against
+    a ring all-reduce's 2(N-1)/N of the gradient bytes (the least any
+    all-reduce sends per rank when every rank ends with the whole sum)
+  - the share of the runner's time spent inside collectives (waiting for
+    the peers included: on an oversubscribed host, a rank that waits for
+    the core is counted as waiting on communication)
+
+--algorithm picks Open MPI's non-blocking all-reduce algorithm (kiln's
+communicator issues MPI_Iallreduce, i.e. coll/libnbc): default (libnbc's
+own choice), ring, binomial, rabenseifner, recursive_doubling.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ALGORITHMS = {"default": 0, "ring": 1, "binomial": 2, "rabenseifner": 3, "recursive_doubling": 4}
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--ranks", default="1,2,4", help="rank counts, comma separated")
+    p.add_argument("--models", default="mlp,cnn", help="mlp and/or cnn")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per run")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    p.add_argument("--algorithm", default="default", choices=sorted(ALGORITHMS), help="Open MPI's MPI_Iallreduce algorithm")
+    p.add_argument("--bucket-mb", type=float, default=None,
+                   help="overlap the gradient all-reduces with the backward pass in buckets of this size (KILN_DIST_BUCKET_MB); "
+                        "0 turns it off")
+    p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument("--timeout", type=float, default=300, help="seconds per mpirun")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # the model, inside mpirun
+    return p.parse_args()
+
+
+# ---------------------------------------------------------------------------------------------- the models
+def mlp(kiln, np, batch):
+    """784-1024-1024-10 (1.86 M parameters, 7.5 MB of float32 gradients): big enough that the all-reduce matters."""
+    rng = np.random.default_rng(0)
+    b = kiln.graph.Builder()
+    x = b.input("x", (batch, 784))
+    dims = [784, 1024, 1024, 10]
+    h = x
+    for i in range(3):
+        w = b.constant(f"fc{i}.weight", (rng.standard_normal((dims[i], dims[i + 1])) * (2 / dims[i]) ** 0.5).astype("float32"))
+        bias = b.constant(f"fc{i}.bias", np.zeros(dims[i + 1], "float32"))
+        h = b.op("Add", b.op("MatMul", h, w), bias)
+        if i < 2:
+            h = b.op("Relu", h)
+    return b.build(h), (batch, 784)
+
+
+def cnn(kiln, np, batch):
+    """conv 3->16 -> pool -> conv 16->32 -> pool -> fc 2048->10 on 32x32 images (small gradients: latency-bound all-reduces)."""
+    rng = np.random.default_rng(0)
+    b = kiln.graph.Builder()
+    x = b.input("x", (batch, 3, 32, 32))
+
+    def conv(h, name, cin, cout):
+        w = b.constant(f"{name}.weight", (rng.standard_normal((cout, cin, 3, 3)) * (2 / (9 * cin)) ** 0.5).astype("float32"))
+        h = b.op("Conv", h, w, b.constant(f"{name}.bias", np.zeros(cout, "float32")), pads=[1, 1, 1, 1])
+        return b.op("MaxPool", b.op("Relu", h), kernel_shape=[2, 2], strides=[2, 2])
+
+    h = b.op("Flatten", conv(conv(x, "conv1", 3, 16), "conv2", 16, 32))
+    w = b.constant("fc.weight", (rng.standard_normal((10, 2048)) * (1 / 2048) ** 0.5).astype("float32"))
+    return b.build(b.op("Gemm", h, w, b.constant("fc.bias", np.zeros(10, "float32")), transB=1)), (batch, 3, 32, 32)
+
+
+MODELS = {"mlp": (mlp, 64), "cnn": (cnn, 16)}  # builder, batch per rank
+
+
+# ---------------------------------------------------------------------------------------------- inside mpirun
+def worker(args):
+    import numpy as np
+
+    import kiln
+
+    n, rank = kiln.dist.size(), kiln.dist.rank()
+    build, per_rank = MODELS[args.worker]
+    batch = per_rank * n
+    model, xshape = build(kiln, np, batch)
+    t = time.perf_counter()
+    dp = kiln.dist.train(model, kiln.dist.Mesh(("data", n)), loss="cross_entropy", optimizer=kiln.train.SGD(lr=0.01, momentum=0.9))
+    compile_s = time.perf_counter() - t
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(xshape).astype("float32")
+    y = rng.integers(0, 10, batch).astype("int64")
+    for _ in range(args.warmup):
+        dp(x, y)
+    kiln.dist.barrier()
+    dp.runner.reset_stats()
+    times = []
+    for _ in range(args.steps):
+        t = time.perf_counter()
+        dp(x, y)
+        times.append(time.perf_counter() - t)
+    st = dp.runner.stats()
+    # Every rank's totals to rank 0: [runner seconds, segments, collectives, wait, wire bytes of each collective...].
+    cs = st["collectives"]
+    mine = np.array([st["seconds"], st["segment_seconds"], st["collective_seconds"], st.get("wait_seconds", st["collective_seconds"])]
+                    + [c["wire_bytes"] for c in cs], "float64")
+    everyone = kiln.dist.all_gather(mine)
+    if rank == 0:
+        params = sum(int(np.prod(p.shape)) for p in dp.parameters.values())
+        result = {
+            "model": args.worker, "ranks": n, "batch_per_rank": per_rank, "global_batch": batch, "params": params,
+            "compile_s": compile_s, "step_s": times, "runs": st["runs"],
+            "runner_s": everyone[:, 0].tolist(), "segment_s": everyone[:, 1].tolist(), "collective_s": everyone[:, 2].tolist(),
+            "wait_s": everyone[:, 3].tolist(), "overlap": st.get("overlap", None),
+            "collectives": [dict(c, wire_bytes_per_rank=everyone[:, 4 + i].tolist()) for i, c in enumerate(cs)],
+        }
+        print("RESULT " + json.dumps(result), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------- the driver
+def cpu_model():
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:
+        return "unknown (no lscpu)", os.cpu_count()
+    fields = dict(re.findall(r"^([^:]+):\s*(.*)$", out, re.M))
+    return fields.get("Model name", "unknown"), int(fields.get("CPU(s)", os.cpu_count() or 1))
+
+
+def run_one(args, model, n, mpirun):
+    env = dict(os.environ, KILN_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
+    if args.bucket_mb is not None:
+        env["KILN_DIST_BUCKET_MB"] = str(args.bucket_mb)
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n), "--mca", "pml_monitoring_enable", "1"]
+    if ALGORITHMS[args.algorithm]:
+        cmd += ["--mca", "coll_libnbc_iallreduce_algorithm", str(ALGORITHMS[args.algorithm])]
+    for k in ("PYTHONPATH", "KILN_NUM_THREADS", "OMP_NUM_THREADS") + (("KILN_DIST_BUCKET_MB",) if args.bucket_mb is not None else ()):
+        cmd += ["-x", k]
+    cmd += [sys.executable, os.path.abspath(__file__), "--worker", model, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    m = re.search(r"^RESULT (.*)$", p.stdout, re.M)
+    if p.returncode != 0 or not m:
+        sys.exit(f"mpirun -np {n} ({model}) failed (exit {p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return json.loads(m.group(1))
+
+
+def mb(b):
+    return f"{b / 1e6:.3f}"
+
+
+def report(results, cores):
+    by_model = {}
+    for r in results:
+        by_model.setdefault(r["model"], []).append(r)
+    for model, rows in by_model.items():
+        r0 = rows[0]
+        grad_bytes = sum(c["bytes"] for c in r0["collectives"] if c["op"] == "kiln.AllReduce")
+        print(f"\n## {model}: {r0['params']:,} parameters, {len(r0['collectives'])} all-reduces per step "
+              f"({mb(grad_bytes)} MB: the gradients and the loss), batch {r0['batch_per_rank']} per rank")
+        print(f"{'ranks':>5} {'global':>6} {'samples/s min':>13} {'median':>9} {'speedup':>7} {'step ms':>8} "
+              f"{'comm share':>10} {'sent MB/rank':>12} {'ring ideal':>10} {'sent/ideal':>10} {'compile s':>9}")
+        base = None
+        for r in rows:
+            n = r["ranks"]
+            sps = [r["global_batch"] / s for s in r["step_s"]]
+            med = statistics.median(sps)
+            base = base or med / n
+            steps = r["runs"]
+            sent = statistics.mean(sum(c["wire_bytes_per_rank"][k] for c in r["collectives"]) for k in range(n)) / steps
+            ideal = sum(2 * (n - 1) / n * c["bytes"] for c in r["collectives"] if c["op"] == "kiln.AllReduce")
+            share = statistics.mean(c / s for c, s in zip(r["wait_s"], r["runner_s"]))
+            ratio = f"{sent / ideal:.2f}" if ideal and sent >= 0 else "-"
+            flag = " *" if n > cores else ""
+            print(f"{n:>5} {r['global_batch']:>6} {min(sps):>13.1f} {med:>9.1f} {med / base:>6.2f}x {statistics.median(r['step_s']) * 1e3:>8.2f} "
+                  f"{share * 100:>9.1f}% {mb(sent) if sent >= 0 else '?':>12} {mb(ideal):>10} {ratio:>10} {r['compile_s']:>9.1f}{flag}")
+            if r.get("overlap"):
+                print(f"      overlap: {r['overlap']}")
+        big = rows[-1]
+        n = big["ranks"]
+        print(f"\n  each collective on {n} ranks (per call, rank-averaged bytes sent; ideal = a ring's 2(N-1)/N x payload):")
+        print(f"  {'#':>3} {'op':<15} {'payload B':>10} {'sent B':>10} {'ideal B':>10} {'sent/ideal':>10} {'ms/call':>8}")
+        for i, c in enumerate(big["collectives"]):
+            sent = statistics.mean(c["wire_bytes_per_rank"]) / max(1, c["calls"])
+            ideal = 2 * (n - 1) / n * c["bytes"] if c["op"] == "kiln.AllReduce" else float("nan")
+            print(f"  {i:>3} {c['op']:<15} {c['bytes']:>10} {sent:>10.0f} {ideal:>10.0f} "
+                  f"{(sent / ideal if ideal else float('nan')):>10.2f} {c['seconds'] / max(1, c['calls']) * 1e3:>8.3f}")
+
+
+def driver(args):
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        sys.exit("mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)")
+    import kiln
+    if not kiln.dist.mpi_built():
+        sys.exit("kiln was built without MPI (libopenmpi-dev missing at configure time)")
+    cpu, cores = cpu_model()
+    ranks = [int(r) for r in args.ranks.split(",")]
+    print(f"CPU: {cpu} ({cores} logical CPUs, lscpu)")
+    ver = subprocess.run([mpirun, "--version"], capture_output=True, text=True).stdout.splitlines()
+    print(f"MPI: {ver[0] if ver else '?'}; MPI_Iallreduce algorithm: {args.algorithm}; one thread per rank "
+          f"(KILN_NUM_THREADS=1, OMP_NUM_THREADS=1); ranks {ranks}, {args.warmup} warm-up + {args.steps} timed steps; "
+          f"optimizer SGD(momentum); weak scaling (fixed batch per rank)")
+    if args.bucket_mb is not None:
+        print(f"gradient all-reduce overlap: KILN_DIST_BUCKET_MB={args.bucket_mb}")
+    load = os.getloadavg()[0]
+    print(f"load average before the runs: {load:.2f}" + (" (other processes share the cores: the timings are disturbed)" if load > 0.5 else ""))
+    over = [n for n in ranks if n > cores]
+    if over:
+        print(f"NOTE: this machine has {cores} cores: {', '.join(map(str, over))} ranks oversubscribe it (rows marked *): "
+              f"ranks share cores, so their throughput cannot scale and time waiting for a descheduled peer counts as communication.")
+    results = []
+    for model in args.models.split(","):
+        for n in ranks:
+            t = time.perf_counter()
+            results.append(run_one(args, model, n, mpirun))
+            print(f"  ran {model} on {n} rank(s) in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+    report(results, cores)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"cpu": cpu, "cores": cores, "algorithm": args.algorithm, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    a = parse_args()
+    worker(a) if a.worker else driver(a)
