@@ -80,11 +80,11 @@ void define_dist(py::module_& root) {
   }, py::arg("graph"), py::arg("mesh"), py::arg("specs"), py::arg("keep_outputs_sharded") = false);
 
   py::class_<Runner, std::shared_ptr<Runner>>(m, "Runner")
-      .def(py::init([](const ShardedGraph& s, const std::string& target) {
+      .def(py::init([](const ShardedGraph& s, const std::string& target, int64_t bucket_bytes) {
         graph::CompileOptions options;
         options.target = target;
-        return std::make_shared<Runner>(s, world(), options);
-      }), py::arg("sharded"), py::arg("target") = "llvm")
+        return std::make_shared<Runner>(s, world(), options, bucket_bytes);
+      }), py::arg("sharded"), py::arg("target") = "llvm", py::arg("bucket_bytes") = -1)
       .def("run", [](const Runner& r, py::sequence inputs) {
         std::vector<NDArray> in = to_arrays(inputs), out;
         {
@@ -115,9 +115,13 @@ void define_dist(py::module_& root) {
         d["seconds"] = s.seconds;
         d["segment_seconds"] = s.segment_seconds;
         d["collective_seconds"] = s.collective_seconds;
+        d["bucket_wait_seconds"] = s.bucket_wait_seconds;
+        d["buckets"] = s.buckets;
+        d["wire_bytes"] = s.wire_bytes;
         d["collectives"] = cs;
         return d;
-      }, "Counters since the last reset_stats(): runs, seconds (in run), segment_seconds, collective_seconds, and per "
+      }, "Counters since the last reset_stats(): runs, seconds (in run), segment_seconds, collective_seconds, "
+         "bucket_wait_seconds (blocked on overlapped buckets), buckets (per run), wire_bytes (sent, -1 unknown), and per "
          "collective (in the order they run) op, axis, group_size, bytes (input per call), calls, seconds, wire_bytes "
          "(sent by this rank, -1 unless mpirun was given --mca pml_monitoring_enable 1).")
       .def("reset_stats", &Runner::reset_stats);

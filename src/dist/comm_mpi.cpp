@@ -24,6 +24,21 @@ namespace kiln::dist {
 
 namespace {
 
+class DoneRequest : public Request {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+};
+
+}  // namespace
+
+std::unique_ptr<Request> Communicator::start_all_reduce(void* buf, int64_t count, DataType dtype) {
+  all_reduce(buf, count, dtype);
+  return std::make_unique<DoneRequest>();
+}
+
+namespace {
+
 double g_timeout = [] {
   const char* s = std::getenv("KILN_DIST_TIMEOUT");
   // Generous by default: ranks compile their segments at different speeds before the first collective.
@@ -93,6 +108,11 @@ class MpiCommunicator : public Communicator {
     MPI_Iallreduce(MPI_IN_PLACE, buf, to_int(n), mpi_type(t), MPI_SUM, comm_, &r);
     wait(r, "all_reduce");
   }
+  std::unique_ptr<Request> start_all_reduce(void* buf, int64_t n, DataType t) override {
+    auto req = std::make_unique<MpiRequest>(size_);
+    MPI_Iallreduce(MPI_IN_PLACE, buf, to_int(n), mpi_type(t), MPI_SUM, comm_, &req->r);
+    return req;
+  }
   void all_gather(const void* s, void* rv, int64_t n, DataType t) override {
     MPI_Request r;
     MPI_Iallgather(s, to_int(n), mpi_type(t), rv, to_int(n), mpi_type(t), comm_, &r);
@@ -128,6 +148,25 @@ class MpiCommunicator : public Communicator {
     MPI_Ibarrier(comm_, &r);
     wait(r, "barrier");
   }
+
+ private:
+  void wait(MPI_Request& r, const char* what) { wait_for(r, what, size_); }
+  struct MpiRequest : Request {
+    explicit MpiRequest(int size) : size(size) {}
+    ~MpiRequest() override { wait(); }  // MPI still writes into the buffer until then
+    bool test() override {
+      if (!done) MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+      return done;
+    }
+    void wait() override {
+      if (!done) wait_for(r, "all_reduce (started earlier, overlapped)", size);
+      done = 1;
+    }
+    MPI_Request r = MPI_REQUEST_NULL;
+    int done = 0, size;
+  };
+
+ public:
   std::shared_ptr<Communicator> split(int color, int key) override {
     // MPI_Comm_split blocks without a deadline: meet the peers first under one.
     barrier();
@@ -138,7 +177,7 @@ class MpiCommunicator : public Communicator {
 
  private:
   // Polls until done; past the deadline the peers are taken for dead or hung and the job is aborted.
-  void wait(MPI_Request& r, const char* what) {
+  static void wait_for(MPI_Request& r, const char* what, int size_) {
     auto start = std::chrono::steady_clock::now();
     int done = 0, spins = 0;
     for (;;) {

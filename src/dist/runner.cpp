@@ -5,12 +5,14 @@
 #include "kiln/dist/runner.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_set>
 
 #include "kiln/graph/op_registry.h"
 #include "kiln/graph/rewrite.h"
 #include "kiln/support/error.h"
+#include "buckets.h"
 
 namespace kiln::dist {
 
@@ -79,15 +81,27 @@ struct Runner::Impl {
   int rank = 0;
   Graph local;
   std::vector<std::shared_ptr<Communicator>> axis_comms;
-  // A step: either a collective node or a compiled segment with its boundary values.
+  // A step: a compiled segment with its boundary values, a collective, or the start / the wait of a bucket
+  // of all-reduces packed into one buffer and overlapped with the segments between the two.
+  enum class Kind { Segment, Collective, StartBucket, WaitBucket };
   struct Step {
+    Kind kind = Kind::Segment;
     const OpNode* collective = nullptr;
+    int bucket = -1;
     Executor exe;
     std::vector<Value> ins, outs;
   };
+  struct Bucket {
+    std::vector<const OpNode*> all_reduces;
+    std::vector<int64_t> offsets;  // of each in the buffer, in elements
+    int64_t count = 0;
+    DataType dtype;
+    int axis = 0, level = 0, after_part = 0;
+  };
   std::vector<Step> steps;
+  std::vector<Bucket> buckets;
   mutable RunStats stats;  // collectives' entries in the order of their steps
-  std::vector<int> stat_of;  // step -> its entry in stats.collectives (-1 for segments)
+  std::unordered_map<const OpNode*, int> stat_of;  // collective -> its entry in stats.collectives
 };
 
 namespace {
@@ -133,7 +147,14 @@ Runner::Impl::Step build_segment(const std::vector<const OpNode*>& ops, const st
 
 }  // namespace
 
-Runner::Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, const CompileOptions& options) : impl_(std::make_unique<Impl>()) {
+int64_t default_bucket_bytes() {
+  const char* s = std::getenv("KILN_DIST_BUCKET_MB");
+  return s && std::atof(s) > 0 ? static_cast<int64_t>(std::atof(s) * 1024 * 1024) : 0;
+}
+
+Runner::Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, const CompileOptions& options, int64_t bucket_bytes)
+    : impl_(std::make_unique<Impl>()) {
+  if (bucket_bytes < 0) bucket_bytes = default_bucket_bytes();
   Impl& m = *impl_;
   m.mesh = sg.mesh;
   KILN_USER_CHECK(world->size() == sg.mesh.size()) << "kiln.dist: the mesh " << sg.mesh.str() << " has " << sg.mesh.size() << " ranks but "
@@ -146,9 +167,8 @@ Runner::Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, cons
     base[a] = 0;
     m.axis_comms.push_back(world->split(sg.mesh.rank_of(base), c[a]));
   }
-  // Levels, and the values some other step (or the caller) reads.
+  // Levels: a collective's is one more than its inputs'; other ops take their inputs' highest.
   std::unordered_map<const NodeObj*, int> level;
-  std::unordered_set<Value, ValueHash> used_outside(m.local.outputs().begin(), m.local.outputs().end());
   int levels = 1;
   auto order = m.local.topo_order();
   for (const auto& n : order) {
@@ -157,44 +177,103 @@ Runner::Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, cons
       for (const Value& v : static_cast<const OpNode&>(*n).inputs)
         if (v.defined()) l = std::max(l, level.at(v.node.get()));
       if (node_is_collective(n.get())) ++l;
-      for (const Value& v : static_cast<const OpNode&>(*n).inputs)
-        if (v.defined() && v.node->kind == NodeKind::Op && (node_is_collective(n.get()) || node_is_collective(v.node.get()) || level.at(v.node.get()) != l))
-          used_outside.insert(v);
     }
     level[n.get()] = l;
     levels = std::max(levels, l + 1);
   }
-  for (int k = 0; k < levels; ++k) {
-    std::vector<const OpNode*> ops;
-    std::unordered_set<const NodeObj*> in_seg;
-    for (const auto& n : order) {
-      if (n->kind != NodeKind::Op || level.at(n.get()) != k) continue;
-      const auto* op = static_cast<const OpNode*>(n.get());
-      if (node_is_collective(op)) {
-        Impl::Step st;
-        st.collective = op;
-        m.steps.push_back(st);
-      } else {
-        ops.push_back(op);
-        in_seg.insert(op);
+  std::vector<std::vector<const OpNode*>> ops(static_cast<size_t>(levels)), colls(static_cast<size_t>(levels));
+  for (const auto& n : order)
+    if (n->kind == NodeKind::Op)
+      (node_is_collective(n.get()) ? colls : ops)[static_cast<size_t>(level.at(n.get()))].push_back(static_cast<const OpNode*>(n.get()));
+  // Overlap: the all-reduces of level k+1 fed by ops of level k go in buckets, level k's ops in parts (buckets.h).
+  std::unordered_map<const NodeObj*, int> part;
+  std::vector<int> parts(static_cast<size_t>(levels), 1);
+  std::unordered_set<const OpNode*> bucketed;
+  for (int k = 0; bucket_bytes > 0 && k + 1 < levels; ++k) {
+    std::vector<const OpNode*> cands;
+    for (const OpNode* c : colls[static_cast<size_t>(k + 1)]) {
+      const Value& in = c->inputs[0];
+      if (c->op->name == "kiln.AllReduce" && in.node->kind == NodeKind::Op && !node_is_collective(in.node.get()) && level.at(in.node.get()) == k)
+        cands.push_back(c);
+    }
+    if (cands.empty()) continue;
+    BucketPlan bp = plan_buckets(ops[static_cast<size_t>(k)], cands, bucket_bytes);
+    part.insert(bp.part.begin(), bp.part.end());
+    parts[static_cast<size_t>(k)] = bp.parts;
+    for (const auto& b : bp.buckets) {
+      Impl::Bucket B;
+      B.all_reduces = b.all_reduces;
+      B.level = k;
+      B.after_part = b.after_part;
+      B.dtype = b.all_reduces[0]->inputs[0].type().dtype;
+      B.axis = m.mesh.axis(b.all_reduces[0]->attrs.get_string("axis"));
+      for (const OpNode* ar : b.all_reduces) {
+        B.offsets.push_back(B.count);
+        B.count += ar->inputs[0].type().numel();
+        bucketed.insert(ar);
       }
-    }
-    if (!ops.empty()) {
-      Impl::Step st = build_segment(ops, in_seg, used_outside, options, k);
-      if (!st.outs.empty()) m.steps.push_back(std::move(st));
+      m.buckets.push_back(B);
     }
   }
-
-  for (const auto& st : m.steps) {
-    m.stat_of.push_back(st.collective ? static_cast<int>(m.stats.collectives.size()) : -1);
-    if (!st.collective) continue;
+  // The values some other step (or the caller) reads.
+  auto seg_of = [&](const NodeObj* n) { return std::make_pair(level.at(n), part.count(n) ? part.at(n) : 0); };
+  std::unordered_set<Value, ValueHash> used_outside(m.local.outputs().begin(), m.local.outputs().end());
+  for (const auto& n : order) {
+    if (n->kind != NodeKind::Op) continue;
+    for (const Value& v : static_cast<const OpNode&>(*n).inputs)
+      if (v.defined() && v.node->kind == NodeKind::Op &&
+          (node_is_collective(n.get()) || node_is_collective(v.node.get()) || seg_of(v.node.get()) != seg_of(n.get())))
+        used_outside.insert(v);
+  }
+  for (int k = 0; k < levels; ++k) {
+    for (size_t b = 0; b < m.buckets.size(); ++b)
+      if (m.buckets[b].level + 1 == k) {
+        Impl::Step st;
+        st.kind = Impl::Kind::WaitBucket;
+        st.bucket = static_cast<int>(b);
+        m.steps.push_back(std::move(st));
+      }
+    for (const OpNode* op : colls[static_cast<size_t>(k)])
+      if (!bucketed.count(op)) {
+        Impl::Step st;
+        st.kind = Impl::Kind::Collective;
+        st.collective = op;
+        m.steps.push_back(std::move(st));
+      }
+    for (int p = 0; p < parts[static_cast<size_t>(k)]; ++p) {
+      std::vector<const OpNode*> seg;
+      std::unordered_set<const NodeObj*> in_seg;
+      for (const OpNode* op : ops[static_cast<size_t>(k)])
+        if (seg_of(op).second == p) seg.push_back(op), in_seg.insert(op);
+      if (!seg.empty()) {
+        Impl::Step st = build_segment(seg, in_seg, used_outside, options, k);
+        if (!st.outs.empty()) m.steps.push_back(std::move(st));
+      }
+      for (size_t b = 0; b < m.buckets.size(); ++b)
+        if (m.buckets[b].level == k && m.buckets[b].after_part == p) {
+          Impl::Step st;
+          st.kind = Impl::Kind::StartBucket;
+          st.bucket = static_cast<int>(b);
+          m.steps.push_back(std::move(st));
+        }
+    }
+  }
+  // Stats entries in the order the collectives complete.
+  auto add_stat = [&](const OpNode* op) {
+    m.stat_of[op] = static_cast<int>(m.stats.collectives.size());
     CollectiveStats c;
-    c.op = st.collective->op->name;
-    c.axis = st.collective->attrs.get_string("axis");
+    c.op = op->op->name;
+    c.axis = op->attrs.get_string("axis");
     c.group_size = m.axis_comms[m.mesh.axis(c.axis)]->size();
-    c.bytes = st.collective->inputs[0].type().bytes();
+    c.bytes = op->inputs[0].type().bytes();
     m.stats.collectives.push_back(c);
+  };
+  for (const auto& st : m.steps) {
+    if (st.kind == Impl::Kind::Collective) add_stat(st.collective);
+    if (st.kind == Impl::Kind::WaitBucket)
+      for (const OpNode* ar : m.buckets[static_cast<size_t>(st.bucket)].all_reduces) add_stat(ar);
   }
+  m.stats.buckets = static_cast<int>(m.buckets.size());
 }
 
 Runner::~Runner() = default;
@@ -216,31 +295,75 @@ std::vector<NDArray> Runner::run(const std::vector<NDArray>& inputs) const {
   using clock = std::chrono::steady_clock;
   auto seconds_since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   auto run_start = clock::now();
-  for (size_t i = 0; i < m.steps.size(); ++i) {
-    const auto& st = m.steps[i];
+  int64_t wire_start = wire_bytes_sent();
+  std::vector<std::unique_ptr<Request>> inflight(m.buckets.size());
+  std::vector<NDArray> buffers(m.buckets.size());
+  for (const auto& st : m.steps) {
     auto t = clock::now();
-    if (st.collective) {
-      CollectiveStats& cs = m.stats.collectives[static_cast<size_t>(m.stat_of[i])];
-      int64_t wire = wire_bytes_sent();
-      int a = m.mesh.axis(st.collective->attrs.get_string("axis"));
-      env[st.collective->output()] = run_collective(*st.collective, get(st.collective->inputs[0]), *m.axis_comms[a]);
-      double s = seconds_since(t);
-      cs.seconds += s;
-      m.stats.collective_seconds += s;
-      ++cs.calls;
-      if (wire >= 0) cs.wire_bytes = std::max<int64_t>(cs.wire_bytes, 0) + wire_bytes_sent() - wire;
-      continue;
+    switch (st.kind) {
+      case Impl::Kind::Collective: {
+        CollectiveStats& cs = m.stats.collectives[static_cast<size_t>(m.stat_of.at(st.collective))];
+        int64_t wire = wire_bytes_sent();
+        int a = m.mesh.axis(st.collective->attrs.get_string("axis"));
+        env[st.collective->output()] = run_collective(*st.collective, get(st.collective->inputs[0]), *m.axis_comms[a]);
+        double s = seconds_since(t);
+        cs.seconds += s;
+        m.stats.collective_seconds += s;
+        ++cs.calls;
+        if (wire >= 0) cs.wire_bytes = std::max<int64_t>(cs.wire_bytes, 0) + wire_bytes_sent() - wire;
+        break;
+      }
+      case Impl::Kind::Segment: {
+        std::vector<NDArray> ins;
+        for (const Value& v : st.ins) ins.push_back(get(v));
+        std::vector<NDArray> outs = st.exe.run(ins);
+        for (size_t i = 0; i < outs.size(); ++i) env[st.outs[i]] = outs[i];
+        // MPI moves a non-blocking collective only inside MPI calls: give those in flight a push.
+        for (auto& r : inflight)
+          if (r) r->test();
+        m.stats.segment_seconds += seconds_since(t);
+        break;
+      }
+      case Impl::Kind::StartBucket: {
+        const Impl::Bucket& b = m.buckets[static_cast<size_t>(st.bucket)];
+        NDArray& buf = buffers[static_cast<size_t>(st.bucket)];
+        buf = NDArray::empty({b.count}, b.dtype);
+        char* dst = static_cast<char*>(buf.data());
+        for (size_t i = 0; i < b.all_reduces.size(); ++i) {
+          NDArray in = get(b.all_reduces[i]->inputs[0]);
+          std::memcpy(dst + b.offsets[i] * b.dtype.bytes(), in.data(), static_cast<size_t>(in.nbytes()));
+        }
+        inflight[static_cast<size_t>(st.bucket)] = m.axis_comms[static_cast<size_t>(b.axis)]->start_all_reduce(buf.data(), b.count, b.dtype);
+        m.stats.collective_seconds += seconds_since(t);
+        break;
+      }
+      case Impl::Kind::WaitBucket: {
+        const Impl::Bucket& b = m.buckets[static_cast<size_t>(st.bucket)];
+        inflight[static_cast<size_t>(st.bucket)]->wait();
+        double waited = seconds_since(t);
+        inflight[static_cast<size_t>(st.bucket)].reset();
+        const char* src = static_cast<const char*>(buffers[static_cast<size_t>(st.bucket)].data());
+        for (size_t i = 0; i < b.all_reduces.size(); ++i) {
+          const OpNode* ar = b.all_reduces[i];
+          NDArray out = NDArray::empty(ar->types[0].shape, b.dtype);
+          std::memcpy(out.data(), src + b.offsets[i] * b.dtype.bytes(), static_cast<size_t>(out.nbytes()));
+          env[ar->output()] = out;
+          CollectiveStats& cs = m.stats.collectives[static_cast<size_t>(m.stat_of.at(ar))];
+          ++cs.calls;
+          cs.seconds += waited * static_cast<double>(out.numel()) / static_cast<double>(b.count);  // the bucket's wait, shared by size
+        }
+        buffers[static_cast<size_t>(st.bucket)] = NDArray();
+        m.stats.bucket_wait_seconds += waited;
+        m.stats.collective_seconds += seconds_since(t);
+        break;
+      }
     }
-    std::vector<NDArray> ins;
-    for (const Value& v : st.ins) ins.push_back(get(v));
-    std::vector<NDArray> outs = st.exe.run(ins);
-    for (size_t i = 0; i < outs.size(); ++i) env[st.outs[i]] = outs[i];
-    m.stats.segment_seconds += seconds_since(t);
   }
   std::vector<NDArray> result;
   for (const Value& v : m.local.outputs()) result.push_back(get(v));
   ++m.stats.runs;
   m.stats.seconds += seconds_since(run_start);
+  if (wire_start >= 0) m.stats.wire_bytes = std::max<int64_t>(m.stats.wire_bytes, 0) + wire_bytes_sent() - wire_start;
   return result;
 }
 
@@ -249,7 +372,8 @@ RunStats Runner::stats() const { return impl_->stats; }
 void Runner::reset_stats() const {
   RunStats& s = impl_->stats;
   s.runs = 0;
-  s.seconds = s.segment_seconds = s.collective_seconds = 0;
+  s.seconds = s.segment_seconds = s.collective_seconds = s.bucket_wait_seconds = 0;
+  s.wire_bytes = -1;
   for (auto& c : s.collectives) {
     c.calls = 0;
     c.seconds = 0;
@@ -261,7 +385,7 @@ int Runner::rank() const { return impl_->rank; }
 const Graph& Runner::local_graph() const { return impl_->local; }
 int Runner::num_segments() const {
   int n = 0;
-  for (const auto& st : impl_->steps) n += st.collective == nullptr;
+  for (const auto& st : impl_->steps) n += st.kind == Impl::Kind::Segment;
   return n;
 }
 
