@@ -1,0 +1,38 @@
+"""Overlapping the gradient all-reduces with the backward pass (kiln.dist bucket_mb): bitwise the results of
+the runner that all-reduces in turn, on 2 and 4 ranks (tests/python/dist/dp_overlap.py), and on a mesh of one."""
+import os
+
+import numpy as np
+import pytest
+
+import kiln
+
+from test_dist import expect_ok, mlp_model, mpi
+
+pytestmark = pytest.mark.skipif(not hasattr(kiln, "dist"), reason="kiln was built without the distribution pass")
+
+
+def test_one_process_buckets_are_plain_copies():
+    model, rng = mlp_model()
+    mesh = kiln.dist.Mesh(("data", 1))
+    one = kiln.train.compile(model, loss="cross_entropy", optimizer=kiln.train.SGD(lr=0.1))
+    dp = kiln.dist.train(model, mesh, bucket_mb=0.0001, loss="cross_entropy", optimizer=kiln.train.SGD(lr=0.1))
+    assert dp.runner.stats()["buckets"] >= 2
+    for _ in range(3):
+        x, y = rng.standard_normal((8, 16)).astype("float32"), rng.integers(0, 8, 8)
+        a, b = one(x, y), dp(x, y)
+        assert abs(a - b) <= 1e-6 * max(1.0, abs(a))
+    for k in one.parameters:
+        np.testing.assert_allclose(dp.parameters[k], one.parameters[k], rtol=1e-5, atol=1e-6)
+    with pytest.raises(kiln.KilnError, match="bucket_mb"):
+        kiln.dist.shard(model, mesh, strategy="data").compile(bucket_mb=-1)
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_overlapped_buckets_match_all_reduces_in_turn(np_):
+    expect_ok("dp_overlap.py", np_, timeout=120)
+
+
+def test_stats_count_the_bytes_sent():
+    p, _ = mpi("dp_overlap.py", 2, timeout=120, env={"OMPI_MCA_pml_monitoring_enable": "1"})
+    assert p.returncode == 0 and "OK rank 0" in p.stdout and "OK rank 1" in p.stdout, (p.stdout + p.stderr)[-4000:]
