@@ -46,11 +46,12 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     p.add_argument("--algorithm", default="default", choices=sorted(ALGORITHMS), help="Open MPI's MPI_Iallreduce algorithm")
     p.add_argument("--bucket-mb", type=float, default=None,
-                   help="overlap the gradient all-reduces with the backward pass in buckets of this size (KILN_DIST_BUCKET_MB); "
-                        "0 turns it off")
+                   help="also run with the gradient all-reduces overlapped with the backward pass in buckets of this many MiB "
+                        "(kiln.dist.train(bucket_mb=...)) and report how much of the all-reduce time that hides")
     p.add_argument("--json", default=None, help="also write the results here")
     p.add_argument("--timeout", type=float, default=300, help="seconds per mpirun")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # the model, inside mpirun
+    p.add_argument("--worker-bucket-mb", type=float, default=0, help=argparse.SUPPRESS)
     return p.parse_args()
 
 
@@ -101,7 +102,8 @@ def worker(args):
     batch = per_rank * n
     model, xshape = build(kiln, np, batch)
     t = time.perf_counter()
-    dp = kiln.dist.train(model, kiln.dist.Mesh(("data", n)), loss="cross_entropy", optimizer=kiln.train.SGD(lr=0.01, momentum=0.9))
+    dp = kiln.dist.train(model, kiln.dist.Mesh(("data", n)), bucket_mb=args.worker_bucket_mb, loss="cross_entropy",
+                         optimizer=kiln.train.SGD(lr=0.01, momentum=0.9))
     compile_s = time.perf_counter() - t
     rng = np.random.default_rng(1)
     x = rng.standard_normal(xshape).astype("float32")
@@ -118,7 +120,7 @@ def worker(args):
     st = dp.runner.stats()
     # Every rank's totals to rank 0: [runner seconds, segments, collectives, wait, wire bytes of each collective...].
     cs = st["collectives"]
-    mine = np.array([st["seconds"], st["segment_seconds"], st["collective_seconds"], st.get("wait_seconds", st["collective_seconds"])]
+    mine = np.array([st["seconds"], st["segment_seconds"], st["collective_seconds"], st["bucket_wait_seconds"], st["wire_bytes"]]
                     + [c["wire_bytes"] for c in cs], "float64")
     everyone = kiln.dist.all_gather(mine)
     if rank == 0:
@@ -127,8 +129,9 @@ def worker(args):
             "model": args.worker, "ranks": n, "batch_per_rank": per_rank, "global_batch": batch, "params": params,
             "compile_s": compile_s, "step_s": times, "runs": st["runs"],
             "runner_s": everyone[:, 0].tolist(), "segment_s": everyone[:, 1].tolist(), "collective_s": everyone[:, 2].tolist(),
-            "wait_s": everyone[:, 3].tolist(), "overlap": st.get("overlap", None),
-            "collectives": [dict(c, wire_bytes_per_rank=everyone[:, 4 + i].tolist()) for i, c in enumerate(cs)],
+            "bucket_wait_s": everyone[:, 3].tolist(), "wire_bytes_per_rank": everyone[:, 4].tolist(),
+            "bucket_mb": args.worker_bucket_mb, "buckets": st["buckets"], "segments": dp.runner._r.num_segments,
+            "collectives": [dict(c, wire_bytes_per_rank=everyone[:, 5 + i].tolist()) for i, c in enumerate(cs)],
         }
         print("RESULT " + json.dumps(result), flush=True)
 
@@ -143,16 +146,16 @@ def cpu_model():
     return fields.get("Model name", "unknown"), int(fields.get("CPU(s)", os.cpu_count() or 1))
 
 
-def run_one(args, model, n, mpirun):
+def run_one(args, model, n, mpirun, bucket_mb=0):
     env = dict(os.environ, KILN_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
-    if args.bucket_mb is not None:
-        env["KILN_DIST_BUCKET_MB"] = str(args.bucket_mb)
+    env.pop("KILN_DIST_BUCKET_MB", None)
     cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n), "--mca", "pml_monitoring_enable", "1"]
     if ALGORITHMS[args.algorithm]:
         cmd += ["--mca", "coll_libnbc_iallreduce_algorithm", str(ALGORITHMS[args.algorithm])]
-    for k in ("PYTHONPATH", "KILN_NUM_THREADS", "OMP_NUM_THREADS") + (("KILN_DIST_BUCKET_MB",) if args.bucket_mb is not None else ()):
+    for k in ("PYTHONPATH", "KILN_NUM_THREADS", "OMP_NUM_THREADS"):
         cmd += ["-x", k]
-    cmd += [sys.executable, os.path.abspath(__file__), "--worker", model, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    cmd += [sys.executable, os.path.abspath(__file__), "--worker", model, "--steps", str(args.steps), "--warmup", str(args.warmup),
+            "--worker-bucket-mb", str(bucket_mb)]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     m = re.search(r"^RESULT (.*)$", p.stdout, re.M)
     if p.returncode != 0 or not m:
@@ -182,15 +185,13 @@ def report(results, cores):
             med = statistics.median(sps)
             base = base or med / n
             steps = r["runs"]
-            sent = statistics.mean(sum(c["wire_bytes_per_rank"][k] for c in r["collectives"]) for k in range(n)) / steps
+            sent = statistics.mean(r["wire_bytes_per_rank"]) / steps
             ideal = sum(2 * (n - 1) / n * c["bytes"] for c in r["collectives"] if c["op"] == "kiln.AllReduce")
-            share = statistics.mean(c / s for c, s in zip(r["wait_s"], r["runner_s"]))
+            share = statistics.mean(c / s for c, s in zip(r["collective_s"], r["runner_s"]))
             ratio = f"{sent / ideal:.2f}" if ideal and sent >= 0 else "-"
             flag = " *" if n > cores else ""
             print(f"{n:>5} {r['global_batch']:>6} {min(sps):>13.1f} {med:>9.1f} {med / base:>6.2f}x {statistics.median(r['step_s']) * 1e3:>8.2f} "
                   f"{share * 100:>9.1f}% {mb(sent) if sent >= 0 else '?':>12} {mb(ideal):>10} {ratio:>10} {r['compile_s']:>9.1f}{flag}")
-            if r.get("overlap"):
-                print(f"      overlap: {r['overlap']}")
         big = rows[-1]
         n = big["ranks"]
         print(f"\n  each collective on {n} ranks (per call, rank-averaged bytes sent; ideal = a ring's 2(N-1)/N x payload):")
@@ -200,6 +201,26 @@ def report(results, cores):
             ideal = 2 * (n - 1) / n * c["bytes"] if c["op"] == "kiln.AllReduce" else float("nan")
             print(f"  {i:>3} {c['op']:<15} {c['bytes']:>10} {sent:>10.0f} {ideal:>10.0f} "
                   f"{(sent / ideal if ideal else float('nan')):>10.2f} {c['seconds'] / max(1, c['calls']) * 1e3:>8.3f}")
+
+
+def report_overlap(pairs, cores):
+    """In turn vs overlapped, per model and rank count: the all-reduce time a step still spends blocked."""
+    print(f"\n## overlap of the gradient all-reduces with the backward pass (bucket_mb={pairs[0][1]['bucket_mb']})")
+    print("  comm ms = a step's time inside collectives (rank mean; overlapped: packing, starting, waiting, unpacking);"
+          " hidden = 1 - overlapped comm / in-turn comm")
+    print(f"  {'model':<5} {'ranks':>5} {'buckets':>7} {'segments':>8} {'step ms in turn':>15} {'overlapped':>10} "
+          f"{'comm ms in turn':>15} {'overlapped':>10} {'hidden':>7} {'blocked waiting ms':>18}")
+    for base, over in pairs:
+        n = base["ranks"]
+        steps = base["runs"]
+        comm_b = statistics.mean(base["collective_s"]) / steps * 1e3
+        comm_o = statistics.mean(over["collective_s"]) / over["runs"] * 1e3
+        wait_o = statistics.mean(over["bucket_wait_s"]) / over["runs"] * 1e3
+        hidden = f"{(1 - comm_o / comm_b) * 100:>6.0f}%" if comm_b > 0 else "      -"
+        flag = " *" if n > cores else ""
+        print(f"  {base['model']:<5} {n:>5} {over['buckets']:>7} {base['segments']:>3} -> {over['segments']:<2} "
+              f"{statistics.median(base['step_s']) * 1e3:>15.2f} {statistics.median(over['step_s']) * 1e3:>10.2f} "
+              f"{comm_b:>15.2f} {comm_o:>10.2f} {hidden} {wait_o:>18.2f}{flag}")
 
 
 def driver(args):
@@ -216,24 +237,29 @@ def driver(args):
     print(f"MPI: {ver[0] if ver else '?'}; MPI_Iallreduce algorithm: {args.algorithm}; one thread per rank "
           f"(KILN_NUM_THREADS=1, OMP_NUM_THREADS=1); ranks {ranks}, {args.warmup} warm-up + {args.steps} timed steps; "
           f"optimizer SGD(momentum); weak scaling (fixed batch per rank)")
-    if args.bucket_mb is not None:
-        print(f"gradient all-reduce overlap: KILN_DIST_BUCKET_MB={args.bucket_mb}")
+    if args.bucket_mb:
+        print(f"each multi-rank run is repeated with the gradient all-reduces overlapped, bucket_mb={args.bucket_mb}")
     load = os.getloadavg()[0]
     print(f"load average before the runs: {load:.2f}" + (" (other processes share the cores: the timings are disturbed)" if load > 0.5 else ""))
     over = [n for n in ranks if n > cores]
     if over:
         print(f"NOTE: this machine has {cores} cores: {', '.join(map(str, over))} ranks oversubscribe it (rows marked *): "
               f"ranks share cores, so their throughput cannot scale and time waiting for a descheduled peer counts as communication.")
-    results = []
+    results, pairs = [], []
     for model in args.models.split(","):
         for n in ranks:
             t = time.perf_counter()
             results.append(run_one(args, model, n, mpirun))
+            if args.bucket_mb and n > 1:
+                pairs.append((results[-1], run_one(args, model, n, mpirun, args.bucket_mb)))
             print(f"  ran {model} on {n} rank(s) in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
     report(results, cores)
+    if pairs:
+        report_overlap(pairs, cores)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cpu": cpu, "cores": cores, "algorithm": args.algorithm, "results": results}, f, indent=1)
+            json.dump({"cpu": cpu, "cores": cores, "algorithm": args.algorithm, "results": results,
+                       "overlap": [p[1] for p in pairs]}, f, indent=1)
 
 
 if __name__ == "__main__":
