@@ -16,7 +16,11 @@ the distribution pass propagates that split through the graph; the weight
 gradients come out as partial sums, so it inserts one kiln.AllReduce per
 gradient (and one for the loss) before the optimizer. Each rank's graph
 is cut at those collectives into segments compiled as usual. Parameters
-start as rank 0's (as PyTorch's DistributedDataParallel does).
+start as rank 0's (as PyTorch's DistributedDataParallel does). With
+kiln.dist.train(..., bucket_mb=1) the gradient all-reduces overlap the
+backward pass instead: gradients are packed in buckets of about 1 MiB, each
+all-reduced (non-blocking) as soon as the backward pass has produced it
+(bench/dist_bench.py --bucket-mb measures what that hides).
 
 This script
 
