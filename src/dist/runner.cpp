@@ -96,7 +96,8 @@ struct Runner::Impl {
     std::vector<int64_t> offsets;  // of each in the buffer, in elements
     int64_t count = 0;
     DataType dtype;
-    int axis = 0, level = 0, after_part = 0;
+    int axis = 0, level = 0, after_part = 0;  // started after part after_part of level `level`
+    int wait_part = 0;                        // waited before part wait_part of level `level` + 1
   };
   std::vector<Step> steps;
   std::vector<Bucket> buckets;
@@ -215,6 +216,30 @@ Runner::Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, cons
       m.buckets.push_back(B);
     }
   }
+  // Level k waits for level k-1's buckets one at a time, each just before the first part of its ops that
+  // needs it: the optimizer updates the first bucket's parameters while the next bucket is in flight.
+  for (int k = 1; k < levels; ++k) {
+    std::vector<size_t> mine;
+    for (size_t b = 0; b < m.buckets.size(); ++b)
+      if (m.buckets[b].level + 1 == k) mine.push_back(b);
+    if (mine.size() < 2 || parts[static_cast<size_t>(k)] > 1) continue;  // a level cut for its own buckets keeps its parts
+    std::unordered_map<const NodeObj*, int> wait_of;
+    for (size_t j = 0; j < mine.size(); ++j) {
+      m.buckets[mine[j]].wait_part = static_cast<int>(j);
+      for (const OpNode* ar : m.buckets[mine[j]].all_reduces) wait_of[ar] = static_cast<int>(j);
+    }
+    for (const OpNode* op : ops[static_cast<size_t>(k)]) {
+      int p = 0;
+      for (const Value& v : op->inputs) {
+        if (!v.defined()) continue;
+        auto w = wait_of.find(v.node.get());
+        if (w != wait_of.end()) p = std::max(p, w->second);
+        else if (part.count(v.node.get()) && level.at(v.node.get()) == k) p = std::max(p, part.at(v.node.get()));
+      }
+      part[op] = p;
+    }
+    parts[static_cast<size_t>(k)] = static_cast<int>(mine.size());
+  }
   // The values some other step (or the caller) reads.
   auto seg_of = [&](const NodeObj* n) { return std::make_pair(level.at(n), part.count(n) ? part.at(n) : 0); };
   std::unordered_set<Value, ValueHash> used_outside(m.local.outputs().begin(), m.local.outputs().end());
@@ -226,13 +251,6 @@ Runner::Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, cons
         used_outside.insert(v);
   }
   for (int k = 0; k < levels; ++k) {
-    for (size_t b = 0; b < m.buckets.size(); ++b)
-      if (m.buckets[b].level + 1 == k) {
-        Impl::Step st;
-        st.kind = Impl::Kind::WaitBucket;
-        st.bucket = static_cast<int>(b);
-        m.steps.push_back(std::move(st));
-      }
     for (const OpNode* op : colls[static_cast<size_t>(k)])
       if (!bucketed.count(op)) {
         Impl::Step st;
@@ -241,6 +259,13 @@ Runner::Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, cons
         m.steps.push_back(std::move(st));
       }
     for (int p = 0; p < parts[static_cast<size_t>(k)]; ++p) {
+      for (size_t b = 0; b < m.buckets.size(); ++b)
+        if (m.buckets[b].level + 1 == k && m.buckets[b].wait_part == p) {
+          Impl::Step st;
+          st.kind = Impl::Kind::WaitBucket;
+          st.bucket = static_cast<int>(b);
+          m.steps.push_back(std::move(st));
+        }
       std::vector<const OpNode*> seg;
       std::unordered_set<const NodeObj*> in_seg;
       for (const OpNode* op : ops[static_cast<size_t>(k)])
