@@ -2,6 +2,9 @@
 // between them (see runner.h). Levels: a value's level is the number of
 // collectives on its longest path from the inputs; segment k holds the
 // non-collective ops of level k and runs after the collectives of level k.
+// With overlap (bucket_bytes > 0) a level is cut into parts: after each, a
+// bucket of the next level's all-reduces is started, and the next level
+// waits for each bucket just before the part that needs it.
 #include "kiln/dist/runner.h"
 
 #include <chrono>
@@ -146,12 +149,167 @@ Runner::Impl::Step build_segment(const std::vector<const OpNode*>& ops, const st
   return st;
 }
 
-}  // namespace
-
 int64_t default_bucket_bytes() {
   const char* s = std::getenv("KILN_DIST_BUCKET_MB");
   return s && std::atof(s) > 0 ? static_cast<int64_t>(std::atof(s) * 1024 * 1024) : 0;
 }
+
+// Where each op runs: its level and its part of the level (segment = (level, part)).
+struct Layout {
+  std::unordered_map<const NodeObj*, int> level, part;
+  std::vector<std::vector<const OpNode*>> ops, colls;  // per level, in topological order
+  std::vector<int> parts;                              // per level
+  std::unordered_set<const OpNode*> bucketed;          // all-reduces that run in buckets
+  std::pair<int, int> segment_of(const NodeObj* n) const { return {level.at(n), part.count(n) ? part.at(n) : 0}; }
+};
+
+// A collective's level is one more than its inputs'; other ops take their inputs' highest.
+Layout levels_of(const std::vector<Ref<NodeObj>>& order) {
+  Layout lay;
+  int levels = 1;
+  for (const auto& n : order) {
+    int l = 0;
+    if (n->kind == NodeKind::Op) {
+      for (const Value& v : static_cast<const OpNode&>(*n).inputs)
+        if (v.defined()) l = std::max(l, lay.level.at(v.node.get()));
+      if (node_is_collective(n.get())) ++l;
+    }
+    lay.level[n.get()] = l;
+    levels = std::max(levels, l + 1);
+  }
+  lay.ops.resize(static_cast<size_t>(levels));
+  lay.colls.resize(static_cast<size_t>(levels));
+  lay.parts.assign(static_cast<size_t>(levels), 1);
+  for (const auto& n : order)
+    if (n->kind == NodeKind::Op)
+      (node_is_collective(n.get()) ? lay.colls : lay.ops)[static_cast<size_t>(lay.level.at(n.get()))].push_back(static_cast<const OpNode*>(n.get()));
+  return lay;
+}
+
+// The all-reduces of level k+1 fed by ops of level k go in buckets, level k's ops in parts (buckets.h).
+void plan_overlap(Layout& lay, Runner::Impl& m, int64_t bucket_bytes) {
+  for (size_t k = 0; k + 1 < lay.ops.size(); ++k) {
+    std::vector<const OpNode*> cands;
+    for (const OpNode* c : lay.colls[k + 1]) {
+      const Value& in = c->inputs[0];
+      if (c->op->name == "kiln.AllReduce" && in.node->kind == NodeKind::Op && !node_is_collective(in.node.get()) &&
+          lay.level.at(in.node.get()) == static_cast<int>(k))
+        cands.push_back(c);
+    }
+    if (cands.empty()) continue;
+    BucketPlan bp = plan_buckets(lay.ops[k], cands, bucket_bytes);
+    lay.part.insert(bp.part.begin(), bp.part.end());
+    lay.parts[k] = bp.parts;
+    for (const auto& b : bp.buckets) {
+      Runner::Impl::Bucket B;
+      B.all_reduces = b.all_reduces;
+      B.level = static_cast<int>(k);
+      B.after_part = b.after_part;
+      B.dtype = b.all_reduces[0]->inputs[0].type().dtype;
+      B.axis = m.mesh.axis(b.all_reduces[0]->attrs.get_string("axis"));
+      for (const OpNode* ar : b.all_reduces) {
+        B.offsets.push_back(B.count);
+        B.count += ar->inputs[0].type().numel();
+        lay.bucketed.insert(ar);
+      }
+      m.buckets.push_back(B);
+    }
+  }
+}
+
+// Level k waits for level k-1's buckets one at a time, each just before the first part of its ops that
+// needs it: the optimizer updates the first bucket's parameters while the next bucket is in flight.
+void plan_waits(Layout& lay, Runner::Impl& m) {
+  for (size_t k = 1; k < lay.ops.size(); ++k) {
+    std::vector<size_t> mine;
+    for (size_t b = 0; b < m.buckets.size(); ++b)
+      if (m.buckets[b].level + 1 == static_cast<int>(k)) mine.push_back(b);
+    if (mine.size() < 2 || lay.parts[k] > 1) continue;  // a level cut for its own buckets keeps its parts
+    std::unordered_map<const NodeObj*, int> wait_of;
+    for (size_t j = 0; j < mine.size(); ++j) {
+      m.buckets[mine[j]].wait_part = static_cast<int>(j);
+      for (const OpNode* ar : m.buckets[mine[j]].all_reduces) wait_of[ar] = static_cast<int>(j);
+    }
+    for (const OpNode* op : lay.ops[k]) {
+      int p = 0;
+      for (const Value& v : op->inputs) {
+        if (!v.defined()) continue;
+        auto w = wait_of.find(v.node.get());
+        if (w != wait_of.end()) p = std::max(p, w->second);
+        else if (lay.part.count(v.node.get()) && lay.level.at(v.node.get()) == static_cast<int>(k)) p = std::max(p, lay.part.at(v.node.get()));
+      }
+      lay.part[op] = p;
+    }
+    lay.parts[k] = static_cast<int>(mine.size());
+  }
+}
+
+Runner::Impl::Step bucket_step(Runner::Impl::Kind kind, size_t b) {
+  Runner::Impl::Step st;
+  st.kind = kind;
+  st.bucket = static_cast<int>(b);
+  return st;
+}
+
+// The steps in order: per level, its collectives that run alone, then per part: the buckets it waits for,
+// its segment, the buckets it starts.
+void emit_steps(const Layout& lay, const std::vector<Ref<NodeObj>>& order, Runner::Impl& m, const CompileOptions& options) {
+  using Kind = Runner::Impl::Kind;
+  // The values some other step (or the caller) reads.
+  std::unordered_set<Value, ValueHash> used_outside(m.local.outputs().begin(), m.local.outputs().end());
+  for (const auto& n : order) {
+    if (n->kind != NodeKind::Op) continue;
+    for (const Value& v : static_cast<const OpNode&>(*n).inputs)
+      if (v.defined() && v.node->kind == NodeKind::Op &&
+          (node_is_collective(n.get()) || node_is_collective(v.node.get()) || lay.segment_of(v.node.get()) != lay.segment_of(n.get())))
+        used_outside.insert(v);
+  }
+  for (size_t k = 0; k < lay.ops.size(); ++k) {
+    int level = static_cast<int>(k);
+    for (const OpNode* op : lay.colls[k])
+      if (!lay.bucketed.count(op)) {
+        Runner::Impl::Step st;
+        st.kind = Kind::Collective;
+        st.collective = op;
+        m.steps.push_back(std::move(st));
+      }
+    for (int p = 0; p < lay.parts[k]; ++p) {
+      for (size_t b = 0; b < m.buckets.size(); ++b)
+        if (m.buckets[b].level + 1 == level && m.buckets[b].wait_part == p) m.steps.push_back(bucket_step(Kind::WaitBucket, b));
+      std::vector<const OpNode*> seg;
+      std::unordered_set<const NodeObj*> in_seg;
+      for (const OpNode* op : lay.ops[k])
+        if (lay.segment_of(op).second == p) seg.push_back(op), in_seg.insert(op);
+      if (!seg.empty()) {
+        Runner::Impl::Step st = build_segment(seg, in_seg, used_outside, options, level);
+        if (!st.outs.empty()) m.steps.push_back(std::move(st));
+      }
+      for (size_t b = 0; b < m.buckets.size(); ++b)
+        if (m.buckets[b].level == level && m.buckets[b].after_part == p) m.steps.push_back(bucket_step(Kind::StartBucket, b));
+    }
+  }
+}
+
+// Stats entries in the order the collectives complete.
+void init_stats(Runner::Impl& m) {
+  auto add = [&](const OpNode* op) {
+    m.stat_of[op] = static_cast<int>(m.stats.collectives.size());
+    CollectiveStats c;
+    c.op = op->op->name;
+    c.axis = op->attrs.get_string("axis");
+    c.group_size = m.axis_comms[static_cast<size_t>(m.mesh.axis(c.axis))]->size();
+    c.bytes = op->inputs[0].type().bytes();
+    m.stats.collectives.push_back(c);
+  };
+  for (const auto& st : m.steps) {
+    if (st.kind == Runner::Impl::Kind::Collective) add(st.collective);
+    if (st.kind == Runner::Impl::Kind::WaitBucket)
+      for (const OpNode* ar : m.buckets[static_cast<size_t>(st.bucket)].all_reduces) add(ar);
+  }
+  m.stats.buckets = static_cast<int>(m.buckets.size());
+}
+
+}  // namespace
 
 Runner::Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, const CompileOptions& options, int64_t bucket_bytes)
     : impl_(std::make_unique<Impl>()) {
@@ -168,137 +326,14 @@ Runner::Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, cons
     base[a] = 0;
     m.axis_comms.push_back(world->split(sg.mesh.rank_of(base), c[a]));
   }
-  // Levels: a collective's is one more than its inputs'; other ops take their inputs' highest.
-  std::unordered_map<const NodeObj*, int> level;
-  int levels = 1;
   auto order = m.local.topo_order();
-  for (const auto& n : order) {
-    int l = 0;
-    if (n->kind == NodeKind::Op) {
-      for (const Value& v : static_cast<const OpNode&>(*n).inputs)
-        if (v.defined()) l = std::max(l, level.at(v.node.get()));
-      if (node_is_collective(n.get())) ++l;
-    }
-    level[n.get()] = l;
-    levels = std::max(levels, l + 1);
+  Layout lay = levels_of(order);
+  if (bucket_bytes > 0) {
+    plan_overlap(lay, m, bucket_bytes);
+    plan_waits(lay, m);
   }
-  std::vector<std::vector<const OpNode*>> ops(static_cast<size_t>(levels)), colls(static_cast<size_t>(levels));
-  for (const auto& n : order)
-    if (n->kind == NodeKind::Op)
-      (node_is_collective(n.get()) ? colls : ops)[static_cast<size_t>(level.at(n.get()))].push_back(static_cast<const OpNode*>(n.get()));
-  // Overlap: the all-reduces of level k+1 fed by ops of level k go in buckets, level k's ops in parts (buckets.h).
-  std::unordered_map<const NodeObj*, int> part;
-  std::vector<int> parts(static_cast<size_t>(levels), 1);
-  std::unordered_set<const OpNode*> bucketed;
-  for (int k = 0; bucket_bytes > 0 && k + 1 < levels; ++k) {
-    std::vector<const OpNode*> cands;
-    for (const OpNode* c : colls[static_cast<size_t>(k + 1)]) {
-      const Value& in = c->inputs[0];
-      if (c->op->name == "kiln.AllReduce" && in.node->kind == NodeKind::Op && !node_is_collective(in.node.get()) && level.at(in.node.get()) == k)
-        cands.push_back(c);
-    }
-    if (cands.empty()) continue;
-    BucketPlan bp = plan_buckets(ops[static_cast<size_t>(k)], cands, bucket_bytes);
-    part.insert(bp.part.begin(), bp.part.end());
-    parts[static_cast<size_t>(k)] = bp.parts;
-    for (const auto& b : bp.buckets) {
-      Impl::Bucket B;
-      B.all_reduces = b.all_reduces;
-      B.level = k;
-      B.after_part = b.after_part;
-      B.dtype = b.all_reduces[0]->inputs[0].type().dtype;
-      B.axis = m.mesh.axis(b.all_reduces[0]->attrs.get_string("axis"));
-      for (const OpNode* ar : b.all_reduces) {
-        B.offsets.push_back(B.count);
-        B.count += ar->inputs[0].type().numel();
-        bucketed.insert(ar);
-      }
-      m.buckets.push_back(B);
-    }
-  }
-  // Level k waits for level k-1's buckets one at a time, each just before the first part of its ops that
-  // needs it: the optimizer updates the first bucket's parameters while the next bucket is in flight.
-  for (int k = 1; k < levels; ++k) {
-    std::vector<size_t> mine;
-    for (size_t b = 0; b < m.buckets.size(); ++b)
-      if (m.buckets[b].level + 1 == k) mine.push_back(b);
-    if (mine.size() < 2 || parts[static_cast<size_t>(k)] > 1) continue;  // a level cut for its own buckets keeps its parts
-    std::unordered_map<const NodeObj*, int> wait_of;
-    for (size_t j = 0; j < mine.size(); ++j) {
-      m.buckets[mine[j]].wait_part = static_cast<int>(j);
-      for (const OpNode* ar : m.buckets[mine[j]].all_reduces) wait_of[ar] = static_cast<int>(j);
-    }
-    for (const OpNode* op : ops[static_cast<size_t>(k)]) {
-      int p = 0;
-      for (const Value& v : op->inputs) {
-        if (!v.defined()) continue;
-        auto w = wait_of.find(v.node.get());
-        if (w != wait_of.end()) p = std::max(p, w->second);
-        else if (part.count(v.node.get()) && level.at(v.node.get()) == k) p = std::max(p, part.at(v.node.get()));
-      }
-      part[op] = p;
-    }
-    parts[static_cast<size_t>(k)] = static_cast<int>(mine.size());
-  }
-  // The values some other step (or the caller) reads.
-  auto seg_of = [&](const NodeObj* n) { return std::make_pair(level.at(n), part.count(n) ? part.at(n) : 0); };
-  std::unordered_set<Value, ValueHash> used_outside(m.local.outputs().begin(), m.local.outputs().end());
-  for (const auto& n : order) {
-    if (n->kind != NodeKind::Op) continue;
-    for (const Value& v : static_cast<const OpNode&>(*n).inputs)
-      if (v.defined() && v.node->kind == NodeKind::Op &&
-          (node_is_collective(n.get()) || node_is_collective(v.node.get()) || seg_of(v.node.get()) != seg_of(n.get())))
-        used_outside.insert(v);
-  }
-  for (int k = 0; k < levels; ++k) {
-    for (const OpNode* op : colls[static_cast<size_t>(k)])
-      if (!bucketed.count(op)) {
-        Impl::Step st;
-        st.kind = Impl::Kind::Collective;
-        st.collective = op;
-        m.steps.push_back(std::move(st));
-      }
-    for (int p = 0; p < parts[static_cast<size_t>(k)]; ++p) {
-      for (size_t b = 0; b < m.buckets.size(); ++b)
-        if (m.buckets[b].level + 1 == k && m.buckets[b].wait_part == p) {
-          Impl::Step st;
-          st.kind = Impl::Kind::WaitBucket;
-          st.bucket = static_cast<int>(b);
-          m.steps.push_back(std::move(st));
-        }
-      std::vector<const OpNode*> seg;
-      std::unordered_set<const NodeObj*> in_seg;
-      for (const OpNode* op : ops[static_cast<size_t>(k)])
-        if (seg_of(op).second == p) seg.push_back(op), in_seg.insert(op);
-      if (!seg.empty()) {
-        Impl::Step st = build_segment(seg, in_seg, used_outside, options, k);
-        if (!st.outs.empty()) m.steps.push_back(std::move(st));
-      }
-      for (size_t b = 0; b < m.buckets.size(); ++b)
-        if (m.buckets[b].level == k && m.buckets[b].after_part == p) {
-          Impl::Step st;
-          st.kind = Impl::Kind::StartBucket;
-          st.bucket = static_cast<int>(b);
-          m.steps.push_back(std::move(st));
-        }
-    }
-  }
-  // Stats entries in the order the collectives complete.
-  auto add_stat = [&](const OpNode* op) {
-    m.stat_of[op] = static_cast<int>(m.stats.collectives.size());
-    CollectiveStats c;
-    c.op = op->op->name;
-    c.axis = op->attrs.get_string("axis");
-    c.group_size = m.axis_comms[m.mesh.axis(c.axis)]->size();
-    c.bytes = op->inputs[0].type().bytes();
-    m.stats.collectives.push_back(c);
-  };
-  for (const auto& st : m.steps) {
-    if (st.kind == Impl::Kind::Collective) add_stat(st.collective);
-    if (st.kind == Impl::Kind::WaitBucket)
-      for (const OpNode* ar : m.buckets[static_cast<size_t>(st.bucket)].all_reduces) add_stat(ar);
-  }
-  m.stats.buckets = static_cast<int>(m.buckets.size());
+  emit_steps(lay, order, m, options);
+  init_stats(m);
 }
 
 Runner::~Runner() = default;
