@@ -2,27 +2,36 @@
 """Data-parallel training throughput of kiln.dist on 1, 2 and 4 ranks, and what its collectives cost.
 
   PYTHONPATH=python:build/python /usr/bin/python3 bench/dist_bench.py [--ranks 1,2,4] [--models mlp,cnn]
-      [--steps 10] [--algorithm default|ring|...] [--json out.json]
+      [--steps 10] [--algorithm default|ring|...] [--bucket-mb 1] [--json out.json]
 
 The driver (this script without mpirun) starts `mpirun -np N` on itself for
-each rank count, one thread per rank (KILN_NUM_THREADS=1, OMP_NUM_THREADS=1),
-with Open MPI's monitoring on (--mca pml_monitoring_enable 1), so that the
-runner's stats (kiln.dist Runner.stats()) count the bytes each collective
-sent. Each rank trains with a fixed batch per rank (weak scaling, as
+each rank count, one thread per rank (KILN_NUM_THREADS=1, OMP_NUM_THREADS=1).
+Each rank trains with a fixed batch per rank (weak scaling, as
 DistributedDataParallel is used): the global batch grows with N. It reports
 
   - samples/s of the global batch: the min and median over the timed steps
     (rank 0's step time, from the call to the returned loss)
-  - the bytes each rank sent for the gradient all-reduces per step, against
-    a ring all-reduce's 2(N-1)/N of the gradient bytes (the least any
-    all-reduce sends per rank when every rank ends with the whole sum)
   - the share of the runner's time spent inside collectives (waiting for
     the peers included: on an oversubscribed host, a rank that waits for
-    the core is counted as waiting on communication)
+    a descheduled peer counts it as communication), from the runner's
+    stats (kiln.dist Runner.stats())
+  - the bytes each rank sent for collectives per step, against a ring
+    all-reduce's 2(N-1)/N of the gradient bytes (the least an all-reduce
+    can send per rank). They are the bytes Open MPI's point-to-point layer
+    moved for collectives (its monitoring: --mca pml_monitoring_enable 2,
+    written at exit), so they depend on the algorithm MPI picked. A run is
+    repeated without steps to subtract the setup's traffic (parameter
+    broadcast, communicator splits); and each distinct all-reduce size is
+    probed alone (kiln.dist.all_reduce, the same MPI call) for the
+    per-collective table. (Open MPI's coll_monitoring counters are a model,
+    (N-1) x payload whatever the algorithm, not a measurement.)
 
 --algorithm picks Open MPI's non-blocking all-reduce algorithm (kiln's
 communicator issues MPI_Iallreduce, i.e. coll/libnbc): default (libnbc's
 own choice), ring, binomial, rabenseifner, recursive_doubling.
+--bucket-mb repeats each multi-rank run with the gradient all-reduces
+overlapped with the backward pass (kiln.dist.train(bucket_mb=...)) and
+reports the share of the in-turn collective time that hides.
 """
 import argparse
 import json
@@ -32,6 +41,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -52,6 +62,8 @@ def parse_args():
     p.add_argument("--timeout", type=float, default=300, help="seconds per mpirun")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # the model, inside mpirun
     p.add_argument("--worker-bucket-mb", type=float, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--probe", type=int, default=None, help=argparse.SUPPRESS)  # bytes of one all-reduce, inside mpirun
+    p.add_argument("--no-probe", action="store_true", help="skip the per-collective byte probes")
     return p.parse_args()
 
 
@@ -92,6 +104,22 @@ MODELS = {"mlp": (mlp, 64), "cnn": (cnn, 16)}  # builder, batch per rank
 
 
 # ---------------------------------------------------------------------------------------------- inside mpirun
+PROBE_REPEATS = 8
+
+
+def probe(args):
+    """All-reduces of one size, PROBE_REPEATS times (0 bytes: none, the baseline of the probes)."""
+    import numpy as np
+
+    import kiln
+
+    buf = np.zeros(max(1, args.probe // 4), "float32")
+    kiln.dist.barrier()
+    for _ in range(PROBE_REPEATS if args.probe else 0):
+        kiln.dist.all_reduce(buf)
+    kiln.dist.barrier()
+
+
 def worker(args):
     import numpy as np
 
@@ -118,20 +146,18 @@ def worker(args):
         dp(x, y)
         times.append(time.perf_counter() - t)
     st = dp.runner.stats()
-    # Every rank's totals to rank 0: [runner seconds, segments, collectives, wait, wire bytes of each collective...].
-    cs = st["collectives"]
-    mine = np.array([st["seconds"], st["segment_seconds"], st["collective_seconds"], st["bucket_wait_seconds"], st["wire_bytes"]]
-                    + [c["wire_bytes"] for c in cs], "float64")
+    # Every rank's totals to rank 0 (the same collectives with or without steps: the setup run subtracts them).
+    mine = np.array([st["seconds"], st["segment_seconds"], st["collective_seconds"], st["bucket_wait_seconds"]], "float64")
     everyone = kiln.dist.all_gather(mine)
     if rank == 0:
         params = sum(int(np.prod(p.shape)) for p in dp.parameters.values())
         result = {
             "model": args.worker, "ranks": n, "batch_per_rank": per_rank, "global_batch": batch, "params": params,
-            "compile_s": compile_s, "step_s": times, "runs": st["runs"],
+            "compile_s": compile_s, "step_s": times, "runs": st["runs"], "warmup": args.warmup,
             "runner_s": everyone[:, 0].tolist(), "segment_s": everyone[:, 1].tolist(), "collective_s": everyone[:, 2].tolist(),
-            "bucket_wait_s": everyone[:, 3].tolist(), "wire_bytes_per_rank": everyone[:, 4].tolist(),
+            "bucket_wait_s": everyone[:, 3].tolist(),
             "bucket_mb": args.worker_bucket_mb, "buckets": st["buckets"], "segments": dp.runner._r.num_segments,
-            "collectives": [dict(c, wire_bytes_per_rank=everyone[:, 5 + i].tolist()) for i, c in enumerate(cs)],
+            "collectives": st["collectives"],
         }
         print("RESULT " + json.dumps(result), flush=True)
 
@@ -146,28 +172,74 @@ def cpu_model():
     return fields.get("Model name", "unknown"), int(fields.get("CPU(s)", os.cpu_count() or 1))
 
 
-def run_one(args, model, n, mpirun, bucket_mb=0):
-    env = dict(os.environ, KILN_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
-    env.pop("KILN_DIST_BUCKET_MB", None)
-    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n), "--mca", "pml_monitoring_enable", "1"]
+def mpirun_cmd(args, n, mpirun, prof):
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n),
+           "--mca", "pml_monitoring_enable", "2", "--mca", "pml_monitoring_enable_output", "3", "--mca", "pml_monitoring_filename", prof]
     if ALGORITHMS[args.algorithm]:
         cmd += ["--mca", "coll_libnbc_iallreduce_algorithm", str(ALGORITHMS[args.algorithm])]
     for k in ("PYTHONPATH", "KILN_NUM_THREADS", "OMP_NUM_THREADS"):
         cmd += ["-x", k]
-    cmd += [sys.executable, os.path.abspath(__file__), "--worker", model, "--steps", str(args.steps), "--warmup", str(args.warmup),
-            "--worker-bucket-mb", str(bucket_mb)]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
-    m = re.search(r"^RESULT (.*)$", p.stdout, re.M)
-    if p.returncode != 0 or not m:
-        sys.exit(f"mpirun -np {n} ({model}) failed (exit {p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
-    return json.loads(m.group(1))
+    return cmd + [sys.executable, os.path.abspath(__file__)]
+
+
+def launch(args, n, mpirun, extra):
+    """Runs this script under mpirun; returns (stdout, bytes each rank sent for collectives, from the monitoring files)."""
+    env = dict(os.environ, KILN_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("KILN_DIST_BUCKET_MB", None)
+    with tempfile.TemporaryDirectory(prefix="kiln_dist_bench_") as d:
+        prof = os.path.join(d, "prof")
+        p = subprocess.run(mpirun_cmd(args, n, mpirun, prof) + extra, env=env, capture_output=True, text=True, timeout=args.timeout)
+        if p.returncode != 0:
+            sys.exit(f"mpirun -np {n} {' '.join(extra)} failed (exit {p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+        sent = []
+        for r in range(n):
+            try:
+                text = open(f"{prof}.{r}.prof").read()
+            except OSError:
+                sent.append(-1)  # no monitoring output (not Open MPI?)
+                continue
+            # "I <rank> <peer> <bytes> bytes ...": point-to-point messages internal to collectives (pml_monitoring_enable 2).
+            sent.append(sum(int(b) for b in re.findall(r"^I\s+\d+\s+\d+\s+(\d+) bytes", text, re.M)))
+    return p.stdout, sent
+
+
+def run_one(args, model, n, mpirun, bucket_mb=0, steps=None, warmup=None):
+    steps = args.steps if steps is None else steps
+    warmup = args.warmup if warmup is None else warmup
+    out, sent = launch(args, n, mpirun, ["--worker", model, "--steps", str(steps), "--warmup", str(warmup), "--worker-bucket-mb", str(bucket_mb)])
+    m = re.search(r"^RESULT (.*)$", out, re.M)
+    if not m:
+        sys.exit(f"mpirun -np {n} ({model}) printed no result:\n{out[-3000:]}")
+    r = json.loads(m.group(1))
+    r["sent_per_rank"] = sent
+    return r
+
+
+def probe_sizes(args, n, mpirun, sizes):
+    """{payload bytes: bytes each rank sent per all-reduce of that size (rank mean)}."""
+    _, base = launch(args, n, mpirun, ["--probe", "0"])
+    out = {}
+    for b in sorted(sizes):
+        _, sent = launch(args, n, mpirun, ["--probe", str(b)])
+        out[b] = statistics.mean(s - s0 for s, s0 in zip(sent, base)) / PROBE_REPEATS if min(sent) >= 0 else -1
+    return out
 
 
 def mb(b):
     return f"{b / 1e6:.3f}"
 
 
-def report(results, cores):
+def sent_per_step(r):
+    """Bytes one rank sent for collectives per training step (rank mean), the setup's traffic subtracted."""
+    if r["ranks"] == 1:
+        return 0.0
+    if min(r["sent_per_rank"] + r["setup_sent_per_rank"]) < 0:
+        return -1.0
+    total = statistics.mean(a - b for a, b in zip(r["sent_per_rank"], r["setup_sent_per_rank"]))
+    return total / (r["warmup"] + r["runs"])
+
+
+def report(results, probes, cores):
     by_model = {}
     for r in results:
         by_model.setdefault(r["model"], []).append(r)
@@ -184,23 +256,31 @@ def report(results, cores):
             sps = [r["global_batch"] / s for s in r["step_s"]]
             med = statistics.median(sps)
             base = base or med / n
-            steps = r["runs"]
-            sent = statistics.mean(r["wire_bytes_per_rank"]) / steps
+            sent = sent_per_step(r)
             ideal = sum(2 * (n - 1) / n * c["bytes"] for c in r["collectives"] if c["op"] == "kiln.AllReduce")
             share = statistics.mean(c / s for c, s in zip(r["collective_s"], r["runner_s"]))
             ratio = f"{sent / ideal:.2f}" if ideal and sent >= 0 else "-"
             flag = " *" if n > cores else ""
             print(f"{n:>5} {r['global_batch']:>6} {min(sps):>13.1f} {med:>9.1f} {med / base:>6.2f}x {statistics.median(r['step_s']) * 1e3:>8.2f} "
                   f"{share * 100:>9.1f}% {mb(sent) if sent >= 0 else '?':>12} {mb(ideal):>10} {ratio:>10} {r['compile_s']:>9.1f}{flag}")
-        big = rows[-1]
-        n = big["ranks"]
-        print(f"\n  each collective on {n} ranks (per call, rank-averaged bytes sent; ideal = a ring's 2(N-1)/N x payload):")
-        print(f"  {'#':>3} {'op':<15} {'payload B':>10} {'sent B':>10} {'ideal B':>10} {'sent/ideal':>10} {'ms/call':>8}")
-        for i, c in enumerate(big["collectives"]):
-            sent = statistics.mean(c["wire_bytes_per_rank"]) / max(1, c["calls"])
-            ideal = 2 * (n - 1) / n * c["bytes"] if c["op"] == "kiln.AllReduce" else float("nan")
-            print(f"  {i:>3} {c['op']:<15} {c['bytes']:>10} {sent:>10.0f} {ideal:>10.0f} "
-                  f"{(sent / ideal if ideal else float('nan')):>10.2f} {c['seconds'] / max(1, c['calls']) * 1e3:>8.3f}")
+        multi = [r for r in rows if r["ranks"] > 1 and r["ranks"] in probes]
+        if not multi:
+            continue
+        print("\n  each all-reduce, per call: bytes one rank sent (probed alone: the same MPI call and size), a ring's "
+              "2(N-1)/N x payload, their ratio, and ms per call in the timed steps")
+        head = f"  {'#':>3} {'payload B':>10}"
+        for r in multi:
+            head += f" | N={r['ranks']}: {'sent B':>9} {'ideal B':>9} {'ratio':>5} {'ms':>7}"
+        print(head)
+        for i, c in enumerate(r0["collectives"]):
+            line = f"  {i:>3} {c['bytes']:>10}"
+            for r in multi:
+                n, rc = r["ranks"], r["collectives"][i]
+                sent = probes[n].get(c["bytes"], -1)
+                ideal = 2 * (n - 1) / n * c["bytes"]
+                line += f" |      {sent:>9.0f} {ideal:>9.0f} {sent / ideal if ideal and sent >= 0 else float('nan'):>5.2f} " \
+                        f"{rc['seconds'] / max(1, rc['calls']) * 1e3:>7.3f}"
+            print(line)
 
 
 def report_overlap(pairs, cores):
@@ -249,19 +329,36 @@ def driver(args):
     for model in args.models.split(","):
         for n in ranks:
             t = time.perf_counter()
-            results.append(run_one(args, model, n, mpirun))
+            r = run_one(args, model, n, mpirun)
+            # The same run without steps: its traffic is the setup's (subtracted from the bytes per step).
+            r["setup_sent_per_rank"] = run_one(args, model, n, mpirun, steps=0, warmup=0)["sent_per_rank"] if n > 1 else [0] * n
+            results.append(r)
             if args.bucket_mb and n > 1:
-                pairs.append((results[-1], run_one(args, model, n, mpirun, args.bucket_mb)))
+                pairs.append((r, run_one(args, model, n, mpirun, args.bucket_mb)))
             print(f"  ran {model} on {n} rank(s) in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
-    report(results, cores)
+    probes = {}
+    if not args.no_probe:
+        sizes = {c["bytes"] for r in results for c in r["collectives"] if c["op"] == "kiln.AllReduce"}
+        for n in ranks:
+            if n > 1:
+                t = time.perf_counter()
+                probes[n] = probe_sizes(args, n, mpirun, sizes)
+                print(f"  probed {len(sizes)} all-reduce sizes on {n} ranks in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+    report(results, probes, cores)
     if pairs:
         report_overlap(pairs, cores)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"cpu": cpu, "cores": cores, "algorithm": args.algorithm, "results": results,
-                       "overlap": [p[1] for p in pairs]}, f, indent=1)
+                       "overlap": [p[1] for p in pairs], "probes": {str(n): {str(b): v for b, v in p.items()} for n, p in probes.items()}},
+                      f, indent=1)
 
 
 if __name__ == "__main__":
     a = parse_args()
-    worker(a) if a.worker else driver(a)
+    if a.probe is not None:
+        probe(a)
+    elif a.worker:
+        worker(a)
+    else:
+        driver(a)

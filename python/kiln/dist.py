@@ -39,7 +39,6 @@ broadcast = _d.broadcast
 send = _d.send
 recv = _d.recv
 mpi_built = _d.mpi_built
-wire_bytes_sent = _d.wire_bytes_sent
 nccl_all_reduce = _d.nccl_all_reduce
 
 atexit.register(_d.finalize)

@@ -107,7 +107,6 @@ void define_dist(py::module_& root) {
           d["bytes"] = c.bytes;
           d["calls"] = c.calls;
           d["seconds"] = c.seconds;
-          d["wire_bytes"] = c.wire_bytes;
           cs.append(d);
         }
         py::dict d;
@@ -117,13 +116,11 @@ void define_dist(py::module_& root) {
         d["collective_seconds"] = s.collective_seconds;
         d["bucket_wait_seconds"] = s.bucket_wait_seconds;
         d["buckets"] = s.buckets;
-        d["wire_bytes"] = s.wire_bytes;
         d["collectives"] = cs;
         return d;
       }, "Counters since the last reset_stats(): runs, seconds (in run), segment_seconds, collective_seconds, "
-         "bucket_wait_seconds (blocked on overlapped buckets), buckets (per run), wire_bytes (sent, -1 unknown), and per "
-         "collective (in the order they run) op, axis, group_size, bytes (input per call), calls, seconds, wire_bytes "
-         "(sent by this rank, -1 unless mpirun was given --mca pml_monitoring_enable 1).")
+         "bucket_wait_seconds (blocked on overlapped buckets), buckets (per run), and per "
+         "collective (in the order they complete) op, axis, group_size, bytes (input per call), calls, seconds.")
       .def("reset_stats", &Runner::reset_stats);
 
   m.def("reshard_graph", [](std::vector<int64_t> shape, py::handle dtype, const Mesh& mesh, const std::string& from, const std::string& to) {
@@ -134,7 +131,6 @@ void define_dist(py::module_& root) {
   m.def("size", [] { return world()->size(); });
   m.def("backend", [] { return world()->backend(); });
   m.def("mpi_built", &mpi_built);
-  m.def("wire_bytes_sent", &wire_bytes_sent, "Bytes this process has sent to its peers (Open MPI pml monitoring), or -1 when unknown.");
   m.def("set_timeout", &set_timeout);
   m.def("timeout", &timeout);
   m.def("finalize", &finalize);

@@ -7,7 +7,6 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
-#include <vector>
 
 #include "kiln/dist/communicator.h"
 #include "kiln/support/error.h"
@@ -203,39 +202,6 @@ class MpiCommunicator : public Communicator {
   int rank_ = 0, size_ = 1;
 };
 
-// Open MPI's monitoring (mpirun --mca pml_monitoring_enable 1) counts the bytes each process sends to each
-// peer for collectives (their point-to-point messages, whatever the algorithm); MPI_T reads the counter. Set up
-// on first use. (Its pml_monitoring_* variables vanish once the pml is chosen in Open MPI 4.1; the coll_ ones stay.)
-struct WireCounter {
-  bool tried = false, ok = false;
-  MPI_T_pvar_session session{};
-  MPI_T_pvar_handle handle{};
-  int count = 0;
-  std::vector<unsigned long long> values;
-
-  void init() {
-    tried = true;
-    int provided = 0, index = -1;
-    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return;
-    if (MPI_T_pvar_get_index("coll_monitoring_messages_size", MPI_T_PVAR_CLASS_SIZE, &index) != MPI_SUCCESS) return;
-    MPI_Comm comm = MPI_COMM_WORLD;
-    if (MPI_T_pvar_session_create(&session) != MPI_SUCCESS) return;
-    if (MPI_T_pvar_handle_alloc(session, index, &comm, &handle, &count) != MPI_SUCCESS || count <= 0) return;
-    int err = MPI_T_pvar_start(session, handle);
-    if (err != MPI_SUCCESS && err != MPI_T_ERR_PVAR_NO_STARTSTOP) return;
-    values.assign(static_cast<size_t>(count), 0);
-    ok = true;
-  }
-  int64_t read() {
-    if (!tried) init();
-    if (!ok || MPI_T_pvar_read(session, handle, values.data()) != MPI_SUCCESS) return -1;
-    int64_t total = 0;
-    for (unsigned long long v : values) total += static_cast<int64_t>(v);
-    return total;
-  }
-};
-WireCounter g_wire;
-
 std::shared_ptr<Communicator> start_mpi() {
   // Python loads _kiln with RTLD_LOCAL; Open MPI's plugins need libmpi's symbols global.
   Dl_info info{};
@@ -275,17 +241,6 @@ std::shared_ptr<Communicator> world() {
   KILN_USER_CHECK(n && std::atoi(n) == 1) << "kiln.dist: this process was started by mpirun, but kiln was built without MPI "
                                           << "(install libopenmpi-dev and rebuild kiln); distributed runs need it";
   return w = std::make_shared<SelfCommunicator>();
-#endif
-}
-
-int64_t wire_bytes_sent() {
-#ifdef KILN_WITH_MPI
-  if (!g_started || g_finalized) return -1;
-  const char* on = std::getenv("OMPI_MCA_pml_monitoring_enable");
-  if (!on || std::atoi(on) == 0) return -1;  // the counter would read 0: say unknown instead
-  return g_wire.read();
-#else
-  return -1;
 #endif
 }
 

@@ -355,7 +355,6 @@ std::vector<NDArray> Runner::run(const std::vector<NDArray>& inputs) const {
   using clock = std::chrono::steady_clock;
   auto seconds_since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   auto run_start = clock::now();
-  int64_t wire_start = wire_bytes_sent();
   std::vector<std::unique_ptr<Request>> inflight(m.buckets.size());
   std::vector<NDArray> buffers(m.buckets.size());
   for (const auto& st : m.steps) {
@@ -363,14 +362,12 @@ std::vector<NDArray> Runner::run(const std::vector<NDArray>& inputs) const {
     switch (st.kind) {
       case Impl::Kind::Collective: {
         CollectiveStats& cs = m.stats.collectives[static_cast<size_t>(m.stat_of.at(st.collective))];
-        int64_t wire = wire_bytes_sent();
         int a = m.mesh.axis(st.collective->attrs.get_string("axis"));
         env[st.collective->output()] = run_collective(*st.collective, get(st.collective->inputs[0]), *m.axis_comms[a]);
         double s = seconds_since(t);
         cs.seconds += s;
         m.stats.collective_seconds += s;
         ++cs.calls;
-        if (wire >= 0) cs.wire_bytes = std::max<int64_t>(cs.wire_bytes, 0) + wire_bytes_sent() - wire;
         break;
       }
       case Impl::Kind::Segment: {
@@ -423,7 +420,6 @@ std::vector<NDArray> Runner::run(const std::vector<NDArray>& inputs) const {
   for (const Value& v : m.local.outputs()) result.push_back(get(v));
   ++m.stats.runs;
   m.stats.seconds += seconds_since(run_start);
-  if (wire_start >= 0) m.stats.wire_bytes = std::max<int64_t>(m.stats.wire_bytes, 0) + wire_bytes_sent() - wire_start;
   return result;
 }
 
@@ -433,11 +429,9 @@ void Runner::reset_stats() const {
   RunStats& s = impl_->stats;
   s.runs = 0;
   s.seconds = s.segment_seconds = s.collective_seconds = s.bucket_wait_seconds = 0;
-  s.wire_bytes = -1;
   for (auto& c : s.collectives) {
     c.calls = 0;
     c.seconds = 0;
-    c.wire_bytes = -1;
   }
 }
 

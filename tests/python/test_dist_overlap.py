@@ -7,7 +7,7 @@ import pytest
 
 import kiln
 
-from test_dist import expect_ok, mlp_model, mpi
+from test_dist import expect_ok, mlp_model
 
 pytestmark = pytest.mark.skipif(not hasattr(kiln, "dist"), reason="kiln was built without the distribution pass")
 
@@ -33,11 +33,6 @@ def test_overlapped_buckets_match_all_reduces_in_turn(np_):
     expect_ok("dp_overlap.py", np_, timeout=120)
 
 
-def test_stats_count_the_bytes_sent():
-    p, _ = mpi("dp_overlap.py", 2, timeout=120, env={"OMPI_MCA_pml_monitoring_enable": "1"})
-    assert p.returncode == 0 and "OK rank 0" in p.stdout and "OK rank 1" in p.stdout, (p.stdout + p.stderr)[-4000:]
-
-
 def test_dist_bench_runs_and_counts_ring_bytes():
     """bench/dist_bench.py drives mpirun itself; on 2 ranks any all-reduce sends exactly a ring's 2(N-1)/N = 1x the payload."""
     import re
@@ -50,7 +45,7 @@ def test_dist_bench_runs_and_counts_ring_bytes():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     p = subprocess.run([sys.executable, os.path.join(root, "bench", "dist_bench.py"), "--ranks", "1,2", "--models", "cnn",
-                        "--steps", "2", "--warmup", "1", "--bucket-mb", "0.02"], env=env, capture_output=True, text=True, timeout=180)
+                        "--steps", "2", "--warmup", "1", "--bucket-mb", "0.02", "--no-probe"], env=env, capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     assert "CPU:" in p.stdout and "## cnn" in p.stdout and "## overlap" in p.stdout, p.stdout
     two = re.search(r"^\s+2\s+32\s.*$", p.stdout, re.M)

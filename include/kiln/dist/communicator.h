@@ -72,10 +72,6 @@ double timeout();
 /** Finalizes MPI if world() started it (at exit; later world() calls throw). */
 void finalize();
 
-/** Bytes this process has sent to its peers for collectives so far, as Open MPI's monitoring counts them when mpirun was given `--mca pml_monitoring_enable 1` (read through MPI_T);
- *  -1 when unknown (monitoring off, no MPI, one process). */
-int64_t wire_bytes_sent();
-
 /** An NCCL communicator over the ranks of `bootstrap` (which carries the unique id), on GPU `device`; throws kiln::Error naming what is missing. */
 std::shared_ptr<Communicator> make_nccl(const std::shared_ptr<Communicator>& bootstrap, int device);
 

@@ -28,10 +28,11 @@ struct CollectiveStats {
   int64_t bytes = 0;          ///< this rank's input per call
   int64_t calls = 0;
   double seconds = 0;         ///< time the rank spent inside it (waiting for peers included; a bucket's wait is shared by size)
-  int64_t wire_bytes = -1;    ///< bytes this rank sent for it (wire_bytes_sent(); -1 unknown or overlapped)
 };
 
-/** What run() did since the last reset_stats(): where the time went and what the collectives moved. */
+/** What run() did since the last reset_stats(): where the time went, and each collective's payload and time.
+ *  (The bytes MPI sends for a collective depend on its algorithm: bench/dist_bench.py reads them from Open
+ *  MPI's monitoring.) */
 struct RunStats {
   int64_t runs = 0;
   double seconds = 0;             ///< inside run()
@@ -39,7 +40,6 @@ struct RunStats {
   double collective_seconds = 0;  ///< in collectives (for overlapped buckets: packing, starting, waiting, unpacking)
   double bucket_wait_seconds = 0; ///< of which blocked waiting for overlapped buckets to complete
   int buckets = 0;                ///< overlapped all-reduce buckets per run (0: no overlap)
-  int64_t wire_bytes = -1;        ///< bytes this rank sent for collectives (wire_bytes_sent(); -1 unknown)
   std::vector<CollectiveStats> collectives;  ///< in the order they run
 };
 

@@ -1,9 +1,6 @@
 """Gradient all-reduces overlapped with the backward pass in buckets (bucket_mb): the same losses and
 parameters, bit for bit, as the runner that all-reduces each gradient in turn (sums of the same numbers
-in the same order), for an MLP with SGD and a CNN with Adam; the stats count the buckets and, with
-Open MPI's monitoring on, the bytes sent."""
-import os
-
+in the same order), for an MLP with SGD and a CNN with Adam; the stats count the buckets."""
 import numpy as np
 
 import kiln
@@ -44,12 +41,6 @@ def compare(name, model, xshape, classes, optimizer, bucket_mb, rng):
     st = over.runner.stats()
     check(st["runs"] == 4 and all(c["calls"] == 4 for c in st["collectives"]), f"{name}: stats {st}")
     check(st["bucket_wait_seconds"] <= st["collective_seconds"] <= st["seconds"], f"{name}: times {st}")
-    if os.environ.get("OMPI_MCA_pml_monitoring_enable") == "1" and n == 2:
-        payload = sum(c["bytes"] for c in st["collectives"])
-        # Two ranks: any all-reduce sends its whole buffer once (a ring's 2(N-1)/N = 1).
-        check(st["wire_bytes"] == 4 * payload, f"{name}: sent {st['wire_bytes']} bytes in 4 steps, payload {payload} per step")
-        ps = plain.runner.stats()
-        check(all(c["wire_bytes"] == 4 * c["bytes"] for c in ps["collectives"]), f"{name}: per collective bytes {ps['collectives']}")
     return b
 
 
