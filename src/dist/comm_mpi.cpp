@@ -75,6 +75,7 @@ bool launched_by_mpirun() {
 
 #ifdef KILN_WITH_MPI
 bool g_started = false, g_finalized = false;
+bool g_mpi_used = false, g_serialized = false;  // world() runs on MPI; at a thread level that lets requests be tested anywhere
 
 MPI_Datatype mpi_type(DataType t) {
   if (t == DataType::Float(32)) return MPI_FLOAT;
@@ -208,11 +209,16 @@ std::shared_ptr<Communicator> start_mpi() {
   if (dladdr(reinterpret_cast<void*>(&MPI_Init_thread), &info) && info.dli_fname) dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
   int inited = 0;
   MPI_Initialized(&inited);
+  int provided = 0;
   if (!inited) {
-    int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    // SERIALIZED: the runner's progress thread tests requests in flight while the main thread computes.
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
     g_started = true;
+  } else {
+    MPI_Query_thread(&provided);
   }
+  g_serialized = provided >= MPI_THREAD_SERIALIZED;
+  g_mpi_used = true;
   return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD);
 }
 #endif
@@ -241,6 +247,14 @@ std::shared_ptr<Communicator> world() {
   KILN_USER_CHECK(n && std::atoi(n) == 1) << "kiln.dist: this process was started by mpirun, but kiln was built without MPI "
                                           << "(install libopenmpi-dev and rebuild kiln); distributed runs need it";
   return w = std::make_shared<SelfCommunicator>();
+#endif
+}
+
+bool requests_testable_from_any_thread() {
+#ifdef KILN_WITH_MPI
+  return g_mpi_used ? g_serialized : true;  // without MPI, requests are done when started
+#else
+  return true;
 #endif
 }
 

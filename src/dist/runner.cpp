@@ -7,9 +7,11 @@
 // waits for each bucket just before the part that needs it.
 #include "kiln/dist/runner.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <unordered_set>
 
 #include "kiln/graph/op_registry.h"
@@ -106,6 +108,7 @@ struct Runner::Impl {
   std::vector<Bucket> buckets;
   mutable RunStats stats;  // collectives' entries in the order of their steps
   std::unordered_map<const OpNode*, int> stat_of;  // collective -> its entry in stats.collectives
+  bool progress_thread = false;  // test overlapped buckets from a thread while segments run
 };
 
 namespace {
@@ -147,6 +150,41 @@ Runner::Impl::Step build_segment(const std::vector<const OpNode*>& ops, const st
   }
   if (!outs.empty()) st.exe = compile(Graph::make(inputs, outs), options);
   return st;
+}
+
+// MPI moves a non-blocking collective on only inside MPI calls. While a segment computes, a thread tests
+// the requests in flight every ~100 us (the segment makes no MPI call meanwhile); without one (MPI below
+// MPI_THREAD_SERIALIZED, or KILN_DIST_PROGRESS=0) they are tested once the segment is done.
+class Progress {
+ public:
+  Progress(std::vector<std::unique_ptr<Request>>& inflight, bool thread) : inflight_(inflight) {
+    bool any = false;
+    for (auto& r : inflight_) any = any || (r && !r->test());
+    if (any && thread) poller_ = std::thread([this] {
+        while (!stop_.load(std::memory_order_relaxed)) {
+          bool pending = false;
+          for (auto& r : inflight_) pending = (r && !r->test()) || pending;
+          if (!pending) return;
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+      });
+  }
+  ~Progress() {
+    stop_ = true;
+    if (poller_.joinable()) poller_.join();
+    for (auto& r : inflight_)
+      if (r) r->test();
+  }
+
+ private:
+  std::vector<std::unique_ptr<Request>>& inflight_;
+  std::atomic<bool> stop_{false};
+  std::thread poller_;
+};
+
+bool default_progress_thread() {
+  const char* s = std::getenv("KILN_DIST_PROGRESS");
+  return !(s && std::string(s) == "0") && requests_testable_from_any_thread();
 }
 
 int64_t default_bucket_bytes() {
@@ -331,6 +369,7 @@ Runner::Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, cons
   if (bucket_bytes > 0) {
     plan_overlap(lay, m, bucket_bytes);
     plan_waits(lay, m);
+    m.progress_thread = default_progress_thread();
   }
   emit_steps(lay, order, m, options);
   init_stats(m);
@@ -373,11 +412,12 @@ std::vector<NDArray> Runner::run(const std::vector<NDArray>& inputs) const {
       case Impl::Kind::Segment: {
         std::vector<NDArray> ins;
         for (const Value& v : st.ins) ins.push_back(get(v));
-        std::vector<NDArray> outs = st.exe.run(ins);
+        std::vector<NDArray> outs;
+        {
+          Progress progress(inflight, m.progress_thread);
+          outs = st.exe.run(ins);
+        }
         for (size_t i = 0; i < outs.size(); ++i) env[st.outs[i]] = outs[i];
-        // MPI moves a non-blocking collective only inside MPI calls: give those in flight a push.
-        for (auto& r : inflight)
-          if (r) r->test();
         m.stats.segment_seconds += seconds_since(t);
         break;
       }

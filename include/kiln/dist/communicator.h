@@ -72,6 +72,10 @@ double timeout();
 /** Finalizes MPI if world() started it (at exit; later world() calls throw). */
 void finalize();
 
+/** Whether Request::test may run on another thread while the calling one makes no communicator call
+ *  (MPI initialised with MPI_THREAD_SERIALIZED or more, or no MPI). */
+bool requests_testable_from_any_thread();
+
 /** An NCCL communicator over the ranks of `bootstrap` (which carries the unique id), on GPU `device`; throws kiln::Error naming what is missing. */
 std::shared_ptr<Communicator> make_nccl(const std::shared_ptr<Communicator>& bootstrap, int device);
 
