@@ -48,7 +48,8 @@ class Runner {
   /** Throws kiln::Error when the world's size is not the mesh's. bucket_bytes > 0 overlaps the all-reduces of
    *  values a segment produces (gradients) with the rest of that segment's level (the backward pass): they are
    *  packed in buckets of about that many bytes, each started (non-blocking) as soon as its inputs are
-   *  computed and waited where the next level needs it; the level is cut into parts for it. 0: collectives
+   *  computed and waited where the next level needs it; the level is cut into parts for it, and a thread
+   *  tests the buckets in flight while segments compute (KILN_DIST_PROGRESS=0: only between). 0: collectives
    *  run one by one between segments; -1: $KILN_DIST_BUCKET_MB megabytes (MiB), else 0. */
   Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, const graph::CompileOptions& options = {}, int64_t bucket_bytes = -1);
   ~Runner();
