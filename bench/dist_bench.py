@@ -10,7 +10,8 @@ Each rank trains with a fixed batch per rank (weak scaling, as
 DistributedDataParallel is used): the global batch grows with N. It reports
 
   - samples/s of the global batch: the min and median over the timed steps
-    (rank 0's step time, from the call to the returned loss)
+    (rank 0's step time, from the call to the returned loss), and the
+    median over the 1-rank run's ("vs 1": N ranks would ideally give N x)
   - the share of the runner's time spent inside collectives (waiting for
     the peers included: on an oversubscribed host, a rank that waits for
     a descheduled peer counts it as communication), from the runner's
@@ -248,20 +249,20 @@ def report(results, probes, cores):
         grad_bytes = sum(c["bytes"] for c in r0["collectives"] if c["op"] == "kiln.AllReduce")
         print(f"\n## {model}: {r0['params']:,} parameters, {len(r0['collectives'])} all-reduces per step "
               f"({mb(grad_bytes)} MB: the gradients and the loss), batch {r0['batch_per_rank']} per rank")
-        print(f"{'ranks':>5} {'global':>6} {'samples/s min':>13} {'median':>9} {'speedup':>7} {'step ms':>8} "
+        print(f"{'ranks':>5} {'global':>6} {'samples/s min':>13} {'median':>9} {'vs 1':>7} {'step ms':>8} "
               f"{'comm share':>10} {'sent MB/rank':>12} {'ring ideal':>10} {'sent/ideal':>10} {'compile s':>9}")
-        base = None
+        one = [statistics.median(r["global_batch"] / s for s in r["step_s"]) for r in rows if r["ranks"] == 1]
         for r in rows:
             n = r["ranks"]
             sps = [r["global_batch"] / s for s in r["step_s"]]
             med = statistics.median(sps)
-            base = base or med / n
+            speedup = f"{med / one[0]:>6.2f}x" if one else f"{'-':>7}"
             sent = sent_per_step(r)
             ideal = sum(2 * (n - 1) / n * c["bytes"] for c in r["collectives"] if c["op"] == "kiln.AllReduce")
             share = statistics.mean(c / s for c, s in zip(r["collective_s"], r["runner_s"]))
             ratio = f"{sent / ideal:.2f}" if ideal and sent >= 0 else "-"
             flag = " *" if n > cores else ""
-            print(f"{n:>5} {r['global_batch']:>6} {min(sps):>13.1f} {med:>9.1f} {med / base:>6.2f}x {statistics.median(r['step_s']) * 1e3:>8.2f} "
+            print(f"{n:>5} {r['global_batch']:>6} {min(sps):>13.1f} {med:>9.1f} {speedup} {statistics.median(r['step_s']) * 1e3:>8.2f} "
                   f"{share * 100:>9.1f}% {mb(sent) if sent >= 0 else '?':>12} {mb(ideal):>10} {ratio:>10} {r['compile_s']:>9.1f}{flag}")
         multi = [r for r in rows if r["ranks"] > 1 and r["ranks"] in probes]
         if not multi:
