@@ -142,8 +142,8 @@ class Runner:
         return self.run(list(inputs))
 
     def stats(self):
-        """Counters since the last reset_stats(): where run() spent its time (segments, collectives) and what
-        each collective moved (a dict; see kiln._kiln.dist.Runner.stats)."""
+        """Counters since the last reset_stats() (a dict): where run() spent its time (segments, collectives,
+        blocked on overlapped buckets), and each collective's payload, calls and seconds."""
         return self._r.stats()
 
     def reset_stats(self):
