@@ -116,12 +116,19 @@ class Plan:
         """The graph `rank` runs (local shapes, sliced weights, collectives)."""
         return self.sharded.lower(rank)
 
-    def compile(self, target="llvm"):
-        """This rank's graph, cut at its collectives and compiled (every rank must call it: it splits the communicator)."""
+    def compile(self, target="llvm", bucket_mb=None):
+        """This rank's graph, cut at its collectives and compiled (every rank must call it: it splits the communicator).
+
+        bucket_mb > 0 overlaps the all-reduces of the values a segment computes (gradients) with the rest of
+        it (the backward pass), packed in buckets of about that many MiB (PyTorch DDP's bucket_cap_mb);
+        0 runs every collective in turn; None takes $KILN_DIST_BUCKET_MB (else 0)."""
         if _d.size() != self.mesh.size:
             raise KilnError(f"the mesh {self.mesh} has {self.mesh.size} ranks but {_d.size()} process(es) run; "
                             f"start them with mpirun -np {self.mesh.size}")
-        return Runner(_d.Runner(self.sharded, str(target)), self)
+        if bucket_mb is not None and bucket_mb < 0:
+            raise KilnError(f"bucket_mb must be >= 0 (0: no overlap), got {bucket_mb}")
+        bucket_bytes = -1 if bucket_mb is None else int(bucket_mb * 1024 * 1024)
+        return Runner(_d.Runner(self.sharded, str(target), bucket_bytes), self)
 
 
 from .dist_pipeline import PipelinePlan, PipelineRunner, pipeline, pipeline_train  # noqa: E402,F401
@@ -219,6 +226,14 @@ class Runner:
     def __call__(self, *inputs):
         return self.run(list(inputs))
 
+    def stats(self):
+        """Counters since the last reset_stats() (a dict): where run() spent its time (segments, collectives,
+        blocked on overlapped buckets), and each collective's payload, calls and seconds."""
+        return self._r.stats()
+
+    def reset_stats(self):
+        self._r.reset_stats()
+
     def run(self, inputs, local=False):
         """`inputs` in the graph's input order: full arrays (each rank takes its block), or with local=True this rank's blocks."""
         if len(inputs) != len(self._blocks):
@@ -264,18 +279,19 @@ def shard(model, mesh, strategy=None, specs=None, keep_outputs_sharded=False, me
     return Plan(_d.shard_graph(model, mesh, given, bool(keep_outputs_sharded)), model, given)
 
 
-def train(model, mesh, axis=None, **train_options):
+def train(model, mesh, axis=None, bucket_mb=None, **train_options):
     """``kiln.train.compile(model, **train_options)`` made data parallel over `mesh` (see data_parallel)."""
     from . import train as _train
-    return data_parallel(_train.compile(model, **train_options), mesh, axis)
+    return data_parallel(_train.compile(model, **train_options), mesh, axis, bucket_mb)
 
 
-def data_parallel(step, mesh, axis=None):
+def data_parallel(step, mesh, axis=None, bucket_mb=None):
     """Makes a kiln.train step data parallel over `mesh`: each rank takes its block of the batch,
     the step's graph is sharded (gradients come out as partial sums and are all-reduced before the
     optimizer; the loss is the mean over the whole batch, so their sum is the average gradient),
     parameters start as rank 0's, so every rank holds the same parameters after every step and the
-    loss is the full batch's. Call it on every rank; then call the step with the full batch as before."""
+    loss is the full batch's. Call it on every rank; then call the step with the full batch as before.
+    bucket_mb: overlap the gradient all-reduces with the backward pass in buckets of that many MiB (see Plan.compile)."""
     axes = [n for n, _ in mesh.axes]
     axis = axis or ("data" if "data" in axes else axes[0])
     g = step.graph
@@ -284,7 +300,8 @@ def data_parallel(step, mesh, axis=None):
     for name, t in list(zip(g.input_names, g.input_types))[:n_batch]:
         given[name] = " ".join([f"S({axis})"] + ["R"] * (len(t[0]) - 1))
     plan = Plan(_d.shard_graph(g, mesh, given, False), g)
-    step._exe = plan.compile()
+    step._exe = plan.compile(bucket_mb=bucket_mb)
+    step.runner = step._exe  # its stats() say where each step's time went
     # Every rank starts from rank 0's parameters and buffers (as DDP does), whatever each initialised.
     for table in (step.parameters, step.buffers):
         for name in list(table):

@@ -110,11 +110,11 @@ void define_dist(py::module_& root) {
   }, py::arg("graph"), py::arg("mesh"), py::arg("specs"), py::arg("keep_outputs_sharded") = false);
 
   py::class_<Runner, std::shared_ptr<Runner>>(m, "Runner")
-      .def(py::init([](const ShardedGraph& s, const std::string& target) {
+      .def(py::init([](const ShardedGraph& s, const std::string& target, int64_t bucket_bytes) {
         graph::CompileOptions options;
         options.target = target;
-        return std::make_shared<Runner>(s, world(), options);
-      }), py::arg("sharded"), py::arg("target") = "llvm")
+        return std::make_shared<Runner>(s, world(), options, bucket_bytes);
+      }), py::arg("sharded"), py::arg("target") = "llvm", py::arg("bucket_bytes") = -1)
       .def("run", [](const Runner& r, py::sequence inputs) {
         std::vector<NDArray> in = to_arrays(inputs), out;
         {
@@ -125,7 +125,33 @@ void define_dist(py::module_& root) {
       })
       .def_property_readonly("rank", &Runner::rank)
       .def_property_readonly("local_graph", &Runner::local_graph)
-      .def_property_readonly("num_segments", &Runner::num_segments);
+      .def_property_readonly("num_segments", &Runner::num_segments)
+      .def("stats", [](const Runner& r) {
+        RunStats s = r.stats();
+        py::list cs;
+        for (const auto& c : s.collectives) {
+          py::dict d;
+          d["op"] = c.op;
+          d["axis"] = c.axis;
+          d["group_size"] = c.group_size;
+          d["bytes"] = c.bytes;
+          d["calls"] = c.calls;
+          d["seconds"] = c.seconds;
+          cs.append(d);
+        }
+        py::dict d;
+        d["runs"] = s.runs;
+        d["seconds"] = s.seconds;
+        d["segment_seconds"] = s.segment_seconds;
+        d["collective_seconds"] = s.collective_seconds;
+        d["bucket_wait_seconds"] = s.bucket_wait_seconds;
+        d["buckets"] = s.buckets;
+        d["collectives"] = cs;
+        return d;
+      }, "Counters since the last reset_stats(): runs, seconds (in run), segment_seconds, collective_seconds, "
+         "bucket_wait_seconds (blocked on overlapped buckets), buckets (per run), and per "
+         "collective (in the order they complete) op, axis, group_size, bytes (input per call), calls, seconds.")
+      .def("reset_stats", &Runner::reset_stats);
 
   m.def("reshard_graph", [](std::vector<int64_t> shape, py::handle dtype, const Mesh& mesh, const std::string& from, const std::string& to) {
     return reshard_graph(graph::TensorType{shape, to_dtype(dtype)}, mesh, from, to);

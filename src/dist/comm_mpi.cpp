@@ -23,6 +23,21 @@ namespace kiln::dist {
 
 namespace {
 
+class DoneRequest : public Request {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+};
+
+}  // namespace
+
+std::unique_ptr<Request> Communicator::start_all_reduce(void* buf, int64_t count, DataType dtype) {
+  all_reduce(buf, count, dtype);
+  return std::make_unique<DoneRequest>();
+}
+
+namespace {
+
 double g_timeout = [] {
   const char* s = std::getenv("KILN_DIST_TIMEOUT");
   // Generous by default: ranks compile their segments at different speeds before the first collective.
@@ -60,6 +75,7 @@ bool launched_by_mpirun() {
 
 #ifdef KILN_WITH_MPI
 bool g_started = false, g_finalized = false;
+bool g_mpi_used = false, g_serialized = false;  // world() runs on MPI; at a thread level that lets requests be tested anywhere
 
 MPI_Datatype mpi_type(DataType t) {
   if (t == DataType::Float(32)) return MPI_FLOAT;
@@ -91,6 +107,11 @@ class MpiCommunicator : public Communicator {
     MPI_Request r;
     MPI_Iallreduce(MPI_IN_PLACE, buf, to_int(n), mpi_type(t), MPI_SUM, comm_, &r);
     wait(r, "all_reduce");
+  }
+  std::unique_ptr<Request> start_all_reduce(void* buf, int64_t n, DataType t) override {
+    auto req = std::make_unique<MpiRequest>(size_);
+    MPI_Iallreduce(MPI_IN_PLACE, buf, to_int(n), mpi_type(t), MPI_SUM, comm_, &req->r);
+    return req;
   }
   void all_gather(const void* s, void* rv, int64_t n, DataType t) override {
     MPI_Request r;
@@ -127,6 +148,25 @@ class MpiCommunicator : public Communicator {
     MPI_Ibarrier(comm_, &r);
     wait(r, "barrier");
   }
+
+ private:
+  void wait(MPI_Request& r, const char* what) { wait_for(r, what, size_); }
+  struct MpiRequest : Request {
+    explicit MpiRequest(int size) : size(size) {}
+    ~MpiRequest() override { wait(); }  // MPI still writes into the buffer until then
+    bool test() override {
+      if (!done) MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+      return done;
+    }
+    void wait() override {
+      if (!done) wait_for(r, "all_reduce (started earlier, overlapped)", size);
+      done = 1;
+    }
+    MPI_Request r = MPI_REQUEST_NULL;
+    int done = 0, size;
+  };
+
+ public:
   std::shared_ptr<Communicator> split(int color, int key) override {
     // MPI_Comm_split blocks without a deadline: meet the peers first under one.
     barrier();
@@ -137,7 +177,7 @@ class MpiCommunicator : public Communicator {
 
  private:
   // Polls until done; past the deadline the peers are taken for dead or hung and the job is aborted.
-  void wait(MPI_Request& r, const char* what) {
+  static void wait_for(MPI_Request& r, const char* what, int size_) {
     auto start = std::chrono::steady_clock::now();
     int done = 0, spins = 0;
     for (;;) {
@@ -169,11 +209,16 @@ std::shared_ptr<Communicator> start_mpi() {
   if (dladdr(reinterpret_cast<void*>(&MPI_Init_thread), &info) && info.dli_fname) dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
   int inited = 0;
   MPI_Initialized(&inited);
+  int provided = 0;
   if (!inited) {
-    int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    // SERIALIZED: the runner's progress thread tests requests in flight while the main thread computes.
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
     g_started = true;
+  } else {
+    MPI_Query_thread(&provided);
   }
+  g_serialized = provided >= MPI_THREAD_SERIALIZED;
+  g_mpi_used = true;
   return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD);
 }
 #endif
@@ -202,6 +247,14 @@ std::shared_ptr<Communicator> world() {
   KILN_USER_CHECK(n && std::atoi(n) == 1) << "kiln.dist: this process was started by mpirun, but kiln was built without MPI "
                                           << "(install libopenmpi-dev and rebuild kiln); distributed runs need it";
   return w = std::make_shared<SelfCommunicator>();
+#endif
+}
+
+bool requests_testable_from_any_thread() {
+#ifdef KILN_WITH_MPI
+  return g_mpi_used ? g_serialized : true;  // without MPI, requests are done when started
+#else
+  return true;
 #endif
 }
 

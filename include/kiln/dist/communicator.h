@@ -25,6 +25,16 @@
 
 namespace kiln::dist {
 
+/** A collective in flight (Communicator::start_all_reduce). */
+class Request {
+ public:
+  virtual ~Request() = default;
+  /** Pushes it on (MPI moves non-blocking collectives only inside MPI calls); true once complete. */
+  virtual bool test() = 0;
+  /** Until complete, against the collective deadline (set_timeout). */
+  virtual void wait() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -35,6 +45,9 @@ class Communicator {
 
   /** In place: buf becomes the sum over the ranks. */
   virtual void all_reduce(void* buf, int64_t count, DataType dtype) = 0;
+  /** all_reduce started without waiting: buf must stay alive and untouched until the request completes.
+   *  Engines without non-blocking collectives complete it at once. */
+  virtual std::unique_ptr<Request> start_all_reduce(void* buf, int64_t count, DataType dtype);
   /** recv (size * count) gets every rank's `count` elements, in rank order. */
   virtual void all_gather(const void* send, void* recv, int64_t count, DataType dtype) = 0;
   /** send holds size blocks of `count`; recv gets the sum over ranks of block rank(). */
@@ -58,6 +71,10 @@ void set_timeout(double seconds);
 double timeout();
 /** Finalizes MPI if world() started it (at exit; later world() calls throw). */
 void finalize();
+
+/** Whether Request::test may run on another thread while the calling one makes no communicator call
+ *  (MPI initialised with MPI_THREAD_SERIALIZED or more, or no MPI). */
+bool requests_testable_from_any_thread();
 
 /** An NCCL communicator over the ranks of `bootstrap` (which carries the unique id), on GPU `device`; throws kiln::Error naming what is missing. */
 std::shared_ptr<Communicator> make_nccl(const std::shared_ptr<Communicator>& bootstrap, int device);

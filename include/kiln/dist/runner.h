@@ -12,6 +12,7 @@
 #define KILN_DIST_RUNNER_H
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kiln/dist/communicator.h"
@@ -20,10 +21,37 @@
 
 namespace kiln::dist {
 
+/** One collective of the rank's graph, summed over the runs since the last reset. */
+struct CollectiveStats {
+  std::string op, axis;       ///< e.g. "kiln.AllReduce" over mesh axis "data"
+  int group_size = 1;         ///< ranks taking part
+  int64_t bytes = 0;          ///< this rank's input per call
+  int64_t calls = 0;
+  double seconds = 0;         ///< time the rank spent inside it (waiting for peers included; a bucket's wait is shared by size)
+};
+
+/** What run() did since the last reset_stats(): where the time went, and each collective's payload and time.
+ *  (The bytes MPI sends for a collective depend on its algorithm: bench/dist_bench.py reads them from Open
+ *  MPI's monitoring.) */
+struct RunStats {
+  int64_t runs = 0;
+  double seconds = 0;             ///< inside run()
+  double segment_seconds = 0;     ///< in compiled segments
+  double collective_seconds = 0;  ///< in collectives (for overlapped buckets: packing, starting, waiting, unpacking)
+  double bucket_wait_seconds = 0; ///< of which blocked waiting for overlapped buckets to complete
+  int buckets = 0;                ///< overlapped all-reduce buckets per run (0: no overlap)
+  std::vector<CollectiveStats> collectives;  ///< in the order they run
+};
+
 class Runner {
  public:
-  /** Throws kiln::Error when the world's size is not the mesh's. */
-  Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, const graph::CompileOptions& options = {});
+  /** Throws kiln::Error when the world's size is not the mesh's. bucket_bytes > 0 overlaps the all-reduces of
+   *  values a segment produces (gradients) with the rest of that segment's level (the backward pass): they are
+   *  packed in buckets of about that many bytes, each started (non-blocking) as soon as its inputs are
+   *  computed and waited where the next level needs it; the level is cut into parts for it, and a thread
+   *  tests the buckets in flight while segments compute (KILN_DIST_PROGRESS=0: only between). 0: collectives
+   *  run one by one between segments; -1: $KILN_DIST_BUCKET_MB megabytes (MiB), else 0. */
+  Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, const graph::CompileOptions& options = {}, int64_t bucket_bytes = -1);
   ~Runner();
 
   /** Runs the rank's graph; inputs are this rank's blocks, in the graph's input order. */
@@ -32,6 +60,9 @@ class Runner {
   const graph::Graph& local_graph() const;
   /** How many compiled segments the graph was cut into. */
   int num_segments() const;
+  /** Counters of the runs since construction or the last reset_stats(). */
+  RunStats stats() const;
+  void reset_stats() const;
 
   struct Impl;
 
