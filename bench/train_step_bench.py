@@ -338,6 +338,11 @@ def format_table(rows):
                                 _f(k.get("first_step_s"), ".1f") + ("s" if k.get("first_step_s") is not None else ""),
                                 _f(k.get("arena_mb"), ".1f"), _f(k.get("planned_peak_mb"), ".1f"), _f(k.get("rss_rise_mb"), ".1f"),
                                 _f(t.get("rss_rise_mb"), ".1f"), _f(k.get("loss1"), ".6f"), _f(t.get("loss1"), ".6f")))
+        if k.get("loss1") is not None and t.get("loss1") is not None:
+            rel = abs(k["loss1"] - t["loss1"]) / max(abs(t["loss1"]), 1e-30)
+            if rel > 1e-5:
+                lines.append(f"    the first losses differ by {rel:.1e} relative (same weights and batch: float32 rounding "
+                             "of the forward pass and of the loss's sum)")
         for side in ("kiln", "torch"):
             if r[side].get("error"):
                 lines.append(f"    {side} FAILED: " + r[side]["error"].splitlines()[0][:400])
