@@ -183,7 +183,7 @@ std::vector<Value> matmul_grad(GradBuilder& b, const std::vector<Value>& g) {
   std::vector<Value> out(2);
   if (b.wants(0)) out[0] = b.reshape(b.sum_to(b.op("MatMul", {G, swap_last(B)}), as), b.in_type(0).shape);
   // A weight shared by every batch (B's batch dims all 1, A's those of G): the
-  // batch folds into the rows, one [K, P*M] x [P*M, N] Gemm instead of P
+  // batch folds into the rows, one [K, P*M] x [P*M, N] product instead of P
   // products of depth M and a [P, K, N] intermediate summed after (a BERT
   // layer's in-projection: 905 MB of it and most of the step's time).
   bool shared = gs.size() > 2 && as.size() == gs.size() && std::equal(as.begin(), as.end() - 2, gs.begin()) &&
@@ -192,7 +192,7 @@ std::vector<Value> matmul_grad(GradBuilder& b, const std::vector<Value>& g) {
     int64_t rows = 1;
     for (size_t k = 0; k + 1 < as.size(); ++k) rows *= as[k];
     Value A2 = b.reshape(A, {rows, as.back()}), G2 = b.reshape(G, {rows, gs.back()});
-    out[1] = b.reshape(b.op("Gemm", {A2, G2}, Attrs({{"transA", int64_t(1)}})), b.in_type(1).shape);
+    out[1] = b.reshape(b.op("MatMul", {swap_last(A2), G2}), b.in_type(1).shape);
   } else if (b.wants(1)) {
     out[1] = b.reshape(b.sum_to(b.op("MatMul", {swap_last(A), G}), bs), b.in_type(1).shape);
   }
