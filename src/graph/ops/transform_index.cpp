@@ -257,43 +257,7 @@ int gather_axis(const OpCall& call) {
   return axis;
 }
 
-// kiln.GatherGrad(indices, dY) -> d data [data_shape]: each row of data sums
-// the rows of dY gathered from it (a scatter-add written as a reduction over
-// the indices, so no two threads write one element).
-void register_gather_grad() {
-  OpDef d;
-  d.name = "kiln.GatherGrad";
-  d.doc = "Gather's data gradient: for each row r along axis, the sum of dY over the positions whose index is r";
-  d.min_inputs = d.max_inputs = 2;
-  d.attrs = {{"axis", AttrKind::Int, std::nullopt}, {"data_shape", AttrKind::Ints, std::nullopt}};
-  d.pattern = Pattern::Reduction;
-  d.infer = [](const OpCall& call) {
-    if (!call.input_types[0].dtype.is_integer()) call.fail("indices are " + call.input_types[0].str() + "; they must be int32 or int64");
-    return std::vector<TensorType>{TensorType{call.attrs.get_ints("data_shape"), call.input_types[1].dtype}};
-  };
-  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
-    te::Tensor I = in[0], dY = in[1];
-    const auto& shape = call.attrs.get_ints("data_shape");
-    size_t axis = static_cast<size_t>(call.attrs.get_int("axis"));
-    std::vector<IterVar> axes;
-    std::vector<Expr> j;
-    for (size_t k = 0; k < call.input_types[0].shape.size(); ++k) {
-      axes.push_back(te::reduce_axis(Range(0, ops::index_imm(call.input_types[0].shape[k])), "j" + std::to_string(k)));
-      j.push_back(axes.back().var());
-    }
-    return std::vector<te::Tensor>{te::compute(ops::shape_exprs(shape), [&](const std::vector<Var>& i) {
-      Expr idx = I(j);
-      idx = select(idx < make_zero(idx.dtype()), idx + make_const(idx.dtype(), static_cast<double>(shape[axis])), idx);
-      std::vector<Expr> at(i.begin(), i.begin() + axis);
-      at.insert(at.end(), j.begin(), j.end());
-      at.insert(at.end(), i.begin() + axis + 1, i.end());
-      Expr v = select(idx == cast(idx.dtype(), i[axis]), dY(at), make_zero(dY.dtype()));
-      return axes.empty() ? v : te::sum(v, axes);
-    }, "gather_grad")};
-  };
-  register_op(std::move(d));
-}
-
+// The data's gradient is kiln.GatherGrad (gather_grad.cpp): a scatter-add.
 std::vector<Value> gather_grad(GradBuilder& b, const std::vector<Value>& g) {
   int axis = gather_axis(b.call());
   return {b.op("kiln.GatherGrad", {b.in(1), g[0]}, Attrs({{"axis", int64_t(axis)}, {"data_shape", b.in_type(0).shape}}))};
@@ -410,7 +374,6 @@ const bool registered = [] {
   register_slice();
   register_slice_grad();
   register_gather();
-  register_gather_grad();
   register_pad();
   return true;
 }();

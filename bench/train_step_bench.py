@@ -1,0 +1,382 @@
+#!/usr/bin/python3
+"""Training steps: kiln.train's compiled step against PyTorch's eager training step, side by side.
+
+  bench/train_step_bench.py [--workloads resnet18,bert] [--threads 2] [--repeat 5] [--batch 8]
+                            [--image-size 112] [--seq-len 128] [--json FILE] [--build DIR] [--timeout 1800]
+
+One training step is forward + loss + backward + torch.optim.SGD's update
+with momentum (lr 0.01, momentum 0.9), on one fixed batch:
+
+  resnet18   torchvision's ResNet-18 (10 classes; batch norms in training
+             mode), [batch, 3, S, S] images, cross-entropy loss
+  bert       one BERT-base encoder layer: nn.TransformerEncoderLayer(768,
+             12 heads, FFN 3072, GELU, post-LayerNorm, dropout 0,
+             batch_first), [batch, L, 768] input, MSE loss against a random
+             target of the output's shape
+
+Each side runs in a fresh process of its own: kiln (KILN_NUM_THREADS=T,
+target "llvm -num-cores=T"; the model exported by kiln.train.from_torch and
+compiled by kiln.train.compile) and PyTorch (torch.set_num_threads(T),
+OMP/OpenBLAS/MKL threads T, the peers' clean environment of bench/peers).
+Both start from the same seeded weights and batch, so their first losses
+must agree (printed). Each process is started and takes its 3 warm-up
+steps alone (the other waits); then --repeat rounds time one step of each,
+alternating, so that a busy machine slows both alike: min and median;
+kiln/torch = ratio of the medians, below 1 kiln is faster. The timed steps
+go on training (the weights change; the work per step does not).
+
+Memory, weights excluded on both sides:
+  kiln arena / planned peak  the compiled step's memory plan (exe.memory():
+                             arena_bytes, peak_bytes), the activations and
+                             gradients between the kernels; the parameters,
+                             optimizer state and step outputs are not in it
+  RSS rise (both sides)      how far the process's peak RSS (VmHWM, reset to
+                             VmRSS through /proc/self/clear_refs) rises over
+                             the 3 warm-up steps, from just after the model,
+                             optimizer (and, for kiln, the compiled step) are
+                             built: activations, gradients, momentum buffers,
+                             new parameters and each library's scratch
+"""
+import argparse
+import datetime
+import gc
+import json
+import os
+import resource
+import select
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(HERE, "peers"))
+import blas_choice  # noqa: E402
+from peer_env import clean_env  # noqa: E402
+
+WORKLOADS = ("resnet18", "bert")
+WARMUP = 3
+LR, MOMENTUM = 0.01, 0.9
+MB = 1.0 / (1 << 20)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="train_step_bench.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of: {', '.join(WORKLOADS)}")
+    ap.add_argument("--threads", type=int, default=2, help="threads of each side (default 2)")
+    ap.add_argument("--repeat", type=int, default=5, help="timed steps per side, after 3 warm-up steps (default 5)")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--image-size", type=int, default=112, help="ResNet-18's image side")
+    ap.add_argument("--seq-len", type=int, default=128, help="tokens of the BERT layer's input")
+    ap.add_argument("--json", help="write the rows to this file")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="kiln's build (its python/), where kiln is not importable")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds one side may take to start (or one step)")
+    args = ap.parse_args(argv)
+    args.workloads = [w for w in args.workloads.split(",") if w]
+    unknown = [w for w in args.workloads if w not in WORKLOADS]
+    if unknown or not args.workloads:
+        ap.error(f"unknown --workloads {unknown}; known: {', '.join(WORKLOADS)}")
+    if args.threads < 1 or args.repeat < 1 or args.batch < 1 or args.seq_len < 1 or args.image_size < 32:
+        ap.error("--threads, --repeat, --batch and --seq-len must be positive, --image-size at least 32 (ResNet downsamples 32x)")
+    return args
+
+
+# ---------------------------------------------------------------- the workloads
+
+def build(name, batch, image_size, seq_len, seed=0):
+    """(module in train mode, input, target, loss name): the same in every process for a seed."""
+    import torch
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    if name == "resnet18":
+        import torchvision
+        module = torchvision.models.resnet18(weights=None, num_classes=10)
+        x = torch.randn(batch, 3, image_size, image_size, generator=gen)
+        y = torch.randint(0, 10, (batch,), generator=gen)
+        return module.train(), x, y, "cross_entropy"
+    if name == "bert":
+        module = torch.nn.TransformerEncoderLayer(d_model=768, nhead=12, dim_feedforward=3072, dropout=0.0, activation="gelu",
+                                                  batch_first=True)
+        x = torch.randn(batch, seq_len, 768, generator=gen)
+        y = torch.randn(batch, seq_len, 768, generator=gen)
+        return module.train(), x, y, "mse"
+    raise ValueError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
+
+
+# ---------------------------------------------------------------- memory
+
+def _status_kb(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise KeyError(key)
+
+
+class RssRise:
+    """Peak RSS rise over a stretch of code: VmHWM reset to VmRSS at start (Linux >= 4.0), else ru_maxrss (a lower bound)."""
+
+    def start(self):
+        gc.collect()
+        self.base_kb = _status_kb("VmRSS")
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            self.hwm = True
+        except OSError:
+            self.hwm = False
+            self.base_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    def stop_mb(self):
+        peak = _status_kb("VmHWM") if self.hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return max(0, peak - self.base_kb) / 1024.0
+
+    def method(self):
+        return "VmHWM rise (reset by clear_refs)" if self.hwm else "ru_maxrss rise (lower bound: the setup's peak hides part)"
+
+
+def warm_up(step):
+    """The WARMUP first steps, measured for memory: first loss, its seconds, the RSS rise."""
+    rss = RssRise()
+    rss.start()
+    t0 = time.perf_counter()
+    first = step()
+    first_s = time.perf_counter() - t0
+    for _ in range(WARMUP - 1):
+        step()
+    return {"loss1": first, "first_step_s": first_s, "rss_rise_mb": rss.stop_mb(), "rss_method": rss.method()}
+
+
+# ---------------------------------------------------------------- each side (in its own process)
+
+def torch_side(spec):
+    """(step, facts): PyTorch's eager training step."""
+    import torch
+    torch.set_num_threads(spec["threads"])
+    module, x, y, loss = build(spec["workload"], spec["batch"], spec["image_size"], spec["seq_len"])
+    loss_fn = torch.nn.functional.cross_entropy if loss == "cross_entropy" else torch.nn.functional.mse_loss
+    opt = torch.optim.SGD(module.parameters(), lr=LR, momentum=MOMENTUM)
+
+    def step():
+        opt.zero_grad()
+        out = loss_fn(module(x), y)
+        out.backward()
+        opt.step()
+        return out.item()
+
+    info = [line.strip() for line in torch.__config__.parallel_info().splitlines() if line.strip()]
+    cap = [line.strip(" -") for line in torch.__config__.show().splitlines() if "CPU capability" in line]
+    setup = (f"PyTorch {torch.__version__} eager, {cap[0] if cap else '?'}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
+             f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '-')}; " + "; ".join(info[:6]))
+    return step, {"setup": setup}
+
+
+def import_kiln(build_dir):
+    try:
+        import kiln
+    except ImportError:
+        sys.path[:0] = [os.path.join(ROOT, "python"), os.path.join(build_dir, "python")]
+        import kiln
+    return kiln
+
+
+def kiln_side(spec):
+    """(step, facts): kiln's compiled training step."""
+    kiln = import_kiln(spec["build"])
+    module, x, y, loss = build(spec["workload"], spec["batch"], spec["image_size"], spec["seq_len"])
+    xn, yn = x.numpy(), y.numpy()
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():  # the ONNX exporter's notes on num_batches_tracked
+        warnings.simplefilter("ignore")
+        model = kiln.train.from_torch(module, xn)
+    import_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    step = kiln.train.compile(model, loss=loss, optimizer=kiln.train.SGD(lr=LR, momentum=MOMENTUM),
+                              target=f"llvm -num-cores={spec['threads']}")
+    compile_s = time.perf_counter() - t0
+    mem = step._exe.memory()
+    return (lambda: step(xn, yn)), {"import_s": import_s, "compile_s": compile_s, "num_kernels": step._exe.num_kernels,
+                                    "arena_mb": mem["arena_bytes"] * MB, "planned_peak_mb": mem["peak_bytes"] * MB,
+                                    "params": len(step.parameters), "kiln_module": os.path.dirname(kiln.__file__)}
+
+
+def child_main(spec_json):
+    """Builds one side, warms it up, says {"ready": ...} on stdout, then times one step per "step" line of stdin."""
+    spec = json.loads(spec_json)
+    out = sys.stdout
+    sys.stdout = sys.stderr  # the libraries' prints stay off the protocol
+    try:
+        step, facts = (kiln_side if spec["side"] == "kiln" else torch_side)(spec)
+        facts.update(warm_up(step))
+        facts["ready"] = True
+    except Exception as e:  # an op without a gradient, a compile error ...: the table says so
+        import traceback
+        traceback.print_exc()
+        step, facts = None, {"ready": False, "error": f"{type(e).__name__}: {e}"}
+    print(json.dumps(facts), file=out, flush=True)
+    for line in sys.stdin:
+        if line.strip() != "step" or step is None:
+            break
+        t0 = time.perf_counter()
+        step()
+        print(json.dumps({"t": time.perf_counter() - t0}), file=out, flush=True)
+    return 0
+
+
+class Side:
+    """One side's process: started, warmed up, then asked for one timed step at a time."""
+
+    def __init__(self, args, side, workload):
+        spec = {"side": side, "workload": workload, "threads": args.threads, "batch": args.batch, "image_size": args.image_size,
+                "seq_len": args.seq_len, "build": args.build}
+        if side == "kiln":
+            env = dict(os.environ, KILN_NUM_THREADS=str(args.threads))
+        else:
+            env = clean_env(args.threads, blas=blas_choice.choose(args.threads))
+            env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+        print(f"== {workload}: {side}", file=sys.stderr, flush=True)
+        self.name, self.timeout = side, args.timeout
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=sys.stderr, text=True, bufsize=1)
+        t0 = time.perf_counter()
+        self.facts = self._read() or {"ready": False, "error": f"the {side} process died while starting (status {self.proc.poll()}); its log is above"}
+        self.facts["start_s"] = time.perf_counter() - t0
+        self.facts["times"] = []
+
+    def _read(self):
+        # One line per request, so nothing waits in the pipe's buffer and select sees what readline would.
+        if not select.select([self.proc.stdout], [], [], self.timeout)[0]:
+            self.proc.kill()
+            return {"ready": False, "error": f"the {self.name} process gave no answer in {self.timeout:g} s (--timeout); killed"}
+        line = self.proc.stdout.readline()
+        try:
+            return json.loads(line)
+        except ValueError:
+            return None
+
+    def time_one(self):
+        if not self.facts.get("ready"):
+            return
+        self.proc.stdin.write("step\n")
+        got = self._read()
+        if got is None or "t" not in got:
+            self.facts.update(ready=False, error=f"the {self.name} process died while timing (status {self.proc.poll()})")
+        else:
+            self.facts["times"].append(got["t"])
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def run_workload(args, workload):
+    """Both sides started one after the other (so each warms up alone), then timed in alternating rounds."""
+    sides = []
+    try:
+        for name in ("kiln", "torch"):
+            sides.append(Side(args, name, workload))
+        for _ in range(args.repeat):
+            for s in sides:
+                s.time_one()
+    finally:
+        for s in sides:
+            s.close()
+    return {"workload": workload, "threads": args.threads, **{s.name: s.facts for s in sides}}
+
+
+# ---------------------------------------------------------------- the table
+
+def machine():
+    model, flags = blas_choice.cpu_info()
+    return {"host": socket.gethostname(), "cpu": model, "isa": blas_choice.vector_isa(flags), "cores": os.cpu_count(),
+            "avx2": "avx2" in flags, "avx512f": "avx512f" in flags}
+
+
+def header(args, m):
+    import torch
+    shapes = {"resnet18": f"ResNet-18 [{args.batch}, 3, {args.image_size}, {args.image_size}] -> 10 classes, cross-entropy",
+              "bert": f"BERT-base encoder layer [{args.batch}, {args.seq_len}, 768], MSE"}
+    return [f"kiln training-step bench on {m['host']}: {m['cpu']}, {m['isa']} (avx2 {'yes' if m['avx2'] else 'no'}, "
+            f"avx512f {'yes' if m['avx512f'] else 'no'}), {m['cores']} cores; {datetime.datetime.now():%Y-%m-%d %H:%M}",
+            f"peer: PyTorch {torch.__version__} eager training step (zero_grad, forward, loss, backward, SGD step) in train mode, "
+            f"torch.set_num_threads({args.threads}), OMP_NUM_THREADS={args.threads}, the peers' clean environment (its own report below the table)",
+            f"kiln: kiln.train.from_torch + kiln.train.compile, target llvm -num-cores={args.threads}, KILN_NUM_THREADS={args.threads}, "
+            "default schedules (no tuning database)",
+            f"step = forward + backward + SGD(lr {LR}, momentum {MOMENTUM}); workloads: " + "; ".join(shapes[w] for w in args.workloads),
+            f"each side in a fresh process, started and warmed up ({WARMUP} steps) alone; then {args.repeat} rounds of one timed step "
+            "per side, alternating; kiln/torch = ratio of medians, below 1 kiln is faster",
+            "memory (weights excluded): kiln arena / plan pk = exe.memory() arena_bytes / peak_bytes of the compiled step; "
+            f"RSS rise = peak RSS rise over the {WARMUP} warm-up steps from after building (VmHWM reset by clear_refs), same method both sides"]
+
+
+def _f(v, fmt):
+    return "-" if v is None else format(v, fmt)
+
+
+def format_table(rows):
+    fmt = "{:<9} {:>2} {:>9} {:>9} {:>9} {:>9} {:>6}  {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>11} {:>11}"
+    lines = [fmt.format("workload", "T", "kiln min", "kiln med", "torch min", "torch med", "ratio", "compile", "1st step", "arena MB",
+                        "plan pk", "kiln RSS", "torch RSS", "loss1 kiln", "loss1 torch")]
+    for r in rows:
+        k, t = r["kiln"], r["torch"]
+        kt, tt = k.get("times"), t.get("times")
+        ratio = statistics.median(kt) / statistics.median(tt) if kt and tt else None
+        ms = lambda v: None if not v else min(v) * 1e3  # noqa: E731
+        med = lambda v: None if not v else statistics.median(v) * 1e3  # noqa: E731
+        lines.append(fmt.format(r["workload"], r["threads"], _f(ms(kt), ".1f"), _f(med(kt), ".1f"), _f(ms(tt), ".1f"), _f(med(tt), ".1f"),
+                                _f(ratio, ".2f"), _f(k.get("compile_s"), ".1f") + ("s" if k.get("compile_s") is not None else ""),
+                                _f(k.get("first_step_s"), ".1f") + ("s" if k.get("first_step_s") is not None else ""),
+                                _f(k.get("arena_mb"), ".1f"), _f(k.get("planned_peak_mb"), ".1f"), _f(k.get("rss_rise_mb"), ".1f"),
+                                _f(t.get("rss_rise_mb"), ".1f"), _f(k.get("loss1"), ".6f"), _f(t.get("loss1"), ".6f")))
+        if k.get("loss1") is not None and t.get("loss1") is not None:
+            rel = abs(k["loss1"] - t["loss1"]) / max(abs(t["loss1"]), 1e-30)
+            if rel > 1e-5:
+                lines.append(f"    the first losses differ by {rel:.1e} relative (same weights and batch: float32 rounding "
+                             "of the forward pass and of the loss's sum)")
+        for side in ("kiln", "torch"):
+            if r[side].get("error"):
+                lines.append(f"    {side} FAILED: " + r[side]["error"].splitlines()[0][:400])
+    lines.append("times in ms per training step; memory in MB; compile = kiln.train.compile's seconds, 1st step = kiln's first step "
+                 "(its one-time work included)")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 2 and argv[0] == "--child":
+        return child_main(argv[1])
+    args = parse_args(argv)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("train_step_bench: PyTorch is not installed (import torch failed); it is the peer and exports the models", file=sys.stderr)
+        return 2
+    m = machine()
+    head = header(args, m)
+    print("\n".join(head), flush=True)
+    rows = []
+    for w in args.workloads:
+        rows.append(run_workload(args, w))
+    print(format_table(rows), flush=True)
+    for r in rows:
+        if r["torch"].get("setup"):
+            print(f"peer setup ({r['workload']}, as its process reports it): {r['torch']['setup']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": m, "header": head, "args": vars(args), "rows": rows}, f, indent=1)
+        print(f"written: {args.json}")
+    return 1 if any(r[s].get("error") for r in rows for s in ("kiln", "torch")) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

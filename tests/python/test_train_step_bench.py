@@ -1,0 +1,61 @@
+"""bench/train_step_bench.py: its arguments, its table (a side's error in its
+row, the first losses compared), and one small run end to end: both sides
+train the same BERT layer from the same weights, so their first losses agree."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import train_step_bench as tsb  # noqa: E402
+
+
+def test_arguments_defaults_and_errors(capsys):
+    a = tsb.parse_args([])
+    assert (a.workloads, a.threads, a.repeat, a.batch, a.image_size, a.seq_len) == (["resnet18", "bert"], 2, 5, 8, 112, 128)
+    a = tsb.parse_args(["--workloads", "bert", "--threads", "1", "--repeat", "3"])
+    assert (a.workloads, a.threads, a.repeat) == (["bert"], 1, 3)
+    for bad in (["--workloads", "resnet18,vgg"], ["--threads", "0"], ["--image-size", "8"], ["--repeat", "0"]):
+        with pytest.raises(SystemExit):
+            tsb.parse_args(bad)
+    assert "vgg" in capsys.readouterr().err
+
+
+def test_table_rows_errors_and_loss_note():
+    rows = [{"workload": "resnet18", "threads": 2, "kiln": {"ready": False, "error": "KilnError: no gradient for Foo\nmore", "times": []},
+             "torch": {"times": [0.3, 0.2, 0.4], "loss1": 2.0, "rss_rise_mb": 100.0}},
+            {"workload": "bert", "threads": 2,
+             "kiln": {"times": [0.5, 0.6, 0.4], "loss1": 2.001, "compile_s": 2.5, "first_step_s": 3.0, "arena_mb": 114.0,
+                      "planned_peak_mb": 114.0, "rss_rise_mb": 120.0},
+             "torch": {"times": [0.3, 0.2, 0.25], "loss1": 2.0, "rss_rise_mb": 180.0}}]
+    text = tsb.format_table(rows)
+    lines = text.splitlines()
+    first = next(line for line in lines if line.startswith("resnet18"))
+    assert "200.0" in first and "300.0" in first  # torch min and median in ms
+    assert "kiln FAILED: KilnError: no gradient for Foo" in text and "more" not in text
+    bert = next(line for line in lines if line.startswith("bert"))
+    assert " 2.00 " in bert and "114.0" in bert and "2.5s" in bert  # ratio of medians 0.5 / 0.25
+    assert "differ by 5.0e-04 relative" in text
+
+
+def test_small_run_end_to_end(tmp_path):
+    out = tmp_path / "rows.json"
+    env = dict(os.environ)
+    import kiln
+    import kiln._ffi as ffi
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(kiln.__file__)), os.path.dirname(ffi._kiln.__file__),
+                                         env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "train_step_bench.py"), "--workloads", "bert", "--batch", "2",
+                           "--seq-len", "4", "--repeat", "2", "--threads", "1", "--json", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "AVX" in proc.stdout.splitlines()[0] or "SSE" in proc.stdout.splitlines()[0]
+    (row,) = json.loads(out.read_text())["rows"]
+    k, t = row["kiln"], row["torch"]
+    assert len(k["times"]) == 2 and len(t["times"]) == 2
+    assert k["arena_mb"] > 0 and k["num_kernels"] > 0 and t["rss_rise_mb"] >= 0
+    assert abs(k["loss1"] - t["loss1"]) <= 1e-4 * t["loss1"]
+    assert "torch.set_num_threads(1)" in proc.stdout and "at::get_num_threads() : 1" in proc.stdout
