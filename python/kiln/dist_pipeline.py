@@ -27,6 +27,12 @@ def _recv(shape, dtype, peer, tag):
     return _d.recv(list(shape), dtype, peer, tag)
 
 
+def _exchange(sends, recvs):
+    """Posts every receive and send at once and waits for all: (array, peer, tag) sends, (shape, dtype,
+    peer, tag) receives; returns the received arrays."""
+    return _d.exchange([(_np.ascontiguousarray(a), p, t) for a, p, t in sends], [(list(sh), dt, p, t) for sh, dt, p, t in recvs])
+
+
 def _broadcast(a, root):
     return _d.broadcast(a, root)
 
@@ -174,7 +180,29 @@ class PipelineTrainStep:
 
     def __call__(self, *inputs):
         plan = self.plan
-        m_count, graph = plan.micro_batches, plan.graph
+        micro = self._micro_batches(inputs)
+        r, last = rank(), len(plan.stages) - 1
+        stage = plan.stages[r]
+        n_recv, n_params = len(stage["recv"]), len(self.parameters)
+        run = _StageRun(self, stage, micro, r, last)
+        start = _time.perf_counter()
+        if plan.schedule == "1f1b":
+            _one_f_one_b(run, plan.micro_batches, len(plan.stages))
+        else:
+            _gpipe(run, plan.micro_batches)
+        self.steps += 1
+        if n_params:
+            self._apply([a / plan.micro_batches for a in run.acc])  # the loss is the mean over the micro-batches
+        loss = _broadcast(_np.array([_np.mean(run.losses) if r == last else 0.0], "float64"), last)[0]
+        total = _time.perf_counter() - start
+        bubble = 1.0 - run.busy / total if total > 0 else 0.0
+        everyone = _all_gather(_np.array([bubble], "float64"))[:, 0] if size() > 1 else _np.array([bubble])
+        self.stats = {"seconds": total, "busy_s": run.busy, "bubble": bubble, "bubble_mean": float(everyone.mean()),
+                      "max_stashed": run.max_stashed}
+        return float(loss)
+
+    def _micro_batches(self, inputs):
+        m_count, graph = self.plan.micro_batches, self.plan.graph
         if len(inputs) != len(self._batch_names):
             raise KilnError(f"the training step takes {len(self._batch_names)} input(s) (the model's and the target), got {len(inputs)}")
         micro = {}
@@ -185,62 +213,18 @@ class PipelineTrainStep:
             if a.shape != want:
                 raise KilnError(f"input '{name}' must have shape {want} ({m_count} micro-batches of {tuple(shape)}), got {a.shape}")
             micro[name] = _np.split(a, m_count)
-        r, last = rank(), len(plan.stages) - 1
-        stage = plan.stages[r]
-        n_recv = len(stage["recv"])
-        recv_types = stage["graph"].input_types[:n_recv]
-        send_types = stage["graph"].output_types if r < last else []
+        return micro
 
-        def feed(m, got):
-            return got + [_np.ascontiguousarray(micro[n][m]) if n in micro else dict.__getitem__(self.parameters, n)
-                          for n in stage["model_inputs"]]
-
-        busy, start = 0.0, _time.perf_counter()
-        stash = []
-        # GPipe: every micro-batch forward, then every one backward in reverse order. Sends go one
-        # way in each phase, so blocking sends cannot wait on each other in a cycle.
-        for m in range(m_count):
-            got = [_recv(sh, dt, r - 1, m * 1024 + k) for k, (sh, dt) in enumerate(recv_types)]
-            stash.append(got)
-            if r < last:
-                t0 = _time.perf_counter()
-                outs = self._fwd.run(feed(m, got))
-                busy += _time.perf_counter() - t0
-                for k, o in enumerate(outs):
-                    _send(o, r + 1, m * 1024 + k)
-        n_params = len(self.parameters)
-        acc = [_np.zeros_like(dict.__getitem__(self.parameters, n)) for n in self.parameters]
-        losses = []
-        for m in reversed(range(m_count)):
-            dys = [] if r == last else [_recv(sh, dt, r + 1, (1 << 20) + m * 1024 + k) for k, (sh, dt) in enumerate(send_types)]
-            t0 = _time.perf_counter()
-            outs = self._bwd.run(feed(m, stash[m]) + dys)
-            busy += _time.perf_counter() - t0
-            if r == last:
-                losses.append(float(outs[0]))
-                outs = outs[1:]
-            for k in range(n_recv):
-                _send(outs[k], r - 1, (1 << 20) + m * 1024 + k)
-            for k in range(n_params):
-                acc[k] += outs[n_recv + k]
-        self.steps += 1
-        if n_params:
-            names = list(self.parameters)
-            grads = [a / m_count for a in acc]  # the loss is the mean over the micro-batches
-            ups = self._update.run([dict.__getitem__(self.parameters, n) for n in names] + grads +
-                                   [s for per in self._states for s in per] + self._scalars.feed(self.steps))
-            for k, n in enumerate(names):
-                dict.__setitem__(self.parameters, n, ups[k])
-            at = len(names)
-            for per in self._states:
-                per[:] = ups[at: at + len(per)]
-                at += len(per)
-        loss = _broadcast(_np.array([_np.mean(losses) if r == last else 0.0], "float64"), last)[0]
-        total = _time.perf_counter() - start
-        bubble = 1.0 - busy / total if total > 0 else 0.0
-        everyone = _all_gather(_np.array([bubble], "float64"))[:, 0] if size() > 1 else _np.array([bubble])
-        self.stats = {"seconds": total, "busy_s": busy, "bubble": bubble, "bubble_mean": float(everyone.mean())}
-        return float(loss)
+    def _apply(self, grads):
+        names = list(self.parameters)
+        ups = self._update.run([dict.__getitem__(self.parameters, n) for n in names] + grads +
+                               [s for per in self._states for s in per] + self._scalars.feed(self.steps))
+        for k, n in enumerate(names):
+            dict.__setitem__(self.parameters, n, ups[k])
+        at = len(names)
+        for per in self._states:
+            per[:] = ups[at: at + len(per)]
+            at += len(per)
 
     def all_parameters(self):
         """Every stage's parameters, on every rank (each stage's rank broadcasts its own)."""
@@ -252,11 +236,113 @@ class PipelineTrainStep:
         return out
 
 
+def _tag_fwd(m, k):
+    return m * 1024 + k
+
+
+def _tag_bwd(m, k):
+    return (1 << 20) + m * 1024 + k
+
+
+class _StageRun:
+    """One step of one stage: its forward and backward of a micro-batch, and what they exchange."""
+
+    def __init__(self, step, stage, micro, r, last):
+        self.step, self.stage, self.micro, self.r, self.last = step, stage, micro, r, last
+        self.recv_types = stage["graph"].input_types[:len(stage["recv"])]
+        self.send_types = stage["graph"].output_types if r < last else []
+        self.stash = {}
+        self.max_stashed = 0
+        self.acc = [_np.zeros_like(dict.__getitem__(step.parameters, n)) for n in step.parameters]
+        self.losses = []
+        self.busy = 0.0
+
+    def feed(self, m, got):
+        return got + [_np.ascontiguousarray(self.micro[n][m]) if n in self.micro else dict.__getitem__(self.step.parameters, n)
+                      for n in self.stage["model_inputs"]]
+
+    def recv_fwd(self, m):
+        return [_recv(sh, dt, self.r - 1, _tag_fwd(m, k)) for k, (sh, dt) in enumerate(self.recv_types)]
+
+    def recv_bwd(self, m):
+        return [_recv(sh, dt, self.r + 1, _tag_bwd(m, k)) for k, (sh, dt) in enumerate(self.send_types)]
+
+    def forward(self, m, got):
+        """Stashes the micro-batch's stage inputs; returns what goes to the next stage ([] on the last)."""
+        self.stash[m] = got
+        self.max_stashed = max(self.max_stashed, len(self.stash))
+        if self.r == self.last:
+            return []
+        t0 = _time.perf_counter()
+        outs = self.step._fwd.run(self.feed(m, got))
+        self.busy += _time.perf_counter() - t0
+        return outs
+
+    def backward(self, m, dys):
+        """The micro-batch's backward from its stashed inputs; accumulates the parameter gradients and
+        returns the gradients of what the stage received."""
+        t0 = _time.perf_counter()
+        outs = self.step._bwd.run(self.feed(m, self.stash.pop(m)) + dys)
+        self.busy += _time.perf_counter() - t0
+        if self.r == self.last:
+            self.losses.append(float(outs[0]))
+            outs = outs[1:]
+        n_recv = len(self.recv_types)
+        for k in range(len(self.acc)):
+            self.acc[k] += outs[n_recv + k]
+        return outs[:n_recv]
+
+
+def _gpipe(run, m_count):
+    """Every micro-batch forward, then every one backward in reverse order: sends go one way in each
+    phase, so blocking sends cannot wait on each other in a cycle."""
+    for m in range(m_count):
+        for k, o in enumerate(run.forward(m, run.recv_fwd(m))):
+            _send(o, run.r + 1, _tag_fwd(m, k))
+    for m in reversed(range(m_count)):
+        dx = run.backward(m, run.recv_bwd(m) if run.r < run.last else [])
+        for k, d in enumerate(dx):
+            _send(d, run.r - 1, _tag_bwd(m, k))
+
+
+def _one_f_one_b(run, m_count, stages):
+    """1F1B (PipeDream-Flush): stage s runs stages-s-1 forwards, then alternates one forward and one
+    backward, then drains the backwards; at most stages-s micro-batches are stashed at once instead of
+    all of them. Where a rank both sends to and receives from a neighbour, the two are posted together
+    (kiln.dist's exchange), so neither waits on the other."""
+    r, last = run.r, run.last
+    warm = min(stages - r - 1, m_count)
+    for m in range(warm):
+        for k, o in enumerate(run.forward(m, run.recv_fwd(m))):
+            _send(o, r + 1, _tag_fwd(m, k))
+    steady = m_count - warm
+    got = run.recv_fwd(warm) if steady > 0 else None
+    for i in range(steady):
+        f, b = warm + i, i
+        outs = run.forward(f, got)
+        dys = []
+        if r < last:  # this forward's outputs go up as the gradients of backward b come down
+            dys = _exchange([(o, r + 1, _tag_fwd(f, k)) for k, o in enumerate(outs)],
+                            [(sh, dt, r + 1, _tag_bwd(b, k)) for k, (sh, dt) in enumerate(run.send_types)])
+        dx = run.backward(b, dys)
+        if i + 1 < steady:  # the gradients go down as the next forward's inputs come up
+            got = _exchange([(d, r - 1, _tag_bwd(b, k)) for k, d in enumerate(dx)],
+                            [(sh, dt, r - 1, _tag_fwd(f + 1, k)) for k, (sh, dt) in enumerate(run.recv_types)])
+        else:
+            for k, d in enumerate(dx):
+                _send(d, r - 1, _tag_bwd(b, k))
+    for b in range(steady, m_count):
+        dx = run.backward(b, run.recv_bwd(b) if r < last else [])
+        for k, d in enumerate(dx):
+            _send(d, r - 1, _tag_bwd(b, k))
+
+
 class PipelineTrainPlan:
     """A training step's loss graph cut into stages; ``compile()`` on every rank gives its PipelineTrainStep."""
 
-    def __init__(self, graph, stages, text, micro_batches, names, values, batch_names, optimizer):
+    def __init__(self, graph, stages, text, micro_batches, names, values, batch_names, optimizer, schedule="1f1b"):
         self.graph, self.stages, self._text, self.micro_batches = graph, stages, text, micro_batches
+        self.schedule = schedule
         self.optimizer = optimizer
         self._names, self._values, self._batch_names = names, values, batch_names
         pset = set(names)
@@ -272,7 +358,8 @@ class PipelineTrainPlan:
 
     def __str__(self):
         p, m = len(self.stages), self.micro_batches
-        return self._text + (f"# {m} micro-batches, GPipe schedule; each stage's backward recomputes its forward; "
+        name = "1F1B" if self.schedule == "1f1b" else "GPipe"
+        return self._text + (f"# {m} micro-batches, {name} schedule; each stage's backward recomputes its forward; "
                              f"ideal bubble (P-1)/(M+P-1) = {(p - 1) / (m + p - 1):.2f}")
 
     def compile(self, target="llvm"):
@@ -305,18 +392,22 @@ class PipelineTrainPlan:
         return PipelineTrainStep(self, fwd, bwd, update, params, state_names, states, scalars, self._batch_names)
 
 
-def pipeline_train(model, loss="cross_entropy", optimizer=None, micro_batches=4, num_stages=None, cost=None):
+def pipeline_train(model, loss="cross_entropy", optimizer=None, micro_batches=4, num_stages=None, cost=None, schedule="1f1b"):
     """Pipeline-parallel training: `model` (a kiln.graph.Graph at the micro-batch size, with one
     output) with its loss cut into `num_stages` stages (default: one per rank) balanced by estimated
     time; the model's float constants become parameters, each trained on the rank of the stage that
-    uses it. Each step streams `micro_batches` micro-batches forward through the ranks, then backward
-    (GPipe), sums the gradients and updates every stage's parameters with `optimizer` (as in
-    kiln.train: SGD, Adam, AdamW). Returns a PipelineTrainPlan; ``plan.compile()`` on every rank."""
+    uses it. Each step streams `micro_batches` micro-batches forward and backward through the ranks,
+    sums the gradients and updates every stage's parameters with `optimizer` (as in kiln.train: SGD,
+    Adam, AdamW). schedule="1f1b" (default) interleaves forwards and backwards so a stage keeps at most
+    as many micro-batches as stages after it; "gpipe" runs all forwards first. Both give the same
+    losses and parameters. Returns a PipelineTrainPlan; ``plan.compile()`` on every rank."""
     from . import train as _t
     if not isinstance(model, _kg.Graph):
         raise KilnError(f"kiln.dist.pipeline_train takes a kiln.graph.Graph, got a {type(model).__name__}")
     if int(micro_batches) < 1:
         raise KilnError(f"micro_batches must be at least 1, got {micro_batches}")
+    if schedule not in ("1f1b", "gpipe"):
+        raise KilnError(f"schedule must be '1f1b' or 'gpipe', got {schedule!r}")
     optimizer = optimizer or _t.SGD()
     lifted, names, values, buffer_names, _, seed_input = _kg.lift_parameters(model, training=True)
     if buffer_names or seed_input:
@@ -333,4 +424,4 @@ def pipeline_train(model, loss="cross_entropy", optimizer=None, micro_batches=4,
     n = size() if num_stages is None else int(num_stages)
     stages, text = _d.cut_pipeline(graph, n, {k: float(v) for k, v in (cost or {}).items()})
     batch_names = graph.input_names[:len(batch)]
-    return PipelineTrainPlan(graph, stages, text, int(micro_batches), names, values, batch_names, optimizer)
+    return PipelineTrainPlan(graph, stages, text, int(micro_batches), names, values, batch_names, optimizer, schedule)

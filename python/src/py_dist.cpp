@@ -214,6 +214,27 @@ void define_dist(py::module_& root) {
     NDArray x = numpy_to_ndarray(py::array::ensure(a, py::array::c_style));
     world()->send(x.data(), x.numel(), x.dtype(), peer, tag);
   }, py::arg("array"), py::arg("peer"), py::arg("tag") = 0);
+  // Sends ((array, peer, tag), ...) and receives ((shape, dtype, peer, tag), ...) posted together; returns the received arrays.
+  m.def("exchange", [](py::list sends, py::list recvs) {
+    std::vector<NDArray> keep, got;
+    std::vector<Communicator::SendOp> ss;
+    std::vector<Communicator::RecvOp> rs;
+    for (py::handle h : sends) {
+      auto t = h.cast<py::tuple>();
+      keep.push_back(numpy_to_ndarray(py::array::ensure(t[0], py::array::c_style)));
+      ss.push_back({keep.back().data(), keep.back().numel(), keep.back().dtype(), t[1].cast<int>(), t[2].cast<int>()});
+    }
+    for (py::handle h : recvs) {
+      auto t = h.cast<py::tuple>();
+      got.push_back(NDArray::empty(t[0].cast<std::vector<int64_t>>(), to_dtype(t[1])));
+      rs.push_back({got.back().data(), got.back().numel(), got.back().dtype(), t[2].cast<int>(), t[3].cast<int>()});
+    }
+    {
+      py::gil_scoped_release release;
+      world()->exchange(ss, rs);
+    }
+    return to_list(got);
+  }, py::arg("sends"), py::arg("recvs"));
   m.def("recv", [](std::vector<int64_t> shape, py::handle dtype, int peer, int tag) {
     NDArray x = NDArray::empty(shape, to_dtype(dtype));
     world()->recv(x.data(), x.numel(), x.dtype(), peer, tag);

@@ -36,6 +36,11 @@ std::unique_ptr<Request> Communicator::start_all_reduce(void* buf, int64_t count
   return std::make_unique<DoneRequest>();
 }
 
+void Communicator::exchange(const std::vector<SendOp>& sends, const std::vector<RecvOp>& recvs) {
+  for (const SendOp& s : sends) send(s.buf, s.count, s.dtype, s.peer, s.tag);
+  for (const RecvOp& r : recvs) recv(r.buf, r.count, r.dtype, r.peer, r.tag);
+}
+
 namespace {
 
 double g_timeout = [] {
@@ -142,6 +147,14 @@ class MpiCommunicator : public Communicator {
     MPI_Request r;
     MPI_Irecv(buf, to_int(n), mpi_type(t), peer, tag, comm_, &r);
     wait(r, "recv");
+  }
+  void exchange(const std::vector<SendOp>& sends, const std::vector<RecvOp>& recvs) override {
+    std::vector<MPI_Request> rs(recvs.size() + sends.size(), MPI_REQUEST_NULL);
+    for (size_t i = 0; i < recvs.size(); ++i)
+      MPI_Irecv(recvs[i].buf, to_int(recvs[i].count), mpi_type(recvs[i].dtype), recvs[i].peer, recvs[i].tag, comm_, &rs[i]);
+    for (size_t i = 0; i < sends.size(); ++i)
+      MPI_Isend(sends[i].buf, to_int(sends[i].count), mpi_type(sends[i].dtype), sends[i].peer, sends[i].tag, comm_, &rs[recvs.size() + i]);
+    for (MPI_Request& r : rs) wait(r, "exchange (sends and receives posted together)");
   }
   void barrier() override {
     MPI_Request r;

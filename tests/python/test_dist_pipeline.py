@@ -103,4 +103,4 @@ def test_one_stage_training_in_one_process_follows_kiln_train():
 @pytest.mark.parametrize("np_", [2, 4])
 def test_pipeline_training_on_ranks_follows_one_process(np_):
     out = expect_ok("pipeline_train.py", np_, timeout=120)
-    assert "losses match" in out
+    assert "1f1b: losses match" in out and "gpipe: losses match" in out

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kiln/ir/dtype.h"
 
@@ -57,6 +58,25 @@ class Communicator {
   virtual void broadcast(void* buf, int64_t count, DataType dtype, int root) = 0;
   virtual void send(const void* buf, int64_t count, DataType dtype, int peer, int tag) = 0;
   virtual void recv(void* buf, int64_t count, DataType dtype, int peer, int tag) = 0;
+  struct SendOp {
+    const void* buf;
+    int64_t count;
+    DataType dtype;
+    int peer, tag;
+  };
+  struct RecvOp {
+    void* buf;
+    int64_t count;
+    DataType dtype;
+    int peer, tag;
+  };
+  /**
+   * Posts every receive, then every send, and waits for all: two ranks that
+   * send to each other at once (a pipeline's forward going up while a
+   * gradient comes down) cannot block each other as blocking sends would.
+   * The default runs the sends and then the receives in turn.
+   */
+  virtual void exchange(const std::vector<SendOp>& sends, const std::vector<RecvOp>& recvs);
   virtual void barrier() = 0;
   /** The sub-communicator of the ranks passing the same color, ordered by key (collective over this one). */
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
