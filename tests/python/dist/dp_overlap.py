@@ -1,6 +1,9 @@
 """Gradient all-reduces overlapped with the backward pass in buckets (bucket_mb): the same losses and
 parameters, bit for bit, as the runner that all-reduces each gradient in turn (sums of the same numbers
-in the same order), for an MLP with SGD and a CNN with Adam; the stats count the buckets."""
+in the same order), for an MLP with SGD and a CNN with Adam (DP_OVERLAP_MLP_ONLY=1: the MLP only); the
+stats count the buckets."""
+import os
+
 import numpy as np
 
 import kiln
@@ -47,6 +50,7 @@ def compare(name, model, xshape, classes, optimizer, bucket_mb, rng):
 rng = np.random.default_rng(3)
 model, _ = mlp(batch=4 * n, d_in=12, hidden=16, d_out=5, seed=2)
 l1 = compare("mlp", model, (4 * n, 12), 5, lambda: kiln.train.SGD(lr=0.1, momentum=0.9), 0.0002, rng)
-model, xshape = cnn(2 * n, rng)
-l2 = compare("cnn", model, xshape, 4, lambda: kiln.train.Adam(lr=0.01), 0.0002, rng)
-ok(f"overlap losses {l1:.5f} {l2:.5f}")
+if os.environ.get("DP_OVERLAP_MLP_ONLY") != "1":
+    model, xshape = cnn(2 * n, rng)
+    l1 = compare("cnn", model, xshape, 4, lambda: kiln.train.Adam(lr=0.01), 0.0002, rng)
+ok(f"overlap loss {l1:.5f}")
