@@ -216,15 +216,8 @@ class PipelineTrainStep:
         return micro
 
     def _apply(self, grads):
-        names = list(self.parameters)
-        ups = self._update.run([dict.__getitem__(self.parameters, n) for n in names] + grads +
-                               [s for per in self._states for s in per] + self._scalars.feed(self.steps))
-        for k, n in enumerate(names):
-            dict.__setitem__(self.parameters, n, ups[k])
-        at = len(names)
-        for per in self._states:
-            per[:] = ups[at: at + len(per)]
-            at += len(per)
+        from .train_checkpoint import apply_update
+        apply_update(self._update, self.parameters, grads, self._states, self._scalars, self.steps)
 
     def all_parameters(self):
         """Every stage's parameters, on every rank (each stage's rank broadcasts its own)."""

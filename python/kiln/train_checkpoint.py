@@ -20,6 +20,20 @@ from ._ffi import KilnError, _kiln
 from . import graph as _kg
 
 
+def apply_update(update, parameters, grads, states, scalars, step_number):
+    """Runs an optimizer update graph (parameters, gradients, optimizer state and the step's scalars
+    in; new parameters and state out) and stores its results in `parameters` and `states`."""
+    names = list(parameters)
+    ups = update.run([dict.__getitem__(parameters, n) for n in names] + list(grads) +
+                     [s for per in states for s in per] + scalars.feed(step_number))
+    for k, n in enumerate(names):
+        dict.__setitem__(parameters, n, ups[k])
+    at = len(names)
+    for per in states:
+        per[:] = ups[at: at + len(per)]
+        at += len(per)
+
+
 def _nbytes_of(types):
     return sum(int(_np.prod(shape, dtype=_np.int64)) * _np.dtype(dtype).itemsize for shape, dtype in types)
 
@@ -83,15 +97,7 @@ class CheckpointedTrainStep:
             for n, gv in zip([n for n in st["model_inputs"] if n in grads], outs[n_recv:]):
                 grads[n] = gv if grads[n] is None else grads[n] + gv  # a parameter read by several segments
         self.steps += 1
-        order = self._param_names
-        ups = self._update.run([feed[n] for n in order] + [grads[n] for n in order] +
-                               [s for per in self._states for s in per] + self._scalars.feed(self.steps))
-        for k, n in enumerate(order):
-            dict.__setitem__(self.parameters, n, ups[k])
-        at = len(order)
-        for per in self._states:
-            per[:] = ups[at: at + len(per)]
-            at += len(per)
+        apply_update(self._update, self.parameters, [grads[n] for n in self.parameters], self._states, self._scalars, self.steps)
         return loss
 
     def memory(self):
