@@ -273,7 +273,7 @@ def _restore_buffers(data, module, saved):
 
 
 def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_shape=None, seed=0, memory_limit=None,
-            segments=None, precision=None, loss_scale=None):
+            segments=None, precision=None, loss_scale=None, db=None):
     """Compiles one training step of `model` (a kiln.graph.Graph with one output).
 
     loss: "cross_entropy" (the output is logits [batch, classes]; the target
@@ -287,6 +287,9 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     precision: "bfloat16" or "float16" runs MatMul/Gemm/Conv on values rounded to it with float32
     accumulation, float32 master weights (train_precision.py). loss_scale: None ("dynamic" for
     float16), "dynamic", a fixed number, or a train_precision.LossScaler; ``step.scaler`` holds it.
+    db: a tuning database: each fused group of the step takes its best record, as kiln.compile's do.
+    Tune a step with ``kiln.tune_model(step.graph, db=...)``: its forward, backward and update
+    groups are tasks like any model's.
     """
     if not isinstance(model, _kg.Graph):
         raise KilnError(f"kiln.train.compile takes a kiln.graph.Graph, got a {type(model).__name__}")
@@ -343,7 +346,7 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
         raise KilnError("recomputing activations (memory_limit / segments) and mixed precision or loss scaling do not combine yet")
     if segments is not None and int(segments) > 1:
         return _checkpointed(loss_graph(), n_batch, names, values, optimizer, int(segments), target)
-    exe = _kg.compile(graph, target=target)
+    exe = _kg.compile(graph, target=target, db=db, quiet=True)
     params_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(names, values))
     state_arrays = [[_np.zeros(p.shape, p.dtype) for _ in state_names] for p in params]
     buffers_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(buffer_names, buffer_values))

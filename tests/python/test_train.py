@@ -291,3 +291,21 @@ def test_bad_optimizer_settings():
         kiln.train.SGD(lr=-1)
     with pytest.raises(kiln.KilnError, match="betas"):
         kiln.train.Adam(betas=(1.0, 0.9))
+
+
+def test_a_tuned_training_step(tmp_path):
+    """kiln.tune_model tunes a training step's graph like a model's; compile(db=) then builds its groups
+    from the records and the step trains as the untuned one does."""
+    rng = np.random.default_rng(0)
+    b = kiln.graph.Builder()
+    h = b.op("Relu", b.op("MatMul", b.input("x", (16, 32)), b.constant("w1", (rng.standard_normal((32, 32)) / 6).astype("float32"))))
+    model = b.build(b.op("MatMul", h, b.constant("w2", (rng.standard_normal((32, 4)) / 6).astype("float32"))))
+    db = str(tmp_path / "train.db")
+    plain = kiln.train.compile(model, optimizer=kiln.train.SGD(lr=0.1))
+    r = kiln.tune_model(plain.graph, trials=16, batch=8, db=db, progress=False, confirm_top=1, confirm_rounds=1)
+    assert r["trials"] == 16
+    tuned = kiln.train.compile(model, optimizer=kiln.train.SGD(lr=0.1), db=db)
+    assert tuned._exe.tuned_groups()[0] >= 1
+    for _ in range(3):
+        x, y = rng.standard_normal((16, 32)).astype("float32"), rng.integers(0, 4, 16)
+        assert tuned(x, y) == pytest.approx(plain(x, y), rel=1e-5)
