@@ -279,10 +279,43 @@ def shard(model, mesh, strategy=None, specs=None, keep_outputs_sharded=False, me
     return Plan(_d.shard_graph(model, mesh, given, bool(keep_outputs_sharded)), model, given)
 
 
-def train(model, mesh, axis=None, bucket_mb=None, **train_options):
-    """``kiln.train.compile(model, **train_options)`` made data parallel over `mesh` (see data_parallel)."""
+def train(model, mesh, axis=None, bucket_mb=None, strategy="data", **train_options):
+    """``kiln.train.compile(model, **train_options)`` made data parallel over `mesh` (see data_parallel),
+    or with strategy="tensor" tensor parallel (see tensor_parallel)."""
     from . import train as _train
-    return data_parallel(_train.compile(model, **train_options), mesh, axis, bucket_mb)
+    step = _train.compile(model, **train_options)
+    if strategy == "tensor":
+        return tensor_parallel(step, mesh, axis)
+    if strategy != "data":
+        raise KilnError(f"kiln.dist.train: strategy must be 'data' or 'tensor', got {strategy!r} "
+                        "(pipelines: kiln.dist.pipeline_train)")
+    return data_parallel(step, mesh, axis, bucket_mb)
+
+
+def tensor_parallel(step, mesh, axis=None):
+    """Makes a kiln.train step tensor parallel over `mesh` in the Megatron manner: each MatMul weight
+    (a parameter) split by columns, or by rows after a column-split one, with its gradient and
+    optimizer state split alike, so each rank computes its share of every layer; the batch is whole on
+    every rank. The new parameters come back whole (gathered) to the step, which feeds each rank its
+    block again at the next call. Call it on every rank; then call the step as before."""
+    axes = [n for n, _ in mesh.axes]
+    axis = axis or ("model" if "model" in axes else axes[-1])
+    g = step.graph
+    given = dict(_d.megatron_specs(g, mesh, axis))
+    if not given:
+        raise KilnError("tensor_parallel: the step has no 2-D MatMul/Gemm weight to split")
+    _shard_step(step, Plan(_d.shard_graph(g, mesh, given, False), g, given), None)
+    return step
+
+
+def _shard_step(step, plan, bucket_mb):
+    step._exe = plan.compile(bucket_mb=bucket_mb)
+    step.runner = step._exe  # its stats() say where each step's time went
+    # Every rank starts from rank 0's parameters and buffers (as DDP does), whatever each initialised.
+    for table in (step.parameters, step.buffers):
+        for name in list(table):
+            table[name] = broadcast(table[name], 0)
+    step.plan = plan
 
 
 def data_parallel(step, mesh, axis=None, bucket_mb=None):
@@ -299,12 +332,5 @@ def data_parallel(step, mesh, axis=None, bucket_mb=None):
     given = {}
     for name, t in list(zip(g.input_names, g.input_types))[:n_batch]:
         given[name] = " ".join([f"S({axis})"] + ["R"] * (len(t[0]) - 1))
-    plan = Plan(_d.shard_graph(g, mesh, given, False), g)
-    step._exe = plan.compile(bucket_mb=bucket_mb)
-    step.runner = step._exe  # its stats() say where each step's time went
-    # Every rank starts from rank 0's parameters and buffers (as DDP does), whatever each initialised.
-    for table in (step.parameters, step.buffers):
-        for name in list(table):
-            table[name] = broadcast(table[name], 0)
-    step.plan = plan
+    _shard_step(step, Plan(_d.shard_graph(g, mesh, given, False), g, given), bucket_mb)
     return step

@@ -23,7 +23,9 @@ std::map<std::string, std::string> megatron_specs(const Graph& g, const Mesh& me
       if (v.defined() && carries.count(v.node.get())) in = in || carries[v.node.get()];
     bool out = in;
     bool matmul = op->op->name == "MatMul" || op->op->name == "Gemm";
-    if (matmul && op->inputs.size() >= 2 && op->inputs[1].node->kind == NodeKind::Constant && op->inputs[1].type().ndim() == 2) {
+    // A weight is a constant, or a graph input (a training step's parameters are its inputs).
+    bool weight = op->inputs.size() >= 2 && op->inputs[1].node->kind != NodeKind::Op && op->inputs[1].type().ndim() == 2;
+    if (matmul && weight) {
       bool trans_b = op->attrs.get_int_or("transB", 0) != 0;
       // Row split: the contracted dim (0, or 1 when transposed); column split: the other.
       int dim = in ? (trans_b ? 1 : 0) : (trans_b ? 0 : 1);

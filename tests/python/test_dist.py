@@ -123,6 +123,12 @@ def test_data_parallel_cnn(np_):
     expect_ok("dp_cnn.py", np_, timeout=90)
 
 
+@pytest.mark.parametrize("np_", [2, 4])
+def test_tensor_parallel_training_20_steps(np_):
+    out = expect_ok("tp_train.py", np_, timeout=90)
+    assert "AllReduce" in out
+
+
 def test_data_parallel_training_20_steps():
     out = expect_ok("dp_train.py", 2, timeout=90)
     assert out.count("kiln.AllReduce") == 5  # one per parameter's gradient, one for the loss
