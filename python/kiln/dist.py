@@ -149,7 +149,9 @@ def calibrate(gemm=384, stream_mb=16, reps=10):
     runs collectives): a kiln-compiled [gemm]^3 MatMul (flops_per_s), an elementwise Add over
     `stream_mb` MB (memory_bytes_per_s), and all-reduces of 1 KB and 4 MB over all ranks
     (latency_s and link_bytes_per_s of the ring model), and tiny graphs of 1 and 8 kernels (run_s,
-    kernel_s: the fixed costs of a run and of each kernel, Python's call included). Each figure is the slowest rank's best
+    kernel_s: the fixed costs of a run and of each kernel, Python's call included); on several ranks,
+    sharded plans of 1 and 4 collectives through the runner (collective_s, and run_s as the runner
+    pays it). Each figure is the slowest rank's best
     of `reps`. Returns the cost dict ``shard(..., strategy="auto", cost=...)`` and
     ``Plan.estimate(**cost)`` take."""
     from . import graph as _g
@@ -196,7 +198,30 @@ def calibrate(gemm=384, stream_mb=16, reps=10):
         bandwidth = share * (large.nbytes - small.nbytes) / max(t_large - t_small, 1e-9)
         cost["link_bytes_per_s"] = bandwidth
         cost["latency_s"] = max((t_small - share * small.nbytes / bandwidth) / (2 * (ranks - 1)), 0.0)
+        cost.update(_calibrate_runner(ranks, reps, cost))
     return cost
+
+
+def _calibrate_runner(ranks, reps, cost):
+    """The runner's fixed costs: plans of 1 and 4 tiny row-split matmuls (one all-reduce each) run
+    through Plan.compile(); the slope is each collective's cost beyond the ring model, the rest the run's."""
+    from . import graph as _g
+    mesh = Mesh(("c", ranks))
+    times = []
+    for k in (1, 4):
+        b = _g.Builder()
+        h = b.input("x", (4, 4 * ranks))
+        for i in range(k):
+            h = b.op("MatMul", h, b.constant(f"w{i}", _np.eye(4 * ranks, dtype="float32")))
+        model = b.build(h)
+        runner = shard(model, mesh, specs={f"w{i}": "S(c) R" for i in range(k)}).compile()
+        xv = _np.ones((4, 4 * ranks), "float32")
+        barrier()
+        times.append(_best_time(lambda: runner(xv), reps * 10))
+    t1, t4 = (float(v) for v in all_gather(_np.array(times, "float64")).max(axis=0))
+    ring = 2 * (ranks - 1) * cost["latency_s"]
+    per = max((t4 - t1) / 3 - ring - cost["kernel_s"], 0.0)
+    return {"collective_s": per, "run_s": max(t1 - per - ring - cost["kernel_s"], cost["run_s"])}
 
 
 def _block(a, blocks):

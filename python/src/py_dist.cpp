@@ -45,7 +45,8 @@ CostParams cost_of(const py::dict& d) {
     else if (key == "latency_s") c.latency_s = x;
     else if (key == "kernel_s") c.kernel_s = x;
     else if (key == "run_s") c.run_s = x;
-    else throw_user_error("cost: unknown key '" + key + "'; known: flops_per_s, memory_bytes_per_s, link_bytes_per_s, latency_s, kernel_s, run_s");
+    else if (key == "collective_s") c.collective_s = x;
+    else throw_user_error("cost: unknown key '" + key + "'; known: flops_per_s, memory_bytes_per_s, link_bytes_per_s, latency_s, kernel_s, run_s, collective_s");
   }
   return c;
 }

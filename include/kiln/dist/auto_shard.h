@@ -25,7 +25,7 @@
  *            all-reduce 2(n-1)/n of the bytes, all-gather and all-to-all
  *            (n-1)/n of the result, reduce-scatter (n-1)/n of the input;
  *            over link_bytes_per_s, plus latency_s per step (2(n-1) steps
- *            for an all-reduce, n-1 for the others);
+ *            for an all-reduce, n-1 for the others), plus collective_s each;
  *            plus kernel_s per op that starts a fused group (not elementwise,
  *            broadcast or injective: those fuse into their producer) and
  *            run_s once;
@@ -53,6 +53,7 @@ struct CostParams {
   double latency_s = 20e-6;          ///< per step of a collective
   double kernel_s = 5e-6;            ///< fixed cost of each kernel a rank runs (a fused group)
   double run_s = 50e-6;              ///< fixed cost of one run (dispatch, inputs in, outputs out)
+  double collective_s = 10e-6;       ///< fixed cost of each collective in the runner (a segment ends, the call, the wait)
 };
 
 struct PlanEstimate {
