@@ -130,6 +130,23 @@ class Plan:
         bucket_bytes = -1 if bucket_mb is None else int(bucket_mb * 1024 * 1024)
         return Runner(_d.Runner(self.sharded, str(target), bucket_bytes), self)
 
+    def measure(self, *inputs, runs=20, runner=None, **cost):
+        """Runs the plan `runs` times on every rank (compiling it unless `runner` is given) and sets the
+        measurement beside the estimate: a dict of best_s and median_s (the slowest rank's), estimate_s
+        (with `cost`, e.g. from calibrate()) and their ratio best / estimate. Every rank must call it."""
+        runner = runner or self.compile()
+        runner(*inputs)  # warm-up
+        barrier()
+        times = []
+        for _ in range(int(runs)):
+            t0 = _time.perf_counter()
+            runner(*inputs)
+            times.append(_time.perf_counter() - t0)
+        mine = _np.array([min(times), float(_np.median(times))], "float64")
+        best, median = (float(v) for v in (all_gather(mine).max(axis=0) if _d.size() > 1 else mine))
+        est = self.estimate(**cost)["total_s"]
+        return {"best_s": best, "median_s": median, "estimate_s": est, "best_over_estimate": best / est if est > 0 else float("nan")}
+
 
 from .dist_pipeline import PipelinePlan, PipelineRunner, pipeline, pipeline_train  # noqa: E402,F401
 

@@ -1,9 +1,6 @@
 """strategy="auto" on a chain of matmuls over a 2 x (n/2) mesh: with a memory limit that
 replicated weights exceed, the plan splits weights, and every rank's output equals
 numpy's. Prints the plan's report on rank 0, and its estimated and measured time."""
-import sys
-import time
-
 import numpy as np
 
 import kiln
@@ -38,21 +35,12 @@ for w in ws:
     want = np.maximum(want @ w, 0)
 got = runner(xv)[0]
 check(np.allclose(got, want, rtol=1e-4, atol=1e-4), f"max error {np.abs(got - want).max()}")
-runner(xv)
-kiln.dist.barrier()
-runs = []
-for _ in range(30):
-    t0 = time.perf_counter()
-    runner(xv)
-    runs.append(time.perf_counter() - t0)
-# The slowest rank's best run: what calibrate() measures its figures as.
-measured = float(kiln.dist.all_gather(np.array([min(runs)]))[:, 0].max())
-median = float(kiln.dist.all_gather(np.array([np.median(runs)]))[:, 0].max())
 cost = kiln.dist.calibrate(reps=5)
 check(all(v > 0 for k, v in cost.items() if k.endswith("per_s")), f"calibrated rates are positive: {cost}")
-calibrated = plan.estimate(**cost)
+m = plan.measure(xv, runs=30, runner=runner, **cost)
+check(m["best_s"] > 0 and m["median_s"] >= m["best_s"] and m["estimate_s"] > 0, f"measure: {m}")
 if kiln.dist.rank() == 0:
     print(f"calibrated cost {cost}", flush=True)
-    print(f"estimate {est['total_s'] * 1e3:.3f} ms (default cost), {calibrated['total_s'] * 1e3:.3f} ms (calibrated); "
-          f"measured {measured * 1e3:.3f} ms per run (best; median {median * 1e3:.3f} ms)", flush=True)
+    print(f"estimate {est['total_s'] * 1e3:.3f} ms (default cost), {m['estimate_s'] * 1e3:.3f} ms (calibrated); measured "
+          f"{m['best_s'] * 1e3:.3f} ms per run (the slowest rank's best; median {m['median_s'] * 1e3:.3f} ms)", flush=True)
 ok("auto plan")
