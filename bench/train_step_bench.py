@@ -56,6 +56,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "peers"))
 import blas_choice  # noqa: E402
 from peer_env import clean_env  # noqa: E402
+from torch_models import _status_kb  # noqa: E402  (a /proc/self/status field in kB)
 
 WORKLOADS = ("resnet18", "bert")
 WARMUP = 3
@@ -108,12 +109,6 @@ def build(name, batch, image_size, seq_len, seed=0):
 
 # ---------------------------------------------------------------- memory
 
-def _status_kb(key):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    raise KeyError(key)
 
 
 class RssRise:
