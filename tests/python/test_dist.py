@@ -129,6 +129,10 @@ def test_tensor_parallel_training_20_steps(np_):
     assert "AllReduce" in out
 
 
+def test_tensor_parallel_attention_training():
+    expect_ok("tp_attention_train.py", 2, timeout=90)
+
+
 def test_data_parallel_training_20_steps():
     out = expect_ok("dp_train.py", 2, timeout=90)
     assert out.count("kiln.AllReduce") == 5  # one per parameter's gradient, one for the loss
