@@ -298,62 +298,76 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     optimizer = optimizer or SGD()
     precision = _prec.check_precision(precision)
     scaler = _prec.scaler_of(loss_scale, precision)
-    lifted, names, values, buffer_names, buffer_values, seed_input = _kg.lift_parameters(model, training=True)
-    if precision:
-        lifted = _kg.autocast(lifted, precision)
-    if not names:
-        raise KilnError("the model has no trainable parameters (float constants of rank >= 1)")
-    n_data = len(model.input_names)
-    ins = lifted.input_values
-    data, params = ins[:n_data], ins[n_data: n_data + len(names)]
-    buffers = ins[n_data + len(names): n_data + len(names) + len(buffer_names)]
-    seed_v = ins[-1] if seed_input else None
-    loss_v, y = _loss_value(loss, lifted.output_values[0], target_shape)
-    dtype = loss_v.dtype
-    scale_v = finite = None
-    if scaler is not None:
-        scale_v = _kg.make_input("train.loss_scale", [], dtype)
-        grads, finite = _prec.scaled_gradients(loss_v, params, names, scale_v)
-    else:
-        grads = [g if g is not None else _kg.make_constant(f"zero_grad_{n}", _np.zeros(p.shape, p.dtype))
-                 for n, p, g in zip(names, params, _kg.gradients(loss_v, params))]
+    recompute = segments is not None and int(segments) > 1 or memory_limit is not None
+    if recompute and (precision or scaler):
+        raise KilnError("recomputing activations (memory_limit / segments) and mixed precision or loss scaling do not combine yet")
+    m = _Lifted(model, precision)
+    loss_v, y = _loss_value(loss, m.lifted.output_values[0], target_shape)
+    batch = m.data + ([y] if y is not None else [])
+    scale_v, grads, finite = _step_gradients(loss_v, m, scaler)
     state_names = optimizer.state_names()
-    states = [[_kg.make_input(f"{n}.{s}", list(p.shape), p.dtype) for s in state_names] for n, p in zip(names, params)]
-    scalars = _Scalars(dtype)
-    new_params, new_states = optimizer.build(params, grads, states, scalars)
+    states = [[_kg.make_input(f"{n}.{s}", list(p.shape), p.dtype) for s in state_names] for n, p in zip(m.names, m.params)]
+    scalars = _Scalars(loss_v.dtype)
+    new_params, new_states = optimizer.build(m.params, grads, states, scalars)
     if finite is not None:  # a step with inf/NaN gradients leaves parameters and state as they were
-        new_params = _prec.guarded(finite, new_params, params)
+        new_params = _prec.guarded(finite, new_params, m.params)
         new_states = [_prec.guarded(finite, ns, st) for ns, st in zip(new_states, states)]
-    if seed_v is not None:  # dropout masks: a new seed per step
-        scalars.values.append(seed_v)
+    if m.seed_v is not None:  # dropout masks: a new seed per step
+        scalars.values.append(m.seed_v)
         scalars.fns.append(lambda t: seed * 1000000007 + t)
-    inputs = data + ([y] if y is not None else []) + params + [s for per in states for s in per] + buffers + scalars.values
-    outputs = [loss_v] + new_params + [s for per in new_states for s in per] + lifted.output_values[1:]
-    out_names = (["loss"] + [f"new.{n}" for n in names] + [f"new.{n}.{s}" for n in names for s in state_names]
-                 + [f"new.{n}" for n in buffer_names])
+    inputs = batch + m.params + [s for per in states for s in per] + m.buffers + scalars.values
+    outputs = [loss_v] + new_params + [s for per in new_states for s in per] + m.lifted.output_values[1:]
+    out_names = (["loss"] + [f"new.{n}" for n in m.names] + [f"new.{n}.{s}" for n in m.names for s in state_names]
+                 + [f"new.{n}" for n in m.buffer_names])
     if scale_v is not None:
         inputs, outputs, out_names = inputs + [scale_v], outputs + [finite], out_names + ["finite"]
     graph = _kg.make_graph(inputs, outputs, out_names)
-    n_batch = n_data + (1 if y is not None else 0)
+    if segments is not None and int(segments) > 1:
+        return _checkpointed(m.loss_graph(batch, loss_v), len(batch), m.names, m.values, optimizer, int(segments), target)
+    exe = _kg.compile(graph, target=target, db=db, quiet=True)
+    params_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(m.names, m.values))
+    state_arrays = [[_np.zeros(p.shape, p.dtype) for _ in state_names] for p in m.params]
+    buffers_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(m.buffer_names, m.buffer_values))
+    step = TrainStep(exe, graph, len(m.data), y is not None, params_d, state_names, state_arrays, scalars, buffers_d, optimizer, scaler)
+    if memory_limit is None or step.memory()["total"] <= memory_limit:
+        return step
+    return _fit_memory(step, m.loss_graph(batch, loss_v), len(batch), m.names, m.values, optimizer, int(memory_limit), target)
 
-    def loss_graph():  # the loss of the parameters, for recomputation (made only where asked: it has no dropout seed)
-        if buffer_names or seed_input:
+
+class _Lifted:
+    """The model with its parameters (and batch-norm buffers, dropout seed) lifted to graph inputs,
+    rounded for mixed precision when asked; its input values split by role."""
+
+    def __init__(self, model, precision):
+        lifted, self.names, self.values, self.buffer_names, self.buffer_values, self.seed_input = \
+            _kg.lift_parameters(model, training=True)
+        if not self.names:
+            raise KilnError("the model has no trainable parameters (float constants of rank >= 1)")
+        self.lifted = _kg.autocast(lifted, precision) if precision else lifted
+        n_data, n_params = len(model.input_names), len(self.names)
+        ins = self.lifted.input_values
+        self.data, self.params = ins[:n_data], ins[n_data: n_data + n_params]
+        self.buffers = ins[n_data + n_params: n_data + n_params + len(self.buffer_names)]
+        self.seed_v = ins[-1] if self.seed_input else None
+
+    def loss_graph(self, batch, loss_v):
+        """The loss of the parameters alone, for recomputation (it has no dropout seed or buffers)."""
+        if self.buffer_names or self.seed_input:
             raise KilnError("recomputing activations (memory_limit / segments) does not handle batch-norm running statistics "
                             "or dropout yet: the recomputed forward would update them twice or draw new masks; train this "
                             "model without a memory limit")
-        return _kg.make_graph(data + ([y] if y is not None else []) + params, [loss_v], ["loss"])
-    if (segments is not None and int(segments) > 1 or memory_limit is not None) and (precision or scaler):
-        raise KilnError("recomputing activations (memory_limit / segments) and mixed precision or loss scaling do not combine yet")
-    if segments is not None and int(segments) > 1:
-        return _checkpointed(loss_graph(), n_batch, names, values, optimizer, int(segments), target)
-    exe = _kg.compile(graph, target=target, db=db, quiet=True)
-    params_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(names, values))
-    state_arrays = [[_np.zeros(p.shape, p.dtype) for _ in state_names] for p in params]
-    buffers_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(buffer_names, buffer_values))
-    step = TrainStep(exe, graph, n_data, y is not None, params_d, state_names, state_arrays, scalars, buffers_d, optimizer, scaler)
-    if memory_limit is None or step.memory()["total"] <= memory_limit:
-        return step
-    return _fit_memory(step, loss_graph(), n_batch, names, values, optimizer, int(memory_limit), target)
+        return _kg.make_graph(batch + self.params, [loss_v], ["loss"])
+
+
+def _step_gradients(loss_v, m, scaler):
+    """(the loss-scale input or None, the parameters' gradients, the all-finite flag or None)."""
+    if scaler is not None:
+        scale_v = _kg.make_input("train.loss_scale", [], loss_v.dtype)
+        grads, finite = _prec.scaled_gradients(loss_v, m.params, m.names, scale_v)
+        return scale_v, grads, finite
+    grads = [g if g is not None else _kg.make_constant(f"zero_grad_{n}", _np.zeros(p.shape, p.dtype))
+             for n, p, g in zip(m.names, m.params, _kg.gradients(loss_v, m.params))]
+    return None, grads, None
 
 
 def _checkpointed(loss_graph, n_batch, names, values, optimizer, segments, target):
