@@ -30,14 +30,16 @@ std::string mb(int64_t bytes) {
   return buf;
 }
 
-int64_t local_bytes(const ShardedGraph& sg, const Value& v) {
-  const TensorType& t = v.type();
-  std::vector<int64_t> shape = local_shape(t.shape, sg.specs.at(v), sg.mesh, v.node->name);
-  return TensorType{shape, t.dtype}.bytes();
-}
-
 std::vector<int64_t> local_dims(const ShardedGraph& sg, const Value& v) {
   return local_shape(v.type().shape, sg.specs.at(v), sg.mesh, v.node->name);
+}
+
+int64_t local_bytes(const ShardedGraph& sg, const Value& v) { return TensorType{local_dims(sg, v), v.type().dtype}.bytes(); }
+
+int64_t output_bytes(const ShardedGraph& sg, const OpNode& op) {
+  int64_t b = 0;
+  for (int o = 0; o < op.num_outputs(); ++o) b += local_bytes(sg, op.output(o));
+  return b;
 }
 
 int64_t product(const std::vector<int64_t>& v, size_t from = 0) {
@@ -78,8 +80,7 @@ double op_seconds(const ShardedGraph& sg, const OpNode& op, const CostParams& c)
   if (p != Pattern::Elementwise && p != Pattern::Broadcast && p != Pattern::Injective) s += c.kernel_s;
   double macs = local_macs(sg, op);
   if (macs >= 0) return s + 2 * macs / c.flops_per_s;
-  int64_t moved = 0;
-  for (int o = 0; o < op.num_outputs(); ++o) moved += local_bytes(sg, op.output(o));
+  int64_t moved = output_bytes(sg, op);
   for (const Value& v : op.inputs)
     if (v.defined()) moved += local_bytes(sg, v);
   return s + double(moved) / c.memory_bytes_per_s;
@@ -119,20 +120,21 @@ PlanEstimate estimate_plan(const ShardedGraph& sg, const CostParams& c) {
     for (const Value& v : ops[i]->inputs)
       if (v.defined() && v.node->kind == NodeKind::Op) last_use[v.node.get()] = i;
   for (const Value& v : sg.graph.outputs()) last_use[v.node.get()] = ops.size();
-  std::vector<std::vector<const OpNode*>> dies(ops.size() + 1);
-  for (const OpNode* op : ops) dies[last_use.count(op) ? last_use[op] : 0].push_back(op);
+  // Each op's bytes once; an op nothing reads dies where it is made.
+  std::vector<int64_t> made(ops.size());
+  std::vector<std::vector<size_t>> dies(ops.size() + 1);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    made[i] = output_bytes(sg, *ops[i]);
+    auto it = last_use.find(ops[i]);
+    dies[it == last_use.end() ? i : it->second].push_back(i);
+  }
   e.compute_s += c.run_s;
   int64_t live = 0, peak = 0;
-  auto op_bytes = [&](const OpNode* op) {
-    int64_t b = 0;
-    for (int o = 0; o < op->num_outputs(); ++o) b += local_bytes(sg, op->output(o));
-    return b;
-  };
   for (size_t i = 0; i < ops.size(); ++i) {
     const OpNode& op = *ops[i];
-    live += op_bytes(&op);
+    live += made[i];
     peak = std::max(peak, live);
-    for (const OpNode* d : dies[i]) live -= op_bytes(d);
+    for (size_t d : dies[i]) live -= made[d];
     if (is_collective(op.op->name)) {
       auto [s, sent] = collective_cost(op, c);
       e.comm_s += s;
