@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <set>
 
 #include "kiln/support/error.h"
 #include "kiln/tuner/measure.h"
@@ -21,9 +20,7 @@ ConfirmResult confirm_best(const Task& task, const std::string& db_path, const C
   KILN_USER_CHECK(std::filesystem::exists(db_path)) << "confirm_best: no tuning database at '" << db_path << "'";
   tuning_db::Database db = tuning_db::Database::open(db_path);
   // The task's valid records on this hardware, any timing, confirmed or not, best min time first.
-  std::vector<tuning_db::TargetInfo> ours;
-  for (bool cold : {false, true})
-    for (bool confirmed : {false, true}) ours.push_back(target_info(task.target, cold, confirmed));
+  std::vector<tuning_db::TargetInfo> ours = record_targets(task.target);
   std::vector<tuning_db::Record> valid;
   for (tuning_db::Record& r : db.records(task.workload_key))
     if (r.error_kind == tuning_db::ErrorKind::none && r.min_time &&
@@ -33,26 +30,26 @@ ConfirmResult confirm_best(const Task& task, const std::string& db_path, const C
   if (valid.empty()) return res;
   std::stable_sort(valid.begin(), valid.end(), [](const auto& a, const auto& b) { return *a.min_time < *b.min_time; });
   res.before = *valid.front().min_time;
+  // The contenders and their traces in the DB's (canonical) form, as stored.
   std::vector<Candidate> contenders;
-  std::set<std::string> seen;
+  std::vector<std::string> keys;
   for (const tuning_db::Record& r : valid) {
     if (static_cast<int>(contenders.size()) == o.top) break;
-    if (!seen.insert(r.trace).second) continue;
+    if (std::find(keys.begin(), keys.end(), r.trace) != keys.end()) continue;
     Candidate c;
     c.trace = te::Trace::from_json(r.trace);
     contenders.push_back(std::move(c));
+    keys.push_back(r.trace);
   }
   // The default schedule competes: a record must beat what the task gets without one.
   SearchSpace space(task);
   Candidate def = space.default_candidate();
   space.materialize(&def);
   std::string def_key = canonical_trace(def.trace);
-  size_t def_index = contenders.size();
-  if (seen.count(def_key)) {
-    for (size_t i = 0; i < contenders.size(); ++i)
-      if (canonical_trace(contenders[i].trace) == def_key) def_index = i;
-  } else {
+  size_t def_index = static_cast<size_t>(std::find(keys.begin(), keys.end(), def_key) - keys.begin());
+  if (def_index == keys.size()) {
     contenders.push_back(def);
+    keys.push_back(def_key);
   }
   MeasureOptions mo;
   mo.repeat = 3;
@@ -78,7 +75,7 @@ ConfirmResult confirm_best(const Task& task, const std::string& db_path, const C
     tuning_db::Record r;
     r.workload_key = task.workload_key;
     r.target = target_info(task.target, o.cold_inputs, true);
-    r.trace = canonical_trace(contenders[i].trace);
+    r.trace = keys[i];
     r.run_times = times[i];
     r.run_uid = run_uid;
     out.push_back(std::move(r));

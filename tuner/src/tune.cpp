@@ -346,8 +346,8 @@ std::optional<BestRecord> best_record(const Task& task, const std::string& db_pa
   // model run sees, measure.h): the first kind the workload has decides.
   tuning_db::TargetInfo target;
   std::vector<tuning_db::Record> top;
-  for (auto [cold, confirmed] : {std::pair{true, true}, {false, true}, {true, false}, {false, false}}) {
-    target = target_info(task.target, cold, confirmed);
+  for (const tuning_db::TargetInfo& t : record_targets(task.target)) {
+    target = t;
     top = db.best(task.workload_key, target, 4);
     if (!top.empty()) break;
   }

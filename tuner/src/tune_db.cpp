@@ -50,6 +50,13 @@ tuning_db::TargetInfo target_info(const Target& target, bool cold_inputs, bool c
   return t;
 }
 
+std::vector<tuning_db::TargetInfo> record_targets(const Target& target) {
+  std::vector<tuning_db::TargetInfo> out;
+  for (auto [cold, confirmed] : {std::pair{true, true}, {false, true}, {true, false}, {false, false}})
+    out.push_back(target_info(target, cold, confirmed));
+  return out;
+}
+
 std::string canonical_trace(const te::Trace& trace) { return tuning_db::canonical_json(trace.to_json(), "schedule trace"); }
 
 bool same_hardware(const tuning_db::TargetInfo& a, const tuning_db::TargetInfo& b) {

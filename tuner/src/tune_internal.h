@@ -42,6 +42,11 @@ inline constexpr const char* kColdInputsSuffix = " [cold inputs]";
  * search's single lucky measurement of one contender cannot outrank them.
  */
 inline constexpr const char* kConfirmedSuffix = " [confirmed]";
+/**
+ * The target facts a target's records carry, in the order best_record
+ * prefers them: confirmed cold, confirmed warm, cold, warm.
+ */
+std::vector<tuning_db::TargetInfo> record_targets(const Target& target);
 /** The canonical JSON of a trace: the DB's form, so equal schedules are equal strings. */
 std::string canonical_trace(const te::Trace& trace);
 /** Whether a stored record's target is the same hardware as `t` (TargetMatch::hardware). */
