@@ -41,6 +41,38 @@ def _all_gather(a):
     return _d.all_gather(a)
 
 
+def _split_micro(names, types, inputs, m_count, what):
+    """{input name: its m_count micro-batches}; each input must be m_count times its shape along dim 0
+    (a scalar is shared by every micro-batch)."""
+    if len(inputs) != len(names):
+        raise KilnError(f"{what} takes {len(names)} input(s), got {len(inputs)}")
+    micro = {}
+    for name, (shape, dtype), a in zip(names, types, inputs):
+        a = _np.asarray(a)
+        a = a.astype(dtype) if a.dtype != _np.dtype(dtype) else a
+        want = (shape[0] * m_count,) + tuple(shape[1:]) if shape else ()
+        if a.shape != want:
+            raise KilnError(f"input '{name}' must have shape {want} ({m_count} micro-batches of {tuple(shape)}), got {a.shape}")
+        micro[name] = _np.split(a, m_count) if shape else [a] * m_count
+    return micro
+
+
+def _bubble_stats(total, busy):
+    """A rank's step time, busy time and bubble (the share of the step it was not running its stage:
+    waiting for a neighbour, or done early), and the mean bubble over the ranks (collective)."""
+    bubble = 1.0 - busy / total if total > 0 else 0.0
+    everyone = _all_gather(_np.array([bubble], "float64"))[:, 0] if size() > 1 else _np.array([bubble])
+    return {"seconds": total, "busy_s": busy, "bubble": bubble, "bubble_mean": float(everyone.mean())}
+
+
+def _tag_fwd(m, k):
+    return m * 1024 + k
+
+
+def _tag_bwd(m, k):
+    return (1 << 20) + m * 1024 + k
+
+
 class PipelinePlan:
     """A graph cut into balanced stages, one per rank (see ``pipeline``). ``print(plan)`` shows the cut."""
 
@@ -81,15 +113,7 @@ class PipelineRunner:
 
     def run(self, inputs):
         model, m_count = self.plan.model, self.plan.micro_batches
-        if len(inputs) != len(model.input_names):
-            raise KilnError(f"the model takes {len(model.input_names)} input(s), got {len(inputs)}")
-        micro = {}
-        for name, (shape, dtype), a in zip(model.input_names, model.input_types, inputs):
-            a = _np.asarray(a, dtype=dtype)
-            want = (shape[0] * m_count,) + tuple(shape[1:]) if shape else ()
-            if a.shape != want:
-                raise KilnError(f"input '{name}' must have shape {want} ({m_count} micro-batches of {tuple(shape)}), got {a.shape}")
-            micro[name] = _np.split(a, m_count) if shape else [a] * m_count
+        micro = _split_micro(model.input_names, model.input_types, inputs, m_count, "the model")
         r, last = rank(), len(self.plan.stages) - 1
         graph = self.stage["graph"]
         recv_types = graph.input_types[:len(self.stage["recv"])]
@@ -97,13 +121,13 @@ class PipelineRunner:
         busy = 0.0
         start = _time.perf_counter()
         for m in range(m_count):
-            got = [_recv(shape, dtype, r - 1, m * 1024 + k) for k, (shape, dtype) in enumerate(recv_types)]
+            got = [_recv(shape, dtype, r - 1, _tag_fwd(m, k)) for k, (shape, dtype) in enumerate(recv_types)]
             t0 = _time.perf_counter()
             outs = self._exe.run(got + [_np.ascontiguousarray(micro[n][m]) for n in self.stage["model_inputs"]])
             busy += _time.perf_counter() - t0
             if r < last:
                 for k, o in enumerate(outs):
-                    _send(o, r + 1, m * 1024 + k)
+                    _send(o, r + 1, _tag_fwd(m, k))
             else:
                 results.append(outs)
         # The last stage has the outputs; every rank returns them (the broadcast also ends the step together).
@@ -112,11 +136,7 @@ class PipelineRunner:
             full = (shape[0] * m_count,) + tuple(shape[1:])
             out = _np.concatenate([res[k] for res in results]) if r == last else _np.empty(full, dtype)
             finals.append(_broadcast(_np.ascontiguousarray(out, dtype=dtype), last))
-        total = _time.perf_counter() - start
-        # A rank's bubble: the share of the step it was not running its stage (waiting to receive, or done early).
-        bubble = 1.0 - busy / total if total > 0 else 0.0
-        everyone = _all_gather(_np.array([bubble], "float64"))[:, 0] if size() > 1 else _np.array([bubble])
-        self.stats = {"seconds": total, "busy_s": busy, "bubble": bubble, "bubble_mean": float(everyone.mean())}
+        self.stats = _bubble_stats(_time.perf_counter() - start, busy)
         return finals
 
 
@@ -133,8 +153,6 @@ def pipeline(model, micro_batches=4, num_stages=None, cost=None):
         raise KilnError(f"micro_batches must be at least 1, got {micro_batches}")
     stages, text = _d.cut_pipeline(model, size() if num_stages is None else int(num_stages), {k: float(v) for k, v in (cost or {}).items()})
     return PipelinePlan(model, stages, text, int(micro_batches))
-
-
 
 
 def _vjp_graph(stage, param_names):
@@ -180,7 +198,8 @@ class PipelineTrainStep:
 
     def __call__(self, *inputs):
         plan = self.plan
-        micro = self._micro_batches(inputs)
+        micro = _split_micro(self._batch_names, plan.graph.input_types, inputs, plan.micro_batches,
+                             "the training step (the model's inputs and the target)")
         r, last = rank(), len(plan.stages) - 1
         stage = plan.stages[r]
         n_recv, n_params = len(stage["recv"]), len(self.parameters)
@@ -194,26 +213,8 @@ class PipelineTrainStep:
         if n_params:
             self._apply([a / plan.micro_batches for a in run.acc])  # the loss is the mean over the micro-batches
         loss = _broadcast(_np.array([_np.mean(run.losses) if r == last else 0.0], "float64"), last)[0]
-        total = _time.perf_counter() - start
-        bubble = 1.0 - run.busy / total if total > 0 else 0.0
-        everyone = _all_gather(_np.array([bubble], "float64"))[:, 0] if size() > 1 else _np.array([bubble])
-        self.stats = {"seconds": total, "busy_s": run.busy, "bubble": bubble, "bubble_mean": float(everyone.mean()),
-                      "max_stashed": run.max_stashed}
+        self.stats = dict(_bubble_stats(_time.perf_counter() - start, run.busy), max_stashed=run.max_stashed)
         return float(loss)
-
-    def _micro_batches(self, inputs):
-        m_count, graph = self.plan.micro_batches, self.plan.graph
-        if len(inputs) != len(self._batch_names):
-            raise KilnError(f"the training step takes {len(self._batch_names)} input(s) (the model's and the target), got {len(inputs)}")
-        micro = {}
-        for name, (shape, dtype), a in zip(self._batch_names, graph.input_types, inputs):
-            a = _np.asarray(a)
-            a = a.astype(dtype) if a.dtype != _np.dtype(dtype) else a
-            want = (shape[0] * m_count,) + tuple(shape[1:])
-            if a.shape != want:
-                raise KilnError(f"input '{name}' must have shape {want} ({m_count} micro-batches of {tuple(shape)}), got {a.shape}")
-            micro[name] = _np.split(a, m_count)
-        return micro
 
     def _apply(self, grads):
         from .train_checkpoint import apply_update
@@ -227,14 +228,6 @@ class PipelineTrainStep:
                 a = dict.__getitem__(self.parameters, n) if s == rank() else _np.empty(*self.plan.param_types[n])
                 out[n] = _broadcast(_np.ascontiguousarray(a), s)
         return out
-
-
-def _tag_fwd(m, k):
-    return m * 1024 + k
-
-
-def _tag_bwd(m, k):
-    return (1 << 20) + m * 1024 + k
 
 
 class _StageRun:
