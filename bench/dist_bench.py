@@ -46,6 +46,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "peers"))
+import blas_choice  # noqa: E402
 ALGORITHMS = {"default": 0, "ring": 1, "binomial": 2, "rabenseifner": 3, "recursive_doubling": 4}
 
 
@@ -164,15 +166,6 @@ def worker(args):
 
 
 # ---------------------------------------------------------------------------------------------- the driver
-def cpu_model():
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except OSError:
-        return "unknown (no lscpu)", os.cpu_count()
-    fields = dict(re.findall(r"^([^:]+):\s*(.*)$", out, re.M))
-    return fields.get("Model name", "unknown"), int(fields.get("CPU(s)", os.cpu_count() or 1))
-
-
 def mpirun_cmd(args, n, mpirun, prof):
     cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n),
            "--mca", "pml_monitoring_enable", "2", "--mca", "pml_monitoring_enable_output", "3", "--mca", "pml_monitoring_filename", prof]
@@ -321,9 +314,10 @@ def driver(args):
     import kiln
     if not kiln.dist.mpi_built():
         sys.exit("kiln was built without MPI (libopenmpi-dev missing at configure time)")
-    cpu, cores = cpu_model()
+    m = blas_choice.machine()
+    cpu, cores = f"{m['cpu']}, {m['isa']}", m["cores"]
     ranks = [int(r) for r in args.ranks.split(",")]
-    print(f"CPU: {cpu} ({cores} logical CPUs, lscpu)")
+    print(f"CPU: {cpu} ({cores} logical CPUs)")
     ver = subprocess.run([mpirun, "--version"], capture_output=True, text=True).stdout.splitlines()
     print(f"MPI: {ver[0] if ver else '?'}; MPI_Iallreduce algorithm: {args.algorithm}; one thread per rank "
           f"(KILN_NUM_THREADS=1, OMP_NUM_THREADS=1); ranks {ranks}, {args.warmup} warm-up + {args.steps} timed steps; "

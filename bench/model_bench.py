@@ -34,7 +34,6 @@ import datetime
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -95,10 +94,7 @@ def parse_args(argv=None):
 
 # ---------------------------------------------------------------- the header
 
-def machine():
-    model, flags = blas_choice.cpu_info()
-    return {"host": socket.gethostname(), "cpu": model, "isa": blas_choice.vector_isa(flags), "cores": os.cpu_count(),
-            "avx2": "avx2" in flags, "avx512f": "avx512f" in flags}
+machine = blas_choice.machine
 
 
 def torch_config():

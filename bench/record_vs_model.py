@@ -11,8 +11,7 @@ group warm, then cold), so a burst of load on a shared machine hits all columns.
 """
 import argparse
 import os
-import platform
-import subprocess
+import sys
 
 import numpy as np
 
@@ -20,15 +19,13 @@ import kiln
 from kiln.tune_model import extract_tasks
 
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
+import blas_choice  # noqa: E402
+
+
 def cpu_name():
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        model = next(l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name"))
-        flags = next(l.split(":", 1)[1].split() for l in out.splitlines() if l.startswith("Flags"))
-        isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE"
-        return f"{model}, {isa}"
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown CPU"
+    m = blas_choice.machine()
+    return f"{m['cpu']}, {m['isa']}"
 
 
 def main():

@@ -44,7 +44,6 @@ import json
 import os
 import resource
 import select
-import socket
 import statistics
 import subprocess
 import sys
@@ -291,10 +290,7 @@ def run_workload(args, workload):
 
 # ---------------------------------------------------------------- the table
 
-def machine():
-    model, flags = blas_choice.cpu_info()
-    return {"host": socket.gethostname(), "cpu": model, "isa": blas_choice.vector_isa(flags), "cores": os.cpu_count(),
-            "avx2": "avx2" in flags, "avx512f": "avx512f" in flags}
+machine = blas_choice.machine
 
 
 def header(args, m):

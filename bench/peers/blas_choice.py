@@ -53,6 +53,14 @@ def cpu_info():
     return model, flags
 
 
+def machine():
+    """The facts a benchmark prints about the host: name, CPU model, vector ISA, cores, AVX2 / AVX-512."""
+    import socket
+    model, flags = cpu_info()
+    return {"host": socket.gethostname(), "cpu": model, "isa": vector_isa(flags), "cores": os.cpu_count(),
+            "avx2": "avx2" in flags, "avx512f": "avx512f" in flags}
+
+
 def host_level(flags):
     if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
         return 3
