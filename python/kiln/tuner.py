@@ -82,7 +82,8 @@ def make_task(args, target="llvm", name=""):
 
 def tune(args, target="llvm", trials=200, db="kiln_tuning.db", seed=0, timeout=10.0, curve_png=None,
          batch_size=32, early_stop_rounds=8, repeat=3, min_repeat_ms=20.0, number=1, build_threads=2,
-         progress=True, model_path=None, population=64, generations=3, name="", inject_faults=None, cold_inputs=False):
+         progress=True, model_path=None, population=64, generations=3, name="", inject_faults=None, cold_inputs=False,
+         random_search=False):
     """Tunes a computation and returns a :class:`TuneResult`.
 
     ``args`` are the kernel's tensors (inputs and outputs, in call order) or a
@@ -93,7 +94,9 @@ def tune(args, target="llvm", trials=200, db="kiln_tuning.db", seed=0, timeout=1
     warning, not an error, when it is missing). ``inject_faults`` is a test
     hook (e.g. ``"crash@3"``, see the C++ MeasureOptions). ``cold_inputs`` times every candidate with
     every input but the first evicted from the caches (see :func:`measure`); such records are kept
-    apart from warm ones, and ``best_schedule`` / ``kiln.compile(db=)`` prefer them.
+    apart from warm ones, and ``best_schedule`` / ``kiln.compile(db=)`` prefer them. ``random_search``
+    measures random samples of the space (after the seeds) without the cost model: the baseline that
+    shows what the model-guided search buys (bench/search_vs_random.py).
     """
     task = make_task(args, target, name)
     if not isinstance(db, (str, os.PathLike)) or not str(db):
@@ -102,7 +105,8 @@ def tune(args, target="llvm", trials=200, db="kiln_tuning.db", seed=0, timeout=1
                    seed=int(seed), db_path=os.fspath(db), timeout_s=float(timeout), progress=bool(progress),
                    model_path=model_path, population=int(population), generations=int(generations),
                    number=int(number), repeat=int(repeat), min_repeat_ms=float(min_repeat_ms),
-                   build_threads=int(build_threads), inject_faults=inject_faults, cold_inputs=bool(cold_inputs))
+                   build_threads=int(build_threads), inject_faults=inject_faults, cold_inputs=bool(cold_inputs),
+                   random_search=bool(random_search))
     result = TuneResult(_kiln.tuner.tune(task, options), task)
     if curve_png:
         try:
@@ -166,6 +170,16 @@ def _best(task, db):
 
 
 __all__ = ["tune", "make_task", "measure", "best_schedule", "plot_curve", "Task", "TuneResult"]
+
+
+def migrate_features(db, task):
+    """Re-extracts, with this kiln's feature extractor, the cost-model features of `task`'s records in `db`
+    that an earlier extractor made (each record's schedule is replayed on the task); returns how many were
+    migrated. Tuning does this on its own for the task it tunes; call it before a ranking_report of an old
+    database so the report judges the features the tuner now uses."""
+    if not os.path.exists(db):
+        raise KilnError(f"migrate_features: no tuning database at {db!r}")
+    return _kiln.tuner.migrate_features(os.fspath(db), task)
 
 
 def ranking_report(db, workloads=None, holdout=0.25, tie=0.01, seed=0, cross=True, min_records=8):

@@ -46,6 +46,7 @@ tuner::TuneOptions options_of(const py::dict& d) {
   get("model_path", &o.model_path);
   get("population", &o.population);
   get("generations", &o.generations);
+  get("random_search", &o.random_search);
   get("number", &o.measure.number);
   get("repeat", &o.measure.repeat);
   get("min_repeat_ms", &o.measure.min_repeat_ms);
@@ -167,6 +168,12 @@ void define_tuner(py::module_& m) {
     if (!b) return py::none();
     return py::make_tuple(b->schedule, b->trace_json, b->record_id, b->median_time);
   }, py::arg("task"), py::arg("db_path"));
+
+  t.def("migrate_features", [](const std::string& db_path, const tuner::Task& task) {
+    py::gil_scoped_release release;
+    tuning_db::Database db = tuning_db::Database::open(db_path);
+    return tuner::migrate_features(db, task);
+  }, py::arg("db_path"), py::arg("task"));
 
   // The cost model's pairwise ranking accuracy on the DB's records (ranking_report.h): one dict per task, and the means.
   t.def("ranking_report", [](const std::string& db_path, const std::vector<std::string>& workloads, double holdout, double tie,

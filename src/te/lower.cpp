@@ -49,6 +49,7 @@ PrimFunc lower(const Schedule& sch, const std::vector<Tensor>& args, const std::
   // Partition before unrolling and vectorizing so the main loops are guard-free.
   f = log.run("loop_partition", pass::loop_partition, f);
   f = log.run("simplify", pass::simplify, f);
+  if (!options.expand_loops) return f;
   f = log.run("unroll_loops", pass::unroll_loops, f);
   f = log.run("vectorize_loops", pass::vectorize_loops, f);
   f = log.run("simplify", pass::simplify, f);

@@ -8,11 +8,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 
 #include "kiln/ops/nn.h"
 #include "kiln/support/error.h"
 #include "kiln/te/lower.h"
+#include "kiln/te/workload_key.h"
 #include "kiln/tuner/cost_model.h"
 #include "kiln/tuner/feature_records.h"
 #include "kiln/tuner/features.h"
@@ -46,20 +48,24 @@ int col(const std::string& name) {
 
 /** Candidates of a 3x3 NCHWc conv (64 -> 64 channels, 56x56): the seeds (unrolled register tiles) and random ones. */
 struct ConvCandidates {
-  std::vector<PrimFunc> funcs;
+  tuner::Task task;
+  std::vector<te::Trace> traces;
+  std::vector<PrimFunc> funcs;  // fully lowered: what the earlier extractors read
   ConvCandidates(int random, uint64_t seed) {
     const DataType f32 = DataType::Float(32);
     auto [cb, kb] = ops::nchwc_blocks(64, 64);
     te::Tensor X = te::placeholder({1, 64 / cb, 56, 56, cb}, f32, "X");
     te::Tensor W = te::placeholder({64 / kb, 64 / cb, 3, 3, cb, kb}, f32, "W");
     std::vector<te::Tensor> args = {X, W, ops::conv2d_nchwc(X, W, 1, 1, "conv")};
-    tuner::Task task = tuner::make_task(args, Target::parse("llvm"), "conv3x3");
+    task = tuner::make_task(args, Target::parse("llvm"), "conv3x3");
     tuner::SearchSpace space(task);
     std::vector<tuner::Candidate> cands = space.seeds();
     std::mt19937_64 rng(seed);
     for (int i = 0; i < random; ++i) cands.push_back(space.sample(rng));
-    for (const tuner::Candidate& c : cands)
+    for (const tuner::Candidate& c : cands) {
+      traces.push_back(c.trace);
       funcs.push_back(te::lower(te::Schedule::from_trace(task.outputs, c.trace), task.args, "main"));
+    }
   }
 };
 
@@ -96,6 +102,47 @@ TEST(TunerFeatureRecords, ConvRowsCollapseWithCountsAndTiming) {
   const double n = static_cast<double>(conv().funcs.size());
   EXPECT_LT(rows, stores);  // the unrolled seeds have many equal rows
   std::printf("[ conv3x3 nchwc ] %g candidates: extract_features %.2f ms each; %.1f stores -> %.1f rows each\n", n, ms / n, stores / n, rows / n);
+}
+
+// The tuner's features come from the nest with the loop marks kept: the same
+// longest vector and the same elements stored as the expanded nest, far fewer
+// rows, and cheaper to make.
+TEST(TunerFeatureRecords, CandidateFeaturesReadTheLoopMarks) {
+  double ms_nest = 0, ms_full = 0;
+  int vectorized = 0, fewer = 0;
+  for (size_t i = 0; i < conv().traces.size(); ++i) {
+    te::Schedule s = te::Schedule::from_trace(conv().task.outputs, conv().traces[i]);
+    auto t0 = std::chrono::steady_clock::now();
+    Features nest = tuner::candidate_features(s, conv().task.args);
+    auto t1 = std::chrono::steady_clock::now();
+    Features full = tuner::extract_features(te::lower(s, conv().task.args, "main"));
+    auto t2 = std::chrono::steady_clock::now();
+    ms_nest += std::chrono::duration<double, std::milli>(t1 - t0).count();
+    ms_full += std::chrono::duration<double, std::milli>(t2 - t1).count();
+    // An unrolled loop is one store in the nest (its length a column), many in the expanded form.
+    EXPECT_LE(nest.total_rows(), full.total_rows()) << i;
+    fewer += nest.total_rows() < full.total_rows();
+    // The elements stored are the same however the loops are written out.
+    auto elements = [](const Features& f) {
+      double n = 0;
+      for (int r = 0; r < f.rows; ++r) n += f.count(r) * (std::exp2(f.values[static_cast<size_t>(r) * f.cols + col("store_elems")]) - 1);
+      return n;
+    };
+    EXPECT_NEAR(elements(nest), elements(full), 1e-3 * elements(full)) << i;
+    // The longest vector of the candidate is the same, read from marks or from lanes.
+    auto longest = [](const Features& f) {
+      float v = 0;
+      for (int r = 0; r < f.rows; ++r) v = std::max(v, f.values[static_cast<size_t>(r) * f.cols + col("vec_len")]);
+      return v;
+    };
+    EXPECT_FLOAT_EQ(longest(nest), longest(full)) << i;
+    vectorized += longest(nest) > 0;
+  }
+  EXPECT_GT(vectorized, 0);
+  EXPECT_GT(fewer, 0);  // the seeds unroll their register tiles
+  const double n = static_cast<double>(conv().traces.size());
+  std::printf("[ conv3x3 nchwc ] %g candidates: candidate_features %.2f ms each; full lowering + extraction %.2f ms each\n", n,
+              ms_nest / n, ms_full / n);
 }
 
 /** Fake but deterministic throughputs: the model must have something to rank. */
@@ -239,6 +286,59 @@ TEST(TunerFeatureRecords, VersionOneModelFileLoads) {
   std::vector<Features> f;
   for (const Sample& s : fresh) f.push_back(s.features);
   EXPECT_EQ(m->predict(f), ref->predict(f));  // the same samples: the same model
+  std::remove(path.c_str());
+}
+
+// Records of an earlier extractor are re-extracted from their traces once;
+// a trace that no longer applies keeps what it had.
+TEST(TunerFeatureRecords, MigrateFeaturesReExtractsEarlierRecords) {
+  using namespace tuning_db::testing;
+  TempDir dir;
+  const tuner::Task& task = conv().task;
+  tuning_db::Database db = tuning_db::Database::open(dir.file("v2.db"));
+  db.add_workload({task.workload_key, task.name, te::dag_json(task.outputs)});
+  std::vector<tuning_db::Record> records;
+  for (size_t i = 0; i < conv().traces.size(); ++i) {
+    tuning_db::Record r = sample_record(task.workload_key, 1e-3 * static_cast<double>(i + 1), static_cast<int>(i));
+    r.trace = conv().traces[i].to_json();
+    tuning_db::FeatureSet old = tuner::to_feature_set(tuner::extract_features(conv().funcs[i]));
+    old.extractor = tuner::expanded_feature_extractor_name();
+    r.features = old;
+    records.push_back(std::move(r));
+  }
+  tuning_db::Record broken = sample_record(task.workload_key, 1.0, 999);
+  broken.trace = R"([{"kind":"split","stage":"nowhere","axis":"x","factors":[2]}])";
+  broken.features = tuning_db::FeatureSet{tuner::legacy_feature_extractor_name(), 1, tuner::num_feature_columns(),
+                                          std::vector<float>(static_cast<size_t>(tuner::num_feature_columns()), 1.f)};
+  records.push_back(broken);
+  std::vector<int64_t> ids = db.add_records(records);
+
+  EXPECT_EQ(tuner::migrate_features(db, task), static_cast<int64_t>(conv().traces.size()));
+  for (size_t i = 0; i < conv().traces.size(); ++i) {
+    std::optional<tuning_db::Record> r = db.record(ids[i], true);
+    ASSERT_TRUE(r && r->features);
+    EXPECT_EQ(r->features->extractor, tuner::feature_extractor_name());
+    Features want = tuner::candidate_features(te::Schedule::from_trace(task.outputs, conv().traces[i]), task.args);
+    auto got = tuner::from_feature_set(*r->features);
+    ASSERT_TRUE(got);
+    EXPECT_EQ(got->values, want.values) << i;
+    EXPECT_EQ(got->counts, want.counts) << i;
+  }
+  std::optional<tuning_db::Record> kept = db.record(ids.back(), true);
+  ASSERT_TRUE(kept && kept->features);
+  EXPECT_EQ(kept->features->extractor, tuner::legacy_feature_extractor_name());
+  EXPECT_EQ(tuner::migrate_features(db, task), 0);  // nothing left that replays
+  EXPECT_EQ(tuner::load_training_samples(db).size(), records.size());  // every record still trains
+}
+
+TEST(TunerFeatureRecords, ModelFileNamesItsExtractor) {
+  auto m = tuner::make_xgboost_model(3);
+  m->update(conv_samples(false));
+  std::string path = ::testing::TempDir() + "kiln_feature_records_extractor.bin";
+  m->save(path);
+  EXPECT_EQ(tuner::cost_model_file_extractor(path), tuner::feature_extractor_name());
+  tuning_db::testing::write_bytes(path, "not a model");
+  EXPECT_THROW(tuner::cost_model_file_extractor(path), Error);
   std::remove(path.c_str());
 }
 

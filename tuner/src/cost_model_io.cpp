@@ -141,24 +141,42 @@ void write_model_file(const std::string& path, const ModelFile& file) {
   KILN_USER_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0) << "cannot move the cost model into place at '" << path << "'";
 }
 
-ModelFile read_model_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  KILN_USER_CHECK(in.good()) << "cannot open the cost model file '" << path << "': check the path";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Reader r(ss.str(), path);
+namespace {
+
+/** Reads the header up to the extractor name; returns the version. */
+uint32_t read_header(Reader& r, const std::string& path, std::string* extractor) {
   char magic[sizeof(kMagic)];
   for (char& c : magic) c = r.get<char>("the header");
   KILN_USER_CHECK(std::memcmp(magic, kMagic, sizeof(kMagic)) == 0) << "'" << path << "' is not a kiln cost model file (bad header)";
   uint32_t version = r.get<uint32_t>("the version");
   KILN_USER_CHECK(version == kVersion || version == kLegacyVersion)
       << "cost model file '" << path << "' has version " << version << "; this kiln reads versions " << kLegacyVersion << " and " << kVersion;
-  std::string extractor = r.get_string("the feature extractor name");
+  *extractor = r.get_string("the feature extractor name");
+  return version;
+}
+
+Reader open_model_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  KILN_USER_CHECK(in.good()) << "cannot open the cost model file '" << path << "': check the path";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return Reader(ss.str(), path);
+}
+
+}  // namespace
+
+ModelFile read_model_file(const std::string& path) {
+  Reader r = open_model_file(path);
+  std::string extractor;
+  uint32_t version = read_header(r, path, &extractor);
   ModelFile file;
   file.cols = r.get<int32_t>("the column count");
-  // Version 1 holds kiln-store-v1 rows: the same columns, uncollapsed, so they serve as they are.
-  const std::string& expected = version == kVersion ? feature_extractor_name() : legacy_feature_extractor_name();
-  KILN_USER_CHECK(extractor == expected && file.cols == num_feature_columns())
+  // Version 1 holds kiln-store-v1 rows: the same columns, uncollapsed, so
+  // they serve as they are; version 2 files of kiln-store-v2 too (the tuner
+  // retrains rather than loads them: see cost_model_file_extractor).
+  const bool known = version == kVersion ? extractor == feature_extractor_name() || extractor == expanded_feature_extractor_name()
+                                         : extractor == legacy_feature_extractor_name();
+  KILN_USER_CHECK(known && file.cols == num_feature_columns())
       << "cost model file '" << path << "' was trained on features '" << extractor << "' (" << file.cols << " columns); this kiln extracts '"
       << feature_extractor_name() << "' (" << num_feature_columns() << " columns); delete the file to train a fresh model";
   uint64_t n = r.get<uint64_t>("the sample count");
@@ -182,3 +200,14 @@ ModelFile read_model_file(const std::string& path) {
 }
 
 }  // namespace kiln::tuner::detail
+
+namespace kiln::tuner {
+
+std::string cost_model_file_extractor(const std::string& path) {
+  detail::Reader r = detail::open_model_file(path);
+  std::string extractor;
+  detail::read_header(r, path, &extractor);
+  return extractor;
+}
+
+}  // namespace kiln::tuner

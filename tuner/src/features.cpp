@@ -2,12 +2,13 @@
 // our own): the walker below keeps the context of each BufferStore (its
 // loops, guards, allocations, pragmas) and turns it into one fixed-width row.
 //
-// The extractor takes the nest after the whole pass pipeline, where
-// vectorized loops have become Ramp accesses and unrolled loops copies of
-// their body; so the vector length is read from the store's lanes and the
-// unroll factor from the stores side by side in the innermost body. Loops
-// still marked Vectorized or Unrolled (a raw nest, or one the passes left
-// alone) count as well.
+// The tuner gives the extractor the nest before unrolling and vectorizing
+// are expanded (candidate_features): the vector length and unroll factor are
+// read from the loops marked Vectorized and Unrolled around a store, as
+// Ansor reads its annotations. A fully lowered nest works too: there
+// vectorized loops have become Ramp accesses (the length is the store's
+// lanes) and unrolled loops copies of their body (the unroll factor is read
+// from the stores side by side in the innermost body).
 //
 // Rows are collapsed as they are made: an unrolled copy of a store gives a
 // row equal to one already seen, which only adds to that row's count.
@@ -23,6 +24,7 @@
 #include "kiln/ir/functor.h"
 #include "kiln/ir/op.h"
 #include "kiln/support/error.h"
+#include "kiln/te/lower.h"
 
 namespace kiln::tuner {
 
@@ -401,6 +403,11 @@ std::vector<std::string> make_names() {
 }  // namespace
 
 const std::string& feature_extractor_name() {
+  static const std::string name = "kiln-nest-v3";
+  return name;
+}
+
+const std::string& expanded_feature_extractor_name() {
   static const std::string name = "kiln-store-v2";
   return name;
 }
@@ -436,6 +443,12 @@ Features extract_features(const PrimFunc& lowered) {
   f.values = std::move(walker.rows);
   f.counts = std::move(walker.counts);
   return f;
+}
+
+Features candidate_features(const te::Schedule& sch, const std::vector<te::Tensor>& args) {
+  te::LowerOptions options;
+  options.expand_loops = false;
+  return extract_features(te::lower(sch, args, "main", options));
 }
 
 }  // namespace kiln::tuner

@@ -1,8 +1,11 @@
 // Features to and from the tuning DB's FeatureSet, and training samples from
-// stored records of either extractor version.
+// stored records of any extractor version.
 #include <cmath>
 
 #include "kiln/tuner/feature_records.h"
+
+#include "kiln/support/error.h"
+#include "kiln/te/trace.h"
 
 namespace kiln::tuner {
 
@@ -29,7 +32,8 @@ std::optional<Features> from_feature_set(const tuning_db::FeatureSet& s) {
     f.values = s.values;
     return collapse_rows(f);
   }
-  if (s.extractor != feature_extractor_name() || s.cols != cols + 1) return std::nullopt;
+  const bool counted = s.extractor == feature_extractor_name() || s.extractor == expanded_feature_extractor_name();
+  if (!counted || s.cols != cols + 1) return std::nullopt;
   f.rows = static_cast<int>(s.rows);
   f.values.reserve(static_cast<size_t>(s.rows) * cols);
   f.counts.reserve(static_cast<size_t>(s.rows));
@@ -45,7 +49,7 @@ std::optional<Features> from_feature_set(const tuning_db::FeatureSet& s) {
 std::vector<Sample> load_training_samples(const tuning_db::Database& db) {
   auto group_of = [](const tuning_db::Record& r) { return r.workload_key + "|" + r.target.target + "|" + r.target.cpu_model; };
   std::vector<Sample> out;
-  for (const std::string* extractor : {&legacy_feature_extractor_name(), &feature_extractor_name()}) {
+  for (const std::string* extractor : {&legacy_feature_extractor_name(), &expanded_feature_extractor_name(), &feature_extractor_name()}) {
     tuning_db::RecordFilter filter;
     filter.feature_extractor = *extractor;
     filter.include_errors = true;
@@ -61,6 +65,25 @@ std::vector<Sample> load_training_samples(const tuning_db::Database& db) {
     }
   }
   return out;
+}
+
+int64_t migrate_features(tuning_db::Database& db, const Task& task) {
+  std::vector<std::pair<int64_t, tuning_db::FeatureSet>> batch;
+  for (const std::string* old : {&legacy_feature_extractor_name(), &expanded_feature_extractor_name()}) {
+    tuning_db::RecordFilter filter;
+    filter.workload_key = task.workload_key;
+    filter.feature_extractor = *old;
+    for (const tuning_db::Record& r : db.find(filter)) {
+      try {
+        te::Schedule s = te::Schedule::from_trace(task.outputs, te::Trace::from_json(r.trace));
+        batch.emplace_back(r.id, to_feature_set(candidate_features(s, task.args)));
+      } catch (const Error& e) {
+        if (is_internal(e)) throw;  // a kiln bug: say so
+      }
+    }
+  }
+  if (!batch.empty()) db.set_features(batch);
+  return static_cast<int64_t>(batch.size());
 }
 
 }  // namespace kiln::tuner

@@ -85,6 +85,9 @@ void Session::open_run() {
   run.seed = static_cast<int64_t>(opt.seed);
   run.machine = host_name();
   run_uid = db.start_run(run);
+  // Records of this task with features of an earlier extractor: re-extracted
+  // once, so the model trains on the features it will score candidates by.
+  if (int64_t n = migrate_features(db, task)) progress.note("re-extracted the features of " + std::to_string(n) + " earlier records");
   for (const tuning_db::Record& r : db.records(task.workload_key))
     if (same_hardware(r.target, target)) known.insert(r.trace);
   std::vector<tuning_db::Record> top = db.best(task.workload_key, target, 1);
@@ -95,7 +98,9 @@ void Session::open_run() {
 }
 
 void Session::train_model_from_db() {
-  if (!opt.model_path.empty() && std::filesystem::exists(opt.model_path)) {
+  // A saved model trained on an earlier extractor's features would misjudge
+  // this one's: retrain it from the DB (the save at the end replaces it).
+  if (!opt.model_path.empty() && std::filesystem::exists(opt.model_path) && cost_model_file_extractor(opt.model_path) == feature_extractor_name()) {
     model->load(opt.model_path);
     progress.note("cost model loaded from " + opt.model_path);
     return;
@@ -277,6 +282,7 @@ TuneResult tune(const Task& task, const TuneOptions& options) {
   params.threads = std::max(1, mo.build_threads);
   params.population = options.population;
   params.generations = options.generations;
+  params.random_only = options.random_search;
   EvolutionarySearch search(task, space, *s.model, options.seed, params);
 
   res.db_path = options.db_path;

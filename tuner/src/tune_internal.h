@@ -77,6 +77,7 @@ struct SearchParams {
   int measured_seeds = 16;   ///< best measured candidates put into each initial population
   int threads = 2;           ///< for lowering candidates to features
   bool seeds = true;         ///< the first batch starts with SearchSpace::seeds()
+  bool random_only = false;  ///< never evolve by the model: random samples only (TuneOptions::random_search)
 };
 
 /**

@@ -9,7 +9,6 @@
 #include <thread>
 
 #include "kiln/support/error.h"
-#include "kiln/te/lower.h"
 #include "tune_internal.h"
 
 namespace kiln::tuner::detail {
@@ -52,7 +51,7 @@ void EvolutionarySearch::featurize(const std::vector<Entry>& entries) {
     for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
       try {
         te::Schedule s = te::Schedule::from_trace(task_.outputs, todo[i]->cand.trace);
-        out[i] = std::make_shared<Features>(extract_features(te::lower(s, task_.args, "main")));
+        out[i] = std::make_shared<Features>(candidate_features(s, task_.args));
       } catch (const Error& e) {
         out[i] = nullptr;  // it will not build either; never pick it
         // The candidate's trace with the bug report: it is what reproduces it.
@@ -168,7 +167,7 @@ std::vector<Entry> EvolutionarySearch::next_batch(int n, const std::vector<Entry
       if (static_cast<int>(out.size()) < n && materialize(&e.cand, &e.key)) consider(std::move(e));
     }
   }
-  bool guided = model_.trained();
+  bool guided = model_.trained() && !params_.random_only;
   // Exploration first, so a session draws its random samples in the same
   // order as an earlier one with the same seed (and skips what that measured).
   int n_random = guided ? static_cast<int>(std::lround(n * params_.eps_random)) : n;

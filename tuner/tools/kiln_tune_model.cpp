@@ -86,6 +86,10 @@ std::string accuracy(double a, int64_t pairs) {
 /** Pairwise ranking accuracy of the cost model on the model's tasks, from the DB's records. */
 int print_rank_report(const std::vector<graph::ModelTask>& tasks, const std::string& db_path) {
   tuning_db::Database db = tuning_db::Database::open(db_path);
+  // The report judges this kiln's features: records of an earlier extractor are re-extracted first.
+  int64_t migrated = 0;
+  for (const graph::ModelTask& t : tasks) migrated += tuner::migrate_features(db, t.task);
+  if (migrated) std::printf("re-extracted the features of %lld earlier records\n", static_cast<long long>(migrated));
   std::vector<tuner::Sample> samples = tuner::load_training_samples(db);
   std::vector<std::string> keys;
   for (const graph::ModelTask& t : tasks) keys.push_back(t.task.workload_key);

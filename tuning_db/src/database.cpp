@@ -304,19 +304,23 @@ std::vector<Record> Database::training_records(RecordFilter filter) const {
   return find(filter);
 }
 
-void Database::set_features(int64_t record_id, const FeatureSet& features) {
-  detail::validate_features(features);
+void Database::set_features(int64_t record_id, const FeatureSet& features) { set_features({{record_id, features}}); }
+
+void Database::set_features(const std::vector<std::pair<int64_t, FeatureSet>>& batch) {
+  for (const auto& [id, features] : batch) detail::validate_features(features);
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   Transaction tx(s.conn);
-  {
-    Stmt q = s.conn.query("SELECT COUNT(*) FROM records WHERE id = ?");
-    q.bind(1, record_id);
-    q.step();
-    KILN_USER_CHECK(q.col_int(0) == 1) << "set_features(): record " << record_id << " is not in '"
-                                       << s.path << "'; pass an id returned by add_records()";
+  for (const auto& [record_id, features] : batch) {
+    {
+      Stmt q = s.conn.query("SELECT COUNT(*) FROM records WHERE id = ?");
+      q.bind(1, record_id);
+      q.step();
+      KILN_USER_CHECK(q.col_int(0) == 1) << "set_features(): record " << record_id << " is not in '"
+                                         << s.path << "'; pass an id returned by add_records()";
+    }
+    detail::store_features(s.conn, record_id, features);
   }
-  detail::store_features(s.conn, record_id, features);
   tx.commit();
 }
 

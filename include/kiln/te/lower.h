@@ -19,6 +19,13 @@ struct LowerOptions {
   bool run_passes = true;
   /** Print the IR after each pass to stderr (also KILN_DUMP_IR=1). */
   bool dump_ir = false;
+  /**
+   * Expand the loops marked Unrolled and Vectorized (and run the passes after
+   * that). Off: stop after loop partitioning, with the marks still on the
+   * loops; the nest the cost model reads its features from (it is as
+   * informative and 10x cheaper than the expanded one).
+   */
+  bool expand_loops = true;
 };
 
 /**

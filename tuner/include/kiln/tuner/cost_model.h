@@ -37,6 +37,13 @@ class CostModel {
 
 std::unique_ptr<CostModel> make_xgboost_model(uint64_t seed = 0);
 
+/**
+ * The feature extractor the cost model saved at `path` was trained on (see
+ * feature_extractor_name()); throws kiln::Error when the file cannot be read
+ * or is not a kiln cost model.
+ */
+std::string cost_model_file_extractor(const std::string& path);
+
 /** Spearman rank correlation of two score lists (quality report of a model). */
 double rank_correlation(const std::vector<double>& a, const std::vector<double>& b);
 

@@ -2,10 +2,13 @@
  * Features in the tuning DB: the stored form of Features (a FeatureSet) and
  * the cost-model samples of a database's records.
  *
- * Extractor "kiln-store-v2" stores its collapsed rows with one more column,
- * the row's count, last; so the DB schema and its JSON Lines form stay as
- * they were. Records of "kiln-store-v1" (one row per store, no count) still
- * load, each row counting once: their rows are the same columns.
+ * Extractors "kiln-nest-v3" and "kiln-store-v2" store their collapsed rows
+ * with one more column, the row's count, last; so the DB schema and its JSON
+ * Lines form stay as they were. Records of "kiln-store-v1" (one row per
+ * store, no count) still load, each row counting once: their rows are the
+ * same columns. Features of the two earlier extractors were taken from the
+ * expanded nest: they train the model as they are, and migrate_features
+ * replaces those of a task by this extractor's.
  */
 #ifndef KILN_TUNER_FEATURE_RECORDS_H
 #define KILN_TUNER_FEATURE_RECORDS_H
@@ -15,21 +18,31 @@
 
 #include "kiln/tuner/cost_model.h"
 #include "kiln/tuner/features.h"
+#include "kiln/tuner/task.h"
 #include "kiln/tuning_db/database.h"
 
 namespace kiln::tuner {
 
 /** The stored form of features of this extractor (the count column appended). */
 tuning_db::FeatureSet to_feature_set(const Features& f);
-/** Features of a stored set of this extractor or the legacy one (collapsed); nullopt for another extractor or a wrong shape. */
+/** Features of a stored set of this extractor or an earlier one (collapsed); nullopt for another extractor or a wrong shape. */
 std::optional<Features> from_feature_set(const tuning_db::FeatureSet& f);
 
 /**
  * Cost-model samples from every record of the DB with features of this
- * extractor or the legacy one; each (workload, target) is one group, and a
+ * extractor or an earlier one; each (workload, target) is one group, and a
  * sample's throughput is 1 / median time (0 for failures).
  */
 std::vector<Sample> load_training_samples(const tuning_db::Database& db);
+
+/**
+ * Gives the records of `task`'s workload whose features an earlier extractor
+ * made this extractor's features instead: each record's trace is replayed on
+ * the task and its candidate_features stored in place (one transaction).
+ * Records whose trace no longer applies or lowers keep their old features.
+ * Returns how many records were migrated; 0 (cheaply) once none is left.
+ */
+int64_t migrate_features(tuning_db::Database& db, const Task& task);
 
 }  // namespace kiln::tuner
 

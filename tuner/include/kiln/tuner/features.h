@@ -1,6 +1,6 @@
 /** \file
  * Features of a candidate for the cost model, extracted from its lowered
- * loop nest (after the pass pipeline), in the manner of Ansor: one row per
+ * loop nest, in the manner of Ansor: one row per
  * buffer store, with the counts of float/int arithmetic by kind, the
  * vectorize/unroll/parallel annotations around it and their lengths, the
  * loop extents around it, and for each buffer touched the bytes, unique
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kiln/ir/function.h"
+#include "kiln/te/schedule.h"
 
 namespace kiln::tuner {
 
@@ -42,17 +43,33 @@ void check_features(const Features& f, const std::string& what);
 
 /**
  * The name of this extractor and its version (stored with features in the
- * tuning DB). "kiln-store-v2": rows collapsed with counts; its DB form has
- * one more column, the count, last.
+ * tuning DB). "kiln-nest-v3": taken from the nest before unrolling and
+ * vectorizing are expanded (candidate_features), rows collapsed with counts;
+ * its DB form has one more column, the count, last.
  */
 const std::string& feature_extractor_name();
-/** The previous version: the same columns, one row per store (no counts). Its DB records still train the model. */
+/**
+ * "kiln-store-v2": the same columns and DB form, but taken from the expanded
+ * nest (10x slower to make). Its records still train the model; the tuner
+ * re-extracts those of the task it tunes (migrate_features).
+ */
+const std::string& expanded_feature_extractor_name();
+/** "kiln-store-v1": as v2, one row per store (no counts). Its records still train the model. */
 const std::string& legacy_feature_extractor_name();
 int num_feature_columns();
 /** Column names, for debugging and tests. */
 const std::vector<std::string>& feature_names();
 
+/** The features of any lowered function (whatever passes ran over it). */
 Features extract_features(const PrimFunc& lowered);
+
+/**
+ * The features of a scheduled candidate, as the tuner stores them: `sch`
+ * lowered for `args` up to loop partitioning, with the Unrolled and
+ * Vectorized marks still on the loops (te::LowerOptions::expand_loops off),
+ * then extract_features. Throws what te::lower throws.
+ */
+Features candidate_features(const te::Schedule& sch, const std::vector<te::Tensor>& args);
 
 }  // namespace kiln::tuner
 

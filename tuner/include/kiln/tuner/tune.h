@@ -34,6 +34,8 @@ struct TuneOptions {
   /** Candidates per generation of the evolutionary search (each is lowered for its features: ~10-80 ms). */
   int population = 64;
   int generations = 3;              ///< generations evolved per round
+  /** Measure random samples of the space only (after the seeds), never asking the cost model: the baseline the model-guided search is judged against. */
+  bool random_search = false;
 };
 
 /**

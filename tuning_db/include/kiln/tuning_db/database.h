@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/tuning_db/types.h"
@@ -78,6 +79,8 @@ class Database {
   std::vector<Record> training_records(RecordFilter filter) const;
   /** Attaches (or replaces) the features of a stored record. */
   void set_features(int64_t record_id, const FeatureSet& features);
+  /** The same for many records in one transaction: all are replaced, or none (an unknown id or a bad set throws). */
+  void set_features(const std::vector<std::pair<int64_t, FeatureSet>>& batch);
 
   // ---- statistics and maintenance ----
   Stats stats() const;

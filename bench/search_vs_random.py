@@ -1,0 +1,105 @@
+"""What the cost model buys: the model-guided search against random search on
+the heaviest tasks of a model, in trials to reach a given kernel time.
+
+    PYTHONPATH=python:build/python /usr/bin/python3 bench/search_vs_random.py \
+        --model resnet18 --image-size 224 --tasks 3 --trials 192 --seeds 2
+
+Each (task, policy, seed) tunes from an empty database (no pre-trained model),
+so both policies start from the same seed candidates and differ only in how
+they pick the rest: `evolutionary` by the cost model (kiln's default),
+`random` by uniform samples of the same space. Both run in one process, the
+policies alternating, so a burst of load on a shared machine hits both.
+
+Printed per task: the median over seeds of the best kernel time after each
+checkpoint, and the trials each policy needed to come within --within of the
+best time either found (the lower, the better).
+"""
+import argparse
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "peers"))
+import blas_choice  # noqa: E402
+import model_bench  # noqa: E402
+import torch_models  # noqa: E402
+
+POLICIES = ("evolutionary", "random")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="resnet18", help=f"one of {', '.join(torch_models.MODELS)}")
+    ap.add_argument("--image-size", type=int, default=224)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--tasks", type=int, default=3, help="the heaviest tasks (weight x FLOPs) of the model")
+    ap.add_argument("--trials", type=int, default=192)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--within", type=float, default=0.10, help="'reached' = within this share of the best time found")
+    ap.add_argument("--checkpoints", type=lambda s: model_bench._int_list(s, "--checkpoints"), default=[32, 64, 128, 192])
+    return ap.parse_args(argv)
+
+
+def best_so_far(result):
+    """Best kernel time (s) after each measured trial; inf until the first valid one."""
+    gf = np.asarray(result.trial_gflops, dtype=float)
+    t = np.where(gf > 0, result.task.flop / np.maximum(gf, 1e-30) / 1e9, np.inf)
+    return np.minimum.accumulate(t) if len(t) else t
+
+
+def first_within(curve, goal):
+    hit = np.nonzero(curve <= goal)[0]
+    return int(hit[0]) + 1 if len(hit) else None
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    os.environ.setdefault("KILN_NUM_THREADS", str(args.threads))
+    import torch
+    import kiln
+    from kiln.tune_model import extract_tasks
+
+    torch.set_num_threads(1)
+    module, x = torch_models.build(args.model, args.image_size, args.seq_len)
+    model = model_bench.kiln_model(kiln, module, x, 14)
+    target = f"llvm -num-cores={args.threads}"
+    tasks, _ = extract_tasks(model, target=target, layout=False)
+    tasks = sorted(tasks, key=lambda t: -t["weight"] * t["flop"])[:args.tasks]
+    m = blas_choice.machine()
+    print(f"search vs random on {m['cpu']}, {m['isa']}; {args.model} {args.image_size}; {args.trials} trials, "
+          f"batch {args.batch}, {args.seeds} seeds, {args.threads} kernel threads; fresh database per run")
+    curves = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for ti, t in enumerate(tasks):
+            for seed in range(args.seeds):
+                for policy in POLICIES:
+                    db = os.path.join(tmp, f"t{ti}_{policy}_{seed}.db")
+                    r = kiln.tune(t["task"], target=target, trials=args.trials, db=db, seed=seed, batch_size=args.batch,
+                                  early_stop_rounds=10**6, progress=False, random_search=(policy == "random"))
+                    c = best_so_far(r)
+                    curves.setdefault((ti, policy), []).append(c)
+                    print(f"  task {ti} seed {seed} {policy:12s}: best {c[-1] * 1e3:.4f} ms after {len(c)} trials "
+                          f"({r.elapsed_s:.0f} s)", flush=True)
+    cps = [c for c in args.checkpoints if c <= args.trials]
+    head = " ".join(f"{'@' + str(c):>9s}" for c in cps)
+    print(f"\n{'task':44s} {'policy':12s} {head} {'trials to within ' + format(args.within, '.0%'):>24s}")
+    for ti, t in enumerate(tasks):
+        goal = min(float(np.min(c)) for p in POLICIES for c in curves[(ti, p)]) * (1 + args.within)
+        for policy in POLICIES:
+            cs = curves[(ti, policy)]
+            at = [np.median([c[min(k, len(c)) - 1] for c in cs]) * 1e3 for k in cps]
+            reach = [first_within(c, goal) for c in cs]
+            reach_s = ", ".join(str(v) if v else f">{len(c)}" for v, c in zip(reach, cs))
+            name = f"{t['name'][:36]} x{t['weight']}" if policy == POLICIES[0] else ""
+            print(f"{name:44s} {policy:12s} " + " ".join(f"{v:9.4f}" for v in at) + f" {reach_s:>24s}")
+    print("times in ms: median over seeds of the best kernel time after N trials; "
+          "trials to within: per seed, the first trial within the goal (the best either policy found + the margin)")
+
+
+if __name__ == "__main__":
+    main()
