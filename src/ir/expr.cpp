@@ -96,7 +96,7 @@ Expr Cast::make(DataType t, Expr v) {
   return new Cast(t, std::move(v));
 }
 
-static const char* const kIntrinsicNames[] = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "pow", "fabs", "sigmoid", "floor", "ceil", "round", "trunc", "sin", "cos", "abs", "if_then_else", "likely", "sync_threads"};
+static const char* const kIntrinsicNames[] = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "pow", "fabs", "sigmoid", "floor", "ceil", "round", "trunc", "sin", "cos", "abs", "if_then_else", "likely", "sync_threads", "thread_allreduce"};
 
 const char* intrinsic_name(Intrinsic op) { return kIntrinsicNames[static_cast<int>(op)]; }
 
@@ -112,7 +112,7 @@ Intrinsic intrinsic_from_name(const std::string& name) {
 
 Expr Call::make(DataType t, Intrinsic op, std::vector<Expr> args) {
   for (const Expr& a : args) KILN_CHECK(a.defined()) << "call of " << intrinsic_name(op) << " with an undefined argument";
-  size_t want = op == Intrinsic::IfThenElse ? 3 : op == Intrinsic::Pow ? 2 : 1;
+  size_t want = op == Intrinsic::ThreadAllreduce ? 4 : op == Intrinsic::IfThenElse ? 3 : op == Intrinsic::Pow ? 2 : 1;
   KILN_CHECK(args.size() == want) << intrinsic_name(op) << " takes " << want << " arguments, got " << args.size();
   return new Call(t, op, std::move(args));
 }
