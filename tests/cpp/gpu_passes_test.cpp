@@ -272,6 +272,16 @@ TEST(GpuAllreduce, UpdateAcrossThreadsBecomesPartialsAndOneCollective) {
   expect_error([&] { simulate_gpu(f, {a.data(), b.data()}); }, {"data race on global buffer 'B'"});
 }
 
+TEST(GpuAllreduce, CollectiveInsideAThreadNestIsRejected) {
+  DataType f32 = DataType::Float(32);
+  Buffer A = Buffer::make("A", f32, {64}), B = Buffer::make("B", f32, {64});
+  Var bx("bx"), tx("tx"), each("t");
+  Expr all = Call::make(f32, Intrinsic::ThreadAllreduce, {StringImm::make("sum"), IntImm::make(DataType::Int(32), 32), each, BufferLoad::make(A, {bx * 32 + each})});
+  Stmt nest = For::make(tx, 0, 32, ForKind::ThreadBinding, BufferStore::make(B, all, {bx * 32 + tx}), "threadIdx.x");
+  PrimFunc f = PrimFunc::make("bad", {Param{A->data, A}, Param{B->data, B}}, For::make(bx, 0, 2, ForKind::ThreadBinding, nest, "blockIdx.x"));
+  expect_error([&] { pass::verify_gpu_kernel(f); }, {"thread_allreduce inside a threadIdx-bound loop", "stands at block level"});
+}
+
 TEST(GpuAllreduce, UpdateThatIsNoReducerIsRejected) {
   PrimFunc f = row_sum_across_threads([](const Buffer& A, const Buffer& B, const Var& bx, const Expr& col) {
     return BufferStore::make(B, BufferLoad::make(B, {bx}) - BufferLoad::make(A, {bx * 90 + col}), {bx});

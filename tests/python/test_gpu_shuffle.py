@@ -151,7 +151,8 @@ def test_rfactor_axis_bound_to_threads():
     nvrtc_compiles(s, [A, B])
 
 
-def softmax_shuffle(R, C, threads):
+def softmax_shuffle(R, C, threads, red_threads=None):
+    red_threads = red_threads or threads
     X = te.placeholder((R, C), name="X")
     k = te.reduce_axis((0, C), name="k")
     Mx = te.compute((R,), lambda i: te.max(X[i, k], axis=k), name="Mx")
@@ -169,18 +170,21 @@ def softmax_shuffle(R, C, threads):
     _, eji = s[E].split(s[E].op.axis[1], factor=threads)
     s[E].bind(eji, "threadIdx.x")
     for st in (Mx, S):
-        _, ki = s[st].split(s[st].op.reduce_axis[0], factor=threads)
+        _, ki = s[st].split(s[st].op.reduce_axis[0], factor=red_threads)
         s[st].bind(ki, "threadIdx.x")
     return s, [X, Y]
 
 
-@pytest.mark.parametrize("C,threads", [(70, 32), (500, 128), (256, 256)])
-def test_softmax_rows_with_shuffles(C, threads):
+@pytest.mark.parametrize("C,threads,red_threads", [(70, 32, 32), (500, 128, 128), (256, 256, 256), (500, 256, 64), (300, 64, 96)])
+def test_softmax_rows_with_shuffles(C, threads, red_threads):
+    # The reductions may use fewer (or more) threads than the elementwise stages.
     R = 6
-    s, args = softmax_shuffle(R, C, threads)
+    s, args = softmax_shuffle(R, C, threads, red_threads)
     mod = kiln.gpu.build(s, args, "cuda -arch=sm_90", compile=False)
+    assert mod.launch["block"] == ((max(threads, red_threads) + 31) // 32 * 32, 1, 1)
     src = mod.get_source()
-    assert src.count("__shfl_down_sync") == 2 * (5 + (threads // 32 - 1).bit_length())
+    warps = (red_threads + 31) // 32
+    assert src.count("__shfl_down_sync") == 2 * (5 + (warps - 1).bit_length())
     assert "if (threadIdx.x == 0)" in src  # thread 0 stores each reduction's result
     x = rng.standard_normal((R, C), dtype="float32") * 4
     y = np.zeros_like(x)
@@ -188,7 +192,7 @@ def test_softmax_rows_with_shuffles(C, threads):
     ref = np.exp(x - x.max(1, keepdims=True))
     np.testing.assert_allclose(y, ref / ref.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
     # The three barriers of the serial version, plus one inside each multi-warp collective.
-    assert run.barriers == R * (3 + (2 if threads > 32 else 0))
+    assert run.barriers == R * (3 + (2 if red_threads > 32 else 0))
     nvrtc_compiles(s, args)
 
 

@@ -81,8 +81,8 @@ PrimFunc gpu_storage_scope(const PrimFunc& f);
  * naming the offending loop or buffer and the fix: a loop outside every
  * blockIdx-bound loop, a threadIdx loop outside the block nest, a blockIdx
  * loop inside a thread nest, a tag bound twice in one nest, several block
- * nests, a shared allocation or a barrier inside a thread nest, a store
- * outside the block nest.
+ * nests, a shared allocation, a barrier or a thread_allreduce inside a
+ * thread nest, a store outside the block nest.
  */
 void verify_gpu_kernel(const PrimFunc& f);
 
