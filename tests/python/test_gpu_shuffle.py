@@ -113,17 +113,18 @@ def test_row_reduce_serial_partials_then_shuffles(reducer, C, threads):
     nvrtc_compiles(s, args)
 
 
+@pytest.mark.parametrize("reducer", ["sum", "max"])
 @pytest.mark.parametrize("dtype", ["float64", "int32", "int64", "float16", "bfloat16"])
-def test_other_types(dtype):
+def test_other_types(dtype, reducer):
     R, C = 2, 96
-    s, args = row_reduce(R, C, "sum", dtype=dtype)
+    s, args = row_reduce(R, C, reducer, dtype=dtype)
     mod = kiln.gpu.build(s, args, "cuda -arch=sm_80", compile=False)
     assert "__shfl_down_sync" in mod.get_source()
     if dtype in ("float64", "int32", "int64"):
         a = rng.integers(-50, 50, (R, C)).astype(dtype)
         b = np.zeros(R, dtype)
         mod.simulate(a, b)
-        np.testing.assert_array_equal(b, a.sum(1))
+        np.testing.assert_array_equal(b, REDUCERS[reducer][3](a))
     nvrtc_compiles(s, args)
 
 
