@@ -276,7 +276,8 @@ class AllreduceLowering : public IRMutator {
     Var each(tx.name(), tx.dtype());
     Expr all = Call::make(t, Intrinsic::ThreadAllreduce,
                           {StringImm::make(reduce_kind_name(u.kind)), IntImm::make(DataType::Int(32), n), each, BufferLoad::make(partial, {each})});
-    Stmt result = BufferStore::make(w->buffer, reduce_combine(u.kind, BufferLoad::make(w->buffer, w->indices), all), w->indices);
+    // The collective first: the simulator then reads B[idx] after the collective's barrier, as thread 0 does on the GPU.
+    Stmt result = BufferStore::make(w->buffer, reduce_combine(u.kind, all, BufferLoad::make(w->buffer, w->indices)), w->indices);
     if (Expr guard = outer_guard(region, u); guard.defined()) result = IfThenElse::make(guard, result);
     if (serial_depth_ > 0 && n > 32) result = Seq::make({make_sync_threads(), result});
     return Allocate::make(partial, Seq::make({init, body, result}));

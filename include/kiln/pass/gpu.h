@@ -126,7 +126,7 @@ PrimFunc insert_barriers(const PrimFunc& f);
  *   for tx in threadIdx.x: B.red[tx] = id      register after codegen's
  *   <the reduce loops, the update now          local compaction)
  *    B.red[tx] = B.red[tx] + v(tx)>
- *   B[idx] = B[idx] + thread_allreduce("sum", n, t, B.red[t])
+ *   B[idx] = thread_allreduce("sum", n, t, B.red[t]) + B[idx]
  *
  * where the last store is block-level code (thread 0 does it) and
  * thread_allreduce is the collective every thread of the block takes part
