@@ -114,6 +114,13 @@ Expr Call::make(DataType t, Intrinsic op, std::vector<Expr> args) {
   for (const Expr& a : args) KILN_CHECK(a.defined()) << "call of " << intrinsic_name(op) << " with an undefined argument";
   size_t want = op == Intrinsic::ThreadAllreduce ? 4 : op == Intrinsic::IfThenElse ? 3 : op == Intrinsic::Pow ? 2 : 1;
   KILN_CHECK(args.size() == want) << intrinsic_name(op) << " takes " << want << " arguments, got " << args.size();
+  if (op == Intrinsic::ThreadAllreduce) {
+    const StringImm* reducer = args[0].as<StringImm>();
+    const IntImm* n = args[1].as<IntImm>();
+    KILN_CHECK(reducer && (reducer->value == "sum" || reducer->value == "prod" || reducer->value == "max" || reducer->value == "min"))
+        << "thread_allreduce's first argument names its reducer: \"sum\", \"prod\", \"max\" or \"min\"";
+    KILN_CHECK(n && n->value > 0 && args[2].as<Variable>() && args[3].dtype() == t) << "thread_allreduce(reducer, n > 0 constant, thread variable, value of the call's type)";
+  }
   return new Call(t, op, std::move(args));
 }
 
