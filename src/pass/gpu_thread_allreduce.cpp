@@ -135,6 +135,7 @@ class StoreSites {
   std::vector<const For*> loops_;
 };
 
+// Replaces one store node by a statement.
 class StoreReplacer : public IRMutator {
  public:
   StoreReplacer(const BufferStore* target, Stmt by) : target_(target), by_(std::move(by)) {}
