@@ -37,6 +37,8 @@ PrimFunc lower_gpu(const te::Schedule& sch, const std::vector<te::Tensor>& args,
   step("simplify", pass::simplify);
   step("remove_no_op", pass::remove_no_op);
   pass::verify_gpu_kernel(f);
+  // Before insert_barriers: the collective's result store is what later nests wait for.
+  step("lower_thread_allreduce", pass::lower_thread_allreduce);
   if (options.insert_barriers) step("insert_barriers", pass::insert_barriers);
   return f;
 }

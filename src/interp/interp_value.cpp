@@ -243,7 +243,8 @@ static F math(Intrinsic op, F x, F y) {
     case Intrinsic::Cos: return std::cos(x);
     case Intrinsic::IfThenElse:
     case Intrinsic::Likely:
-    case Intrinsic::SyncThreads: break;
+    case Intrinsic::SyncThreads:
+    case Intrinsic::ThreadAllreduce: break;
   }
   KILN_UNREACHABLE() << "math_lane of " << intrinsic_name(op);
   return F(0);

@@ -1,8 +1,10 @@
 #include "kiln/interp/interpreter.h"
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include "gpu_hooks.h"
 #include "interp_value.h"
@@ -80,6 +82,7 @@ class Interpreter {
   Value eval_ramp(const Ramp* op);
   Value eval_load(const BufferLoad* op);
   Value sync_threads();
+  Value thread_allreduce(const Call* op);
   [[noreturn]] void not_lowered(const char* what, const std::string& name);
 
   void exec_for(const For* op);
@@ -301,6 +304,7 @@ Value Interpreter::eval_call(const Call* op) {
   if (op->op == Intrinsic::IfThenElse) return eval_if_then_else(op);
   if (op->op == Intrinsic::Likely) return eval(op->args[0]);
   if (op->op == Intrinsic::SyncThreads) return sync_threads();
+  if (op->op == Intrinsic::ThreadAllreduce) return thread_allreduce(op);
   DataType t = op->dtype.element_of();
   Value a = eval(op->args[0]);
   Value b = op->args.size() > 1 ? eval(op->args[1]) : a;
@@ -439,6 +443,51 @@ Value Interpreter::sync_threads() {
   Value v(DataType::Int(32));
   v.lane[0].i = 0;
   return v;
+}
+
+// The collective of pass::lower_thread_allreduce in its tree order (see
+// kiln/pass/gpu.h), so the simulator gives the bits the GPU gives: each
+// thread's operand evaluated as that thread, the warps' trees, and with
+// more than one warp the barrier and the tree over the warps' results.
+Value Interpreter::thread_allreduce(const Call* op) {
+  const std::string& reducer = op->args[0].as<StringImm>()->value;
+  IRNodeKind combine = IRNodeKind::Add;
+  ReduceKind kind = ReduceKind::Sum;
+  for (auto [k, node] : {std::pair{ReduceKind::Sum, IRNodeKind::Add}, {ReduceKind::Prod, IRNodeKind::Mul}, {ReduceKind::Max, IRNodeKind::Max}, {ReduceKind::Min, IRNodeKind::Min}})
+    if (reducer == reduce_kind_name(k)) kind = k, combine = node;
+  DataType t = op->dtype;
+  int64_t n = eval_index(op->args[1], "thread_allreduce extent");
+  int64_t warps = (n + 31) / 32;
+  Lane identity = eval(reduce_identity(kind, t)).lane[0];
+  std::vector<Lane> v(warps * 32, identity);
+  {
+    const Variable* each = op->args[2].as<Variable>();
+    ScopedBind<Value> bind(env_, each, Value(each->dtype));
+    for (int64_t k = 0; k < n; ++k) {
+      bind.value().lane[0].i = k;
+      if (hooks_) hooks_->enter_thread_loop("threadIdx.x", k);
+      v[k] = eval(op->args[3]).lane[0];
+    }
+    if (hooks_) hooks_->exit_thread_loop("threadIdx.x");
+  }
+  // Lane l takes lane l + o for o = P/2 .. 1; lane 0 ends with the whole.
+  auto tree = [&](Lane* lanes, int64_t count) {
+    int64_t p = 1;
+    while (p < count) p *= 2;
+    for (int64_t o = p / 2; o >= 1; o /= 2)
+      for (int64_t l = 0; l < o; ++l) lanes[l] = interp::binary_lane(combine, t, lanes[l], lanes[l + o]);
+  };
+  for (int64_t w = 0; w < warps; ++w) tree(&v[w * 32], std::min<int64_t>(n, 32));
+  if (warps > 1) {
+    if (hooks_) hooks_->barrier();
+    std::vector<Lane> first(32, identity);
+    for (int64_t w = 0; w < warps; ++w) first[w] = v[w * 32];
+    tree(first.data(), warps);
+    v[0] = first[0];
+  }
+  Value r(t);
+  r.lane[0] = v[0];
+  return r;
 }
 
 // -------------------------------------------------------------- statements

@@ -96,7 +96,7 @@ Expr Cast::make(DataType t, Expr v) {
   return new Cast(t, std::move(v));
 }
 
-static const char* const kIntrinsicNames[] = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "pow", "fabs", "sigmoid", "floor", "ceil", "round", "trunc", "sin", "cos", "abs", "if_then_else", "likely", "sync_threads"};
+static const char* const kIntrinsicNames[] = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "pow", "fabs", "sigmoid", "floor", "ceil", "round", "trunc", "sin", "cos", "abs", "if_then_else", "likely", "sync_threads", "thread_allreduce"};
 
 const char* intrinsic_name(Intrinsic op) { return kIntrinsicNames[static_cast<int>(op)]; }
 
@@ -112,8 +112,15 @@ Intrinsic intrinsic_from_name(const std::string& name) {
 
 Expr Call::make(DataType t, Intrinsic op, std::vector<Expr> args) {
   for (const Expr& a : args) KILN_CHECK(a.defined()) << "call of " << intrinsic_name(op) << " with an undefined argument";
-  size_t want = op == Intrinsic::IfThenElse ? 3 : op == Intrinsic::Pow ? 2 : 1;
+  size_t want = op == Intrinsic::ThreadAllreduce ? 4 : op == Intrinsic::IfThenElse ? 3 : op == Intrinsic::Pow ? 2 : 1;
   KILN_CHECK(args.size() == want) << intrinsic_name(op) << " takes " << want << " arguments, got " << args.size();
+  if (op == Intrinsic::ThreadAllreduce) {
+    const StringImm* reducer = args[0].as<StringImm>();
+    const IntImm* n = args[1].as<IntImm>();
+    KILN_CHECK(reducer && (reducer->value == "sum" || reducer->value == "prod" || reducer->value == "max" || reducer->value == "min"))
+        << "thread_allreduce's first argument names its reducer: \"sum\", \"prod\", \"max\" or \"min\"";
+    KILN_CHECK(n && n->value > 0 && args[2].as<Variable>() && args[3].dtype() == t) << "thread_allreduce(reducer, n > 0 constant, thread variable, value of the call's type)";
+  }
   return new Call(t, op, std::move(args));
 }
 

@@ -20,7 +20,16 @@ static const char* const kAxis[] = {"x", "y", "z"};
 
 LaunchConfig launch_config(const PrimFunc& f, const GpuLimits& limits) {
   LaunchConfig cfg;
-  post_order_visit(f.body(), [](const Expr&) {}, [&](const Stmt& s) {
+  bool allreduce = false;
+  post_order_visit(f.body(), [&](const Expr& e) {
+    // A collective: its threads, and the shared array of its warps' results (lower_thread_allreduce).
+    const Call* c = e.as<Call>();
+    if (!c || c->op != Intrinsic::ThreadAllreduce) return;
+    int64_t n = *as_const_int(c->args[1]);
+    allreduce = true;
+    cfg.block[0] = std::max(cfg.block[0], n);
+    if (n > 32) cfg.shared_bytes += ((n + 31) / 32 * c->dtype.bytes() + 15) / 16 * 16;
+  }, [&](const Stmt& s) {
     if (const For* op = s.as<For>(); op && op->kind == ForKind::ThreadBinding) {
       const int64_t* extent = as_const_int(op->extent);
       KILN_USER_CHECK(extent) << "kernel '" << f.name() << "': loop '" << op->loop_var.name() << "' bound to " << op->thread_tag << " has extent " << to_string(op->extent)
@@ -36,6 +45,8 @@ LaunchConfig launch_config(const PrimFunc& f, const GpuLimits& limits) {
       cfg.shared_bytes += (*n * a->buffer.dtype().bytes() + 15) / 16 * 16;
     }
   });
+  // Warp shuffles need whole warps: the block grows to a multiple of 32 threads.
+  if (allreduce) cfg.block[0] = (cfg.block[0] + 31) / 32 * 32;
   for (int d = 0; d < 3; ++d) {
     KILN_USER_CHECK(cfg.block[d] <= limits.max_block[d]) << "kernel '" << f.name() << "': threadIdx." << kAxis[d] << " extent " << cfg.block[d] << " exceeds the device limit " << limits.max_block[d]
                                                          << "; split the loop and bind a smaller part";

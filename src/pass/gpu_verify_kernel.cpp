@@ -94,6 +94,13 @@ class KernelVerifier : public IRVisitor {
     IRVisitor::visit(op);
   }
 
+  void visit(const Call* op) override {
+    KILN_USER_CHECK(!(in_thread_ && op->op == Intrinsic::ThreadAllreduce))
+        << "kernel '" << name_ << "': a thread_allreduce inside a threadIdx-bound loop; the collective stands at block level, where every thread of the block reaches it "
+        << "(lower_thread_allreduce places it so)";
+    IRVisitor::visit(op);
+  }
+
   void visit(const Evaluate* op) override {
     KILN_USER_CHECK(!(in_thread_ && is_sync_threads(Stmt(op))))
         << "kernel '" << name_ << "': a barrier (sync_threads) inside a threadIdx-bound loop; barriers stand at block level, where every thread reaches them";

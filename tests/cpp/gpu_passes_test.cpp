@@ -233,6 +233,70 @@ TEST(GpuBarriers, ReadAfterWriteAndWriteAfterReadInALoop) {
   expect_error([&] { simulate_gpu(f, {a.data(), b.data()}); }, {"data race on shared buffer 'S' element 15", "thread (0,0,0) of block (0,0,0) reads it", "thread (15,0,0)"});
 }
 
+// Hand-built: per block, the sum of a 90-element row with 48 threads, each
+// adding up to two elements (the serial loop ko) into the one element B[bx].
+PrimFunc row_sum_across_threads(Stmt (*update)(const Buffer& A, const Buffer& B, const Var& bx, const Expr& col)) {
+  DataType f32 = DataType::Float(32);
+  Buffer A = Buffer::make("A", f32, {270}), B = Buffer::make("B", f32, {3});
+  Var bx("bx"), ko("ko"), tx("tx");
+  Expr col = ko * 48 + tx;
+  Stmt guarded = IfThenElse::make(likely(col < 90), update(A, B, bx, col));
+  Stmt reduce = For::make(ko, 0, 2, ForKind::Serial, For::make(tx, 0, 48, ForKind::ThreadBinding, guarded, "threadIdx.x"));
+  Stmt body = Seq::make({BufferStore::make(B, 0.0f, {bx}), reduce});
+  return PrimFunc::make("row_sum", {Param{A->data, A}, Param{B->data, B}}, For::make(bx, 0, 3, ForKind::ThreadBinding, body, "blockIdx.x"));
+}
+
+TEST(GpuAllreduce, UpdateAcrossThreadsBecomesPartialsAndOneCollective) {
+  PrimFunc f = row_sum_across_threads([](const Buffer& A, const Buffer& B, const Var& bx, const Expr& col) {
+    return BufferStore::make(B, BufferLoad::make(B, {bx}) + BufferLoad::make(A, {bx * 90 + col}), {bx});
+  });
+  PrimFunc g = pass::lower_thread_allreduce(f);
+  std::string ir = to_string(g);
+  // One collective, after the serial loop (it reduces the whole row), over 48 threads.
+  EXPECT_EQ(count(ir, "thread_allreduce(\"sum\", 48"), 1) << ir;
+  EXPECT_GT(ir.find("thread_allreduce"), ir.rfind("for (ko")) << ir;
+  EXPECT_EQ(count(ir, "B.red[tx] = B.red[tx] + A["), 1) << ir;
+  pass::LaunchConfig cfg = pass::launch_config(g);
+  EXPECT_EQ(cfg.block[0], 64);       // whole warps
+  EXPECT_EQ(cfg.shared_bytes, 16);  // the two warps' results
+  std::vector<float> a = random_vector(270, 9), b(3, -1.f), want(3, 0.f);
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < 90; ++c) want[r] += a[r * 90 + c];
+  GpuSimulation run = simulate_gpu(g, {a.data(), b.data()});
+  EXPECT_EQ(run.barriers, 3);  // the collective's, once per block
+  EXPECT_TRUE(all_close(b, want, 1e-5f));
+  std::string src = codegen::codegen_cuda(g, Target::parse("cuda -arch=sm_90"), cfg);
+  EXPECT_EQ(count(src, "__shfl_down_sync(0xffffffffu"), 5 + 1) << src;
+  EXPECT_NE(src.find("float B_red[1];"), std::string::npos) << src;
+  // Without the pass every thread adds into B[bx] at once.
+  expect_error([&] { simulate_gpu(f, {a.data(), b.data()}); }, {"data race on global buffer 'B'"});
+}
+
+TEST(GpuAllreduce, CollectiveInsideAThreadNestIsRejected) {
+  DataType f32 = DataType::Float(32);
+  Buffer A = Buffer::make("A", f32, {64}), B = Buffer::make("B", f32, {64});
+  Var bx("bx"), tx("tx"), each("t");
+  Expr all = Call::make(f32, Intrinsic::ThreadAllreduce, {StringImm::make("sum"), IntImm::make(DataType::Int(32), 32), each, BufferLoad::make(A, {bx * 32 + each})});
+  Stmt nest = For::make(tx, 0, 32, ForKind::ThreadBinding, BufferStore::make(B, all, {bx * 32 + tx}), "threadIdx.x");
+  PrimFunc f = PrimFunc::make("bad", {Param{A->data, A}, Param{B->data, B}}, For::make(bx, 0, 2, ForKind::ThreadBinding, nest, "blockIdx.x"));
+  expect_error([&] { pass::verify_gpu_kernel(f); }, {"thread_allreduce inside a threadIdx-bound loop", "stands at block level"});
+}
+
+TEST(GpuAllreduce, UpdateThatIsNoReducerIsRejected) {
+  PrimFunc f = row_sum_across_threads([](const Buffer& A, const Buffer& B, const Var& bx, const Expr& col) {
+    return BufferStore::make(B, BufferLoad::make(B, {bx}) - BufferLoad::make(A, {bx * 90 + col}), {bx});
+  });
+  expect_error([&] { pass::lower_thread_allreduce(f); },
+               {"every thread of loop 'tx' (bound to threadIdx.x) updates the same element of 'B'", "no sum, product, maximum or minimum", "te.sum, te.prod, te.max, te.min"});
+}
+
+TEST(GpuAllreduce, StoreThatReadsNothingStaysARace) {
+  PrimFunc f = row_sum_across_threads([](const Buffer& A, const Buffer& B, const Var& bx, const Expr& col) { return BufferStore::make(B, BufferLoad::make(A, {bx * 90 + col}), {bx}); });
+  EXPECT_TRUE(pass::lower_thread_allreduce(f).same_as(f));
+  std::vector<float> a(270, 1.f), b(3, 0.f);
+  expect_error([&] { simulate_gpu(f, {a.data(), b.data()}); }, {"data race on global buffer 'B'"});
+}
+
 TEST(GpuErrors, UnboundLoopIsNamed) {
   Tensor A = te::placeholder({64, 32}, DataType::Float(32), "A");
   Tensor B = te::compute({64, 32}, [&](const std::vector<Var>& i) { return A({i[0], i[1]}) + 1.0f; }, "B", {"row", "col"});

@@ -61,6 +61,32 @@ def test_elementwise_bitwise_equal_to_the_simulator():
     assert np.array_equal(g, c)
 
 
+@pytest.mark.parametrize("reducer,C,threads", [("sum", 1000, 128), ("sum", 100, None), ("max", 300, 64), ("sum", 32, None)])
+def test_shuffle_row_reduction_bitwise_equal_to_the_simulator(reducer, C, threads):
+    # The simulator runs the collective in the CUDA code's tree order, so the bits agree.
+    from test_gpu_shuffle import row_reduce
+    s, args = row_reduce(64, C, reducer, threads=threads)
+    mod = kiln.build(s, args, target="cuda -arch=sm_90")
+    a = rng.standard_normal((64, C)).astype("float32")
+    g, c = np.zeros(64, "float32"), np.zeros(64, "float32")
+    mod(a, g)
+    mod.simulate(a, c)
+    assert np.array_equal(g, c)
+
+
+def test_softmax_rows_with_shuffles_on_the_gpu():
+    from test_gpu_shuffle import softmax_shuffle
+    s, args = softmax_shuffle(64, 500, 128)
+    mod = kiln.build(s, args, target="cuda -arch=sm_90")
+    x = rng.standard_normal((64, 500)).astype("float32")
+    y, sim = np.zeros_like(x), np.zeros_like(x)
+    mod(x, y)
+    mod.simulate(x, sim)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y, sim, rtol=1e-6, atol=1e-7)  # expf may differ from the CPU's exp in the last bit
+
+
 @pytest.mark.skipif(not hasattr(kiln, "dist"), reason="kiln was built without the distribution pass")
 def test_nccl_all_reduce_over_one_rank():
     x = rng.standard_normal(1024).astype("float32")

@@ -30,8 +30,8 @@ struct GpuLowerOptions {
 
 /**
  * Lowers the schedule to a GPU kernel: the loop nest, then storage_flatten,
- * gpu_storage_scope, simplify, remove_no_op, verify_gpu_kernel and
- * insert_barriers (kiln/pass/gpu.h). Loops keep their kinds (no unrolling
+ * gpu_storage_scope, simplify, remove_no_op, verify_gpu_kernel,
+ * lower_thread_allreduce and insert_barriers (kiln/pass/gpu.h). Loops keep their kinds (no unrolling
  * or vectorizing passes: CUDA C says #pragma unroll, and codegen makes
  * float4 accesses itself). Throws kiln::Error for a schedule that is no
  * valid kernel (an unbound loop, ...), naming the loop and the fix.

@@ -246,6 +246,17 @@ enum class Intrinsic : uint8_t {
    * pass::insert_barriers (kiln/pass/gpu.h).
    */
   SyncThreads,
+  /**
+   * thread_allreduce("sum", n, t, value): the reduction ("sum", "max", "min"
+   * or "prod") of `value` over the threads t = 0..n-1 of a GPU block's
+   * threadIdx.x, where `value` is an expression of the variable t, which the
+   * call binds (each thread evaluates it with t = its threadIdx.x; threads
+   * from n on contribute the identity). Stands only in a block-level store,
+   * which every thread of the block reaches; the operands are combined in
+   * the tree order of pass::lower_thread_allreduce (kiln/pass/gpu.h), which
+   * the CUDA code and the GPU simulator share. Made by that pass.
+   */
+  ThreadAllreduce,
 };
 const char* intrinsic_name(Intrinsic op);
 /** Looks an intrinsic up by name; throws kiln::Error naming the known ones. */

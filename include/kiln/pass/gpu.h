@@ -81,15 +81,17 @@ PrimFunc gpu_storage_scope(const PrimFunc& f);
  * naming the offending loop or buffer and the fix: a loop outside every
  * blockIdx-bound loop, a threadIdx loop outside the block nest, a blockIdx
  * loop inside a thread nest, a tag bound twice in one nest, several block
- * nests, a shared allocation or a barrier inside a thread nest, a store
- * outside the block nest.
+ * nests, a shared allocation, a barrier or a thread_allreduce inside a
+ * thread nest, a store outside the block nest.
  */
 void verify_gpu_kernel(const PrimFunc& f);
 
 /**
  * The launch configuration of a verified kernel: each grid/block dimension
  * is the largest extent bound to its tag (nests that bind less are guarded
- * in codegen). Throws kiln::Error when a bound extent or a shared size is not
+ * in codegen); a kernel with a thread_allreduce gets whole warps in x (a
+ * multiple of 32) and counts the collective's shared array. Throws
+ * kiln::Error when a bound extent or a shared size is not
  * a constant, or the block, grid or shared memory exceeds `limits`.
  */
 LaunchConfig launch_config(const PrimFunc& f, const GpuLimits& limits = {});
@@ -111,6 +113,57 @@ LaunchConfig launch_config(const PrimFunc& f, const GpuLimits& limits = {});
  * cannot be fixed by a barrier; the simulator reports it too.
  */
 PrimFunc insert_barriers(const PrimFunc& f);
+
+/**
+ * Reductions across the threads of a block. A schedule asks for one by
+ * binding a reduce loop to threadIdx.x (as TVM does): `s[B].bind(ki,
+ * "threadIdx.x")` after splitting the reduce axis, or binding the rfactor
+ * axis of the final stage with the rfactor stage computed at it. Lowered as
+ * is, every thread of the nest updates the one element B[idx]
+ * (B[idx] = B[idx] + v(tx), a race); this pass turns that update into
+ *
+ *   allocate B.red local[n]                 <- each thread's partial (one
+ *   for tx in threadIdx.x: B.red[tx] = id      register after codegen's
+ *   <the reduce loops, the update now          local compaction)
+ *    B.red[tx] = B.red[tx] + v(tx)>
+ *   B[idx] = thread_allreduce("sum", n, t, B.red[t]) + B[idx]
+ *
+ * where the last store is block-level code (thread 0 does it) and
+ * thread_allreduce is the collective every thread of the block takes part
+ * in. It is computed in one fixed tree order, the same in the CUDA code and
+ * in the GPU simulator (so both give the same bits): threads t >= n hold the
+ * identity; within each warp of 32, offsets o = P/2, P/4, .., 1 (P the
+ * power of two >= min(n, 32)) combine lane l with lane l + o
+ * (__shfl_down_sync); with more than one warp, lane 0 of each warp w <
+ * ceil(n/32) writes its value to a shared array of ceil(n/32) elements, one
+ * barrier, and the first warp reduces that array the same way (identity
+ * past its end). Thread 0 holds the result. A block that holds such a
+ * reduction is launched with a multiple of 32 threads in x (launch_config
+ * rounds up; nests binding fewer are guarded as usual), and the simulator
+ * counts the collective's barrier. When a multi-warp collective lies inside
+ * a block-level serial loop the pass puts a barrier before it, so a warp
+ * cannot overwrite the shared array of the previous iteration while the
+ * first warp still reads it.
+ *
+ * The region rewritten is the thread nest holding the update together with
+ * the block-level serial loops around it that leave idx unchanged (the
+ * outer reduce loops), so the collective runs once per output element.
+ * Guards around the update that do not depend on those loops (the output's
+ * bounds) also guard the final store.
+ *
+ * Reducers: sum, prod, max, min (te's, all commutative; the result differs
+ * from a serial loop only by float reassociation). Types: float16,
+ * bfloat16, float32, float64, int32, int64, uint32, uint64. Throws
+ * kiln::Error, naming the buffer, the loop and the fix, for an update
+ * across threads that cannot be lowered: over threadIdx.y or z, in a block
+ * with more than one thread in y or z, an update that is no sum, prod, max
+ * or min of the element (B[idx] = B[idx] - v, or one whose value reads the
+ * element elsewhere), two such updates in one nest, the element read
+ * elsewhere in the nest, or an unsupported type. An update of an element
+ * all threads share that does not read it (B[idx] = v) is left alone: the
+ * simulator reports it as a race.
+ */
+PrimFunc lower_thread_allreduce(const PrimFunc& f);
 
 }  // namespace kiln::pass
 

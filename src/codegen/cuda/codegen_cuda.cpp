@@ -172,8 +172,15 @@ void CodeGenCUDA::emit_bound_loop(const For* op) {
   line("}");
 }
 
-// A block-level statement without thread loops that writes memory: thread 0 does it.
+// A block-level statement without thread loops that writes memory: thread 0
+// does it, after every thread has taken part in the collectives it uses.
 void CodeGenCUDA::emit_thread0_region(const Stmt& s) {
+  std::vector<const Call*> collectives;
+  post_order_visit(s, [&](const Expr& e) {
+    if (const Call* c = e.as<Call>(); c && c->op == Intrinsic::ThreadAllreduce) collectives.push_back(c);
+  });
+  KILN_CHECK(collectives.empty() || s.as<BufferStore>()) << "cuda codegen of '" << name_ << "': thread_allreduce outside a block-level store (lower_thread_allreduce makes only those)";
+  for (const Call* c : collectives) allreduce_values_[c] = emit_allreduce(c);
   std::string g = unbound_guard();
   bool saved_in = in_thread_;
   int saved_bound = bound_dims_;
@@ -212,6 +219,56 @@ void CodeGenCUDA::emit_allocate(const Allocate* op) {
   // 16-byte alignment lets float4 accesses use shared arrays too.
   line(std::string(scope == "shared" ? "__shared__ __align__(16) " : "") + ctype(b.dtype()) + " " + name + "[" + std::to_string(std::max<int64_t>(size, 1)) + "];");
   stmt(op->body);
+}
+
+// The reduction of lower_thread_allreduce's tree order (kiln/pass/gpu.h):
+// every thread of the block runs this; thread 0 ends with the result.
+std::string CodeGenCUDA::emit_allreduce(const Call* op) {
+  KILN_CHECK(!in_thread_) << "cuda codegen of '" << name_ << "': thread_allreduce inside a thread nest; every thread of the block must reach it";
+  const std::string& reducer = op->args[0].as<StringImm>()->value;
+  ReduceKind kind = ReduceKind::Sum;
+  for (ReduceKind k : {ReduceKind::Sum, ReduceKind::Prod, ReduceKind::Max, ReduceKind::Min})
+    if (reducer == reduce_kind_name(k)) kind = k;
+  int64_t n = *as_const_int(op->args[1]);
+  const Variable* each = op->args[2].as<Variable>();
+  DataType t = op->dtype;
+  std::string ty = ctype(t), id = expr(reduce_identity(kind, t)), n_str = std::to_string(n);
+  std::string v = ident("red", nullptr);
+  line(ty + " " + v + ";");
+  line("{");
+  ++indent_;
+  line("const " + ctype(each->dtype) + " " + ident(each->name, each) + " = (" + ctype(each->dtype) + ")threadIdx.x;");
+  bool saved = in_thread_;
+  in_thread_ = true;  // the operand is each thread's own
+  std::string operand = expr(op->args[3]);
+  line(v + " = " + (n < launch_.block[0] ? "threadIdx.x < " + n_str + " ? " + operand + " : " + id : operand) + ";");
+  in_thread_ = saved;
+  --indent_;
+  line("}");
+  auto tree = [&](int64_t count) {
+    int64_t p = 1;
+    while (p < count) p *= 2;
+    for (int64_t o = p / 2; o >= 1; o /= 2) line(v + " = " + combine(kind, t, v, "__shfl_down_sync(0xffffffffu, " + v + ", " + std::to_string(o) + ")") + ";");
+  };
+  tree(std::min<int64_t>(n, 32));
+  int64_t warps = (n + 31) / 32;
+  if (warps == 1) return v;
+  std::string buf = ident("red_warp", nullptr);
+  line("__shared__ __align__(16) " + ty + " " + buf + "[" + std::to_string(warps) + "];");
+  line("if ((threadIdx.x & 31u) == 0u && threadIdx.x < " + n_str + "u) " + buf + "[threadIdx.x >> 5] = " + v + ";");
+  line("__syncthreads();");
+  line(v + " = threadIdx.x < " + std::to_string(warps) + "u ? " + buf + "[threadIdx.x] : " + id + ";");
+  tree(warps);
+  return v;
+}
+
+// combine(a, b) of a reducer in CUDA C, through the expression printer (half and bfloat16 included).
+std::string CodeGenCUDA::combine(ReduceKind kind, DataType t, const std::string& a, const std::string& b) {
+  Var x("x", t), y("y", t);
+  names_[x.get()] = a, names_[y.get()] = b;
+  std::string s = expr(reduce_combine(kind, x, y));
+  names_.erase(x.get()), names_.erase(y.get());
+  return s;
 }
 
 // A multiple that e is known to have (0: e is 0); enough to prove vector alignment of affine indices.

@@ -51,6 +51,8 @@ class CodeGenCUDA {
   void emit_for(const For* op);
   void emit_bound_loop(const For* op);
   void emit_thread0_region(const Stmt& s);
+  std::string emit_allreduce(const Call* op);
+  std::string combine(ReduceKind kind, DataType t, const std::string& a, const std::string& b);
   void emit_store(const BufferStore* op);
   void emit_allocate(const Allocate* op);
   bool emit_vector_store(const For* op);
@@ -82,6 +84,8 @@ class CodeGenCUDA {
   // Local buffers shrunk to one thread's part (plan_local_compaction), and the thread variables.
   std::unordered_map<const Variable*, LocalPlan> compact_;
   VarSet thread_vars_;
+  // The variable holding each thread_allreduce's result (in thread 0), once emitted.
+  std::unordered_map<const Call*, std::string> allreduce_values_;
   // Scope of each buffer's storage, by data variable.
   std::unordered_map<const Variable*, std::string> scope_;
 };

@@ -82,6 +82,11 @@ std::string CodeGenCUDA::access(const BufferNode* b, const Expr& index) {
 std::string CodeGenCUDA::call(const Call* op) {
   if (op->op == Intrinsic::IfThenElse) return "(" + expr(op->args[0]) + " ? " + expr(op->args[1]) + " : " + expr(op->args[2]) + ")";
   if (op->op == Intrinsic::Likely) return expr(op->args[0]);
+  if (op->op == Intrinsic::ThreadAllreduce) {
+    auto it = allreduce_values_.find(op);
+    KILN_CHECK(it != allreduce_values_.end()) << "cuda codegen of '" << name_ << "': thread_allreduce outside a block-level store";
+    return it->second;
+  }
   KILN_USER_CHECK(op->op != Intrinsic::SyncThreads) << "cuda codegen of '" << name_ << "': sync_threads inside an expression";
   DataType t = op->dtype;
   if (op->op == Intrinsic::Abs && !t.is_float()) return (t.bits() == 64 ? "llabs(" : "abs(") + expr(op->args[0]) + ")";

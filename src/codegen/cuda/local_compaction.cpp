@@ -144,7 +144,16 @@ class Planner {
   // per tag, so that the offsets of different nests (each with its own loop
   // variables) compare equal.
   Planner(const PrimFunc& f, VarSet* thread_vars) : thread_vars_(thread_vars) {
-    post_order_visit(f.body(), [](const Expr&) {}, [&](const Stmt& x) {
+    post_order_visit(f.body(), [&](const Expr& e) {
+      // thread_allreduce binds its variable to threadIdx.x, as a thread nest does.
+      const Call* c = e.as<Call>();
+      if (!c || c->op != Intrinsic::ThreadAllreduce) return;
+      Var each(c->args[2].as<Variable>());
+      ana_.bind(each, Range(make_zero(each.dtype()), c->args[1]));
+      extents_[each.get()] = *as_const_int(c->args[1]);
+      canonical_[each.get()] = by_tag_.try_emplace("threadIdx.x", Var("threadIdx.x", each.dtype())).first->second;
+      thread_vars->insert(each.get());
+    }, [&](const Stmt& x) {
       const For* op = x.as<For>();
       if (!op) return;
       ana_.bind(op->loop_var, Range(op->min, op->extent));
