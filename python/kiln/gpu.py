@@ -81,9 +81,22 @@ class CudaModule:
         self._native.run(list(args))
 
 
+def default_schedule(args, target="cuda -arch=sm_90"):
+    """The schedule the GPU rules give ``args``'s computation without tuning.
+
+    The rules (``tuner/README.md``) bind every loop to blocks and threads:
+    matmul-like reductions get block, thread and register tiles with their
+    inputs staged in shared memory (and their elementwise epilogue fused),
+    row reductions (softmax, layer norm) a block per row reduced across its
+    threads, everything else a thread per output element. The tiles shrink
+    until the kernel fits the device's threads and shared memory."""
+    task = _kiln.tuner.make_task(list(args), str(target), "")
+    return _kiln.Schedule.from_trace(task.outputs, _kiln.tuner.default_trace(task))
+
+
 def build(s, args, target, name="main", insert_barriers=True, compile=True):
     """Lowers ``s`` for the GPU and compiles it; see :func:`kiln.build`."""
     return CudaModule(_cuda.build(s, list(args), str(target), name, insert_barriers, compile))
 
 
-__all__ = ["CudaModule", "build", "lower", "nvrtc_available", "driver_available", "KilnError"]
+__all__ = ["CudaModule", "build", "default_schedule", "lower", "nvrtc_available", "driver_available", "KilnError"]

@@ -102,8 +102,8 @@ def run_op(op, inputs, **attrs):
     return exe.run(feed)
 
 
-class Executor:
-    """A compiled model: call it with arrays (numpy, torch, kiln) in input order."""
+class _CompiledModel:
+    """What the CPU and the GPU executors share: inputs by position or name, the plan's memory and groups."""
 
     def __init__(self, native, model):
         self._exe = native
@@ -116,10 +116,6 @@ class Executor:
         """Runs the model; `inputs` is a list in input order or a dict by input name. Returns a list of numpy arrays."""
         return self._exe.run(self._order(inputs))
 
-    def profile(self, *inputs, repeats=10):
-        """Per-group times (median of `repeats` runs): a list of dicts with name, seconds, gflops, share."""
-        return self._exe.profile(self._order(list(inputs)), repeats)
-
     def memory(self):
         """Bytes: arena_bytes (planned), naive_bytes (no reuse), peak_bytes (live at once), weight_bytes."""
         return self._exe.memory()
@@ -127,6 +123,26 @@ class Executor:
     def groups(self):
         """One dict per fused group: name, ops, workload_key, schedule ("database", "default" or "plain"), schedule_detail, flop."""
         return self._exe.groups()
+
+    @property
+    def graph(self):
+        """The optimized, fused graph the executor runs."""
+        return self._exe.graph
+
+    @property
+    def num_kernels(self):
+        return self._exe.num_kernels
+
+    def _order(self, inputs):
+        return model_feed(self.model.input_names, inputs)
+
+
+class Executor(_CompiledModel):
+    """A compiled model: call it with arrays (numpy, torch, kiln) in input order."""
+
+    def profile(self, *inputs, repeats=10):
+        """Per-group times (median of `repeats` runs): a list of dicts with name, seconds, gflops, share."""
+        return self._exe.profile(self._order(list(inputs)), repeats)
 
     def tuned_groups(self):
         """(groups built from a tuning record, all groups)."""
@@ -148,23 +164,31 @@ class Executor:
         self._exe.export_library(os.fspath(path), weights, static_runtime)
 
     @property
-    def graph(self):
-        """The optimized, fused graph the executor runs."""
-        return self._exe.graph
-
-    @property
-    def num_kernels(self):
-        return self._exe.num_kernels
-
-    @property
     def compile_seconds(self):
         return self._exe.compile_seconds
 
-    def _order(self, inputs):
-        return model_feed(self.model.input_names, inputs)
-
     def __repr__(self):
         return f"<kiln.graph.Executor: {self.num_kernels} kernels, arena {self.memory()['arena_bytes']} bytes>"
+
+
+class GpuExecutor(_CompiledModel):
+    """A model compiled for a cuda target: one CUDA kernel per fused group,
+    scheduled by the GPU rules (see ``kiln.gpu.default_schedule``).
+
+    ``exe(*inputs)`` runs on the GPU (a clear :class:`KilnError` without
+    one); ``exe.simulate(*inputs)`` runs every kernel in the GPU simulator on
+    the CPU, so a model's GPU kernels can be checked anywhere."""
+
+    def simulate(self, *inputs):
+        """Runs every kernel in the GPU simulator (on the CPU); returns numpy arrays as run() does."""
+        return self._exe.simulate(self._order(list(inputs)))
+
+    def kernels(self):
+        """One dict per kernel: name, source (the CUDA C), launch ("grid=(..) block=(..) shared=..B")."""
+        return self._exe.kernels()
+
+    def __repr__(self):
+        return f"<kiln.graph.GpuExecutor: {self.num_kernels} CUDA kernels, arena {self.memory()['arena_bytes']} bytes>"
 
 
 def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, layout=True, quiet=False):
@@ -174,9 +198,16 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
     (both for reference runs), layout=False keeps convolutions in NCHW, and
     dump=True prints the graph after every pass (as KILN_DUMP_IR=1 does).
     With a database it says on stderr how many groups had a record (quiet=True: not).
+    A cuda target (``"cuda -arch=sm_90"``) gives a :class:`GpuExecutor`.
     """
     if not isinstance(model, Graph):
         raise KilnError(f"kiln.compile takes a kiln.graph.Graph (from from_onnx, from_torch or a Builder), got a {type(model).__name__}")
+    if str(target).split()[:1] == ["cuda"]:
+        if db or plain:
+            raise KilnError("kiln.compile for a cuda target uses the GPU rules' default schedules: GPU tuning records (db=) and plain kernels "
+                            "are not available yet; drop db= / plain=")
+        from . import gpu
+        return GpuExecutor(_g.compile_gpu(model, str(target), fuse, gpu.nvrtc_available()[0], dump), model)
     exe = Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout), model)
     if db and not quiet:
         tuned, total = exe.tuned_groups()

@@ -6,6 +6,7 @@
 #include "kiln/graph/autocast.h"
 #include "kiln/graph/autodiff.h"
 #include "kiln/graph/executor.h"
+#include "kiln/graph/gpu_executor.h"
 #include "kiln/graph/kernel_builder.h"
 #include "kiln/graph/op_registry.h"
 #include "kiln/graph/passes.h"
@@ -72,6 +73,45 @@ py::list to_numpy_list(const std::vector<NDArray>& arrays) {
   py::list out;
   for (const NDArray& a : arrays) out.append(ndarray_to_numpy(a));
   return out;
+}
+
+
+// Executor.run / GpuExecutor.run / simulate: numpy views in, the call without the GIL, numpy out.
+template <typename Run>
+py::list run_with(py::sequence inputs, const Run& run) {
+  std::vector<py::array> keep;
+  std::vector<NDArray> in = view_inputs(inputs, &keep);
+  std::vector<NDArray> out;
+  {
+    py::gil_scoped_release release;
+    out = run(in);
+  }
+  return to_numpy_list(out);
+}
+
+py::list group_dicts(const std::vector<GroupInfo>& groups) {
+  py::list out;
+  for (const GroupInfo& g : groups) {
+    py::dict d;
+    d["name"] = g.name;
+    d["ops"] = g.ops;
+    d["workload_key"] = g.workload_key;
+    d["schedule"] = g.schedule;
+    d["schedule_detail"] = g.schedule_detail;
+    d["flop"] = g.flop;
+    out.append(d);
+  }
+  return out;
+}
+
+py::dict memory_dict(const MemoryReport& r) {
+  py::dict d;
+  d["arena_bytes"] = r.arena_bytes;
+  d["naive_bytes"] = r.naive_bytes;
+  d["peak_bytes"] = r.peak_bytes;
+  d["weight_bytes"] = r.weight_bytes;
+  d["inplace"] = r.inplace;
+  return d;
 }
 
 }  // namespace
@@ -191,16 +231,7 @@ void define_graph(py::module_& root) {
         py::arg("graph"), py::arg("target") = "llvm", py::arg("fuse") = true);
 
   py::class_<Executor>(m, "Executor", "A compiled graph: kernels and a plan over one arena.")
-      .def("run", [](const Executor& exe, py::sequence inputs) {
-        std::vector<py::array> keep;
-        std::vector<NDArray> in = view_inputs(inputs, &keep);
-        std::vector<NDArray> out;
-        {
-          py::gil_scoped_release release;
-          out = exe.run(in);
-        }
-        return to_numpy_list(out);
-      }, py::arg("inputs"))
+      .def("run", [](const Executor& exe, py::sequence inputs) { return run_with(inputs, [&](const std::vector<NDArray>& in) { return exe.run(in); }); }, py::arg("inputs"))
       .def("profile", [](const Executor& exe, py::sequence inputs, int repeats) {
         std::vector<py::array> keep;
         std::vector<NDArray> in = view_inputs(inputs, &keep);
@@ -220,16 +251,7 @@ void define_graph(py::module_& root) {
         }
         return out;
       }, py::arg("inputs"), py::arg("repeats") = 10)
-      .def("memory", [](const Executor& exe) {
-        MemoryReport r = exe.memory();
-        py::dict d;
-        d["arena_bytes"] = r.arena_bytes;
-        d["naive_bytes"] = r.naive_bytes;
-        d["peak_bytes"] = r.peak_bytes;
-        d["weight_bytes"] = r.weight_bytes;
-        d["inplace"] = r.inplace;
-        return d;
-      })
+      .def("memory", [](const Executor& exe) { return memory_dict(exe.memory()); })
       .def("export_library", [](const Executor& exe, const std::string& path, const std::string& weights, bool static_runtime) {
         py::gil_scoped_release release;
         exe.export_library(path, weights, static_runtime);
@@ -237,20 +259,7 @@ void define_graph(py::module_& root) {
          "Writes the model as one .so (kernels, plan, weights embedded or beside it as <path>.weights) for kiln.runtime.load_model.")
       .def_property_readonly("graph", &Executor::graph)
       .def_property_readonly("compile_seconds", &Executor::compile_seconds)
-      .def("groups", [](const Executor& exe) {
-        py::list out;
-        for (const GroupInfo& g : exe.groups()) {
-          py::dict d;
-          d["name"] = g.name;
-          d["ops"] = g.ops;
-          d["workload_key"] = g.workload_key;
-          d["schedule"] = g.schedule;
-          d["schedule_detail"] = g.schedule_detail;
-          d["flop"] = g.flop;
-          out.append(d);
-        }
-        return out;
-      })
+      .def("groups", [](const Executor& exe) { return group_dicts(exe.groups()); })
       .def("layout_decisions", [](const Executor& exe) {
         py::list out;
         for (const LayoutDecision& l : exe.layout_decisions()) {
@@ -265,6 +274,32 @@ void define_graph(py::module_& root) {
         return out;
       })
       .def_property_readonly("num_kernels", [](const Executor& exe) { return exe.plan().kernel_names.size(); });
+
+  py::class_<GpuExecutor>(m, "GpuExecutor", "A graph compiled for a cuda target: a CUDA kernel per fused group and the plan.")
+      .def("run", [](const GpuExecutor& exe, py::sequence inputs) { return run_with(inputs, [&](const std::vector<NDArray>& in) { return exe.run(in); }); }, py::arg("inputs"))
+      .def("simulate", [](const GpuExecutor& exe, py::sequence inputs) { return run_with(inputs, [&](const std::vector<NDArray>& in) { return exe.simulate(in); }); },
+           py::arg("inputs"))
+      .def("memory", [](const GpuExecutor& exe) { return memory_dict(exe.memory()); })
+      .def("groups", [](const GpuExecutor& exe) { return group_dicts(exe.groups()); })
+      .def("kernels", [](const GpuExecutor& exe) {
+        py::list out;
+        const ModelPlan& plan = exe.plan();
+        for (size_t i = 0; i < plan.kernel_names.size(); ++i) {
+          py::dict d;
+          d["name"] = plan.kernel_names[i];
+          d["source"] = exe.source(static_cast<int>(i));
+          d["launch"] = exe.launch(static_cast<int>(i));
+          out.append(d);
+        }
+        return out;
+      })
+      .def_property_readonly("graph", &GpuExecutor::graph)
+      .def_property_readonly("num_kernels", [](const GpuExecutor& exe) { return exe.plan().kernel_names.size(); });
+
+  m.def("compile_gpu", [](const Graph& g, const std::string& target, bool fuse, bool nvrtc, bool dump) {
+    py::gil_scoped_release release;
+    return compile_gpu(g, GpuCompileOptions{target, fuse, nvrtc, dump});
+  }, py::arg("graph"), py::arg("target") = "cuda -arch=sm_90", py::arg("fuse") = true, py::arg("nvrtc") = true, py::arg("dump") = false);
 
   m.def("compile", [](const Graph& g, const std::string& target, const std::string& db, bool fuse, bool plain, bool dump, bool layout) {
     CompileOptions o;

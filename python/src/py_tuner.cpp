@@ -158,6 +158,21 @@ void define_tuner(py::module_& m) {
     return c.trace.to_json();
   }, py::arg("task"));
 
+  // Traces of random candidates of the task's search space (every other one
+  // a mutation of the draw before it): what the search measures, for tests
+  // and for exploring a space by hand.
+  t.def("sample_traces", [](const tuner::Task& task, int count, uint64_t seed) {
+    tuner::SearchSpace space(task);
+    std::mt19937_64 rng(seed);
+    std::vector<std::string> out;
+    for (int i = 0; i < count; ++i) {
+      tuner::Candidate c = space.sample(rng);
+      if (i % 2) c = space.mutate(c, rng);
+      out.push_back(c.trace.to_json());
+    }
+    return out;
+  }, py::arg("task"), py::arg("count"), py::arg("seed") = 0);
+
   // (schedule, trace JSON, record id, median seconds) of the best record, or None.
   t.def("best_record", [](const tuner::Task& task, const std::string& db_path) -> py::object {
     std::optional<tuner::BestRecord> b;

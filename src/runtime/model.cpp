@@ -69,9 +69,7 @@ const Module& ModelRunner::module() const {
   return state_->module;
 }
 
-namespace {
-
-void check_inputs(const std::vector<ModelTensor>& want, const std::vector<NDArray>& inputs) {
+void check_model_inputs(const std::vector<ModelTensor>& want, const std::vector<NDArray>& inputs) {
   KILN_USER_CHECK(inputs.size() == want.size()) << "the model takes " << want.size() << " inputs, got " << inputs.size();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ModelTensor& t = want[i];
@@ -86,20 +84,9 @@ void check_inputs(const std::vector<ModelTensor>& want, const std::vector<NDArra
   }
 }
 
-}  // namespace
-
-std::vector<NDArray> ModelRunner::run(const std::vector<NDArray>& inputs) const { return run(inputs, nullptr); }
-
-std::vector<NDArray> ModelRunner::run(const std::vector<NDArray>& inputs, std::vector<double>* step_seconds) const {
-  using Clock = std::chrono::steady_clock;
-  KILN_USER_CHECK(state_) << "use of a null ModelRunner; load one with ModelRunner::load";
-  const ModelPlan& plan = state_->plan;
-  check_inputs(plan.inputs, inputs);
-  if (step_seconds && step_seconds->size() < plan.steps.size()) step_seconds->resize(plan.steps.size(), 0.0);
-  std::lock_guard<std::mutex> lock(state_->mu);
-  std::vector<NDArray> outputs(plan.outputs.size());
+std::vector<void*> bind_plan_buffers(const ModelPlan& plan, const std::vector<NDArray>& inputs, char* arena, std::vector<NDArray>* outputs) {
+  outputs->assign(plan.outputs.size(), NDArray());
   std::vector<void*> ptr(plan.buffers.size());
-  char* arena = static_cast<char*>(state_->arena.data());
   for (size_t b = 0; b < plan.buffers.size(); ++b) {
     const ModelBuffer& pb = plan.buffers[b];
     switch (pb.kind) {
@@ -107,11 +94,25 @@ std::vector<NDArray> ModelRunner::run(const std::vector<NDArray>& inputs, std::v
       case ModelBuffer::Kind::Constant: ptr[b] = plan.constants[pb.index].data(); break;
       case ModelBuffer::Kind::Arena: ptr[b] = arena + pb.offset; break;
       case ModelBuffer::Kind::Output:
-        outputs[pb.index] = NDArray::empty(pb.shape, pb.dtype);
-        ptr[b] = outputs[pb.index].data();
+        (*outputs)[pb.index] = NDArray::empty(pb.shape, pb.dtype);
+        ptr[b] = (*outputs)[pb.index].data();
         break;
     }
   }
+  return ptr;
+}
+
+std::vector<NDArray> ModelRunner::run(const std::vector<NDArray>& inputs) const { return run(inputs, nullptr); }
+
+std::vector<NDArray> ModelRunner::run(const std::vector<NDArray>& inputs, std::vector<double>* step_seconds) const {
+  using Clock = std::chrono::steady_clock;
+  KILN_USER_CHECK(state_) << "use of a null ModelRunner; load one with ModelRunner::load";
+  const ModelPlan& plan = state_->plan;
+  check_model_inputs(plan.inputs, inputs);
+  if (step_seconds && step_seconds->size() < plan.steps.size()) step_seconds->resize(plan.steps.size(), 0.0);
+  std::lock_guard<std::mutex> lock(state_->mu);
+  std::vector<NDArray> outputs;
+  std::vector<void*> ptr = bind_plan_buffers(plan, inputs, static_cast<char*>(state_->arena.data()), &outputs);
   std::vector<void*> args;
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     const ModelStep& step = plan.steps[s];

@@ -3,6 +3,7 @@
 // stage is computed inside a consumer's loop, the consumer's loops are known
 // and the region is what the consumer reads in one iteration of that loop.
 #include <algorithm>
+#include <unordered_map>
 
 #include "kiln/arith/analyzer.h"
 #include "kiln/ir/functor.h"
@@ -110,11 +111,27 @@ static std::vector<Range> required_region(LowerState* st, const Stage& producer,
   }
   Analyzer ana;
   bind_known_loops(*st, &ana);
+  // A loop of one iteration is a constant. Its variable left in the bounds
+  // can keep an extent from folding (a block loop fused from loops of extent
+  // 1 left 'f*256 + 256' as the extent of the thread loop inside it).
+  std::unordered_map<const Variable*, Expr> single;
+  for (const auto& sp : st->sch.stages())
+    for (const IterVar& leaf : sp->leaf_iter_vars())
+      if (st->ranges.count(leaf.get())) {
+        Range r = loop_range(*st, leaf);
+        if (is_one(r.extent)) single[leaf.var().get()] = r.min;
+      }
+  auto fixed = [&](const Expr& e) {
+    return substitute(e, [&](const Variable* v) -> Expr {
+      auto it = single.find(v);
+      return it == single.end() ? Expr() : it->second;
+    });
+  };
   std::vector<Range> out;
   for (size_t d = 0; d < ndim; ++d) {
     const Expr& shape = producer.op()->shape[d];
-    Expr lo = region[d].min.defined() ? ana.simplify(max(region[d].min, 0)) : Expr(0);
-    Expr hi = region[d].max.defined() ? ana.simplify(min(region[d].max, shape - 1)) : ana.simplify(shape - 1);
+    Expr lo = region[d].min.defined() ? ana.simplify(max(fixed(region[d].min), 0)) : Expr(0);
+    Expr hi = region[d].max.defined() ? ana.simplify(min(fixed(region[d].max), shape - 1)) : ana.simplify(shape - 1);
     out.emplace_back(lo, ana.simplify(hi - lo + 1));
   }
   return out;

@@ -81,8 +81,9 @@ IterVar Stage::fuse(const IterVar& outer, const IterVar& inner) {
   return fused;
 }
 
-IterVar Stage::fuse(const std::vector<IterVar>& axes) {
-  KILN_USER_CHECK(!axes.empty()) << "fuse on stage '" << name() << "' with no axes";
+IterVar Stage::fuse(const std::vector<IterVar>& given) {
+  KILN_USER_CHECK(!given.empty()) << "fuse on stage '" << name() << "' with no axes";
+  const std::vector<IterVar> axes = given;  // a copy: `given` may be this stage's leaves, which each fuse changes
   IterVar acc = axes[0];
   for (size_t i = 1; i < axes.size(); ++i) acc = fuse(acc, axes[i]);
   return acc;

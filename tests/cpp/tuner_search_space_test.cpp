@@ -661,9 +661,14 @@ TEST_P(TunerSearchSpace, InvalidCandidatesThrow) {
   p.decisions[4] = 1, p.decisions[5] = 2, p.decisions[6] = 32 / half, p.decisions[7] = half;
   EXPECT_TRUE(testing::throws_with([&] { space.materialize(&p); },
                                    "innermost factor " + std::to_string(half) + "; the sketch packs by it, so it must be one of " + std::to_string(2 * half)));
-  // Only CPU targets have rules.
+  // A cuda target gets the GPU rules (test_gpu_default_schedules.py runs their kernels in the simulator);
+  // their candidates are checked the same way.
   Task gpu = make_task(matmul_case(16, 16, 16).args, Target::parse("cuda -arch=sm_90"));
-  EXPECT_TRUE(testing::throws_with([&] { SearchSpace s(gpu); }, "CPU targets"));
+  SearchSpace gs(gpu);
+  EXPECT_EQ(gs.describe_sketch(0).rfind("gpu: ", 0), 0u) << gs.describe_sketch(0);
+  Candidate g = gs.default_candidate();
+  g.decisions[0] += 1;
+  EXPECT_TRUE(testing::throws_with([&] { gs.materialize(&g); }, "not the extent 16"));
 }
 
 auto target_name = [](const ::testing::TestParamInfo<std::string>& info) { return testing::target_test_name(info.param); };

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "kiln/driver/build_cuda.h"
 #include "kiln/support/error.h"
 #include "search_space_internal.h"
 
@@ -33,6 +34,13 @@ std::vector<int64_t> divisors(int64_t n) {
     }
   lo.insert(lo.end(), hi.rbegin(), hi.rend());
   return lo;
+}
+
+int64_t divisor_at_most(int64_t extent, int64_t cap) {
+  int64_t best = 1;
+  for (int64_t d : divisors(extent))
+    if (d <= cap) best = d;
+  return best;
 }
 
 std::vector<int> panel_widths(int64_t extent, int lanes, int registers) {
@@ -189,6 +197,22 @@ struct SearchSpace::Impl {
   Task task;  // a copy: the space must not depend on the caller's Task living on
   detail::DagInfo dag;
   std::vector<detail::Sketch> sketches;
+  bool gpu = false;  // cuda: the GPU rules, and every candidate checked against the launch limits
+
+  // A GPU candidate's threads per block and shared memory follow from bound
+  // inference, so whether it fits the device is known only after lowering.
+  bool fits(const te::Schedule& s, std::string* why = nullptr) const {
+    if (!gpu) return true;
+    try {
+      pass::launch_config(lower_gpu(s, task.args, "fits"));
+      return true;
+    } catch (const InternalError&) {
+      throw;
+    } catch (const Error& e) {
+      if (why) *why = e.what();
+      return false;
+    }
+  }
 
   const detail::Sketch& sketch_of(const Candidate& c) const {
     KILN_USER_CHECK(c.sketch >= 0 && c.sketch < static_cast<int>(sketches.size()))
@@ -199,11 +223,12 @@ struct SearchSpace::Impl {
 
 SearchSpace::SearchSpace(const Task& task) : impl_(std::make_unique<Impl>()) {
   KILN_USER_CHECK(!task.outputs.empty()) << "search space of task '" << task.name << "': it has no outputs (build it with make_task)";
-  KILN_USER_CHECK(task.target.kind == Target::Kind::LLVM) << "search space of task '" << task.name << "': the sketch rules are written for CPU targets (llvm), not "
-                                                          << task.target.kind_name() << "; GPU tuning needs thread-binding rules";
+  KILN_USER_CHECK(task.target.kind == Target::Kind::LLVM || task.target.kind == Target::Kind::CUDA)
+      << "search space of task '" << task.name << "': there are sketch rules for llvm and cuda targets, not " << task.target.kind_name();
   impl_->task = task;
+  impl_->gpu = task.target.kind == Target::Kind::CUDA;
   impl_->dag = detail::analyze_dag(task);
-  impl_->sketches = detail::generate_sketches(impl_->dag);
+  impl_->sketches = impl_->gpu ? detail::generate_gpu_sketches(impl_->dag) : detail::generate_sketches(impl_->dag);
 }
 
 SearchSpace::~SearchSpace() = default;
@@ -222,14 +247,39 @@ Candidate SearchSpace::sample_sketch(int sketch, std::mt19937_64& rng) const {
   Candidate c;
   c.sketch = sketch;
   c.decisions.assign(sk.num_decisions, 0);
-  for (const detail::Slot& s : sk.slots) detail::sample_slot(s, impl_->dag.lanes, rng, &c.decisions);
-  detail::fit_rows_to_registers(impl_->dag, sk, rng, &c.decisions);
+  // A GPU draw that does not fit the device is drawn again; after a few
+  // misses the sketch's default (which shrinks its tiles until it fits) stands in.
+  for (int attempt = 0; attempt < (impl_->gpu ? kGpuDraws : 1); ++attempt) {
+    for (const detail::Slot& s : sk.slots) detail::sample_slot(s, impl_->dag.lanes, rng, &c.decisions);
+    if (!impl_->gpu) detail::fit_rows_to_registers(impl_->dag, sk, rng, &c.decisions);
+    if (impl_->fits(materialize(&c))) return c;
+  }
+  c.decisions = gpu_default_for(sketch);
   materialize(&c);
   return c;
 }
 
+std::vector<int> SearchSpace::gpu_default_for(int sketch) const {
+  const detail::Sketch& sk = impl_->sketches[sketch];
+  std::vector<int> d = detail::gpu_default_decisions(impl_->dag, sk);
+  // Too many threads or too much shared memory: halve the largest inner
+  // reduce step, else the largest thread factor, until the kernel fits.
+  std::string why;
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    Candidate c{sketch, d, {}};
+    if (impl_->fits(materialize(&c), &why)) return d;
+    if (!detail::shrink_gpu_tiles(sk, &d)) break;
+  }
+  KILN_USER_CHECK(false) << "GPU schedule of task '" << impl_->task.name << "' (" << sk.description << "): no tiling fits the device: " << why;
+  return d;
+}
+
 std::vector<Candidate> SearchSpace::seeds() const {
   std::vector<Candidate> out;
+  if (impl_->gpu) {
+    out.push_back(default_candidate());
+    return out;
+  }
   for (int i = 0; i < num_sketches(); ++i)
     for (std::vector<int>& d : detail::seed_decisions(impl_->dag, impl_->sketches[i])) {
       Candidate c;
@@ -244,6 +294,21 @@ std::vector<Candidate> SearchSpace::seeds() const {
 Candidate SearchSpace::default_candidate() const {
   Candidate c;
   c.sketch = 0;
+  if (impl_->gpu) {
+    // Sketch 0 is the structured one; the last (a thread per element) always fits.
+    for (int i = 0; i < num_sketches(); ++i) {
+      try {
+        c.sketch = i;
+        c.decisions = gpu_default_for(i);
+        materialize(&c);
+        return c;
+      } catch (const InternalError&) {
+        throw;
+      } catch (const Error&) {
+        if (i + 1 == num_sketches()) throw;
+      }
+    }
+  }
   // Padding read by a tiled reduction is stored once rather than inlined
   // (rule 1's exception): inlined, its bounds test runs at every load of the
   // register tile, and on the ResNet layers the stored form wins.
@@ -274,8 +339,14 @@ Candidate SearchSpace::mutate(const Candidate& c, std::mt19937_64& rng) const {
   std::vector<size_t> order(sk.slots.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::shuffle(order.begin(), order.end(), rng);
-  for (size_t i : order)
-    if (detail::mutate_slot(sk.slots[i], rng, &out.decisions)) break;
+  for (int attempt = 0; attempt < (impl_->gpu ? kGpuDraws : 1); ++attempt) {
+    out.decisions = c.decisions;
+    if (attempt > 0) std::shuffle(order.begin(), order.end(), rng);
+    for (size_t i : order)
+      if (detail::mutate_slot(sk.slots[i], rng, &out.decisions)) break;
+    if (impl_->fits(materialize(&out))) return out;
+  }
+  out.decisions = c.decisions;
   materialize(&out);
   return out;
 }
@@ -291,7 +362,10 @@ Candidate SearchSpace::crossover(const Candidate& a, const Candidate& b, std::mt
     for (const detail::Slot& s : sk.slots)
       if (from_b(rng)) std::copy_n(b.decisions.begin() + s.offset, s.size, out.decisions.begin() + s.offset);
   }
-  materialize(&out);
+  if (!impl_->fits(materialize(&out))) {  // a GPU child over the device's limits
+    out.decisions = a.decisions;
+    materialize(&out);
+  }
   return out;
 }
 
@@ -299,7 +373,8 @@ te::Schedule SearchSpace::materialize(Candidate* c) const {
   KILN_USER_CHECK(c) << "materialize of a null candidate";
   const detail::Sketch& sk = impl_->sketch_of(*c);
   te::Schedule s = impl_->task.fresh_schedule();
-  detail::apply_sketch(impl_->dag, sk, c->decisions, s);
+  if (impl_->gpu) detail::apply_gpu_sketch(impl_->dag, sk, c->decisions, s);
+  else detail::apply_sketch(impl_->dag, sk, c->decisions, s);
   c->trace = s.trace();
   return s;
 }

@@ -9,13 +9,41 @@
 
 namespace kiln::tuner::detail {
 
-namespace {
+std::vector<Loop> split_into(te::Stage& st, IterVar iv, const int* f, int n) {
+  std::vector<Loop> out;
+  int64_t rest = 1;
+  for (int l = 0; l < n; ++l) rest *= f[l];
+  for (int l = 0; l + 1 < n; ++l) {
+    rest /= f[l];
+    auto [o, i] = st.split(iv, static_cast<int>(rest));
+    out.push_back({o, f[l]});
+    iv = i;
+  }
+  out.push_back({iv, f[n - 1]});
+  return out;
+}
 
-/** A loop we made, with its extent (the stage API does not know extents before lowering). */
-struct Loop {
-  IterVar iv;
+void reorder_loops(te::Stage& st, const std::vector<Loop>& order) {
+  std::vector<IterVar> ivs;
+  for (const Loop& l : order) ivs.push_back(l.iv);
+  if (ivs.size() > 1) st.reorder(ivs);
+}
+
+Loop fuse_prefix(te::Stage& st, std::vector<Loop>* order, int count) {
+  count = std::clamp(count, 1, static_cast<int>(order->size()));
+  std::vector<IterVar> ivs;
   int64_t extent = 1;
-};
+  for (int k = 0; k < count; ++k) {
+    ivs.push_back((*order)[k].iv);
+    extent *= (*order)[k].extent;
+  }
+  Loop fused{st.fuse(ivs), extent};
+  order->erase(order->begin(), order->begin() + count);
+  order->insert(order->begin(), fused);
+  return fused;
+}
+
+namespace {
 
 class Applier {
  public:
@@ -68,42 +96,6 @@ class Applier {
   }
   static bool vectorizable(int64_t extent) { return extent >= 2 && extent <= kMaxVectorExtent; }
 
-  // Splits iv into loops of the given extents, outermost first; their product
-  // must be iv's extent when bounds are inferred (so no split leaves a guard).
-  static std::vector<Loop> split_into(te::Stage& st, IterVar iv, const int* f, int n) {
-    std::vector<Loop> out;
-    int64_t rest = product(f, n);
-    for (int l = 0; l + 1 < n; ++l) {
-      rest /= f[l];
-      auto [o, i] = st.split(iv, static_cast<int>(rest));
-      out.push_back({o, f[l]});
-      iv = i;
-    }
-    out.push_back({iv, f[n - 1]});
-    return out;
-  }
-
-  static void reorder(te::Stage& st, const std::vector<Loop>& order) {
-    std::vector<IterVar> ivs;
-    for (const Loop& l : order) ivs.push_back(l.iv);
-    if (ivs.size() > 1) st.reorder(ivs);
-  }
-
-  // Fuses the first `count` loops of `order` (which must be adjacent leaves) into one.
-  static Loop fuse_prefix(te::Stage& st, std::vector<Loop>* order, int count) {
-    count = std::clamp(count, 1, static_cast<int>(order->size()));
-    std::vector<IterVar> ivs;
-    int64_t extent = 1;
-    for (int k = 0; k < count; ++k) {
-      ivs.push_back((*order)[k].iv);
-      extent *= (*order)[k].extent;
-    }
-    Loop fused{st.fuse(ivs), extent};
-    order->erase(order->begin(), order->begin() + count);
-    order->insert(order->begin(), fused);
-    return fused;
-  }
-
   // Unrolls the innermost loops of `loops` (from position `first` on, skipping
   // the vectorized one) while the product of their extents stays within the
   // step. The auto_unroll pragma alone would not reach them: the unroller
@@ -152,7 +144,7 @@ class Applier {
     for (size_t k = 0; k < info.reduce.size(); ++k) order.push_back({roots[n + k], info.reduce[k]});
     order.push_back(inner);
     // A reduction keeps the vector loop innermost, inside its reduce loops.
-    if (info.reduction) reorder(st, order);
+    if (info.reduction) reorder_loops(st, order);
     size_t first = 1;
     if (p.consumer >= 0 && choice(p.location) == 1 && outer_loop_[p.consumer].defined() && readers_attached_at(i, p.consumer)) {
       st.compute_at(s_[dag_.stages[p.consumer].tensor], outer_loop_[p.consumer]);
@@ -239,7 +231,7 @@ class Applier {
     order_level(&S[1], p);
     std::vector<Loop> order;
     for (const auto* level : {&S[0], &S[1], &R[0], &S[2], &R[1], &S[3]}) order.insert(order.end(), level->begin(), level->end());
-    reorder(st, order);
+    reorder_loops(st, order);
     fuse_prefix(st, &order, choice(p.parallel) + 1);
     st.parallel(order[0].iv);
     annotate_tile(st, order, S[3].back(), 2 * info.spatial.size() + info.reduce.size(), p);
@@ -258,7 +250,7 @@ class Applier {
     order_level(&S[1], p);
     std::vector<Loop> order;
     for (const auto* level : {&S[1], &R[0], &S[2], &R[1], &S[3]}) order.insert(order.end(), level->begin(), level->end());
-    reorder(inner, order);
+    reorder_loops(inner, order);
     annotate_tile(inner, order, S[3].back(), 2 * info.spatial.size() + info.reduce.size(), p);
   }
 
@@ -281,7 +273,7 @@ class Applier {
     std::vector<Loop> order = O0;
     order.insert(order.end(), O1.begin(), O1.end());
     order.insert(order.end(), IN.begin(), IN.end());
-    reorder(outer, order);
+    reorder_loops(outer, order);
     int depth = std::clamp(choice(p.parallel) + 1, 1, 2 * n);
     fuse_prefix(outer, &order, depth);
     outer.parallel(order[0].iv);
@@ -325,7 +317,7 @@ class Applier {
     for (size_t d = 0; d < n; ++d) order.push_back({leaves[1 + d], info.spatial[d]});
     order.push_back({leaves.back(), f[0]});
     order.push_back({kii, f[2]});
-    reorder(rf, order);
+    reorder_loops(rf, order);
     fuse_prefix(rf, &order, std::min<int>(choice(p.parallel) + 1, static_cast<int>(n) + 1));
     rf.parallel(order[0].iv);
     IterVar vec;

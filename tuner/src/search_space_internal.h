@@ -109,6 +109,14 @@ enum class PlanKind : uint8_t {
   FusedConsumer,  ///< rule 3, the consumer side: tiled by its producer's plan
   Rfactor,        ///< rule 4
   RowReduce,      ///< rule 7: a reduction along its reader's rows, at the output's row loop, rfactor'd over vector lanes
+  // The GPU rules (sketch_rules_gpu.cpp):
+  GpuThreads,      ///< one thread per output element: the spatial axes fused, split into blocks of threads
+  GpuBlockReduce,  ///< an output reduction, one block per element, its reduce axes split over the block's threads
+  GpuTiled,        ///< a reduction with reuse: cache_write("local"), block / thread / register tiles, inputs staged in shared memory
+  GpuTiledFused,   ///< the same inside its elementwise output consumer (which is FusedConsumer)
+  GpuRows,         ///< an output whose rows are reduced (softmax, layer norm): a block per row, threads along it
+  GpuRowReduce,    ///< a row reduction at its GpuRows output's block loop, reduced across the threads
+  GpuAtThread,     ///< any other stored stage: computed where the output's thread needs it
 };
 const char* plan_kind_name(PlanKind k);
 
@@ -152,12 +160,46 @@ IterVar apply_row_output(const StageInfo& info, const Sketch& sk, const StagePla
 /** Rule 7's reduction: split by the lanes tile, rfactor'd, both parts at `row` of `out`. */
 void apply_row_reduce(const StageInfo& info, const Sketch& sk, const StagePlan& p, const std::vector<int>& d, te::Schedule& s, te::Stage& out, const IterVar& row);
 
+/** Rule 3's condition: the only reader of reduction stage c is an elementwise
+ * output of the same shape that reads c exactly at its own axes; -1 if none. */
+int fusible_consumer(const DagInfo& dag, int c);
+
 /** Applies the rules to the DAG; at least one sketch, at most kMaxSketches. */
 std::vector<Sketch> generate_sketches(const DagInfo& dag);
 inline constexpr int kMaxSketches = 64;
 
 /** Replays sketch + decisions onto s (a fresh schedule of the task); decisions must be valid. */
 void apply_sketch(const DagInfo& dag, const Sketch& sketch, const std::vector<int>& decisions, te::Schedule& s);
+
+/** A loop made by a sketch's primitives, with its extent (the stage API does not know extents before lowering). */
+struct Loop {
+  IterVar iv;
+  int64_t extent = 1;
+};
+/** Splits iv into loops of the given extents, outermost first; their product
+ * must be iv's extent when bounds are inferred (so no split leaves a guard). */
+std::vector<Loop> split_into(te::Stage& st, IterVar iv, const int* factors, int n);
+/** Reorders the stage's leaves into `order` (a no-op for one loop). */
+void reorder_loops(te::Stage& st, const std::vector<Loop>& order);
+/** Fuses the first `count` loops of `order` (adjacent leaves) into one, which replaces them in `order`. */
+Loop fuse_prefix(te::Stage& st, std::vector<Loop>* order, int count);
+
+/** The GPU rules (sketch_rules_gpu.cpp, cuda targets): sketches whose every
+ * candidate binds its loops to blocks and threads. At least one sketch; the
+ * last one is always the simplest (one thread per output element). */
+std::vector<Sketch> generate_gpu_sketches(const DagInfo& dag);
+/** Replays a GPU sketch and its decisions onto s (a fresh schedule of the task). */
+void apply_gpu_sketch(const DagInfo& dag, const Sketch& sketch, const std::vector<int>& decisions, te::Schedule& s);
+/** The GPU decisions a schedule gets without measurement: tiles of about 256
+ * threads and a 4x4 register tile where the extents allow, 256 threads for
+ * elementwise and row-wise stages. */
+std::vector<int> gpu_default_decisions(const DagInfo& dag, const Sketch& sketch);
+/** Halves the largest inner reduce step of a GPU tiled stage, else its
+ * largest thread factor (into the block level); false when nothing is left to shrink. */
+bool shrink_gpu_tiles(const Sketch& sketch, std::vector<int>* decisions);
+/** Thread counts a GPU choice slot picks among (choice i -> kGpuThreads[i]). */
+inline constexpr int kGpuThreads[] = {32, 64, 128, 256, 512, 1024};
+inline constexpr int kNumGpuThreads = 6;
 
 /** Throws kiln::Error naming the first slot whose values are out of range. */
 void check_decisions(const Sketch& sketch, const std::vector<int>& decisions);
@@ -192,6 +234,8 @@ std::vector<int> panel_widths(int64_t extent, int lanes, int registers);
 std::vector<int64_t> prime_factors(int64_t n);
 /** Divisors of n, ascending. */
 std::vector<int64_t> divisors(int64_t n);
+/** The largest divisor of extent that is at most cap (at least 1). */
+int64_t divisor_at_most(int64_t extent, int64_t cap);
 
 }  // namespace kiln::tuner::detail
 

@@ -17,14 +17,6 @@ namespace kiln::tuner::detail {
 
 namespace {
 
-// The largest divisor of extent that is at most cap (at least 1).
-int64_t divisor_at_most(int64_t extent, int64_t cap) {
-  int64_t best = 1;
-  for (int64_t d : divisors(extent))
-    if (d <= cap) best = d;
-  return best;
-}
-
 // A tile of `levels` factors with `inner` innermost, the rest in the outermost level.
 void put_tile(const Slot& slot, int64_t inner, std::vector<int>* d) {
   int* v = d->data() + slot.offset;

@@ -37,6 +37,13 @@ const char* plan_kind_name(PlanKind k) {
     case PlanKind::FusedConsumer: return "fused consumer";
     case PlanKind::Rfactor: return "rfactor";
     case PlanKind::RowReduce: return "row-wise";
+    case PlanKind::GpuThreads: return "a thread per element";
+    case PlanKind::GpuBlockReduce: return "a block per element, reduced across its threads";
+    case PlanKind::GpuTiled: return "block/thread/register tiles, inputs in shared memory";
+    case PlanKind::GpuTiledFused: return "block/thread/register tiles at its consumer, inputs in shared memory";
+    case PlanKind::GpuRows: return "a block per row";
+    case PlanKind::GpuRowReduce: return "reduced across the threads of its row's block";
+    case PlanKind::GpuAtThread: return "computed per thread";
   }
   return "?";
 }
@@ -190,10 +197,6 @@ DagInfo analyze_dag(const Task& task) {
   return dag;
 }
 
-namespace {
-
-// Rule 3's condition: the only reader of reduction stage c is an elementwise
-// output d of the same shape that reads c exactly at its own axes.
 int fusible_consumer(const DagInfo& dag, int c) {
   const StageInfo& s = dag.stages[c];
   if (s.output || s.readers.size() != 1) return -1;
@@ -208,6 +211,8 @@ int fusible_consumer(const DagInfo& dag, int c) {
   });
   return exact ? d : -1;
 }
+
+namespace {
 
 // Rule 4's condition: too few output elements to fill the cores' vector
 // lanes twice over, and a reduction long enough to split.

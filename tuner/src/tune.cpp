@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "kiln/runtime/cuda.h"
 #include "kiln/support/error.h"
 #include "kiln/tuner/feature_records.h"
 #include "kiln/te/workload_key.h"
@@ -253,6 +254,14 @@ void check_options(const Task& task, const TuneOptions& options) {
       << "tune '" << task.name << "': population (" << options.population << ") and generations (" << options.generations << ") must be at least 1";
   KILN_USER_CHECK(!task.outputs.empty() && !task.workload_key.empty()) << "tune: the task has no outputs or no workload key; build it with make_task";
   KILN_USER_CHECK(!options.db_path.empty()) << "tune '" << task.name << "': db_path is empty; name the tuning database file (e.g. kiln_tuning.db)";
+  if (task.target.kind == Target::Kind::CUDA) {
+    // The GPU search space exists (kiln.gpu.default_schedule uses it), but its candidates are timed on the device.
+    std::string why = cuda::driver_unavailable_reason();
+    KILN_USER_CHECK(why.empty()) << "tune '" << task.name << "' for " << task.target.str() << ": candidates are measured on the GPU and this machine has none (" << why
+                                 << "); run the session on a machine with an NVIDIA GPU, or use the untuned GPU schedule (kiln.gpu.default_schedule)";
+    KILN_USER_CHECK(false) << "tune '" << task.name << "' for " << task.target.str()
+                           << ": measuring GPU candidates is not built yet; use the untuned GPU schedule (kiln.gpu.default_schedule)";
+  }
 }
 
 }  // namespace

@@ -85,6 +85,12 @@ WeightsLayout layout_weights(const std::vector<NDArray>& constants);
 /** Writes the constants at `layout` to `path`: raw (embed) or with the "KILNWTS1" header (beside). */
 void write_weights(const std::string& path, const std::vector<NDArray>& constants, const WeightsLayout& layout, bool header);
 
+/** Refuses inputs that do not match the plan's (count, dtype, shape, host memory, compact layout), naming the input and the fix. */
+void check_model_inputs(const std::vector<ModelTensor>& want, const std::vector<NDArray>& inputs);
+/** The address of each of the plan's buffers for one run: the inputs', the
+ * constants', the arena's (at `arena`) and fresh output arrays (into *outputs). */
+std::vector<void*> bind_plan_buffers(const ModelPlan& plan, const std::vector<NDArray>& inputs, char* arena, std::vector<NDArray>* outputs);
+
 class ModelRunner {
  public:
   ModelRunner() = default;

@@ -11,7 +11,9 @@
  * the vector width, the unroll depth, compute locations). Every candidate
  * becomes a trace (te/trace.h), so it replays and stores as one.
  *
- * The rules (CPU targets only) are described in tuner/README.md. Decisions
+ * The rules are described in tuner/README.md: CPU rules for llvm targets,
+ * GPU rules (thread binding, shared-memory tiles) for cuda targets, whose
+ * candidates are also checked against the device's launch limits. Decisions
  * are independent slots (one axis's tile factors, one annotation), so every
  * in-range value of every slot is valid: mutate and crossover cannot make an
  * invalid candidate. The space is fixed at construction and its const
@@ -79,6 +81,11 @@ class SearchSpace {
   std::string describe_candidate(const Candidate& c) const;
 
  private:
+  /** cuda: sketch i's default decisions, tiles shrunk until the kernel fits the device. */
+  std::vector<int> gpu_default_for(int sketch) const;
+  /** cuda: draws (or mutations) tried before one that fits the device is given up on. */
+  static constexpr int kGpuDraws = 16;
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

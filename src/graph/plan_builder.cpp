@@ -1,0 +1,162 @@
+// plan_graph (plan_builder.h): steps, buffers and arena offsets of a fused graph.
+#include "kiln/graph/plan_builder.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+#include "kiln/graph/op_registry.h"
+#include "kiln/support/error.h"
+#include "kiln/te/workload_key.h"
+
+namespace kiln::graph {
+
+namespace {
+
+// Whether the group only maps elements to elements at the same index, so its
+// output may overwrite an input of the same type that dies with it.
+// The workload key names the DAG, not the order of its arguments: Div(x, y)
+// and Div(c, y) with c a constant have one key but take (x, y) and (y, c).
+// Kernels are shared only when their placeholders are also arguments in
+// the same order (positions of the args among the DAG's placeholders).
+std::string argument_order(const GraphDag& dag) {
+  std::vector<const void*> placeholders;
+  for (const te::Operation& op : te::topo_sort(dag.outputs)) placeholders.push_back(op.get());
+  std::string sig = "|args";
+  for (const te::Tensor& t : dag.args()) {
+    auto it = std::find(placeholders.begin(), placeholders.end(), static_cast<const void*>(t.op().get()));
+    sig += " " + std::to_string(it - placeholders.begin());
+  }
+  return sig;
+}
+
+bool elementwise_group(const OpNode& node) {
+  if (!node.body.defined()) return node.op->pattern <= Pattern::Broadcast;
+  for (const OpNode* n : Graph(node.body).op_nodes())
+    if (n->op->pattern > Pattern::Broadcast) return false;
+  return true;
+}
+
+// Builds the runtime's plan (kiln_runtime's ModelPlan: the one form the
+// in-process run and an exported library share).
+struct Planner {
+  ModelPlan plan;
+  std::unordered_map<const NodeObj*, int> constant_buffer;
+  std::map<std::pair<const NodeObj*, int>, int> value_buffer;
+
+  int add(ModelBuffer::Kind kind, int index, const TensorType& t) {
+    plan.buffers.push_back({kind, index, 0, t.shape, t.dtype});
+    return static_cast<int>(plan.buffers.size()) - 1;
+  }
+  int constant(const Ref<ConstantNode>& c) {
+    auto it = constant_buffer.find(c.get());
+    if (it != constant_buffer.end()) return it->second;
+    plan.constants.push_back(c->data);
+    int id = add(ModelBuffer::Kind::Constant, static_cast<int>(plan.constants.size()) - 1, c->types[0]);
+    constant_buffer[c.get()] = id;
+    return id;
+  }
+  int value(const Value& v) {
+    if (v.node->kind == NodeKind::Constant) return constant(Ref<ConstantNode>(static_cast<const ConstantNode*>(v.node.get())));
+    return value_buffer.at({v.node.get(), v.index});
+  }
+};
+
+}  // namespace
+
+PlannedGraph plan_graph(const Graph& g, const KernelFactory& build) {
+  PlannedGraph out;
+  Planner p;
+  for (size_t i = 0; i < g.inputs().size(); ++i)
+    p.value_buffer[{g.inputs()[i].get(), 0}] = p.add(ModelBuffer::Kind::Input, static_cast<int>(i), g.inputs()[i]->types[0]);
+  for (const auto& in : g.inputs()) p.plan.inputs.push_back({in->name, in->types[0].shape, in->types[0].dtype});
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    const std::string& name = g.output_names()[i];
+    p.plan.outputs.push_back({name.empty() ? "output" + std::to_string(i) : name, g.outputs()[i].type().shape, g.outputs()[i].type().dtype});
+  }
+  // Graph outputs computed by a step get Output buffers (fresh arrays per run, handed to the caller).
+  std::map<std::pair<const NodeObj*, int>, int> output_of;
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    const Value& v = g.outputs()[i];
+    if (v.node->kind == NodeKind::Op && !output_of.count({v.node.get(), v.index})) output_of[{v.node.get(), v.index}] = static_cast<int>(i);
+  }
+  std::map<std::string, int> kernel_of_key;
+  std::vector<GroupInfo> kernel_info;  // per kernel: schedule, detail and flop
+  std::vector<PlannedValue> lifetimes;
+  std::vector<int> arena_ids;  // buffer id per lifetime entry
+  std::unordered_map<int, int> lifetime_of_buffer;
+  for (const OpNode* node : g.op_nodes()) {
+    int step = static_cast<int>(p.plan.steps.size());
+    KILN_CHECK(node->body.defined()) << "node '" << node->name << "' (" << node->op->name << ") is in no group after fuse_ops";
+    GraphDag dag = to_te(Graph(node->body));
+    std::string key = te::workload_key(dag.outputs);
+    ModelStep s;
+    s.name = node->attrs.get_string("ops") + " @ " + node->name;
+    auto it = kernel_of_key.find(key + argument_order(dag));
+    GroupInfo info;
+    info.name = s.name;
+    info.ops = node->attrs.get_string("ops");
+    info.workload_key = key;
+    if (it == kernel_of_key.end()) {
+      std::string kname = "k" + std::to_string(kernel_info.size());
+      GroupInfo ki;
+      try {
+        ki = build(dag, kname);
+      } catch (const std::exception& e) {
+        rethrow_as(e, "compiling group " + s.name + ": " + e.what());
+      }
+      it = kernel_of_key.emplace(key + argument_order(dag), static_cast<int>(kernel_info.size())).first;
+      p.plan.kernel_names.push_back(kname);
+      kernel_info.push_back(ki);
+    }
+    s.kernel = it->second;
+    info.schedule = kernel_info[s.kernel].schedule;
+    info.schedule_detail = kernel_info[s.kernel].schedule_detail;
+    info.flop = kernel_info[s.kernel].flop;
+    s.flop = info.flop;
+    // Arguments: the node's inputs (in body-input order), the body's constants, then its outputs.
+    for (const Value& v : node->inputs) {
+      int b = p.value(v);
+      s.args.push_back(b);
+      auto lt = lifetime_of_buffer.find(b);
+      if (lt != lifetime_of_buffer.end()) lifetimes[lt->second].last_step = step;
+    }
+    for (const auto& c : dag.constants) s.args.push_back(p.constant(c));
+    for (int k = 0; k < node->num_outputs(); ++k) {
+      auto out = output_of.find({node, k});
+      int b;
+      if (out != output_of.end()) {
+        b = p.add(ModelBuffer::Kind::Output, out->second, node->types[k]);
+      } else {
+        b = p.add(ModelBuffer::Kind::Arena, 0, node->types[k]);
+        PlannedValue pv;
+        pv.bytes = node->types[k].bytes();
+        pv.first_step = pv.last_step = step;
+        if (elementwise_group(*node))
+          for (const Value& v : node->inputs) {
+            auto lt = lifetime_of_buffer.find(p.value(v));
+            if (lt != lifetime_of_buffer.end() && v.type() == node->types[k]) {
+              pv.inplace_of = lt->second;
+              break;
+            }
+          }
+        lifetime_of_buffer[b] = static_cast<int>(lifetimes.size());
+        lifetimes.push_back(pv);
+        arena_ids.push_back(b);
+      }
+      p.value_buffer[{node, k}] = b;
+      s.args.push_back(b);
+    }
+    p.plan.steps.push_back(std::move(s));
+    out.groups.push_back(std::move(info));
+  }
+  for (const Value& v : g.outputs()) p.plan.output_buffers.push_back(p.value(v));
+  out.memory = plan_memory(&lifetimes);
+  for (size_t i = 0; i < lifetimes.size(); ++i) p.plan.buffers[arena_ids[i]].offset = lifetimes[i].offset;
+  p.plan.arena_bytes = out.memory.arena_bytes;
+  for (const NDArray& c : p.plan.constants) out.weight_bytes += c.nbytes();
+  out.plan = std::move(p.plan);
+  return out;
+}
+
+}  // namespace kiln::graph
