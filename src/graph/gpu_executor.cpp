@@ -37,7 +37,7 @@ GpuExecutor compile_gpu(const Graph& g, const GpuCompileOptions& options) {
     info.schedule_detail = space.describe_sketch(c.sketch) + "; " + space.describe_candidate(c);
     info.flop = task.flop;
     return info;
-  });
+  }, /*gpu=*/true);
   return GpuExecutor(st);
 }
 

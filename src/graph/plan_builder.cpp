@@ -64,7 +64,7 @@ struct Planner {
 
 }  // namespace
 
-PlannedGraph plan_graph(const Graph& g, const KernelFactory& build) {
+PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
   PlannedGraph out;
   Planner p;
   for (size_t i = 0; i < g.inputs().size(); ++i)
@@ -88,7 +88,7 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build) {
   for (const OpNode* node : g.op_nodes()) {
     int step = static_cast<int>(p.plan.steps.size());
     KILN_CHECK(node->body.defined()) << "node '" << node->name << "' (" << node->op->name << ") is in no group after fuse_ops";
-    GraphDag dag = to_te(Graph(node->body));
+    GraphDag dag = to_te(Graph(node->body), gpu);
     std::string key = te::workload_key(dag.outputs);
     ModelStep s;
     s.name = node->attrs.get_string("ops") + " @ " + node->name;

@@ -34,7 +34,7 @@ te::Tensor immediate(const ConstantNode& c) {
 
 }  // namespace
 
-GraphDag to_te(const Graph& g) {
+GraphDag to_te(const Graph& g, bool gpu) {
   GraphDag dag;
   std::unordered_map<const NodeObj*, std::vector<te::Tensor>> tensors;
   for (const auto& in : g.inputs()) {
@@ -63,6 +63,7 @@ GraphDag to_te(const Graph& g) {
     KILN_USER_CHECK(op.op->compute) << op.op->name << " node '" << op.name << "' has no compute (pattern "
                                     << pattern_name(op.op->pattern) << "); it must be folded away before compilation";
     OpCall call = op_call(op);
+    call.gpu = gpu;
     std::vector<te::Tensor> in;
     for (size_t i = 0; i < op.inputs.size(); ++i) {
       bool compile_time = op.op->reads_at_compile_time(static_cast<int>(i));

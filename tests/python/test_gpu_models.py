@@ -117,3 +117,26 @@ def test_small_cnn_on_the_device_matches_the_simulator():
     np.testing.assert_allclose(on_gpu, simulated, rtol=1e-4, atol=1e-5)
     with torch.no_grad():
         np.testing.assert_allclose(on_gpu, net(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", "bert_layer"])
+def test_full_size_models_compile_for_the_gpu(name):
+    # Every group of the benchmark models gets a GPU schedule that fits the
+    # device (and NVRTC compiles it where it can be loaded); every conv and
+    # matmul takes the tiled rule, every row reduction the block-per-row rule.
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "peers"))
+    import torch_models
+    net, x = torch_models.build(name)
+    exe = kiln.compile(_import(net, x), target=TARGET)
+    for g in exe.groups():
+        if g["ops"].split("+")[0] in ("Conv", "MatMul", "Gemm"):
+            assert "block/thread/register tiles" in g["schedule_detail"], (g["ops"], g["schedule_detail"])
+        if "ReduceMean" in g["ops"] or g["ops"] == "Softmax":
+            assert "reduced across the threads" in g["schedule_detail"], (g["ops"], g["schedule_detail"])
+    import re
+    for k in exe.kernels():
+        block, shared = re.search(r"block=\((\d+),(\d+),(\d+)\) shared=(\d+)B", k["launch"]).group(1, 2, 3), k["launch"].split("shared=")[1]
+        threads = int(block[0]) * int(block[1]) * int(block[2])
+        assert 1 <= threads <= 1024 and int(shared.rstrip("B")) <= 48 * 1024, (k["name"], k["launch"])

@@ -33,6 +33,8 @@ bool reads_rows_exactly(const Expr& body, const te::ComputeOpNode* t, const std:
   return exact;
 }
 
+}  // namespace
+
 // The reduce variable appears in reads only as their last index, so the
 // vector along it reads contiguous memory.
 bool reduces_along_rows(const StageInfo& s) {
@@ -48,8 +50,6 @@ bool reduces_along_rows(const StageInfo& s) {
   });
   return ok && any;
 }
-
-}  // namespace
 
 int rowwise_target(const DagInfo& dag, int i) {
   const StageInfo& s = dag.stages[i];

@@ -63,6 +63,8 @@ struct OpCall {
   std::vector<TensorType> input_types;
   /** Per input: the array when the input is a constant, else nullptr. */
   std::vector<const NDArray*> constants;
+  /** The compute is for a GPU kernel: forms that only suit CPU vectors (conv's channels-last copy) are left out. */
+  bool gpu = false;
 
   int num_inputs() const { return static_cast<int>(input_types.size()); }
   /** Whether input i is given (optional ONNX inputs may be absent: an undefined Value). */

@@ -31,8 +31,8 @@ struct PlannedGraph {
  */
 using KernelFactory = std::function<GroupInfo(const GraphDag& dag, const std::string& name)>;
 
-/** Plans `g` (every op node a fused group); calls `build` once per distinct kernel. */
-PlannedGraph plan_graph(const Graph& g, const KernelFactory& build);
+/** Plans `g` (every op node a fused group, lowered by to_te(body, gpu)); calls `build` once per distinct kernel. */
+PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu = false);
 
 }  // namespace kiln::graph
 

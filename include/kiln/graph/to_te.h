@@ -28,13 +28,13 @@ struct GraphDag {
 };
 
 /**
- * Lowers `g` to tensor expressions. Constants of one element become
+ * Lowers `g` to tensor expressions (with `gpu`, each operator's GPU form: OpCall::gpu). Constants of one element become
  * immediates (inlined into their readers, as a scale or an epsilon should
  * be); larger ones become placeholders. A graph output that is an input or
  * a constant gets a copy stage, so every output is computed by the kernel.
  * Throws kiln::Error naming the node whose operator has no compute.
  */
-GraphDag to_te(const Graph& g);
+GraphDag to_te(const Graph& g, bool gpu = false);
 
 }  // namespace kiln::graph
 

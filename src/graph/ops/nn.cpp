@@ -99,7 +99,7 @@ void register_conv() {
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
     ConvGeometry g = conv_geometry(call);
     te::Tensor B = in.size() > 2 ? in[2] : te::Tensor();
-    if (ops::prefer_channels_last(g.group, call.input_types[1].shape[0]))
+    if (!call.gpu && ops::prefer_channels_last(g.group, call.input_types[1].shape[0]))
       return std::vector<te::Tensor>{ops::conv_channels_last(in[0], in[1], B, g.dims, "conv")};
     te::Tensor y = ops::conv_nchw(in[0], in[1], g.dims, g.group, "conv");
     if (in.size() > 2 && in[2].defined()) y = ops::add_channel_bias(y, in[2], "conv.bias");
