@@ -26,3 +26,6 @@ if echo "$out" | grep -q "SKIPPED.*\(test_gpu_device\|needs a GPU\)"; then
   echo "gpu_check: device tests were skipped on a GPU machine" >&2
   exit 1
 fi
+# The benchmark table: kiln's GPU kernels beside cuBLAS (and cuDNN through a
+# CUDA PyTorch, when there is one); exits 1 on a wrong result.
+/usr/bin/python3 bench/gpu_bench.py

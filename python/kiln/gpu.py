@@ -80,6 +80,12 @@ class CudaModule:
         """Runs the kernel on the GPU with numpy arrays (copied to the device and back)."""
         self._native.run(list(args))
 
+    def time(self, *args, number=10, repeat=5):
+        """Times the kernel on the GPU with CUDA events: the arrays are copied to the device once,
+        one warm-up call, then `repeat` rounds of `number` calls with no copies between them.
+        Returns the seconds per call of each round; the arrays hold the results afterwards."""
+        return self._native.time(list(args), number, repeat)
+
 
 def default_schedule(args, target="cuda -arch=sm_90"):
     """The schedule the GPU rules give ``args``'s computation without tuning.

@@ -99,7 +99,12 @@ void define_cuda(py::module_& m) {
         CallArgs a = to_args(args, c.name());
         py::gil_scoped_release release;
         c.run(a.args);
-      });
+      })
+      .def("time", [](const CudaModule& c, const py::sequence& args, int number, int repeat) {
+        CallArgs a = to_args(args, c.name());
+        py::gil_scoped_release release;
+        return c.time(a.args, number, repeat);
+      }, py::arg("args"), py::arg("number") = 10, py::arg("repeat") = 5);
 
   g.def("build", [](const te::Schedule& sch, py::handle args, const std::string& target, const std::string& name, bool barriers, bool compile) {
     std::vector<te::Tensor> tensors = to_tensor_list(args, "build args");

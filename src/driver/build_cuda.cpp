@@ -60,12 +60,14 @@ GpuSimulation CudaModule::simulate(const std::vector<Arg>& args) const { return 
 
 // Arguments checked and shape-bound as for a CPU kernel, then handed to the
 // driver as host buffers (every buffer copied back: the kernel may write any).
-void CudaModule::run(const std::vector<Arg>& args) const {
+namespace {
+
+// The kernel's arguments for the driver: buffers by their host memory (copied in and back), scalars by value.
+std::vector<cuda::KernelArg> driver_args(const CudaModule& m, const std::vector<Arg>& args, PackedArgs* packed, const KernelInfo& info) {
   std::string why = cuda::driver_unavailable_reason();
-  KILN_USER_CHECK(why.empty()) << "no CUDA driver (libcuda.so.1) / no GPU on this machine (" << why << "); kernel '" << name()
+  KILN_USER_CHECK(why.empty()) << "no CUDA driver (libcuda.so.1) / no GPU on this machine (" << why << "); kernel '" << m.name()
                                << "' cannot run here; its CUDA source and cubin are still available, and simulate() runs it on the CPU";
-  KernelInfo info = codegen::kernel_info(func);
-  PackedArgs packed(info, args);
+  KILN_USER_CHECK(!m.cubin.empty()) << "kernel '" << m.name() << "' was built without compiling (compile = false); build it again with NVRTC available";
   std::vector<cuda::KernelArg> out;
   for (size_t i = 0; i < info.params.size(); ++i) {
     const ParamInfo& p = info.params[i];
@@ -74,11 +76,11 @@ void CudaModule::run(const std::vector<Arg>& args) const {
       const DLTensor* t = args[i].tensor();
       size_t n = 1;
       for (int d = 0; d < t->ndim; ++d) n *= static_cast<size_t>(t->shape[d]);
-      a.host = packed.data()[i];
+      a.host = packed->data()[i];
       a.nbytes = n * p.dtype.bytes();
       a.copy_back = true;
     } else {
-      const void* v = packed.data()[i];
+      const void* v = packed->data()[i];
       bool is_f = p.dtype.is_float(), wide = p.dtype.bits() == 64;
       a.kind = is_f ? (wide ? cuda::KernelArg::Kind::Float64 : cuda::KernelArg::Kind::Float32) : (wide ? cuda::KernelArg::Kind::Int64 : cuda::KernelArg::Kind::Int32);
       if (is_f) a.float_value = wide ? *static_cast<const double*>(v) : *static_cast<const float*>(v);
@@ -86,8 +88,21 @@ void CudaModule::run(const std::vector<Arg>& args) const {
     }
     out.push_back(a);
   }
-  KILN_USER_CHECK(!cubin.empty()) << "kernel '" << name() << "' was built without compiling (compile = false); build it again with NVRTC available";
-  cuda::launch(cubin, codegen::kernel_symbol(name()), launch.grid, launch.block, out);
+  return out;
+}
+
+}  // namespace
+
+void CudaModule::run(const std::vector<Arg>& args) const {
+  KernelInfo info = codegen::kernel_info(func);
+  PackedArgs packed(info, args);
+  cuda::launch(cubin, codegen::kernel_symbol(name()), launch.grid, launch.block, driver_args(*this, args, &packed, info));
+}
+
+std::vector<double> CudaModule::time(const std::vector<Arg>& args, int number, int repeat) const {
+  KernelInfo info = codegen::kernel_info(func);
+  PackedArgs packed(info, args);
+  return cuda::time_launch(cubin, codegen::kernel_symbol(name()), launch.grid, launch.block, driver_args(*this, args, &packed, info), number, repeat);
 }
 
 }  // namespace kiln

@@ -17,6 +17,7 @@ using CUcontext = struct CUctx_st*;
 using CUmodule = struct CUmod_st*;
 using CUfunction = struct CUfunc_st*;
 using CUdeviceptr = unsigned long long;
+using CUevent = struct CUevent_st*;
 
 struct Driver {
   void* lib = nullptr;
@@ -36,6 +37,12 @@ struct Driver {
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**) = nullptr;
   CUresult (*CtxSynchronize)() = nullptr;
   CUresult (*GetErrorString)(CUresult, const char**) = nullptr;
+  // Timing (time_launch); null when the driver lacks them.
+  CUresult (*EventCreate)(CUevent*, unsigned) = nullptr;
+  CUresult (*EventRecord)(CUevent, void*) = nullptr;
+  CUresult (*EventSynchronize)(CUevent) = nullptr;
+  CUresult (*EventElapsedTime)(float*, CUevent, CUevent) = nullptr;
+  CUresult (*EventDestroy)(CUevent) = nullptr;
   CUcontext ctx = nullptr;
 };
 
@@ -53,6 +60,15 @@ bool bind_all(Driver& d) {
          bind(d.lib, "cuLaunchKernel", &d.LaunchKernel) && bind(d.lib, "cuCtxSynchronize", &d.CtxSynchronize) && bind(d.lib, "cuGetErrorString", &d.GetErrorString);
 }
 
+// The event entry points: CUDA 13 names the elapsed-time call _v2.
+void bind_events(Driver& d) {
+  bind(d.lib, "cuEventCreate", &d.EventCreate);
+  bind(d.lib, "cuEventRecord", &d.EventRecord);
+  bind(d.lib, "cuEventSynchronize", &d.EventSynchronize);
+  if (!bind(d.lib, "cuEventElapsedTime_v2", &d.EventElapsedTime)) bind(d.lib, "cuEventElapsedTime", &d.EventElapsedTime);
+  if (!bind(d.lib, "cuEventDestroy_v2", &d.EventDestroy)) bind(d.lib, "cuEventDestroy", &d.EventDestroy);
+}
+
 // Loaded and initialised once: the library, cuInit, a device, its primary context.
 Driver& driver() {
   static Driver d;
@@ -67,6 +83,7 @@ Driver& driver() {
       d.problem = "libcuda.so.1 lacks driver API entry points kiln needs (driver too old?)";
       return;
     }
+    bind_events(d);
     int count = 0;
     CUresult r = d.Init(0);
     if (r == 0) r = d.DeviceGetCount(&count);
@@ -87,16 +104,82 @@ void check(CUresult r, const char* what, const std::string& kernel) {
   KILN_USER_ERROR() << "CUDA error in " << what << " for kernel '" << kernel << "': " << (msg ? msg : "unknown error") << " (" << r << ")";
 }
 
-// Device buffers freed on every way out, the module unloaded.
-struct Launch {
-  explicit Launch(Driver& drv) : d(drv) {}
-  Driver& d;
-  std::vector<CUdeviceptr> buffers;
-  CUmodule module = nullptr;
-  ~Launch() {
+// A kernel ready to launch: its module loaded, its buffers on the device
+// with the inputs copied in, its parameters laid out. Buffers are freed and
+// the module unloaded on every way out.
+struct Prepared {
+  Prepared(Driver& drv, const std::string& image, const std::string& kernel, const int64_t grid[3], const int64_t block[3], const std::vector<KernelArg>& args)
+      : d(drv), name(kernel), args(args) {
+    KILN_USER_CHECK(d.problem.empty()) << "no CUDA driver (libcuda.so.1) / no GPU on this machine (" << d.problem << "); kernel '" << kernel
+                                       << "' cannot run here; its CUDA source and cubin are still available, and simulate() runs it on the CPU";
+    check(d.CtxSetCurrent(d.ctx), "cuCtxSetCurrent", kernel);
+    // The image must end in a NUL when it is PTX text; a cubin ignores the extra byte.
+    std::string img = image + '\0';
+    check(d.ModuleLoadData(&module, img.data()), "cuModuleLoadData", kernel);
+    check(d.ModuleGetFunction(&fn, module, kernel.c_str()), "cuModuleGetFunction", kernel);
+    for (int k = 0; k < 3; ++k) this->grid[k] = static_cast<unsigned>(grid[k]), this->block[k] = static_cast<unsigned>(block[k]);
+    // Values behind the pointers cuLaunchKernel reads: one slot per argument.
+    ptrs.resize(args.size());
+    i32.resize(args.size());
+    i64.resize(args.size());
+    f32.resize(args.size());
+    f64.resize(args.size());
+    params.resize(args.size());
+    for (size_t i = 0; i < args.size(); ++i) {
+      const KernelArg& a = args[i];
+      switch (a.kind) {
+        case KernelArg::Kind::Buffer:
+          check(d.MemAlloc(&ptrs[i], a.nbytes ? a.nbytes : 1), "cuMemAlloc", kernel);
+          buffers.push_back(ptrs[i]);
+          if (a.nbytes) check(d.MemcpyHtoD(ptrs[i], a.host, a.nbytes), "cuMemcpyHtoD", kernel);
+          params[i] = &ptrs[i];
+          break;
+        case KernelArg::Kind::Int32: i32[i] = static_cast<int32_t>(a.int_value), params[i] = &i32[i]; break;
+        case KernelArg::Kind::Int64: i64[i] = a.int_value, params[i] = &i64[i]; break;
+        case KernelArg::Kind::Float32: f32[i] = static_cast<float>(a.float_value), params[i] = &f32[i]; break;
+        case KernelArg::Kind::Float64: f64[i] = a.float_value, params[i] = &f64[i]; break;
+      }
+    }
+  }
+  ~Prepared() {
     for (CUdeviceptr p : buffers) d.MemFree(p);
     if (module) d.ModuleUnload(module);
   }
+  void run() { check(d.LaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, nullptr, params.data(), nullptr), "cuLaunchKernel", name); }
+  void wait() { check(d.CtxSynchronize(), "the kernel run (cuCtxSynchronize)", name); }
+  void copy_back() {
+    for (size_t i = 0; i < args.size(); ++i)
+      if (args[i].kind == KernelArg::Kind::Buffer && args[i].copy_back && args[i].nbytes) check(d.MemcpyDtoH(args[i].host, ptrs[i], args[i].nbytes), "cuMemcpyDtoH", name);
+  }
+
+  Driver& d;
+  std::string name;
+  const std::vector<KernelArg>& args;
+  CUmodule module = nullptr;
+  CUfunction fn = nullptr;
+  unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+  std::vector<CUdeviceptr> buffers, ptrs;
+  std::vector<int32_t> i32;
+  std::vector<int64_t> i64;
+  std::vector<float> f32;
+  std::vector<double> f64;
+  std::vector<void*> params;
+};
+
+// Two events, destroyed on every way out.
+struct Events {
+  explicit Events(Driver& drv, const std::string& kernel) : d(drv) {
+    KILN_USER_CHECK(d.EventCreate && d.EventRecord && d.EventSynchronize && d.EventElapsedTime && d.EventDestroy)
+        << "timing kernel '" << kernel << "': this CUDA driver lacks the event API (cuEventCreate / cuEventElapsedTime)";
+    check(d.EventCreate(&start, 0), "cuEventCreate", kernel);
+    check(d.EventCreate(&stop, 0), "cuEventCreate", kernel);
+  }
+  ~Events() {
+    if (start) d.EventDestroy(start);
+    if (stop) d.EventDestroy(stop);
+  }
+  Driver& d;
+  CUevent start = nullptr, stop = nullptr;
 };
 
 }  // namespace
@@ -104,43 +187,31 @@ struct Launch {
 std::string driver_unavailable_reason() { return driver().problem; }
 
 void launch(const std::string& image, const std::string& kernel, const int64_t grid[3], const int64_t block[3], const std::vector<KernelArg>& args) {
-  Driver& d = driver();
-  KILN_USER_CHECK(d.problem.empty()) << "no CUDA driver (libcuda.so.1) / no GPU on this machine (" << d.problem << "); kernel '" << kernel
-                                     << "' cannot run here; its CUDA source and cubin are still available, and simulate() runs it on the CPU";
-  check(d.CtxSetCurrent(d.ctx), "cuCtxSetCurrent", kernel);
-  Launch l(d);
-  // The image must end in a NUL when it is PTX text; a cubin ignores the extra byte.
-  std::string img = image + '\0';
-  check(d.ModuleLoadData(&l.module, img.data()), "cuModuleLoadData", kernel);
-  CUfunction fn = nullptr;
-  check(d.ModuleGetFunction(&fn, l.module, kernel.c_str()), "cuModuleGetFunction", kernel);
-  // Values behind the pointers cuLaunchKernel reads: one slot per argument.
-  std::vector<CUdeviceptr> ptrs(args.size());
-  std::vector<int32_t> i32(args.size());
-  std::vector<int64_t> i64(args.size());
-  std::vector<float> f32(args.size());
-  std::vector<double> f64(args.size());
-  std::vector<void*> params(args.size());
-  for (size_t i = 0; i < args.size(); ++i) {
-    const KernelArg& a = args[i];
-    switch (a.kind) {
-      case KernelArg::Kind::Buffer:
-        check(d.MemAlloc(&ptrs[i], a.nbytes ? a.nbytes : 1), "cuMemAlloc", kernel);
-        l.buffers.push_back(ptrs[i]);
-        if (a.nbytes) check(d.MemcpyHtoD(ptrs[i], a.host, a.nbytes), "cuMemcpyHtoD", kernel);
-        params[i] = &ptrs[i];
-        break;
-      case KernelArg::Kind::Int32: i32[i] = static_cast<int32_t>(a.int_value), params[i] = &i32[i]; break;
-      case KernelArg::Kind::Int64: i64[i] = a.int_value, params[i] = &i64[i]; break;
-      case KernelArg::Kind::Float32: f32[i] = static_cast<float>(a.float_value), params[i] = &f32[i]; break;
-      case KernelArg::Kind::Float64: f64[i] = a.float_value, params[i] = &f64[i]; break;
-    }
+  Prepared k(driver(), image, kernel, grid, block, args);
+  k.run();
+  k.wait();
+  k.copy_back();
+}
+
+std::vector<double> time_launch(const std::string& image, const std::string& kernel, const int64_t grid[3], const int64_t block[3], const std::vector<KernelArg>& args,
+                                int number, int repeat) {
+  KILN_USER_CHECK(number >= 1 && repeat >= 1) << "timing kernel '" << kernel << "': number (" << number << ") and repeat (" << repeat << ") must be at least 1";
+  Prepared k(driver(), image, kernel, grid, block, args);
+  Events ev(k.d, kernel);
+  k.run();  // warm-up: module load and first-launch costs stay out of the figures
+  k.wait();
+  std::vector<double> seconds;
+  for (int r = 0; r < repeat; ++r) {
+    check(k.d.EventRecord(ev.start, nullptr), "cuEventRecord", kernel);
+    for (int i = 0; i < number; ++i) k.run();
+    check(k.d.EventRecord(ev.stop, nullptr), "cuEventRecord", kernel);
+    check(k.d.EventSynchronize(ev.stop), "the timed runs (cuEventSynchronize)", kernel);
+    float ms = 0;
+    check(k.d.EventElapsedTime(&ms, ev.start, ev.stop), "cuEventElapsedTime", kernel);
+    seconds.push_back(ms * 1e-3 / number);
   }
-  auto u = [](int64_t v) { return static_cast<unsigned>(v); };
-  check(d.LaunchKernel(fn, u(grid[0]), u(grid[1]), u(grid[2]), u(block[0]), u(block[1]), u(block[2]), 0, nullptr, params.data(), nullptr), "cuLaunchKernel", kernel);
-  check(d.CtxSynchronize(), "the kernel run (cuCtxSynchronize)", kernel);
-  for (size_t i = 0; i < args.size(); ++i)
-    if (args[i].kind == KernelArg::Kind::Buffer && args[i].copy_back && args[i].nbytes) check(d.MemcpyDtoH(args[i].host, ptrs[i], args[i].nbytes), "cuMemcpyDtoH", kernel);
+  k.copy_back();
+  return seconds;
 }
 
 }  // namespace kiln::cuda

@@ -52,6 +52,8 @@ struct CudaModule {
   std::string ptx() const;
   /** Runs on GPU 0 with host arrays (copied in and back); kiln::Error without a driver or GPU. */
   void run(const std::vector<Arg>& args) const;
+  /** Times it on GPU 0 with CUDA events (cuda::time_launch): seconds per call, one per round of `number` calls; results copied back. */
+  std::vector<double> time(const std::vector<Arg>& args, int number = 10, int repeat = 5) const;
   /** Runs on the CPU in the GPU simulator (kiln/interp/gpu_simulator.h). */
   GpuSimulation simulate(const std::vector<Arg>& args) const;
 };

@@ -40,6 +40,15 @@ struct KernelArg {
  */
 void launch(const std::string& image, const std::string& kernel, const int64_t grid[3], const int64_t block[3], const std::vector<KernelArg>& args);
 
+/**
+ * Times `kernel` on the device: the buffers are copied in once, one warm-up
+ * launch, then `repeat` rounds of `number` back-to-back launches between two
+ * CUDA events (no copies inside); seconds per launch, one per round. The
+ * buffers marked copy_back hold the last launch's results afterwards.
+ */
+std::vector<double> time_launch(const std::string& image, const std::string& kernel, const int64_t grid[3], const int64_t block[3], const std::vector<KernelArg>& args,
+                                int number, int repeat);
+
 }  // namespace kiln::cuda
 
 #endif  // KILN_RUNTIME_CUDA_H
