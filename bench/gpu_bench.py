@@ -134,8 +134,7 @@ def row(name, flop, kiln_times, peer_times, peer, err, tol):
     return err is None or err <= tol
 
 
-def gemm_case(kiln, cuda, target, n, half, rounds, number):
-    import numpy as np
+def gemm_args(n, half):
     from kiln import te
     dtype = "float16" if half else "float32"
     A, B = te.placeholder((n, n), name="A", dtype=dtype), te.placeholder((n, n), name="B", dtype=dtype)
@@ -144,7 +143,15 @@ def gemm_case(kiln, cuda, target, n, half, rounds, number):
         C = te.compute((n, n), lambda i, j: te.sum(te.cast(A[i, k], "float32") * te.cast(B[k, j], "float32"), axis=k), name="C")
     else:
         C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    mod = kiln.build(kiln.gpu.default_schedule([A, B, C], target), [A, B, C], target=target, name="gemm")
+    return [A, B, C]
+
+
+def gemm_case(kiln, cuda, target, n, half, rounds, number, schedule=None, label=""):
+    import numpy as np
+    args = gemm_args(n, half)
+    dtype = args[0].dtype
+    s = schedule if schedule is not None else kiln.gpu.default_schedule(args, target)
+    mod = kiln.build(s, args, target=target, name="gemm")
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n), dtype="float32").astype(dtype)
     b = rng.standard_normal((n, n), dtype="float32").astype(dtype)
@@ -158,7 +165,7 @@ def gemm_case(kiln, cuda, target, n, half, rounds, number):
         pt.append(cuda.time(peer_call, number))
     ref = cuda.download(dc, np.empty((n, n), "float32"))
     cuda.free(da, db, dc)
-    name = f"gemm {'fp16->fp32' if half else 'fp32'} {n}^3"
+    name = f"gemm {'fp16->fp32' if half else 'fp32'} {n}^3{label}"
     peer = "cublasGemmEx fp16 in, fp32 compute (tensor cores)" if half else "cuBLAS SGEMM, default math (no TF32)"
     return row(name, 2.0 * n ** 3, kt, pt, peer, rel_err(c, ref), 2e-3 if half else 1e-4)
 
@@ -206,8 +213,14 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--number", type=int, default=10, help="back-to-back calls per timed round")
     ap.add_argument("--size", type=int, default=4096, help="GEMM M = N = K")
+    ap.add_argument("--trials", type=int, default=64, help="tuning trials for the tuned fp32 GEMM row (0: no such row)")
+    ap.add_argument("--tune-into", metavar="DB", help=argparse.SUPPRESS)  # the tuned row's child process: tune for --target, then exit
+    ap.add_argument("--target", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     kiln = import_kiln()
+    if args.tune_into:
+        kiln.tune(gemm_args(args.size, False), target=args.target, trials=args.trials, db=args.tune_into, progress=False, timeout=30)
+        return 0
     ok, why = kiln.gpu.driver_available()
     if not ok:
         print(f"gpu_bench: no GPU here ({why}); nothing to time", file=sys.stderr)
@@ -225,8 +238,33 @@ def main(argv=None):
     good = gemm_case(kiln, cuda, target, args.size, False, args.rounds, args.number)
     good = gemm_case(kiln, cuda, target, args.size, True, args.rounds, args.number) and good
     good = conv_case(kiln, target, args.rounds, args.number) and good
-    print("tuned GEMM after N trials: not measured (measuring GPU candidates in the tuner is not built yet)")
+    if args.trials > 0:
+        good = tuned_gemm_row(kiln, cuda, target, args) and good
     return 0 if good else 1
+
+
+def tuned_gemm_row(kiln, cuda, target, args):
+    """The fp32 GEMM after `trials` trials of the GPU search (a fresh database), timed as the rows above.
+    The session runs in a child process: its measurement workers fork, and CUDA, which this
+    process has used already, does not survive a fork."""
+    import subprocess
+    import tempfile
+    import time
+    gemm = gemm_args(args.size, False)
+    with tempfile.TemporaryDirectory() as tmp:
+        db = os.path.join(tmp, "gpu_bench.db")
+        t0 = time.time()
+        child = subprocess.run([sys.executable, os.path.abspath(__file__), "--tune-into", db, "--target", target, "--size", str(args.size),
+                                "--trials", str(args.trials)], capture_output=True, text=True)
+        if child.returncode != 0:
+            print(f"gemm fp32 {args.size}^3 tuned: the GPU session failed:\n{child.stdout}{child.stderr}")
+            return False
+        s = kiln.tuner.best_schedule(gemm, target=target, db=db)
+        if s is None:
+            print(f"gemm fp32 {args.size}^3 tuned: the session left no valid record")
+            return False
+        wall = time.time() - t0
+    return gemm_case(kiln, cuda, target, args.size, False, args.rounds, args.number, schedule=s, label=f" tuned {args.trials} ({wall:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def make_task(args, target="llvm", name=""):
 def tune(args, target="llvm", trials=200, db="kiln_tuning.db", seed=0, timeout=10.0, curve_png=None,
          batch_size=32, early_stop_rounds=8, repeat=3, min_repeat_ms=20.0, number=1, build_threads=2,
          progress=True, model_path=None, population=64, generations=3, name="", inject_faults=None, cold_inputs=False,
-         random_search=False):
+         random_search=False, gpu_simulate=False):
     """Tunes a computation and returns a :class:`TuneResult`.
 
     ``args`` are the kernel's tensors (inputs and outputs, in call order) or a
@@ -97,6 +97,12 @@ def tune(args, target="llvm", trials=200, db="kiln_tuning.db", seed=0, timeout=1
     apart from warm ones, and ``best_schedule`` / ``kiln.compile(db=)`` prefer them. ``random_search``
     measures random samples of the space (after the seeds) without the cost model: the baseline that
     shows what the model-guided search buys (bench/search_vs_random.py).
+
+    A cuda target (``"cuda -arch=sm_90"``) searches the GPU rules' space and times candidates on the
+    GPU with CUDA events, each in a worker process. ``gpu_simulate=True`` runs them in the GPU
+    simulator instead, on any machine: the search, the workers, the correctness checks and the
+    records work as on a GPU, but the times are the simulator's, so such records are kept apart
+    (target ``"... [simulated]"``) and no build takes a schedule from them.
     """
     task = make_task(args, target, name)
     if not isinstance(db, (str, os.PathLike)) or not str(db):
@@ -106,7 +112,7 @@ def tune(args, target="llvm", trials=200, db="kiln_tuning.db", seed=0, timeout=1
                    model_path=model_path, population=int(population), generations=int(generations),
                    number=int(number), repeat=int(repeat), min_repeat_ms=float(min_repeat_ms),
                    build_threads=int(build_threads), inject_faults=inject_faults, cold_inputs=bool(cold_inputs),
-                   random_search=bool(random_search))
+                   random_search=bool(random_search), gpu_simulate=bool(gpu_simulate))
     result = TuneResult(_kiln.tuner.tune(task, options), task)
     if curve_png:
         try:

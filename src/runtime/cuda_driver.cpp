@@ -2,6 +2,7 @@
 // declared here (kiln_runtime has no CUDA headers or libraries to link).
 #include <dlfcn.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "kiln/runtime/cuda.h"
@@ -45,6 +46,9 @@ struct Driver {
   CUresult (*EventDestroy)(CUevent) = nullptr;
   CUcontext ctx = nullptr;
 };
+
+// Set once cuInit succeeded and GPU 0's context is open in this process (driver_initialized).
+std::atomic<bool> g_driver_ready{false};
 
 template <typename F>
 bool bind(void* lib, const char* name, F* out) {
@@ -93,6 +97,7 @@ Driver& driver() {
     }
     CUdevice dev = 0;
     if (d.DeviceGet(&dev, 0) != 0 || d.PrimaryCtxRetain(&d.ctx, dev) != 0) d.problem = "could not open GPU 0";
+    g_driver_ready = d.problem.empty();
   });
   return d;
 }
@@ -185,6 +190,8 @@ struct Events {
 }  // namespace
 
 std::string driver_unavailable_reason() { return driver().problem; }
+
+bool driver_initialized() { return g_driver_ready.load(); }
 
 void launch(const std::string& image, const std::string& kernel, const int64_t grid[3], const int64_t block[3], const std::vector<KernelArg>& args) {
   Prepared k(driver(), image, kernel, grid, block, args);

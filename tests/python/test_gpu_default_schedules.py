@@ -164,3 +164,27 @@ def test_tuning_for_a_gpu_without_one_stops_with_the_reason(tmp_path):
     A, B = te.placeholder((32, 32), name="A"), te.placeholder((32, 32), name="B")
     with pytest.raises(kiln.KilnError, match="measured on the GPU and this machine has none"):
         kiln.tune([A, B, kiln.ops.matmul(A, B)], target=TARGET, trials=4, db=str(tmp_path / "t.db"))
+
+
+def test_a_gpu_session_in_the_simulator(tmp_path):
+    # The whole GPU tuning loop without a GPU: GPU sketches, builds, workers
+    # (one crashes, one hangs), the cost model, the check of the best against
+    # the CPU reference, and records kept apart as simulated.
+    A, B = te.placeholder((32, 48), name="A"), te.placeholder((48, 40), name="B")
+    args = [A, B, kiln.ops.matmul(A, B)]
+    db = str(tmp_path / "gpu.db")
+    r = kiln.tune(args, target=TARGET, trials=16, batch_size=8, db=db, gpu_simulate=True, timeout=5, progress=False,
+                  inject_faults="crash@1,hang@2")
+    assert r.trials_measured == 16 and r.errors == 2
+    with kiln.tuning_db.open(db) as d:
+        (w,) = d.workloads()
+        recs = d.records(w.key)
+        assert {x.target.target for x in recs} == {TARGET + " [simulated]"}
+        kinds = sorted(x.error_kind for x in recs)
+        assert kinds.count("run_error") == 1 and kinds.count("timeout") == 1 and kinds.count("none") == 14, kinds
+        best = d.best(w.key, recs[0].target, 1)[0]
+    # Simulated times say nothing of a GPU: no build takes a schedule from them.
+    assert kiln.tuner.best_schedule(args, target=TARGET, db=db) is None
+    s = kiln._ffi._kiln.Schedule.from_trace(kiln.tuner.make_task(args, TARGET).outputs, best.trace)
+    a, b = rand(32, 48), rand(48, 40)
+    simulate_and_check(s, args, [a, b], a @ b)

@@ -5,9 +5,11 @@
 #include "kiln/tuner/measure.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -18,6 +20,8 @@
 #include <unordered_map>
 
 #include "kiln/driver/build.h"
+#include "kiln/driver/build_cuda.h"
+#include "kiln/runtime/cuda.h"
 #include "kiln/support/error.h"
 #include "kiln/tuner/peer.h"  // min_of, median_of
 #include "measure_worker.h"
@@ -140,6 +144,7 @@ bool compare_output(const std::string& name, DataType t, const std::vector<unsig
 
 struct Built {
   Module mod;
+  std::shared_ptr<CudaModule> gpu;  ///< a cuda task's candidate (mod stays empty)
   MeasureError error = MeasureError::None;
   std::string msg;
   double build_time = 0;
@@ -154,14 +159,15 @@ struct Built {
  * and is kept in `failure` to fail the session loudly (build_all runs on
  * threads, where it cannot propagate by itself).
  */
-Built build_one(const Task& task, const te::Trace& trace, Fault fault = Fault::None) {
+Built build_one(const Task& task, const te::Trace& trace, Fault fault = Fault::None, bool nvrtc = true) {
   Built b;
   auto t0 = std::chrono::steady_clock::now();
   try {
     if (fault == Fault::Invalid) KILN_USER_ERROR() << "fault injection: an invalid candidate (a user error while building it)";
     if (fault == Fault::Internal) throw InternalError("fault injection: an internal error while building the candidate");
     te::Schedule s = te::Schedule::from_trace(task.outputs, trace);
-    b.mod = build(s, task.args, task.target, "main");
+    if (task.target.kind == Target::Kind::CUDA) b.gpu = std::make_shared<CudaModule>(build_cuda(s, task.args, task.target, "main", {}, nvrtc));
+    else b.mod = build(s, task.args, task.target, "main");
   } catch (const Error& e) {
     if (is_internal(e)) b.failure = std::current_exception();
     b.error = MeasureError::BuildError;
@@ -171,6 +177,31 @@ Built build_one(const Task& task, const te::Trace& trace, Fault fault = Fault::N
   }
   b.build_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return b;
+}
+
+// A GPU candidate in the worker: on the device (CUDA events), or in the
+// simulator (gpu_simulate; wall time per simulated call). The faults act as
+// on the CPU: a crash, a hang, a corrupted output on a correctness run.
+std::vector<double> run_gpu(const CudaModule& m, const std::vector<NDArray>& arrays, const WorkerJob& job, bool simulate) {
+  if (job.fault == Fault::Crash) raise(SIGSEGV);
+  if (job.fault == Fault::Hang)
+    for (;;) pause();
+  std::vector<Arg> args(arrays.begin(), arrays.end());
+  std::vector<double> times;
+  if (!job.time) {
+    if (simulate) m.simulate(args);
+    else m.run(args);
+    if (job.fault == Fault::Wrong) detail::corrupt_output(arrays.back());
+  } else if (!simulate) {
+    times = m.time(args, job.number, job.repeat);
+  } else {
+    for (int r = 0; r < job.repeat; ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      m.simulate(args);
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  return times;
 }
 
 }  // namespace
@@ -186,11 +217,17 @@ struct Measurer::Impl {
   bool have_reference = false;
   std::vector<std::vector<unsigned char>> reference;
   /** The last batch's built modules and measured indices, by trace JSON: check_correct reuses them. */
-  std::unordered_map<std::string, std::pair<Module, int64_t>> recent;
+  std::unordered_map<std::string, std::pair<Built, int64_t>> recent;
 
+  bool gpu() const { return task.target.kind == Target::Kind::CUDA; }
   std::vector<Built> build_all(const std::vector<Candidate>& cs) const;
-  /** Runs the module once on the arrays with outputs poisoned first; returns the outputs. */
-  WorkerOutcome run_once(const Module& mod, Fault fault, double timeout_s, std::vector<std::vector<unsigned char>>* outs) const;
+  /** Runs the built kernel in a worker (timed by `job`, or once). */
+  WorkerOutcome run(const Built& b, const WorkerJob& job, double timeout_s) const {
+    if (!b.gpu) return detail::run_in_worker(b.mod, arrays, job, timeout_s);
+    return detail::run_in_worker([&] { return run_gpu(*b.gpu, arrays, job, opts.gpu_simulate); }, timeout_s);
+  }
+  /** Runs the kernel once on the arrays with outputs poisoned first; returns the outputs. */
+  WorkerOutcome run_once(const Built& b, Fault fault, double timeout_s, std::vector<std::vector<unsigned char>>* outs) const;
   void ensure_reference();
   /** The inputs evicted before each call under cold_inputs: every input but the first. */
   std::vector<size_t> cold_args() const {
@@ -209,7 +246,7 @@ std::vector<Built> Measurer::Impl::build_all(const std::vector<Candidate>& cs) c
   std::vector<Built> out(cs.size());
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < cs.size();) out[i] = build_one(task, cs[i].trace, faults.at(counter + static_cast<int64_t>(i)));
+    for (size_t i; (i = next.fetch_add(1)) < cs.size();) out[i] = build_one(task, cs[i].trace, faults.at(counter + static_cast<int64_t>(i)), !opts.gpu_simulate);
   };
   int n = std::max(1, std::min<int>(opts.build_threads, static_cast<int>(cs.size())));
   std::vector<std::thread> threads;
@@ -221,12 +258,12 @@ std::vector<Built> Measurer::Impl::build_all(const std::vector<Candidate>& cs) c
   return out;
 }
 
-WorkerOutcome Measurer::Impl::run_once(const Module& mod, Fault fault, double timeout_s, std::vector<std::vector<unsigned char>>* outs) const {
+WorkerOutcome Measurer::Impl::run_once(const Built& b, Fault fault, double timeout_s, std::vector<std::vector<unsigned char>>* outs) const {
   for (size_t i : outputs) poison(arrays[i]);
   WorkerJob job;
   job.time = false;
   job.fault = fault;
-  WorkerOutcome r = detail::run_in_worker(mod, arrays, job, timeout_s);
+  WorkerOutcome r = run(b, job, timeout_s);
   outs->clear();
   for (size_t i : outputs) outs->push_back(snapshot(arrays[i]));
   return r;
@@ -234,11 +271,14 @@ WorkerOutcome Measurer::Impl::run_once(const Module& mod, Fault fault, double ti
 
 void Measurer::Impl::ensure_reference() {
   if (have_reference) return;
-  Built ref = build_one(task, task.fresh_schedule().trace());
+  // The unscheduled function on the host CPU (for a GPU task too: it has no thread bindings).
+  Task host = task;
+  host.target = gpu() ? Target::host() : task.target;
+  Built ref = build_one(host, task.fresh_schedule().trace());
   if (ref.failure) std::rethrow_exception(ref.failure);
   KILN_USER_CHECK(ref.error == MeasureError::None) << "check_correct on task '" << task.name << "': the unscheduled function does not build: " << ref.msg;
   // The unscheduled loop nest is slow; give it ample time, it runs once per task.
-  WorkerOutcome r = run_once(ref.mod, Fault::None, std::max(120.0, 10 * opts.timeout_s), &reference);
+  WorkerOutcome r = run_once(ref, Fault::None, std::max(120.0, 10 * opts.timeout_s), &reference);
   KILN_USER_CHECK(r.error == MeasureError::None) << "check_correct on task '" << task.name << "': the unscheduled function failed (" << measure_error_name(r.error) << "): " << r.msg;
   have_reference = true;
 }
@@ -299,36 +339,44 @@ std::vector<MeasureResult> Measurer::measure(const std::vector<Candidate>& candi
     if (impl_->opts.cold_inputs) job.flush_args = impl_->cold_args();
     job.fault = impl_->faults.at(index);
     if (job.fault == Fault::Wrong) job.fault = Fault::None;  // wrong results show in check_correct only
-    WorkerOutcome o = detail::run_in_worker(built[i].mod, impl_->arrays, job, impl_->opts.timeout_s);
+    WorkerOutcome o = impl_->run(built[i], job, impl_->opts.timeout_s);
     r.error = o.error;
     r.error_msg = o.msg;
     r.run_times = o.times;
-    if (r.error == MeasureError::None) impl_->recent[candidates[i].trace.to_json()] = {built[i].mod, index};
-    built[i].mod = Module();  // the JIT code goes with the last handle
+    if (r.error == MeasureError::None) impl_->recent[candidates[i].trace.to_json()] = {built[i], index};
+    built[i] = Built();  // the JIT code goes with the last handle
     if (impl_->opts.on_result) impl_->opts.on_result(i, r);
   }
   return results;
 }
 
+std::string gpu_unavailable_reason() {
+  WorkerOutcome o = detail::run_in_worker([] {
+    std::string why = cuda::driver_unavailable_reason();
+    KILN_USER_CHECK(why.empty()) << why;
+    return std::vector<double>{};
+  }, 60);
+  return o.error == MeasureError::None ? "" : o.msg;
+}
+
 bool Measurer::check_correct(const Candidate& c, std::string* why) {
   impl_->ensure_reference();
-  Module mod;
+  Built b;
   Fault fault = Fault::None;
   auto it = impl_->recent.find(c.trace.to_json());
   if (it != impl_->recent.end()) {
-    mod = it->second.first;
+    b = it->second.first;
     fault = impl_->faults.at(it->second.second) == Fault::Wrong ? Fault::Wrong : Fault::None;
   } else {
-    Built b = build_one(impl_->task, c.trace);
+    b = build_one(impl_->task, c.trace, Fault::None, !impl_->opts.gpu_simulate);
     if (b.failure) std::rethrow_exception(b.failure);
     if (b.error != MeasureError::None) {
       if (why) *why = "the candidate does not build: " + b.msg;
       return false;
     }
-    mod = b.mod;
   }
   std::vector<std::vector<unsigned char>> outs;
-  WorkerOutcome r = impl_->run_once(mod, fault, impl_->opts.timeout_s, &outs);
+  WorkerOutcome r = impl_->run_once(b, fault, impl_->opts.timeout_s, &outs);
   if (r.error != MeasureError::None) {
     if (why) *why = std::string("the candidate failed (") + measure_error_name(r.error) + "): " + r.msg;
     return false;

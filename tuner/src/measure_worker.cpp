@@ -60,6 +60,11 @@ Fault FaultPlan::at(int64_t index) const {
 
 // ---------------------------------------------------------------- child side
 
+void corrupt_output(const NDArray& out) {
+  if (out.dtype() == DataType::Float(32)) out.data_as<float>()[0] += 1.0f + std::fabs(out.data_as<float>()[0]);
+  else static_cast<unsigned char*>(out.data())[0] ^= 0xFF;
+}
+
 namespace {
 
 void write_all(int fd, const std::string& bytes) {
@@ -78,9 +83,8 @@ std::vector<void*> data_pointers(const std::vector<NDArray>& args) {
   return out;
 }
 
-// The message is 'T' + int32 count + doubles on success, 'E' + text on a user
-// error or a failed run, 'I' + text on a kiln::InternalError (the parent rethrows it).
-std::string run_job(const Module& mod, const std::vector<NDArray>& args, const WorkerJob& job) {
+// The job on a CPU module: its seconds per call (none for a single call).
+std::vector<double> run_job(const Module& mod, const std::vector<NDArray>& args, const WorkerJob& job) {
   KilnKernel kernel = mod.get_kernel("main");
   if (job.fault == Fault::Crash) {
     // Null buffers: the generated code itself faults on its first access.
@@ -100,13 +104,14 @@ std::string run_job(const Module& mod, const std::vector<NDArray>& args, const W
     times = mod.time_evaluator("main", call_args, job.number, job.repeat, job.min_repeat_ms).results;
   } else {
     mod.call("main", call_args);
-    if (job.fault == Fault::Wrong) {
-      // Corrupt the first element of the last argument (an output) by a clear margin.
-      NDArray out = args.back();
-      if (out.dtype() == DataType::Float(32)) out.data_as<float>()[0] += 1.0f + std::fabs(out.data_as<float>()[0]);
-      else static_cast<unsigned char*>(out.data())[0] ^= 0xFF;
-    }
+    if (job.fault == Fault::Wrong) corrupt_output(args.back());  // the last argument is an output
   }
+  return times;
+}
+
+// The message is 'T' + int32 count + doubles on success, 'E' + text on a user
+// error or a failed run, 'I' + text on a kiln::InternalError (the parent rethrows it).
+std::string times_message(const std::vector<double>& times) {
   std::string msg = "T";
   int32_t n = static_cast<int32_t>(times.size());
   msg.append(reinterpret_cast<const char*>(&n), sizeof(n));
@@ -114,7 +119,7 @@ std::string run_job(const Module& mod, const std::vector<NDArray>& args, const W
   return msg;
 }
 
-[[noreturn]] void worker_main(int fd, pid_t parent, const Module& mod, const std::vector<NDArray>& args, const WorkerJob& job) {
+[[noreturn]] void worker_main(int fd, pid_t parent, const WorkerBody& body) {
   // Die with the tuner: a hung worker must not outlive a killed session.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(4);
@@ -127,7 +132,7 @@ std::string run_job(const Module& mod, const std::vector<NDArray>& args, const W
   std::string msg;
   int code = 0;
   try {
-    msg = run_job(mod, args, job);
+    msg = times_message(body());
   } catch (const std::exception& e) {
     msg = std::string(is_internal(e) ? "I" : "E") + e.what();
     code = 3;
@@ -212,6 +217,10 @@ WorkerOutcome interpret(const std::string& msg, int status) {
 }  // namespace
 
 WorkerOutcome run_in_worker(const Module& mod, const std::vector<NDArray>& args, const WorkerJob& job, double timeout_s) {
+  return run_in_worker([&] { return run_job(mod, args, job); }, timeout_s);
+}
+
+WorkerOutcome run_in_worker(const WorkerBody& body, double timeout_s) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return {MeasureError::RunError, std::string("cannot create a pipe: ") + std::strerror(errno), {}};
   pid_t parent = getpid();
@@ -225,7 +234,7 @@ WorkerOutcome run_in_worker(const Module& mod, const std::vector<NDArray>& args,
   }
   if (pid == 0) {
     close(fds[0]);
-    worker_main(fds[1], parent, mod, args, job);
+    worker_main(fds[1], parent, body);
   }
   close(fds[1]);
   auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));

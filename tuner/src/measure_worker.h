@@ -6,6 +6,7 @@
 #define KILN_TUNER_SRC_MEASURE_WORKER_H
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,14 @@ struct WorkerOutcome {
  * the child does; a child killed by a signal is a RunError naming it.
  */
 WorkerOutcome run_in_worker(const Module& mod, const std::vector<NDArray>& args, const WorkerJob& job, double timeout_s);
+
+/** The Wrong fault: the output's first element corrupted by a clear margin. */
+void corrupt_output(const NDArray& out);
+
+/** What a worker runs: seconds per call (empty for a correctness run); throws kiln::Error for a failed run. */
+using WorkerBody = std::function<std::vector<double>()>;
+/** The same for any body (GPU kernels: the child is the first process to touch the CUDA driver). */
+WorkerOutcome run_in_worker(const WorkerBody& body, double timeout_s);
 
 }  // namespace kiln::tuner::detail
 

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "kiln/codegen/cuda.h"
 #include "kiln/runtime/cuda.h"
 #include "kiln/support/error.h"
 #include "kiln/tuner/feature_records.h"
@@ -81,6 +82,7 @@ struct Session {
 void Session::open_run() {
   db.add_workload({task.workload_key, task.name.empty() ? task.workload_key : task.name, te::dag_json(task.outputs)});
   target = target_info(task.target, opt.measure.cold_inputs);
+  if (opt.measure.gpu_simulate) target.target += kSimulatedSuffix;
   tuning_db::TuningRun run;
   run.budget = opt.trials;
   run.seed = static_cast<int64_t>(opt.seed);
@@ -254,13 +256,16 @@ void check_options(const Task& task, const TuneOptions& options) {
       << "tune '" << task.name << "': population (" << options.population << ") and generations (" << options.generations << ") must be at least 1";
   KILN_USER_CHECK(!task.outputs.empty() && !task.workload_key.empty()) << "tune: the task has no outputs or no workload key; build it with make_task";
   KILN_USER_CHECK(!options.db_path.empty()) << "tune '" << task.name << "': db_path is empty; name the tuning database file (e.g. kiln_tuning.db)";
-  if (task.target.kind == Target::Kind::CUDA) {
-    // The GPU search space exists (kiln.gpu.default_schedule uses it), but its candidates are timed on the device.
-    std::string why = cuda::driver_unavailable_reason();
+  if (task.target.kind == Target::Kind::CUDA && !options.measure.gpu_simulate) {
+    KILN_USER_CHECK(!cuda::driver_initialized()) << "tune '" << task.name << "' for " << task.target.str()
+                                                 << ": this process has used the GPU already (a kernel run or timed, kiln.gpu.driver_available(), ...), and the "
+                                                    "measurement workers fork from it, which CUDA does not survive; tune in a fresh process, before any other GPU call";
+    std::string why = gpu_unavailable_reason();
     KILN_USER_CHECK(why.empty()) << "tune '" << task.name << "' for " << task.target.str() << ": candidates are measured on the GPU and this machine has none (" << why
-                                 << "); run the session on a machine with an NVIDIA GPU, or use the untuned GPU schedule (kiln.gpu.default_schedule)";
-    KILN_USER_CHECK(false) << "tune '" << task.name << "' for " << task.target.str()
-                           << ": measuring GPU candidates is not built yet; use the untuned GPU schedule (kiln.gpu.default_schedule)";
+                                 << "); run the session on a machine with an NVIDIA GPU, use the untuned GPU schedule (kiln.gpu.default_schedule), "
+                                 << "or gpu_simulate=True to check a session in the simulator";
+    KILN_USER_CHECK(codegen::nvrtc_available(&why)) << "tune '" << task.name << "' for " << task.target.str() << ": NVRTC cannot be loaded (" << why
+                                                    << "), so no candidate can be compiled for the GPU";
   }
 }
 

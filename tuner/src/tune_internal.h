@@ -36,6 +36,8 @@ inline constexpr const char* kKilnVersion = "0.1.0";
  */
 tuning_db::TargetInfo target_info(const Target& target, bool cold_inputs = false, bool confirmed = false);
 inline constexpr const char* kColdInputsSuffix = " [cold inputs]";
+/** Records of a GPU session run in the simulator (MeasureOptions::gpu_simulate): never a build's schedule. */
+inline constexpr const char* kSimulatedSuffix = " [simulated]";
 /**
  * Records of a confirmation (confirm.h: contenders measured side by side in
  * rounds) carry this after the timing's suffix: ranked among themselves, a

@@ -21,6 +21,9 @@ namespace kiln::cuda {
 /** Empty when libcuda.so.1 loads and reports a GPU; otherwise why not (for messages and test skips). */
 std::string driver_unavailable_reason();
 
+/** Whether this process has initialised the CUDA driver (CUDA does not survive a fork after that); asks nothing of the driver itself. */
+bool driver_initialized();
+
 /** One kernel argument, in the kernel's parameter order. */
 struct KernelArg {
   enum class Kind { Buffer, Int32, Int64, Float32, Float64 };

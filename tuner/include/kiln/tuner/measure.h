@@ -39,6 +39,14 @@ struct MeasureOptions {
    */
   bool cold_inputs = false;
   /**
+   * cuda tasks: run each candidate in the GPU simulator (kiln/interp) instead
+   * of on the device, so a whole GPU session (search, workers, correctness
+   * checks, records) runs on a machine without a GPU. The times are the
+   * simulator's and say nothing of a GPU's: such sessions record on the
+   * target " [simulated]", which no build ever takes a schedule from.
+   */
+  bool gpu_simulate = false;
+  /**
    * Test hook: faults to inject, e.g. "crash@3,hang@5". The number is the
    * index of a candidate among all candidates this Measurer has measured
    * (0-based, counted across measure() calls). crash: the worker calls the
@@ -66,6 +74,13 @@ struct MeasureResult {
   double min_time() const;
   double median_time() const;
 };
+
+/**
+ * Empty when a CUDA driver and a GPU can run candidates, else why not. Asked
+ * in a worker process: the tuner forks its workers, and CUDA does not
+ * survive a fork once this process has initialised it.
+ */
+std::string gpu_unavailable_reason();
 
 class Measurer {
  public:
