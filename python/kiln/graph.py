@@ -203,11 +203,14 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
     if not isinstance(model, Graph):
         raise KilnError(f"kiln.compile takes a kiln.graph.Graph (from from_onnx, from_torch or a Builder), got a {type(model).__name__}")
     if str(target).split()[:1] == ["cuda"]:
-        if db or plain:
-            raise KilnError("kiln.compile for a cuda target uses the GPU rules' default schedules: GPU tuning records (db=) and plain kernels "
-                            "are not available yet; drop db= / plain=")
+        if plain:
+            raise KilnError("kiln.compile for a cuda target has no plain kernels (a GPU kernel needs its loops bound to threads); drop plain=")
         from . import gpu
-        return GpuExecutor(_g.compile_gpu(model, str(target), fuse, gpu.nvrtc_available()[0], dump), model)
+        exe = GpuExecutor(_g.compile_gpu(model, str(target), fuse, gpu.nvrtc_available()[0], dump, os.fspath(db) if db else ""), model)
+        if db and not quiet:
+            tuned = sum(1 for g in exe.groups() if g["schedule"] == "database")
+            print(f"kiln.compile: {tuned} of {len(exe.groups())} fused groups from the GPU tuning records in {db}", file=sys.stderr)
+        return exe
     exe = Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout), model)
     if db and not quiet:
         tuned, total = exe.tuned_groups()

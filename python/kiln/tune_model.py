@@ -33,19 +33,21 @@ def extract_tasks(model, target="llvm", db=None, layout=True):
 
 
 def tune_model(model, target="llvm", trials=1000, db="kiln_tuning.db", time_budget=None, batch=16, early_stop_rounds=3,
-               progress=True, seed=0, layout=True, cold_inputs=True, confirm_top=4, confirm_rounds=3):
+               progress=True, seed=0, layout=True, cold_inputs=True, confirm_top=4, confirm_rounds=3, gpu_simulate=False):
     """Tunes every task of `model` into `db`; returns a dict with the tasks, the table, trials, rounds, elapsed_s, estimated_latency (s) and failures (tasks stopped by an error, with its message).
 
     cold_inputs: time each candidate with every input but the first evicted from the caches, as a layer's
     weights are inside a model run (records kept apart from warm ones; compile prefers them).
     confirm_top, confirm_rounds: after the search, each task's best few schedules and its default schedule
     are measured again side by side in that many rounds (not counted in `trials`; 0 skips it): the
-    fastest of thousands of single measurements is partly the luckiest one (see ``remeasure``)."""
+    fastest of thousands of single measurements is partly the luckiest one (see ``remeasure``).
+    A cuda target tunes the groups ``kiln.compile(model, target="cuda ...")`` builds, on the GPU
+    (``gpu_simulate=True``: in the GPU simulator, records kept apart; see ``kiln.tune``)."""
     if not db:
         raise KilnError("tune_model needs a tuning database (db=...) to keep its records")
     result = _kiln.graph.tune_model(model, str(target), db, int(trials), int(batch), _seconds(time_budget),
                                     int(early_stop_rounds), bool(progress), int(seed), layout, bool(cold_inputs),
-                                    int(confirm_top), int(confirm_rounds))
+                                    int(confirm_top), int(confirm_rounds), bool(gpu_simulate))
     for failure in result["failures"]:
         warnings.warn("tune_model: a task was not tuned further after an error (please report it): " + failure)
     return result

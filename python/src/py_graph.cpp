@@ -296,10 +296,11 @@ void define_graph(py::module_& root) {
       .def_property_readonly("graph", &GpuExecutor::graph)
       .def_property_readonly("num_kernels", [](const GpuExecutor& exe) { return exe.plan().kernel_names.size(); });
 
-  m.def("compile_gpu", [](const Graph& g, const std::string& target, bool fuse, bool nvrtc, bool dump) {
+  m.def("compile_gpu", [](const Graph& g, const std::string& target, bool fuse, bool nvrtc, bool dump, const std::string& db) {
     py::gil_scoped_release release;
-    return compile_gpu(g, GpuCompileOptions{target, fuse, nvrtc, dump});
-  }, py::arg("graph"), py::arg("target") = "cuda -arch=sm_90", py::arg("fuse") = true, py::arg("nvrtc") = true, py::arg("dump") = false);
+    return compile_gpu(g, GpuCompileOptions{target, fuse, nvrtc, db, dump});
+  }, py::arg("graph"), py::arg("target") = "cuda -arch=sm_90", py::arg("fuse") = true, py::arg("nvrtc") = true, py::arg("dump") = false,
+     py::arg("db") = "");
 
   m.def("compile", [](const Graph& g, const std::string& target, const std::string& db, bool fuse, bool plain, bool dump, bool layout) {
     CompileOptions o;

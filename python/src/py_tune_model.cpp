@@ -49,8 +49,9 @@ void define_tune_model(py::module_& root) {
   }, py::arg("graph"), py::arg("target") = "llvm", py::arg("db") = "", py::arg("layout") = true);
   m.def("tune_model", [](const Graph& g, const std::string& target, const std::string& db, int trials, int batch, double time_budget_s,
                          int early_stop_rounds, bool progress, uint64_t seed, bool layout, bool cold_inputs, int confirm_top,
-                         int confirm_rounds) {
+                         int confirm_rounds, bool gpu_simulate) {
     ModelTuneOptions t;
+    t.gpu_simulate = gpu_simulate;
     t.cold_inputs = cold_inputs;
     t.confirm_top = confirm_top;
     t.confirm_rounds = confirm_rounds;
@@ -76,7 +77,7 @@ void define_tune_model(py::module_& root) {
     return d;
   }, py::arg("graph"), py::arg("target"), py::arg("db"), py::arg("trials"), py::arg("batch"), py::arg("time_budget_s"),
      py::arg("early_stop_rounds"), py::arg("progress"), py::arg("seed"), py::arg("layout"), py::arg("cold_inputs") = true,
-     py::arg("confirm_top") = 4, py::arg("confirm_rounds") = 3);
+     py::arg("confirm_top") = 4, py::arg("confirm_rounds") = 3, py::arg("gpu_simulate") = false);
 }
 
 }  // namespace kiln::python

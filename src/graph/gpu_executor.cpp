@@ -10,6 +10,7 @@
 #include "kiln/support/error.h"
 #include "kiln/tuner/search_space.h"
 #include "kiln/tuner/task.h"
+#include "kiln/tuner/tune.h"
 
 namespace kiln::graph {
 
@@ -29,13 +30,24 @@ GpuExecutor compile_gpu(const Graph& g, const GpuCompileOptions& options) {
   st->planned = plan_graph(st->graph, [&](const GraphDag& dag, const std::string& name) {
     std::vector<te::Tensor> args = dag.args();
     tuner::Task task = tuner::make_task(args, target, name);
-    tuner::SearchSpace space(task);
-    tuner::Candidate c = space.default_candidate();
-    st->kernels.push_back(build_cuda(space.materialize(&c), args, target, name, {}, options.nvrtc));
     GroupInfo info;
-    info.schedule = "default";
-    info.schedule_detail = space.describe_sketch(c.sketch) + "; " + space.describe_candidate(c);
     info.flop = task.flop;
+    te::Schedule sch;
+    std::string trace;
+    if (!options.db.empty())
+      if (auto best = tuner::best_schedule(task, options.db, &trace)) {
+        sch = *best;
+        info.schedule = "database";
+        info.schedule_detail = trace;
+      }
+    if (!sch.state()) {
+      tuner::SearchSpace space(task);
+      tuner::Candidate c = space.default_candidate();
+      sch = space.materialize(&c);
+      info.schedule = "default";
+      info.schedule_detail = space.describe_sketch(c.sketch) + "; " + space.describe_candidate(c);
+    }
+    st->kernels.push_back(build_cuda(sch, args, target, name, {}, options.nvrtc));
     return info;
   }, /*gpu=*/true);
   return GpuExecutor(st);

@@ -55,13 +55,15 @@ namespace {
 
 /** The tasks of `g` under one layout plan, with their weights in that plan. */
 std::vector<ModelTask> tasks_of_plan(const Graph& g, const Target& target, const CompileOptions& options, const LayoutPlan& plan) {
-  PipelineOptions popt{true, options.layout, false, plan};
+  // A GPU model's groups as compile_gpu makes them: NCHW convolutions, each operator's GPU form.
+  bool gpu = target.kind == Target::Kind::CUDA;
+  PipelineOptions popt{true, options.layout && !gpu, false, plan};
   Graph fused = optimize(g, target, popt);
   std::vector<ModelTask> tasks;
   std::map<std::string, size_t> by_key;
   for (const OpNode* node : fused.op_nodes()) {
     KILN_CHECK(node->body.defined()) << "node '" << node->name << "' is in no group after fuse_ops";
-    GraphDag dag = to_te(Graph(node->body));
+    GraphDag dag = to_te(Graph(node->body), gpu);
     std::string ops = node->attrs.get_string("ops");
     tuner::Task task = tuner::make_task(dag.args(), target, ops);
     auto it = by_key.find(task.workload_key);
@@ -153,11 +155,11 @@ namespace {
 // The confirmation after the search (tuner/confirm.h): each task's best few
 // and its default schedule measured again side by side; their records then
 // decide what compile uses.
-void confirm_tasks(ModelTuneResult* r, const std::string& db, const ModelTuneOptions& tune) {
+void confirm_tasks(ModelTuneResult* r, const std::string& db, const ModelTuneOptions& tune, bool gpu) {
   tuner::ConfirmOptions c;
   c.top = tune.confirm_top;
   c.rounds = tune.confirm_rounds;
-  c.cold_inputs = tune.cold_inputs;
+  c.cold_inputs = tune.cold_inputs && !gpu;
   for (size_t i = 0; i < r->tasks.size(); ++i) {
     ModelTask& t = r->tasks[i];
     if (t.best_time <= 0) continue;
@@ -184,6 +186,7 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
   auto start = Clock::now();
   ModelTuneResult r;
   r.tasks = extract_tasks(g, options);
+  bool gpu = Target::parse(options.target).kind == Target::Kind::CUDA;
   size_t n = r.tasks.size();
   std::vector<double> last_gain(n, 0);   // seconds the task's best improved by in its last round
   std::vector<int> rounds_without(n, 0);
@@ -198,7 +201,9 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
     o.model_path = options.db + ".model";  // one cost model for all tasks
     o.progress = false;
     o.seed = tune.seed + static_cast<uint64_t>(r.rounds);
-    o.measure.cold_inputs = tune.cold_inputs;
+    // Cache eviction is a CPU matter; a GPU kernel's inputs are in device memory.
+    o.measure.cold_inputs = tune.cold_inputs && !gpu;
+    o.measure.gpu_simulate = tune.gpu_simulate;
     tuner::TuneResult tr;
     try {
       tr = tuner::tune(t.task, o);
@@ -277,7 +282,8 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
     if (pick == n) break;  // every task stopped improving
     run_round(pick);
   }
-  if (tune.confirm_top > 0) confirm_tasks(&r, options.db, tune);
+  // Simulated GPU timings are not worth confirming (and confirm_best times on the device).
+  if (tune.confirm_top > 0 && !tune.gpu_simulate) confirm_tasks(&r, options.db, tune, gpu);
   r.elapsed_s = seconds_since(start);
   r.estimated_latency = estimated_latency(r.tasks);
   return r;

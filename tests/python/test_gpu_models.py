@@ -91,8 +91,8 @@ def test_gpu_model_errors_name_the_fix():
     torch.manual_seed(2)
     x = torch.randn(2, 32)
     model = _import(SmallBlock(), x)
-    with pytest.raises(kiln.KilnError, match="drop db="):
-        kiln.compile(model, target=TARGET, db="kiln_tuning.db")
+    with pytest.raises(kiln.KilnError, match="drop plain="):
+        kiln.compile(model, target=TARGET, plain=True)
     exe = kiln.compile(model, target=TARGET)
     with pytest.raises(kiln.KilnError, match="shape"):
         exe.simulate(np.zeros((3, 32), "float32"))
@@ -140,3 +140,28 @@ def test_full_size_models_compile_for_the_gpu(name):
         block, shared = re.search(r"block=\((\d+),(\d+),(\d+)\) shared=(\d+)B", k["launch"]).group(1, 2, 3), k["launch"].split("shared=")[1]
         threads = int(block[0]) * int(block[1]) * int(block[2])
         assert 1 <= threads <= 1024 and int(shared.rstrip("B")) <= 48 * 1024, (k["name"], k["launch"])
+
+
+def test_model_tuning_for_the_gpu_in_the_simulator(tmp_path):
+    # tune_model on a cuda target: the tasks are the groups compile builds for
+    # the GPU; in the simulator its records are kept apart, so compile(db=)
+    # still uses the defaults. Relabelled as device records (what a session
+    # on a GPU writes), they are what compile(db=) builds, and the model stays right.
+    import sqlite3
+    torch.manual_seed(4)
+    net, x = SmallBlock(), torch.randn(6, 32)
+    model = _import(net, x)
+    db = str(tmp_path / "gpu_model.db")
+    r = kiln.tune_model(model, target=TARGET, trials=24, batch=8, db=db, progress=False, gpu_simulate=True)
+    assert r["trials"] == 24 and not r["failures"], r
+    assert all(g["schedule"] == "default" for g in kiln.compile(model, target=TARGET, db=db, quiet=True).groups())
+    con = sqlite3.connect(db)
+    con.execute("UPDATE targets SET target = replace(target, ' [simulated]', '')")
+    con.commit()
+    con.close()
+    exe = kiln.compile(model, target=TARGET, db=db, quiet=True)
+    tuned = [g for g in exe.groups() if g["schedule"] == "database"]
+    assert tuned, exe.groups()
+    (y,) = exe.simulate(x.numpy())
+    with torch.no_grad():
+        np.testing.assert_allclose(y, net(x).numpy(), rtol=1e-4, atol=1e-5)

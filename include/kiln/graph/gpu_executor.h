@@ -29,6 +29,8 @@ struct GpuCompileOptions {
   bool fuse = true;
   /** false: CUDA C only, no NVRTC (for machines without it; simulate() still works). */
   bool nvrtc = true;
+  /** A tuning database: each group takes its workload's best GPU record when it has one (tune_model with a cuda target). */
+  std::string db;
   bool dump = false;
 };
 

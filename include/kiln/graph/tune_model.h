@@ -68,6 +68,8 @@ struct ModelTuneOptions {
    */
   int confirm_top = 4;
   int confirm_rounds = 3;
+  /** cuda targets: run the candidates in the GPU simulator (tuner::MeasureOptions::gpu_simulate); no confirmation. */
+  bool gpu_simulate = false;
 };
 
 struct ModelTuneResult {
