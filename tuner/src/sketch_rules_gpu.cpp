@@ -324,7 +324,6 @@ class GpuApplier {
       : dag_(dag), sk_(sk), d_(d), s_(s), block_(dag.stages.size()), thread_(dag.stages.size()) {}
 
   void run() {
-    int o = output_stage(dag_);
     // cache_write must be the first primitive on its stage, and the shared
     // copies come before the inlining, so padding inlines into them.
     // A tiled stage's accumulator is a local cache_write copy; fused into its
@@ -358,7 +357,6 @@ class GpuApplier {
         default: break;
       }
     }
-    (void)o;
   }
 
  private:
