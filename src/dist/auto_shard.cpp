@@ -164,20 +164,25 @@ std::string spec_with(int ndim, int dim, const std::string& split) {
 }
 
 // The 2-D values read as MatMul/Gemm weights get R / rows / columns per axis;
-// other graph inputs R / batch split per axis / over all axes.
+// Conv weights [K, C/group, kernel...] R / output channels per axis and, for
+// groups of 1, input channels (partial sums); other graph inputs R / batch
+// split per axis / over all axes.
 std::vector<Choice> choices_of(const Graph& g, const Mesh& mesh) {
   std::vector<Choice> out;
   std::unordered_set<std::string> weights;
   for (const OpNode* op : g.op_nodes()) {
     const std::string& n = op->op->name;
-    if ((n != "MatMul" && n != "Gemm") || op->inputs.size() < 2) continue;
+    bool conv = n == "Conv";
+    if ((n != "MatMul" && n != "Gemm" && !conv) || op->inputs.size() < 2) continue;
     const Value& w = op->inputs[1];
-    if (w.node->kind == NodeKind::Op || w.type().ndim() != 2 || !weights.insert(w.node->name).second) continue;
-    Choice c{w.node->name, {"R R"}, false};
+    int nd = w.type().ndim();
+    if (w.node->kind == NodeKind::Op || (conv ? nd < 3 : nd != 2) || !weights.insert(w.node->name).second) continue;
+    bool dense = !conv || op->attrs.get_int_or("group", 1) == 1;
+    Choice c{w.node->name, {spec_with(nd, -1, "")}, false};
     for (int a = 0; a < mesh.ndim(); ++a) {
       std::string s = "S(" + mesh.axis_name(a) + ")";
-      c.options.push_back(s + " R");
-      c.options.push_back("R " + s);
+      c.options.push_back(spec_with(nd, 0, s));
+      if (dense) c.options.push_back(spec_with(nd, 1, s));
     }
     out.push_back(c);
   }

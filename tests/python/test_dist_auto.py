@@ -1,5 +1,6 @@
 """kiln.dist.shard(strategy="auto"): the search's choice in one process, and the chosen plan run
-under mpirun on 2 and 4 ranks against numpy (tests/python/dist/auto_chain.py)."""
+under mpirun on 2 and 4 ranks against numpy (tests/python/dist/auto_chain.py), and for a CNN's
+convolution weights on 2 ranks against the one-process result (auto_cnn.py)."""
 import numpy as np
 import pytest
 
@@ -48,3 +49,8 @@ def test_auto_errors():
 def test_auto_plan_runs_on_ranks(np_):
     out = expect_ok("auto_chain.py", np_, timeout=120)
     assert "estimate" in out and "measured" in out
+
+
+def test_auto_splits_conv_weights_under_a_limit():
+    out = expect_ok("auto_cnn.py", 2, timeout=120)
+    assert "auto cnn: ['" in out
