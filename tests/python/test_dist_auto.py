@@ -54,3 +54,29 @@ def test_auto_plan_runs_on_ranks(np_):
 def test_auto_splits_conv_weights_under_a_limit():
     out = expect_ok("auto_cnn.py", 2, timeout=120)
     assert "auto cnn: ['" in out
+
+
+def attention_block(B=2, S=16, E=256, H=8):
+    rng = np.random.default_rng(3)
+    D = E // H
+    b = kiln.graph.Builder()
+    x = b.input("x", (B, S, E))
+
+    def heads(name, perm):
+        p = b.op("MatMul", x, b.constant(name, (rng.standard_normal((E, E)) * 0.05).astype("float32")))
+        return b.op("Transpose", b.op("Reshape", p, b.constant(name + ".shape", np.array([B, S, H, D], "int64"))), perm=perm)
+
+    q, k, v = heads("wq", [0, 2, 1, 3]), heads("wk", [0, 2, 3, 1]), heads("wv", [0, 2, 1, 3])
+    s = b.op("Softmax", b.op("Mul", b.op("MatMul", q, k), b.constant("scale", np.array(D ** -0.5, "float32"))), axis=-1)
+    o = b.op("Reshape", b.op("Transpose", b.op("MatMul", s, v), perm=[0, 2, 1, 3]), b.constant("merge", np.array([B, S, E], "int64")))
+    wo = b.constant("wo", (rng.standard_normal((E, E)) * 0.05).astype("float32"))
+    return b.build(b.op("Add", b.op("MatMul", o, wo), x)), 4 * E * E * 4
+
+
+def test_auto_splits_attention_by_heads_under_a_limit():
+    # No head rule of its own: Q/K/V column splits carry through the reshape to
+    # the heads, and the search finds Megatron's plan (one all-reduce) itself.
+    model, weight_bytes = attention_block()
+    plan = kiln.dist.shard(model, kiln.dist.Mesh(("model", 2)), strategy="auto", memory_limit=int(weight_bytes * 0.7))
+    assert [plan.specs[w] for w in ("wq", "wk", "wv", "wo")] == ["R S(model)"] * 3 + ["S(model) R"], plan.report
+    assert [c[0] for c in plan.collectives()] == ["kiln.AllReduce"], plan.collectives()
