@@ -299,8 +299,9 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     precision = _prec.check_precision(precision)
     scaler = _prec.scaler_of(loss_scale, precision)
     recompute = segments is not None and int(segments) > 1 or memory_limit is not None
-    if recompute and (precision or scaler):
-        raise KilnError("recomputing activations (memory_limit / segments) and mixed precision or loss scaling do not combine yet")
+    if recompute and scaler:
+        raise KilnError("recomputing activations (memory_limit / segments) and loss scaling do not combine yet (float16 always scales "
+                        "its loss); use precision='bfloat16', which needs no loss scale, or no memory limit")
     m = _Lifted(model, precision)
     loss_v, y = _loss_value(loss, m.lifted.output_values[0], target_shape)
     batch = m.data + ([y] if y is not None else [])

@@ -54,6 +54,15 @@ def test_segments_recompute_and_follow_the_plain_step(segments):
     follow(ck, plain)
 
 
+def test_segments_with_bfloat16_follow_the_plain_bfloat16_step():
+    # The recomputed forward is the rounded one (autocast comes before the cut), so the losses and
+    # parameters are those of the plain mixed-precision step.
+    plain = kiln.train.compile(mlp(), optimizer=opt(), precision="bfloat16")
+    ck = kiln.train.compile(mlp(), optimizer=opt(), precision="bfloat16", segments=3)
+    assert ck.memory()["segments"] == 3 and ck.memory()["total"] < plain.memory()["total"]
+    follow(ck, plain)
+
+
 def test_memory_limit_picks_the_fewest_segments_that_fit():
     plain = kiln.train.compile(mlp(), optimizer=opt())
     totals = {k: kiln.train.compile(mlp(), optimizer=opt(), segments=k).memory()["total"] for k in (2, 3, 4)}
