@@ -574,6 +574,33 @@ void check_rowwise(const Case& c, const std::vector<std::string>& reductions) {
 }
 TEST_P(TunerSketch, SoftmaxRowwise) { check_rowwise(softmax_case(8, 768), {"softmax.max", "softmax.sum"}); }
 TEST_P(TunerSketch, LayerNormRowwise) { check_rowwise(layer_norm_case(6, 80), {"layernorm.sum", "layernorm.var"}); }
+
+// Layer norm as ONNX writes it: ReduceMean with keepdims, so the sums are
+// [M, 1] and read at [i, 0]. The trailing axis of extent 1 is no row axis.
+Case keepdims_norm_case(int M, int N) {
+  te::Tensor X = te::placeholder({M, N}, DataType::Float(32), "X");
+  IterVar k = te::reduce_axis(Range(0, N), "k");
+  te::Tensor S = te::compute({M, 1}, [&](const std::vector<Var>& i) { return te::sum(X(i[0], k.var()), {k}); }, "mean.sum");
+  IterVar k2 = te::reduce_axis(Range(0, N), "k2");
+  te::Tensor V = te::compute({M, 1}, [&](const std::vector<Var>& i) {
+    Expr d = X(i[0], k2.var()) - S(i[0], 0) / float(N);
+    return te::sum(d * d, {k2});
+  }, "var.sum");
+  te::Tensor Y = te::compute({M, N}, [&](const std::vector<Var>& i) { return (X(i[0], i[1]) - S(i[0], 0) / float(N)) / sqrt(V(i[0], 0) / float(N) + 1e-5f); }, "norm");
+  return {"keepdims_norm", {X, Y}, [=](const std::vector<Vec>& in) {
+            Vec o(M * N);
+            for (int i = 0; i < M; ++i) {
+              double mu = 0, var = 0;
+              for (int j = 0; j < N; ++j) mu += in[0][i * N + j];
+              mu /= N;
+              for (int j = 0; j < N; ++j) var += (in[0][i * N + j] - mu) * (in[0][i * N + j] - mu);
+              var /= N;
+              for (int j = 0; j < N; ++j) o[i * N + j] = float((in[0][i * N + j] - mu) / std::sqrt(var + 1e-5));
+            }
+            return std::vector<Vec>{o};
+          }};
+}
+TEST_P(TunerSketch, KeepdimsNormRowwise) { check_rowwise(keepdims_norm_case(6, 80), {"mean.sum", "var.sum"}); }
 TEST_P(TunerSketch, BatchMatmulComputes) { check_all_sketches(batch_matmul_case(2, 8, 32, 16), 2); }
 TEST_P(TunerSketch, MaxPoolComputes) { check_all_sketches(max_pool_case(), 3); }
 TEST_P(TunerSketch, TwoOutputsComputes) { check_all_sketches(two_outputs_case(16, 32, 8), 2); }

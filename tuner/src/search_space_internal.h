@@ -146,11 +146,9 @@ struct Sketch {
   std::string description;
 };
 
-/** Rule 7: the reduce variable of s appears in its reads only as their last
- * index (so a row's elements are contiguous along the reduction). */
-bool reduces_along_rows(const StageInfo& s);
 /** Rule 7 (sketch_rules_rowwise.cpp): the elementwise output whose row loop
- * reduction stage i may be computed at, vectorized along the row; -1 if none. */
+ * reduction stage i may be computed at, vectorized along the row; -1 if none.
+ * The reduction's trailing axes of extent 1 (keepdims) read at 0 do not count as rows. */
 int rowwise_target(const DagInfo& dag, int i);
 /** Rule 7: inlined stage e (softmax's exp) may instead be stored per row at
  * output o's row loop: only o and o's row-wise reductions read it. */

@@ -26,7 +26,6 @@
 #include <algorithm>
 #include <sstream>
 
-#include "kiln/ir/functor.h"
 #include "kiln/support/error.h"
 #include "search_space_internal.h"
 
@@ -57,37 +56,6 @@ bool reads_inputs_only(const DagInfo& dag, const StageInfo& s) {
 
 bool tileable(const DagInfo& dag, const StageInfo& s) { return s.reduction && s.has_reuse && reads_inputs_only(dag, s); }
 
-// Rule 3's reduction: one reduce axis along the rows of an elementwise
-// output o, its spatial axes o's leading ones, possibly followed by axes of
-// extent 1 (ReduceMean with keepdims, as layer norms in ONNX have it) that
-// every reader reads at 0. Each reader is o or such a reduction itself.
-// Returns o, or -1.
-int gpu_row_target(const DagInfo& dag, int i) {
-  const StageInfo& s = dag.stages[i];
-  if (!s.op || !s.reduction || s.has_reuse || s.output || s.reduce.size() != 1 || s.readers.empty() || !reduces_along_rows(s)) return -1;
-  size_t rows = s.spatial.size();
-  while (rows > 0 && s.spatial[rows - 1] == 1) --rows;
-  if (rows == 0) return -1;
-  int target = -1;
-  for (int r : s.readers) {
-    const StageInfo& reader = dag.stages[r];
-    int t = reader.output ? r : gpu_row_target(dag, r);
-    if (t < 0 || (target >= 0 && t != target)) return -1;
-    target = t;
-    bool exact = true;
-    post_order_visit(reader.body, [&](const Expr& e) {
-      const TensorLoad* l = e.as<TensorLoad>();
-      if (!l || static_cast<const te::TensorNode*>(l->producer.get())->op.get() != s.op) return;
-      exact = exact && l->indices.size() == s.spatial.size();
-      for (size_t k = 0; exact && k < l->indices.size(); ++k) exact = k < rows ? l->indices[k].same_as(reader.op->axis[k].var()) : is_zero(l->indices[k]);
-    });
-    if (!exact) return -1;
-  }
-  const StageInfo& o = dag.stages[target];
-  if (o.reduction || o.spatial.size() != rows + 1 || !std::equal(s.spatial.begin(), s.spatial.begin() + rows, o.spatial.begin())) return -1;
-  return target;
-}
-
 std::vector<StagePlan> base_plans(const DagInfo& dag) {
   std::vector<StagePlan> plans(dag.stages.size());
   for (size_t i = 0; i < dag.stages.size(); ++i)
@@ -108,7 +76,7 @@ std::vector<std::vector<StagePlan>> structured_plans(const DagInfo& dag, int o) 
     if (!fused && tileable(dag, s) && fusible_consumer(dag, static_cast<int>(i)) == o) {
       p.kind = PlanKind::GpuTiledFused;
       fused = true;
-    } else if (gpu_row_target(dag, static_cast<int>(i)) == o) {
+    } else if (rowwise_target(dag, static_cast<int>(i)) == o) {
       p.kind = PlanKind::GpuRowReduce;
       rows = true;
     } else {

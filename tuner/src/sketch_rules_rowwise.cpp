@@ -20,20 +20,19 @@ namespace kiln::tuner::detail {
 
 namespace {
 
-// Every read of t in body is indexed exactly by `axes` in its leading
-// dimensions (so the reader's row r reads t's row r).
+// Every read of t in body is indexed exactly by `axes` in its first `rows`
+// dimensions (so the reader's row r reads t's row r) and at 0 in the rest
+// (t's trailing axes of extent 1: ONNX's ReduceMean with keepdims).
 bool reads_rows_exactly(const Expr& body, const te::ComputeOpNode* t, const std::vector<IterVar>& axes, size_t rows) {
   bool exact = true;
   post_order_visit(body, [&](const Expr& e) {
     const TensorLoad* l = e.as<TensorLoad>();
     if (!l || static_cast<const te::TensorNode*>(l->producer.get())->op.get() != t) return;
-    exact = exact && l->indices.size() == rows;
-    for (size_t k = 0; exact && k < rows; ++k) exact = l->indices[k].same_as(axes[k].var());
+    exact = exact && l->indices.size() == t->axis.size();
+    for (size_t k = 0; exact && k < l->indices.size(); ++k) exact = k < rows ? l->indices[k].same_as(axes[k].var()) : is_zero(l->indices[k]);
   });
   return exact;
 }
-
-}  // namespace
 
 // The reduce variable appears in reads only as their last index, so the
 // vector along it reads contiguous memory.
@@ -51,20 +50,26 @@ bool reduces_along_rows(const StageInfo& s) {
   return ok && any;
 }
 
+}  // namespace
+
 int rowwise_target(const DagInfo& dag, int i) {
   const StageInfo& s = dag.stages[i];
   if (!s.op || !s.reduction || s.has_reuse || s.output || s.reduce.size() != 1 || s.spatial.empty() || s.readers.empty()) return -1;
   if (s.reduce[0] < 2 * dag.lanes || !reduces_along_rows(s)) return -1;
+  // The row axes: the spatial ones before any trailing axes of extent 1.
+  size_t rows = s.spatial.size();
+  while (rows > 0 && s.spatial[rows - 1] == 1) --rows;
+  if (rows == 0) return -1;
   int target = -1;
   for (int r : s.readers) {
     const StageInfo& reader = dag.stages[r];
     int t = reader.output ? r : rowwise_target(dag, r);
     if (t < 0 || (target >= 0 && t != target)) return -1;
     target = t;
-    if (!reads_rows_exactly(reader.body, s.op, reader.op->axis, s.spatial.size())) return -1;
+    if (!reads_rows_exactly(reader.body, s.op, reader.op->axis, rows)) return -1;
   }
   const StageInfo& o = dag.stages[target];
-  if (o.reduction || o.spatial.size() != s.spatial.size() + 1 || !std::equal(s.spatial.begin(), s.spatial.end(), o.spatial.begin())) return -1;
+  if (o.reduction || o.spatial.size() != rows + 1 || !std::equal(s.spatial.begin(), s.spatial.begin() + rows, o.spatial.begin())) return -1;
   return target;
 }
 
