@@ -323,8 +323,9 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     if scale_v is not None:
         inputs, outputs, out_names = inputs + [scale_v], outputs + [finite], out_names + ["finite"]
     graph = _kg.make_graph(inputs, outputs, out_names)
+    seed_fn = scalars.fns[-1] if m.seed_v is not None else None  # the step's dropout seed, for recomputation
     if segments is not None and int(segments) > 1:
-        return _checkpointed(m.loss_graph(batch, loss_v), len(batch), m.names, m.values, optimizer, int(segments), target)
+        return _checkpointed(m.loss_graph(batch, loss_v), len(batch), m.names, m.values, optimizer, int(segments), target, seed_fn)
     exe = _kg.compile(graph, target=target, db=db, quiet=True)
     params_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(m.names, m.values))
     state_arrays = [[_np.zeros(p.shape, p.dtype) for _ in state_names] for p in m.params]
@@ -332,7 +333,7 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     step = TrainStep(exe, graph, len(m.data), y is not None, params_d, state_names, state_arrays, scalars, buffers_d, optimizer, scaler)
     if memory_limit is None or step.memory()["total"] <= memory_limit:
         return step
-    return _fit_memory(step, m.loss_graph(batch, loss_v), len(batch), m.names, m.values, optimizer, int(memory_limit), target)
+    return _fit_memory(step, m.loss_graph(batch, loss_v), len(batch), m.names, m.values, optimizer, int(memory_limit), target, seed_fn)
 
 
 class _Lifted:
@@ -352,12 +353,14 @@ class _Lifted:
         self.seed_v = ins[-1] if self.seed_input else None
 
     def loss_graph(self, batch, loss_v):
-        """The loss of the parameters alone, for recomputation (it has no dropout seed or buffers)."""
-        if self.buffer_names or self.seed_input:
+        """The loss of the batch (and the dropout seed, when there is one) and the parameters, for
+        recomputation: a segment's recomputed forward gets the step's seed again, so it draws the
+        masks its first forward drew."""
+        if self.buffer_names:
             raise KilnError("recomputing activations (memory_limit / segments) does not handle batch-norm running statistics "
-                            "or dropout yet: the recomputed forward would update them twice or draw new masks; train this "
-                            "model without a memory limit")
-        return _kg.make_graph(batch + self.params, [loss_v], ["loss"])
+                            "yet: the recomputed forward would update them twice; train this model without a memory limit")
+        seed = [self.seed_v] if self.seed_v is not None else []
+        return _kg.make_graph(batch + seed + self.params, [loss_v], ["loss"])
 
 
 def _step_gradients(loss_v, m, scaler):
@@ -371,20 +374,20 @@ def _step_gradients(loss_v, m, scaler):
     return None, grads, None
 
 
-def _checkpointed(loss_graph, n_batch, names, values, optimizer, segments, target):
+def _checkpointed(loss_graph, n_batch, names, values, optimizer, segments, target, seed_fn=None):
     from . import train_checkpoint as _ck
     if not hasattr(_kiln, "dist"):
         raise KilnError("recomputing activations needs kiln's distribution pass (its balanced cut); this kiln was built without it")
-    return _ck.compile_checkpointed(loss_graph, n_batch, names, values, optimizer, segments, target)
+    return _ck.compile_checkpointed(loss_graph, n_batch, names, values, optimizer, segments, target, seed_fn)
 
 
-def _fit_memory(step, loss_graph, n_batch, names, values, optimizer, limit, target):
+def _fit_memory(step, loss_graph, n_batch, names, values, optimizer, limit, target, seed_fn=None):
     """The fewest segments whose checkpointed step fits `limit` bytes (2, 3, ... 8, then doubling)."""
     tried = [(1, step.memory()["total"])]
     k = 2
     while True:
         try:
-            ck = _checkpointed(loss_graph, n_batch, names, values, optimizer, k, target)
+            ck = _checkpointed(loss_graph, n_batch, names, values, optimizer, k, target, seed_fn)
         except KilnError as e:
             if "fewer than the" not in str(e):
                 raise

@@ -54,13 +54,14 @@ class CheckpointedTrainStep:
     """A training step that keeps only segment boundaries between its forward and backward passes.
     Called like kiln.train's step: ``loss = step(x, y)``; ``parameters``, ``state``, ``memory()``."""
 
-    def __init__(self, graph, stages, fwds, bwds, update, param_names, params, state_names, states, scalars, n_batch):
+    def __init__(self, graph, stages, fwds, bwds, update, param_names, params, state_names, states, scalars, n_batch, seed_fn=None):
         self.graph, self.stages = graph, stages
         self._fwds, self._bwds, self._update = fwds, bwds, update
         self._param_names = param_names
         self.parameters = params
         self._state_names, self._states, self._scalars = state_names, states, scalars
         self._n_batch = n_batch
+        self._seed_fn = seed_fn  # step number -> the dropout seed (the graph's input after the batch), or None
         self.steps = 0
 
     @property
@@ -78,6 +79,8 @@ class CheckpointedTrainStep:
             if a.shape != tuple(shape):
                 raise KilnError(f"input '{n}' must have shape {tuple(shape)}, got {a.shape}")
             feed[n] = _np.ascontiguousarray(a)
+        if self._seed_fn is not None:  # one seed for a segment's forward and its recomputation: the same masks
+            feed[names[self._n_batch]] = _np.asarray(self._seed_fn(self.steps + 1), self.graph.input_types[self._n_batch][1])
         for n in self._param_names:
             feed[n] = dict.__getitem__(self.parameters, n)
         kept, carried = [], []
@@ -115,8 +118,9 @@ class CheckpointedTrainStep:
                 "total": params + states + inputs + grads + boundaries + running, "segments": len(self.stages)}
 
 
-def compile_checkpointed(graph, n_batch, names, values, optimizer, segments, target):
-    """The checkpointed step of `graph` (batch inputs, then parameters, in; the loss out) in `segments` segments."""
+def compile_checkpointed(graph, n_batch, names, values, optimizer, segments, target, seed_fn=None):
+    """The checkpointed step of `graph` (batch inputs, the dropout seed when seed_fn is given, then parameters,
+    in; the loss out) in `segments` segments."""
     from . import train as _t
     from .dist_pipeline import _vjp_graph
     stages, _ = _kiln.dist.cut_pipeline(graph, int(segments), {})
@@ -137,7 +141,7 @@ def compile_checkpointed(graph, n_batch, names, values, optimizer, segments, tar
     update = _Compiled(_kiln.graph.compile(ug, target=target), ug)
     params = _t._Parameters((n, _np.array(v, copy=True)) for n, v in zip(names, values))
     states = [[_np.zeros(v.shape, v.dtype) for _ in state_names] for v in values]
-    return CheckpointedTrainStep(graph, stages, fwds, bwds, update, list(names), params, state_names, states, scalars, n_batch)
+    return CheckpointedTrainStep(graph, stages, fwds, bwds, update, list(names), params, state_names, states, scalars, n_batch, seed_fn)
 
 
 class _Compiled:

@@ -63,6 +63,21 @@ def test_segments_with_bfloat16_follow_the_plain_bfloat16_step():
     follow(ck, plain)
 
 
+def test_segments_with_dropout_follow_the_plain_step():
+    # Each segment's recomputed forward gets the step's seed again: the masks of its first forward.
+    rng = np.random.default_rng(0)
+    b = kiln.graph.Builder()
+    h = b.input("x", (256, 64))
+    for i in range(4):
+        h = b.op("Tanh", b.op("MatMul", h, b.constant(f"w{i}", (rng.standard_normal((64, 64)) / 8).astype("float32"))))
+        h = b.op("Dropout", h, b.constant(f"ratio{i}", np.array(0.3, "float32")))
+    model = b.build(b.op("MatMul", h, b.constant("out", rng.standard_normal((64, 10)).astype("float32"))))
+    plain = kiln.train.compile(model, optimizer=opt(), seed=3)
+    ck = kiln.train.compile(model, optimizer=opt(), seed=3, segments=3)
+    assert ck.memory()["segments"] == 3
+    follow(ck, plain)
+
+
 def test_memory_limit_picks_the_fewest_segments_that_fit():
     plain = kiln.train.compile(mlp(), optimizer=opt())
     totals = {k: kiln.train.compile(mlp(), optimizer=opt(), segments=k).memory()["total"] for k in (2, 3, 4)}
