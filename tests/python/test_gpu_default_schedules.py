@@ -188,3 +188,18 @@ def test_a_gpu_session_in_the_simulator(tmp_path):
     s = kiln._ffi._kiln.Schedule.from_trace(kiln.tuner.make_task(args, TARGET).outputs, best.trace)
     a, b = rand(32, 48), rand(48, 40)
     simulate_and_check(s, args, [a, b], a @ b)
+
+
+def test_kiln_tune_cli_for_a_gpu_in_the_simulator(tmp_path):
+    import os
+    import subprocess
+    build = os.path.dirname(os.path.dirname(os.path.abspath(kiln._ffi._kiln.__file__)))
+    tool = os.path.join(build, "tuner", "kiln-tune")
+    if not os.path.exists(tool):
+        pytest.skip("kiln-tune is not built here")
+    db = str(tmp_path / "cli.db")
+    r = subprocess.run([tool, "conv2d", "1", "4", "6", "6", "8", "3", "3", "1", "1", "--target", TARGET, "--gpu-simulate", "--trials", "8",
+                        "--batch", "4", "--db", db, "--quiet"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # No CPU peer for a GPU kernel, the NCHW layout, and every trial measured.
+    assert "no peer for a cuda target" in r.stdout and "8 trials measured, 0 errors" in r.stdout, r.stdout

@@ -53,9 +53,10 @@ workloads (fp32, from the operator library):
 
 options:
   --trials N         candidates to measure (default 200)
-  --layout L         conv2d: nchwc (default; input [N,C/16,H,W,16], weights
+  --layout L         conv2d: nchwc (default on the CPU; input [N,C/16,H,W,16], weights
                      [K/32,C/16,KH,KW,16,32], output [N,K/32,OH,OW,32]; smaller
-                     blocks when 16/32 do not divide C/K) or nchw (OIHW weights)
+                     blocks when 16/32 do not divide C/K) or nchw (OIHW weights;
+                     the default for cuda targets)
   --db PATH          tuning database (default kiln_tuning.db)
   --threads N        threads of the kernels and the peers (default: all cores)
   --curve PNG        plot every trial, the best so far and the best peer
@@ -69,6 +70,8 @@ options:
   --no-peer          skip the comparison with the peer libraries
   --cold-inputs      evict every input but the first from the caches before each
                      timed call (records kept apart from warm ones)
+  --gpu-simulate     cuda targets: run the candidates in the GPU simulator, not on a
+                     GPU (checks a session anywhere; records kept apart, never used)
   --quiet            no progress line
   --inject-faults S  test hook: e.g. crash@3,hang@5 (see MeasureOptions)
 )";
@@ -171,12 +174,13 @@ int run(int argc, char** argv) {
   tuner::TuneOptions o;
   int threads = 0;
   std::string target, layout = "nchwc";
-  bool peer = true;
+  bool peer = true, layout_given = false;
   for (; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--no-peer") { peer = false; continue; }
     if (a == "--quiet") { o.progress = false; continue; }
     if (a == "--cold-inputs") { o.measure.cold_inputs = true; continue; }
+    if (a == "--gpu-simulate") { o.measure.gpu_simulate = true; continue; }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "kiln-tune: %s needs a value\n%s", a.c_str(), kUsage);
       return 2;
@@ -192,7 +196,7 @@ int run(int argc, char** argv) {
     else if (a == "--timeout") o.timeout_s = std::stod(v);
     else if (a == "--repeat") o.measure.repeat = std::stoi(v);
     else if (a == "--target") target = v;
-    else if (a == "--layout") layout = v;
+    else if (a == "--layout") layout = v, layout_given = true;
     else if (a == "--model") o.model_path = v;
     else if (a == "--inject-faults") o.measure.inject_faults = v;
     else {
@@ -204,8 +208,16 @@ int run(int argc, char** argv) {
   // Before any kernel runs: the runtime's thread pool reads KILN_NUM_THREADS once.
   setenv("KILN_NUM_THREADS", std::to_string(threads).c_str(), 1);
   if (target.empty()) target = "llvm -num-cores=" + std::to_string(threads);
+  Target parsed = Target::parse(target);
+  bool gpu = parsed.kind == Target::Kind::CUDA;
+  // The blocked layout is a CPU vector layout; the peers are CPU libraries.
+  if (gpu && !layout_given) layout = "nchw";
+  if (gpu && peer) {
+    std::printf("kiln-tune: no peer for a cuda target here (bench/gpu_bench.py times cuBLAS and cuDNN on a GPU)\n");
+    peer = false;
+  }
   Workload w = make_workload(kind, sizes, layout);
-  tuner::Task task = tuner::make_task(w.args, Target::parse(target), w.name);
+  tuner::Task task = tuner::make_task(w.args, parsed, w.name);
   std::printf("kiln-tune: %s (%.3g GFLOP) on %s, %d thread(s), budget %d trials, db %s\n", task.name.c_str(), task.flop * 1e-9, task.target.str().c_str(), threads, o.trials,
               o.db_path.c_str());
   std::fflush(stdout);

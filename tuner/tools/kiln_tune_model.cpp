@@ -43,6 +43,8 @@ options:
   --warm-inputs       time candidates with their inputs in cache between calls
                       (default: every input but the first evicted before each
                       call, as a layer's weights are in a model run)
+  --gpu-simulate      cuda targets: run the candidates in the GPU simulator, not on a
+                      GPU (checks a session anywhere; records kept apart, never used)
   --quiet             no progress lines
 )";
 
@@ -127,6 +129,7 @@ int run_model(int argc, char** argv) {
     if (a == "--rank-report") { rank_report = true; continue; }
     if (a == "--quiet") { topt.progress = false; continue; }
     if (a == "--warm-inputs") { topt.cold_inputs = false; continue; }
+    if (a == "--gpu-simulate") { topt.gpu_simulate = true; continue; }
     if (a == "--help" || a == "-h") { std::fputs(kModelUsage, stdout); return 0; }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "kiln-tune: %s needs a value\n%s", a.c_str(), kModelUsage);
