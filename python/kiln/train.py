@@ -313,9 +313,10 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     if finite is not None:  # a step with inf/NaN gradients leaves parameters and state as they were
         new_params = _prec.guarded(finite, new_params, m.params)
         new_states = [_prec.guarded(finite, ns, st) for ns, st in zip(new_states, states)]
-    if m.seed_v is not None:  # dropout masks: a new seed per step
+    seed_fn = (lambda t: seed * 1000000007 + t) if m.seed_v is not None else None  # dropout masks: a new seed per step
+    if seed_fn is not None:
         scalars.values.append(m.seed_v)
-        scalars.fns.append(lambda t: seed * 1000000007 + t)
+        scalars.fns.append(seed_fn)
     inputs = batch + m.params + [s for per in states for s in per] + m.buffers + scalars.values
     outputs = [loss_v] + new_params + [s for per in new_states for s in per] + m.lifted.output_values[1:]
     out_names = (["loss"] + [f"new.{n}" for n in m.names] + [f"new.{n}.{s}" for n in m.names for s in state_names]
@@ -323,7 +324,6 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     if scale_v is not None:
         inputs, outputs, out_names = inputs + [scale_v], outputs + [finite], out_names + ["finite"]
     graph = _kg.make_graph(inputs, outputs, out_names)
-    seed_fn = scalars.fns[-1] if m.seed_v is not None else None  # the step's dropout seed, for recomputation
     if segments is not None and int(segments) > 1:
         return _checkpointed(m.loss_graph(batch, loss_v), len(batch), m.names, m.values, optimizer, int(segments), target, seed_fn)
     exe = _kg.compile(graph, target=target, db=db, quiet=True)

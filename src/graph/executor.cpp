@@ -8,19 +8,15 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <map>
 #include <mutex>
-#include <unordered_map>
 
 #include "kiln/graph/kernel_builder.h"
-#include "kiln/graph/op_registry.h"
 #include "kiln/graph/passes.h"
 #include "kiln/graph/plan_builder.h"
 #include "kiln/codegen/llvm.h"
 #include "kiln/runtime/c_runtime_api.h"
 #include "kiln/runtime/model.h"
 #include "kiln/support/error.h"
-#include "kiln/te/workload_key.h"
 
 namespace kiln::graph {
 

@@ -4,13 +4,12 @@
 #include <mutex>
 
 #include "kiln/driver/build_cuda.h"
+#include "kiln/graph/kernel_builder.h"
 #include "kiln/graph/passes.h"
 #include "kiln/graph/plan_builder.h"
 #include "kiln/interp/gpu_simulator.h"
 #include "kiln/support/error.h"
-#include "kiln/tuner/search_space.h"
 #include "kiln/tuner/task.h"
-#include "kiln/tuner/tune.h"
 
 namespace kiln::graph {
 
@@ -32,21 +31,9 @@ GpuExecutor compile_gpu(const Graph& g, const GpuCompileOptions& options) {
     tuner::Task task = tuner::make_task(args, target, name);
     GroupInfo info;
     info.flop = task.flop;
-    te::Schedule sch;
-    std::string trace;
-    if (!options.db.empty())
-      if (auto best = tuner::best_schedule(task, options.db, &trace)) {
-        sch = *best;
-        info.schedule = "database";
-        info.schedule_detail = trace;
-      }
-    if (!sch.state()) {
-      tuner::SearchSpace space(task);
-      tuner::Candidate c = space.default_candidate();
-      sch = space.materialize(&c);
-      info.schedule = "default";
-      info.schedule_detail = space.describe_sketch(c.sketch) + "; " + space.describe_candidate(c);
-    }
+    ScheduleSource source;
+    te::Schedule sch = group_schedule(task, options.db, &source, &info.schedule_detail);
+    info.schedule = schedule_source_name(source);
     st->kernels.push_back(build_cuda(sch, args, target, name, {}, options.nvrtc));
     return info;
   }, /*gpu=*/true);

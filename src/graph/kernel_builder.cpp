@@ -18,6 +18,23 @@ const char* schedule_source_name(ScheduleSource s) {
   return "?";
 }
 
+te::Schedule group_schedule(const tuner::Task& task, const std::string& db_path, ScheduleSource* source, std::string* detail) {
+  if (!db_path.empty()) {
+    std::string trace;
+    if (auto best = tuner::best_schedule(task, db_path, &trace)) {
+      *source = ScheduleSource::Database;
+      *detail = trace;
+      return *best;
+    }
+  }
+  tuner::SearchSpace space(task);
+  tuner::Candidate c = space.default_candidate();
+  te::Schedule sch = space.materialize(&c);
+  *source = ScheduleSource::Default;
+  *detail = space.describe_sketch(c.sketch) + "; " + space.describe_candidate(c);
+  return sch;
+}
+
 GroupKernel build_group_kernel(const Graph& body, const Target& target, const std::string& name, bool plain, const std::string& db_path) {
   return build_group_kernel(to_te(body), target, name, plain, db_path);
 }
@@ -35,21 +52,7 @@ GroupKernel build_group_kernel(GraphDag dag, const Target& target, const std::st
     sch = task.fresh_schedule();
     k.source = ScheduleSource::Plain;
   } else {
-    if (!db_path.empty()) {
-      std::string trace;
-      if (auto best = tuner::best_schedule(task, db_path, &trace)) {
-        sch = *best;
-        k.source = ScheduleSource::Database;
-        k.schedule_detail = trace;
-      }
-    }
-    if (!sch.state()) {
-      tuner::SearchSpace space(task);
-      tuner::Candidate c = space.default_candidate();
-      sch = space.materialize(&c);
-      k.source = ScheduleSource::Default;
-      k.schedule_detail = space.describe_sketch(c.sketch) + "; " + space.describe_candidate(c);
-    }
+    sch = group_schedule(task, db_path, &k.source, &k.schedule_detail);
   }
   k.module = build(sch, args, target, name);
   return k;

@@ -13,8 +13,6 @@ namespace kiln::graph {
 
 namespace {
 
-// Whether the group only maps elements to elements at the same index, so its
-// output may overwrite an input of the same type that dies with it.
 // The workload key names the DAG, not the order of its arguments: Div(x, y)
 // and Div(c, y) with c a constant have one key but take (x, y) and (y, c).
 // Kernels are shared only when their placeholders are also arguments in
@@ -30,6 +28,8 @@ std::string argument_order(const GraphDag& dag) {
   return sig;
 }
 
+// Whether the group only maps elements to elements at the same index, so its
+// output may overwrite an input of the same type that dies with it.
 bool elementwise_group(const OpNode& node) {
   if (!node.body.defined()) return node.op->pattern <= Pattern::Broadcast;
   for (const OpNode* n : Graph(node.body).op_nodes())

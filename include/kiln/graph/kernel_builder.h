@@ -14,6 +14,11 @@
 #include "kiln/codegen/target.h"
 #include "kiln/graph/to_te.h"
 #include "kiln/runtime/module.h"
+#include "kiln/te/schedule.h"
+
+namespace kiln::tuner {
+struct Task;
+}
 
 namespace kiln::graph {
 
@@ -34,6 +39,14 @@ struct GroupKernel {
   /** How it was scheduled: the sketch and decisions of a default schedule, the trace of a record. */
   std::string schedule_detail;
 };
+
+/**
+ * The schedule of a group's task (any target): the database's best record
+ * when `db_path` names one that has it, else the default of the tuner's
+ * rules; *source and *detail say which (the record's trace, or the sketch
+ * and decisions).
+ */
+te::Schedule group_schedule(const tuner::Task& task, const std::string& db_path, ScheduleSource* source, std::string* detail);
 
 /**
  * Builds the kernel of `body`. With `plain`, no schedule; else the DB's best
