@@ -38,6 +38,7 @@ make_input = _g.make_input
 make_constant = _g.make_constant
 make_graph = _g.make_graph
 remove_identity = _g.remove_identity
+fold_transposes = _g.fold_transposes
 autocast = _g.autocast
 fold_constants = _g.fold_constants
 fold_batch_norm = _g.fold_batch_norm

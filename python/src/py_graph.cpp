@@ -213,6 +213,7 @@ void define_graph(py::module_& root) {
      "input): (graph, names, arrays, buffer names, buffer arrays, seed input name or '').");
 
   m.def("remove_identity", &remove_identity);
+  m.def("fold_transposes", &fold_transposes);
   m.def("fold_constants", [](const Graph& g) { return fold_constants(g); });
   m.def("fold_batch_norm", &fold_batch_norm);
   m.def("eliminate_common_subexpr", &eliminate_common_subexpr);

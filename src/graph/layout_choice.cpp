@@ -98,7 +98,7 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
   }
   if (bandwidth <= 0) bandwidth = kFallbackBandwidth;
   // The convolutions in graph order, as the layout pass meets them.
-  Graph pre = eliminate_common_subexpr(fold_batch_norm(fold_constants(remove_identity(g))));
+  Graph pre = eliminate_common_subexpr(fold_batch_norm(fold_constants(fold_transposes(remove_identity(g)))));
   std::vector<LayoutDecision> mixed;
   for (const OpNode* conv : pre.op_nodes()) {
     if (conv->op->name != "Conv" || conv->types.empty() || conv->types[0].ndim() != 4) continue;

@@ -73,6 +73,33 @@ TEST(GraphPasses, RemoveIdentityAndCse) {
   EXPECT_TRUE(eliminate_common_subexpr(c).same_as(c));  // nothing left to merge
 }
 
+// Transpose pairs: undoing each other they vanish; otherwise one Transpose
+// of the composed permutation remains, and the result is unchanged.
+TEST(GraphPasses, FoldTransposesComposesPermutations) {
+  auto x = make_input("x", {{2, 3, 4}, DataType::Float(32)});
+  auto transpose = [](Value v, std::vector<int64_t> perm) { return make_op("Transpose", {v}, Attrs({{"perm", AttrValue(perm)}}))->output(); };
+  Value back = transpose(transpose(x->output(), {1, 2, 0}), {2, 0, 1});   // [3, 4, 2] then back to [2, 3, 4]
+  Value rev = make_op("Transpose", {transpose(x->output(), {0, 2, 1})})->output();  // [2, 4, 3], then no perm: reversed
+  Graph g = Graph::make({x}, {op("Relu", {back}), rev}, {"a", "b"});
+  Graph f = fold_transposes(g);
+  auto nodes = f.op_nodes();
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_EQ(nodes[0]->op->name, "Relu");
+  EXPECT_TRUE(nodes[0]->inputs[0].node.get() == x.get()) << f.str();
+  EXPECT_EQ(nodes[1]->op->name, "Transpose");
+  // Reversing [x0, x2, x1] gives [x1, x2, x0]: perm {1, 2, 0}.
+  EXPECT_EQ(nodes[1]->attrs.get_ints("perm"), (std::vector<int64_t>{1, 2, 0}));
+  EXPECT_EQ(nodes[1]->types[0].shape, (std::vector<int64_t>{3, 4, 2}));
+  NDArray in = random_array({2, 3, 4}, 5);
+  std::vector<NDArray> got = compile(g, options(true, false, true)).run({in});
+  const float* xv = in.data_as<float>();
+  for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(got[0].data_as<float>()[i], std::max(0.f, xv[i])) << "a " << i;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j)
+      for (int k = 0; k < 2; ++k) EXPECT_EQ(got[1].data_as<float>()[(i * 4 + j) * 2 + k], xv[(k * 3 + i) * 4 + j]) << "b " << i << "," << j << "," << k;
+  EXPECT_TRUE(fold_transposes(f).same_as(f));
+}
+
 TEST(GraphPasses, FoldConstantsEvaluatesConstantSubgraphs) {
   auto x = make_input("x", {{3}, DataType::Float(32)});
   NDArray c1 = random_array({3}, 1), c2 = random_array({3}, 2);

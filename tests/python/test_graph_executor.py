@@ -68,7 +68,7 @@ def test_dump_ir_prints_every_pass():
     env = dict(os.environ, KILN_DUMP_IR="1")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    for p in ["remove_identity", "fold_constants", "fold_batch_norm", "eliminate_common_subexpr", "fuse_ops"]:
+    for p in ["remove_identity", "fold_transposes", "fold_constants", "fold_batch_norm", "eliminate_common_subexpr", "fuse_ops"]:
         assert f"// after {p}" in r.stderr
     assert 'kiln.fused(%x) {ops="Relu+Relu"}' in r.stderr
 

@@ -214,6 +214,28 @@ struct SearchSpace::Impl {
     }
   }
 
+  // Sketch i with the pack rule applied wherever the copy pays
+  // (detail::pack_pays), or i when no sketch is that. A sketch's structure
+  // is its stages' kinds, consumers and packs.
+  int packed_twin(int i) const {
+    std::vector<detail::StagePlan> want = sketches[i].plans;
+    bool changed = false;
+    for (size_t k = 0; k < want.size(); ++k)
+      if (want[k].pack < 0 && !want[k].spatial_tiles.empty() && detail::pack_pays(dag, dag.stages[k])) {
+        want[k].pack = dag.stages[k].pack_operand;
+        changed = true;
+      }
+    if (!changed) return i;
+    for (size_t j = 0; j < sketches.size(); ++j) {
+      const std::vector<detail::StagePlan>& p = sketches[j].plans;
+      bool same = p.size() == want.size();
+      for (size_t k = 0; same && k < p.size(); ++k)
+        same = p[k].kind == want[k].kind && p[k].consumer == want[k].consumer && p[k].pack == want[k].pack;
+      if (same) return static_cast<int>(j);
+    }
+    return i;
+  }
+
   const detail::Sketch& sketch_of(const Candidate& c) const {
     KILN_USER_CHECK(c.sketch >= 0 && c.sketch < static_cast<int>(sketches.size()))
         << "candidate names sketch " << c.sketch << " but task '" << task.name << "' has " << sketches.size() << " sketches";
@@ -322,6 +344,7 @@ Candidate SearchSpace::default_candidate() const {
       break;
     }
   }
+  c.sketch = impl_->packed_twin(c.sketch);
   c.decisions = detail::default_decisions(impl_->dag, impl_->sketches[c.sketch]);
   materialize(&c);
   return c;

@@ -221,6 +221,10 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
 /** The decisions a schedule gets without measurement: the first seed, or
  * where there is none the seeds' structure with the widest tile that divides. */
 std::vector<int> default_decisions(const DagInfo& dag, const Sketch& sketch);
+/** Whether the default packs stage s's pack operand: the copy is one pass
+ * over the operand, paid back when enough rows of the output reuse each
+ * panel (see search_space_seeds.cpp). */
+bool pack_pays(const DagInfo& dag, const StageInfo& s);
 /** Changes the slot's values to a different valid value; false when the slot has only one. */
 bool mutate_slot(const Slot& slot, std::mt19937_64& rng, std::vector<int>* decisions);
 

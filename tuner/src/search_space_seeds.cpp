@@ -65,6 +65,16 @@ std::vector<bool> indexes_vector_operand(const StageInfo& st) {
   return marked;
 }
 
+// Rows a matmul's register tile takes at most (a stage with one reduce
+// axis: matmul, batch matmul, and their transposed forms). On Zen 5
+// (AVX-512, two vectors wide, B packed, cold inputs) matmuls ran at 270 to
+// 280 GFLOP/s with 8 rows and 160 to 200 with 12 (what fits the
+// registers), but 240 to 390 with 6, for K of 128 to 2048 and A read by
+// rows or transposed. On AVX2, 6 rows are what fits two vectors anyway.
+// Convolutions (several reduce axes) keep the rows that fit; their
+// defaults were measured on whole models.
+constexpr int64_t kMaxMatmulRows = 6;
+
 // One seed of plan p with a register tile `width` wide and about `reduce`
 // reduce steps unrolled around it (R1, innermost axes first); false when the
 // plan is not tiled.
@@ -81,6 +91,7 @@ bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const 
   // (LLVM loads the next step's vector early); or, `folded`, the vector
   // operand read by the FMAs from memory and every other register a row.
   int64_t rows_left = folded ? max_rows_loads_folded(dag, vectors) : max_tile_rows(dag.registers - 1, vectors), rows = 1;
+  if (st.reduce.size() == 1) rows_left = std::min(rows_left, kMaxMatmulRows);
   // Rows first along the axes that share the vector operand's loads, then the others.
   for (bool sharing : {true, false})
     for (size_t k = n - 1; k-- > 0;) {
@@ -171,6 +182,34 @@ double tile_intensity(const DagInfo& dag, const Sketch& sk, const std::vector<in
     best = std::max(best, rows * vectors / (rows + vectors));
   }
   return best;
+}
+
+// Unpacked, each reduce step of the register tile reads B's next row: a
+// new cache line and, for rows of 4 KiB and more, a new page, which the
+// prefetchers do not follow well. Packed, the copy is one more pass over
+// B, paid back when enough output rows reuse each panel. Measured with the
+// default tiles and cold inputs, packed against plain, interleaved:
+//   AVX-512 (Zen 5): 0.70x to 0.88x for B of 2 to 12 MiB reused by 768 or
+//     more rows; 0.94x to 0.99x for smaller B or fewer rows;
+//   AVX2 (znver3 target): 0.42x to 0.46x for B of 9 to 12 MiB, 0.92x for
+//     2.3 MiB, and 1.00x to 1.06x for B of 1 MiB or less (it stays in L2).
+// B read transposed, B[j, k], loads each vector lane by lane unpacked: the
+// copy pays for any B reused by 8 rows or more.
+// Rows: the output extents along the axes that do not index the operand.
+bool pack_pays(const DagInfo& dag, const StageInfo& s) {
+  if (s.pack_operand < 0) return false;
+  std::vector<bool> indexes = indexes_vector_operand(s);
+  int64_t rows = 1;
+  for (size_t k = 0; k + 1 < s.spatial.size(); ++k)
+    if (k >= indexes.size() || !indexes[k]) rows *= s.spatial[k];
+  const te::Tensor& b = dag.stages[s.pack_operand].tensor;
+  int64_t bytes = b.dtype().bytes();
+  for (const Expr& e : b.shape()) {
+    const int64_t* n = as_const_int(e);
+    bytes *= n ? *n : 1;
+  }
+  if (s.pack_dim + 1 != b.ndim()) return rows >= 8;
+  return rows >= 64 && bytes > (int64_t(1) << 20);
 }
 
 std::vector<int> default_decisions(const DagInfo& dag, const Sketch& sk) {

@@ -103,13 +103,15 @@ void mark_materializable(DagInfo& dag, const std::unordered_map<const te::Operat
 }
 
 // The pack rule's operand: an input whose every read has the innermost
-// spatial axis (the vectorized one) as its last index, as a plain variable no
-// other index uses, while another index follows a reduce axis -- B of a
-// matmul or batch matmul. Along the reduction such a read jumps a whole row,
-// so the register tile's vectors come from a new cache line (and, for a wide
-// row, a new page) at every step; the packed copy [N/f, ..., K, f] makes
-// them contiguous. Inputs only: a computed operand would need its own
-// schedule to follow the copy. Sets s.pack_operand and s.pack_dim.
+// spatial axis (the vectorized one) as one index, a plain variable no other
+// index uses, while another index follows a reduce axis -- B of a matmul or
+// batch matmul, B[k, j], or B transposed, B[j, k]. Along the reduction the
+// first jumps a whole row, so the register tile's vectors come from a new
+// cache line (and, for a wide row, a new page) at every step; the second
+// gathers each vector from as many rows as it has lanes. The packed copy
+// [N/f, ..., K, f] makes them contiguous. Inputs only: a computed operand
+// would need its own schedule to follow the copy. Sets s.pack_operand and
+// s.pack_dim (the index the innermost axis is).
 void find_pack_operand(const DagInfo& dag, const std::unordered_map<const te::OperationNode*, int>& index, StageInfo& s) {
   size_t n = s.spatial.size();
   if (n == 0 || s.pack_widths.empty()) return;
@@ -125,16 +127,19 @@ void find_pack_operand(const DagInfo& dag, const std::unordered_map<const te::Op
     const TensorLoad* t = e.as<TensorLoad>();
     if (!t) return;
     int p = index.at(static_cast<const te::TensorNode*>(t->producer.get())->op.get());
-    size_t last = t->indices.empty() ? 0 : t->indices.size() - 1;
-    bool ok = dag.stages[p].op == nullptr && last >= 1 && t->indices[last].as<Variable>() == inner;
-    bool strided = false;
-    for (size_t k = 0; ok && k < last; ++k) {
+    int dim = -1;
+    bool ok = dag.stages[p].op == nullptr && t->indices.size() >= 2, strided = false;
+    for (size_t k = 0; ok && k < t->indices.size(); ++k) {
+      if (dim < 0 && t->indices[k].as<Variable>() == inner) {
+        dim = static_cast<int>(k);
+        continue;
+      }
       ok = !uses_var(t->indices[k], [&](const Variable* v) { return v == inner; });
       strided = strided || uses_var(t->indices[k], is_reduce);
     }
-    auto [it, fresh] = seen.try_emplace(p, static_cast<int>(last), true);
+    auto [it, fresh] = seen.try_emplace(p, dim, true);
     if (fresh) order.push_back(p);
-    it->second.second = it->second.second && ok && strided;
+    it->second.second = it->second.second && ok && strided && dim >= 0 && dim == it->second.first;
   });
   for (int p : order)
     if (seen[p].second && !already_panels(dag.stages[p], seen[p].first, dag.lanes)) {

@@ -21,6 +21,9 @@ namespace kiln::graph {
 /** Replaces the outputs of identity operators (Identity, inference Dropout: OpDef::is_identity) by their input. */
 Graph remove_identity(const Graph& g);
 
+/** A Transpose of a Transpose becomes one Transpose of the composed permutation, or its input when that is the identity. */
+Graph fold_transposes(const Graph& g);
+
 /**
  * Evaluates every operator whose inputs are all constants (or whose result
  * follows from its input types alone, as Shape's) and replaces it with a

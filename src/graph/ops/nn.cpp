@@ -181,7 +181,17 @@ std::vector<Value> matmul_grad(GradBuilder& b, const std::vector<Value>& g) {
     return b.transpose(v, perm);
   };
   std::vector<Value> out(2);
-  if (b.wants(0)) out[0] = b.reshape(b.sum_to(b.op("MatMul", {G, swap_last(B)}), as), b.in_type(0).shape);
+  if (b.wants(0) && bs.size() == 2) {
+    // A 2-D B (a weight): the rows of G fold into one Gemm that reads B
+    // transposed, which the tuner packs like any B; a Transpose of B would
+    // be one more copy of the weight per step.
+    int64_t rows = 1;
+    for (size_t k = 0; k + 1 < gs.size(); ++k) rows *= gs[k];
+    Value dA = b.op("Gemm", {b.reshape(G, {rows, gs.back()}), B}, Attrs({{"transB", int64_t(1)}}));
+    out[0] = b.reshape(dA, b.in_type(0).shape);
+  } else if (b.wants(0)) {
+    out[0] = b.reshape(b.sum_to(b.op("MatMul", {G, swap_last(B)}), as), b.in_type(0).shape);
+  }
   // A weight shared by every batch (B's batch dims all 1, A's those of G): the
   // batch folds into the rows, one [K, P*M] x [P*M, N] product instead of P
   // products of depth M and a [P, K, N] intermediate summed after (a BERT

@@ -19,6 +19,7 @@ Graph optimize(const Graph& g, const Target& target, const PipelineOptions& opti
   Graph out = g;
   if (dump && only.empty()) std::cerr << "// input graph\n" << g.str() << "\n";
   out = after("remove_identity", remove_identity(out));
+  out = after("fold_transposes", fold_transposes(out));
   out = after("fold_constants", fold_constants(out));
   out = after("fold_batch_norm", fold_batch_norm(out));
   out = after("eliminate_common_subexpr", eliminate_common_subexpr(out));

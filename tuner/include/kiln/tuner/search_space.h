@@ -66,7 +66,9 @@ class SearchSpace {
   /**
    * The schedule a task gets without tuning (the graph compiler's default for
    * a fused group): the first sketch that stores padding read by a tiled
-   * reduction (sketch 0 when there is none) with seeds()'s decisions, or where no vector
+   * reduction (sketch 0 when there is none), its pack rule applied where the
+   * copy pays (a large B reused by many rows, or B read transposed), with
+   * seeds()'s decisions, or where no vector
    * tile divides the innermost axis, the same structure with the widest tile
    * that does. Deterministic; trace set.
    */
