@@ -3,6 +3,7 @@
 
   bench/train_step_bench.py [--workloads resnet18,bert] [--threads 2] [--repeat 5] [--batch 8]
                             [--image-size 112] [--seq-len 128] [--json FILE] [--build DIR] [--timeout 1800]
+                            [--db FILE [--tune-trials N]]
 
 One training step is forward + loss + backward + torch.optim.SGD's update
 with momentum (lr 0.01, momentum 0.9), on one fixed batch:
@@ -24,6 +25,12 @@ steps alone (the other waits); then --repeat rounds time one step of each,
 alternating, so that a busy machine slows both alike: min and median;
 kiln/torch = ratio of the medians, below 1 kiln is faster. The timed steps
 go on training (the weights change; the work per step does not).
+
+With --db, kiln's step is compiled with the tuning records of that
+database (kiln.train.compile(db=)); with --tune-trials N as well, the kiln
+process first tunes the step's groups into it (kiln.tune_model on the
+step's graph, N trials, resumed from what the database holds), alone,
+before either side is timed. The table then says "tuned" and the seconds.
 
 Memory, weights excluded on both sides:
   kiln arena / planned peak  the compiled step's memory plan (exe.memory():
@@ -74,11 +81,17 @@ def parse_args(argv=None):
     ap.add_argument("--json", help="write the rows to this file")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="kiln's build (its python/), where kiln is not importable")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds one side may take to start (or one step)")
+    ap.add_argument("--db", help="compile kiln's step with this tuning database's records")
+    ap.add_argument("--tune-trials", type=int, default=0, help="with --db: first tune the step's groups into it (trials)")
     args = ap.parse_args(argv)
     args.workloads = [w for w in args.workloads.split(",") if w]
     unknown = [w for w in args.workloads if w not in WORKLOADS]
     if unknown or not args.workloads:
         ap.error(f"unknown --workloads {unknown}; known: {', '.join(WORKLOADS)}")
+    if args.tune_trials and not args.db:
+        ap.error("--tune-trials needs --db (the database the records go to)")
+    if args.tune_trials < 0:
+        ap.error("--tune-trials must be 0 or more")
     if args.threads < 1 or args.repeat < 1 or args.batch < 1 or args.seq_len < 1 or args.image_size < 32:
         ap.error("--threads, --repeat, --batch and --seq-len must be positive, --image-size at least 32 (ResNet downsamples 32x)")
     return args
@@ -187,12 +200,22 @@ def kiln_side(spec):
         warnings.simplefilter("ignore")
         model = kiln.train.from_torch(module, xn)
     import_s = time.perf_counter() - t0
+    target = f"llvm -num-cores={spec['threads']}"
+    optimizer = kiln.train.SGD(lr=LR, momentum=MOMENTUM)
+    tuned = {}
+    if spec.get("db") and spec.get("tune_trials"):
+        t0 = time.perf_counter()
+        plain = kiln.train.compile(model, loss=loss, optimizer=optimizer, target=target)
+        r = kiln.tune_model(plain.graph, target=target, trials=spec["tune_trials"], db=spec["db"], progress=False)
+        tuned = {"tune_s": time.perf_counter() - t0, "tune_trials": r["trials"]}
     t0 = time.perf_counter()
-    step = kiln.train.compile(model, loss=loss, optimizer=kiln.train.SGD(lr=LR, momentum=MOMENTUM),
-                              target=f"llvm -num-cores={spec['threads']}")
+    step = kiln.train.compile(model, loss=loss, optimizer=optimizer, target=target, db=spec.get("db"))
     compile_s = time.perf_counter() - t0
     mem = step._exe.memory()
-    return (lambda: step(xn, yn)), {"import_s": import_s, "compile_s": compile_s, "num_kernels": step._exe.num_kernels,
+    groups = step._exe.groups()
+    tuned["tuned_groups"] = sum(1 for g in groups if g["schedule"] == "database")
+    tuned["groups"] = len(groups)
+    return (lambda: step(xn, yn)), {**tuned, "import_s": import_s, "compile_s": compile_s, "num_kernels": step._exe.num_kernels,
                                     "arena_mb": mem["arena_bytes"] * MB, "planned_peak_mb": mem["peak_bytes"] * MB,
                                     "params": len(step.parameters), "kiln_module": os.path.dirname(kiln.__file__)}
 
@@ -225,7 +248,7 @@ class Side:
 
     def __init__(self, args, side, workload):
         spec = {"side": side, "workload": workload, "threads": args.threads, "batch": args.batch, "image_size": args.image_size,
-                "seq_len": args.seq_len, "build": args.build}
+                "seq_len": args.seq_len, "build": args.build, "db": args.db and os.path.abspath(args.db), "tune_trials": args.tune_trials}
         if side == "kiln":
             env = dict(os.environ, KILN_NUM_THREADS=str(args.threads))
         else:
@@ -302,7 +325,8 @@ def header(args, m):
             f"peer: PyTorch {torch.__version__} eager training step (zero_grad, forward, loss, backward, SGD step) in train mode, "
             f"torch.set_num_threads({args.threads}), OMP_NUM_THREADS={args.threads}, the peers' clean environment (its own report below the table)",
             f"kiln: kiln.train.from_torch + kiln.train.compile, target llvm -num-cores={args.threads}, KILN_NUM_THREADS={args.threads}, "
-            "default schedules (no tuning database)",
+            + (f"schedules from {args.db}" + (f" after tuning the step {args.tune_trials} trials into it" if args.tune_trials else "")
+               if args.db else "default schedules (no tuning database)"),
             f"step = forward + backward + SGD(lr {LR}, momentum {MOMENTUM}); workloads: " + "; ".join(shapes[w] for w in args.workloads),
             f"each side in a fresh process, started and warmed up ({WARMUP} steps) alone; then {args.repeat} rounds of one timed step "
             "per side, alternating; kiln/torch = ratio of medians, below 1 kiln is faster",
@@ -334,6 +358,11 @@ def format_table(rows):
             if rel > 1e-5:
                 lines.append(f"    the first losses differ by {rel:.1e} relative (same weights and batch: float32 rounding "
                              "of the forward pass and of the loss's sum)")
+        if k.get("tune_s") is not None:
+            lines.append(f"    {r['workload']}: tuned {k['tune_trials']} trials in {k['tune_s']:.0f} s; "
+                         f"{k.get('tuned_groups')} of {k.get('groups')} groups from the database")
+        elif k.get("groups") and k.get("tuned_groups"):
+            lines.append(f"    {r['workload']}: {k['tuned_groups']} of {k['groups']} groups from the database")
         for side in ("kiln", "torch"):
             if r[side].get("error"):
                 lines.append(f"    {side} FAILED: " + r[side]["error"].splitlines()[0][:400])

@@ -18,7 +18,8 @@ def test_arguments_defaults_and_errors(capsys):
     assert (a.workloads, a.threads, a.repeat, a.batch, a.image_size, a.seq_len) == (["resnet18", "bert"], 2, 5, 8, 112, 128)
     a = tsb.parse_args(["--workloads", "bert", "--threads", "1", "--repeat", "3"])
     assert (a.workloads, a.threads, a.repeat) == (["bert"], 1, 3)
-    for bad in (["--workloads", "resnet18,vgg"], ["--threads", "0"], ["--image-size", "8"], ["--repeat", "0"]):
+    for bad in (["--workloads", "resnet18,vgg"], ["--threads", "0"], ["--image-size", "8"], ["--repeat", "0"], ["--tune-trials", "8"],
+                ["--db", "x.db", "--tune-trials", "-1"]):
         with pytest.raises(SystemExit):
             tsb.parse_args(bad)
     assert "vgg" in capsys.readouterr().err
@@ -41,16 +42,20 @@ def test_table_rows_errors_and_loss_note():
     assert "differ by 5.0e-04 relative" in text
 
 
-def test_small_run_end_to_end(tmp_path):
-    out = tmp_path / "rows.json"
+def _run_bench(*extra):
     env = dict(os.environ)
     import kiln
     import kiln._ffi as ffi
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(kiln.__file__)), os.path.dirname(ffi._kiln.__file__),
                                          env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "train_step_bench.py"), "--workloads", "bert", "--batch", "2",
-                           "--seq-len", "4", "--repeat", "2", "--threads", "1", "--json", str(out)],
-                          env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, os.path.join(ROOT, "bench", "train_step_bench.py"), "--workloads", "bert", "--batch", "2",
+                           "--seq-len", "4", "--repeat", "2", "--threads", "1", *extra],
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_small_run_end_to_end(tmp_path):
+    out = tmp_path / "rows.json"
+    proc = _run_bench("--json", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "AVX" in proc.stdout.splitlines()[0] or "SSE" in proc.stdout.splitlines()[0]
     (row,) = json.loads(out.read_text())["rows"]
@@ -59,3 +64,16 @@ def test_small_run_end_to_end(tmp_path):
     assert k["arena_mb"] > 0 and k["num_kernels"] > 0 and t["rss_rise_mb"] >= 0
     assert abs(k["loss1"] - t["loss1"]) <= 1e-4 * t["loss1"]
     assert "torch.set_num_threads(1)" in proc.stdout and "at::get_num_threads() : 1" in proc.stdout
+
+
+def test_tuned_run_compiles_the_step_from_its_records(tmp_path):
+    """--db with --tune-trials: the kiln side tunes the step into the database, then builds its groups from it."""
+    out, db = tmp_path / "rows.json", tmp_path / "step.db"
+    proc = _run_bench("--json", str(out), "--db", str(db), "--tune-trials", "24")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    k = row["kiln"]
+    assert k["tune_trials"] >= 24 and 0 < k["tuned_groups"] <= k["groups"]
+    assert f"schedules from {db} after tuning the step 24 trials into it" in proc.stdout
+    assert f"of {k['groups']} groups from the database" in proc.stdout
+    assert abs(k["loss1"] - row["torch"]["loss1"]) <= 1e-4 * row["torch"]["loss1"]
