@@ -113,8 +113,12 @@ class _CompiledModel:
     def __call__(self, *inputs):
         return self.run(list(inputs))
 
-    def run(self, inputs):
-        """Runs the model; `inputs` is a list in input order or a dict by input name. Returns a list of numpy arrays."""
+    def run(self, inputs, donate=None):
+        """Runs the model; `inputs` is a list in input order or a dict by input name. Returns a list of numpy arrays.
+        donate: positions of inputs whose arrays the run may overwrite (CPU executor): an output the plan lets
+        reuse one (``reusable_outputs``; a parameter's update) is written into it in place and returned as it."""
+        if donate:
+            return self._exe.run(self._order(inputs), [int(i) for i in donate])
         return self._exe.run(self._order(inputs))
 
     def memory(self):
@@ -133,6 +137,12 @@ class _CompiledModel:
     @property
     def num_kernels(self):
         return self._exe.num_kernels
+
+    @property
+    def output_reuses_input(self):
+        """Per output, the input position whose array ``run(..., donate=)`` writes it into (the input
+        donated), or -1: outputs computed element by element from an input no later group reads."""
+        return list(getattr(self._exe, "output_reuses_input", [-1] * len(self.model.output_names)))
 
     def _order(self, inputs):
         return model_feed(self.model.input_names, inputs)

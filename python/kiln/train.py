@@ -179,6 +179,19 @@ class TrainStep:
         self._scalars = scalars
         self.steps = 0
 
+    def _run(self, feed, first, end):
+        """Runs the step with the parameters, optimizer state and buffers (feed[first:end]) donated, so
+        their updates are written in place where the plan allows (the step's executor, not a distributed one).
+        A donated array must be writeable, contiguous and no view of another numpy array; one that is not is copied first."""
+        from .graph import Executor
+        if not isinstance(self._exe, Executor):
+            return self._exe.run(feed)
+        for i in range(first, end):
+            a = feed[i]
+            if not (a.flags.writeable and a.flags.c_contiguous and (a.flags.owndata or not isinstance(a.base, _np.ndarray))):
+                feed[i] = _np.array(a, order="C")
+        return self._exe.run(feed, donate=range(first, end))
+
     @property
     def state(self):
         """The optimizer state: {parameter name: {state name: array}}."""
@@ -203,13 +216,15 @@ class TrainStep:
             feed.append(_np.ascontiguousarray(y.astype(want_dtype) if y.dtype.kind in "iu" and want_dtype.startswith("int") else y))
         self.steps += 1
         names = list(self.parameters)
+        first_param = len(feed)
         feed += [dict.__getitem__(self.parameters, n) for n in names]
         feed += [s for per in self._states for s in per]
         feed += [dict.__getitem__(self.buffers, n) for n in self.buffers]
+        end_donated = len(feed)
         feed += self._scalars.feed(self.steps)
         if self.scaler is not None:
             feed.append(_np.asarray(self.scaler.scale, self.graph.input_types[-1][1]))
-        outs = self._exe.run(feed)
+        outs = self._run(feed, first_param, end_donated)
         if self.scaler is not None:
             finite = bool(outs[-1])
             self.scaler.update(finite)

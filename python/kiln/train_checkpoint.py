@@ -44,7 +44,9 @@ def plain_step_memory(step):
     params = sum(a.nbytes for a in step.parameters.values())
     states = sum(a.nbytes for per in step._states for a in per)
     inputs = _nbytes_of(g.input_types) - params - states
-    outputs = _nbytes_of(g.output_types)
+    # Outputs written into their donated inputs (parameter and state updates) take no memory of their own.
+    reuses = getattr(step._exe, "output_reuses_input", [])
+    outputs = _nbytes_of([t for k, t in enumerate(g.output_types) if k >= len(reuses) or reuses[k] < 0])
     running = step._exe.memory()["arena_bytes"] + outputs
     return {"parameters": params, "optimizer_state": states, "inputs": inputs, "gradients": 0, "kept_boundaries": 0,
             "running_graph": running, "total": params + states + inputs + running, "segments": 1}

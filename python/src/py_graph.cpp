@@ -89,6 +89,33 @@ py::list run_with(py::sequence inputs, const Run& run) {
   return to_numpy_list(out);
 }
 
+// Executor.run(inputs, donate=[input positions]): outputs written into a
+// donated input's array come back as that very input array (numpy keeps
+// owning the memory), the others as fresh arrays.
+py::list run_donating(const Executor& exe, py::sequence inputs, const std::vector<int>& donate) {
+  std::vector<py::array> keep;
+  std::vector<NDArray> in = view_inputs(inputs, &keep);
+  std::vector<bool> flags(in.size(), false);
+  for (int i : donate) {
+    if (i < 0 || i >= static_cast<int>(in.size()))
+      throw_user_error("donate names input " + std::to_string(i) + " of a model with " + std::to_string(in.size()) + " inputs");
+    flags[i] = true;
+  }
+  std::vector<NDArray> out;
+  {
+    py::gil_scoped_release release;
+    out = exe.run(in, flags);
+  }
+  py::list result;
+  for (const NDArray& a : out) {
+    py::object same;
+    for (size_t j = 0; j < in.size() && !same; ++j)
+      if (flags[j] && a.data() == in[j].data()) same = keep[j];
+    result.append(same ? same : ndarray_to_numpy(a));
+  }
+  return result;
+}
+
 py::list group_dicts(const std::vector<GroupInfo>& groups) {
   py::list out;
   for (const GroupInfo& g : groups) {
@@ -233,6 +260,10 @@ void define_graph(py::module_& root) {
 
   py::class_<Executor>(m, "Executor", "A compiled graph: kernels and a plan over one arena.")
       .def("run", [](const Executor& exe, py::sequence inputs) { return run_with(inputs, [&](const std::vector<NDArray>& in) { return exe.run(in); }); }, py::arg("inputs"))
+      .def("run", &run_donating, py::arg("inputs"), py::arg("donate"),
+           "Runs with the inputs at the positions `donate` donated: outputs the plan lets reuse them are written into their arrays in place")
+      .def_property_readonly("output_reuses_input", [](const Executor& exe) { return exe.plan().output_reuses_input; },
+                             "per output, the input whose donated array it is written into, or -1")
       .def("profile", [](const Executor& exe, py::sequence inputs, int repeats) {
         std::vector<py::array> keep;
         std::vector<NDArray> in = view_inputs(inputs, &keep);

@@ -87,6 +87,11 @@ std::vector<NDArray> Executor::run(const std::vector<NDArray>& inputs) const {
   return state_->runner.run(inputs);
 }
 
+std::vector<NDArray> Executor::run(const std::vector<NDArray>& inputs, const std::vector<bool>& donated) const {
+  KILN_USER_CHECK(state_) << "this executor was not compiled";
+  return state_->runner.run(inputs, nullptr, &donated);
+}
+
 std::vector<ProfileRow> Executor::profile(const std::vector<NDArray>& inputs, int repeats) const {
   KILN_USER_CHECK(state_) << "this executor was not compiled";
   KILN_USER_CHECK(repeats > 0) << "profile needs at least one repeat";

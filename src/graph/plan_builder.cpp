@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "kiln/graph/op_registry.h"
@@ -34,6 +35,29 @@ bool elementwise_group(const OpNode& node) {
   if (!node.body.defined()) return node.op->pattern <= Pattern::Broadcast;
   for (const OpNode* n : Graph(node.body).op_nodes())
     if (n->op->pattern > Pattern::Broadcast) return false;
+  return true;
+}
+
+// Whether the one-output group reads its input `pos` only where it writes:
+// every use of the input inside the body is an elementwise or broadcast
+// operator whose result has the input's type, and so on to the output
+// (never a reduction, a matmul or a reshape). Then each element is read
+// while its own output element is computed, before it is written, and the
+// output may be written into the input's array (a parameter's update).
+bool reads_only_where_it_writes(const OpNode& node, size_t pos) {
+  if (node.num_outputs() != 1 || !node.body.defined()) return false;
+  Graph body(node.body);
+  if (pos >= body.inputs().size() || body.inputs()[pos]->types[0] != node.types[0]) return false;
+  std::set<std::pair<const NodeObj*, int>> tracked{{body.inputs()[pos].get(), 0}};
+  for (const OpNode* n : body.op_nodes()) {
+    bool reads = false;
+    for (const Value& v : n->inputs) {
+      if (!v.defined() || !tracked.count({v.node.get(), v.index})) continue;
+      if (n->op->pattern > Pattern::Broadcast || n->num_outputs() != 1 || n->types[0] != v.type()) return false;
+      reads = true;
+    }
+    if (reads) tracked.insert({n, 0});
+  }
   return true;
 }
 
@@ -80,6 +104,23 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
     const Value& v = g.outputs()[i];
     if (v.node->kind == NodeKind::Op && !output_of.count({v.node.get(), v.index})) output_of[{v.node.get(), v.index}] = static_cast<int>(i);
   }
+  // The last step that reads each graph input (steps follow g.op_nodes()),
+  // and the inputs returned as outputs themselves (never written over).
+  std::unordered_map<const NodeObj*, int> last_read;
+  std::set<const NodeObj*> returned;
+  {
+    int step = 0;
+    for (const OpNode* node : g.op_nodes()) {
+      for (const Value& v : node->inputs)
+        if (v.defined() && v.node->kind == NodeKind::Input) last_read[v.node.get()] = step;
+      ++step;
+    }
+    for (const Value& v : g.outputs()) returned.insert(v.node.get());
+  }
+  p.plan.output_reuses_input.assign(g.outputs().size(), -1);
+  std::set<const NodeObj*> reused;
+  std::unordered_map<const NodeObj*, int> input_index;
+  for (size_t i = 0; i < g.inputs().size(); ++i) input_index[g.inputs()[i].get()] = static_cast<int>(i);
   std::map<std::string, int> kernel_of_key;
   std::vector<GroupInfo> kernel_info;  // per kernel: schedule, detail and flop
   std::vector<PlannedValue> lifetimes;
@@ -127,6 +168,17 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
       int b;
       if (out != output_of.end()) {
         b = p.add(ModelBuffer::Kind::Output, out->second, node->types[k]);
+        // An output may go into the array of a graph input this step reads
+        // last, where the caller donates it (Executor::run's donate).
+        for (size_t i = 0; i < node->inputs.size(); ++i) {
+          const NodeObj* in = node->inputs[i].defined() ? node->inputs[i].node.get() : nullptr;
+          if (!in || in->kind != NodeKind::Input || last_read[in] != step || returned.count(in) || reused.count(in) ||
+              !reads_only_where_it_writes(*node, i))
+            continue;
+          p.plan.output_reuses_input[out->second] = input_index.at(in);
+          reused.insert(in);
+          break;
+        }
       } else {
         b = p.add(ModelBuffer::Kind::Arena, 0, node->types[k]);
         PlannedValue pv;

@@ -84,7 +84,8 @@ void check_model_inputs(const std::vector<ModelTensor>& want, const std::vector<
   }
 }
 
-std::vector<void*> bind_plan_buffers(const ModelPlan& plan, const std::vector<NDArray>& inputs, char* arena, std::vector<NDArray>* outputs) {
+std::vector<void*> bind_plan_buffers(const ModelPlan& plan, const std::vector<NDArray>& inputs, char* arena, std::vector<NDArray>* outputs,
+                                     const std::vector<bool>* donated) {
   outputs->assign(plan.outputs.size(), NDArray());
   std::vector<void*> ptr(plan.buffers.size());
   for (size_t b = 0; b < plan.buffers.size(); ++b) {
@@ -93,10 +94,17 @@ std::vector<void*> bind_plan_buffers(const ModelPlan& plan, const std::vector<ND
       case ModelBuffer::Kind::Input: ptr[b] = inputs[pb.index].data(); break;
       case ModelBuffer::Kind::Constant: ptr[b] = plan.constants[pb.index].data(); break;
       case ModelBuffer::Kind::Arena: ptr[b] = arena + pb.offset; break;
-      case ModelBuffer::Kind::Output:
+      case ModelBuffer::Kind::Output: {
+        int reuse = pb.index < static_cast<int>(plan.output_reuses_input.size()) ? plan.output_reuses_input[pb.index] : -1;
+        if (reuse >= 0 && donated && (*donated)[reuse]) {
+          (*outputs)[pb.index] = inputs[reuse];
+          ptr[b] = inputs[reuse].data();
+          break;
+        }
         (*outputs)[pb.index] = NDArray::empty(pb.shape, pb.dtype);
         ptr[b] = (*outputs)[pb.index].data();
         break;
+      }
     }
   }
   return ptr;
@@ -104,15 +112,31 @@ std::vector<void*> bind_plan_buffers(const ModelPlan& plan, const std::vector<ND
 
 std::vector<NDArray> ModelRunner::run(const std::vector<NDArray>& inputs) const { return run(inputs, nullptr); }
 
-std::vector<NDArray> ModelRunner::run(const std::vector<NDArray>& inputs, std::vector<double>* step_seconds) const {
+// A donated input is written over: no other input may see its bytes.
+void check_donations(const ModelPlan& plan, const std::vector<NDArray>& inputs, const std::vector<bool>& donated) {
+  KILN_USER_CHECK(donated.size() == inputs.size()) << "donate has " << donated.size() << " flags for " << inputs.size() << " inputs";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!donated[i]) continue;
+    const char* a = static_cast<const char*>(inputs[i].data());
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      const char* b = static_cast<const char*>(inputs[j].data());
+      KILN_USER_CHECK(j == i || a + inputs[i].nbytes() <= b || b + inputs[j].nbytes() <= a)
+          << "input '" << plan.inputs[i].name << "' is donated (written over in place) but shares memory with input '" << plan.inputs[j].name
+          << "'; pass a copy of one of them";
+    }
+  }
+}
+
+std::vector<NDArray> ModelRunner::run(const std::vector<NDArray>& inputs, std::vector<double>* step_seconds, const std::vector<bool>* donated) const {
   using Clock = std::chrono::steady_clock;
   KILN_USER_CHECK(state_) << "use of a null ModelRunner; load one with ModelRunner::load";
   const ModelPlan& plan = state_->plan;
   check_model_inputs(plan.inputs, inputs);
+  if (donated) check_donations(plan, inputs, *donated);
   if (step_seconds && step_seconds->size() < plan.steps.size()) step_seconds->resize(plan.steps.size(), 0.0);
   std::lock_guard<std::mutex> lock(state_->mu);
   std::vector<NDArray> outputs;
-  std::vector<void*> ptr = bind_plan_buffers(plan, inputs, static_cast<char*>(state_->arena.data()), &outputs);
+  std::vector<void*> ptr = bind_plan_buffers(plan, inputs, static_cast<char*>(state_->arena.data()), &outputs, donated);
   std::vector<void*> args;
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     const ModelStep& step = plan.steps[s];

@@ -83,3 +83,49 @@ def test_inputs_from_torch_and_dlpack():
     xk = kiln.nd.array(x.numpy())
     scaled2, _ = exe(xk, y.numpy())  # a kiln array
     np.testing.assert_array_equal(scaled, scaled2)
+
+
+def test_donated_inputs_are_updated_in_place():
+    """An output computed element by element from an input that no later group reads goes into the
+    donated input's array: the run returns that very array, with the values a fresh run computes."""
+    b = G.Builder()
+    w, u, x = b.input("w", (8, 16)), b.input("u", (8, 16)), b.input("x", (4, 8))
+    y = b.op("MatMul", x, w)                                  # reads w whole, before the update
+    g = b.op("MatMul", b.op("Transpose", x, perm=[1, 0]), y)  # [8, 16]
+    w_new = b.op("Sub", w, b.op("Mul", g, u))                 # reads w (and u) only where it writes
+    exe = kiln.compile(b.build(w_new, y, u))                  # u is returned as is: never written over
+    rng = np.random.default_rng(0)
+    wv, uv, xv = (rng.standard_normal(s).astype(np.float32) for s in ((8, 16), (8, 16), (4, 8)))
+    yv = xv @ wv
+    want = [wv - (xv.T @ yv) * uv, yv, uv]
+    fresh = exe.run([wv, uv, xv])
+    for got, ref in zip(fresh, want):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    assert exe.output_reuses_input == [0, -1, -1]
+    w_arr, u_arr = wv.copy(), uv.copy()
+    out = exe.run([w_arr, u_arr, xv], donate=[0, 1])
+    assert out[0] is w_arr  # written in place
+    assert out[2] is not u_arr and np.array_equal(u_arr, uv)  # a returned input stays as it was
+    for got, ref in zip(out, want):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(w_arr, want[0], rtol=1e-5, atol=1e-5)
+    # A donated input that shares memory with another is refused, naming both.
+    shared = np.zeros((8, 16), np.float32)
+    with pytest.raises(kiln.KilnError, match="'w' is donated .* shares memory with input 'u'"):
+        exe.run([shared, shared, xv], donate=[0])
+    with pytest.raises(kiln.KilnError, match="donate names input 5"):
+        exe.run([w_arr, u_arr, xv], donate=[5])
+
+
+def test_donation_never_overwrites_an_input_a_later_group_reads():
+    """w is read whole by a MatMul and element by element by a Sub that does not depend on it: whichever
+    order the plan takes, the donated run computes what a fresh run does (the Sub may write over w only
+    when it is w's last reader)."""
+    b = G.Builder()
+    w, u, x = b.input("w", (8, 16)), b.input("u", (8, 16)), b.input("x", (4, 8))
+    exe = kiln.compile(b.build(b.op("Sub", w, u), b.op("MatMul", x, w)))
+    rng = np.random.default_rng(1)
+    wv, uv, xv = (rng.standard_normal(s).astype(np.float32) for s in ((8, 16), (8, 16), (4, 8)))
+    out = exe.run([wv.copy(), uv, xv], donate=[0])
+    np.testing.assert_allclose(out[0], wv - uv, rtol=1e-6)
+    np.testing.assert_allclose(out[1], xv @ wv, rtol=1e-5, atol=1e-5)

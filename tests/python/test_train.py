@@ -50,6 +50,20 @@ def follow_torch(step, module, opt, x, y, loss_fn, steps=50, rtol=1e-4, atol=1e-
         np.testing.assert_allclose(p, params[name].detach().numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
 
 
+def assert_updates_in_place(step, x, y):
+    """Every parameter and optimizer state is written over in place by its update (the step's plan lets
+    each reuse its input): the same arrays before and after a step, with new values."""
+    states = [s for per in step._states for s in per]
+    assert sum(i >= 0 for i in step._exe.output_reuses_input) == len(step.parameters) + len(states)
+    before = {n: (a, a.copy()) for n, a in step.parameters.items()}
+    state_ids = [id(s) for s in states]
+    step(x, y)
+    for n, (a, old) in before.items():
+        assert step.parameters[n] is a, n
+        assert not np.array_equal(a, old), n
+    assert [id(s) for per in step._states for s in per] == state_ids
+
+
 def classification_data(batch, shape, classes):
     return RNG.standard_normal((batch,) + shape).astype("float32"), RNG.integers(0, classes, batch)
 
@@ -59,6 +73,7 @@ def test_mlp_sgd_momentum_follows_torch():
     x, y = classification_data(16, (8,), 4)
     step = kiln.train.compile(mlp_graph(m, 16), loss="cross_entropy", optimizer=kiln.train.SGD(lr=0.1, momentum=0.9))
     follow_torch(step, m, torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), x, y, torch.nn.functional.cross_entropy)
+    assert_updates_in_place(step, x, y)
 
 
 def test_cnn_from_onnx_sgd_momentum_weight_decay_follows_torch():
@@ -77,6 +92,7 @@ def test_mlp_adam_follows_torch(kind):
     ours = getattr(kiln.train, kind)(lr=0.01, weight_decay=0.01)
     step = kiln.train.compile(mlp_graph(m, 16), loss="cross_entropy", optimizer=ours)
     follow_torch(step, m, getattr(torch.optim, kind)(m.parameters(), lr=0.01, weight_decay=0.01), x, y, torch.nn.functional.cross_entropy)
+    assert_updates_in_place(step, x, y)
 
 
 def test_mse_regression_nesterov_follows_torch():

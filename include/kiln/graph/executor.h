@@ -79,6 +79,10 @@ class Executor {
 
   /** Runs the graph; inputs in the graph's input order, checked for shape, dtype and device. */
   std::vector<NDArray> run(const std::vector<NDArray>& inputs) const;
+  /** The same, with inputs donated (one flag per input): an output the plan
+   * lets reuse a donated input is written into that input's array in place
+   * and returned as it (a training step's parameters and optimizer state). */
+  std::vector<NDArray> run(const std::vector<NDArray>& inputs, const std::vector<bool>& donated) const;
   /** Runs `repeats` times and times each kernel (median per kernel). */
   std::vector<ProfileRow> profile(const std::vector<NDArray>& inputs, int repeats = 10) const;
   MemoryReport memory() const;

@@ -65,6 +65,13 @@ struct ModelPlan {
   std::vector<NDArray> constants;
   /** Per model output: the buffer holding it. */
   std::vector<int> output_buffers;
+  /**
+   * Per model output: the model input whose array the output may be written
+   * into when the caller donates that input (its last reader computes the
+   * output element by element; a training step's parameter updates), or -1.
+   * Not part of the exported form: an exported model allocates its outputs.
+   */
+  std::vector<int> output_reuses_input;
   int64_t arena_bytes = 0;
 
   /**
@@ -88,8 +95,11 @@ void write_weights(const std::string& path, const std::vector<NDArray>& constant
 /** Refuses inputs that do not match the plan's (count, dtype, shape, host memory, compact layout), naming the input and the fix. */
 void check_model_inputs(const std::vector<ModelTensor>& want, const std::vector<NDArray>& inputs);
 /** The address of each of the plan's buffers for one run: the inputs', the
- * constants', the arena's (at `arena`) and fresh output arrays (into *outputs). */
-std::vector<void*> bind_plan_buffers(const ModelPlan& plan, const std::vector<NDArray>& inputs, char* arena, std::vector<NDArray>* outputs);
+ * constants', the arena's (at `arena`) and fresh output arrays (into *outputs),
+ * or for an output that may reuse a donated input (donated[i] true), that
+ * input's array itself. */
+std::vector<void*> bind_plan_buffers(const ModelPlan& plan, const std::vector<NDArray>& inputs, char* arena, std::vector<NDArray>* outputs,
+                                     const std::vector<bool>* donated = nullptr);
 
 class ModelRunner {
  public:
@@ -107,8 +117,12 @@ class ModelRunner {
 
   /** Runs the model; inputs in order, checked for count, dtype, shape, device and layout. */
   std::vector<NDArray> run(const std::vector<NDArray>& inputs) const;
-  /** The same, adding each step's seconds to (*step_seconds)[step] (sized to the steps). */
-  std::vector<NDArray> run(const std::vector<NDArray>& inputs, std::vector<double>* step_seconds) const;
+  /** The same, adding each step's seconds to (*step_seconds)[step] (sized to the steps).
+   * With `donated` (one flag per input), a donated input's array may be
+   * overwritten by an output the plan lets reuse it (ModelPlan::output_reuses_input),
+   * and is then returned as that output; a donated input must not share its
+   * memory with another input. */
+  std::vector<NDArray> run(const std::vector<NDArray>& inputs, std::vector<double>* step_seconds, const std::vector<bool>* donated = nullptr) const;
 
   bool defined() const { return state_ != nullptr; }
   const ModelPlan& plan() const;
