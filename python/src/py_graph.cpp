@@ -99,6 +99,7 @@ py::list run_donating(const Executor& exe, py::sequence inputs, const std::vecto
   for (int i : donate) {
     if (i < 0 || i >= static_cast<int>(in.size()))
       throw_user_error("donate names input " + std::to_string(i) + " of a model with " + std::to_string(in.size()) + " inputs");
+    if (!keep[i].writeable()) throw_user_error("input " + std::to_string(i) + " is donated (written over in place) but its array is read-only; pass a writeable copy");
     flags[i] = true;
   }
   std::vector<NDArray> out;

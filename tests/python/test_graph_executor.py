@@ -115,6 +115,10 @@ def test_donated_inputs_are_updated_in_place():
         exe.run([shared, shared, xv], donate=[0])
     with pytest.raises(kiln.KilnError, match="donate names input 5"):
         exe.run([w_arr, u_arr, xv], donate=[5])
+    frozen = w_arr.copy()
+    frozen.flags.writeable = False
+    with pytest.raises(kiln.KilnError, match="input 0 is donated .* read-only"):
+        exe.run([frozen, u_arr, xv], donate=[0])
 
 
 def test_donation_never_overwrites_an_input_a_later_group_reads():

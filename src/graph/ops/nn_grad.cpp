@@ -77,6 +77,29 @@ te::Tensor grad_input_as_conv(const te::Tensor& dY, const te::Tensor& W, const s
   return ops::conv_nchw(D, Wf, conv, G, "conv_grad_input");
 }
 
+// What both forms of the weight gradient sum over: the batch and the output
+// positions (axes, o), and X padded once (P) with its windows (unpadded), so
+// the reduction reads it without conditions.
+struct WeightGradSum {
+  std::vector<IterVar> axes;
+  std::vector<Expr> o;
+  te::Tensor P;
+  std::vector<ops::WindowDim> unpadded;
+};
+
+WeightGradSum weight_grad_sum(const te::Tensor& X, const std::vector<int64_t>& ys, const std::vector<ops::WindowDim>& dims) {
+  WeightGradSum w;
+  w.axes.push_back(te::reduce_axis(Range(0, index_imm(ys[0])), "n"));
+  for (size_t j = 2; j < ys.size(); ++j) {
+    w.axes.push_back(te::reduce_axis(Range(0, index_imm(ys[j])), "o" + std::to_string(j - 2)));
+    w.o.push_back(w.axes.back().var());
+  }
+  w.P = ops::pad_spatial(X, dims, 0.0, "conv_grad_weight.pad");
+  w.unpadded = dims;  // the windows over P: no pads, every tap inside
+  for (auto& d : w.unpadded) d.pad_begin = d.pad_end = 0, d.in = (d.out - 1) * d.stride + d.span();
+  return w;
+}
+
 // dW (one group) as a matmul per kernel tap, vectorized along the output
 // channels: R[c, taps..., k] = sum over n and the output positions of
 // dY[n, k, o...] * P[n, c, o * stride + tap * dilation], then dW = R with
@@ -87,24 +110,15 @@ te::Tensor grad_input_as_conv(const te::Tensor& dY, const te::Tensor& W, const s
 // along the kernel's width, 3 lanes of 16: ResNet-18's weight gradients
 // ran at 35 to 55 GFLOP/s.
 te::Tensor grad_weight_by_taps(const te::Tensor& X, const te::Tensor& dY, const std::vector<ops::WindowDim>& dims, const std::vector<int64_t>& ws) {
-  std::vector<int64_t> ys = ops::const_shape(dY);
-  std::vector<IterVar> axes{te::reduce_axis(Range(0, index_imm(ys[0])), "n")};
-  std::vector<Expr> o;
-  for (size_t j = 2; j < ys.size(); ++j) {
-    axes.push_back(te::reduce_axis(Range(0, index_imm(ys[j])), "o" + std::to_string(j - 2)));
-    o.push_back(axes.back().var());
-  }
-  te::Tensor P = ops::pad_spatial(X, dims, 0.0, "conv_grad_weight.pad");
-  std::vector<ops::WindowDim> unpadded = dims;  // the windows over P: no pads, every tap inside
-  for (auto& w : unpadded) w.pad_begin = w.pad_end = 0, w.in = (w.out - 1) * w.stride + w.span();
+  WeightGradSum w = weight_grad_sum(X, ops::const_shape(dY), dims);
   size_t nd = dims.size();
   std::vector<int64_t> rs{ws[1]};
   rs.insert(rs.end(), ws.begin() + 2, ws.end());
   rs.push_back(ws[0]);
   te::Tensor R = te::compute(shape_exprs(rs), [&](const std::vector<Var>& i) {
-    auto [h, inside] = forward_taps(unpadded, o, as_exprs(i, 1, 1 + nd));
-    Expr n = axes[0].var();
-    return guarded_sum(inside, dY(cat({n, i.back()}, o)) * P(cat({n, i[0]}, h)), axes);
+    auto [h, inside] = forward_taps(w.unpadded, w.o, as_exprs(i, 1, 1 + nd));
+    Expr n = w.axes[0].var();
+    return guarded_sum(inside, dY(cat({n, i.back()}, w.o)) * w.P(cat({n, i[0]}, h)), w.axes);
   }, "conv_grad_weight.ck");
   return te::compute(shape_exprs(ws), [&](const std::vector<Var>& i) {
     std::vector<Expr> at{i[1]};
@@ -179,21 +193,12 @@ void register_grad_weight() {
     std::vector<int64_t> ws = shape_of(call);
     int64_t Cg = ws[1], Kg = ws[0] / call.attrs.get_int("group");
     if (Kg == ws[0]) return std::vector<te::Tensor>{grad_weight_by_taps(X, dY, dims, ws)};
-    std::vector<IterVar> axes{te::reduce_axis(Range(0, index_imm(ys[0])), "n")};
-    std::vector<Expr> o;
-    for (size_t j = 2; j < ys.size(); ++j) {
-      axes.push_back(te::reduce_axis(Range(0, index_imm(ys[j])), "o" + std::to_string(j - 2)));
-      o.push_back(axes.back().var());
-    }
-    // X padded once, so the reduction reads it without conditions.
-    te::Tensor P = ops::pad_spatial(X, dims, 0.0, "conv_grad_weight.pad");
-    std::vector<ops::WindowDim> unpadded = dims;  // the windows over P: no pads, every tap inside
-    for (auto& w : unpadded) w.pad_begin = w.pad_end = 0, w.in = (w.out - 1) * w.stride + w.span();
+    WeightGradSum w = weight_grad_sum(X, ys, dims);
     return std::vector<te::Tensor>{te::compute(shape_exprs(ws), [&](const std::vector<Var>& i) {
-      auto [h, inside] = forward_taps(unpadded, o, as_exprs(i, 2, i.size()));
-      Expr n = axes[0].var(), k = i[0];
+      auto [h, inside] = forward_taps(w.unpadded, w.o, as_exprs(i, 2, i.size()));
+      Expr n = w.axes[0].var(), k = i[0];
       Expr c = floordiv(k, index_imm(Kg)) * index_imm(Cg) + i[1];
-      return guarded_sum(inside, dY(cat({n, k}, o)) * P(cat({n, c}, h)), axes);
+      return guarded_sum(inside, dY(cat({n, k}, w.o)) * w.P(cat({n, c}, h)), w.axes);
     }, "conv_grad_weight")};
   };
   register_op(std::move(d));
