@@ -131,6 +131,17 @@ Case chain_case(int M, int N) {
           }};
 }
 
+// A transpose: its vectors gather across the input's rows.
+Case transpose_case(int M, int N) {
+  te::Tensor X = te::placeholder({M, N}, DataType::Float(32), "X");
+  return {"transpose", {X, ops::transpose(X)}, [=](const std::vector<Vec>& in) {
+            Vec o(size_t(M) * N);
+            for (int i = 0; i < M; ++i)
+              for (int j = 0; j < N; ++j) o[size_t(j) * M + i] = in[0][size_t(i) * N + j];
+            return std::vector<Vec>{o};
+          }};
+}
+
 // Row sums of a wide matrix: few outputs, a long reduction (the rfactor rule).
 Case row_sum_case(int M, int N) {
   te::Tensor X = te::placeholder({M, N}, DataType::Float(32), "X");
@@ -476,6 +487,23 @@ TEST_P(TunerSketch, DefaultPacksWhereTheCopyPays) {
   te::Tensor C = te::compute({16, 48}, [&](const std::vector<Var>& i) { return te::sum(A(i[0], k.var()) * Bt(i[1], k.var()), {k}); }, "C");
   SearchSpace nt(make_task({A, Bt, C}, rules_target()));
   EXPECT_TRUE(packs(nt)) << nt.describe_sketch(nt.default_candidate().sketch);
+}
+
+// A transpose's default tiles the axis its input is contiguous along (16
+// rows inside the vector loop's outer part, see simple() in
+// search_space_apply.cpp) and computes the transpose, also where 16 does
+// not divide the rows.
+TEST_P(TunerSketch, TransposeDefaultTilesTheInputRows) {
+  Case t = transpose_case(48, 64);
+  SearchSpace space(task_of(t));
+  Candidate d = space.default_candidate();
+  std::string trace = d.trace.to_json();
+  // X[48, 64] -> T[64, 48]: T's rows axis i (64) is X's contiguous one; split by 16.
+  EXPECT_NE(trace.find("\"axis_names\":[\"i\"],\"ints\":[16],\"kind\":\"split\""), std::string::npos) << trace;
+  check_computes(t, space, d, 11);
+  Case odd = transpose_case(20, 36);  // 20 rows: a tile of 10
+  SearchSpace odd_space(task_of(odd));
+  check_computes(odd, odd_space, odd_space.default_candidate(), 12);
 }
 
 // The target-derived seeds: every multi-level-tiled sketch whose innermost

@@ -4,6 +4,7 @@
 // consumer's loop needs that loop to exist already.
 #include <algorithm>
 
+#include "kiln/ir/functor.h"
 #include "kiln/support/error.h"
 #include "search_space_internal.h"
 
@@ -44,6 +45,31 @@ Loop fuse_prefix(te::Stage& st, std::vector<Loop>* order, int count) {
 }
 
 namespace {
+
+// Rows of a transposed read a Simple stage's loops tile (see simple()):
+// sixteen 64-byte lines of the input, reused across the tile.
+constexpr int64_t kTransposeTile = 16;
+
+// The output axis whose variable is the last index of a load that also
+// uses the innermost output axis elsewhere (a transpose's input, read
+// across its rows by the vectors), or -1.
+int transposed_read_axis(const StageInfo& info) {
+  size_t n = info.spatial.size();
+  if (!info.op || n < 2) return -1;
+  const Variable* inner = info.op->axis[n - 1].var().get();
+  int found = -1;
+  post_order_visit(info.body, [&](const Expr& e) {
+    const TensorLoad* t = e.as<TensorLoad>();
+    if (!t || t->indices.size() < 2 || found >= 0) return;
+    const Variable* last = t->indices.back().as<Variable>();
+    if (!last || last == inner) return;
+    bool reads_inner = false;
+    for (const Expr& i : t->indices) reads_inner = reads_inner || uses_var(i, [&](const Variable* v) { return v == inner; });
+    for (size_t k = 0; k + 1 < n && reads_inner; ++k)
+      if (info.op->axis[k].var().get() == last) found = static_cast<int>(k);
+  });
+  return found;
+}
 
 class Applier {
  public:
@@ -136,15 +162,31 @@ class Applier {
       return;
     }
     std::vector<Loop> lead;
-    for (size_t k = 0; k + 1 < n; ++k) lead.push_back({roots[k], info.spatial[k]});
+    // A transposed read (contiguous along output axis `across`, not the
+    // vector axis): a tile of `across` goes inside the vector loop's outer
+    // part, so the lines the vectors gather from stay in L1 across it.
+    int across = info.reduction ? -1 : transposed_read_axis(info);
+    Loop across_inner;
+    for (size_t k = 0; k + 1 < n; ++k) {
+      int64_t f = static_cast<int>(k) == across ? divisor_at_most(info.spatial[k], kTransposeTile) : 1;
+      if (f == 1) {
+        lead.push_back({roots[k], info.spatial[k]});
+        continue;
+      }
+      const int factors[2] = {static_cast<int>(info.spatial[k] / f), static_cast<int>(f)};
+      std::vector<Loop> split = split_into(st, roots[k], factors, 2);
+      lead.push_back(split[0]);
+      across_inner = split[1];
+    }
     std::vector<Loop> parts = split_into(st, roots[n - 1], tile(p.vector_tile), 2);
     lead.push_back(parts[0]);
     Loop inner = parts[1];
     std::vector<Loop> order = lead;
+    if (across_inner.iv.defined()) order.push_back(across_inner);
     for (size_t k = 0; k < info.reduce.size(); ++k) order.push_back({roots[n + k], info.reduce[k]});
     order.push_back(inner);
     // A reduction keeps the vector loop innermost, inside its reduce loops.
-    if (info.reduction) reorder_loops(st, order);
+    if (info.reduction || across_inner.iv.defined()) reorder_loops(st, order);
     size_t first = 1;
     if (p.consumer >= 0 && choice(p.location) == 1 && outer_loop_[p.consumer].defined() && readers_attached_at(i, p.consumer)) {
       st.compute_at(s_[dag_.stages[p.consumer].tensor], outer_loop_[p.consumer]);
