@@ -116,7 +116,7 @@ class _CompiledModel:
     def run(self, inputs, donate=None):
         """Runs the model; `inputs` is a list in input order or a dict by input name. Returns a list of numpy arrays.
         donate: positions of inputs whose arrays the run may overwrite (CPU executor): an output the plan lets
-        reuse one (``reusable_outputs``; a parameter's update) is written into it in place and returned as it."""
+        reuse one (``output_reuses_input``; a parameter's update) is written into it in place and returned as it."""
         if donate:
             return self._exe.run(self._order(inputs), [int(i) for i in donate])
         return self._exe.run(self._order(inputs))

@@ -183,8 +183,7 @@ class TrainStep:
         """Runs the step with the parameters, optimizer state and buffers (feed[first:end]) donated, so
         their updates are written in place where the plan allows (the step's executor, not a distributed one).
         A donated array must be writeable, contiguous and no view of another numpy array; one that is not is copied first."""
-        from .graph import Executor
-        if not isinstance(self._exe, Executor):
+        if not isinstance(self._exe, _kg.Executor):
             return self._exe.run(feed)
         for i in range(first, end):
             a = feed[i]

@@ -48,11 +48,13 @@ Attrs to_attrs(const py::dict& d) {
 
 py::tuple type_tuple(const TensorType& t) { return py::make_tuple(py::tuple(py::cast(t.shape)), t.dtype.str()); }
 
-// Inputs as NDArray views of C-contiguous numpy arrays, kept alive by `keep`.
-std::vector<NDArray> view_inputs(const py::sequence& inputs, std::vector<py::array>* keep) {
+// Inputs as NDArray views of C-contiguous numpy arrays (or the kiln arrays
+// given). keep[i] is the object whose memory input i views, kept alive by it.
+std::vector<NDArray> view_inputs(const py::sequence& inputs, std::vector<py::object>* keep) {
   std::vector<NDArray> arrays;
   for (py::handle h : inputs) {
     if (py::isinstance<NDArray>(h)) {
+      keep->push_back(py::reinterpret_borrow<py::object>(h));
       arrays.push_back(h.cast<NDArray>());
       continue;
     }
@@ -79,7 +81,7 @@ py::list to_numpy_list(const std::vector<NDArray>& arrays) {
 // Executor.run / GpuExecutor.run / simulate: numpy views in, the call without the GIL, numpy out.
 template <typename Run>
 py::list run_with(py::sequence inputs, const Run& run) {
-  std::vector<py::array> keep;
+  std::vector<py::object> keep;
   std::vector<NDArray> in = view_inputs(inputs, &keep);
   std::vector<NDArray> out;
   {
@@ -93,13 +95,14 @@ py::list run_with(py::sequence inputs, const Run& run) {
 // donated input's array come back as that very input array (numpy keeps
 // owning the memory), the others as fresh arrays.
 py::list run_donating(const Executor& exe, py::sequence inputs, const std::vector<int>& donate) {
-  std::vector<py::array> keep;
+  std::vector<py::object> keep;
   std::vector<NDArray> in = view_inputs(inputs, &keep);
   std::vector<bool> flags(in.size(), false);
   for (int i : donate) {
     if (i < 0 || i >= static_cast<int>(in.size()))
       throw_user_error("donate names input " + std::to_string(i) + " of a model with " + std::to_string(in.size()) + " inputs");
-    if (!keep[i].writeable()) throw_user_error("input " + std::to_string(i) + " is donated (written over in place) but its array is read-only; pass a writeable copy");
+    if (py::isinstance<py::array>(keep[i]) && !keep[i].cast<py::array>().writeable())
+      throw_user_error("input " + std::to_string(i) + " is donated (written over in place) but its array is read-only; pass a writeable copy");
     flags[i] = true;
   }
   std::vector<NDArray> out;
@@ -107,12 +110,11 @@ py::list run_donating(const Executor& exe, py::sequence inputs, const std::vecto
     py::gil_scoped_release release;
     out = exe.run(in, flags);
   }
+  const std::vector<int>& reuses = exe.plan().output_reuses_input;
   py::list result;
-  for (const NDArray& a : out) {
-    py::object same;
-    for (size_t j = 0; j < in.size() && !same; ++j)
-      if (flags[j] && a.data() == in[j].data()) same = keep[j];
-    result.append(same ? same : ndarray_to_numpy(a));
+  for (size_t k = 0; k < out.size(); ++k) {
+    int j = k < reuses.size() ? reuses[k] : -1;
+    result.append(j >= 0 && flags[j] ? keep[j] : ndarray_to_numpy(out[k]));
   }
   return result;
 }
@@ -266,7 +268,7 @@ void define_graph(py::module_& root) {
       .def_property_readonly("output_reuses_input", [](const Executor& exe) { return exe.plan().output_reuses_input; },
                              "per output, the input whose donated array it is written into, or -1")
       .def("profile", [](const Executor& exe, py::sequence inputs, int repeats) {
-        std::vector<py::array> keep;
+        std::vector<py::object> keep;
         std::vector<NDArray> in = view_inputs(inputs, &keep);
         std::vector<ProfileRow> rows;
         {

@@ -119,8 +119,6 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
   }
   p.plan.output_reuses_input.assign(g.outputs().size(), -1);
   std::set<const NodeObj*> reused;
-  std::unordered_map<const NodeObj*, int> input_index;
-  for (size_t i = 0; i < g.inputs().size(); ++i) input_index[g.inputs()[i].get()] = static_cast<int>(i);
   std::map<std::string, int> kernel_of_key;
   std::vector<GroupInfo> kernel_info;  // per kernel: schedule, detail and flop
   std::vector<PlannedValue> lifetimes;
@@ -175,7 +173,7 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
           if (!in || in->kind != NodeKind::Input || last_read[in] != step || returned.count(in) || reused.count(in) ||
               !reads_only_where_it_writes(*node, i))
             continue;
-          p.plan.output_reuses_input[out->second] = input_index.at(in);
+          p.plan.output_reuses_input[out->second] = p.plan.buffers[p.value(node->inputs[i])].index;  // an Input buffer's index is its position
           reused.insert(in);
           break;
         }

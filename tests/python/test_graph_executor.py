@@ -115,6 +115,11 @@ def test_donated_inputs_are_updated_in_place():
         exe.run([shared, shared, xv], donate=[0])
     with pytest.raises(kiln.KilnError, match="donate names input 5"):
         exe.run([w_arr, u_arr, xv], donate=[5])
+    # A kiln array donated, beside numpy ones: the output comes back as that kiln array, updated.
+    w_nd = kiln.nd.array(wv.copy())
+    out = exe.run([w_nd, uv.copy(), xv], donate=[0])
+    assert out[0] is w_nd
+    np.testing.assert_allclose(w_nd.numpy(), want[0], rtol=1e-5, atol=1e-5)
     frozen = w_arr.copy()
     frozen.flags.writeable = False
     with pytest.raises(kiln.KilnError, match="input 0 is donated .* read-only"):

@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "kiln/ir/functor.h"
+#include "kiln/ops/broadcast.h"
 #include "search_space_internal.h"
 
 namespace kiln::tuner::detail {
@@ -203,12 +204,9 @@ bool pack_pays(const DagInfo& dag, const StageInfo& s) {
   for (size_t k = 0; k + 1 < s.spatial.size(); ++k)
     if (k >= indexes.size() || !indexes[k]) rows *= s.spatial[k];
   const te::Tensor& b = dag.stages[s.pack_operand].tensor;
-  int64_t bytes = b.dtype().bytes();
-  for (const Expr& e : b.shape()) {
-    const int64_t* n = as_const_int(e);
-    bytes *= n ? *n : 1;
-  }
   if (s.pack_dim + 1 != b.ndim()) return rows >= 8;
+  int64_t bytes = b.dtype().bytes();
+  for (int64_t d : ops::const_shape(b)) bytes *= d;
   return rows >= 64 && bytes > (int64_t(1) << 20);
 }
 

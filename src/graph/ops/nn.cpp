@@ -180,14 +180,18 @@ std::vector<Value> matmul_grad(GradBuilder& b, const std::vector<Value>& g) {
     std::swap(perm[r - 1], perm[r - 2]);
     return b.transpose(v, perm);
   };
+  auto as_rows = [&](Value v) {  // [..., M, K] -> [(...) * M, K]
+    const std::vector<int64_t>& s = v.type().shape;
+    int64_t rows = 1;
+    for (size_t k = 0; k + 1 < s.size(); ++k) rows *= s[k];
+    return b.reshape(v, {rows, s.back()});
+  };
   std::vector<Value> out(2);
   if (b.wants(0) && bs.size() == 2) {
     // A 2-D B (a weight): the rows of G fold into one Gemm that reads B
     // transposed, which the tuner packs like any B; a Transpose of B would
     // be one more copy of the weight per step.
-    int64_t rows = 1;
-    for (size_t k = 0; k + 1 < gs.size(); ++k) rows *= gs[k];
-    Value dA = b.op("Gemm", {b.reshape(G, {rows, gs.back()}), B}, Attrs({{"transB", int64_t(1)}}));
+    Value dA = b.op("Gemm", {as_rows(G), B}, Attrs({{"transB", int64_t(1)}}));
     out[0] = b.reshape(dA, b.in_type(0).shape);
   } else if (b.wants(0)) {
     out[0] = b.reshape(b.sum_to(b.op("MatMul", {G, swap_last(B)}), as), b.in_type(0).shape);
@@ -199,10 +203,7 @@ std::vector<Value> matmul_grad(GradBuilder& b, const std::vector<Value>& g) {
   bool shared = gs.size() > 2 && as.size() == gs.size() && std::equal(as.begin(), as.end() - 2, gs.begin()) &&
                 std::all_of(bs.begin(), bs.end() - 2, [](int64_t d) { return d == 1; });
   if (b.wants(1) && shared) {
-    int64_t rows = 1;
-    for (size_t k = 0; k + 1 < as.size(); ++k) rows *= as[k];
-    Value A2 = b.reshape(A, {rows, as.back()}), G2 = b.reshape(G, {rows, gs.back()});
-    out[1] = b.reshape(b.op("MatMul", {swap_last(A2), G2}), b.in_type(1).shape);
+    out[1] = b.reshape(b.op("MatMul", {swap_last(as_rows(A)), as_rows(G)}), b.in_type(1).shape);
   } else if (b.wants(1)) {
     out[1] = b.reshape(b.sum_to(b.op("MatMul", {swap_last(A), G}), bs), b.in_type(1).shape);
   }
