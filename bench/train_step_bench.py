@@ -3,7 +3,7 @@
 
   bench/train_step_bench.py [--workloads resnet18,bert] [--threads 2] [--repeat 5] [--batch 8]
                             [--image-size 112] [--seq-len 128] [--json FILE] [--build DIR] [--timeout 1800]
-                            [--db FILE [--tune-trials N]]
+                            [--db FILE [--tune-trials N]] [--precision bfloat16]
 
 One training step is forward + loss + backward + torch.optim.SGD's update
 with momentum (lr 0.01, momentum 0.9), on one fixed batch:
@@ -31,6 +31,13 @@ database (kiln.train.compile(db=)); with --tune-trials N as well, the kiln
 process first tunes the step's groups into it (kiln.tune_model on the
 step's graph, N trials, resumed from what the database holds), alone,
 before either side is timed. The table then says "tuned" and the seconds.
+
+With --precision bfloat16, both sides train in mixed precision: kiln with
+kiln.train.compile(precision="bfloat16") (its matmuls as bfloat16 dot
+products, vdpbf16ps, where the CPU has AVX-512 BF16), PyTorch with its CPU
+autocast (torch.autocast("cpu", dtype=torch.bfloat16) around forward and
+loss, its documented way; oneDNN's bfloat16 kernels where the CPU has them).
+Both keep float32 master weights.
 
 Memory, weights excluded on both sides:
   kiln arena / planned peak  the compiled step's memory plan (exe.memory():
@@ -83,6 +90,8 @@ def parse_args(argv=None):
     ap.add_argument("--timeout", type=float, default=1800, help="seconds one side may take to start (or one step)")
     ap.add_argument("--db", help="compile kiln's step with this tuning database's records")
     ap.add_argument("--tune-trials", type=int, default=0, help="with --db: first tune the step's groups into it (trials)")
+    ap.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
+                    help="bfloat16: mixed precision on both sides (kiln precision=, PyTorch CPU autocast)")
     args = ap.parse_args(argv)
     args.workloads = [w for w in args.workloads.split(",") if w]
     unknown = [w for w in args.workloads if w not in WORKLOADS]
@@ -166,17 +175,20 @@ def torch_side(spec):
     module, x, y, loss = build(spec["workload"], spec["batch"], spec["image_size"], spec["seq_len"])
     loss_fn = torch.nn.functional.cross_entropy if loss == "cross_entropy" else torch.nn.functional.mse_loss
     opt = torch.optim.SGD(module.parameters(), lr=LR, momentum=MOMENTUM)
+    low = spec.get("precision") == "bfloat16"
 
     def step():
         opt.zero_grad()
-        out = loss_fn(module(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=low):
+            out = loss_fn(module(x), y)
         out.backward()
         opt.step()
         return out.item()
 
     info = [line.strip() for line in torch.__config__.parallel_info().splitlines() if line.strip()]
     cap = [line.strip(" -") for line in torch.__config__.show().splitlines() if "CPU capability" in line]
-    setup = (f"PyTorch {torch.__version__} eager, {cap[0] if cap else '?'}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
+    setup = (f"PyTorch {torch.__version__} eager{' with CPU autocast bfloat16' if low else ''}, {cap[0] if cap else '?'}, "
+             f"mkldnn bf16 {'yes' if torch.backends.mkldnn.is_available() else 'no'}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
              f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '-')}; " + "; ".join(info[:6]))
     return step, {"setup": setup}
 
@@ -202,19 +214,21 @@ def kiln_side(spec):
     import_s = time.perf_counter() - t0
     target = f"llvm -num-cores={spec['threads']}"
     optimizer = kiln.train.SGD(lr=LR, momentum=MOMENTUM)
+    precision = "bfloat16" if spec.get("precision") == "bfloat16" else None
     tuned = {}
     if spec.get("db") and spec.get("tune_trials"):
         t0 = time.perf_counter()
-        plain = kiln.train.compile(model, loss=loss, optimizer=optimizer, target=target)
+        plain = kiln.train.compile(model, loss=loss, optimizer=optimizer, target=target, precision=precision)
         r = kiln.tune_model(plain.graph, target=target, trials=spec["tune_trials"], db=spec["db"], progress=False)
         tuned = {"tune_s": time.perf_counter() - t0, "tune_trials": r["trials"]}
     t0 = time.perf_counter()
-    step = kiln.train.compile(model, loss=loss, optimizer=optimizer, target=target, db=spec.get("db"))
+    step = kiln.train.compile(model, loss=loss, optimizer=optimizer, target=target, db=spec.get("db"), precision=precision)
     compile_s = time.perf_counter() - t0
     mem = step._exe.memory()
     groups = step._exe.groups()
     tuned["tuned_groups"] = sum(1 for g in groups if g["schedule"] == "database")
     tuned["groups"] = len(groups)
+    tuned["bf16_dot_groups"] = sum(1 for g in groups if "kiln.MatMulBF16Pairs" in g["ops"])
     return (lambda: step(xn, yn)), {**tuned, "import_s": import_s, "compile_s": compile_s, "num_kernels": step._exe.num_kernels,
                                     "arena_mb": mem["arena_bytes"] * MB, "planned_peak_mb": mem["peak_bytes"] * MB,
                                     "params": len(step.parameters), "kiln_module": os.path.dirname(kiln.__file__)}
@@ -248,7 +262,8 @@ class Side:
 
     def __init__(self, args, side, workload):
         spec = {"side": side, "workload": workload, "threads": args.threads, "batch": args.batch, "image_size": args.image_size,
-                "seq_len": args.seq_len, "build": args.build, "db": args.db and os.path.abspath(args.db), "tune_trials": args.tune_trials}
+                "seq_len": args.seq_len, "build": args.build, "db": args.db and os.path.abspath(args.db), "tune_trials": args.tune_trials,
+                "precision": args.precision}
         if side == "kiln":
             env = dict(os.environ, KILN_NUM_THREADS=str(args.threads))
         else:
@@ -308,7 +323,7 @@ def run_workload(args, workload):
     finally:
         for s in sides:
             s.close()
-    return {"workload": workload, "threads": args.threads, **{s.name: s.facts for s in sides}}
+    return {"workload": workload, "threads": args.threads, "precision": args.precision, **{s.name: s.facts for s in sides}}
 
 
 # ---------------------------------------------------------------- the table
@@ -327,6 +342,8 @@ def header(args, m):
             f"kiln: kiln.train.from_torch + kiln.train.compile, target llvm -num-cores={args.threads}, KILN_NUM_THREADS={args.threads}, "
             + (f"schedules from {args.db}" + (f" after tuning the step {args.tune_trials} trials into it" if args.tune_trials else "")
                if args.db else "default schedules (no tuning database)"),
+            (f"precision: bfloat16 mixed precision on both sides (kiln precision='bfloat16'; PyTorch torch.autocast('cpu', "
+             "dtype=torch.bfloat16) around forward and loss); float32 master weights" if args.precision == "bfloat16" else "precision: float32"),
             f"step = forward + backward + SGD(lr {LR}, momentum {MOMENTUM}); workloads: " + "; ".join(shapes[w] for w in args.workloads),
             f"each side in a fresh process, started and warmed up ({WARMUP} steps) alone; then {args.repeat} rounds of one timed step "
             "per side, alternating; kiln/torch = ratio of medians, below 1 kiln is faster",
@@ -355,9 +372,14 @@ def format_table(rows):
                                 _f(t.get("rss_rise_mb"), ".1f"), _f(k.get("loss1"), ".6f"), _f(t.get("loss1"), ".6f")))
         if k.get("loss1") is not None and t.get("loss1") is not None:
             rel = abs(k["loss1"] - t["loss1"]) / max(abs(t["loss1"]), 1e-30)
-            if rel > 1e-5:
+            if r.get("precision") == "bfloat16":
+                lines.append(f"    the first losses differ by {rel:.1e} relative (same weights and batch; each side rounds to bfloat16 "
+                             "in its own places: PyTorch's autocast also runs other ops, such as its linear layers' bias adds, in bfloat16)")
+            elif rel > 1e-5:
                 lines.append(f"    the first losses differ by {rel:.1e} relative (same weights and batch: float32 rounding "
                              "of the forward pass and of the loss's sum)")
+        if k.get("bf16_dot_groups"):
+            lines.append(f"    {r['workload']}: {k['bf16_dot_groups']} groups are bfloat16 dot products (kiln.MatMulBF16Pairs)")
         if k.get("tune_s") is not None:
             lines.append(f"    {r['workload']}: tuned {k['tune_trials']} trials in {k['tune_s']:.0f} s; "
                          f"{k.get('tuned_groups')} of {k.get('groups')} groups from the database")

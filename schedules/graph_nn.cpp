@@ -247,6 +247,10 @@ std::vector<int64_t> matmul_shape(const std::vector<int64_t>& a, const std::vect
 }
 
 Tensor matmul_nd(const Tensor& A, const Tensor& B, const std::string& name) {
+  return matmul_nd(A, B, name, [](Expr a, Expr b) { return a * b; });
+}
+
+Tensor matmul_nd(const Tensor& A, const Tensor& B, const std::string& name, const std::function<Expr(Expr, Expr)>& product) {
   std::vector<int64_t> as = const_shape(A), bs = const_shape(B), out = matmul_shape(as, bs);
   bool a1 = as.size() == 1, b1 = bs.size() == 1;
   size_t nb = out.size() - (a1 ? 0 : 1) - (b1 ? 0 : 1);
@@ -272,7 +276,7 @@ Tensor matmul_nd(const Tensor& A, const Tensor& B, const std::string& name) {
     if (!b1) bi = batch(bs, i);
     bi.push_back(k.var());
     if (!b1) bi.push_back(i.back());
-    return te::sum(A(ai) * B(bi), {k});
+    return te::sum(product(A(ai), B(bi)), {k});
   }, name, names);
 }
 

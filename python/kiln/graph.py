@@ -202,13 +202,16 @@ class GpuExecutor(_CompiledModel):
         return f"<kiln.graph.GpuExecutor: {self.num_kernels} CUDA kernels, arena {self.memory()['arena_bytes']} bytes>"
 
 
-def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, layout=True, quiet=False):
+def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, layout=True, quiet=False, bf16_dot=None):
     """Compiles a graph: passes, fusion, kernels (the DB's best records when `db` is given) and the memory plan.
 
     fuse=False gives one kernel per operator, plain=True unscheduled kernels
     (both for reference runs), layout=False keeps convolutions in NCHW, and
     dump=True prints the graph after every pass (as KILN_DUMP_IR=1 does).
     With a database it says on stderr how many groups had a record (quiet=True: not).
+    bf16_dot: the matmuls autocast rounds to bfloat16 run as bfloat16 dot
+    products (vdpbf16ps); None does so where the target has AVX-512 BF16,
+    True everywhere (emulated without it), False never.
     A cuda target (``"cuda -arch=sm_90"``) gives a :class:`GpuExecutor`.
     """
     if not isinstance(model, Graph):
@@ -222,7 +225,8 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
             tuned = sum(1 for g in exe.groups() if g["schedule"] == "database")
             print(f"kiln.compile: {tuned} of {len(exe.groups())} fused groups from the GPU tuning records in {db}", file=sys.stderr)
         return exe
-    exe = Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout), model)
+    bf16 = -1 if bf16_dot is None else int(bool(bf16_dot))
+    exe = Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout, bf16), model)
     if db and not quiet:
         tuned, total = exe.tuned_groups()
         print(f"kiln.compile: {tuned} of {total} fused groups from the tuning records in {db}"

@@ -91,6 +91,10 @@ round = _kiln.round  # noqa: A001
 trunc = _kiln.trunc
 sin = _kiln.sin
 cos = _kiln.cos
+#: Two float32 values rounded to bfloat16, packed in a uint32 (lo in the low half).
+pack_bf16x2 = _kiln.pack_bf16x2
+#: The float32 dot product of two pack_bf16x2 pairs (vdpbf16ps where the target has AVX-512 BF16).
+dot_bf16x2 = _kiln.dot_bf16x2
 maximum = _kiln.max
 minimum = _kiln.min
 workload_key = _kiln.workload_key
@@ -206,5 +210,5 @@ __all__ = [
     "placeholder", "compute", "reduce_axis", "sum", "prod", "max", "min", "maximum", "minimum", "all", "any",
     "select", "if_then_else", "likely", "floordiv", "floormod", "truncdiv", "truncmod", "power", "logical_and",
     "logical_or", "logical_not", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "fabs", "abs", "floor",
-    "ceil", "round", "trunc", "sin", "cos", "create_schedule", "workload_key", "canonical_dag", "KilnError",
+    "ceil", "round", "trunc", "sin", "cos", "pack_bf16x2", "dot_bf16x2", "create_schedule", "workload_key", "canonical_dag", "KilnError",
 ]

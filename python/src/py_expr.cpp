@@ -267,6 +267,8 @@ void define_expr(py::module_& m) {
   def2("truncdiv", [](Expr a, Expr b) { return truncdiv(a, b); });
   def2("truncmod", [](Expr a, Expr b) { return truncmod(a, b); });
   def2("pow", [](Expr a, Expr b) { return kiln::pow(a, b); });
+  def2("pack_bf16x2", [](Expr lo, Expr hi) { return kiln::pack_bf16x2(lo, hi); });
+  def2("dot_bf16x2", [](Expr a, Expr b) { return kiln::dot_bf16x2(a, b); });
   def2("logical_and", [](Expr a, Expr b) { return a && b; });
   def2("logical_or", [](Expr a, Expr b) { return a || b; });
   m.def("logical_not", [](py::handle a) { return !to_expr(a); });

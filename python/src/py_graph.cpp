@@ -337,8 +337,9 @@ void define_graph(py::module_& root) {
   }, py::arg("graph"), py::arg("target") = "cuda -arch=sm_90", py::arg("fuse") = true, py::arg("nvrtc") = true, py::arg("dump") = false,
      py::arg("db") = "");
 
-  m.def("compile", [](const Graph& g, const std::string& target, const std::string& db, bool fuse, bool plain, bool dump, bool layout) {
+  m.def("compile", [](const Graph& g, const std::string& target, const std::string& db, bool fuse, bool plain, bool dump, bool layout, int bf16_dot) {
     CompileOptions o;
+    o.bf16_dot = bf16_dot;
     o.layout = layout;
     o.target = target;
     o.db = db;
@@ -347,7 +348,8 @@ void define_graph(py::module_& root) {
     o.dump = dump;
     py::gil_scoped_release release;
     return compile(g, o);
-  }, py::arg("graph"), py::arg("target") = "llvm", py::arg("db") = "", py::arg("fuse") = true, py::arg("plain") = false, py::arg("dump") = false, py::arg("layout") = true);
+  }, py::arg("graph"), py::arg("target") = "llvm", py::arg("db") = "", py::arg("fuse") = true, py::arg("plain") = false, py::arg("dump") = false, py::arg("layout") = true,
+     py::arg("bf16_dot") = -1);
 }
 
 }  // namespace kiln::python

@@ -60,7 +60,7 @@ Executor compile(const Graph& g, const CompileOptions& options) {
   auto start = Clock::now();
   auto st = std::make_shared<Executor::State>();
   Target target = Target::parse(options.target);
-  PipelineOptions popt{options.fuse, options.layout, options.dump, options.layout_plan};
+  PipelineOptions popt{options.fuse, options.layout, options.dump, options.layout_plan, options.bf16_dot};
   bool given = options.layout_plan.max_block > 0 || !options.layout_plan.conv_max_block.empty();
   if (options.layout && options.choose_layouts && !options.db.empty() && !given)
     popt.layout_plan = choose_layout_plan(g, target, options.db, &st->layouts);

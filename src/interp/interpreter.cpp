@@ -1,6 +1,7 @@
 #include "kiln/interp/interpreter.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -79,6 +80,7 @@ class Interpreter {
   Value eval_cast(const Cast* op);
   Value eval_call(const Call* op);
   Value eval_if_then_else(const Call* op);
+  Value eval_bf16_pairs(const Call* op);
   Value eval_ramp(const Ramp* op);
   Value eval_load(const BufferLoad* op);
   Value sync_threads();
@@ -305,6 +307,7 @@ Value Interpreter::eval_call(const Call* op) {
   if (op->op == Intrinsic::Likely) return eval(op->args[0]);
   if (op->op == Intrinsic::SyncThreads) return sync_threads();
   if (op->op == Intrinsic::ThreadAllreduce) return thread_allreduce(op);
+  if (op->op == Intrinsic::PackBF16x2 || op->op == Intrinsic::DotBF16x2) return eval_bf16_pairs(op);
   DataType t = op->dtype.element_of();
   Value a = eval(op->args[0]);
   Value b = op->args.size() > 1 ? eval(op->args[1]) : a;
@@ -315,6 +318,23 @@ Value Interpreter::eval_call(const Call* op) {
     Lane x = a.type.element_of() == t ? a.lane[l] : interp::cast_lane(a.type.element_of(), t, a.lane[l]);
     Lane y = b.type.element_of() == t ? b.lane[l] : interp::cast_lane(b.type.element_of(), t, b.lane[l]);
     r.lane[l] = interp::math_lane(op->op, t, x, y);
+  }
+  return r;
+}
+
+// pack_bf16x2 and dot_bf16x2 lane by lane, as their doc in expr.h says.
+Value Interpreter::eval_bf16_pairs(const Call* op) {
+  Value a = eval(op->args[0]), b = eval(op->args[1]);
+  Value r(op->dtype);
+  for (int l = 0; l < r.lanes(); ++l) {
+    if (op->op == Intrinsic::PackBF16x2) {
+      uint32_t lo = interp::float_to_bfloat16(static_cast<float>(a.lane[l].f)), hi = interp::float_to_bfloat16(static_cast<float>(b.lane[l].f));
+      r.lane[l].i = static_cast<int64_t>(lo | (hi << 16));
+      continue;
+    }
+    auto half = [](int64_t v, int k) { return interp::bfloat16_to_float(static_cast<uint16_t>(static_cast<uint64_t>(v) >> (16 * k))); };
+    float lo = half(a.lane[l].i, 0) * half(b.lane[l].i, 0);  // exact: 8-bit significands
+    r.lane[l].f = std::fma(half(a.lane[l].i, 1), half(b.lane[l].i, 1), lo);
   }
   return r;
 }

@@ -96,7 +96,7 @@ Expr Cast::make(DataType t, Expr v) {
   return new Cast(t, std::move(v));
 }
 
-static const char* const kIntrinsicNames[] = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "pow", "fabs", "sigmoid", "floor", "ceil", "round", "trunc", "sin", "cos", "abs", "if_then_else", "likely", "sync_threads", "thread_allreduce"};
+static const char* const kIntrinsicNames[] = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "pow", "fabs", "sigmoid", "floor", "ceil", "round", "trunc", "sin", "cos", "abs", "if_then_else", "likely", "sync_threads", "thread_allreduce", "pack_bf16x2", "dot_bf16x2"};
 
 const char* intrinsic_name(Intrinsic op) { return kIntrinsicNames[static_cast<int>(op)]; }
 
@@ -112,8 +112,17 @@ Intrinsic intrinsic_from_name(const std::string& name) {
 
 Expr Call::make(DataType t, Intrinsic op, std::vector<Expr> args) {
   for (const Expr& a : args) KILN_CHECK(a.defined()) << "call of " << intrinsic_name(op) << " with an undefined argument";
-  size_t want = op == Intrinsic::ThreadAllreduce ? 4 : op == Intrinsic::IfThenElse ? 3 : op == Intrinsic::Pow ? 2 : 1;
+  bool pairs = op == Intrinsic::PackBF16x2 || op == Intrinsic::DotBF16x2;
+  size_t want = op == Intrinsic::ThreadAllreduce ? 4 : op == Intrinsic::IfThenElse ? 3 : op == Intrinsic::Pow || pairs ? 2 : 1;
   KILN_CHECK(args.size() == want) << intrinsic_name(op) << " takes " << want << " arguments, got " << args.size();
+  if (pairs) {
+    // pack: float32 -> uint32; dot: uint32 pairs -> float32; lanes agree.
+    DataType in = op == Intrinsic::PackBF16x2 ? DataType::Float(32, t.lanes()) : DataType::UInt(32, t.lanes());
+    DataType out = op == Intrinsic::PackBF16x2 ? DataType::UInt(32, t.lanes()) : DataType::Float(32, t.lanes());
+    KILN_CHECK(t == out && args[0].dtype() == in && args[1].dtype() == in)
+        << intrinsic_name(op) << " takes two " << in.str() << " and gives " << out.str() << ", got " << args[0].dtype().str() << ", " << args[1].dtype().str()
+        << " -> " << t.str();
+  }
   if (op == Intrinsic::ThreadAllreduce) {
     const StringImm* reducer = args[0].as<StringImm>();
     const IntImm* n = args[1].as<IntImm>();

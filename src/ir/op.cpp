@@ -1,4 +1,5 @@
 #include "kiln/ir/op.h"
+#include <algorithm>
 
 #include "kiln/support/error.h"
 
@@ -134,6 +135,21 @@ Expr likely(Expr cond) {
   cond = as_bool(std::move(cond), "likely");
   DataType ty = cond.dtype();
   return Call::make(ty, Intrinsic::Likely, {std::move(cond)});
+}
+
+Expr pack_bf16x2(Expr lo, Expr hi) {
+  int lanes = std::max(lo.dtype().lanes(), hi.dtype().lanes());
+  DataType f = DataType::Float(32, lanes);
+  if (lo.dtype() != f) lo = cast(f, lo);
+  if (hi.dtype() != f) hi = cast(f, hi);
+  return Call::make(DataType::UInt(32, lanes), Intrinsic::PackBF16x2, {std::move(lo), std::move(hi)});
+}
+
+Expr dot_bf16x2(Expr a, Expr b) {
+  KILN_USER_CHECK(a.dtype().is_uint() && a.dtype().bits() == 32 && a.dtype() == b.dtype())
+      << "dot_bf16x2 takes two uint32 values of packed bfloat16 pairs (made by pack_bf16x2), got " << a.dtype().str() << " and " << b.dtype().str();
+  DataType t = DataType::Float(32, a.dtype().lanes());
+  return Call::make(t, Intrinsic::DotBF16x2, {std::move(a), std::move(b)});
 }
 
 Expr call_math(Intrinsic op, std::vector<Expr> args) {

@@ -491,3 +491,31 @@ def test_shared_memory_over_48k_is_rejected():
     s[AS].bind(aj, "threadIdx.x")
     with pytest.raises(kiln.KilnError, match=r"65536 bytes of shared memory per block exceed the 49152 bytes"):
         kiln.build(s, [A, B], target="cuda -arch=sm_90")
+
+
+def test_bfloat16_pair_dot_products():
+    # pack_bf16x2 / dot_bf16x2 (the CPU's vdpbf16ps operands) in CUDA C: simulated against numpy's
+    # rounding to bfloat16, and compiled by NVRTC.
+    n = 300
+    A = [te.placeholder((n,), name=name) for name in "abcd"]
+    P = te.compute((n,), lambda i: te.pack_bf16x2(A[0][i], A[1][i]), name="P")
+    Q = te.compute((n,), lambda i: te.pack_bf16x2(A[2][i], A[3][i]), name="Q")
+    D = te.compute((n,), lambda i: te.dot_bf16x2(P[i], Q[i]), name="D")
+    s = te.create_schedule(D)
+    s[P].compute_inline()
+    s[Q].compute_inline()
+    bx, tx = s[D].split(D.op.axis[0], factor=128)
+    s[D].bind(bx, "blockIdx.x")
+    s[D].bind(tx, "threadIdx.x")
+    mod = kiln.build(s, A + [D], target="cuda -arch=sm_90")
+    assert "__float2bfloat16_rn" in mod.get_source()
+    vals = [rng.standard_normal(n).astype("float32") for _ in range(4)]
+    out = np.zeros(n, "float32")
+    mod.simulate(*vals, out)
+
+    def bf16(x):
+        u = x.view(np.uint32).astype(np.uint64)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32).astype(np.float64)
+    want = bf16(vals[0]) * bf16(vals[2]) + bf16(vals[1]) * bf16(vals[3])
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-7)
+    nvrtc_compiles(s, A + [D])

@@ -23,11 +23,11 @@ def batches(n, batch=256, width=64, classes=10):
     return [(rng.standard_normal((batch, width)).astype("float32"), rng.integers(0, classes, batch)) for _ in range(n)]
 
 
-def follow(a, b, steps=4):
+def follow(a, b, steps=4, rtol=1e-4):
     for x, y in batches(steps):
-        assert a(x, y) == pytest.approx(b(x, y), rel=1e-5)
+        assert a(x, y) == pytest.approx(b(x, y), rel=rtol / 10)
     for n in a.parameters:
-        np.testing.assert_allclose(a.parameters[n], b.parameters[n], rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(a.parameters[n], b.parameters[n], rtol=rtol, atol=1e-6)
 
 
 def opt():
@@ -54,13 +54,23 @@ def test_segments_recompute_and_follow_the_plain_step(segments):
     follow(ck, plain)
 
 
-def test_segments_with_bfloat16_follow_the_plain_bfloat16_step():
+@pytest.mark.parametrize("bf16_dot", [False, None])
+def test_segments_with_bfloat16_follow_the_plain_bfloat16_step(monkeypatch, bf16_dot):
     # The recomputed forward is the rounded one (autocast comes before the cut), so the losses and
-    # parameters are those of the plain mixed-precision step.
+    # parameters are those of the plain mixed-precision step. With the bfloat16 dot products (None:
+    # where the CPU has them), a product whose operand crosses a segment boundary is no longer seen
+    # to hold bfloat16 values and runs emulated in float32, which rounds in another order: close,
+    # not the same.
+    native = kiln._ffi._kiln.graph.compile  # what kiln.graph.compile and the segments' compiles call
+
+    def compile_with_choice(*a, **k):
+        k.pop("bf16_dot", None)
+        return native(*a[:7], bf16_dot=-1 if bf16_dot is None else int(bf16_dot), **k)
+    monkeypatch.setattr(kiln._ffi._kiln.graph, "compile", compile_with_choice)
     plain = kiln.train.compile(mlp(), optimizer=opt(), precision="bfloat16")
     ck = kiln.train.compile(mlp(), optimizer=opt(), precision="bfloat16", segments=3)
     assert ck.memory()["segments"] == 3 and ck.memory()["total"] < plain.memory()["total"]
-    follow(ck, plain)
+    follow(ck, plain, rtol=1e-4 if bf16_dot is False else 2e-3)
 
 
 def test_segments_with_dropout_follow_the_plain_step():

@@ -34,7 +34,8 @@ class FlopCounter : public IRVisitor {
       visit_expr(op->args[2]);
       return;
     }
-    if (op->op != Intrinsic::Likely) count += 1;
+    // A bfloat16 pair's dot product is two multiplies and an add.
+    if (op->op != Intrinsic::Likely) count += op->op == Intrinsic::DotBF16x2 ? 3 : 1;
     IRVisitor::visit(op);
   }
   void visit(const Reduce* op) override {

@@ -12,8 +12,11 @@
  * The rounding is explicit Cast pairs (float32 -> 16-bit -> float32); the
  * products of two 16-bit floats are exact in float32, so a float32 matmul of
  * rounded inputs is the 16-bit matmul with float32 accumulation. This gives
- * the numerics of the 16-bit path on any CPU; kernels that store the 16-bit
- * values and use AVX-512 BF16 instructions are not there yet.
+ * the numerics of the 16-bit path on any CPU. On a target with AVX-512
+ * BF16, the pipeline's use_bf16_dot pass (passes.h) then turns each bfloat16
+ * MatMul/Gemm into dot products over operands packed as bfloat16 pairs
+ * (vdpbf16ps: half the operand bytes, twice the products per instruction).
+ * Convolutions keep the Cast pairs.
  */
 #ifndef KILN_GRAPH_AUTOCAST_H
 #define KILN_GRAPH_AUTOCAST_H

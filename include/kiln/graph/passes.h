@@ -65,6 +65,13 @@ Graph fuse_ops(const Graph& g, int max_group_size = 64);
 /** One node per operator, each wrapped as a group of one (what fuse_ops gives with fusion off). */
 Graph wrap_ops(const Graph& g);
 
+/**
+ * MatMul and Gemm of operands that hold bfloat16 values (autocast's float32
+ * Casts of them) become bfloat16 dot products over operands packed in pairs
+ * (kiln.PackBF16Pairs, kiln.MatMulBF16Pairs; see use_bf16_dot.cpp).
+ */
+Graph use_bf16_dot(const Graph& g);
+
 struct PipelineOptions {
   bool fuse = true;
   /** Run alter_conv_layout (convolutions in NCHWc). */
@@ -73,9 +80,11 @@ struct PipelineOptions {
   bool dump = false;
   /** The convolutions' channel blocking (alter_conv_layout). */
   LayoutPlan layout_plan = {};
+  /** use_bf16_dot: -1 on llvm targets with AVX-512 BF16 (the default), 0 never, 1 on every llvm target (emulated without the instructions). */
+  int bf16_dot = -1;
 };
 
-/** The pipeline: remove_identity, fold_constants, fold_batch_norm, eliminate_common_subexpr, alter_conv_layout, then fuse_ops (or wrap_ops). */
+/** The pipeline: remove_identity, fold_transposes, use_bf16_dot (see bf16_dot), fold_constants, fold_batch_norm, eliminate_common_subexpr, alter_conv_layout, then fuse_ops (or wrap_ops). */
 Graph optimize(const Graph& g, const Target& target, const PipelineOptions& options = {});
 
 }  // namespace kiln::graph

@@ -257,6 +257,21 @@ enum class Intrinsic : uint8_t {
    * the CUDA code and the GPU simulator share. Made by that pass.
    */
   ThreadAllreduce,
+  /**
+   * pack_bf16x2(lo, hi): two float32 values rounded to bfloat16 (nearest
+   * even) and packed into one uint32, lo in the low half: the operand
+   * layout of the bfloat16 dot products.
+   */
+  PackBF16x2,
+  /**
+   * dot_bf16x2(a, b): the float32 dot product of two pairs of bfloat16
+   * packed by pack_bf16x2, lo*lo + hi*hi rounded once (the products are
+   * exact in float32). `acc + dot_bf16x2(a, b)` on a target with AVX-512
+   * BF16 becomes vdpbf16ps, which adds hi*hi then lo*lo to acc, rounding
+   * after each add and flushing denormals (as a contracted multiply-add may
+   * differ from its two steps).
+   */
+  DotBF16x2,
 };
 const char* intrinsic_name(Intrinsic op);
 /** Looks an intrinsic up by name; throws kiln::Error naming the known ones. */

@@ -71,6 +71,10 @@ Expr trunc(Expr x);
 Expr sin(Expr x);
 Expr cos(Expr x);
 Expr pow(Expr x, Expr y);
+/** Two float32 values rounded to bfloat16 and packed into a uint32 (lo in the low half); see Intrinsic::PackBF16x2. */
+Expr pack_bf16x2(Expr lo, Expr hi);
+/** The float32 dot product of two packed bfloat16 pairs; see Intrinsic::DotBF16x2. */
+Expr dot_bf16x2(Expr a, Expr b);
 /** Calls a math intrinsic by enum with dtype handling as above. */
 Expr call_math(Intrinsic op, std::vector<Expr> args);
 

@@ -88,6 +88,17 @@ std::string CodeGenCUDA::call(const Call* op) {
     return it->second;
   }
   KILN_USER_CHECK(op->op != Intrinsic::SyncThreads) << "cuda codegen of '" << name_ << "': sync_threads inside an expression";
+  if (op->op == Intrinsic::PackBF16x2) {
+    uses_bf16_ = true;
+    return "((unsigned int)__bfloat16_as_ushort(__float2bfloat16_rn(" + expr(op->args[0]) + ")) | ((unsigned int)__bfloat16_as_ushort(__float2bfloat16_rn(" +
+           expr(op->args[1]) + ")) << 16))";
+  }
+  if (op->op == Intrinsic::DotBF16x2) {
+    // The halves as floats, lo*lo exact, then one rounding: the interpreter's order.
+    std::string a = expr(op->args[0]), b = expr(op->args[1]);
+    return "fmaf(__uint_as_float((" + a + ") & 0xFFFF0000u), __uint_as_float((" + b + ") & 0xFFFF0000u), __uint_as_float((" + a +
+           ") << 16) * __uint_as_float((" + b + ") << 16))";
+  }
   DataType t = op->dtype;
   if (op->op == Intrinsic::Abs && !t.is_float()) return (t.bits() == 64 ? "llabs(" : "abs(") + expr(op->args[0]) + ")";
   bool dbl = t.bits() == 64, narrow = t.bits() == 16;

@@ -109,7 +109,6 @@ llvm::Value* CodeGenLLVM::emit_compare(IRNodeKind op, DataType t, llvm::Value* a
     llvm::Value* b = codegen(op->b);                                                   \
     value = emit_arith(IRNodeKind::T, op->dtype, a, b);                                \
   }
-KILN_ARITH_VISIT(Add)
 KILN_ARITH_VISIT(Sub)
 KILN_ARITH_VISIT(Mul)
 KILN_ARITH_VISIT(Div)
@@ -169,6 +168,8 @@ void CodeGenLLVM::visit(const Call* op) {
   switch (op->op) {
     case Intrinsic::IfThenElse: value = emit_branch_select(codegen(op->args[0]), op->args[1], op->args[2]); return;
     case Intrinsic::Likely: value = codegen(op->args[0]); return;
+    case Intrinsic::PackBF16x2: value = emit_pack_bf16x2(codegen(op->args[0]), codegen(op->args[1])); return;
+    case Intrinsic::DotBF16x2: value = emit_dot_bf16x2(nullptr, codegen(op->args[0]), codegen(op->args[1])); return;
     default: value = emit_math(op); return;
   }
 }

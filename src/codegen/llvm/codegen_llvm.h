@@ -8,6 +8,7 @@
  *   codegen_stmt.cpp         statements: loops, stores, allocation, control flow
  *   codegen_parallel.cpp     parallel loops outlined for kiln_parallel_launch
  *   codegen_vector_math.cpp  exp, log, tanh, erf, ... as inline polynomials
+ *   codegen_bf16_pairs.cpp   bfloat16 pair packing and dot products (vdpbf16ps)
  * and around it: llvm_build.cpp (target machine, O3, machine code, object
  * files), jit.cpp (ORC LLJIT, runtime Module), llvm_target_info.cpp (host).
  *
@@ -115,6 +116,12 @@ class CodeGenLLVM : public IRVisitor {
 
   // ---- parallel loops (codegen_parallel.cpp)
   void emit_parallel_loop(const For* op);
+
+  // ---- bfloat16 pairs (codegen_bf16_pairs.cpp)
+  llvm::Value* emit_pack_bf16x2(llvm::Value* lo, llvm::Value* hi);
+  /** acc + dot_bf16x2(a, b); acc may be null (the dot alone). */
+  llvm::Value* emit_dot_bf16x2(llvm::Value* acc, llvm::Value* a, llvm::Value* b);
+  int bf16_dot_width(int lanes) const;
 
   // ---- math (codegen_vector_math.cpp)
   llvm::Value* emit_math(const Call* op);

@@ -1,0 +1,53 @@
+// Pair-packed bfloat16 operands and their matmul (bf16_pairs.h).
+#include "kiln/ops/bf16_pairs.h"
+
+#include "kiln/ir/op.h"
+#include "kiln/ops/broadcast.h"
+#include "kiln/ops/graph_nn.h"
+#include "kiln/support/error.h"
+
+namespace kiln::ops {
+
+Tensor pack_bf16_pairs(const Tensor& X, int axis, const std::string& name) {
+  std::vector<int64_t> s = const_shape(X);
+  int r = static_cast<int>(s.size());
+  if (axis < 0) axis += r;
+  KILN_USER_CHECK(axis >= 0 && axis < r) << "pack_bf16_pairs: axis out of range for a rank-" << r << " tensor";
+  KILN_USER_CHECK(X.dtype() == DataType::Float(32) || X.dtype() == DataType::BFloat16())
+      << "pack_bf16_pairs: packs float32 or bfloat16 values, got " << X.dtype().str();
+  int64_t K = s[axis];
+  std::vector<int64_t> out = s;
+  out[axis] = (K + 1) / 2;
+  return te::compute(shape_exprs(out), [&](const std::vector<Var>& i) {
+    std::vector<Expr> lo(i.begin(), i.end()), hi(i.begin(), i.end());
+    lo[axis] = i[axis] * index_imm(2);
+    hi[axis] = lo[axis] + index_imm(1);
+    DataType f = DataType::Float(32);
+    Expr high = cast(f, X(hi));
+    // An odd K: the last pair's high half is zero (and X is not read past its end).
+    if (K % 2 != 0) high = if_then_else(hi[axis] < index_imm(K), high, make_const(f, 0.0));
+    return pack_bf16x2(cast(f, X(lo)), high);
+  }, name);
+}
+
+Tensor matmul_bf16_pairs(const Tensor& A2, const Tensor& B2, bool trans_a, bool trans_b, const std::string& name) {
+  auto check = [](const Tensor& t, const char* what) {
+    KILN_USER_CHECK(t.dtype() == DataType::UInt(32)) << "matmul_bf16_pairs: " << what << " must be uint32 bfloat16 pairs (pack_bf16_pairs), got " << t.dtype().str();
+  };
+  check(A2, "A");
+  check(B2, "B");
+  auto dot = [](Expr a, Expr b) { return dot_bf16x2(std::move(a), std::move(b)); };
+  if (!trans_a && !trans_b) return matmul_nd(A2, B2, name, dot);
+  KILN_USER_CHECK(A2.ndim() == 2 && B2.ndim() == 2) << "matmul_bf16_pairs: transposed operands must be 2-D, got ranks " << A2.ndim() << " and " << B2.ndim();
+  std::vector<int64_t> as = const_shape(A2), bs = const_shape(B2);
+  int64_t M = trans_a ? as[1] : as[0], K2 = trans_a ? as[0] : as[1], N = trans_b ? bs[0] : bs[1];
+  KILN_USER_CHECK(K2 == (trans_b ? bs[1] : bs[0])) << "matmul_bf16_pairs: A holds " << K2 << " pairs of K but B " << (trans_b ? bs[1] : bs[0]);
+  IterVar k = te::reduce_axis(Range(0, index_imm(K2)), "k");
+  return te::compute({index_imm(M), index_imm(N)}, [&](const std::vector<Var>& i) {
+    Expr a = trans_a ? A2(k.var(), i[0]) : A2(i[0], k.var());
+    Expr b = trans_b ? B2(i[1], k.var()) : B2(k.var(), i[1]);
+    return te::sum(dot(a, b), {k});
+  }, name, {"i", "j"});
+}
+
+}  // namespace kiln::ops

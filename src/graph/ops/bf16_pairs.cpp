@@ -1,0 +1,84 @@
+// kiln's bfloat16 dot-product operators, made by the use_bf16_dot pass
+// (never imported): operands packed as bfloat16 pairs along K, and their
+// matmul with float32 accumulation (kiln/ops/bf16_pairs.h).
+#include "kiln/ops/bf16_pairs.h"
+
+#include "kiln/ops/graph_nn.h"
+#include "kiln/support/error.h"
+#include "op_helpers.h"
+
+namespace kiln::graph::ops_detail {
+namespace {
+
+struct PairDims {
+  int64_t M, K2, N;
+};
+
+// The matmul of pair-packed A2 and B2: M, K2, N of 2-D operands (for the flop count).
+PairDims pair_dims(const OpCall& c) {
+  const auto& a = c.input_types[0].shape;
+  const auto& b = c.input_types[1].shape;
+  bool ta = c.attrs.get_int("transA") != 0, tb = c.attrs.get_int("transB") != 0;
+  return {ta ? a[a.size() - 1] : a[a.size() - 2], ta ? a[a.size() - 2] : a.back(), tb ? b[b.size() - 2] : b.back()};
+}
+
+const bool registered = [] {
+  OpDef pack;
+  pack.name = "kiln.PackBF16Pairs";
+  pack.doc = "float32 or bfloat16 rounded to bfloat16 and packed in pairs along `axis` into uint32 (low half first; an odd extent pads a zero)";
+  pack.attrs = {{"axis", AttrKind::Int, std::nullopt}};
+  pack.pattern = Pattern::Injective;
+  pack.infer = [](const OpCall& c) {
+    const TensorType& x = c.input_types[0];
+    if (x.dtype != DataType::Float(32) && x.dtype != DataType::BFloat16()) c.fail("packs float32 or bfloat16, got " + x.dtype.str());
+    int axis = normalize_axis(c, c.attrs.get_int("axis"), x.ndim());
+    std::vector<int64_t> out = x.shape;
+    out[axis] = (out[axis] + 1) / 2;
+    return std::vector<TensorType>{{out, DataType::UInt(32)}};
+  };
+  pack.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
+    return std::vector<te::Tensor>{ops::pack_bf16_pairs(in[0], normalize_axis(c, c.attrs.get_int("axis"), c.input_types[0].ndim()))};
+  };
+  register_op(pack);
+
+  OpDef mm;
+  mm.name = "kiln.MatMulBF16Pairs";
+  mm.doc = "float32 matmul of bfloat16-pair operands: numpy matmul shapes over K/2 pairs, or 2-D with transA/transB";
+  mm.min_inputs = mm.max_inputs = 2;
+  mm.attrs = {{"transA", AttrKind::Int, int64_t(0)}, {"transB", AttrKind::Int, int64_t(0)}};
+  mm.pattern = Pattern::OutputFusable;
+  mm.infer = [](const OpCall& c) {
+    for (int i = 0; i < 2; ++i)
+      if (c.input_types[i].dtype != DataType::UInt(32) || c.input_types[i].ndim() < 2)
+        c.fail("input " + std::to_string(i) + " " + c.input_types[i].str() + " is not a matrix of bfloat16 pairs (uint32, rank 2 or more)");
+    bool ta = c.attrs.get_int("transA") != 0, tb = c.attrs.get_int("transB") != 0;
+    if ((ta || tb) && (c.input_types[0].ndim() != 2 || c.input_types[1].ndim() != 2)) c.fail("transposed operands must be 2-D");
+    if (!ta && !tb) {
+      try {
+        return std::vector<TensorType>{{ops::matmul_shape(c.input_types[0].shape, c.input_types[1].shape), DataType::Float(32)}};
+      } catch (const Error& e) {
+        c.fail(e.what());
+      }
+    }
+    PairDims d = pair_dims(c);
+    int64_t kb = tb ? c.input_types[1].shape[1] : c.input_types[1].shape[0];
+    if (kb != d.K2) c.fail("A holds " + std::to_string(d.K2) + " pairs of K but B " + std::to_string(kb));
+    return std::vector<TensorType>{{{d.M, d.N}, DataType::Float(32)}};
+  };
+  mm.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
+    return std::vector<te::Tensor>{ops::matmul_bf16_pairs(in[0], in[1], c.attrs.get_int("transA") != 0, c.attrs.get_int("transB") != 0)};
+  };
+  // Two products per pair (the padded zero of an odd K counted too).
+  mm.flops = [](const OpCall& c) {
+    bool plain = c.attrs.get_int("transA") == 0 && c.attrs.get_int("transB") == 0;
+    PairDims d = pair_dims(c);
+    double outputs = 1;
+    for (int64_t s : plain ? ops::matmul_shape(c.input_types[0].shape, c.input_types[1].shape) : std::vector<int64_t>{d.M, d.N}) outputs *= static_cast<double>(s);
+    return 4.0 * outputs * static_cast<double>(pair_dims(c).K2);
+  };
+  register_op(mm);
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::graph::ops_detail
