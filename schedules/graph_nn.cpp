@@ -169,7 +169,8 @@ Tensor conv_nchw(const Tensor& X, const Tensor& Wt, const std::vector<WindowDim>
 
 bool prefer_channels_last(int64_t group, int64_t out_channels) { return group == 1 && out_channels >= 16 && out_channels % 8 == 0; }
 
-Tensor conv_channels_last(const Tensor& X, const Tensor& Wt, const Tensor& B, const std::vector<WindowDim>& dims, const std::string& name) {
+Tensor conv_channels_last(const Tensor& X, const Tensor& Wt, const Tensor& B, const std::vector<WindowDim>& dims, const std::string& name,
+                          const std::function<Expr(Expr, Expr)>& product) {
   size_t r = dims.size();
   KILN_USER_CHECK(r >= 1 && r <= 3 && X.ndim() == static_cast<int>(r) + 2 && Wt.ndim() == X.ndim())
       << "conv: needs X [N, C, spatial...] and W [K, C, kernel...] of 1 to 3 spatial dims, got ranks " << X.ndim() << " and " << Wt.ndim();
@@ -209,7 +210,7 @@ Tensor conv_channels_last(const Tensor& X, const Tensor& Wt, const Tensor& B, co
       wi.push_back(kidx[j]);
     }
     wi.push_back(i.back());
-    return te::sum(P(xi) * WT(wi), axes);
+    return te::sum(product ? product(P(xi), WT(wi)) : P(xi) * WT(wi), axes);
   }, name, tnames);
   std::vector<int64_t> out = {xs[0], K};
   for (const WindowDim& d : dims) out.push_back(d.out);

@@ -94,7 +94,7 @@ class Bf16DotTarget : public ::testing::TestWithParam<std::string> {};
 TEST_P(Bf16DotTarget, DefaultScheduleComputesThePairMatmul) {
   Target t = Target::parse(GetParam());
   const PairCase cases[] = {pair_case(12, 64, 48, false, false), pair_case(7, 37, 33, false, false), pair_case(10, 40, 32, true, false),
-                            pair_case(9, 38, 32, false, true), pair_case(8, 30, 32, true, true), pair_case(6, 32, 32, false, false, 3)};
+                            pair_case(9, 38, 32, false, true), pair_case(8, 30, 32, true, true), pair_case(6, 32, 32, false, false, 3), pair_case(5, 20, 24, false, false)};
   for (const PairCase& c : cases) {
     SCOPED_TRACE("M=" + std::to_string(c.M) + " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) + " transA=" + std::to_string(c.ta) +
                  " transB=" + std::to_string(c.tb) + " batch=" + std::to_string(c.batch));

@@ -6,6 +6,7 @@
 #include "kiln/ops/graph_nn.h"
 #include "kiln/support/error.h"
 #include "op_helpers.h"
+#include "window_attrs.h"
 
 namespace kiln::graph::ops_detail {
 namespace {
@@ -77,6 +78,40 @@ const bool registered = [] {
     return 4.0 * outputs * static_cast<double>(pair_dims(c).K2);
   };
   register_op(mm);
+
+  // A group-1 convolution over pairs of input channels, computed in the
+  // channels-last form (ops::conv_channels_last) with the pair dot product.
+  OpDef conv;
+  conv.name = "kiln.ConvBF16Pairs";
+  conv.doc = "float32 convolution (group 1) of X [N, C/2, spatial...] by W [K, C/2, kernel...], both bfloat16 pairs along C; Conv's window attributes";
+  conv.min_inputs = conv.max_inputs = 2;
+  conv.attrs = {{"auto_pad", AttrKind::String, std::string("NOTSET")},
+                {"dilations", AttrKind::Ints, std::vector<int64_t>{}},
+                {"kernel_shape", AttrKind::Ints, std::vector<int64_t>{}},
+                {"pads", AttrKind::Ints, std::vector<int64_t>{}},
+                {"strides", AttrKind::Ints, std::vector<int64_t>{}}};
+  conv.pattern = Pattern::OutputFusable;
+  auto windows = [](const OpCall& c) {
+    const TensorType &x = c.input_types[0], &w = c.input_types[1];
+    if (x.dtype != DataType::UInt(32) || w.dtype != DataType::UInt(32) || x.ndim() < 3 || x.ndim() != w.ndim() || x.shape[1] != w.shape[1])
+      c.fail("X " + x.str() + " and W " + w.str() + " must be bfloat16 pairs (uint32) of the same channel pairs, [N, C/2, ...] and [K, C/2, ...]");
+    return resolve_windows(c, std::vector<int64_t>(w.shape.begin() + 2, w.shape.end()), false);
+  };
+  conv.infer = [windows](const OpCall& c) {
+    std::vector<int64_t> out = {c.input_types[0].shape[0], c.input_types[1].shape[0]};
+    for (const ops::WindowDim& d : windows(c)) out.push_back(d.out);
+    return std::vector<TensorType>{{out, DataType::Float(32)}};
+  };
+  conv.compute = [windows](const OpCall& c, const std::vector<te::Tensor>& in) {
+    auto dot = [](Expr a, Expr b) { return dot_bf16x2(std::move(a), std::move(b)); };
+    return std::vector<te::Tensor>{ops::conv_channels_last(in[0], in[1], te::Tensor(), windows(c), "conv_bf16", dot)};
+  };
+  conv.flops = [windows](const OpCall& c) {
+    double outputs = static_cast<double>(c.input_types[0].shape[0] * c.input_types[1].shape[0]);
+    for (const ops::WindowDim& d : windows(c)) outputs *= static_cast<double>(d.out);
+    return 4.0 * outputs * static_cast<double>(c.input_types[1].numel() / c.input_types[1].shape[0]);
+  };
+  register_op(conv);
   return true;
 }();
 

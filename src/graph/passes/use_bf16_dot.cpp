@@ -6,11 +6,13 @@
 // LLVM backend turns into vdpbf16ps on AVX-512 BF16 (kiln/ops/bf16_pairs.h).
 // The packed operand is half the bytes of the float32 copy the Casts made,
 // and each instruction does 32 products where an FMA does 16.
+#include <algorithm>
 #include <vector>
 
 #include "kiln/graph/op_registry.h"
 #include "kiln/graph/passes.h"
 #include "kiln/graph/rewrite.h"
+#include "kiln/ops/graph_nn.h"
 
 namespace kiln::graph {
 
@@ -22,31 +24,49 @@ const OpNode* op_of(const Value& v, const char* name) {
   return n->op->name == name ? n : nullptr;
 }
 
+// Operators that only move elements: rounding commutes with them.
+bool moves_elements(const OpNode& n) {
+  static const char* const names[] = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"};
+  for (const char* name : names)
+    if (n.op->name == name) return true;
+  return false;
+}
+
 // What to pack for an operand that holds bfloat16 values: x for
-// Cast(Cast(x, bfloat16), float32), the bfloat16 value v for Cast(v, float32);
-// undefined when the operand is not of that form.
+// Cast(Cast(x, bfloat16), float32), the bfloat16 value v for Cast(v, float32),
+// and the same moves over that for a Reshape/Transpose/... of such an operand
+// (a gradient's rows folded, a batch's heads split); undefined otherwise.
 Value bf16_source(const Value& operand) {
-  const OpNode* widen = op_of(operand, "Cast");
-  if (!widen || operand.type().dtype != DataType::Float(32) || !widen->inputs[0].defined()) return Value();
-  const Value& narrow = widen->inputs[0];
+  if (!operand.defined() || operand.node->kind != NodeKind::Op || operand.type().dtype != DataType::Float(32)) return Value();
+  const auto& n = static_cast<const OpNode&>(*operand.node);
+  if (moves_elements(n) && n.num_outputs() == 1) {
+    Value inner = bf16_source(n.inputs[0]);
+    if (!inner.defined()) return Value();
+    std::vector<Value> ins = n.inputs;
+    ins[0] = inner;
+    return with_inputs(n, ins)->output();
+  }
+  if (n.op->name != "Cast" || !n.inputs[0].defined()) return Value();
+  const Value& narrow = n.inputs[0];
   if (narrow.type().dtype != DataType::BFloat16()) return Value();
   const OpNode* round = op_of(narrow, "Cast");
   if (round && round->inputs[0].defined() && round->inputs[0].type().dtype == DataType::Float(32)) return round->inputs[0];
   return narrow;
 }
 
-// An operand as above, or a 2-D Transpose of one (a weight gradient's A^T):
-// then `transposed` is set and the source is the matrix before the Transpose.
+// An operand as above; a 2-D Transpose of one (a weight gradient's A^T) is
+// read through the matmul's transpose flag instead of being copied: then
+// `transposed` is set and the source is the matrix before the Transpose.
 struct Operand {
   Value source;
   bool transposed = false;
 };
 
 Operand bf16_operand(const Value& v) {
-  if (Value s = bf16_source(v); s.defined()) return {s, false};
   const OpNode* t = op_of(v, "Transpose");
-  if (!t || v.type().ndim() != 2) return {};
-  return {bf16_source(t->inputs[0]), true};  // a 2-D Transpose can only swap the two axes
+  if (t && v.type().ndim() == 2)  // a 2-D Transpose can only swap the two axes
+    if (Value s = bf16_source(t->inputs[0]); s.defined()) return {s, true};
+  return {bf16_source(v), false};
 }
 
 Value pack(const Value& x, int64_t axis, const std::string& name) {
@@ -59,10 +79,36 @@ Value scalar_constant(const std::string& name, double v) {
   return make_constant(name, a)->output();
 }
 
+// A group-1 Conv whose X and W hold bfloat16 values, in the CPU's
+// channels-last form: X and W packed along C, the bias (if any) added after.
+// Its gradients (kiln.ConvGradInput/ConvGradWeight) keep the Cast pairs.
+std::vector<Value> rewrite_conv(const OpNode& n) {
+  const TensorType& w = n.inputs[1].type();
+  if (n.attrs.get_int("group") != 1 || !ops::prefer_channels_last(1, w.shape[0])) return {};
+  Value x = bf16_source(n.inputs[0]), wt = bf16_source(n.inputs[1]);
+  // Constant weights (inference) are left to alter_conv_layout's NCHWc form,
+  // packed at compile time, which this channels-last form does not beat yet.
+  if (!x.defined() || !wt.defined() || wt.node->kind == NodeKind::Constant) return {};
+  Attrs a;
+  for (const char* name : {"auto_pad", "dilations", "kernel_shape", "pads", "strides"})
+    if (n.attrs.has(name)) a.set(name, n.attrs.values().at(name));
+  Value y = make_op("kiln.ConvBF16Pairs", {pack(x, 1, n.name + ".x_pairs"), pack(wt, 1, n.name + ".w_pairs")}, a, n.name)->output();
+  if (n.inputs.size() > 2 && n.inputs[2].defined()) {
+    std::vector<int64_t> per_channel(static_cast<size_t>(w.ndim() - 1), 1);  // [K] as [K, 1, ...] broadcasts over the spatial dims
+    per_channel[0] = w.shape[0];
+    NDArray shape = NDArray::empty({static_cast<int64_t>(per_channel.size())}, DataType::Int(64));
+    std::copy(per_channel.begin(), per_channel.end(), shape.data_as<int64_t>());
+    Value bias = make_op("Reshape", {n.inputs[2], make_constant(n.name + ".bias_shape", shape)->output()}, {}, n.name + ".bias_per_channel")->output();
+    y = make_op("Add", {y, bias}, {}, n.name + ".bias")->output();
+  }
+  return {y};
+}
+
 }  // namespace
 
 Graph use_bf16_dot(const Graph& g) {
   return rewrite_graph(g, [](const Ref<OpNode>& n) -> std::vector<Value> {
+    if (n->op->name == "Conv" && n->num_outputs() == 1) return rewrite_conv(*n);
     bool gemm = n->op->name == "Gemm";
     if ((!gemm && n->op->name != "MatMul") || n->num_outputs() != 1) return {};
     Operand oa = bf16_operand(n->inputs[0]), ob = bf16_operand(n->inputs[1]);

@@ -79,9 +79,12 @@ Tensor conv_nchw(const Tensor& X, const Tensor& W, const std::vector<WindowDim>&
  * Wt[rc, r..., k], so a tile's vectors run along k through contiguous
  * weights while P is read one broadcast scalar at a time; a last stage adds
  * the bias (B may be undefined) and writes NCHW. Padding and extent-1
- * reduce axes as conv_nchw.
+ * reduce axes as conv_nchw. `product` multiplies an X and a W element (a * b
+ * when empty; bf16_pairs.h passes its pair dot product, X and W then being
+ * bfloat16 pairs along C).
  */
-Tensor conv_channels_last(const Tensor& X, const Tensor& W, const Tensor& B, const std::vector<WindowDim>& dims, const std::string& name = "conv");
+Tensor conv_channels_last(const Tensor& X, const Tensor& W, const Tensor& B, const std::vector<WindowDim>& dims, const std::string& name = "conv",
+                          const std::function<Expr(Expr, Expr)>& product = {});
 /** Whether conv_channels_last suits a group-1 conv of K output channels: enough of them for whole vectors. */
 bool prefer_channels_last(int64_t group, int64_t out_channels);
 /** Y[n, k, ...] + B[k]: the bias as an elementwise stage after the reduction. */
