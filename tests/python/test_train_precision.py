@@ -184,3 +184,38 @@ def test_bf16_dot_convolutions_compute_the_rounded_conv(bf16_dot, N, C, H, K, k,
     want = round_to(torch.nn.functional.conv2d(t(xv), t(wv), t(bv) if bias else None, stride=stride, padding=pad).numpy(), "bfloat16")
     np.testing.assert_allclose(got, want, rtol=2 ** -7, atol=1e-6)  # one bfloat16 ulp
     assert np.mean(got == want) > 0.97
+
+
+def small_cnn(batch=4, channels=16, size=10, classes=5):
+    rng = np.random.default_rng(2)
+    b = kiln.graph.Builder()
+    w = lambda name, *shape: b.constant(name, (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype("float32"))  # noqa: E731
+    h = b.op("Relu", b.op("Conv", b.input("x", (batch, channels, size, size)), w("c1", 16, channels, 3, 3), pads=[1, 1, 1, 1]))
+    h = b.op("Relu", b.op("Conv", h, w("c2", 24, 16, 3, 3), strides=[2, 2], pads=[1, 1, 1, 1]))
+    h = b.op("Relu", b.op("Conv", h, w("c3", 16, 24, 3, 3), pads=[1, 1, 1, 1]))
+    h = b.op("Flatten", b.op("GlobalAveragePool", h))
+    return b.build(b.op("MatMul", h, b.constant("fc", (rng.standard_normal((16, classes)) / 4).astype("float32"))))
+
+
+def test_bf16_dot_convolutions_train_as_the_rounded_convolutions(monkeypatch):
+    """Forward convolutions and both their gradients as bfloat16 dot products follow the same step
+    with the products emulated in float32."""
+    rng = np.random.default_rng(5)
+    data = [(rng.standard_normal((4, 16, 10, 10)).astype("float32"), rng.integers(0, 5, 4)) for _ in range(12)]
+    real = kiln.graph.compile
+    runs = {}
+    for dot in (True, False):
+        monkeypatch.setattr(kiln.train._kg, "compile", lambda *a, dot=dot, **k: real(*a, bf16_dot=dot, **k))
+        step = kiln.train.compile(small_cnn(), optimizer=kiln.train.SGD(lr=0.1, momentum=0.9), precision="bfloat16")
+        ops = " ".join(gr["ops"] for gr in step._exe.groups())
+        assert (ops.count("kiln.ConvBF16Pairs"), ops.count("kiln.ConvGradInputBF16Pairs")) == ((3, 2) if dot else (0, 0)), ops
+        assert ops.count("kiln.ConvGradWeightBF16Pairs") == (3 if dot else 0), ops
+        c1_init = step.parameters["c1"].copy()
+        first = step(*data[0])
+        c1 = step.parameters["c1"] - c1_init  # the first update: a weight gradient through both input gradients
+        runs[dot] = (first, c1, train(step, data[1:]))
+    (l_dot, c1_dot, curve_dot), (l_emul, c1_emul, curve_emul) = runs[True], runs[False]
+    assert l_dot == pytest.approx(l_emul, rel=1e-5)
+    assert np.abs(c1_emul).max() > 0 and np.abs(c1_dot - c1_emul).max() <= 0.02 * np.abs(c1_emul).max(), np.abs(c1_dot - c1_emul).max()
+    np.testing.assert_allclose(curve_dot, curve_emul, rtol=3e-2)
+    assert curve_dot[-1] < first

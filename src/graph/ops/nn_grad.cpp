@@ -3,6 +3,8 @@
 // reach each input element (a transposed convolution), and the weights'
 // gradient as a reduction of input times output gradient over the batch and
 // the output positions. Groups (and so depthwise) are the forward's.
+#include <functional>
+
 #include "kiln/ir/op.h"
 #include "kiln/ops/broadcast.h"
 #include "op_helpers.h"
@@ -38,8 +40,10 @@ std::vector<Expr> idx(const std::vector<Var>& i) { return std::vector<Expr>(i.be
 // dX = conv(dY dilated by the stride and padded by span - 1 - pad, W flipped
 // with its channel axes swapped per group), stride 1. Undefined where a pad
 // would be negative (a pad as wide as the window).
+// With `product` (group 1 only), the conv is the channels-last form with that
+// product: dY and W as bfloat16 pairs along K, [N, K/2, out...] and [K/2, C, kernel...].
 te::Tensor grad_input_as_conv(const te::Tensor& dY, const te::Tensor& W, const std::vector<ops::WindowDim>& dims, int64_t G,
-                              const std::vector<int64_t>& xs) {
+                              const std::vector<int64_t>& xs, const std::function<Expr(Expr, Expr)>& product) {
   std::vector<int64_t> ys = ops::const_shape(dY), ws = ops::const_shape(W);
   int64_t K = ws[0], Cg = ws[1], Kg = K / G, C = xs[1];
   std::vector<ops::WindowDim> conv(dims.size());
@@ -74,7 +78,31 @@ te::Tensor grad_input_as_conv(const te::Tensor& dY, const te::Tensor& W, const s
     for (size_t j = 0; j < dims.size(); ++j) at.push_back(index_imm(dims[j].kernel - 1) - i[j + 2]);
     return W(at);
   }, "conv_grad_input.flip");
+  if (product) return ops::conv_channels_last(D, Wf, te::Tensor(), conv, "conv_grad_input", product);
   return ops::conv_nchw(D, Wf, conv, G, "conv_grad_input");
+}
+
+// dX from dY [N, K, out...] and W [K, C/group, kernel...] (or, with
+// `product`, their bfloat16 pairs along K): as a forward convolution where
+// that form applies, else directly over the taps that reach each input.
+te::Tensor conv_grad_input(const OpCall& call, const te::Tensor& dY, const te::Tensor& W, const std::function<Expr(Expr, Expr)>& product) {
+  const std::vector<int64_t>& xs = call.attrs.get_ints("input_shape");
+  auto dims = grad_windows(call, spatial(xs), spatial(call.input_types[0].shape));
+  int64_t G = call.attrs.get_int_or("group", 1), K = call.input_types[1].shape[0], Cg = call.input_types[1].shape[1], Kg = K / G;
+  te::Tensor as_conv = grad_input_as_conv(dY, W, dims, G, xs, product);
+  if (as_conv.defined()) return as_conv;
+  Taps taps(dims);
+  IterVar kk = te::reduce_axis(Range(0, index_imm(Kg)), "kk");
+  std::vector<IterVar> axes{kk};
+  axes.insert(axes.end(), taps.axes.begin(), taps.axes.end());
+  return te::compute(shape_exprs(xs), [&](const std::vector<Var>& i) {
+    auto [o, valid] = reverse_taps(dims, as_exprs(i, 2, i.size()), taps.t);
+    Expr c = i[1];
+    Expr k = G == 1 ? Expr(kk.var()) : floordiv(c, index_imm(Cg)) * index_imm(Kg) + kk.var();
+    Expr cw = G == 1 ? c : floormod(c, index_imm(Cg));
+    Expr a = dY(cat({i[0], k}, o)), b = W(cat({k, cw}, taps.t));
+    return guarded_sum(valid, product ? product(a, b) : a * b, axes);
+  }, "conv_grad_input");
 }
 
 // What both forms of the weight gradient sum over: the batch and the output
@@ -109,7 +137,11 @@ WeightGradSum weight_grad_sum(const te::Tensor& X, const std::vector<int64_t>& y
 // a convolution instead (X and dY with N and C swapped), the vectors ran
 // along the kernel's width, 3 lanes of 16: ResNet-18's weight gradients
 // ran at 35 to 55 GFLOP/s.
-te::Tensor grad_weight_by_taps(const te::Tensor& X, const te::Tensor& dY, const std::vector<ops::WindowDim>& dims, const std::vector<int64_t>& ws) {
+//
+// With `product`, X and dY are bfloat16 pairs along the batch (two images to
+// a uint32, aligned at every position), and the sum runs over the pairs.
+te::Tensor grad_weight_by_taps(const te::Tensor& X, const te::Tensor& dY, const std::vector<ops::WindowDim>& dims, const std::vector<int64_t>& ws,
+                               const std::function<Expr(Expr, Expr)>& product = {}) {
   WeightGradSum w = weight_grad_sum(X, ops::const_shape(dY), dims);
   size_t nd = dims.size();
   std::vector<int64_t> rs{ws[1]};
@@ -118,7 +150,8 @@ te::Tensor grad_weight_by_taps(const te::Tensor& X, const te::Tensor& dY, const 
   te::Tensor R = te::compute(shape_exprs(rs), [&](const std::vector<Var>& i) {
     auto [h, inside] = forward_taps(w.unpadded, w.o, as_exprs(i, 1, 1 + nd));
     Expr n = w.axes[0].var();
-    return guarded_sum(inside, dY(cat({n, i.back()}, w.o)) * w.P(cat({n, i[0]}, h)), w.axes);
+    Expr a = dY(cat({n, i.back()}, w.o)), b = w.P(cat({n, i[0]}, h));
+    return guarded_sum(inside, product ? product(a, b) : a * b, w.axes);
   }, "conv_grad_weight.ck");
   return te::compute(shape_exprs(ws), [&](const std::vector<Var>& i) {
     std::vector<Expr> at{i[1]};
@@ -143,27 +176,30 @@ void register_grad_input() {
     grad_windows(call, spatial(in), spatial(call.input_types[0].shape));
     return std::vector<TensorType>{TensorType{in, call.input_types[0].dtype}};
   };
-  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
-    const std::vector<int64_t>& xs = call.attrs.get_ints("input_shape");
-    te::Tensor dY = in[0], W = in[1];
-    auto dims = grad_windows(call, spatial(xs), spatial(call.input_types[0].shape));
-    int64_t G = call.attrs.get_int("group"), K = call.input_types[1].shape[0], Cg = call.input_types[1].shape[1], Kg = K / G;
-    te::Tensor as_conv = grad_input_as_conv(dY, W, dims, G, xs);
-    if (as_conv.defined()) return std::vector<te::Tensor>{as_conv};
-    Taps taps(dims);
-    IterVar kk = te::reduce_axis(Range(0, index_imm(Kg)), "kk");
-    std::vector<IterVar> axes{kk};
-    axes.insert(axes.end(), taps.axes.begin(), taps.axes.end());
-    return std::vector<te::Tensor>{te::compute(shape_exprs(xs), [&](const std::vector<Var>& i) {
-      auto [o, valid] = reverse_taps(dims, as_exprs(i, 2, i.size()), taps.t);
-      Expr c = i[1];
-      Expr k = G == 1 ? Expr(kk.var()) : floordiv(c, index_imm(Cg)) * index_imm(Kg) + kk.var();
-      Expr cw = G == 1 ? c : floormod(c, index_imm(Cg));
-      Expr body = dY(cat({i[0], k}, o)) * W(cat({k, cw}, taps.t));
-      return guarded_sum(valid, body, axes);
-    }, "conv_grad_input")};
-  };
+  d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) { return std::vector<te::Tensor>{conv_grad_input(call, in[0], in[1], {})}; };
   register_op(std::move(d));
+
+  // The same over bfloat16 pairs along K (made by use_bf16_dot), group 1, float32 out.
+  OpDef p;
+  p.name = "kiln.ConvGradInputBF16Pairs";
+  p.doc = "kiln.ConvGradInput of dY [N, K/2, out...] and W [K/2, C, kernel...], both bfloat16 pairs along K (group 1): dX in float32";
+  p.min_inputs = p.max_inputs = 2;
+  p.attrs = window_grad_specs(true);
+  p.pattern = Pattern::OutputFusable;
+  p.infer = [](const OpCall& call) {
+    const auto& in = call.attrs.get_ints("input_shape");
+    const TensorType &dy = call.input_types[0], &w = call.input_types[1];
+    if (dy.dtype != DataType::UInt(32) || w.dtype != DataType::UInt(32) || dy.shape[1] != w.shape[0] || in.size() < 2 || w.shape[1] != in[1])
+      call.fail("dY " + dy.str() + " and W " + w.str() + " must be bfloat16 pairs (uint32) along K, [N, K/2, ...] and [K/2, C, ...], for input " + attr_to_string(in));
+    if (in.size() != dy.shape.size()) call.fail("input_shape " + attr_to_string(in) + " and dY " + dy.str() + " differ in rank");
+    grad_windows(call, spatial(in), spatial(dy.shape));
+    return std::vector<TensorType>{TensorType{in, DataType::Float(32)}};
+  };
+  p.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
+    auto dot = [](Expr a, Expr b) { return dot_bf16x2(std::move(a), std::move(b)); };
+    return std::vector<te::Tensor>{conv_grad_input(call, in[0], in[1], dot)};
+  };
+  register_op(std::move(p));
 }
 
 // kiln.ConvGradWeight(X [N, C, in...], dY [N, K, out...]) -> dW [K, C/group, kernel...].
@@ -202,6 +238,32 @@ void register_grad_weight() {
     }, "conv_grad_weight")};
   };
   register_op(std::move(d));
+
+  // The same over bfloat16 pairs along the batch (made by use_bf16_dot), group 1, float32 out.
+  OpDef p;
+  p.name = "kiln.ConvGradWeightBF16Pairs";
+  p.doc = "kiln.ConvGradWeight of X [N/2, C, in...] and dY [N/2, K, out...], both bfloat16 pairs along the batch (group 1): dW in float32";
+  p.min_inputs = p.max_inputs = 2;
+  p.attrs = window_grad_specs(false);
+  p.pattern = Pattern::OutputFusable;
+  auto pair_shape = [](const OpCall& call) {
+    std::vector<int64_t> s{call.input_types[1].shape[1], call.input_types[0].shape[1]};
+    for (int64_t k : call.attrs.get_ints("kernel_shape")) s.push_back(k);
+    return s;
+  };
+  p.infer = [pair_shape](const OpCall& call) {
+    const TensorType &x = call.input_types[0], &dy = call.input_types[1];
+    if (x.dtype != DataType::UInt(32) || dy.dtype != DataType::UInt(32) || x.shape[0] != dy.shape[0] || x.ndim() != dy.ndim())
+      call.fail("X " + x.str() + " and dY " + dy.str() + " must be bfloat16 pairs (uint32) along the batch, [N/2, C, ...] and [N/2, K, ...]");
+    grad_windows(call, spatial(x.shape), spatial(dy.shape));
+    return std::vector<TensorType>{TensorType{pair_shape(call), DataType::Float(32)}};
+  };
+  p.compute = [pair_shape](const OpCall& call, const std::vector<te::Tensor>& in) {
+    auto dims = grad_windows(call, spatial(call.input_types[0].shape), spatial(call.input_types[1].shape));
+    auto dot = [](Expr a, Expr b) { return dot_bf16x2(std::move(a), std::move(b)); };
+    return std::vector<te::Tensor>{grad_weight_by_taps(in[0], in[1], dims, pair_shape(call), dot)};
+  };
+  register_op(std::move(p));
 }
 
 const bool registered = [] {

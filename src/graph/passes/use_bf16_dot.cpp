@@ -81,7 +81,6 @@ Value scalar_constant(const std::string& name, double v) {
 
 // A group-1 Conv whose X and W hold bfloat16 values, in the CPU's
 // channels-last form: X and W packed along C, the bias (if any) added after.
-// Its gradients (kiln.ConvGradInput/ConvGradWeight) keep the Cast pairs.
 std::vector<Value> rewrite_conv(const OpNode& n) {
   const TensorType& w = n.inputs[1].type();
   if (n.attrs.get_int("group") != 1 || !ops::prefer_channels_last(1, w.shape[0])) return {};
@@ -104,11 +103,39 @@ std::vector<Value> rewrite_conv(const OpNode& n) {
   return {y};
 }
 
+// A Conv's input gradient (group 1) from bfloat16 dY and W: dY packed along
+// its channels (K), W along its first axis (K), the channels-last form over
+// dX's channels.
+std::vector<Value> rewrite_conv_grad_input(const OpNode& n) {
+  const std::vector<int64_t>& xs = n.attrs.get_ints("input_shape");
+  if (n.attrs.get_int("group") != 1 || xs.size() < 3 || !ops::prefer_channels_last(1, xs[1])) return {};
+  Value dy = bf16_source(n.inputs[0]), w = bf16_source(n.inputs[1]);
+  if (!dy.defined() || !w.defined()) return {};
+  Attrs a;
+  for (const auto& [name, v] : n.attrs.values())
+    if (name != "group") a.set(name, v);
+  return {make_op("kiln.ConvGradInputBF16Pairs", {pack(dy, 1, n.name + ".dy_pairs"), pack(w, 0, n.name + ".w_pairs")}, a, n.name)->output()};
+}
+
+// A Conv's weight gradient (group 1) from bfloat16 X and dY: both packed
+// along the batch, the one axis of its sum where pairs line up at every tap.
+std::vector<Value> rewrite_conv_grad_weight(const OpNode& n) {
+  if (n.attrs.get_int("group") != 1) return {};
+  Value x = bf16_source(n.inputs[0]), dy = bf16_source(n.inputs[1]);
+  if (!x.defined() || !dy.defined()) return {};
+  Attrs a;
+  for (const auto& [name, v] : n.attrs.values())
+    if (name != "group") a.set(name, v);
+  return {make_op("kiln.ConvGradWeightBF16Pairs", {pack(x, 0, n.name + ".x_pairs"), pack(dy, 0, n.name + ".dy_pairs")}, a, n.name)->output()};
+}
+
 }  // namespace
 
 Graph use_bf16_dot(const Graph& g) {
   return rewrite_graph(g, [](const Ref<OpNode>& n) -> std::vector<Value> {
     if (n->op->name == "Conv" && n->num_outputs() == 1) return rewrite_conv(*n);
+    if (n->op->name == "kiln.ConvGradInput") return rewrite_conv_grad_input(*n);
+    if (n->op->name == "kiln.ConvGradWeight") return rewrite_conv_grad_weight(*n);
     bool gemm = n->op->name == "Gemm";
     if ((!gemm && n->op->name != "MatMul") || n->num_outputs() != 1) return {};
     Operand oa = bf16_operand(n->inputs[0]), ob = bf16_operand(n->inputs[1]);
