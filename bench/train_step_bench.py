@@ -228,7 +228,7 @@ def kiln_side(spec):
     groups = step._exe.groups()
     tuned["tuned_groups"] = sum(1 for g in groups if g["schedule"] == "database")
     tuned["groups"] = len(groups)
-    tuned["bf16_dot_groups"] = sum(1 for g in groups if "kiln.MatMulBF16Pairs" in g["ops"] or "kiln.ConvBF16Pairs" in g["ops"])
+    tuned["bf16_dot_groups"] = sum(1 for g in groups if "BF16Pairs" in g["ops"])
     return (lambda: step(xn, yn)), {**tuned, "import_s": import_s, "compile_s": compile_s, "num_kernels": step._exe.num_kernels,
                                     "arena_mb": mem["arena_bytes"] * MB, "planned_peak_mb": mem["peak_bytes"] * MB,
                                     "params": len(step.parameters), "kiln_module": os.path.dirname(kiln.__file__)}
@@ -379,7 +379,7 @@ def format_table(rows):
                 lines.append(f"    the first losses differ by {rel:.1e} relative (same weights and batch: float32 rounding "
                              "of the forward pass and of the loss's sum)")
         if k.get("bf16_dot_groups"):
-            lines.append(f"    {r['workload']}: {k['bf16_dot_groups']} groups are bfloat16 dot products (kiln.MatMulBF16Pairs, kiln.ConvBF16Pairs)")
+            lines.append(f"    {r['workload']}: {k['bf16_dot_groups']} groups are bfloat16 dot products (kiln.*BF16Pairs)")
         if k.get("tune_s") is not None:
             lines.append(f"    {r['workload']}: tuned {k['tune_trials']} trials in {k['tune_s']:.0f} s; "
                          f"{k.get('tuned_groups')} of {k.get('groups')} groups from the database")

@@ -77,3 +77,17 @@ def test_tuned_run_compiles_the_step_from_its_records(tmp_path):
     assert f"schedules from {db} after tuning the step 24 trials into it" in proc.stdout
     assert f"of {k['groups']} groups from the database" in proc.stdout
     assert abs(k["loss1"] - row["torch"]["loss1"]) <= 1e-4 * row["torch"]["loss1"]
+
+
+def test_bfloat16_run_uses_mixed_precision_on_both_sides(tmp_path):
+    """--precision bfloat16: kiln's step with precision='bfloat16', PyTorch's under its CPU autocast."""
+    out = tmp_path / "rows.json"
+    proc = _run_bench("--json", str(out), "--precision", "bfloat16")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    k, t = row["kiln"], row["torch"]
+    assert row["precision"] == "bfloat16" and len(k["times"]) == 2 and len(t["times"]) == 2
+    assert "precision: bfloat16 mixed precision on both sides" in proc.stdout
+    assert "with CPU autocast bfloat16" in t["setup"]
+    # Each side rounds to bfloat16 in its own places: the first losses agree to bfloat16's precision.
+    assert abs(k["loss1"] - t["loss1"]) <= 2e-2 * t["loss1"]
