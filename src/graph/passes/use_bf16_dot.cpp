@@ -103,6 +103,15 @@ std::vector<Value> rewrite_conv(const OpNode& n) {
   return {y};
 }
 
+// A conv gradient's pair form: `op` over a and b packed along the given
+// axes, with the gradient node n's attributes except its group (always 1).
+Value grad_pairs_op(const OpNode& n, const char* op, const Value& a, int64_t a_axis, const Value& b, int64_t b_axis) {
+  Attrs attrs;
+  for (const auto& [name, v] : n.attrs.values())
+    if (name != "group") attrs.set(name, v);
+  return make_op(op, {pack(a, a_axis, n.name + ".a_pairs"), pack(b, b_axis, n.name + ".b_pairs")}, attrs, n.name)->output();
+}
+
 // A Conv's input gradient (group 1) from bfloat16 dY and W: dY packed along
 // its channels (K), W along its first axis (K), the channels-last form over
 // dX's channels.
@@ -111,10 +120,7 @@ std::vector<Value> rewrite_conv_grad_input(const OpNode& n) {
   if (n.attrs.get_int("group") != 1 || xs.size() < 3 || !ops::prefer_channels_last(1, xs[1])) return {};
   Value dy = bf16_source(n.inputs[0]), w = bf16_source(n.inputs[1]);
   if (!dy.defined() || !w.defined()) return {};
-  Attrs a;
-  for (const auto& [name, v] : n.attrs.values())
-    if (name != "group") a.set(name, v);
-  return {make_op("kiln.ConvGradInputBF16Pairs", {pack(dy, 1, n.name + ".dy_pairs"), pack(w, 0, n.name + ".w_pairs")}, a, n.name)->output()};
+  return {grad_pairs_op(n, "kiln.ConvGradInputBF16Pairs", dy, 1, w, 0)};
 }
 
 // A Conv's weight gradient (group 1) from bfloat16 X and dY: both packed
@@ -123,10 +129,7 @@ std::vector<Value> rewrite_conv_grad_weight(const OpNode& n) {
   if (n.attrs.get_int("group") != 1) return {};
   Value x = bf16_source(n.inputs[0]), dy = bf16_source(n.inputs[1]);
   if (!x.defined() || !dy.defined()) return {};
-  Attrs a;
-  for (const auto& [name, v] : n.attrs.values())
-    if (name != "group") a.set(name, v);
-  return {make_op("kiln.ConvGradWeightBF16Pairs", {pack(x, 0, n.name + ".x_pairs"), pack(dy, 0, n.name + ".dy_pairs")}, a, n.name)->output()};
+  return {grad_pairs_op(n, "kiln.ConvGradWeightBF16Pairs", x, 0, dy, 0)};
 }
 
 }  // namespace
