@@ -76,6 +76,18 @@ std::vector<bool> indexes_vector_operand(const StageInfo& st) {
 // defaults were measured on whole models.
 constexpr int64_t kMaxMatmulRows = 6;
 
+// Whether a tiled stage reduces bfloat16 pair dot products (bf16_pairs.h).
+bool has_pair_dot(const DagInfo& dag) {
+  bool found = false;
+  for (const StageInfo& st : dag.stages)
+    if (st.reduction && st.body.defined())
+      post_order_visit(st.body, [&](const Expr& e) {
+        const Call* c = e.as<Call>();
+        found = found || (c && c->op == Intrinsic::DotBF16x2);
+      });
+  return found;
+}
+
 // One seed of plan p with a register tile `width` wide and about `reduce`
 // reduce steps unrolled around it (R1, innermost axes first); false when the
 // plan is not tiled.
@@ -135,6 +147,9 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
     bool folded;
   };
   std::vector<Shape> shapes = {{2, 1, false}, {1, 1, false}, {2, 4, false}, {1, 4, false}};
+  // bfloat16 pair dot products (vdpbf16ps) do twice an FMA's products per
+  // instruction: four vectors wide first, so each broadcast pair feeds more.
+  if (has_pair_dot(dag)) shapes.insert(shapes.begin(), {4, 1, false});
   if (dag.fma_memory_operand && folded_loads) shapes.insert(shapes.end(), {{2, 1, true}, {2, 4, true}});
   for (auto [vectors, reduce, folded] : shapes) {
     std::vector<int> d(sk.num_decisions, 0);
