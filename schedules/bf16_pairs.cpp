@@ -36,18 +36,9 @@ Tensor matmul_bf16_pairs(const Tensor& A2, const Tensor& B2, bool trans_a, bool 
   };
   check(A2, "A");
   check(B2, "B");
-  auto dot = [](Expr a, Expr b) { return dot_bf16x2(std::move(a), std::move(b)); };
-  if (!trans_a && !trans_b) return matmul_nd(A2, B2, name, dot);
+  if (!trans_a && !trans_b) return matmul_nd(A2, B2, name, dot_bf16x2);
   KILN_USER_CHECK(A2.ndim() == 2 && B2.ndim() == 2) << "matmul_bf16_pairs: transposed operands must be 2-D, got ranks " << A2.ndim() << " and " << B2.ndim();
-  std::vector<int64_t> as = const_shape(A2), bs = const_shape(B2);
-  int64_t M = trans_a ? as[1] : as[0], K2 = trans_a ? as[0] : as[1], N = trans_b ? bs[0] : bs[1];
-  KILN_USER_CHECK(K2 == (trans_b ? bs[1] : bs[0])) << "matmul_bf16_pairs: A holds " << K2 << " pairs of K but B " << (trans_b ? bs[1] : bs[0]);
-  IterVar k = te::reduce_axis(Range(0, index_imm(K2)), "k");
-  return te::compute({index_imm(M), index_imm(N)}, [&](const std::vector<Var>& i) {
-    Expr a = trans_a ? A2(k.var(), i[0]) : A2(i[0], k.var());
-    Expr b = trans_b ? B2(i[1], k.var()) : B2(k.var(), i[1]);
-    return te::sum(dot(a, b), {k});
-  }, name, {"i", "j"});
+  return gemm(A2, B2, Tensor(), 1.0, 0.0, trans_a, trans_b, name, dot_bf16x2);
 }
 
 }  // namespace kiln::ops

@@ -281,7 +281,8 @@ Tensor matmul_nd(const Tensor& A, const Tensor& B, const std::string& name, cons
   }, name, names);
 }
 
-Tensor gemm(const Tensor& A, const Tensor& B, const Tensor& C, double alpha, double beta, bool trans_a, bool trans_b, const std::string& name) {
+Tensor gemm(const Tensor& A, const Tensor& B, const Tensor& C, double alpha, double beta, bool trans_a, bool trans_b, const std::string& name,
+            const std::function<Expr(Expr, Expr)>& product) {
   KILN_USER_CHECK(A.ndim() == 2 && B.ndim() == 2) << "gemm: A and B must be 2-D, got ranks " << A.ndim() << " and " << B.ndim();
   std::vector<int64_t> as = const_shape(A), bs = const_shape(B);
   int64_t M = trans_a ? as[1] : as[0], K = trans_a ? as[0] : as[1];
@@ -292,7 +293,7 @@ Tensor gemm(const Tensor& A, const Tensor& B, const Tensor& C, double alpha, dou
   Tensor S = compute({imm(M), imm(N)}, [&](const std::vector<Var>& i) {
     Expr a = trans_a ? A(k.var(), i[0]) : A(i[0], k.var());
     Expr b = trans_b ? B(i[1], k.var()) : B(k.var(), i[1]);
-    return te::sum(a * b, {k});
+    return te::sum(product ? product(a, b) : a * b, {k});
   }, scale || add_c ? name + ".mm" : name, {"i", "j"});
   if (!scale && !add_c) return S;
   if (add_c) {

@@ -209,8 +209,8 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
     (both for reference runs), layout=False keeps convolutions in NCHW, and
     dump=True prints the graph after every pass (as KILN_DUMP_IR=1 does).
     With a database it says on stderr how many groups had a record (quiet=True: not).
-    bf16_dot: the matmuls autocast rounds to bfloat16 run as bfloat16 dot
-    products (vdpbf16ps); None does so where the target has AVX-512 BF16,
+    bf16_dot: the matmuls and convolutions autocast rounds to bfloat16 run as
+    bfloat16 dot products (vdpbf16ps); None does so where the target has AVX-512 BF16,
     True everywhere (emulated without it), False never.
     A cuda target (``"cuda -arch=sm_90"``) gives a :class:`GpuExecutor`.
     """

@@ -14,9 +14,10 @@
  * rounded inputs is the 16-bit matmul with float32 accumulation. This gives
  * the numerics of the 16-bit path on any CPU. On a target with AVX-512
  * BF16, the pipeline's use_bf16_dot pass (passes.h) then turns each bfloat16
- * MatMul/Gemm into dot products over operands packed as bfloat16 pairs
- * (vdpbf16ps: half the operand bytes, twice the products per instruction).
- * Convolutions keep the Cast pairs.
+ * MatMul/Gemm, group-1 Conv with computed weights and their gradients into
+ * dot products over operands packed as bfloat16 pairs (vdpbf16ps: half the
+ * operand bytes, twice the products per instruction). Other convolutions
+ * keep the Cast pairs.
  */
 #ifndef KILN_GRAPH_AUTOCAST_H
 #define KILN_GRAPH_AUTOCAST_H

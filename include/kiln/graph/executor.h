@@ -47,7 +47,7 @@ struct CompileOptions {
   bool plain = false;
   /** Print the graph after every pass (as KILN_DUMP_IR does). */
   bool dump = false;
-  /** bfloat16 dot products for autocast's matmuls: PipelineOptions::bf16_dot (-1: where the target has AVX-512 BF16). */
+  /** bfloat16 dot products for autocast's matmuls and convolutions: PipelineOptions::bf16_dot (-1: where the target has AVX-512 BF16). */
   int bf16_dot = -1;
 };
 

@@ -66,9 +66,10 @@ Graph fuse_ops(const Graph& g, int max_group_size = 64);
 Graph wrap_ops(const Graph& g);
 
 /**
- * MatMul and Gemm of operands that hold bfloat16 values (autocast's float32
- * Casts of them) become bfloat16 dot products over operands packed in pairs
- * (kiln.PackBF16Pairs, kiln.MatMulBF16Pairs; see use_bf16_dot.cpp).
+ * MatMul, Gemm, group-1 Conv (weights not constant) and Conv's gradients of
+ * operands that hold bfloat16 values (autocast's float32 Casts of them)
+ * become bfloat16 dot products over operands packed in pairs
+ * (kiln.PackBF16Pairs and the kiln.*BF16Pairs ops; see use_bf16_dot.cpp).
  */
 Graph use_bf16_dot(const Graph& g);
 

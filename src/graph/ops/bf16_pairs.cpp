@@ -103,8 +103,7 @@ const bool registered = [] {
     return std::vector<TensorType>{{out, DataType::Float(32)}};
   };
   conv.compute = [windows](const OpCall& c, const std::vector<te::Tensor>& in) {
-    auto dot = [](Expr a, Expr b) { return dot_bf16x2(std::move(a), std::move(b)); };
-    return std::vector<te::Tensor>{ops::conv_channels_last(in[0], in[1], te::Tensor(), windows(c), "conv_bf16", dot)};
+    return std::vector<te::Tensor>{ops::conv_channels_last(in[0], in[1], te::Tensor(), windows(c), "conv_bf16", dot_bf16x2)};
   };
   conv.flops = [windows](const OpCall& c) {
     double outputs = static_cast<double>(c.input_types[0].shape[0] * c.input_types[1].shape[0]);

@@ -196,8 +196,7 @@ void register_grad_input() {
     return std::vector<TensorType>{TensorType{in, DataType::Float(32)}};
   };
   p.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
-    auto dot = [](Expr a, Expr b) { return dot_bf16x2(std::move(a), std::move(b)); };
-    return std::vector<te::Tensor>{conv_grad_input(call, in[0], in[1], dot)};
+    return std::vector<te::Tensor>{conv_grad_input(call, in[0], in[1], dot_bf16x2)};
   };
   register_op(std::move(p));
 }
@@ -260,8 +259,7 @@ void register_grad_weight() {
   };
   p.compute = [pair_shape](const OpCall& call, const std::vector<te::Tensor>& in) {
     auto dims = grad_windows(call, spatial(call.input_types[0].shape), spatial(call.input_types[1].shape));
-    auto dot = [](Expr a, Expr b) { return dot_bf16x2(std::move(a), std::move(b)); };
-    return std::vector<te::Tensor>{grad_weight_by_taps(in[0], in[1], dims, pair_shape(call), dot)};
+    return std::vector<te::Tensor>{grad_weight_by_taps(in[0], in[1], dims, pair_shape(call), dot_bf16x2)};
   };
   register_op(std::move(p));
 }

@@ -1,9 +1,10 @@
-// use_bf16_dot (passes.h): a MatMul or Gemm whose operands both hold
-// bfloat16 values (as autocast leaves them: float32 Casts of bfloat16
-// values) computes with bfloat16 dot products instead: each operand packed
-// into bfloat16 pairs along K (kiln.PackBF16Pairs, which also does the
-// rounding, so the Cast pair goes), then kiln.MatMulBF16Pairs, which the
-// LLVM backend turns into vdpbf16ps on AVX-512 BF16 (kiln/ops/bf16_pairs.h).
+// use_bf16_dot (passes.h): a MatMul, Gemm, Conv or Conv gradient whose
+// operands both hold bfloat16 values (as autocast leaves them: float32 Casts
+// of bfloat16 values) computes with bfloat16 dot products instead: each
+// operand packed into bfloat16 pairs along the reduction (kiln.PackBF16Pairs,
+// which also does the rounding, so the Cast pair goes), then the op's
+// kiln.*BF16Pairs form, whose products the LLVM backend turns into vdpbf16ps
+// on AVX-512 BF16 (kiln/ops/bf16_pairs.h).
 // The packed operand is half the bytes of the float32 copy the Casts made,
 // and each instruction does 32 products where an FMA does 16.
 #include <algorithm>

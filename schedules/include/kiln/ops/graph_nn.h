@@ -101,9 +101,12 @@ std::vector<int64_t> matmul_shape(const std::vector<int64_t>& a, const std::vect
 Tensor matmul_nd(const Tensor& A, const Tensor& B, const std::string& name = "matmul");
 /** matmul_nd with the product of an A and a B element given (a * b above; bf16_pairs.h passes its pair dot product). */
 Tensor matmul_nd(const Tensor& A, const Tensor& B, const std::string& name, const std::function<Expr(Expr, Expr)>& product);
-/** alpha * A' B' + beta * C (A' = A or A^T, B' likewise; C broadcast to [M, N], may be undefined); the scaling is a stage after the reduction. */
+/**
+ * alpha * A' B' + beta * C (A' = A or A^T, B' likewise; C broadcast to [M, N], may be undefined); the scaling is a stage after the reduction.
+ * `product` multiplies an A' and a B' element (a * b when empty; bf16_pairs.h passes its pair dot product).
+ */
 Tensor gemm(const Tensor& A, const Tensor& B, const Tensor& C, double alpha, double beta, bool trans_a, bool trans_b,
-            const std::string& name = "gemm");
+            const std::string& name = "gemm", const std::function<Expr(Expr, Expr)>& product = {});
 
 // ---------------------------------------------------------------- pooling, reductions, normalisation
 
