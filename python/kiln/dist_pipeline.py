@@ -158,7 +158,7 @@ def pipeline(model, micro_batches=4, num_stages=None, cost=None):
 def _vjp_graph(stage, param_names):
     """The stage's backward: its inputs and, except on the last stage, the gradients of what it sends
     (``grad.<name>``) in; the gradients of what it received and of its parameters out (the last stage
-    puts its loss first). It recomputes the stage's forward, so a micro-batch keeps only its stage inputs
+    puts its loss first, and its graph's other outputs last). It recomputes the stage's forward, so a micro-batch keeps only its stage inputs
     between the two passes (GPipe's re-materialisation)."""
     from .train import _op
     g = stage["graph"]
@@ -177,9 +177,11 @@ def _vjp_graph(stage, param_names):
             scalar = _op("Add", scalar, t)
     grads = [gv if gv is not None else _kg.make_constant(f"zero_grad_{i}", _np.zeros(v.shape, v.dtype))
              for i, (v, gv) in enumerate(zip(wrt, _kg.gradients(scalar, wrt)))]
-    names = (["loss"] if last else []) + [f"grad.{n}" for n in stage["recv"]] + \
+    names = ([g.output_names[0]] if last else []) + [f"grad.{n}" for n in stage["recv"]] + \
         [f"grad.{n}" for n in stage["model_inputs"] if n in param_names]
-    return _kg.make_graph(list(ins) + dys, ([outs[0]] if last else []) + grads, names), len(params)
+    extras = list(outs[1:]) if last else []  # the last stage's other outputs, passed on (a checkpointed step's buffers)
+    return _kg.make_graph(list(ins) + dys, ([outs[0]] if last else []) + grads + extras,
+                          names + (list(g.output_names[1:]) if last else [])), len(params)
 
 
 class PipelineTrainStep:

@@ -312,10 +312,6 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     optimizer = optimizer or SGD()
     precision = _prec.check_precision(precision)
     scaler = _prec.scaler_of(loss_scale, precision)
-    recompute = segments is not None and int(segments) > 1 or memory_limit is not None
-    if recompute and scaler:
-        raise KilnError("recomputing activations (memory_limit / segments) and loss scaling do not combine yet (float16 always scales "
-                        "its loss); use precision='bfloat16', which needs no loss scale, or no memory limit")
     m = _Lifted(model, precision)
     loss_v, y = _loss_value(loss, m.lifted.output_values[0], target_shape)
     batch = m.data + ([y] if y is not None else [])
@@ -339,7 +335,7 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
         inputs, outputs, out_names = inputs + [scale_v], outputs + [finite], out_names + ["finite"]
     graph = _kg.make_graph(inputs, outputs, out_names)
     if segments is not None and int(segments) > 1:
-        return _checkpointed(m.loss_graph(batch, loss_v), len(batch), m.names, m.values, optimizer, int(segments), target, seed_fn)
+        return _checkpointed(m.loss_graph(batch, loss_v, scaler), len(batch), m, optimizer, int(segments), target, seed_fn, scaler)
     exe = _kg.compile(graph, target=target, db=db, quiet=True)
     params_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(m.names, m.values))
     state_arrays = [[_np.zeros(p.shape, p.dtype) for _ in state_names] for p in m.params]
@@ -347,7 +343,7 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     step = TrainStep(exe, graph, len(m.data), y is not None, params_d, state_names, state_arrays, scalars, buffers_d, optimizer, scaler)
     if memory_limit is None or step.memory()["total"] <= memory_limit:
         return step
-    return _fit_memory(step, m.loss_graph(batch, loss_v), len(batch), m.names, m.values, optimizer, int(memory_limit), target, seed_fn)
+    return _fit_memory(step, m.loss_graph(batch, loss_v, scaler), len(batch), m, optimizer, int(memory_limit), target, seed_fn, scaler)
 
 
 class _Lifted:
@@ -366,21 +362,31 @@ class _Lifted:
         self.buffers = ins[n_data + n_params: n_data + n_params + len(self.buffer_names)]
         self.seed_v = ins[-1] if self.seed_input else None
 
-    def loss_graph(self, batch, loss_v):
-        """The loss of the batch (and the dropout seed, when there is one) and the parameters, for
-        recomputation: a segment's recomputed forward gets the step's seed again, so it draws the
-        masks its first forward drew."""
-        if self.buffer_names:
-            raise KilnError("recomputing activations (memory_limit / segments) does not handle batch-norm running statistics "
-                            "yet: the recomputed forward would update them twice; train this model without a memory limit")
+    def loss_graph(self, batch, loss_v, scaler=None):
+        """The graph a checkpointed step cuts into segments. Inputs: the batch, the dropout seed (when
+        there is one), the parameters, the buffers (batch-norm running statistics), and the loss scale
+        when `scaler` is given. Outputs: the objective the backward pass differentiates (the loss, or
+        loss * scale), then the loss itself when scaled, then the buffers' new values.
+        A segment's recomputed forward gets the step's seed again, so it draws the masks its first
+        forward drew; the buffers' new values are those of the first forward (the recomputation's
+        are not read), so the running statistics advance once a step."""
         seed = [self.seed_v] if self.seed_v is not None else []
-        return _kg.make_graph(batch + seed + self.params, [loss_v], ["loss"])
+        ins, outs = batch + seed + self.params + self.buffers, [loss_v]
+        names = ["loss"]
+        if scaler is not None:
+            scale_v = _kg.make_input(LOSS_SCALE_INPUT, [], loss_v.dtype)
+            ins, outs, names = ins + [scale_v], [_op("Mul", loss_v, scale_v), loss_v], ["scaled_loss", "loss"]
+        new_buffers = self.lifted.output_values[1:]
+        return _kg.make_graph(ins, outs + new_buffers, names + [f"new.{n}" for n in self.buffer_names])
+
+
+LOSS_SCALE_INPUT = "train.loss_scale"  # the input a scaled step reads its loss scale from
 
 
 def _step_gradients(loss_v, m, scaler):
     """(the loss-scale input or None, the parameters' gradients, the all-finite flag or None)."""
     if scaler is not None:
-        scale_v = _kg.make_input("train.loss_scale", [], loss_v.dtype)
+        scale_v = _kg.make_input(LOSS_SCALE_INPUT, [], loss_v.dtype)
         grads, finite = _prec.scaled_gradients(loss_v, m.params, m.names, scale_v)
         return scale_v, grads, finite
     grads = [g if g is not None else _kg.make_constant(f"zero_grad_{n}", _np.zeros(p.shape, p.dtype))
@@ -388,20 +394,20 @@ def _step_gradients(loss_v, m, scaler):
     return None, grads, None
 
 
-def _checkpointed(loss_graph, n_batch, names, values, optimizer, segments, target, seed_fn=None):
+def _checkpointed(loss_graph, n_batch, m, optimizer, segments, target, seed_fn=None, scaler=None):
     from . import train_checkpoint as _ck
     if not hasattr(_kiln, "dist"):
         raise KilnError("recomputing activations needs kiln's distribution pass (its balanced cut); this kiln was built without it")
-    return _ck.compile_checkpointed(loss_graph, n_batch, names, values, optimizer, segments, target, seed_fn)
+    return _ck.compile_checkpointed(loss_graph, n_batch, m, optimizer, segments, target, seed_fn, scaler)
 
 
-def _fit_memory(step, loss_graph, n_batch, names, values, optimizer, limit, target, seed_fn=None):
+def _fit_memory(step, loss_graph, n_batch, m, optimizer, limit, target, seed_fn=None, scaler=None):
     """The fewest segments whose checkpointed step fits `limit` bytes (2, 3, ... 8, then doubling)."""
     tried = [(1, step.memory()["total"])]
     k = 2
     while True:
         try:
-            ck = _checkpointed(loss_graph, n_batch, names, values, optimizer, k, target, seed_fn)
+            ck = _checkpointed(loss_graph, n_batch, m, optimizer, k, target, seed_fn, scaler)
         except KilnError as e:
             if "fewer than the" not in str(e):
                 raise

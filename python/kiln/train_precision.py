@@ -68,7 +68,12 @@ def check_precision(precision):
 
 def scaled_gradients(loss_v, params, names, scale_v):
     """The parameters' gradients of loss * scale, divided by the scale, and a bool scalar: all finite."""
-    grads = _kg.gradients(_op("Mul", loss_v, scale_v), params)
+    return unscaled(_kg.gradients(_op("Mul", loss_v, scale_v), params), params, names, scale_v)
+
+
+def unscaled(grads, params, names, scale_v):
+    """Gradients of loss * scale (None: the parameter does not reach the loss) divided by the scale,
+    and a bool scalar: all finite (None when no gradient is defined)."""
     out, total = [], None
     for n, p, g in zip(names, params, grads):
         if g is None:
@@ -79,7 +84,7 @@ def scaled_gradients(loss_v, params, names, scale_v):
         # g * 0 is 0 for every finite element and NaN for inf or NaN: the sum is 0 exactly when all are finite.
         t = _op("ReduceSum", _op("Mul", g, _kg.make_constant("zero", _np.zeros((), p.dtype))), keepdims=0)
         total = t if total is None else _op("Add", total, t)
-    finite = _op("Equal", total, _kg.make_constant("zero", _np.zeros((), loss_v.dtype))) if total is not None else None
+    finite = _op("Equal", total, _kg.make_constant("zero", _np.zeros((), scale_v.dtype))) if total is not None else None
     return out, finite
 
 

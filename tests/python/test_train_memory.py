@@ -106,13 +106,49 @@ def test_a_limit_no_segmentation_meets_says_the_least():
         kiln.train.compile(mlp(), optimizer=opt(), memory_limit=1000)
 
 
-def test_batch_norm_models_refuse_recomputation():
+def bn_cnn():
     rng = np.random.default_rng(0)
     b = kiln.graph.Builder()
-    x = b.input("x", (8, 3, 4, 4))
+    x = b.input("x", (8, 3, 6, 6))
     h = b.op("Conv", x, b.constant("w", rng.standard_normal((4, 3, 3, 3)).astype("float32")), pads=[1, 1, 1, 1])
     h = b.op("BatchNormalization", h, b.constant("g", np.ones(4, "float32")), b.constant("bb", np.zeros(4, "float32")),
              b.constant("m", np.zeros(4, "float32")), b.constant("v", np.ones(4, "float32")))
+    h = b.op("Conv", b.op("Relu", h), b.constant("w2", rng.standard_normal((4, 4, 3, 3)).astype("float32") / 4), pads=[1, 1, 1, 1])
     h = b.op("Flatten", b.op("GlobalAveragePool", h))
-    with pytest.raises(kiln.KilnError, match="batch-norm running statistics"):
-        kiln.train.compile(b.build(h), segments=2)
+    return b.build(b.op("MatMul", h, b.constant("fc", rng.standard_normal((4, 3)).astype("float32"))))
+
+
+def test_batch_norm_running_statistics_advance_once_a_step_under_recomputation():
+    # The buffers' new values come from each segment's first forward; its recomputation's are not read.
+    plain = kiln.train.compile(bn_cnn(), optimizer=opt())
+    ck = kiln.train.compile(bn_cnn(), optimizer=opt(), segments=3)
+    assert ck.memory()["segments"] == 3 and set(ck.buffers) == set(plain.buffers) == {"m", "v"}
+    rng = np.random.default_rng(2)
+    for _ in range(4):
+        x, y = rng.standard_normal((8, 3, 6, 6)).astype("float32"), rng.integers(0, 3, 8)
+        assert ck(x, y) == pytest.approx(plain(x, y), rel=1e-5)
+    # Four momentum-0.1 updates from (0, 1) toward the batch statistics: moved, and equal to the plain step's.
+    assert np.abs(plain.buffers["m"]).max() > 1e-3 and np.abs(plain.buffers["v"] - 1).max() > 1e-3
+    for n in plain.buffers:
+        np.testing.assert_allclose(ck.buffers[n], plain.buffers[n], rtol=1e-5, atol=1e-6)
+    for n in plain.parameters:
+        np.testing.assert_allclose(ck.parameters[n], plain.parameters[n], rtol=1e-4, atol=1e-6)
+
+
+def test_float16_loss_scaling_under_recomputation_follows_the_plain_step():
+    # Each segment differentiates loss * scale; the update divides by it and skips a step that overflowed.
+    plain = kiln.train.compile(mlp(), optimizer=opt(), precision="float16")
+    ck = kiln.train.compile(mlp(), optimizer=opt(), precision="float16", segments=3)
+    assert ck.scaler is not None and ck.memory()["segments"] == 3
+    follow(ck, plain, rtol=1e-5)
+    assert ck.scaler.scale == plain.scaler.scale and ck.steps == plain.steps == 4
+    # 2^40 times the gradients overflows float16: the step changes nothing and halves the scale.
+    scaler = kiln.train_precision.LossScaler(init_scale=2.0 ** 40)
+    ck = kiln.train.compile(mlp(), optimizer=opt(), precision="float16", loss_scale=scaler, memory_limit=ck.memory()["total"])
+    assert ck.memory()["segments"] > 1
+    before = {n: v.copy() for n, v in ck.parameters.items()}
+    x, y = batches(1)[0]
+    assert np.isfinite(ck(x, y))
+    assert scaler.skipped == 1 and scaler.scale == 2.0 ** 39 and ck.steps == 0
+    for n, v in ck.parameters.items():
+        np.testing.assert_array_equal(v, before[n])

@@ -93,8 +93,6 @@ def test_precision_errors():
         kiln.train.compile(mlp(), loss_scale="often")
     with pytest.raises(kiln.KilnError, match="init_scale"):
         kiln.train.compile(mlp(), loss_scale=-1.0)
-    with pytest.raises(kiln.KilnError, match="loss scaling do not combine yet.*precision='bfloat16'"):
-        kiln.train.compile(mlp(), precision="float16", segments=2)
 
 
 def bf16_products(shapes, ta=False, tb=False, alpha=1.0, with_c=False, batched=False):
