@@ -47,6 +47,8 @@ fuse_ops = _g.fuse_ops
 wrap_ops = _g.wrap_ops
 optimize = _g.optimize
 gradients = _g.gradients
+vjp = _g.vjp
+holds_bfloat16_values = _g.holds_bfloat16_values
 gradient_graph = _g.gradient_graph
 lift_parameters = _g.lift_parameters
 

@@ -159,15 +159,17 @@ def compile_checkpointed(graph, n_batch, lifted, optimizer, segments, target, se
     seed_fn is given, the parameters, the buffers and the loss scale when scaled, in; the objective,
     the loss when scaled and the buffers' new values out) in `segments` segments."""
     from . import train as _t
-    from .dist_pipeline import _vjp_graph
+    from .dist_pipeline import _vjp_graph, bfloat16_grads
     names, values = lifted.names, lifted.values
     stages, _ = _kiln.dist.cut_pipeline(graph, int(segments), {})
     pset = set(names)
-    fwds, bwds = [], []
+    fwds, bwds, rounded = [], [], set()
+    for st in reversed(stages):  # last first: each backward tells the one before which gradients it gives rounded
+        bg, _ = _vjp_graph(st, pset, rounded)
+        rounded = bfloat16_grads(st, bg)
+        bwds.insert(0, _Compiled(_kiln.graph.compile(bg, target=target), bg))
     for st in stages:
         fwds.append(_Compiled(_kiln.graph.compile(st["graph"], target=target), st["graph"]) if st["send"] else None)
-        bg, _ = _vjp_graph(st, pset)
-        bwds.append(_Compiled(_kiln.graph.compile(bg, target=target), bg))
     state_names = optimizer.state_names()
     pv = [_kg.make_input(n, list(v.shape), str(v.dtype)) for n, v in zip(names, values)]
     gv = [_kg.make_input(f"grad.{n}", list(v.shape), str(v.dtype)) for n, v in zip(names, values)]

@@ -233,6 +233,12 @@ void define_graph(py::module_& root) {
     for (const Value& g : gradients(loss, wrt)) out.push_back(g.defined() ? std::optional<Value>(g) : std::nullopt);
     return out;
   }, py::arg("loss"), py::arg("wrt"), "d loss / d w for each w (None where the loss does not depend on it).");
+  m.def("vjp", [](const std::vector<Value>& outputs, const std::vector<Value>& output_grads, const std::vector<Value>& wrt) {
+    std::vector<std::optional<Value>> out;
+    for (const Value& g : vjp(outputs, output_grads, wrt)) out.push_back(g.defined() ? std::optional<Value>(g) : std::nullopt);
+    return out;
+  }, py::arg("outputs"), py::arg("output_grads"), py::arg("wrt"),
+     "The gradients of sum_k <outputs[k], output_grads[k]> with respect to each w (None where no output depends on it).");
   m.def("gradient_graph", &gradient_graph, py::arg("graph"), py::arg("wrt"), py::arg("loss_output") = 0);
   m.def("lift_parameters", [](const Graph& g, bool training) {
     LiftedParameters p = lift_parameters(g, training);
@@ -244,6 +250,8 @@ void define_graph(py::module_& root) {
 
   m.def("remove_identity", &remove_identity);
   m.def("fold_transposes", &fold_transposes);
+  m.def("holds_bfloat16_values", &holds_bfloat16_values, py::arg("value"),
+        "Whether the value is float32 holding bfloat16 values as autocast leaves them (an operand use_bf16_dot takes).");
   m.def("fold_constants", [](const Graph& g) { return fold_constants(g); });
   m.def("fold_batch_norm", &fold_batch_norm);
   m.def("eliminate_common_subexpr", &eliminate_common_subexpr);

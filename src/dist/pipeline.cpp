@@ -9,6 +9,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "kiln/graph/autocast.h"
+#include "kiln/graph/passes.h"
 #include "kiln/graph/rewrite.h"
 #include "kiln/support/error.h"
 
@@ -91,7 +93,9 @@ PipelineCut cut_pipeline(const Graph& g, int num_stages, const CostParams& cost)
       inputs.push_back(in);
       st.recv.push_back(value_name(v));
       remap[v.node.get()].resize(v.node->num_outputs());
-      remap[v.node.get()][v.index] = in->output();
+      // A value holding bfloat16 values is rounded again on arrival (exact: it changes no value), so
+      // this stage's products still see bfloat16 operands and take the dot products (use_bf16_dot).
+      remap[v.node.get()][v.index] = holds_bfloat16_values(v) ? round_through(in->output(), DataType::BFloat16()) : in->output();
     }
     auto value_in_stage = [&](const Value& v) -> Value {
       if (v.node->kind == NodeKind::Constant) return v;

@@ -13,12 +13,13 @@
 namespace kiln::graph {
 namespace {
 
-// Nodes reachable from `root`, producers first.
-std::vector<const NodeObj*> topo_from(const Value& root) {
+// Nodes reachable from `roots`, producers first.
+std::vector<const NodeObj*> topo_from(const std::vector<Value>& roots) {
   std::vector<const NodeObj*> order;
   std::unordered_set<const NodeObj*> seen;
-  std::vector<std::pair<const NodeObj*, size_t>> stack{{root.node.get(), 0}};
-  seen.insert(root.node.get());
+  std::vector<std::pair<const NodeObj*, size_t>> stack;
+  for (auto r = roots.rbegin(); r != roots.rend(); ++r)
+    if (seen.insert(r->node.get()).second) stack.push_back({r->node.get(), 0});
   while (!stack.empty()) {
     auto& [n, next] = stack.back();
     const auto* op = n->kind == NodeKind::Op ? static_cast<const OpNode*>(n) : nullptr;
@@ -39,6 +40,11 @@ class GradTable {
   void add(const Value& v, const Value& g, GradBuilder& b) {
     auto [it, fresh] = grads_.emplace(v, g);
     if (!fresh) it->second = b.add(it->second, g);
+  }
+  // A given gradient of an output (a vector-Jacobian product's seed); one output given twice sums its seeds.
+  void seed(const Value& v, const Value& g) {
+    auto [it, fresh] = grads_.emplace(v, g);
+    if (!fresh) it->second = make_op("Add", {it->second, g}, {}, v.node->name + "/seed_sum")->output();
   }
   Value get(const Value& v) const {
     auto it = grads_.find(v);
@@ -81,11 +87,10 @@ void backprop_node(const OpNode& node, const std::unordered_set<const NodeObj*>&
 
 }  // namespace
 
-std::vector<Value> gradients(const Value& loss, const std::vector<Value>& wrt) {
-  KILN_USER_CHECK(loss.defined()) << "gradients: the loss is undefined";
-  KILN_USER_CHECK(loss.type().dtype.is_float()) << "gradients: the loss '" << loss.node->name << "' is " << loss.type().str() << "; it must be a float tensor";
-  std::vector<const NodeObj*> order = topo_from(loss);
-  // The nodes that depend on a value differentiated for: only they pass gradients on.
+namespace {
+
+// The nodes on a path from one of `wrt` to a root: only they pass gradients on.
+std::unordered_set<const NodeObj*> nodes_needing_gradients(const std::vector<const NodeObj*>& order, const std::vector<Value>& wrt) {
   std::unordered_set<const NodeObj*> needs;
   for (const Value& w : wrt) {
     KILN_USER_CHECK(w.defined()) << "gradients: a value to differentiate for is undefined";
@@ -96,6 +101,24 @@ std::vector<Value> gradients(const Value& loss, const std::vector<Value>& wrt) {
     for (const Value& in : static_cast<const OpNode*>(n)->inputs)
       if (in.defined() && needs.count(in.node.get())) needs.insert(n);
   }
+  return needs;
+}
+
+std::vector<Value> backprop(const std::vector<const NodeObj*>& order, const std::vector<Value>& wrt, GradTable& table) {
+  std::unordered_set<const NodeObj*> needs = nodes_needing_gradients(order, wrt);
+  for (auto it = order.rbegin(); it != order.rend(); ++it)
+    if ((*it)->kind == NodeKind::Op && needs.count(*it)) backprop_node(*static_cast<const OpNode*>(*it), needs, table);
+  std::vector<Value> out;
+  for (const Value& w : wrt) out.push_back(table.get(w));
+  return out;
+}
+
+}  // namespace
+
+std::vector<Value> gradients(const Value& loss, const std::vector<Value>& wrt) {
+  KILN_USER_CHECK(loss.defined()) << "gradients: the loss is undefined";
+  KILN_USER_CHECK(loss.type().dtype.is_float()) << "gradients: the loss '" << loss.node->name << "' is " << loss.type().str() << "; it must be a float tensor";
+  std::vector<const NodeObj*> order = topo_from({loss});
   GradTable table;
   if (loss.node->kind == NodeKind::Op) {
     // d loss / d loss: ones (a non-scalar loss is summed).
@@ -103,11 +126,23 @@ std::vector<Value> gradients(const Value& loss, const std::vector<Value>& wrt) {
     Value one = seed.scalar(1.0, loss.type().dtype);
     table.add(loss, seed.expand(one, loss.type().shape), seed);
   }
-  for (auto it = order.rbegin(); it != order.rend(); ++it)
-    if ((*it)->kind == NodeKind::Op && needs.count(*it)) backprop_node(*static_cast<const OpNode*>(*it), needs, table);
-  std::vector<Value> out;
-  for (const Value& w : wrt) out.push_back(table.get(w));
-  return out;
+  return backprop(order, wrt, table);
+}
+
+std::vector<Value> vjp(const std::vector<Value>& outputs, const std::vector<Value>& output_grads, const std::vector<Value>& wrt) {
+  KILN_USER_CHECK(outputs.size() == output_grads.size())
+      << "vjp: " << outputs.size() << " outputs but " << output_grads.size() << " output gradients; give one gradient per output";
+  GradTable table;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const Value& y = outputs[k];
+    const Value& g = output_grads[k];
+    KILN_USER_CHECK(y.defined() && g.defined()) << "vjp: output " << k << " or its gradient is undefined";
+    KILN_USER_CHECK(y.type().dtype.is_float() && g.type() == y.type())
+        << "vjp: output " << k << " ('" << y.node->name << "') is " << y.type().str() << " but its gradient is " << g.type().str()
+        << "; the gradient must have the output's float type";
+    table.seed(y, g);
+  }
+  return backprop(topo_from(outputs), wrt, table);
 }
 
 std::vector<Value> gradients(const Graph& graph, const Value& loss, const std::vector<Value>& wrt) {

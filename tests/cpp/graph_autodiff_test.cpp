@@ -61,6 +61,33 @@ TEST(GraphAutodiff, TheLossMustBeTheGraphs) {
   EXPECT_FLOAT_EQ(out[1].data_as<float>()[0], 1.0f);
 }
 
+TEST(GraphAutodiff, VjpTakesTheOutputGradientsAsGiven) {
+  // y1 = x * w, y2 = w (an input given back as it is), both seeded:
+  // d/dw = sum_rows(x * d1) + d2 (twice, as w is listed twice), d/dx = w * d1.
+  auto x = make_input("x", {{3, 4}, DataType::Float(32)});
+  auto w = make_input("w", {{4}, DataType::Float(32)});
+  auto d1 = make_input("d1", {{3, 4}, DataType::Float(32)});
+  auto d2 = make_input("d2", {{4}, DataType::Float(32)});
+  Value y1 = make_op("Mul", {x->output(), w->output()})->output();
+  std::vector<Value> g = vjp({y1, w->output(), w->output()}, {d1->output(), d2->output(), d2->output()}, {w->output(), x->output()});
+  ASSERT_TRUE(g[0].defined() && g[1].defined());
+  // The seed reaches Mul's gradient as it is: d1 itself is an input of the node giving d/dx.
+  const auto& dx = static_cast<const OpNode&>(*g[1].node);
+  EXPECT_TRUE(dx.inputs[0].node == d1 || dx.inputs[1].node == d1) << dx.op->name;
+  Graph graph = Graph::make({x, w, d1, d2}, {g[0], g[1]});
+  NDArray xv = random_array({3, 4}, 1), wv = random_array({4}, 2), d1v = random_array({3, 4}, 3), d2v = random_array({4}, 4);
+  std::vector<NDArray> out = compile(graph).run({xv, wv, d1v, d2v});
+  const float *xs = xv.data_as<float>(), *ws = wv.data_as<float>(), *a = d1v.data_as<float>(), *b = d2v.data_as<float>();
+  for (int j = 0; j < 4; ++j) {
+    float want = 2 * b[j];
+    for (int i = 0; i < 3; ++i) want += xs[i * 4 + j] * a[i * 4 + j];
+    EXPECT_NEAR(out[0].data_as<float>()[j], want, 1e-5) << "d/dw[" << j << "]";
+    for (int i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(out[1].data_as<float>()[i * 4 + j], ws[j] * a[i * 4 + j]);
+  }
+  EXPECT_THROW(vjp({y1}, {}, {x->output()}), Error);
+  EXPECT_THROW(vjp({y1}, {d2->output()}, {x->output()}), Error);  // the gradient's type must be the output's
+}
+
 TEST(GraphAutodiff, AnOpWithoutAGradientIsNamed) {
   auto x = make_input("x", {{2, 3}, DataType::Float(32)});
   Value loss = reduce_all(make_op("Floor", {x->output()}, {}, "round_down")->output());

@@ -54,23 +54,32 @@ def test_segments_recompute_and_follow_the_plain_step(segments):
     follow(ck, plain)
 
 
-@pytest.mark.parametrize("bf16_dot", [False, None])
+def float32_products(exe):
+    """The fused groups of an executor that hold a MatMul or Gemm of float32 products (not bfloat16 pairs)."""
+    return [g["name"] for g in exe.groups() if {"MatMul", "Gemm"} & set(g["name"].split(" @ ")[0].split("+"))]
+
+
+@pytest.mark.parametrize("bf16_dot", [False, True])
 def test_segments_with_bfloat16_follow_the_plain_bfloat16_step(monkeypatch, bf16_dot):
     # The recomputed forward is the rounded one (autocast comes before the cut), so the losses and
-    # parameters are those of the plain mixed-precision step. With the bfloat16 dot products (None:
-    # where the CPU has them), a product whose operand crosses a segment boundary is no longer seen
-    # to hold bfloat16 values and runs emulated in float32, which rounds in another order: close,
-    # not the same.
+    # parameters are those of the plain mixed-precision step. With the bfloat16 dot products, a value
+    # holding bfloat16 values that crosses a segment boundary is rounded again where it arrives, and
+    # so is a gradient coming back rounded: every product of every segment takes the dot products, as
+    # in the plain step (True forces them; without AVX-512 BF16 they are emulated).
     native = kiln._ffi._kiln.graph.compile  # what kiln.graph.compile and the segments' compiles call
 
     def compile_with_choice(*a, **k):
         k.pop("bf16_dot", None)
-        return native(*a[:7], bf16_dot=-1 if bf16_dot is None else int(bf16_dot), **k)
+        return native(*a[:7], bf16_dot=int(bf16_dot), **k)
     monkeypatch.setattr(kiln._ffi._kiln.graph, "compile", compile_with_choice)
     plain = kiln.train.compile(mlp(), optimizer=opt(), precision="bfloat16")
     ck = kiln.train.compile(mlp(), optimizer=opt(), precision="bfloat16", segments=3)
     assert ck.memory()["segments"] == 3 and ck.memory()["total"] < plain.memory()["total"]
-    follow(ck, plain, rtol=1e-4 if bf16_dot is False else 2e-3)
+    for c in ck._fwds + ck._bwds + [plain]:
+        exe = c._exe if c is plain else c.exe if c is not None else None
+        if exe is not None:
+            assert bool(float32_products(exe)) != bf16_dot, float32_products(exe)
+    follow(ck, plain, rtol=1e-4)
 
 
 def test_segments_with_dropout_follow_the_plain_step():

@@ -38,6 +38,9 @@ struct AutocastOptions {
 /** Throws kiln::Error when `low` is not a 16-bit float. */
 Graph autocast(const Graph& g, const AutocastOptions& options = {});
 
+/** x rounded to `low` and back to float32: the Cast pair autocast puts on an operand. */
+Value round_through(const Value& x, DataType low);
+
 }  // namespace kiln::graph
 
 #endif  // KILN_GRAPH_AUTOCAST_H

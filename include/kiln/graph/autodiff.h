@@ -76,6 +76,14 @@ class GradBuilder {
  * and node when an op on the way has no gradient.
  */
 std::vector<Value> gradients(const Value& loss, const std::vector<Value>& wrt);
+/**
+ * The vector-Jacobian product: the gradients with respect to each of `wrt` of
+ * sum_k <outputs[k], output_grads[k]>, each output_grads[k] taken as given (a
+ * pipeline stage's backward, seeded with the gradients of what it sent). The
+ * seeds reach the ops as they are, so an operand holding bfloat16 values
+ * stays recognisable to use_bf16_dot. Undefined where no output depends on it.
+ */
+std::vector<Value> vjp(const std::vector<Value>& outputs, const std::vector<Value>& output_grads, const std::vector<Value>& wrt);
 /** As above, checking that `graph` computes the loss (it is an output or an ancestor of one). */
 std::vector<Value> gradients(const Graph& graph, const Value& loss, const std::vector<Value>& wrt);
 

@@ -73,6 +73,10 @@ Graph wrap_ops(const Graph& g);
  */
 Graph use_bf16_dot(const Graph& g);
 
+/** Whether `v` is an operand use_bf16_dot takes: float32 holding bfloat16 values (a float32 Cast
+ *  of a bfloat16 value, or a Reshape/Transpose/Squeeze/Unsqueeze/Flatten of one). */
+bool holds_bfloat16_values(const Value& v);
+
 struct PipelineOptions {
   bool fuse = true;
   /** Run alter_conv_layout (convolutions in NCHWc). */

@@ -14,13 +14,12 @@ namespace {
 
 int64_t onnx_code(DataType t) { return t.is_bfloat() ? 16 : t == DataType::Float(16) ? 10 : 1; }
 
-// x rounded to `low` and back: a float32 value holding a 16-bit float.
+}  // namespace
+
 Value round_through(const Value& x, DataType low) {
   Value narrow = make_op("Cast", {x}, Attrs({{"to", onnx_code(low)}}), x.node->name + ".to_" + low.str())->output();
   return make_op("Cast", {narrow}, Attrs({{"to", int64_t(1)}}), x.node->name + ".rounded")->output();
 }
-
-}  // namespace
 
 Graph autocast(const Graph& g, const AutocastOptions& o) {
   KILN_USER_CHECK(o.low.is_bfloat() || o.low == DataType::Float(16))

@@ -55,6 +55,12 @@ Value bf16_source(const Value& operand) {
   return narrow;
 }
 
+}  // namespace
+
+bool holds_bfloat16_values(const Value& v) { return bf16_source(v).defined(); }
+
+namespace {
+
 // An operand as above; a 2-D Transpose of one (a weight gradient's A^T) is
 // read through the matmul's transpose flag instead of being copied: then
 // `transposed` is set and the source is the matrix before the Transpose.
