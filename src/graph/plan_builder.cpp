@@ -38,6 +38,15 @@ bool elementwise_group(const OpNode& node) {
   return true;
 }
 
+// Whether the group only reshapes its one input (Reshape, Flatten, Squeeze or
+// Unsqueeze: the same bytes in the same row-major order).
+bool reshape_group(const OpNode& node) {
+  if (node.num_outputs() != 1 || node.inputs.size() != 1 || !node.body.defined()) return false;
+  std::vector<const OpNode*> ops = Graph(node.body).op_nodes();
+  static const char* const names[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
+  return ops.size() == 1 && std::any_of(std::begin(names), std::end(names), [&](const char* n) { return ops[0]->op->name == n; });
+}
+
 // Whether the one-output group reads its input `pos` only where it writes:
 // every use of the input inside the body is an elementwise or broadcast
 // operator whose result has the input's type, and so on to the output
@@ -104,13 +113,21 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
     const Value& v = g.outputs()[i];
     if (v.node->kind == NodeKind::Op && !output_of.count({v.node.get(), v.index})) output_of[{v.node.get(), v.index}] = static_cast<int>(i);
   }
-  // The last step that reads each graph input (steps follow g.op_nodes()),
-  // and the inputs returned as outputs themselves (never written over).
+  // A reshape of an intermediate value into another intermediate needs no
+  // kernel: it is a view of its input's bytes, the two sharing one lifetime.
+  auto is_view = [&](const OpNode* node) {
+    const Value& in = node->inputs.empty() ? Value() : node->inputs[0];
+    return reshape_group(*node) && !output_of.count({node, 0}) && in.defined() && in.node->kind == NodeKind::Op &&
+           !output_of.count({in.node.get(), in.index});
+  };
+  // The last step that reads each graph input (steps follow g.op_nodes(),
+  // views excepted), and the inputs returned as outputs themselves (never written over).
   std::unordered_map<const NodeObj*, int> last_read;
   std::set<const NodeObj*> returned;
   {
     int step = 0;
     for (const OpNode* node : g.op_nodes()) {
+      if (is_view(node)) continue;
       for (const Value& v : node->inputs)
         if (v.defined() && v.node->kind == NodeKind::Input) last_read[v.node.get()] = step;
       ++step;
@@ -124,9 +141,18 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
   std::vector<PlannedValue> lifetimes;
   std::vector<int> arena_ids;  // buffer id per lifetime entry
   std::unordered_map<int, int> lifetime_of_buffer;
+  std::vector<std::pair<int, int>> views;  // (buffer, the lifetime entry it shares with its source)
   for (const OpNode* node : g.op_nodes()) {
     int step = static_cast<int>(p.plan.steps.size());
     KILN_CHECK(node->body.defined()) << "node '" << node->name << "' (" << node->op->name << ") is in no group after fuse_ops";
+    if (is_view(node)) {
+      int lifetime = lifetime_of_buffer.at(p.value(node->inputs[0]));
+      int b = p.add(ModelBuffer::Kind::Arena, 0, node->types[0]);
+      lifetime_of_buffer[b] = lifetime;  // its readers extend the source's lifetime
+      views.push_back({b, lifetime});
+      p.value_buffer[{node, 0}] = b;
+      continue;
+    }
     GraphDag dag = to_te(Graph(node->body), gpu);
     std::string key = te::workload_key(dag.outputs);
     ModelStep s;
@@ -203,6 +229,7 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
   for (const Value& v : g.outputs()) p.plan.output_buffers.push_back(p.value(v));
   out.memory = plan_memory(&lifetimes);
   for (size_t i = 0; i < lifetimes.size(); ++i) p.plan.buffers[arena_ids[i]].offset = lifetimes[i].offset;
+  for (auto [b, lifetime] : views) p.plan.buffers[b].offset = lifetimes[lifetime].offset;
   p.plan.arena_bytes = out.memory.arena_bytes;
   for (const NDArray& c : p.plan.constants) out.weight_bytes += c.nbytes();
   out.plan = std::move(p.plan);
