@@ -79,17 +79,7 @@ llvm::Value* CodeGenLLVM::emit_dot_bf16x2(llvm::Value* acc, llvm::Value* a, llvm
       llvm::Value* pb = builder_->CreateBitCast(slice(b, s), pair_ty);
       parts.push_back(builder_->CreateCall(fn, {slice(acc, s), pa, pb}));
     }
-    // Concatenate the chunks back in order (their count need not be a power of two: 24 lanes are 3 x 8).
-    llvm::Value* out = parts[0];
-    for (size_t k = 1; k < parts.size(); ++k) {
-      int have = lanes_of(out);
-      std::vector<int> widen, join;
-      for (int i = 0; i < have; ++i) widen.push_back(i < w ? i : -1);
-      for (int i = 0; i < have + w; ++i) join.push_back(i);
-      llvm::Value* part = have == w ? parts[k] : builder_->CreateShuffleVector(parts[k], widen);
-      out = builder_->CreateShuffleVector(out, part, join);
-    }
-    return out;
+    return concat_vectors(parts);  // their count need not be a power of two: 24 lanes are 3 x 8
   }
   // Unpacked: a bfloat16 is the high half of its float32.
   llvm::Type* f32 = like_lanes(a, builder_->getFloatTy());

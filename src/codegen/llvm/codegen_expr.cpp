@@ -208,9 +208,25 @@ llvm::Value* CodeGenLLVM::element_pointer(const BufferNode* buffer, llvm::Value*
   return builder_->CreateInBoundsGEP(llvm_mem_type(buffer->dtype), buffer_base(buffer), index);
 }
 
+llvm::Value* CodeGenLLVM::concat_vectors(const std::vector<llvm::Value*>& parts) {
+  KILN_CHECK(!parts.empty()) << "concat_vectors of no vectors";
+  auto* part_ty = llvm::cast<llvm::FixedVectorType>(parts[0]->getType());
+  int w = static_cast<int>(part_ty->getNumElements());
+  llvm::Value* out = parts[0];
+  for (size_t k = 1; k < parts.size(); ++k) {
+    int have = static_cast<int>(llvm::cast<llvm::FixedVectorType>(out->getType())->getNumElements());
+    std::vector<int> widen, join;
+    for (int i = 0; i < have; ++i) widen.push_back(i < w ? i : -1);
+    for (int i = 0; i < have + w; ++i) join.push_back(i);
+    llvm::Value* part = have == w ? parts[k] : builder_->CreateShuffleVector(parts[k], widen);
+    out = builder_->CreateShuffleVector(out, part, join);
+  }
+  return out;
+}
+
 // The base of an index that is a dense ramp (stride one): Ramp(b, 1, n), or
 // such a ramp plus a broadcast, which the vectoriser may leave unfolded.
-static Expr dense_ramp_base(const Expr& index) {
+Expr dense_ramp_base(const Expr& index) {
   if (const Ramp* r = index.as<Ramp>()) return is_one(r->stride) ? r->base : Expr();
   if (const Add* add = index.as<Add>()) {
     if (const Broadcast* b = add->b.as<Broadcast>()) {

@@ -50,6 +50,9 @@ class TargetMachine;
 
 namespace kiln::codegen {
 
+/** The base b of a vector index that is a dense ramp, Ramp(b, 1, n) (or one plus a broadcast); undefined otherwise. */
+Expr dense_ramp_base(const Expr& index);
+
 class CodeGenLLVM : public IRVisitor {
  public:
   /** `tm` fixes the triple, data layout and target attributes of the functions. */
@@ -97,6 +100,8 @@ class CodeGenLLVM : public IRVisitor {
   llvm::Value* emit_arith(IRNodeKind op, DataType t, llvm::Value* a, llvm::Value* b);
   llvm::Value* emit_floor_div_mod(bool is_div, DataType t, llvm::Value* a, llvm::Value* b, const Expr& divisor);
   llvm::Value* emit_compare(IRNodeKind op, DataType operand, llvm::Value* a, llvm::Value* b);
+  /** The vectors (of equal lanes, any count) one after another in one vector. */
+  llvm::Value* concat_vectors(const std::vector<llvm::Value*>& parts);
   /** Pointer to buffer[index] (scalar index) or a vector of pointers (vector index). */
   llvm::Value* element_pointer(const BufferNode* buffer, llvm::Value* index);
   llvm::Value* buffer_base(const BufferNode* buffer);
@@ -113,6 +118,10 @@ class CodeGenLLVM : public IRVisitor {
   llvm::AllocaInst* entry_alloca(llvm::Type* t, llvm::Value* count, uint64_t align, const std::string& name);
   /** Branch weights saying the true edge is (almost) always taken. */
   llvm::MDNode* likely_weights();
+
+  // ---- transposed tiles (codegen_transpose.cpp)
+  /** A loop storing vectors read down a column, as loads of rows transposed in registers; false when the loop is not one. */
+  bool emit_transposed_tile(const For* op);
 
   // ---- parallel loops (codegen_parallel.cpp)
   void emit_parallel_loop(const For* op);

@@ -49,6 +49,7 @@ void CodeGenLLVM::emit_loop(const Var& var, llvm::Value* begin, llvm::Value* end
 }
 
 void CodeGenLLVM::visit(const For* op) {
+  if ((op->kind == ForKind::Serial || op->kind == ForKind::Unrolled) && emit_transposed_tile(op)) return;
   switch (op->kind) {
     case ForKind::Parallel:
       if (!in_parallel_) return emit_parallel_loop(op);
