@@ -42,20 +42,51 @@ Tensor reshape(const Tensor& X, const std::vector<int64_t>& shape, const std::st
   KILN_USER_CHECK(numel_of(in) == numel_of(shape)) << "reshape of '" << X.name() << "' from " << shape_to_string(in) << " ("
                                                   << numel_of(in) << " elements) to " << shape_to_string(shape) << " (" << numel_of(shape)
                                                   << " elements)";
-  std::vector<int64_t> out_strides = strides_of(shape), in_strides = strides_of(in);
+  // Runs of axes with equal element counts on both sides ([8, 128, 3072] ->
+  // [1024, 3072]: {8, 128} and {1024}, then {3072} and {3072}) map to each
+  // other alone, so an axis both sides keep is indexed as itself and only a
+  // merged or split run pays a division (what a vector load along it needs).
+  struct Run {
+    size_t out_begin, out_end, in_begin, in_end;
+  };
+  std::vector<Run> runs;
+  if (numel_of(in) == 0) runs.push_back({0, shape.size(), 0, in.size()});  // nothing is read: one run
+  for (size_t o = 0, i = 0; runs.empty() || o < shape.size() || i < in.size();) {
+    if (!runs.empty() && runs.back().out_end == shape.size() && runs.back().in_end == in.size()) break;
+    Run r{o, o, i, i};
+    int64_t no = 1, ni = 1;
+    if (r.out_end < shape.size()) no *= shape[r.out_end++];
+    if (r.in_end < in.size()) ni *= in[r.in_end++];
+    // The side with the smaller count takes its next axis; the counts left stay equal, so it has one.
+    while (no != ni) {
+      if (no < ni) no *= shape[r.out_end++];
+      else ni *= in[r.in_end++];
+    }
+    runs.push_back(r);
+    o = r.out_end;
+    i = r.in_end;
+  }
   return compute(shape_exprs(shape), [&](const std::vector<Var>& i) {
-    // The row-major position of the output element, decomposed in X's shape.
-    Expr flat = Expr(0);
-    for (size_t k = 0; k < shape.size(); ++k)
-      if (shape[k] != 1) flat = flat + i[k] * int_imm(out_strides[k]);
     std::vector<Expr> idx;
-    for (size_t k = 0; k < in.size(); ++k) {
-      if (in[k] == 1) {
-        idx.push_back(Expr(0));
-        continue;
+    for (const Run& r : runs) {
+      // The row-major position within the run, decomposed in X's axes of the run.
+      std::vector<int64_t> out_run(shape.begin() + r.out_begin, shape.begin() + r.out_end), in_run(in.begin() + r.in_begin, in.begin() + r.in_end);
+      std::vector<int64_t> out_strides = strides_of(out_run), in_strides = strides_of(in_run);
+      Expr flat;  // written plainly: an axis kept as it is stays a bare variable (transposed_read_axis looks for one)
+      for (size_t k = 0; k < out_run.size(); ++k) {
+        if (out_run[k] == 1) continue;
+        Expr term = out_strides[k] == 1 ? Expr(i[r.out_begin + k]) : i[r.out_begin + k] * int_imm(out_strides[k]);
+        flat = flat.defined() ? flat + term : term;
       }
-      Expr q = in_strides[k] == 1 ? flat : floordiv(flat, int_imm(in_strides[k]));
-      idx.push_back(k == 0 ? q : floormod(q, int_imm(in[k])));  // the leading index never wraps
+      if (!flat.defined()) flat = Expr(0);
+      for (size_t k = 0; k < in_run.size(); ++k) {
+        if (in_run[k] == 1) {
+          idx.push_back(Expr(0));
+          continue;
+        }
+        Expr q = in_strides[k] == 1 ? flat : floordiv(flat, int_imm(in_strides[k]));
+        idx.push_back(k == 0 ? q : floormod(q, int_imm(in_run[k])));  // a run's leading index never wraps
+      }
     }
     return X(idx);
   }, name);

@@ -69,6 +69,25 @@ def test_reshape(rng, dtype):
     check(run("Reshape", [x, np.array([6, 4], "int32")], allowzero=1)[0], x.reshape(6, 4))
 
 
+@pytest.mark.parametrize("src, dst", [
+    ((8, 6, 10), (48, 10)),          # a merged run, then an axis kept as it is
+    ((48, 10), (8, 6, 10)),          # a split run, then a kept axis
+    ((2, 12, 5), (6, 4, 5)),         # a run of two axes on each side
+    ((1, 6, 1, 4, 1), (6, 4)),       # axes of 1 on either side
+    ((6, 4), (1, 2, 3, 1, 4, 1)),
+    ((4, 6, 5), (8, 15)),            # no common boundary: one run
+])
+def test_reshape_by_runs_of_axes(rng, src, dst):
+    # Reshape indexes each run of axes with equal counts on both sides alone (schedules/transform.cpp).
+    x = rand(rng, src)
+    check(run("Reshape", [x, np.array(dst, "int64")])[0], x.reshape(dst))
+    # fused into a consumer that reads it transposed, as a gradient's A^T does
+    b = G.Builder()
+    xv = b.input("x", src)
+    y = b.op("Transpose", b.op("Reshape", xv, b.constant("s", np.array(dst, "int64"))), perm=list(range(len(dst)))[::-1])
+    check(kiln.compile(b.build(y)).run([x])[0], x.reshape(dst).transpose(list(range(len(dst)))[::-1]))
+
+
 def test_reshape_scalar_and_to_scalar(rng):
     check(run("Reshape", [np.array(7, "int64"), np.array([1, 1])])[0], np.array([[7]], "int64"))
     check(run("Reshape", [np.array([[2.5]], "float32"), np.zeros(0, "int64")])[0], np.array(2.5, "float32"))
