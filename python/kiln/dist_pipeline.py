@@ -225,11 +225,26 @@ class PipelineTrainStep:
         else:
             _gpipe(run, plan.micro_batches)
         self.steps += 1
+        grads = self._sum_shared(run.acc)
         if n_params:
-            self._apply([a / plan.micro_batches for a in run.acc])  # the loss is the mean over the micro-batches
+            self._apply([a / plan.micro_batches for a in grads])  # the loss is the mean over the micro-batches
         loss = _broadcast(_np.array([_np.mean(run.losses) if r == last else 0.0], "float64"), last)[0]
         self.stats = dict(_bubble_stats(_time.perf_counter() - start, run.busy), max_stashed=run.max_stashed)
         return float(loss)
+
+    def _sum_shared(self, grads):
+        """The gradients with each shared parameter's summed over the stages that read it (every rank
+        takes part: the sum over all ranks, stages without it adding zeros), then broadcast from its
+        owner, so that every copy applies bitwise the same update."""
+        mine = list(self.parameters)
+        out = list(grads)
+        for n in self.plan.shared:
+            shape, dtype = self.plan.param_types[n]
+            g = out[mine.index(n)] if n in mine else _np.zeros(shape, dtype)
+            total = _broadcast(_np.ascontiguousarray(_d.all_reduce(_np.ascontiguousarray(g))), self.plan.owner[n])
+            if n in mine:
+                out[mine.index(n)] = total
+        return out
 
     def _apply(self, grads):
         from .train_checkpoint import apply_update
@@ -240,6 +255,8 @@ class PipelineTrainStep:
         out = {}
         for s, names in enumerate(self.plan.stage_params):
             for n in names:
+                if self.plan.owner[n] != s:
+                    continue  # a shared parameter's copies are equal: its owner's stands for them
                 a = dict.__getitem__(self.parameters, n) if s == rank() else _np.empty(*self.plan.param_types[n])
                 out[n] = _broadcast(_np.ascontiguousarray(a), s)
         return out
@@ -348,13 +365,15 @@ class PipelineTrainPlan:
         self._names, self._values, self._batch_names = names, values, batch_names
         pset = set(names)
         self.stage_params = [[n for n in st["model_inputs"] if n in pset] for st in stages]
-        owner = {}
+        # A parameter read by several stages (a shared weight, as tied embeddings are) has a copy on
+        # each of their ranks: the step sums its gradients over them, and each applies the same
+        # update to the same values, so the copies stay equal. The first stage owns it.
+        self.owner, self.holders = {}, {}
         for s, ps in enumerate(self.stage_params):
             for n in ps:
-                if n in owner:
-                    raise KilnError(f"parameter '{n}' is read by stages {owner[n]} and {s} (a shared weight): pipeline_train "
-                                    "trains each parameter on one rank; untie it or use data parallel training")
-                owner[n] = s
+                self.owner.setdefault(n, s)
+                self.holders.setdefault(n, []).append(s)
+        self.shared = [n for n in names if len(self.holders.get(n, [])) > 1]
         self.param_types = {n: (v.shape, v.dtype) for n, v in zip(names, values)}
 
     def __str__(self):
@@ -397,7 +416,8 @@ def pipeline_train(model, loss="cross_entropy", optimizer=None, micro_batches=4,
     """Pipeline-parallel training: `model` (a kiln.graph.Graph at the micro-batch size, with one
     output) with its loss cut into `num_stages` stages (default: one per rank) balanced by estimated
     time; the model's float constants become parameters, each trained on the rank of the stage that
-    uses it. Each step streams `micro_batches` micro-batches forward and backward through the ranks,
+    uses it (a weight several stages read has a copy on each of their ranks, its gradients summed
+    over them, so the copies stay equal). Each step streams `micro_batches` micro-batches forward and backward through the ranks,
     sums the gradients and updates every stage's parameters with `optimizer` (as in kiln.train: SGD,
     Adam, AdamW). schedule="1f1b" (default) interleaves forwards and backwards so a stage keeps at most
     as many micro-batches as stages after it; "gpipe" runs all forwards first. Both give the same

@@ -101,6 +101,12 @@ def test_one_stage_training_in_one_process_follows_kiln_train():
 
 
 @pytest.mark.parametrize("np_", [2, 4])
+def test_a_weight_shared_across_stages_trains_as_one(np_):
+    out = expect_ok("pipeline_shared.py", np_, timeout=120)
+    assert "shared weight: losses match" in out
+
+
+@pytest.mark.parametrize("np_", [2, 4])
 def test_pipeline_training_on_ranks_follows_one_process(np_):
     out = expect_ok("pipeline_train.py", np_, timeout=120)
     assert "1f1b: losses match" in out and "gpipe: losses match" in out
