@@ -18,14 +18,34 @@ the way its first consumer wants.
 
 Without mpirun one process runs a mesh of size 1. Ranks that die or hang
 make the others stop with an error after ``set_timeout`` seconds (default
-300, or $KILN_DIST_TIMEOUT).
+300, or $KILN_DIST_TIMEOUT). Ranks that share a host share its cores: unless
+$KILN_NUM_THREADS is set, each rank's kernels take its share of them (at
+least one thread).
 """
 import atexit
+import os as _os
 import time as _time
 
 import numpy as _np
 
 from ._ffi import KilnError, _kiln
+
+
+def _share_the_cores():
+    """Each of the ranks mpirun starts on this host runs its kernels on its share of the cores the
+    rank may use. Without it every rank would start one thread per core, and on oversubscribed
+    cores a rank's idle threads spin where its peers need to run (a 4-rank step on 2 cores took
+    1.8 ms against 0.1 on 2 ranks). Read when kiln's thread pool starts, at the first kernel."""
+    local = _os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or _os.environ.get("MPI_LOCALNRANKS")
+    if not local or _os.environ.get("KILN_NUM_THREADS"):
+        return
+    cores = len(_os.sched_getaffinity(0))
+    # A rank bound to its own cores keeps them all; unbound, the host's are split among the ranks.
+    share = cores if cores < (_os.cpu_count() or cores) else cores // max(int(local), 1)
+    _os.environ["KILN_NUM_THREADS"] = str(max(1, share))
+
+
+_share_the_cores()
 
 _d = _kiln.dist
 rank = _d.rank
@@ -164,8 +184,9 @@ def _best_time(fn, reps):
 def calibrate(gemm=384, stream_mb=16, reps=10):
     """Measures the machine under the auto-sharding estimate, on every rank (call it on all: it
     runs collectives): a kiln-compiled [gemm]^3 MatMul (flops_per_s), an elementwise Add over
-    `stream_mb` MB (memory_bytes_per_s), and all-reduces of 1 KB and 4 MB over all ranks
-    (latency_s and link_bytes_per_s of the ring model), and tiny graphs of 1 and 8 kernels (run_s,
+    `stream_mb` MB written in place (memory_bytes_per_s), and all-reduces of 1 KB to 4 MB over all
+    ranks (latency_s and link_bytes_per_s of the ring model, and the rate of large messages where it
+    differs: large_message_bytes, large_link_bytes_per_s), and tiny graphs of 1 and 8 kernels (run_s,
     kernel_s: the fixed costs of a run and of each kernel, Python's call included); on several ranks,
     sharded plans of 1 and 4 collectives through the runner (collective_s, and run_s as the runner
     pays it). Each figure is the slowest rank's best
@@ -182,8 +203,10 @@ def calibrate(gemm=384, stream_mb=16, reps=10):
     b = _g.Builder()
     x, y = b.input("x", (n,)), b.input("y", (n,))
     add = _g.compile(b.build(b.op("Add", x, y)))
-    xv = _np.ones(n, "float32")
-    t_add = _best_time(lambda: add(xv, xv), reps)
+    xv, yv = _np.ones(n, "float32"), _np.zeros(n, "float32")
+    # The sum goes into x's own array (donated), as a step's intermediates go into its planned arena:
+    # a fresh output array would time the kernel's first touch of new pages, not its streaming.
+    t_add = _best_time(lambda: add.run([xv, yv], donate=[0]), reps)
     # Fixed costs: a run of one tiny kernel, and what each further (unfusable) kernel adds.
     b = _g.Builder()
     h = t0 = b.input("t", (4, 4))
@@ -196,27 +219,45 @@ def calibrate(gemm=384, stream_mb=16, reps=10):
     t_run = _best_time(lambda: tiny1(tv), reps * 10)
     t_kernel = max((_best_time(lambda: tiny8(tv), reps * 10) - t_run) / 7, 0.0)
     ranks = size()
-    small, large = _np.zeros(256, "float32"), _np.zeros(1 << 20, "float32")
-    t_small = t_large = 0.0
+    # All-reduces of 1 KB to 4 MB: MPI sends small messages eagerly and large ones by another
+    # protocol, at a rate that can be far lower (on these VMs 64 KB moves at 1.6 GB/s, 4 MB at 0.1).
+    sizes = [1 << 10, 1 << 16, 1 << 18, 1 << 20, 1 << 22]
+    t_ar = [0.0] * len(sizes)
     if ranks > 1:
-        barrier()
-        t_small = _best_time(lambda: all_reduce(small), reps)
-        barrier()
-        t_large = _best_time(lambda: all_reduce(large), reps)
+        for _ in range(3):  # together first, past the kernels above
+            barrier()
+            all_reduce(_np.zeros(sizes[-1] // 4, "float32"))
+        for k, nbytes in enumerate(sizes):
+            a = _np.zeros(nbytes // 4, "float32")
+            barrier()
+            t_ar[k] = _best_time(lambda: all_reduce(a), max(reps, 10))
     # The slowest rank sets the pace of a synchronous step.
-    times = _np.array([t_mm, t_add, t_small, t_large, t_run, t_kernel], "float64")
+    times = _np.array([t_mm, t_add, t_run, t_kernel] + t_ar, "float64")
     worst = all_gather(times).max(axis=0) if ranks > 1 else times
-    t_mm, t_add, t_small, t_large, t_run, t_kernel = (float(v) for v in worst)
+    t_mm, t_add, t_run, t_kernel = (float(v) for v in worst[:4])
+    t_ar = [float(v) for v in worst[4:]]
     cost = {"flops_per_s": 2.0 * gemm ** 3 / t_mm, "memory_bytes_per_s": 3 * 4 * n / t_add, "kernel_s": t_kernel,
             "run_s": max(t_run - t_kernel, 0.0)}
     if ranks > 1:
-        # Ring all-reduce: 2(n-1) steps of latency, 2(n-1)/n of the bytes over the link.
-        share = 2.0 * (ranks - 1) / ranks
-        bandwidth = share * (large.nbytes - small.nbytes) / max(t_large - t_small, 1e-9)
-        cost["link_bytes_per_s"] = bandwidth
-        cost["latency_s"] = max((t_small - share * small.nbytes / bandwidth) / (2 * (ranks - 1)), 0.0)
+        cost.update(_link_rates(ranks, sizes, t_ar))
         cost.update(_calibrate_runner(ranks, reps, cost))
     return cost
+
+
+def _link_rates(ranks, sizes, times):
+    """The ring model's rates from all-reduce times of `sizes` bytes: latency and bandwidth from the
+    two smallest; the sizes up to the last one that model predicts within 2x move at that rate, and
+    beyond, at the rate of the largest (large_message_bytes, large_link_bytes_per_s)."""
+    share = 2.0 * (ranks - 1) / ranks  # a ring all-reduce: 2(n-1) steps, 2(n-1)/n of the bytes sent
+    bandwidth = share * (sizes[1] - sizes[0]) / max(times[1] - times[0], 1e-9)
+    latency = max((times[0] - share * sizes[0] / bandwidth) / (2 * (ranks - 1)), 0.0)
+    out = {"link_bytes_per_s": bandwidth, "latency_s": latency}
+    model = lambda b: share * b / bandwidth + 2 * (ranks - 1) * latency
+    fits = [b for b, t in zip(sizes, times) if t <= 2 * model(b)]
+    if times[-1] > 2 * model(sizes[-1]):
+        out["large_message_bytes"] = float(max([b for b in fits if b < sizes[-1]] or [sizes[1]]))
+        out["large_link_bytes_per_s"] = share * sizes[-1] / max(times[-1] - 2 * (ranks - 1) * latency, 1e-9)
+    return out
 
 
 def _calibrate_runner(ranks, reps, cost):

@@ -46,7 +46,10 @@ CostParams cost_of(const py::dict& d) {
     else if (key == "kernel_s") c.kernel_s = x;
     else if (key == "run_s") c.run_s = x;
     else if (key == "collective_s") c.collective_s = x;
-    else throw_user_error("cost: unknown key '" + key + "'; known: flops_per_s, memory_bytes_per_s, link_bytes_per_s, latency_s, kernel_s, run_s, collective_s");
+    else if (key == "large_message_bytes") c.large_message_bytes = x;
+    else if (key == "large_link_bytes_per_s") c.large_link_bytes_per_s = x;
+    else throw_user_error("cost: unknown key '" + key + "'; known: flops_per_s, memory_bytes_per_s, link_bytes_per_s, latency_s, kernel_s, run_s, "
+                          "collective_s, large_message_bytes, large_link_bytes_per_s");
   }
   return c;
 }

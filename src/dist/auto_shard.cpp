@@ -69,7 +69,8 @@ std::pair<double, int64_t> collective_cost(const OpNode& op, const CostParams& c
   if (name == "kiln.AllReduce") sent = 2.0 * double(n - 1) / double(n) * double(result), steps *= 2;
   else if (name == "kiln.ReduceScatter") sent = double(n - 1) * double(result);  // (n-1)/n of the n-times larger input
   else sent = double(n - 1) / double(n) * double(result);                         // all-gather, all-to-all
-  return {sent / c.link_bytes_per_s + steps * c.latency_s + c.collective_s, static_cast<int64_t>(sent)};
+  bool large = c.large_message_bytes > 0 && c.large_link_bytes_per_s > 0 && double(result) > c.large_message_bytes;
+  return {sent / (large ? c.large_link_bytes_per_s : c.link_bytes_per_s) + steps * c.latency_s + c.collective_s, static_cast<int64_t>(sent)};
 }
 
 // A rank's seconds for one non-collective op: its multiply-adds at the GEMM
@@ -284,6 +285,7 @@ std::vector<std::pair<std::string, std::map<std::string, std::string>>> named_st
 AutoShardResult auto_shard(const Graph& g, const Mesh& mesh, const AutoShardOptions& o) {
   KILN_USER_CHECK(o.memory_limit >= 0 && o.max_plans >= 1 && o.cost.flops_per_s > 0 && o.cost.memory_bytes_per_s > 0 &&
                   o.cost.link_bytes_per_s > 0 && o.cost.latency_s >= 0 && o.cost.kernel_s >= 0 && o.cost.run_s >= 0 &&
+                  o.cost.large_message_bytes >= 0 && o.cost.large_link_bytes_per_s >= 0 &&
                   o.cost.collective_s >= 0)
       << "auto_shard: memory_limit must be >= 0, max_plans >= 1, the rates positive and latency_s, kernel_s, run_s, collective_s >= 0";
   Search search(g, mesh, o);

@@ -55,6 +55,22 @@ TEST(DistAutoShard, EstimateCountsComputeCommAndMemory) {
   EXPECT_NE(mt.str().find("1 collective"), std::string::npos) << mt.str();
 }
 
+TEST(DistAutoShard, LargeCollectivesMoveAtTheirOwnRate) {
+  // The one all-reduce of the Megatron plan is 64 KB: under large_message_bytes the link rate, over it the large rate.
+  Graph g = chain(64, 256, 2);
+  Mesh mesh({{"model", 2}});
+  ShardedGraph sg = shard_graph(g, mesh, megatron_specs(g, mesh, "model"));
+  CostParams c;
+  c.large_link_bytes_per_s = c.link_bytes_per_s / 10;
+  c.large_message_bytes = 64 * 256 * 4;  // the result's bytes, not more: the link rate
+  double fixed = 2 * c.latency_s + c.collective_s;
+  EXPECT_NEAR(estimate_plan(sg, c).comm_s, 64 * 256 * 4 / c.link_bytes_per_s + fixed, 1e-12);
+  c.large_message_bytes = 64 * 256 * 4 - 1;
+  EXPECT_NEAR(estimate_plan(sg, c).comm_s, 64 * 256 * 4 / c.large_link_bytes_per_s + fixed, 1e-12);
+  c.large_link_bytes_per_s = 0;  // no large rate: one rate for all
+  EXPECT_NEAR(estimate_plan(sg, c).comm_s, 64 * 256 * 4 / c.link_bytes_per_s + fixed, 1e-12);
+}
+
 TEST(DistAutoShard, WithoutALimitDataParallelInferenceNeedsNoCommunication) {
   Graph g = chain(64, 1024, 4);
   AutoShardResult r = auto_shard(g, Mesh({{"data", 2}, {"model", 2}}));

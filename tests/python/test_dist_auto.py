@@ -35,6 +35,19 @@ def test_auto_without_a_limit_splits_the_batch_and_with_one_splits_the_weights()
     assert tight.estimate(link_bytes_per_s=1e8)["comm_s"] > tight.estimate()["comm_s"]
 
 
+def test_link_rates_take_large_messages_apart():
+    # A ring over 2 ranks: 10 us of latency a step, 2 GB/s up to 64 KB; 4 MB at a tenth of the rate.
+    sizes = [1 << 10, 1 << 16, 1 << 18, 1 << 20, 1 << 22]
+    model = lambda b: 2 * 10e-6 + b / 2e9
+    times = [model(b) for b in sizes[:3]] + [10 * b / 2e9 for b in sizes[3:]]
+    r = kiln.dist._link_rates(2, sizes, times)
+    assert r["link_bytes_per_s"] == pytest.approx(2e9, rel=1e-6) and r["latency_s"] == pytest.approx(10e-6, rel=1e-6)
+    assert r["large_message_bytes"] == 1 << 18  # the last size the small model still predicts within 2x
+    assert r["large_link_bytes_per_s"] == pytest.approx(2e8, rel=0.01)
+    # One rate for every size: no large rate.
+    assert "large_message_bytes" not in kiln.dist._link_rates(2, sizes, [model(b) for b in sizes])
+
+
 def test_auto_errors():
     model, mesh = chain(), kiln.dist.Mesh(("data", 2), ("model", 2))
     with pytest.raises(kiln.KilnError, match="the least any plan needs is"):

@@ -54,6 +54,11 @@ struct CostParams {
   double kernel_s = 5e-6;            ///< fixed cost of each kernel a rank runs (a fused group)
   double run_s = 50e-6;              ///< fixed cost of one run (dispatch, inputs in, outputs out)
   double collective_s = 10e-6;       ///< fixed cost of each collective in the runner (a segment ends, the call, the wait)
+  /** Collectives of more bytes than this move at large_link_bytes_per_s instead (0: one rate for
+   *  every size). MPI sends small messages eagerly and large ones by another protocol, whose rate
+   *  can differ by an order of magnitude (kiln.dist.calibrate measures both). */
+  double large_message_bytes = 0;
+  double large_link_bytes_per_s = 0;
 };
 
 struct PlanEstimate {
