@@ -181,9 +181,25 @@ def _best_time(fn, reps):
     return best
 
 
+def _time_together(fn, reps):
+    """fn's median time when every rank runs it at once (a barrier before each run), as the ranks of
+    a step do: ranks that share cores share them here too. One rank: its best time."""
+    if size() == 1:
+        return _best_time(fn, reps)
+    fn()
+    times = []
+    for _ in range(reps):
+        barrier()
+        t0 = _time.perf_counter()
+        fn()
+        times.append(_time.perf_counter() - t0)
+    return float(_np.median(times))
+
+
 def calibrate(gemm=384, stream_mb=16, reps=10):
     """Measures the machine under the auto-sharding estimate, on every rank (call it on all: it
-    runs collectives): a kiln-compiled [gemm]^3 MatMul (flops_per_s), an elementwise Add over
+    runs collectives): a kiln-compiled [gemm]^3 MatMul (flops_per_s; with every rank running it at
+    once, so that ranks sharing cores are timed sharing them), an elementwise Add over
     `stream_mb` MB written in place (memory_bytes_per_s), and all-reduces of 1 KB to 4 MB over all
     ranks (latency_s and link_bytes_per_s of the ring model, and the rate of large messages where it
     differs: large_message_bytes, large_link_bytes_per_s), and tiny graphs of 1 and 8 kernels (run_s,
@@ -198,7 +214,7 @@ def calibrate(gemm=384, stream_mb=16, reps=10):
     a = b.input("a", (gemm, gemm))
     mm = _g.compile(b.build(b.op("MatMul", a, b.constant("w", rng.standard_normal((gemm, gemm)).astype("float32")))))
     av = rng.standard_normal((gemm, gemm)).astype("float32")
-    t_mm = _best_time(lambda: mm(av), reps)
+    t_mm = _time_together(lambda: mm(av), reps)
     n = stream_mb * (1 << 20) // 12
     b = _g.Builder()
     x, y = b.input("x", (n,)), b.input("y", (n,))
@@ -206,7 +222,7 @@ def calibrate(gemm=384, stream_mb=16, reps=10):
     xv, yv = _np.ones(n, "float32"), _np.zeros(n, "float32")
     # The sum goes into x's own array (donated), as a step's intermediates go into its planned arena:
     # a fresh output array would time the kernel's first touch of new pages, not its streaming.
-    t_add = _best_time(lambda: add.run([xv, yv], donate=[0]), reps)
+    t_add = _time_together(lambda: add.run([xv, yv], donate=[0]), reps)
     # Fixed costs: a run of one tiny kernel, and what each further (unfusable) kernel adds.
     b = _g.Builder()
     h = t0 = b.input("t", (4, 4))
@@ -219,18 +235,18 @@ def calibrate(gemm=384, stream_mb=16, reps=10):
     t_run = _best_time(lambda: tiny1(tv), reps * 10)
     t_kernel = max((_best_time(lambda: tiny8(tv), reps * 10) - t_run) / 7, 0.0)
     ranks = size()
-    # All-reduces of 1 KB to 4 MB: MPI sends small messages eagerly and large ones by another
-    # protocol, at a rate that can be far lower (on these VMs 64 KB moves at 1.6 GB/s, 4 MB at 0.1).
+    # All-reduces of 1 KB to 4 MB, each in its own array as a step's are in its planned buffers
+    # (all_reduce's copies in and out would time fresh pages: 4 MB took 33 ms so, 1.5 ms in place).
+    # MPI may send large messages by another protocol than small ones, at another rate.
     sizes = [1 << 10, 1 << 16, 1 << 18, 1 << 20, 1 << 22]
     t_ar = [0.0] * len(sizes)
     if ranks > 1:
-        for _ in range(3):  # together first, past the kernels above
-            barrier()
-            all_reduce(_np.zeros(sizes[-1] // 4, "float32"))
         for k, nbytes in enumerate(sizes):
             a = _np.zeros(nbytes // 4, "float32")
-            barrier()
-            t_ar[k] = _best_time(lambda: all_reduce(a), max(reps, 10))
+            for _ in range(3):  # together first, past the kernels above
+                barrier()
+                _d.all_reduce_in_place(a)
+            t_ar[k] = _best_time(lambda: _d.all_reduce_in_place(a), max(reps, 10))
     # The slowest rank sets the pace of a synchronous step.
     times = _np.array([t_mm, t_add, t_run, t_kernel] + t_ar, "float64")
     worst = all_gather(times).max(axis=0) if ranks > 1 else times

@@ -209,6 +209,16 @@ void define_dist(py::module_& root) {
     world()->all_reduce(x.data(), x.numel(), x.dtype());
     return ndarray_to_numpy(x);
   }, "The elementwise sum of an array over every rank.");
+  m.def("all_reduce_in_place", [](py::array a) {
+    if (!(a.flags() & py::array::c_style) || !a.writeable())
+      throw_user_error("all_reduce_in_place: the array must be C-contiguous and writeable; np.ascontiguousarray(a) or a.copy() gives one");
+    char kind = a.dtype().kind();
+    int bits = static_cast<int>(a.itemsize()) * 8;
+    if (!((kind == 'f' || kind == 'i') && (bits == 32 || bits == 64)))
+      throw_user_error("all_reduce_in_place: the array must be float32, float64, int32 or int64, got " + std::string(py::str(a.dtype())));
+    world()->all_reduce(a.mutable_data(), a.size(), kind == 'f' ? DataType::Float(bits) : DataType::Int(bits));
+    return a;
+  }, py::arg("a"), "Sums the array over every rank into the array itself (no copy in or out: what a step's planned buffers pay).");
   m.def("broadcast", [](py::array a, int root) {
     NDArray x = numpy_to_ndarray(py::array::ensure(a, py::array::c_style));
     world()->broadcast(x.data(), x.numel(), x.dtype(), root);
