@@ -1,4 +1,4 @@
-"""The communicator's calls from Python: send/recv around a ring, broadcast, all-reduce, all-gather, barrier."""
+"""The communicator's calls from Python: send/recv around a ring, broadcast, all-reduce (and in place), all-gather, barrier."""
 import numpy as np
 
 import kiln
@@ -15,6 +15,14 @@ else:
 check(np.array_equal(got, np.arange(6, dtype="float32").reshape(2, 3) + 10 * ((r - 1) % n)), f"recv got {got}")
 check(np.array_equal(kiln.dist.broadcast(mine, 1), np.arange(6, dtype="float32").reshape(2, 3) + 10), "broadcast from rank 1")
 check(np.array_equal(kiln.dist.all_reduce(np.full(3, r, "int64")), np.full(3, n * (n - 1) // 2)), "all_reduce of int64")
+buf = np.full(5, r + 0.5, "float64")
+back = kiln.dist._d.all_reduce_in_place(buf)
+check(np.array_equal(buf, np.full(5, n * (n - 1) / 2 + 0.5 * n)) and back is buf, "all_reduce_in_place sums into the array itself")
+try:
+    kiln.dist._d.all_reduce_in_place(np.zeros((4, 4), "float32")[:, 1])  # a strided view
+    check(False, "all_reduce_in_place took a strided view")
+except kiln.KilnError as e:
+    check("C-contiguous" in str(e), f"all_reduce_in_place's error names the layout: {e}")
 check(kiln.dist.all_gather(np.array([r], "float64"))[:, 0].tolist() == list(range(n)), "all_gather in rank order")
 kiln.dist.barrier()
 ok("communicator calls")
