@@ -19,6 +19,21 @@ def mlp(batch=8, d_in=16, hidden=32, d_out=8, seed=0):
     return b.build(y), rng
 
 
+def follow_one_process(step, ref, batch, width, classes, steps=5, label=""):
+    """Trains a pipelined `step` and kiln.train's one-process `ref` on the same random batches: the
+    losses agree at every step, and every stage's parameters equal ref's at the end."""
+    rng = np.random.default_rng(4)
+    for i in range(steps):
+        x = rng.standard_normal((batch, width)).astype("float32")
+        y = rng.integers(0, classes, batch)
+        got, want = step(x, y), ref(x, y)
+        check(abs(got - want) <= 1e-5 * max(1.0, abs(want)), f"{label}step {i}: loss {got} against {want}")
+    params = step.all_parameters()
+    check(sorted(params) == sorted(ref.parameters), f"parameters {sorted(params)} against {sorted(ref.parameters)}")
+    for name, v in params.items():
+        check(np.allclose(v, ref.parameters[name], rtol=1e-4, atol=1e-5), f"{label}{name}: max difference {np.abs(v - ref.parameters[name]).max()}")
+
+
 def ok(msg=""):
     print(f"OK rank {kiln.dist.rank()} {msg}", flush=True)
 

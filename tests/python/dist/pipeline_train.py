@@ -4,7 +4,7 @@ kiln.train's one-process run on the whole batch, and 1F1B keeps fewer micro-batc
 import numpy as np
 
 import kiln
-from common import check, ok
+from common import check, follow_one_process, ok
 
 micro, m_count, width, classes = 4, 4, 16, 5
 
@@ -30,16 +30,7 @@ for schedule in ("1f1b", "gpipe"):
         print(plan, flush=True)
     step = plan.compile()
     ref = kiln.train.compile(mlp(micro * m_count), loss="cross_entropy", optimizer=opt())
-    rng = np.random.default_rng(4)
-    for i in range(5):
-        x = rng.standard_normal((micro * m_count, width)).astype("float32")
-        y = rng.integers(0, classes, micro * m_count)
-        got, want = step(x, y), ref(x, y)
-        check(abs(got - want) <= 1e-5 * max(1.0, abs(want)), f"{schedule} step {i}: loss {got} against {want}")
-    params = step.all_parameters()
-    check(sorted(params) == sorted(ref.parameters), f"parameters {sorted(params)} against {sorted(ref.parameters)}")
-    for name, v in params.items():
-        check(np.allclose(v, ref.parameters[name], rtol=1e-4, atol=1e-5), f"{schedule} {name}: max difference {np.abs(v - ref.parameters[name]).max()}")
+    follow_one_process(step, ref, micro * m_count, width, classes, label=f"{schedule} ")
     # GPipe keeps every micro-batch's stage inputs; 1F1B at most one per stage from here to the last.
     want_stash = m_count if schedule == "gpipe" else min(n - r, m_count)
     check(step.stats["max_stashed"] == want_stash, f"{schedule}: stashed {step.stats['max_stashed']}, expected {want_stash}")
