@@ -199,7 +199,8 @@ def _time_together(fn, reps):
 def calibrate(gemm=384, stream_mb=16, reps=10):
     """Measures the machine under the auto-sharding estimate, on every rank (call it on all: it
     runs collectives): a kiln-compiled [gemm]^3 MatMul (flops_per_s; with every rank running it at
-    once, so that ranks sharing cores are timed sharing them), an elementwise Add over
+    once, so that ranks sharing cores are timed sharing them) and a [32, 1024] x [1024, 1024] one
+    (few_rows_flops_per_s: the rate of a small batch's slice), an elementwise Add over
     `stream_mb` MB written in place (memory_bytes_per_s), and all-reduces of 1 KB to 4 MB over all
     ranks (latency_s and link_bytes_per_s of the ring model, and the rate of large messages where it
     differs: large_message_bytes, large_link_bytes_per_s), and tiny graphs of 1 and 8 kernels (run_s,
@@ -215,6 +216,13 @@ def calibrate(gemm=384, stream_mb=16, reps=10):
     mm = _g.compile(b.build(b.op("MatMul", a, b.constant("w", rng.standard_normal((gemm, gemm)).astype("float32")))))
     av = rng.standard_normal((gemm, gemm)).astype("float32")
     t_mm = _time_together(lambda: mm(av), reps)
+    # The same with few rows (a data-parallel rank's slice of a small batch) against a large weight.
+    few, wide = 32, 1024
+    b = _g.Builder()
+    a = b.input("a", (few, wide))
+    mm_few = _g.compile(b.build(b.op("MatMul", a, b.constant("w", rng.standard_normal((wide, wide)).astype("float32")))))
+    fv = rng.standard_normal((few, wide)).astype("float32")
+    t_few = _time_together(lambda: mm_few(fv), reps)
     n = stream_mb * (1 << 20) // 12
     b = _g.Builder()
     x, y = b.input("x", (n,)), b.input("y", (n,))
@@ -248,12 +256,13 @@ def calibrate(gemm=384, stream_mb=16, reps=10):
                 _d.all_reduce_in_place(a)
             t_ar[k] = _best_time(lambda: _d.all_reduce_in_place(a), max(reps, 10))
     # The slowest rank sets the pace of a synchronous step.
-    times = _np.array([t_mm, t_add, t_run, t_kernel] + t_ar, "float64")
+    times = _np.array([t_mm, t_few, t_add, t_run, t_kernel] + t_ar, "float64")
     worst = all_gather(times).max(axis=0) if ranks > 1 else times
-    t_mm, t_add, t_run, t_kernel = (float(v) for v in worst[:4])
-    t_ar = [float(v) for v in worst[4:]]
-    cost = {"flops_per_s": 2.0 * gemm ** 3 / t_mm, "memory_bytes_per_s": 3 * 4 * n / t_add, "kernel_s": t_kernel,
-            "run_s": max(t_run - t_kernel, 0.0)}
+    t_mm, t_few, t_add, t_run, t_kernel = (float(v) for v in worst[:5])
+    t_ar = [float(v) for v in worst[5:]]
+    flops = 2.0 * gemm ** 3 / t_mm
+    cost = {"flops_per_s": flops, "few_rows_flops_per_s": min(2.0 * few * wide * wide / t_few, flops), "few_rows": float(few),
+            "many_rows": float(gemm), "memory_bytes_per_s": 3 * 4 * n / t_add, "kernel_s": t_kernel, "run_s": max(t_run - t_kernel, 0.0)}
     if ranks > 1:
         cost.update(_link_rates(ranks, sizes, t_ar))
         cost.update(_calibrate_runner(ranks, reps, cost))

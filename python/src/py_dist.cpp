@@ -47,9 +47,12 @@ CostParams cost_of(const py::dict& d) {
     else if (key == "run_s") c.run_s = x;
     else if (key == "collective_s") c.collective_s = x;
     else if (key == "large_message_bytes") c.large_message_bytes = x;
+    else if (key == "few_rows_flops_per_s") c.few_rows_flops_per_s = x;
+    else if (key == "few_rows") c.few_rows = x;
+    else if (key == "many_rows") c.many_rows = x;
     else if (key == "large_link_bytes_per_s") c.large_link_bytes_per_s = x;
     else throw_user_error("cost: unknown key '" + key + "'; known: flops_per_s, memory_bytes_per_s, link_bytes_per_s, latency_s, kernel_s, run_s, "
-                          "collective_s, large_message_bytes, large_link_bytes_per_s");
+                          "collective_s, large_message_bytes, large_link_bytes_per_s, few_rows_flops_per_s, few_rows, many_rows");
   }
   return c;
 }

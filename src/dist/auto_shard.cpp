@@ -3,6 +3,7 @@
 #include "kiln/dist/auto_shard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <sstream>
@@ -73,6 +74,23 @@ std::pair<double, int64_t> collective_cost(const OpNode& op, const CostParams& c
   return {sent / (large ? c.large_link_bytes_per_s : c.link_bytes_per_s) + steps * c.latency_s + c.collective_s, static_cast<int64_t>(sent)};
 }
 
+// The GEMM rate for this op's output rows (all output dims but the last; a
+// conv's batch and spatial ones): flops_per_s, lowered toward
+// few_rows_flops_per_s below many_rows rows.
+double gemm_rate(const ShardedGraph& sg, const OpNode& op, const CostParams& c) {
+  if (c.few_rows_flops_per_s <= 0 || c.many_rows <= c.few_rows) return c.flops_per_s;
+  std::vector<int64_t> out = local_dims(sg, op.output());
+  double rows = 1;
+  if (op.op->name == "Conv")
+    for (size_t k = 0; k < out.size(); ++k) rows *= k == 1 ? 1.0 : double(out[k]);  // N x H x W, not the channels
+  else
+    for (size_t k = 0; k + 1 < out.size(); ++k) rows *= double(out[k]);
+  if (rows >= c.many_rows) return c.flops_per_s;
+  if (rows <= c.few_rows) return c.few_rows_flops_per_s;
+  double t = std::log(rows / c.few_rows) / std::log(c.many_rows / c.few_rows);
+  return c.few_rows_flops_per_s + t * (c.flops_per_s - c.few_rows_flops_per_s);
+}
+
 // A rank's seconds for one non-collective op: its multiply-adds at the GEMM
 // rate, or the bytes it streams; plus the fixed cost of a kernel where it starts one.
 double op_seconds(const ShardedGraph& sg, const OpNode& op, const CostParams& c) {
@@ -80,7 +98,7 @@ double op_seconds(const ShardedGraph& sg, const OpNode& op, const CostParams& c)
   Pattern p = op.op->pattern;
   if (p != Pattern::Elementwise && p != Pattern::Broadcast && p != Pattern::Injective) s += c.kernel_s;
   double macs = local_macs(sg, op);
-  if (macs >= 0) return s + 2 * macs / c.flops_per_s;
+  if (macs >= 0) return s + 2 * macs / gemm_rate(sg, op, c);
   int64_t moved = output_bytes(sg, op);
   for (const Value& v : op.inputs)
     if (v.defined()) moved += local_bytes(sg, v);
@@ -285,7 +303,7 @@ std::vector<std::pair<std::string, std::map<std::string, std::string>>> named_st
 AutoShardResult auto_shard(const Graph& g, const Mesh& mesh, const AutoShardOptions& o) {
   KILN_USER_CHECK(o.memory_limit >= 0 && o.max_plans >= 1 && o.cost.flops_per_s > 0 && o.cost.memory_bytes_per_s > 0 &&
                   o.cost.link_bytes_per_s > 0 && o.cost.latency_s >= 0 && o.cost.kernel_s >= 0 && o.cost.run_s >= 0 &&
-                  o.cost.large_message_bytes >= 0 && o.cost.large_link_bytes_per_s >= 0 &&
+                  o.cost.large_message_bytes >= 0 && o.cost.large_link_bytes_per_s >= 0 && o.cost.few_rows_flops_per_s >= 0 &&
                   o.cost.collective_s >= 0)
       << "auto_shard: memory_limit must be >= 0, max_plans >= 1, the rates positive and latency_s, kernel_s, run_s, collective_s >= 0";
   Search search(g, mesh, o);

@@ -2,6 +2,8 @@
 // search's choice with and without a memory limit.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "kiln/dist/auto_shard.h"
 #include "kiln/graph/op_registry.h"
 #include "kiln/support/error.h"
@@ -53,6 +55,24 @@ TEST(DistAutoShard, EstimateCountsComputeCommAndMemory) {
   EXPECT_NEAR(mt.comm_s, 64 * 256 * 4 / c.link_bytes_per_s + 2 * c.latency_s + c.collective_s, 1e-12);
   EXPECT_LT(mt.memory_bytes, rep.memory_bytes);
   EXPECT_NE(mt.str().find("1 collective"), std::string::npos) << mt.str();
+}
+
+TEST(DistAutoShard, FewRowsComputeAtTheirOwnRate) {
+  // One 256 x 256 matmul (its Relu fuses) at 32, 384 and 107 rows (about midway on a log scale):
+  // against one rate for every shape, only the matmul's seconds change.
+  Mesh one({{"one", 1}});
+  auto compute = [&](int64_t rows, double few_rate) {
+    CostParams c;
+    c.few_rows_flops_per_s = few_rate;
+    return estimate_plan(shard_graph(chain(rows, 256, 1), one, {}), c).compute_s;
+  };
+  const double flops = CostParams().flops_per_s, few = flops / 4;
+  auto extra = [&](int64_t rows, double rate) { return 2.0 * rows * 256 * 256 * (1 / rate - 1 / flops); };
+  EXPECT_NEAR(compute(32, few) - compute(32, 0), extra(32, few), 1e-12);
+  EXPECT_NEAR(compute(16, few) - compute(16, 0), extra(16, few), 1e-12);  // fewer rows: the few-rows rate still
+  EXPECT_NEAR(compute(384, few), compute(384, 0), 1e-12);
+  double t = std::log(107.0 / 32) / std::log(384.0 / 32);
+  EXPECT_NEAR(compute(107, few) - compute(107, 0), extra(107, few + t * (flops - few)), 1e-12);
 }
 
 TEST(DistAutoShard, LargeCollectivesMoveAtTheirOwnRate) {

@@ -19,8 +19,9 @@
  * a pass changes nothing).
  *
  * The estimate (estimate_plan), for one rank (ranks are symmetric):
- *   compute  MatMul/Gemm/Conv: 2 x local multiply-adds / flops_per_s; every
- *            other op: the local bytes it reads and writes / memory_bytes_per_s;
+ *   compute  MatMul/Gemm/Conv: 2 x local multiply-adds / flops_per_s (with
+ *            few output rows, the rate moves toward few_rows_flops_per_s);
+ *            every other op: the local bytes it reads and writes / memory_bytes_per_s;
  *   comm     per collective, ring algorithms over its group of n ranks:
  *            all-reduce 2(n-1)/n of the bytes, all-gather and all-to-all
  *            (n-1)/n of the result, reduce-scatter (n-1)/n of the input;
@@ -48,6 +49,12 @@ namespace kiln::dist {
 /** The machine the estimate assumes (per rank). */
 struct CostParams {
   double flops_per_s = 50e9;         ///< sustained GEMM/conv rate of one rank
+  /** The GEMM rate with few_rows output rows (a data-parallel rank's slice of a small batch runs
+   *  below the square rate); between few_rows and many_rows rows the rate is interpolated on the
+   *  log of the rows. 0: flops_per_s for every shape. */
+  double few_rows_flops_per_s = 0;
+  double few_rows = 32;
+  double many_rows = 384;
   double memory_bytes_per_s = 10e9;  ///< what memory-bound ops stream
   double link_bytes_per_s = 5e9;     ///< one rank's link bandwidth in a ring
   double latency_s = 20e-6;          ///< per step of a collective
