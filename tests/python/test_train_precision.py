@@ -213,7 +213,9 @@ def test_bf16_dot_convolutions_train_as_the_rounded_convolutions(monkeypatch):
         c1 = step.parameters["c1"] - c1_init  # the first update: a weight gradient through both input gradients
         runs[dot] = (first, c1, train(step, data[1:]))
     (l_dot, c1_dot, curve_dot), (l_emul, c1_emul, curve_emul) = runs[True], runs[False]
-    assert l_dot == pytest.approx(l_emul, rel=1e-5)
+    # The two sum the products in another order, and a conv output near a bfloat16 rounding boundary
+    # then rounds to either neighbour (2^-8 apart): the first losses agree to about 1e-4, not to float32.
+    assert l_dot == pytest.approx(l_emul, rel=3e-4)
     assert np.abs(c1_emul).max() > 0 and np.abs(c1_dot - c1_emul).max() <= 0.02 * np.abs(c1_emul).max(), np.abs(c1_dot - c1_emul).max()
     np.testing.assert_allclose(curve_dot, curve_emul, rtol=3e-2)
     assert curve_dot[-1] < first
