@@ -116,10 +116,13 @@ bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const 
       rows_left = std::max<int64_t>(1, rows_left / r);
     }
   int64_t reduce_unroll = 1;
-  // A convolution (several reduce axes) unrolls half a vector's lanes of input channels: on
-  // AVX-512, 8 of a 32-channel block ran ResNet-18's 3x3 convs 6 to 19% faster than 16 (and 2x on
-  // the 14 x 14 x 256 layers, where 2 x 16 fell off); on AVX2, 4 and 8 time the same.
-  if (st.reduce.size() > 1) reduce = std::max<int64_t>(reduce / 2, 1);
+  // A convolution (several reduce axes) whose innermost reduce axis is a blocked layout's two
+  // vectors of input channels unrolls half a vector of them: on AVX-512, 8 of a 32-channel block
+  // ran ResNet-18's 3x3 NCHWc convs 6 to 19% faster than 16 (2x on the 14 x 14 x 256 layers,
+  // where 2 x 16 fell off); on AVX2, 4 and 8 time the same. Other convolutions (a training
+  // step's, reducing over all channels) keep the full vector: halving it slowed them 1.5x.
+  if (st.reduce.size() > 1 && !p.reduce_tiles.empty() && sk.slots[p.reduce_tiles.back()].extent == 2 * dag.lanes)
+    reduce = std::max<int64_t>(reduce / 2, 1);
   for (size_t k = p.reduce_tiles.size(); k-- > 0;) {
     const Slot& s = sk.slots[p.reduce_tiles[k]];
     int64_t r = divisor_at_most(s.extent, std::max<int64_t>(1, reduce / reduce_unroll));
