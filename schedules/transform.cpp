@@ -50,21 +50,21 @@ Tensor reshape(const Tensor& X, const std::vector<int64_t>& shape, const std::st
     size_t out_begin, out_end, in_begin, in_end;
   };
   std::vector<Run> runs;
-  if (numel_of(in) == 0) runs.push_back({0, shape.size(), 0, in.size()});  // nothing is read: one run
-  for (size_t o = 0, i = 0; runs.empty() || o < shape.size() || i < in.size();) {
-    if (!runs.empty() && runs.back().out_end == shape.size() && runs.back().in_end == in.size()) break;
-    Run r{o, o, i, i};
-    int64_t no = 1, ni = 1;
-    if (r.out_end < shape.size()) no *= shape[r.out_end++];
-    if (r.in_end < in.size()) ni *= in[r.in_end++];
-    // The side with the smaller count takes its next axis; the counts left stay equal, so it has one.
-    while (no != ni) {
-      if (no < ni) no *= shape[r.out_end++];
-      else ni *= in[r.in_end++];
+  if (numel_of(in) == 0) {
+    runs.push_back({0, shape.size(), 0, in.size()});  // nothing is read: one run
+  } else {
+    for (size_t o = 0, i = 0; o < shape.size() || i < in.size(); o = runs.back().out_end, i = runs.back().in_end) {
+      Run r{o, o, i, i};
+      int64_t no = 1, ni = 1;
+      if (r.out_end < shape.size()) no *= shape[r.out_end++];
+      if (r.in_end < in.size()) ni *= in[r.in_end++];
+      // The side with the smaller count takes its next axis; the counts left stay equal, so it has one.
+      while (no != ni) {
+        if (no < ni) no *= shape[r.out_end++];
+        else ni *= in[r.in_end++];
+      }
+      runs.push_back(r);
     }
-    runs.push_back(r);
-    o = r.out_end;
-    i = r.in_end;
   }
   return compute(shape_exprs(shape), [&](const std::vector<Var>& i) {
     std::vector<Expr> idx;

@@ -211,18 +211,17 @@ def calibrate(gemm=384, stream_mb=16, reps=10):
     ``Plan.estimate(**cost)`` take."""
     from . import graph as _g
     rng = _np.random.default_rng(0)
-    b = _g.Builder()
-    a = b.input("a", (gemm, gemm))
-    mm = _g.compile(b.build(b.op("MatMul", a, b.constant("w", rng.standard_normal((gemm, gemm)).astype("float32")))))
-    av = rng.standard_normal((gemm, gemm)).astype("float32")
-    t_mm = _time_together(lambda: mm(av), reps)
-    # The same with few rows (a data-parallel rank's slice of a small batch) against a large weight.
-    few, wide = 32, 1024
-    b = _g.Builder()
-    a = b.input("a", (few, wide))
-    mm_few = _g.compile(b.build(b.op("MatMul", a, b.constant("w", rng.standard_normal((wide, wide)).astype("float32")))))
-    fv = rng.standard_normal((few, wide)).astype("float32")
-    t_few = _time_together(lambda: mm_few(fv), reps)
+
+    def matmul_time(rows, k):
+        """A [rows, k] x [k, k] product's time, every rank running it at once."""
+        b = _g.Builder()
+        mm = _g.compile(b.build(b.op("MatMul", b.input("a", (rows, k)), b.constant("w", rng.standard_normal((k, k)).astype("float32")))))
+        av = rng.standard_normal((rows, k)).astype("float32")
+        return _time_together(lambda: mm(av), reps)
+
+    t_mm = matmul_time(gemm, gemm)
+    few, wide = 32, 1024  # few rows (a data-parallel rank's slice of a small batch) against a large weight
+    t_few = matmul_time(few, wide)
     n = stream_mb * (1 << 20) // 12
     b = _g.Builder()
     x, y = b.input("x", (n,)), b.input("y", (n,))

@@ -399,14 +399,8 @@ class PipelineTrainPlan:
         state_names = self.optimizer.state_names()
         update, states, scalars = None, [], None
         if mine:
-            pv = [_kg.make_input(n, list(values[n].shape), str(values[n].dtype)) for n in mine]
-            gv = [_kg.make_input(f"grad.{n}", list(values[n].shape), str(values[n].dtype)) for n in mine]
-            sv = [[_kg.make_input(f"{n}.{s}", list(values[n].shape), str(values[n].dtype)) for s in state_names] for n in mine]
-            scalars = _t._Scalars(str(values[mine[0]].dtype))
-            new_p, new_s = self.optimizer.build(pv, gv, sv, scalars)
-            g = _kg.make_graph(pv + gv + [x for per in sv for x in per] + scalars.values,
-                               new_p + [x for per in new_s for x in per],
-                               [f"new.{n}" for n in mine] + [f"new.{n}.{s}" for n in mine for s in state_names])
+            from .train_checkpoint import update_graph
+            g, scalars = update_graph(self.optimizer, mine, [values[n] for n in mine])
             update = _kg.compile(g, target=target)
             states = [[_np.zeros(values[n].shape, values[n].dtype) for _ in state_names] for n in mine]
         return PipelineTrainStep(self, fwd, bwd, update, params, state_names, states, scalars, self._batch_names)

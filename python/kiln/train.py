@@ -321,8 +321,7 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     scalars = _Scalars(loss_v.dtype)
     new_params, new_states = optimizer.build(m.params, grads, states, scalars)
     if finite is not None:  # a step with inf/NaN gradients leaves parameters and state as they were
-        new_params = _prec.guarded(finite, new_params, m.params)
-        new_states = [_prec.guarded(finite, ns, st) for ns, st in zip(new_states, states)]
+        new_params, new_states = _prec.guarded_update(finite, new_params, m.params, new_states, states)
     seed_fn = (lambda t: seed * 1000000007 + t) if m.seed_v is not None else None  # dropout masks: a new seed per step
     if seed_fn is not None:
         scalars.values.append(m.seed_v)

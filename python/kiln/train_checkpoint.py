@@ -43,6 +43,31 @@ def apply_update(update, parameters, grads, states, scalars, step_number, extra_
     return ups[at:]
 
 
+def update_graph(optimizer, names, values, scaler=None):
+    """The optimizer's update of the parameters `names` (arrays `values`) as a graph of its own, for
+    steps that differentiate elsewhere: parameters, their gradients (``grad.<name>``), optimizer
+    state, the step's scalars and, with a `scaler`, the loss scale in; new parameters and state out.
+    Scaled, the gradients are of loss x scale: the update divides them by it, keeps everything as it
+    was where they are not all finite, and gives that flag ("finite") last. Returns (graph, scalars)."""
+    from . import train as _t
+    state_names = optimizer.state_names()
+    pv = [_kg.make_input(n, list(v.shape), str(v.dtype)) for n, v in zip(names, values)]
+    gv = [_kg.make_input(f"grad.{n}", list(v.shape), str(v.dtype)) for n, v in zip(names, values)]
+    sv = [[_kg.make_input(f"{n}.{s}", list(v.shape), str(v.dtype)) for s in state_names] for n, v in zip(names, values)]
+    scalars = _t._Scalars(str(values[0].dtype))
+    grads, finite, scale = gv, None, []
+    if scaler is not None:
+        scale = [_kg.make_input(_t.LOSS_SCALE_INPUT, [], str(values[0].dtype))]
+        grads, finite = _prec.unscaled(gv, pv, names, scale[0])
+    new_p, new_s = optimizer.build(pv, grads, sv, scalars)  # it adds the scalars it reads (lr, ...)
+    if finite is not None:
+        new_p, new_s = _prec.guarded_update(finite, new_p, pv, new_s, sv)
+    outs = new_p + [x for per in new_s for x in per] + ([finite] if finite is not None else [])
+    out_names = ([f"new.{n}" for n in names] + [f"new.{n}.{s}" for n in names for s in state_names]
+                 + (["finite"] if finite is not None else []))
+    return _kg.make_graph(pv + gv + [x for per in sv for x in per] + scalars.values + scale, outs, out_names), scalars
+
+
 def _nbytes_of(types):
     return sum(int(_np.prod(shape, dtype=_np.int64)) * _np.dtype(dtype).itemsize for shape, dtype in types)
 
@@ -107,6 +132,7 @@ class CheckpointedTrainStep:
         return feed
 
     def __call__(self, *inputs):
+        from .train import LOSS_SCALE_INPUT
         feed = self._feed(inputs)
         kept, carried = [], []
         for st, fwd in zip(self.stages, self._fwds):
@@ -129,7 +155,7 @@ class CheckpointedTrainStep:
         for n, v in zip(list(self.buffers), extras):  # the first forward's running statistics: they advance once a step
             dict.__setitem__(self.buffers, n, v)
         self.steps += 1
-        scale = [] if self.scaler is None else [_np.asarray(self.scaler.scale, self.graph.input_types[-1][1])]
+        scale = [] if self.scaler is None else [feed[LOSS_SCALE_INPUT]]  # the update divides by the scale the segments used
         rest = apply_update(self._update, self.parameters, [grads[n] for n in self.parameters], self._states, self._scalars,
                             self.steps, scale)
         if self.scaler is not None:
@@ -158,7 +184,6 @@ def compile_checkpointed(graph, n_batch, lifted, optimizer, segments, target, se
     """The checkpointed step of `graph` (train._Lifted.loss_graph's: the batch, the dropout seed when
     seed_fn is given, the parameters, the buffers and the loss scale when scaled, in; the objective,
     the loss when scaled and the buffers' new values out) in `segments` segments."""
-    from . import train as _t
     from .dist_pipeline import _vjp_graph, bfloat16_grads
     names, values = lifted.names, lifted.values
     stages, _ = _kiln.dist.cut_pipeline(graph, int(segments), {})
@@ -171,22 +196,7 @@ def compile_checkpointed(graph, n_batch, lifted, optimizer, segments, target, se
     for st in stages:
         fwds.append(_Compiled(_kiln.graph.compile(st["graph"], target=target), st["graph"]) if st["send"] else None)
     state_names = optimizer.state_names()
-    pv = [_kg.make_input(n, list(v.shape), str(v.dtype)) for n, v in zip(names, values)]
-    gv = [_kg.make_input(f"grad.{n}", list(v.shape), str(v.dtype)) for n, v in zip(names, values)]
-    sv = [[_kg.make_input(f"{n}.{s}", list(v.shape), str(v.dtype)) for s in state_names] for n, v in zip(names, values)]
-    scalars = _t._Scalars(str(values[0].dtype))
-    grads, finite, scale = gv, None, []
-    if scaler is not None:  # the segments' gradients are of loss * scale: divide, and skip a step that overflowed
-        scale = [_kg.make_input(_t.LOSS_SCALE_INPUT, [], str(values[0].dtype))]
-        grads, finite = _prec.unscaled(gv, pv, names, scale[0])
-    new_p, new_s = optimizer.build(pv, grads, sv, scalars)  # it adds the scalars it reads (lr, ...)
-    update_ins = pv + gv + [x for per in sv for x in per] + scalars.values + scale
-    out_names = [f"new.{n}" for n in names] + [f"new.{n}.{s}" for n in names for s in state_names]
-    if finite is not None:
-        new_p = _prec.guarded(finite, new_p, pv)
-        new_s = [_prec.guarded(finite, ns, st) for ns, st in zip(new_s, sv)]
-    outs = new_p + [x for per in new_s for x in per] + ([finite] if finite is not None else [])
-    ug = _kg.make_graph(update_ins, outs, out_names + (["finite"] if finite is not None else []))
+    ug, scalars = update_graph(optimizer, names, values, scaler)
     update = _Compiled(_kiln.graph.compile(ug, target=target), ug)
     states = [[_np.zeros(v.shape, v.dtype) for _ in state_names] for v in values]
     return CheckpointedTrainStep(graph, stages, fwds, bwds, update, lifted, states, state_names, scalars, n_batch, seed_fn, scaler)

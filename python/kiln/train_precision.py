@@ -91,3 +91,9 @@ def unscaled(grads, params, names, scale_v):
 def guarded(finite, new, old):
     """new where the step's gradients were finite, else old (a skipped step changes nothing)."""
     return [_op("Where", finite, n, o) for n, o in zip(new, old)]
+
+
+def guarded_update(finite, new_params, params, new_states, states):
+    """The optimizer's new parameters and per-parameter state, each kept as it was where the step's
+    gradients were not all finite."""
+    return guarded(finite, new_params, params), [guarded(finite, ns, st) for ns, st in zip(new_states, states)]

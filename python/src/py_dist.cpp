@@ -1,6 +1,8 @@
 // kiln.dist's native part: meshes, the distribution pass, per-rank runners and the world communicator.
 #include <pybind11/functional.h>
 
+#include <algorithm>
+
 #include "kiln/dist/auto_shard.h"
 #include "kiln/dist/communicator.h"
 #include "kiln/dist/pipeline.h"
@@ -35,24 +37,31 @@ py::dict estimate_dict(const PlanEstimate& e) {
 }
 
 CostParams cost_of(const py::dict& d) {
+  // Each key and the field it sets, in the order the error lists them.
+  static const std::pair<const char*, double CostParams::*> fields[] = {
+      {"flops_per_s", &CostParams::flops_per_s},
+      {"few_rows_flops_per_s", &CostParams::few_rows_flops_per_s},
+      {"few_rows", &CostParams::few_rows},
+      {"many_rows", &CostParams::many_rows},
+      {"memory_bytes_per_s", &CostParams::memory_bytes_per_s},
+      {"link_bytes_per_s", &CostParams::link_bytes_per_s},
+      {"latency_s", &CostParams::latency_s},
+      {"kernel_s", &CostParams::kernel_s},
+      {"run_s", &CostParams::run_s},
+      {"collective_s", &CostParams::collective_s},
+      {"large_message_bytes", &CostParams::large_message_bytes},
+      {"large_link_bytes_per_s", &CostParams::large_link_bytes_per_s},
+  };
   CostParams c;
   for (auto [k, v] : d) {
     std::string key = py::str(k);
-    double x = v.cast<double>();
-    if (key == "flops_per_s") c.flops_per_s = x;
-    else if (key == "memory_bytes_per_s") c.memory_bytes_per_s = x;
-    else if (key == "link_bytes_per_s") c.link_bytes_per_s = x;
-    else if (key == "latency_s") c.latency_s = x;
-    else if (key == "kernel_s") c.kernel_s = x;
-    else if (key == "run_s") c.run_s = x;
-    else if (key == "collective_s") c.collective_s = x;
-    else if (key == "large_message_bytes") c.large_message_bytes = x;
-    else if (key == "few_rows_flops_per_s") c.few_rows_flops_per_s = x;
-    else if (key == "few_rows") c.few_rows = x;
-    else if (key == "many_rows") c.many_rows = x;
-    else if (key == "large_link_bytes_per_s") c.large_link_bytes_per_s = x;
-    else throw_user_error("cost: unknown key '" + key + "'; known: flops_per_s, memory_bytes_per_s, link_bytes_per_s, latency_s, kernel_s, run_s, "
-                          "collective_s, large_message_bytes, large_link_bytes_per_s, few_rows_flops_per_s, few_rows, many_rows");
+    auto f = std::find_if(std::begin(fields), std::end(fields), [&](const auto& e) { return key == e.first; });
+    if (f == std::end(fields)) {
+      std::string known;
+      for (const auto& e : fields) known += (known.empty() ? "" : ", ") + std::string(e.first);
+      throw_user_error("cost: unknown key '" + key + "'; known: " + known);
+    }
+    c.*(f->second) = v.cast<double>();
   }
   return c;
 }
