@@ -217,7 +217,7 @@ class PipelineTrainStep:
                              "the training step (the model's inputs and the target)")
         r, last = rank(), len(plan.stages) - 1
         stage = plan.stages[r]
-        n_recv, n_params = len(stage["recv"]), len(self.parameters)
+        n_params = len(self.parameters)
         run = _StageRun(self, stage, micro, r, last)
         start = _time.perf_counter()
         if plan.schedule == "1f1b":
