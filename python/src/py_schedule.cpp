@@ -138,6 +138,9 @@ void define_stage(py::module_& m) {
            py::arg("axis"), py::arg("factor"), py::arg("offset"))
       .def("pragma", [](const PyStage& s, py::handle axis, const std::string& key, int value) { s.stage->pragma(to_axis(s, axis, "pragma"), key, value); },
            py::arg("axis"), py::arg("key"), py::arg("value") = 1)
+      .def("tensor_core", [](const PyStage& s, py::handle axis) { s.stage->tensor_core(to_axis(s, axis, "tensor_core")); }, py::arg("axis"),
+           "Marks axis, the outermost of the three innermost loops (a 16x16x16 tile of a float32 sum of float16/bfloat16 products), for a warp "
+           "matrix multiply-accumulate on a cuda target (tensor cores); the accumulator's init and write-back must be 16x16 nests too.")
       .def("__eq__", [](const PyStage& a, py::object b) { return py::isinstance<PyStage>(b) && a.stage == b.cast<PyStage>().stage; })
       .def("__hash__", [](const PyStage& s) { return std::hash<const void*>()(s.stage); })
       .def("__repr__", [](const PyStage& s) {

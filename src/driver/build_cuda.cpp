@@ -38,6 +38,7 @@ PrimFunc lower_gpu(const te::Schedule& sch, const std::vector<te::Tensor>& args,
   step("remove_no_op", pass::remove_no_op);
   pass::verify_gpu_kernel(f);
   // Before insert_barriers: the collective's result store is what later nests wait for.
+  step("lower_tensor_core", pass::lower_tensor_core);
   step("lower_thread_allreduce", pass::lower_thread_allreduce);
   if (options.insert_barriers) step("insert_barriers", pass::insert_barriers);
   return f;

@@ -244,7 +244,10 @@ static F math(Intrinsic op, F x, F y) {
     case Intrinsic::IfThenElse:
     case Intrinsic::Likely:
     case Intrinsic::SyncThreads:
-    case Intrinsic::ThreadAllreduce: break;
+    case Intrinsic::ThreadAllreduce:
+    case Intrinsic::MmaFill:
+    case Intrinsic::MmaSync:
+    case Intrinsic::MmaStore: break;
   }
   KILN_UNREACHABLE() << "math_lane of " << intrinsic_name(op);
   return F(0);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gpu_hooks.h"
+#include "kiln/pass/gpu.h"
 #include "interp_value.h"
 #include "kiln/codegen/kernel_metadata.h"
 #include "kiln/runtime/arg_binder.h"
@@ -85,6 +86,8 @@ class Interpreter {
   Value eval_load(const BufferLoad* op);
   Value sync_threads();
   Value thread_allreduce(const Call* op);
+  Value eval_mma(const Call* op);
+  uint8_t* tile_element(const BufferLoad* first, int64_t first_offset, int64_t delta, bool write);
   [[noreturn]] void not_lowered(const char* what, const std::string& name);
 
   void exec_for(const For* op);
@@ -307,6 +310,7 @@ Value Interpreter::eval_call(const Call* op) {
   if (op->op == Intrinsic::Likely) return eval(op->args[0]);
   if (op->op == Intrinsic::SyncThreads) return sync_threads();
   if (op->op == Intrinsic::ThreadAllreduce) return thread_allreduce(op);
+  if (op->op == Intrinsic::MmaFill || op->op == Intrinsic::MmaSync || op->op == Intrinsic::MmaStore) return eval_mma(op);
   if (op->op == Intrinsic::PackBF16x2 || op->op == Intrinsic::DotBF16x2) return eval_bf16_pairs(op);
   DataType t = op->dtype.element_of();
   Value a = eval(op->args[0]);
@@ -463,6 +467,61 @@ Value Interpreter::sync_threads() {
   Value v(DataType::Int(32));
   v.lane[0].i = 0;
   return v;
+}
+
+// The warp matrix calls (Intrinsic::MmaFill, MmaSync, MmaStore; see
+// kiln/ir/expr.h) as the whole warp that reaches them: the simulator runs a
+// warp's nest once (the nest binds no threadIdx.x), so one evaluation does
+// the work of its 32 lanes. Sums run over k in order, in float32.
+Value Interpreter::eval_mma(const Call* op) {
+  pass::MmaCall m;
+  pass::as_mma(Expr(op), &m);
+  constexpr int kTile = 16;
+  const DataType f32 = DataType::Float(32);
+  int64_t acc = eval_index(m.acc->indices[0], "tensor-core accumulator index");
+  auto at = [&](int r, int c) { return r * m.ld + c; };
+  if (m.op == Intrinsic::MmaFill) {
+    Lane v = eval(m.value).lane[0];
+    for (int r = 0; r < kTile; ++r)
+      for (int c = 0; c < kTile; ++c) interp::store_lane(f32, tile_element(m.acc, acc, at(r, c), true), v);
+  } else if (m.op == Intrinsic::MmaSync) {
+    int64_t a = eval_index(m.a->indices[0], "tensor-core operand index"), b = eval_index(m.b->indices[0], "tensor-core operand index");
+    DataType ta = m.a->buffer->dtype, tb = m.b->buffer->dtype;
+    for (int r = 0; r < kTile; ++r) {
+      for (int c = 0; c < kTile; ++c) {
+        float sum = static_cast<float>(interp::load_lane(f32, tile_element(m.acc, acc, at(r, c), false)).f);
+        for (int k = 0; k < kTile; ++k) {
+          float x = static_cast<float>(interp::load_lane(ta, tile_element(m.a, a, r * m.a_row + k * m.a_k, false)).f);
+          float y = static_cast<float>(interp::load_lane(tb, tile_element(m.b, b, k * m.b_k + c * m.b_col, false)).f);
+          sum += x * y;
+        }
+        Lane out;
+        out.f = sum;
+        interp::store_lane(f32, tile_element(m.acc, acc, at(r, c), true), out);
+      }
+    }
+  } else {
+    int64_t d = eval_index(m.d->indices[0], "tensor-core store index");
+    for (int r = 0; r < kTile; ++r)
+      for (int c = 0; c < kTile; ++c) {
+        Lane v = interp::load_lane(f32, tile_element(m.acc, acc, at(r, c), false));
+        interp::store_lane(m.d->buffer->dtype, tile_element(m.d, d, r * m.d_row + c * m.d_col, true), v);
+      }
+  }
+  Value v(DataType::Int(32));
+  v.lane[0].i = 0;
+  return v;
+}
+
+// Element `delta` past a tile's first element (at first_offset in first's buffer), bounds-checked and told to the simulator.
+uint8_t* Interpreter::tile_element(const BufferLoad* first, int64_t first_offset, int64_t delta, bool write) {
+  const BufferNode* b = first->buffer.get();
+  Storage& s = storage_of(b);
+  int64_t offset = first_offset + delta;
+  check_in_bounds(b, s, write ? "tensor-core store" : "tensor-core load", &offset, 1, 1);
+  uint8_t* p = s.data + offset * b->dtype.bytes();
+  if (hooks_) hooks_->access(b, p, write);
+  return p;
 }
 
 // The collective of pass::lower_thread_allreduce in its tree order (see

@@ -96,7 +96,7 @@ Expr Cast::make(DataType t, Expr v) {
   return new Cast(t, std::move(v));
 }
 
-static const char* const kIntrinsicNames[] = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "pow", "fabs", "sigmoid", "floor", "ceil", "round", "trunc", "sin", "cos", "abs", "if_then_else", "likely", "sync_threads", "thread_allreduce", "pack_bf16x2", "dot_bf16x2"};
+static const char* const kIntrinsicNames[] = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "pow", "fabs", "sigmoid", "floor", "ceil", "round", "trunc", "sin", "cos", "abs", "if_then_else", "likely", "sync_threads", "thread_allreduce", "pack_bf16x2", "dot_bf16x2", "mma_fill", "mma_sync", "mma_store"};
 
 const char* intrinsic_name(Intrinsic op) { return kIntrinsicNames[static_cast<int>(op)]; }
 
@@ -114,6 +114,7 @@ Expr Call::make(DataType t, Intrinsic op, std::vector<Expr> args) {
   for (const Expr& a : args) KILN_CHECK(a.defined()) << "call of " << intrinsic_name(op) << " with an undefined argument";
   bool pairs = op == Intrinsic::PackBF16x2 || op == Intrinsic::DotBF16x2;
   size_t want = op == Intrinsic::ThreadAllreduce ? 4 : op == Intrinsic::IfThenElse ? 3 : op == Intrinsic::Pow || pairs ? 2 : 1;
+  if (op == Intrinsic::MmaFill || op == Intrinsic::MmaSync || op == Intrinsic::MmaStore) want = op == Intrinsic::MmaFill ? 5 : op == Intrinsic::MmaSync ? 10 : 7;
   KILN_CHECK(args.size() == want) << intrinsic_name(op) << " takes " << want << " arguments, got " << args.size();
   if (pairs) {
     // pack: float32 -> uint32; dot: uint32 pairs -> float32; lanes agree.

@@ -88,6 +88,8 @@ void Stage::pragma(const IterVar& axis, const std::string& key, int value) {
   owner_->record(Pragma{detail::stage_ref(*owner_, *this), ref, key, value});
 }
 
+void Stage::tensor_core(const IterVar& axis) { pragma(axis, "tensor_core", 1); }
+
 void Pragma::fields(FieldVisitor& v) { v.axis(axis), v.string(key), v.integer(value); }
 void Pragma::apply(Schedule& sch) const {
   Stage& s = detail::replay_stage(sch, stage.index);
@@ -95,6 +97,7 @@ void Pragma::apply(Schedule& sch) const {
 }
 void Pragma::python(PythonWriter& w) const {
   std::string st = w.stage(stage);
+  if (key == "tensor_core" && value == 1) return w.line(st + ".tensor_core(" + w.axis(stage, axis) + ")");
   w.line(st + ".pragma(" + w.axis(stage, axis) + ", " + PythonWriter::quote(key) + ", " + std::to_string(value) + ")");
 }
 

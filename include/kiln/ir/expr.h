@@ -272,6 +272,24 @@ enum class Intrinsic : uint8_t {
    * differ from its two steps).
    */
   DotBF16x2,
+  /**
+   * Warp matrix operations on 16x16 tiles (tensor cores; made by
+   * pass::lower_tensor_core, see kiln/pass/gpu.h, and read through
+   * pass::MmaCall). int32 calls used only as Evaluate, run by all 32 lanes
+   * of a warp alike. The first four arguments name the float32 accumulator
+   * tile: acc (a load of its element (0, 0), element (r, c) being acc's
+   * index + r*ld + c), ld, and the tile's fragment number of the warp's
+   * frags fragments (free of thread variables).
+   *   mma_fill(acc, ld, frag, frags, value):             tile = value
+   *   mma_sync(acc, ld, frag, frags, a, ar, ak, b, bk, bc):
+   *       tile[r][c] += sum over k of a[r*ar + k*ak] * b[k*bk + c*bc]
+   *       (16x16x16; a and b load their tiles' first element, float16 or
+   *       bfloat16, one of each pair of strides 1; products exact in float32)
+   *   mma_store(acc, ld, frag, frags, d, dr, dc):         d[r*dr + c*dc] = tile
+   */
+  MmaFill,
+  MmaSync,
+  MmaStore,
 };
 const char* intrinsic_name(Intrinsic op);
 /** Looks an intrinsic up by name; throws kiln::Error naming the known ones. */

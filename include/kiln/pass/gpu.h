@@ -28,6 +28,9 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "kiln/codegen/target.h"
 #include "kiln/ir/function.h"
@@ -164,6 +167,59 @@ PrimFunc insert_barriers(const PrimFunc& f);
  * simulator reports it as a race.
  */
 PrimFunc lower_thread_allreduce(const PrimFunc& f);
+
+/**
+ * Tensor cores. A schedule marks the three innermost loops of a float32
+ * accumulation of float16 or bfloat16 products, 16 iterations each (two
+ * spatial, one reduce; any order), with `s[CL].tensor_core(axis)` (the
+ * pragma "tensor_core" on the outermost of them). Each such nest becomes one
+ * warp matrix multiply-accumulate, mma_sync (see Intrinsic::MmaSync), and
+ * every other use of the accumulator CL must be a 16x16 nest that fills it
+ * with a constant (its initialisation: mma_fill) or copies it to a float32
+ * buffer (its write-back: mma_store). The warp is the unit: these run in a
+ * thread nest bound to threadIdx.y (and z), one warp of 32 lanes for each,
+ * that does not bind threadIdx.x (or at block level in a block of exactly
+ * one warp), and the block has exactly 32 threads in x. The fragments are
+ * the warp's share of CL: an index of CL is its warp's offset (terms of the
+ * thread variables, the same in every use) plus tiles 16-aligned in a row
+ * of ld elements, numbered row of tiles by row of tiles.
+ *
+ * Throws kiln::Error naming the buffer, the loop and the fix for a marked
+ * nest that is no such multiply-accumulate (extents other than 16, a bounds
+ * guard, operands not float16/bfloat16, an index not affine in the tile
+ * loops), another use of CL (an epilogue in the write-back), tiles that are
+ * not 16-aligned or operands not 32-byte aligned (the warp loads need it),
+ * and a placement other than the warp nests above.
+ */
+PrimFunc lower_tensor_core(const PrimFunc& f);
+
+/** The parts of a call to mma_fill, mma_sync or mma_store (Intrinsic::MmaFill etc.). */
+struct MmaCall {
+  Intrinsic op = Intrinsic::MmaFill;
+  /** The accumulator tile: element (r, c) at acc's index + r*ld + c; fragment `frag` of `frags`. */
+  const BufferLoad* acc = nullptr;
+  int64_t ld = 0, frags = 0;
+  Expr frag;
+  /** mma_fill: the value. */
+  Expr value;
+  /** mma_sync: a[r][k] at a's index + r*a_row + k*a_k, b[k][c] at b's index + k*b_k + c*b_col. */
+  const BufferLoad *a = nullptr, *b = nullptr;
+  int64_t a_row = 0, a_k = 0, b_k = 0, b_col = 0;
+  /** mma_store: d[r][c] at d's index + r*d_row + c*d_col. */
+  const BufferLoad* d = nullptr;
+  int64_t d_row = 0, d_col = 0;
+};
+/** Reads a warp matrix call; false (and *out untouched) for any other expression. */
+bool as_mma(const Expr& e, MmaCall* out);
+/** The warp matrix call a statement evaluates; false for any other. */
+bool as_mma(const Stmt& s, MmaCall* out);
+/** True when s holds a warp matrix call anywhere inside. */
+bool has_mma(const Stmt& s);
+
+/** The terms of a sum: e = sum of sign * term over *out (appended). */
+void sum_terms(const Expr& e, int sign, std::vector<std::pair<int, Expr>>* out);
+/** index = *thread_part + *rest with *rest free of the variables in thread_vars; false when a term mixes both. */
+bool split_thread_part(const Expr& index, const std::unordered_set<const Variable*>& thread_vars, Expr* thread_part, Expr* rest);
 
 }  // namespace kiln::pass
 

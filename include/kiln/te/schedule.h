@@ -102,6 +102,14 @@ class Stage {
   void storage_align(const IterVar& axis, int factor, int offset);
   /** An annotation on a loop, e.g. pragma(k, "auto_unroll_max_step", 16). */
   void pragma(const IterVar& axis, const std::string& key, int value);
+  /**
+   * Marks `axis`, the outermost of the stage's three innermost loops (a
+   * 16x16x16 tile of a float32 sum of float16/bfloat16 products), for
+   * tensor cores on a cuda target: one warp matrix multiply-accumulate per
+   * tile (pass::lower_tensor_core in kiln/pass/gpu.h says what it needs).
+   * Recorded as pragma(axis, "tensor_core", 1).
+   */
+  void tensor_core(const IterVar& axis);
 
  private:
   friend class ScheduleState;

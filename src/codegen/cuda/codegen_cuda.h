@@ -35,8 +35,6 @@ struct LocalPlan {
  * threadIdx loop variables of f.
  */
 std::unordered_map<const Variable*, LocalPlan> plan_local_compaction(const PrimFunc& f, VarSet* thread_vars);
-/** index = *thread_part + *rest with *rest free of thread variables; false when a term mixes both. */
-bool split_thread_part(const Expr& index, const VarSet& thread_vars, Expr* thread_part, Expr* rest);
 
 class CodeGenCUDA {
  public:
@@ -56,6 +54,11 @@ class CodeGenCUDA {
   void emit_store(const BufferStore* op);
   void emit_allocate(const Allocate* op);
   bool emit_vector_store(const For* op);
+  bool emit_vector_copy(const For* op);
+  // Tensor cores (codegen_cuda_mma.cpp).
+  void scan_mma(const PrimFunc& f);
+  void emit_mma(const pass::MmaCall& m);
+  bool emit_fragment_allocation(const Allocate* op);
   std::string unbound_guard() const;
   std::string prelude();
   std::string ident(const std::string& hint, const Variable* v);
@@ -86,6 +89,13 @@ class CodeGenCUDA {
   VarSet thread_vars_;
   // The variable holding each thread_allreduce's result (in thread 0), once emitted.
   std::unordered_map<const Call*, std::string> allreduce_values_;
+  // Tensor-core accumulators (data variable -> fragments per warp), the
+  // buffers warp loads read (aligned to 32 bytes), and whether any is used.
+  std::unordered_map<const Variable*, int64_t> fragments_;
+  std::unordered_set<const Variable*> mma_operands_;
+  // Loops whose variables number fragments: unrolled, so the numbers are constants (registers, not local memory).
+  VarSet fragment_loop_vars_;
+  bool uses_mma_ = false;
   // Scope of each buffer's storage, by data variable.
   std::unordered_map<const Variable*, std::string> scope_;
 };

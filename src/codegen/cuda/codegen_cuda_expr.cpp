@@ -71,7 +71,7 @@ std::string CodeGenCUDA::access(const BufferNode* b, const Expr& index) {
   Expr i = index;
   if (auto plan = compact_.find(b->data.get()); plan != compact_.end()) {
     Expr thread_part;
-    KILN_CHECK(split_thread_part(index, thread_vars_, &thread_part, &i)) << "cuda codegen: local buffer '" << b->name << "' was planned for compaction but an index does not split";
+    KILN_CHECK(pass::split_thread_part(index, thread_vars_, &thread_part, &i)) << "cuda codegen: local buffer '" << b->name << "' was planned for compaction but an index does not split";
     i = plan->second.rewrite(i);
   }
   return var_name(b->data.get()) + "[" + expr(i) + "]";

@@ -23,29 +23,13 @@ namespace {
 
 using VarSet = std::unordered_set<const Variable*>;
 
-// The terms of a sum: e = sum of sign * term.
-void terms_of(const Expr& e, int sign, std::vector<std::pair<int, Expr>>* out) {
-  if (const Add* a = e.as<Add>()) {
-    terms_of(a->a, sign, out);
-    terms_of(a->b, sign, out);
-  } else if (const Sub* s = e.as<Sub>()) {
-    terms_of(s->a, sign, out);
-    terms_of(s->b, -sign, out);
-  } else {
-    out->emplace_back(sign, e);
-  }
-}
-
-Expr add_term(const Expr& acc, int sign, const Expr& t) {
-  if (!acc.defined()) return sign > 0 ? t : make_zero(t.dtype()) - t;
-  return sign > 0 ? acc + t : acc - t;
-}
+using pass::sum_terms;
 
 // Adds the terms of rest, each loop variable times a constant, to *radix;
 // false for any other term (then the rest is kept as it is).
 bool collect_radix(const Expr& rest, const std::unordered_map<const Variable*, int64_t>& extents, std::map<int64_t, int64_t>* radix) {
   std::vector<std::pair<int, Expr>> terms;
-  terms_of(rest, 1, &terms);
+  sum_terms(rest, 1, &terms);
   std::set<int64_t> seen;  // one term per coefficient, or the rest's digits are ambiguous
   for (const auto& [sign, term] : terms) {
     if (is_zero(term)) continue;
@@ -85,7 +69,7 @@ void densify(const std::map<int64_t, int64_t>& radix, LocalPlan* plan) {
 Expr LocalPlan::rewrite(const Expr& rest) const {
   if (dense.empty()) return rest;
   std::vector<std::pair<int, Expr>> terms;
-  terms_of(rest, 1, &terms);
+  sum_terms(rest, 1, &terms);
   Expr out;
   for (const auto& [sign, term] : terms) {
     if (is_zero(term)) continue;
@@ -97,22 +81,6 @@ Expr LocalPlan::rewrite(const Expr& rest) const {
     out = out.defined() ? out + t : t;
   }
   return out.defined() ? out : make_zero(rest.dtype());
-}
-
-bool split_thread_part(const Expr& index, const VarSet& thread_vars, Expr* thread_part, Expr* rest) {
-  std::vector<std::pair<int, Expr>> terms;
-  terms_of(index, 1, &terms);
-  Expr t, r;
-  for (const auto& [sign, term] : terms) {
-    bool any_thread = uses_var(term, [&](const Variable* v) { return thread_vars.count(v) > 0; });
-    bool any_other = uses_var(term, [&](const Variable* v) { return thread_vars.count(v) == 0; });
-    if (any_thread && any_other) return false;
-    if (any_thread) t = add_term(t, sign, term);
-    else r = add_term(r, sign, term);
-  }
-  *thread_part = t.defined() ? t : make_zero(index.dtype());
-  *rest = r.defined() ? r : make_zero(index.dtype());
-  return true;
 }
 
 namespace {
@@ -187,7 +155,7 @@ class Planner {
   // One access: its thread part must be the same as every other's, its rest non-negative and bounded.
   void check(const std::vector<Expr>& indices) {
     Expr t, r;
-    if (!ok_ || indices.size() != 1 || !split_thread_part(indices[0], *thread_vars_, &t, &r)) return void(ok_ = false);
+    if (!ok_ || indices.size() != 1 || !pass::split_thread_part(indices[0], *thread_vars_, &t, &r)) return void(ok_ = false);
     Expr canon = ana_.simplify(substitute(t, [&](const Variable* v) {
       auto it = canonical_.find(v);
       return it == canonical_.end() ? Expr() : Expr(it->second);
