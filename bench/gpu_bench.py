@@ -8,13 +8,15 @@ with CUDA events over back-to-back calls, inputs already on the device:
 
   - GEMM fp32 4096^3 against cuBLAS SGEMM (default math mode: no TF32);
   - GEMM fp16 inputs, fp32 accumulation, 4096^3 against cublasGemmEx
-    (CUDA_R_16F in, CUDA_R_32F out and compute; cuBLAS uses tensor cores,
-    kiln does not yet);
+    (CUDA_R_16F in, CUDA_R_32F out and compute; cuBLAS uses tensor cores),
+    once with the default schedule (no tensor cores) and once with
+    kiln.gpu.tensor_core_schedule (WMMA, TENSOR_CORE_TILES);
+  - the same with bfloat16 inputs (CUDA_R_16BF) on tensor cores;
   - a ResNet-18 conv layer (1x64x56x56, 3x3, pad 1) against PyTorch's cuDNN
     when this PyTorch has CUDA (Debian's does not: the row says so).
 
 Each kiln result is checked against the peer's (max |kiln - peer| / max |peer|
-within 1e-4 for fp32, 2e-3 for fp16): a wrong result exits 1. Without a GPU it
+within 1e-4 for fp32, 2e-3 for fp16 and bf16): a wrong result exits 1. Without a GPU it
 says why and exits 2. Prints the GPU, the driver and each peer's setup.
 
     /usr/bin/python3 bench/gpu_bench.py [--rounds 5] [--number 10] [--size 4096]
@@ -101,15 +103,15 @@ class Cuda:
         self.ok(self.rt.cudaEventElapsedTime(ctypes.byref(ms), self.start, self.stop), "cudaEventElapsedTime")
         return ms.value * 1e-3 / number
 
-    def gemm(self, M, N, K, a, b, c, half):
+    def gemm(self, M, N, K, a, b, c, dtype):
         """Row-major C[M,N] = A[M,K] @ B[K,N]: column-major cuBLAS computes C^T = B^T A^T."""
         one, zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
         i = ctypes.c_int
-        if not half:
+        if dtype == "float32":
             return lambda: self.ok(self.blas.cublasSgemm_v2(self.handle, i(0), i(0), i(N), i(M), i(K), ctypes.byref(one), b, i(N), a, i(K),
                                                             ctypes.byref(zero), c, i(N)), "cublasSgemm")
-        r16f, r32f, compute32f, default_algo = 2, 0, 68, -1
-        return lambda: self.ok(self.blas.cublasGemmEx(self.handle, i(0), i(0), i(N), i(M), i(K), ctypes.byref(one), b, i(r16f), i(N), a, i(r16f), i(K),
+        r16, r32f, compute32f, default_algo = {"float16": 2, "bfloat16": 14}[dtype], 0, 68, -1
+        return lambda: self.ok(self.blas.cublasGemmEx(self.handle, i(0), i(0), i(N), i(M), i(K), ctypes.byref(one), b, i(r16), i(N), a, i(r16), i(K),
                                                       ctypes.byref(zero), c, i(r32f), i(N), i(compute32f), i(default_algo)), "cublasGemmEx")
 
 
@@ -134,30 +136,43 @@ def row(name, flop, kiln_times, peer_times, peer, err, tol):
     return err is None or err <= tol
 
 
-def gemm_args(n, half):
+def gemm_args(n, dtype):
     from kiln import te
-    dtype = "float16" if half else "float32"
     A, B = te.placeholder((n, n), name="A", dtype=dtype), te.placeholder((n, n), name="B", dtype=dtype)
     k = te.reduce_axis((0, n), name="k")
-    if half:
+    if dtype != "float32":
         C = te.compute((n, n), lambda i, j: te.sum(te.cast(A[i, k], "float32") * te.cast(B[k, j], "float32"), axis=k), name="C")
     else:
         C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
     return [A, B, C]
 
 
-def gemm_case(kiln, cuda, target, n, half, rounds, number, schedule=None, label=""):
+def gemm_inputs(kiln, n, dtype):
+    """(a, b) for kiln (bfloat16 through DLPack: numpy has no such dtype), their raw bits for cuBLAS, and float32 copies."""
     import numpy as np
-    args = gemm_args(n, half)
-    dtype = args[0].dtype
+    rng = np.random.default_rng(0)
+    a32, b32 = rng.standard_normal((n, n), dtype="float32"), rng.standard_normal((n, n), dtype="float32")
+    if dtype != "bfloat16":
+        a, b = a32.astype(dtype), b32.astype(dtype)
+        return a, b, a, b
+    import torch
+    ta, tb = torch.from_numpy(a32).bfloat16(), torch.from_numpy(b32).bfloat16()
+    return kiln.nd.from_dlpack(ta), kiln.nd.from_dlpack(tb), ta.view(torch.int16).numpy(), tb.view(torch.int16).numpy()
+
+
+# The tensor-core rows' schedule: 128x128 blocks of four warps, 64x64 each (16 fragments), k steps of 32.
+TENSOR_CORE_TILES = dict(block=(128, 128), warp=(64, 64), k_step=32)
+
+
+def gemm_case(kiln, cuda, target, n, dtype, rounds, number, schedule=None, label=""):
+    import numpy as np
+    args = gemm_args(n, dtype)
     s = schedule if schedule is not None else kiln.gpu.default_schedule(args, target)
     mod = kiln.build(s, args, target=target, name="gemm")
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((n, n), dtype="float32").astype(dtype)
-    b = rng.standard_normal((n, n), dtype="float32").astype(dtype)
+    a, b, a_bits, b_bits = gemm_inputs(kiln, n, dtype)
     c = np.zeros((n, n), "float32")
-    da, db, dc = cuda.upload(a), cuda.upload(b), cuda.upload(c)
-    peer_call = cuda.gemm(n, n, n, da, db, dc, half)
+    da, db, dc = cuda.upload(a_bits), cuda.upload(b_bits), cuda.upload(c)
+    peer_call = cuda.gemm(n, n, n, da, db, dc, dtype)
     peer_call()
     kt, pt = [], []
     for _ in range(rounds):
@@ -165,9 +180,17 @@ def gemm_case(kiln, cuda, target, n, half, rounds, number, schedule=None, label=
         pt.append(cuda.time(peer_call, number))
     ref = cuda.download(dc, np.empty((n, n), "float32"))
     cuda.free(da, db, dc)
-    name = f"gemm {'fp16->fp32' if half else 'fp32'} {n}^3{label}"
-    peer = "cublasGemmEx fp16 in, fp32 compute (tensor cores)" if half else "cuBLAS SGEMM, default math (no TF32)"
-    return row(name, 2.0 * n ** 3, kt, pt, peer, rel_err(c, ref), 2e-3 if half else 1e-4)
+    short = {"float32": "fp32", "float16": "fp16->fp32", "bfloat16": "bf16->fp32"}[dtype]
+    name = f"gemm {short} {n}^3{label}"
+    peer = "cuBLAS SGEMM, default math (no TF32)" if dtype == "float32" else f"cublasGemmEx {short.split('-')[0]} in, fp32 compute (tensor cores)"
+    return row(name, 2.0 * n ** 3, kt, pt, peer, rel_err(c, ref), 1e-4 if dtype == "float32" else 2e-3)
+
+
+def tensor_core_case(kiln, cuda, target, n, dtype, rounds, number):
+    args = gemm_args(n, dtype)
+    s = kiln.gpu.tensor_core_schedule(args[2], **TENSOR_CORE_TILES)
+    tiles = TENSOR_CORE_TILES
+    return gemm_case(kiln, cuda, target, n, dtype, rounds, number, schedule=s, label=f" wmma {tiles['block'][0]}x{tiles['block'][1]}/{tiles['warp'][0]}x{tiles['warp'][1]}")
 
 
 def conv_case(kiln, target, rounds, number):
@@ -219,7 +242,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     kiln = import_kiln()
     if args.tune_into:
-        kiln.tune(gemm_args(args.size, False), target=args.target, trials=args.trials, db=args.tune_into, progress=False, timeout=30)
+        kiln.tune(gemm_args(args.size, "float32"), target=args.target, trials=args.trials, db=args.tune_into, progress=False, timeout=30)
         return 0
     ok, why = kiln.gpu.driver_available()
     if not ok:
@@ -235,8 +258,10 @@ def main(argv=None):
     print(f"gpu_bench: GPU compute capability {major}.{minor}, driver {driver // 1000}.{driver % 1000 // 10}, target '{target}'; "
           f"{args.rounds} interleaved rounds of {args.number} calls; kiln: untuned default schedules (GPU rules)")
     print("  ".join(["workload".ljust(34), "kiln min", "kiln med", "kiln TF/s", "peer min", "peer med", "peer TF/s", " k/p", "range", "check", "peer"]))
-    good = gemm_case(kiln, cuda, target, args.size, False, args.rounds, args.number)
-    good = gemm_case(kiln, cuda, target, args.size, True, args.rounds, args.number) and good
+    good = gemm_case(kiln, cuda, target, args.size, "float32", args.rounds, args.number)
+    good = gemm_case(kiln, cuda, target, args.size, "float16", args.rounds, args.number) and good
+    good = tensor_core_case(kiln, cuda, target, args.size, "float16", args.rounds, args.number) and good
+    good = tensor_core_case(kiln, cuda, target, args.size, "bfloat16", args.rounds, args.number) and good
     good = conv_case(kiln, target, args.rounds, args.number) and good
     if args.trials > 0:
         good = tuned_gemm_row(kiln, cuda, target, args) and good
@@ -250,7 +275,7 @@ def tuned_gemm_row(kiln, cuda, target, args):
     import subprocess
     import tempfile
     import time
-    gemm = gemm_args(args.size, False)
+    gemm = gemm_args(args.size, "float32")
     with tempfile.TemporaryDirectory() as tmp:
         db = os.path.join(tmp, "gpu_bench.db")
         t0 = time.time()
@@ -264,7 +289,7 @@ def tuned_gemm_row(kiln, cuda, target, args):
             print(f"gemm fp32 {args.size}^3 tuned: the session left no valid record")
             return False
         wall = time.time() - t0
-    return gemm_case(kiln, cuda, target, args.size, False, args.rounds, args.number, schedule=s, label=f" tuned {args.trials} ({wall:.0f} s)")
+    return gemm_case(kiln, cuda, target, args.size, "float32", args.rounds, args.number, schedule=s, label=f" tuned {args.trials} ({wall:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ if not ok:
 print("gpu_check: CUDA driver and GPU found; NVRTC:", kiln.gpu.nvrtc_available())
 PY
 # -rs lists skips: on a GPU machine none of the device tests may skip.
-out=$(/usr/bin/python3 -m pytest -q -rs tests/python/test_gpu_device.py tests/python/test_gpu_cuda.py tests/python/test_gpu_shuffle.py tests/python/test_gpu_default_schedules.py tests/python/test_gpu_models.py 2>&1) || { echo "$out"; exit 1; }
+out=$(/usr/bin/python3 -m pytest -q -rs tests/python/test_gpu_device.py tests/python/test_gpu_cuda.py tests/python/test_gpu_shuffle.py tests/python/test_gpu_tensor_core.py tests/python/test_gpu_default_schedules.py tests/python/test_gpu_models.py 2>&1) || { echo "$out"; exit 1; }
 echo "$out"
 if echo "$out" | grep -q "SKIPPED.*\(test_gpu_device\|needs a GPU\)"; then
   echo "gpu_check: device tests were skipped on a GPU machine" >&2

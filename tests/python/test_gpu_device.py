@@ -36,6 +36,22 @@ def test_fp16_gemm_on_the_gpu_matches_the_simulator():
     np.testing.assert_allclose(on_gpu, simulated, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_tensor_core_gemm_on_the_gpu_follows_the_simulator(dtype):
+    import torch
+    from test_gpu_tensor_core import inputs, matmul
+    M, N, K = 256, 128, 192
+    A, B, C = matmul(M, N, K, dtype)
+    mod = kiln.build(kiln.gpu.tensor_core_schedule(C, block=(128, 64), warp=(64, 32), k_step=32), [A, B, C], target="cuda -arch=sm_90")
+    a, b, ref = inputs(M, N, K, dtype)
+    on_gpu, simulated = np.zeros((M, N), "float32"), np.zeros((M, N), "float32")
+    mod(kiln.nd.from_dlpack(a), kiln.nd.from_dlpack(b), on_gpu)
+    mod.simulate(kiln.nd.from_dlpack(a), kiln.nd.from_dlpack(b), simulated)
+    np.testing.assert_allclose(simulated, ref, rtol=1e-5, atol=1e-4)
+    # The tensor cores sum 16 products in their own order and precision.
+    np.testing.assert_allclose(on_gpu, ref, rtol=1e-3, atol=1e-3)
+
+
 def test_softmax_rows_on_the_gpu():
     s, args = softmax_schedule(64, 200)
     mod = kiln.build(s, args, target="cuda -arch=sm_90")
