@@ -15,6 +15,7 @@
 #define KILN_TUNER_SEARCH_SPACE_INTERNAL_H
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -117,6 +118,7 @@ enum class PlanKind : uint8_t {
   GpuRows,         ///< an output whose rows are reduced (softmax, layer norm): a block per row, threads along it
   GpuRowReduce,    ///< a row reduction at its GpuRows output's block loop, reduced across the threads
   GpuAtThread,     ///< any other stored stage: computed where the output's thread needs it
+  GpuTensorCore,   ///< an output matmul of float16/bfloat16 inputs: warps of 16x16 fragments on tensor cores (sketch_rules_gpu_tensor_core.cpp)
 };
 const char* plan_kind_name(PlanKind k);
 
@@ -180,6 +182,16 @@ struct Loop {
 /** Splits iv into loops of the given extents, outermost first; their product
  * must be iv's extent when bounds are inferred (so no split leaves a guard). */
 std::vector<Loop> split_into(te::Stage& st, IterVar iv, const int* factors, int n);
+
+// The tensor-core sketch of the GPU rules (sketch_rules_gpu_tensor_core.cpp).
+/** An output matmul of float16/bfloat16 inputs summed in float32, its last two spatial axes and its reduce axis multiples of 16. */
+bool tensor_core_matmul(const StageInfo& s);
+/** Its slots: 16-wide tiles of i and j as (blocks, warps, fragments), of k as (outer steps, tiles per step); tile_slot(label, extent, levels, sample_max). */
+void lay_out_tensor_core(const StageInfo& s, StagePlan* p, const std::function<int(const std::string&, int64_t, int, int)>& tile_slot);
+/** Its default: up to 4x4 fragments per warp, 2x2 warps, k steps of 32. */
+void tensor_core_defaults(const StageInfo& s, const Sketch& sk, const StagePlan& p, std::vector<int>* d);
+/** Schedules the stage on tensor cores from its i, j and k decisions (3, 3 and 2 factors). */
+void apply_tensor_core(te::Schedule& sch, const StageInfo& info, const int* ti, const int* tj, const int* tk);
 /** Reorders the stage's leaves into `order` (a no-op for one loop). */
 void reorder_loops(te::Stage& st, const std::vector<Loop>& order);
 /** Fuses the first `count` loops of `order` (adjacent leaves) into one, which replaces them in `order`. */

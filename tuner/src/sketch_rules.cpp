@@ -44,6 +44,7 @@ const char* plan_kind_name(PlanKind k) {
     case PlanKind::GpuRows: return "a block per row";
     case PlanKind::GpuRowReduce: return "reduced across the threads of its row's block";
     case PlanKind::GpuAtThread: return "computed per thread";
+    case PlanKind::GpuTensorCore: return "warps of 16x16 fragments on tensor cores, inputs in shared memory";
   }
   return "?";
 }

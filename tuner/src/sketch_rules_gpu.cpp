@@ -88,6 +88,12 @@ std::vector<std::vector<StagePlan>> structured_plans(const DagInfo& dag, int o) 
     for (StagePlan& p : plans)
       if (p.kind == PlanKind::GpuRowReduce) p.kind = PlanKind::GpuAtThread;
   std::vector<std::vector<StagePlan>> out_plans;
+  // Tensor cores first (the default where they apply), then the same matmul on the SIMT cores.
+  if (!fused && !rows && !per_thread && tensor_core_matmul(out)) {
+    std::vector<StagePlan> tc = plans;
+    tc[o].kind = PlanKind::GpuTensorCore;
+    out_plans.push_back(std::move(tc));
+  }
   if (fused) {
     plans[o].kind = PlanKind::FusedConsumer;
     out_plans.push_back(plans);
@@ -159,6 +165,9 @@ void lay_out_gpu(const DagInfo& dag, Sketch* sk) {
         for (size_t k = 0; k < s.spatial.size(); ++k) p.spatial_tiles.push_back(tile_slot(sk, s.name + "." + s.op->axis[k].name(), s.spatial[k], 3, kSampleRegisterTile));
         for (size_t k = 0; k < s.reduce.size(); ++k) p.reduce_tiles.push_back(tile_slot(sk, s.name + "." + s.op->reduce_axis[k].name(), s.reduce[k], 2, kSampleReduceInner));
         p.unroll = threads_slot(sk, s.name + ".unroll", 2);
+        break;
+      case PlanKind::GpuTensorCore:
+        lay_out_tensor_core(s, &p, [&](const std::string& label, int64_t extent, int levels, int sample_max) { return tile_slot(sk, label, extent, levels, sample_max); });
         break;
       default: break;
     }
@@ -252,6 +261,7 @@ std::vector<int> gpu_default_decisions(const DagInfo& dag, const Sketch& sk) {
         break;
       case PlanKind::GpuTiled:
       case PlanKind::GpuTiledFused: default_tiles(s, sk, p, &d); break;
+      case PlanKind::GpuTensorCore: tensor_core_defaults(s, sk, p, &d); break;
       default: break;
     }
   }
@@ -296,6 +306,10 @@ class GpuApplier {
     // copies come before the inlining, so padding inlines into them.
     // A tiled stage's accumulator is a local cache_write copy; fused into its
     // consumer, the copy out is inlined there (the consumer reads the registers).
+    // A tensor-core output is the kernel's one stored stage: its schedule is whole (its copies before the inlining too).
+    for (size_t i = 0; i < sk_.plans.size(); ++i)
+      if (const StagePlan& p = sk_.plans[i]; p.kind == PlanKind::GpuTensorCore)
+        apply_tensor_core(s_, dag_.stages[i], tile(p.spatial_tiles[0]), tile(p.spatial_tiles[1]), tile(p.reduce_tiles[0]));
     std::vector<te::Tensor> local(sk_.plans.size());
     for (size_t i = 0; i < sk_.plans.size(); ++i)
       if (sk_.plans[i].kind == PlanKind::GpuTiled || sk_.plans[i].kind == PlanKind::GpuTiledFused) local[i] = s_.cache_write(dag_.stages[i].tensor, "local");
