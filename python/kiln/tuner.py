@@ -38,7 +38,10 @@ class TuneResult:
     ``trials_measured``, ``trials_skipped`` (already in the database),
     ``errors``, ``elapsed_s``, ``db_path``, ``curve`` (list of
     ``(trials, best GFLOP/s so far)`` per batch), ``trial_gflops`` (GFLOP/s
-    of every measured trial, 0 for a failure), ``task`` (the :class:`Task`).
+    of every measured trial, 0 for a failure), ``featurized`` (candidates
+    whose cost-model features the search extracted) and
+    ``feature_ms_per_candidate`` (their mean extraction time, per thread),
+    ``task`` (the :class:`Task`).
     """
 
     def __init__(self, fields, task):

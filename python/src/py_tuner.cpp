@@ -66,6 +66,8 @@ py::dict result_dict(const tuner::TuneResult& r) {
   d["trials_measured"] = r.trials_measured;
   d["trials_skipped"] = r.trials_skipped;
   d["errors"] = r.errors;
+  d["featurized"] = r.featurized;
+  d["feature_ms_per_candidate"] = r.feature_ms_per_candidate;
   d["elapsed_s"] = r.elapsed_s;
   d["db_path"] = r.db_path;
   py::list curve;

@@ -47,6 +47,8 @@ def test_tune_returns_a_result_and_stores_every_record(session):
     assert max(r.trial_gflops) >= r.best_gflops * (1 - 1e-9)
     assert r.best_trace.startswith("[")
     assert "GFLOP/s" in repr(r)
+    # Every measured candidate was scored first, so its features were extracted (each once), well inside the 5 ms.
+    assert r.featurized >= r.trials_measured and 0 < r.feature_ms_per_candidate < 5
     with kiln.tuning_db.open(db) as d:
         assert len(d.records(r.task.workload_key)) == r.trials_measured
 

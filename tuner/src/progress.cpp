@@ -79,7 +79,13 @@ std::string format_summary(const Task& task, const TuneResult& r, int64_t record
   os.setf(std::ios::fixed);
   os.precision(1);
   os << "tuned " << task.name << " on " << task.target.str() << ": " << r.trials_measured << " trials measured (" << r.errors << " errors, " << r.trials_skipped
-     << " skipped as already in the DB) in " << r.elapsed_s << " s\n";
+     << " skipped as already in the DB) in " << r.elapsed_s << " s";
+  if (r.featurized > 0) {
+    os.precision(2);
+    os << "; cost-model features of " << r.featurized << " candidates, " << r.feature_ms_per_candidate << " ms each";
+    os.precision(1);
+  }
+  os << "\n";
   if (r.best_time <= 0) {
     os << "  no valid schedule was found; the records (errors included) are in " << r.db_path;
     return os.str();

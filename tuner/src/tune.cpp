@@ -337,6 +337,8 @@ TuneResult tune(const Task& task, const TuneOptions& options) {
   s.db.end_run(s.run_uid);
   progress.finish();
   res.invalid_candidates = search.invalid_count();
+  res.featurized = search.featurized_count();
+  res.feature_ms_per_candidate = res.featurized ? 1e3 * search.feature_seconds() / res.featurized : 0;
   if (debug_logging() && res.invalid_candidates > 0)
     progress.note(std::to_string(res.invalid_candidates) + " invalid candidates skipped by the search; the last: " + search.last_invalid());
 

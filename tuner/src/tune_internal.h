@@ -107,6 +107,9 @@ class EvolutionarySearch {
    * counted as a build error there.)
    */
   int invalid_count() const { return invalid_; }
+  /** Candidates whose features were extracted (lowered) so far, and the seconds that took, summed over the threads. */
+  int featurized_count() const { return featurized_; }
+  double feature_seconds() const { return feature_seconds_; }
   /** The message of the last invalid candidate (for the debug log); empty when none. */
   const std::string& last_invalid() const { return last_invalid_; }
 
@@ -129,6 +132,8 @@ class EvolutionarySearch {
   bool seeded_ = false;
   int invalid_ = 0;
   std::string last_invalid_;
+  int featurized_ = 0;
+  double feature_seconds_ = 0;
 };
 
 // ---------------------------------------------------------------- progress.cpp

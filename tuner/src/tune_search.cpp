@@ -5,6 +5,7 @@
 // candidates plus some random ones, so a wrong model cannot trap the search.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <thread>
 
@@ -45,13 +46,16 @@ void EvolutionarySearch::featurize(const std::vector<Entry>& entries) {
   // A failure that is not a user error (an internal error: a kiln bug), kept
   // to be rethrown here: an exception cannot leave a std::thread.
   std::vector<std::exception_ptr> failures(todo.size());
+  std::vector<double> seconds(todo.size(), 0.0);
   std::atomic<size_t> next{0};
   // Replaying and lowering touch only the (immutable, atomically counted) DAG: safe on threads.
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
+      auto start = std::chrono::steady_clock::now();
       try {
         te::Schedule s = te::Schedule::from_trace(task_.outputs, todo[i]->cand.trace);
         out[i] = std::make_shared<Features>(candidate_features(s, task_.args));
+        seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       } catch (const Error& e) {
         out[i] = nullptr;  // it will not build either; never pick it
         // The candidate's trace with the bug report: it is what reproduces it.
@@ -70,7 +74,10 @@ void EvolutionarySearch::featurize(const std::vector<Entry>& entries) {
   for (std::thread& t : threads) t.join();
   for (const std::exception_ptr& f : failures)
     if (f) std::rethrow_exception(f);
-  for (size_t i = 0; i < todo.size(); ++i) features_[todo[i]->key] = out[i];
+  for (size_t i = 0; i < todo.size(); ++i) {
+    features_[todo[i]->key] = out[i];
+    if (out[i]) ++featurized_, feature_seconds_ += seconds[i];
+  }
 }
 
 std::vector<double> EvolutionarySearch::score(const std::vector<Entry>& entries) {

@@ -53,6 +53,9 @@ struct TuneResult {
   int errors = 0;                   ///< measured candidates that failed (recorded in the DB with their error kind)
   /** Points of the search space whose schedule did not apply (user errors): skipped before measuring, counted here. */
   int invalid_candidates = 0;
+  /** Candidates whose cost-model features the search extracted (each lowered once), and their mean extraction time, milliseconds (the budget: 5). */
+  int featurized = 0;
+  double feature_ms_per_candidate = 0;
   double elapsed_s = 0;
   std::string db_path;
   /** (trial, best GFLOP/s so far) after each batch. */
