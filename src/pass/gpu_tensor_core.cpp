@@ -266,6 +266,8 @@ class TensorCoreLowering {
     KILN_USER_CHECK(self && self->buffer->data.get() == st->buffer->data.get() && structural_equal(self->indices[0], st->indices[0]) && st->buffer.dtype() == DataType::Float(32))
         << where() << "tensor_core at loop " << loop << ": the update of '" << name << "' must accumulate in float32 (" << name << "[i] = " << name << "[i] + a * b); found "
         << name << " = " << str(st->value);
+    KILN_USER_CHECK(st->buffer.scope() == "local") << where() << "tensor_core at loop " << loop << ": '" << name << "' (scope " << st->buffer.scope()
+                                                   << ") cannot hold fragments: accumulate into a cache_write(C, \"local\") stage computed inside the kernel, and write it back to C";
     KILN_USER_CHECK(a && b && a->dtype == b->dtype) << where() << "tensor_core at loop " << loop << ": tensor cores multiply float16 or bfloat16 operands (both of one type) cast to float32; "
                                                     << "the update of '" << name << "' adds " << str(add->b.as<Mul>() ? add->b : add->a)
                                                     << " (cast the inputs to float16 or bfloat16 and accumulate float32(a) * float32(b))";

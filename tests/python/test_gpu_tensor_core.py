@@ -142,6 +142,22 @@ def test_marks_that_are_no_tile_are_named():
     assert "tensor cores multiply float16 or bfloat16" in msg
 
 
+def test_an_accumulator_in_global_memory_is_refused():
+    A, B, C = matmul(32, 32, 32, "float16")
+    s = te.create_schedule(C)
+    i, j = s[C].op.axis
+    (k,) = s[C].op.reduce_axis
+    bx, ii = s[C].split(i, factor=16)
+    jo, jj = s[C].split(j, factor=16)
+    ko, kk = s[C].split(k, factor=16)
+    s[C].reorder(bx, jo, ko, ii, jj, kk)
+    s[C].bind(bx, "blockIdx.x")
+    s[C].bind(jo, "threadIdx.y")
+    s[C].tensor_core(ii)
+    msg = lowering_error(s, [A, B, C])
+    assert "'C' (scope global) cannot hold fragments" in msg and 'cache_write(C, "local")' in msg
+
+
 def test_warp_operations_in_a_nest_bound_to_lanes_are_refused():
     A, B, C = matmul(32, 32, 32, "float16")
     msg = lowering_error(plain_schedule(C, "tile", warp_x=True), [A, B, C])
