@@ -506,6 +506,22 @@ TEST_P(TunerSketch, TransposeDefaultTilesTheInputRows) {
   check_computes(odd, odd_space, odd_space.default_candidate(), 12);
 }
 
+// Panel-outer puts B's panel loop before every axis of rows, a batch axis B
+// does not index included (A[b, i, k] x B[k, j], an ONNX MatMul of a
+// sequence): inside it, each panel was streamed from L3 once per row block.
+TEST_P(TunerSketch, PanelLoopGoesOutsideTheRowsOfASharedB) {
+  const int M = 24, N = 4 * rules_lanes(), K = 32;
+  te::Tensor A = te::placeholder({M, 1, K}, DataType::Float(32), "A"), B = te::placeholder({K, N}, DataType::Float(32), "B");
+  IterVar k = te::reduce_axis(Range(0, K), "k");
+  te::Tensor C = te::compute({M, 1, N}, [&](const std::vector<Var>& v) { return te::sum(A(v[0], v[1], k.var()) * B(k.var(), v[2]), {k}); }, "C", {"b", "i", "j"});
+  Case c{"shared_b", {A, B, C}, [=](const std::vector<Vec>& in) { return std::vector<Vec>{testing::ref::matmul(in[0], in[1], M, N, K)}; }};
+  SearchSpace space(task_of(c));
+  Candidate d = space.default_candidate();
+  std::string trace = d.trace.to_json();
+  EXPECT_NE(trace.find("\"axis_names\":[\"j.outer\",\"b.outer\",\"i.outer\""), std::string::npos) << trace;
+  check_computes(c, space, d, 13);
+}
+
 // The target-derived seeds: every multi-level-tiled sketch whose innermost
 // axis holds one or two vectors gets them; each computes the right result,
 // its register tile (rows x vectors of accumulators, one row of operand

@@ -221,12 +221,22 @@ class Applier {
     if (vectorizable(width)) st.vectorize(axes.back());
   }
 
-  // Panel-outer: the innermost axis's loop goes before the previous axis's
-  // within one tile level, so a panel of B stays in cache while the rows of
-  // A stream past it (as in the hand GEMM).
-  void order_level(std::vector<Loop>* level, const StagePlan& p) const {
+  // Panel-outer: the innermost axis's loop goes before the axes of rows
+  // within one tile level (those after the last axis that indexes B), so a
+  // panel of B stays in cache while the rows of A stream past it (as in the
+  // hand GEMM). A batch axis B shares (A[b, i, k] x B[k, j], as an ONNX
+  // MatMul of a sequence gives) is rows too: with the panel inside it, each
+  // panel of a 7 MB B was streamed from L3 once per row block (QKV of a
+  // BERT layer: 108 against 155 GFLOP/s of the other projections).
+  void order_level(std::vector<Loop>* level, const StagePlan& p, const StageInfo& info) const {
     size_t n = level->size();
-    if (n >= 2 && choice(p.panel_order) == 1) std::swap((*level)[n - 2], (*level)[n - 1]);
+    if (n < 2 || choice(p.panel_order) != 1) return;
+    std::vector<bool> indexes = indexes_vector_operand(info);
+    size_t first_row = 0;
+    for (size_t k = 0; k + 1 < n; ++k)
+      if (k < indexes.size() && indexes[k]) first_row = k + 1;
+    if (first_row == n - 1) first_row = n - 2;  // every axis indexes B: the plain swap
+    std::rotate(level->begin() + static_cast<std::ptrdiff_t>(first_row), level->end() - 1, level->end());
   }
 
   // A stage may go inside output o's loop only if all its readers run there.
@@ -269,8 +279,8 @@ class Applier {
     te::Stage& st = s_[info.tensor];
     std::vector<std::vector<Loop>> S, R;
     split_levels(st, info, p, 0, &S, &R);
-    order_level(&S[0], p);
-    order_level(&S[1], p);
+    order_level(&S[0], p, info);
+    order_level(&S[1], p, info);
     std::vector<Loop> order;
     for (const auto* level : {&S[0], &S[1], &R[0], &S[2], &R[1], &S[3]}) order.insert(order.end(), level->begin(), level->end());
     reorder_loops(st, order);
@@ -289,7 +299,7 @@ class Applier {
     inner.compute_at(outer, attach);
     std::vector<std::vector<Loop>> S, R;
     split_levels(inner, info, p, at_s0 ? 1 : 2, &S, &R);
-    order_level(&S[1], p);
+    order_level(&S[1], p, info);
     std::vector<Loop> order;
     for (const auto* level : {&S[1], &R[0], &S[2], &R[1], &S[3]}) order.insert(order.end(), level->begin(), level->end());
     reorder_loops(inner, order);
@@ -310,8 +320,8 @@ class Applier {
       O1.push_back(l[1]);
       IN.push_back(l[2]);
     }
-    order_level(&O0, p);
-    order_level(&O1, p);
+    order_level(&O0, p, info);
+    order_level(&O1, p, info);
     std::vector<Loop> order = O0;
     order.insert(order.end(), O1.begin(), O1.end());
     order.insert(order.end(), IN.begin(), IN.end());

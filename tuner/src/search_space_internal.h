@@ -182,6 +182,8 @@ struct Loop {
 /** Splits iv into loops of the given extents, outermost first; their product
  * must be iv's extent when bounds are inferred (so no split leaves a guard). */
 std::vector<Loop> split_into(te::Stage& st, IterVar iv, const int* factors, int n);
+/** Per spatial axis of a tiled stage: whether it indexes the operand read along the innermost axis (B of a matmul; search_space_seeds.cpp). */
+std::vector<bool> indexes_vector_operand(const StageInfo& st);
 
 // The tensor-core sketch of the GPU rules (sketch_rules_gpu_tensor_core.cpp).
 /** An output matmul of float16/bfloat16 inputs summed in float32, its last two spatial axes and its reduce axis multiples of 16. */

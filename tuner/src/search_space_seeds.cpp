@@ -43,6 +43,8 @@ int64_t tile_width(const Slot& slot, int lanes, int vectors) {
   return w;
 }
 
+}  // namespace
+
 // Per spatial axis of a tiled stage: whether it indexes an operand that the
 // stage reads along its innermost axis (B of a matmul, the weights of a
 // conv). Register-tile rows along such an axis each need a vector load of
@@ -65,6 +67,8 @@ std::vector<bool> indexes_vector_operand(const StageInfo& st) {
   });
   return marked;
 }
+
+namespace {
 
 // Rows a matmul's register tile takes at most (a stage with one reduce
 // axis: matmul, batch matmul, and their transposed forms). On Zen 5
