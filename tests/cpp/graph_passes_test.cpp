@@ -8,6 +8,7 @@
 #include <random>
 
 #include "kiln/graph/executor.h"
+#include "kiln/graph/layout_plan.h"
 #include "kiln/graph/memory_plan.h"
 #include "kiln/graph/op_registry.h"
 #include "kiln/graph/passes.h"
@@ -180,6 +181,18 @@ TEST(GraphPasses, FoldBatchNormIntoConv) {
 
 // conv -> relu -> conv -> (+ x) in NCHW: after alter_conv_layout the convs,
 // the relu and the residual add run blocked, with one transform in and one out.
+// Whole vectors up to the cap; where none divides the channels, at most one
+// vector's part (24 channels on 16 lanes: 12 under both caps, not 24).
+TEST(GraphPasses, ChannelBlocksAreWholeVectorsOrAtMostOne) {
+  EXPECT_EQ(graph::channel_block_for(64, 32, 16), 32);
+  EXPECT_EQ(graph::channel_block_for(144, 32, 16), 16);
+  EXPECT_EQ(graph::channel_block_for(96, 32, 16), 32);
+  EXPECT_EQ(graph::channel_block_for(24, 16, 8), 8);
+  EXPECT_EQ(graph::channel_block_for(24, 32, 16), 12);
+  EXPECT_EQ(graph::channel_block_for(24, 16, 16), 12);
+  EXPECT_EQ(graph::channel_block_for(3, 32, 16), 3);
+}
+
 TEST(GraphPasses, AlterConvLayoutLeavesTransformsAtTheBoundary) {
   auto x = make_input("x", {{1, 16, 6, 6}, DataType::Float(32)});
   Attrs pad1;

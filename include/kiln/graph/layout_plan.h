@@ -36,9 +36,10 @@ struct LayoutPlan {
 
 /**
  * The block of `channels` under a cap: the largest divisor up to the cap
- * that is whole vectors of `lanes` (24 channels, cap 16: 8, not 12, which
- * would leave a part-vector in every register tile), else the largest
- * divisor up to the cap (3 channels: 3).
+ * that is whole vectors of `lanes` (24 channels, cap 16, 8 lanes: 8, not 12,
+ * which would leave a part-vector in every register tile), else the largest
+ * divisor up to one vector (3 channels: 3; 24 channels on 16 lanes: 12
+ * under either cap, not 24).
  */
 int64_t channel_block_for(int64_t channels, int64_t cap, int64_t lanes);
 
