@@ -17,6 +17,7 @@
 #include "kiln/ir/printer.h"
 #include "kiln/ir/structural.h"
 #include "kiln/ops/cpu_gemm.h"
+#include "kiln/ops/layout.h"
 #include "kiln/ops/nn.h"
 #include "kiln/te/lower.h"
 #include "kiln/te/workload_key.h"
@@ -504,6 +505,24 @@ TEST_P(TunerSketch, TransposeDefaultTilesTheInputRows) {
   Case odd = transpose_case(20, 36);  // 20 rows: a tile of 10
   SearchSpace odd_space(task_of(odd));
   check_computes(odd, odd_space, odd_space.default_candidate(), 12);
+}
+
+// The default stores a padded input once for a conv (the ResNet layers win
+// that way) but inlines it for a depthwise conv, which reads each input for
+// one channel only: there the copy doubled the traffic.
+TEST_P(TunerSketch, DefaultInlinesTheDepthwisePadding) {
+  const int lanes = rules_lanes();
+  te::Tensor X = te::placeholder({1, 2, 14, 14, lanes}, DataType::Float(32), "X"), W = te::placeholder({2, 3, 3, lanes}, DataType::Float(32), "W");
+  ops::Conv2dParams p;
+  p.stride_h = p.stride_w = 2;
+  p.pad_top = p.pad_left = p.pad_bottom = p.pad_right = 1;
+  te::Tensor O = ops::depthwise_conv2d_nchwc(X, W, p);
+  SearchSpace dw(make_task({X, W, O}, rules_target()));
+  Candidate d = dw.default_candidate();
+  EXPECT_EQ(dw.describe_sketch(d.sketch).find(": simple"), std::string::npos) << dw.describe_sketch(d.sketch);
+  // A plain NCHWc conv keeps its stored padding.
+  SearchSpace conv(task_of(conv_nchwc_case(1)));
+  EXPECT_NE(conv.describe_sketch(conv.default_candidate().sketch).find("conv.pad: simple"), std::string::npos) << conv.describe_sketch(conv.default_candidate().sketch);
 }
 
 // Panel-outer puts B's panel loop before every axis of rows, a batch axis B

@@ -38,6 +38,7 @@ struct StageInfo {
    * tiled reduction may instead be computed once at root, so the register
    * tile's loads carry no bounds test. */
   bool may_materialize = false;
+  std::vector<int> pad_readers;              ///< the reuse stages whose bodies read this inlined stage (rule 1's exception)
   bool has_reuse = false;                    ///< some input element is read by several output elements
   std::vector<int64_t> spatial, reduce;      ///< constant extents of the data-parallel and reduce axes
   Expr body;                                 ///< with inlined producers substituted

@@ -93,7 +93,10 @@ void mark_materializable(DagInfo& dag, const std::unordered_map<const te::Operat
     const TensorLoad* t = e.as<TensorLoad>();
     if (!t) return;
     StageInfo& p = dag.stages[index.at(static_cast<const te::TensorNode*>(t->producer.get())->op.get())];
-    if (!p.inlined || p.may_materialize) return;
+    if (!p.inlined) return;
+    int reader = index.at(s.op);
+    if (std::find(p.pad_readers.begin(), p.pad_readers.end(), reader) == p.pad_readers.end()) p.pad_readers.push_back(reader);
+    if (p.may_materialize) return;
     bool conditional = false;
     post_order_visit(p.op->body, [&](const Expr& x) {
       const Call* c = x.as<Call>();
