@@ -251,6 +251,39 @@ class TensorCoreLowering {
     KILN_USER_CHECK(whole_tiles(t)) << where() << "tensor_core at loop " << loop << ": the tile loops must each run 16 iterations from 0 (a warp multiplies 16x16x16 tiles); split the axes by 16"
                                     << " (a bounds guard or a shape that does not divide by 16 cannot be lowered)";
     const BufferStore* st = t.store;
+    auto [a, b] = match_product(st, loop);
+    std::vector<const Variable*> v = t.vars();
+    std::vector<int64_t> cx, ca, cb;
+    auto affine_or_fail = [&](const Expr& index, const std::string& what, std::vector<int64_t>* c) {
+      KILN_USER_CHECK(affine(index, v, c)) << where() << "tensor_core at loop " << loop << ": the index of '" << what << "' (" << str(index)
+                                           << ") is not a sum of the tile loops times constants";
+    };
+    affine_or_fail(st->indices[0], st->buffer.name(), &cx);
+    affine_or_fail(a->indices[0], a->buffer->name, &ca);
+    affine_or_fail(b->indices[0], b->buffer->name, &cb);
+    // k: the loop the accumulator does not use; c: the one with unit stride; r: the other.
+    int k = -1, c = -1, r = -1;
+    for (int i = 0; i < 3; ++i) (cx[i] == 0 ? k : cx[i] == 1 ? c : r) = i;
+    KILN_USER_CHECK(k >= 0 && c >= 0 && r >= 0 && cx[r] >= kTile && cx[r] % kTile == 0)
+        << where() << "tensor_core at loop " << loop << ": '" << st->buffer.name()
+        << "' must be indexed as [row * ld + column] by two tile loops (ld a multiple of 16) and not by the third, the reduce loop; its index is " << str(st->indices[0]);
+    // The product commutes: a is the operand of rows (r, k), b of columns (k, c).
+    if (ca[c] != 0 || cb[r] != 0) std::swap(a, b), std::swap(ca, cb);
+    KILN_USER_CHECK(ca[c] == 0 && cb[r] == 0 && ca[r] != 0 && ca[k] != 0 && cb[k] != 0 && cb[c] != 0)
+        << where() << "tensor_core at loop " << loop << ": the operands must be a[row, k] and b[k, column] (" << str(a->indices[0]) << " and " << str(b->indices[0]) << ")";
+    Use u;
+    u.node = attr, u.op = Intrinsic::MmaSync, u.store = st;
+    u.origin = at_origin(st->indices[0], v);
+    u.a = BufferLoad::make(Buffer(a->buffer), {operand_origin(a, ca[r], ca[k], v, loop)});
+    u.b = BufferLoad::make(Buffer(b->buffer), {operand_origin(b, cb[k], cb[c], v, loop)});
+    u.a_row = ca[r], u.a_k = ca[k], u.b_k = cb[k], u.b_col = cb[c];
+    Accumulator& acc = accumulator(st->buffer, cx[r], loop);
+    acc.uses.push_back(std::move(u));
+    inside_updates_.insert(attr);
+  }
+
+  // The operands of the update acc[x] = acc[x] + float32(a) * float32(b) (either order), a and b float16 or bfloat16 loads.
+  std::pair<const BufferLoad*, const BufferLoad*> match_product(const BufferStore* st, const std::string& loop) const {
     const std::string& name = st->buffer.name();
     const Add* add = st->value.as<Add>();
     const BufferLoad* self = add ? add->a.as<BufferLoad>() : nullptr;
@@ -269,47 +302,25 @@ class TensorCoreLowering {
     KILN_USER_CHECK(st->buffer.scope() == "local") << where() << "tensor_core at loop " << loop << ": '" << name << "' (scope " << st->buffer.scope()
                                                    << ") cannot hold fragments: accumulate into a cache_write(C, \"local\") stage computed inside the kernel, and write it back to C";
     KILN_USER_CHECK(a && b && a->dtype == b->dtype) << where() << "tensor_core at loop " << loop << ": tensor cores multiply float16 or bfloat16 operands (both of one type) cast to float32; "
-                                                    << "the update of '" << name << "' adds " << str(add->b.as<Mul>() ? add->b : add->a)
+                                                    << "the update of '" << name << "' adds " << str(prod ? Expr(prod) : st->value)
                                                     << " (cast the inputs to float16 or bfloat16 and accumulate float32(a) * float32(b))";
-    std::vector<const Variable*> v = t.vars();
-    std::vector<int64_t> cx, ca, cb;
-    auto affine_or_fail = [&](const Expr& index, const std::string& what, std::vector<int64_t>* c) {
-      KILN_USER_CHECK(affine(index, v, c)) << where() << "tensor_core at loop " << loop << ": the index of " << what << " (" << str(index)
-                                           << ") is not a sum of the tile loops times constants";
-    };
-    affine_or_fail(st->indices[0], "'" + name + "'", &cx);
-    affine_or_fail(a->indices[0], "'" + Buffer(a->buffer).name() + "'", &ca);
-    affine_or_fail(b->indices[0], "'" + Buffer(b->buffer).name() + "'", &cb);
-    // k: the loop the accumulator does not use; c: the one with unit stride; r: the other.
-    int k = -1, c = -1, r = -1;
-    for (int i = 0; i < 3; ++i) (cx[i] == 0 ? k : cx[i] == 1 ? c : r) = i;
-    KILN_USER_CHECK(k >= 0 && c >= 0 && r >= 0 && cx[r] >= kTile && cx[r] % kTile == 0)
-        << where() << "tensor_core at loop " << loop << ": '" << name << "' must be indexed as [row * ld + column] by two tile loops (ld a multiple of 16) and not by the third, the reduce loop; "
-        << "its index is " << str(st->indices[0]);
-    // The product commutes: a is the operand of rows (r, k), b of columns (k, c).
-    if (ca[c] != 0 || cb[r] != 0) std::swap(a, b), std::swap(ca, cb);
-    KILN_USER_CHECK(ca[c] == 0 && cb[r] == 0 && ca[r] != 0 && ca[k] != 0 && cb[k] != 0 && cb[c] != 0)
-        << where() << "tensor_core at loop " << loop << ": the operands must be a[row, k] and b[k, column] (" << str(a->indices[0]) << " and " << str(b->indices[0]) << ")";
-    auto major = [&](const BufferLoad* l, int64_t s0, int64_t s1) {
-      KILN_USER_CHECK((s0 == 1 || s1 == 1) && Buffer(l->buffer).scope() != "local")
-          << where() << "tensor_core at loop " << loop << ": operand '" << Buffer(l->buffer).name() << "' must be a row-major or column-major tile (one stride 1; strides are " << s0 << " and " << s1
-          << ") in shared or global memory (scope '" << Buffer(l->buffer).scope() << "')";
-      int64_t ldm = s0 == 1 ? s1 : s0;
-      Expr origin = at_origin(l->indices[0], v);
-      KILN_USER_CHECK(ldm % 8 == 0 && multiple_of(origin, kTile)) << where() << "tensor_core at loop " << loop << ": the warp loads '" << Buffer(l->buffer).name()
-                                                                  << "' in 32-byte aligned tiles with rows a multiple of 8 elements apart; its tile starts at " << str(origin)
-                                                                  << " with rows " << ldm << " apart (align the tiles, e.g. split by 16 and pad rows to a multiple of 8)";
-      return origin;
-    };
-    Use u;
-    u.node = attr, u.op = Intrinsic::MmaSync, u.store = st;
-    u.origin = at_origin(st->indices[0], v);
-    u.a = BufferLoad::make(Buffer(a->buffer), {major(a, ca[r], ca[k])});
-    u.b = BufferLoad::make(Buffer(b->buffer), {major(b, cb[k], cb[c])});
-    u.a_row = ca[r], u.a_k = ca[k], u.b_k = cb[k], u.b_col = cb[c];
-    Accumulator& acc = accumulator(st->buffer, cx[r], loop);
-    acc.uses.push_back(std::move(u));
-    inside_updates_.insert(attr);
+    return {a, b};
+  }
+
+  // An operand tile's first element: strides s0, s1 (one of them 1: row- or
+  // column-major), in shared or global memory, 32-byte aligned with rows a
+  // multiple of 8 elements apart, as the warp loads need.
+  Expr operand_origin(const BufferLoad* l, int64_t s0, int64_t s1, const std::vector<const Variable*>& v, const std::string& loop) const {
+    const std::string& name = l->buffer->name;
+    KILN_USER_CHECK((s0 == 1 || s1 == 1) && l->buffer->scope != "local")
+        << where() << "tensor_core at loop " << loop << ": operand '" << name << "' must be a row-major or column-major tile (one stride 1; strides are " << s0 << " and " << s1
+        << ") in shared or global memory (scope '" << l->buffer->scope << "')";
+    int64_t ldm = s0 == 1 ? s1 : s0;
+    Expr origin = at_origin(l->indices[0], v);
+    KILN_USER_CHECK(ldm % 8 == 0 && multiple_of(origin, kTile)) << where() << "tensor_core at loop " << loop << ": the warp loads '" << name
+                                                                << "' in 32-byte aligned tiles with rows a multiple of 8 elements apart; its tile starts at " << str(origin)
+                                                                << " with rows " << ldm << " apart (align the tiles, e.g. split by 16 and pad rows to a multiple of 8)";
+    return origin;
   }
 
   Accumulator& accumulator(const Buffer& buf, int64_t ld, const std::string& loop) {
