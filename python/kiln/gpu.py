@@ -113,66 +113,12 @@ def tensor_core_schedule(C, block=(64, 64), warp=(32, 32), k_step=32, pad=8):
     result is stored fragment by fragment to C. Every extent must divide
     (M by block[0], N by block[1], K by k_step; block by warp, warp and
     k_step by 16). Returns the schedule; build it with ``target="cuda ..."``.
+    It is the GPU rules' tensor-core sketch with these tiles
+    (``tuner/src/sketch_rules_gpu_tensor_core.cpp``), which
+    :func:`default_schedule` takes with tiles of its own choice.
     """
-    from . import te
-    (i, j), (k,) = C.op.axis, C.op.reduce_axis
-    A, B = C.op.input_tensors
-    M, N = (int(x) for x in C.shape)
-    K = int(A.shape[1]) if int(A.shape[0]) == M else int(A.shape[0])
-    bm, bn = block
-    wm, wn = warp
-    checks = [(M % bm == 0, f"M={M} by block[0]={bm}"), (N % bn == 0, f"N={N} by block[1]={bn}"), (bm % wm == 0, f"block[0]={bm} by warp[0]={wm}"),
-              (bn % wn == 0, f"block[1]={bn} by warp[1]={wn}"), (wm % 16 == 0 and wn % 16 == 0 and k_step % 16 == 0, f"warp={warp} and k_step={k_step} by 16")]
-    checks.append((K % k_step == 0, f"K={K} by k_step={k_step}"))
-    for ok, what in checks:
-        if not ok:
-            raise KilnError(f"tensor_core_schedule of '{C.name}': {what} does not divide; pick tiles that divide the shape (tensor cores take whole 16x16x16 tiles)")
-    warps = (bm // wm) * (bn // wn)
-    s = te.create_schedule(C)
-    CL = s.cache_write(C, "local")
-    AS, BS = s.cache_read(A, "shared", [CL]), s.cache_read(B, "shared", [CL])
-    # The write-back: blocks, warps, then each warp's fragments as 16x16 nests.
-    by, yi = s[C].split(i, factor=bm)
-    bx, xi = s[C].split(j, factor=bn)
-    wy, yi = s[C].split(yi, factor=wm)
-    wx, xi = s[C].split(xi, factor=wn)
-    fy, yy = s[C].split(yi, factor=16)
-    fx, xx = s[C].split(xi, factor=16)
-    s[C].reorder(by, bx, wy, wx, fy, fx, yy, xx)
-    s[C].bind(by, "blockIdx.y")
-    s[C].bind(bx, "blockIdx.x")
-    s[C].bind(s[C].fuse(wy, wx), "threadIdx.y")
-    # The accumulation: k steps at block level, each warp's fragments inside.
-    s[CL].compute_at(s[C], bx)
-    ci, cj = s[CL].op.axis
-    (ck,) = s[CL].op.reduce_axis
-    cwy, ci = s[CL].split(ci, factor=wm)
-    cwx, cj = s[CL].split(cj, factor=wn)
-    cfy, cii = s[CL].split(ci, factor=16)
-    cfx, cjj = s[CL].split(cj, factor=16)
-    ko, ki = s[CL].split(ck, factor=k_step)
-    kf, kk = s[CL].split(ki, factor=16)
-    s[CL].reorder(ko, cwy, cwx, kf, cfy, cfx, cii, cjj, kk)
-    s[CL].bind(s[CL].fuse(cwy, cwx), "threadIdx.y")
-    s[CL].unroll(kf)
-    s[CL].tensor_core(cii)
-    # Staging: 16-byte copies (8 elements) by every thread of the block; rows
-    # padded to 8 past a multiple of 32 elements.
-    vec = 8
-    for S in (AS, BS):
-        s[S].compute_at(s[CL], ko)
-        rows, cols = S.op.axis
-        if pad:
-            s[S].storage_align(rows, 32, pad)
-        co, v = s[S].split(cols, factor=vec)
-        f = s[S].fuse(rows, co)
-        f, tx = s[S].split(f, factor=32)
-        fo, ty = s[S].split(f, factor=warps)
-        s[S].reorder(ty, tx, fo, v)
-        s[S].bind(ty, "threadIdx.y")
-        s[S].bind(tx, "threadIdx.x")
-        s[S].vectorize(v)
-    return s
+    args = list(C.op.input_tensors) + [C]
+    return _kiln.tuner.tensor_core_schedule(args, tuple(block), tuple(warp), int(k_step), int(pad))
 
 
 def build(s, args, target, name="main", insert_barriers=True, compile=True):

@@ -94,6 +94,12 @@ void define_tuner(py::module_& m) {
     return tuner::make_task(to_tensor_list(args, "make_task args"), target_of(target), name);
   }, py::arg("args"), py::arg("target") = "llvm", py::arg("name") = "");
 
+  t.def("tensor_core_schedule", [](py::handle args, std::pair<int64_t, int64_t> block, std::pair<int64_t, int64_t> warp, int64_t k_step, int pad) {
+    tuner::TensorCoreTiles tiles;
+    tiles.block = block, tiles.warp = warp, tiles.k_step = k_step, tiles.pad = pad;
+    return tuner::tensor_core_schedule(to_tensor_list(args, "tensor_core_schedule args"), tiles);
+  }, py::arg("args"), py::arg("block"), py::arg("warp"), py::arg("k_step"), py::arg("pad"));
+
   t.def("tune", [](const tuner::Task& task, const py::dict& options) {
     tuner::TuneOptions o = options_of(options);
     // Ctrl-C: between candidates the session looks for Python's pending

@@ -193,8 +193,8 @@ bool tensor_core_matmul(const StageInfo& s);
 void lay_out_tensor_core(const StageInfo& s, StagePlan* p, const std::function<int(const std::string&, int64_t, int, int)>& tile_slot);
 /** Its default: up to 4x4 fragments per warp, 2x2 warps, k steps of 32. */
 void tensor_core_defaults(const StageInfo& s, const Sketch& sk, const StagePlan& p, std::vector<int>* d);
-/** Schedules the stage on tensor cores from its i, j and k decisions (3, 3 and 2 factors). */
-void apply_tensor_core(te::Schedule& sch, const StageInfo& info, const int* ti, const int* tj, const int* tk);
+/** Schedules the stage on tensor cores from its i, j and k decisions (3, 3 and 2 factors), staged rows padded by `pad` (0: none). */
+void apply_tensor_core(te::Schedule& sch, const StageInfo& info, const int* ti, const int* tj, const int* tk, int pad);
 /** Reorders the stage's leaves into `order` (a no-op for one loop). */
 void reorder_loops(te::Stage& st, const std::vector<Loop>& order);
 /** Fuses the first `count` loops of `order` (adjacent leaves) into one, which replaces them in `order`. */

@@ -309,7 +309,7 @@ class GpuApplier {
     // A tensor-core output is the kernel's one stored stage: its schedule is whole (its copies before the inlining too).
     for (size_t i = 0; i < sk_.plans.size(); ++i)
       if (const StagePlan& p = sk_.plans[i]; p.kind == PlanKind::GpuTensorCore)
-        apply_tensor_core(s_, dag_.stages[i], tile(p.spatial_tiles[0]), tile(p.spatial_tiles[1]), tile(p.reduce_tiles[0]));
+        apply_tensor_core(s_, dag_.stages[i], tile(p.spatial_tiles[0]), tile(p.spatial_tiles[1]), tile(p.reduce_tiles[0]), 8);
     std::vector<te::Tensor> local(sk_.plans.size());
     for (size_t i = 0; i < sk_.plans.size(); ++i)
       if (sk_.plans[i].kind == PlanKind::GpuTiled || sk_.plans[i].kind == PlanKind::GpuTiledFused) local[i] = s_.cache_write(dag_.stages[i].tensor, "local");

@@ -11,6 +11,8 @@
 //   blockIdx.z. Each axis's decisions count 16-wide tiles: (blocks, warps,
 //   fragments per warp) for i and j, (outer steps, tiles per step) for k.
 #include "kiln/ir/dtype.h"
+#include "kiln/support/error.h"
+#include "kiln/tuner/search_space.h"
 #include "search_space_internal.h"
 
 namespace kiln::tuner::detail {
@@ -63,7 +65,7 @@ void tensor_core_defaults(const StageInfo& s, const Sketch& sk, const StagePlan&
   f[1] = static_cast<int>(step);
 }
 
-void apply_tensor_core(te::Schedule& sch, const StageInfo& info, const int* ti, const int* tj, const int* tk) {
+void apply_tensor_core(te::Schedule& sch, const StageInfo& info, const int* ti, const int* tj, const int* tk, int pad) {
   te::Tensor out_t = info.tensor;
   te::Tensor local = sch.cache_write(out_t, "local");
   std::vector<te::Tensor> shared;
@@ -102,12 +104,12 @@ void apply_tensor_core(te::Schedule& sch, const StageInfo& info, const int* ti, 
   acc.bind(acc.fuse(wi, wj), "threadIdx.y");
   acc.unroll(kf);
   acc.tensor_core(ii);
-  // Staging: every thread copies 16 bytes (8 elements) at a time; rows padded to 8 past a multiple of 32.
+  // Staging: every thread copies 16 bytes (8 elements) at a time; rows padded to `pad` past a multiple of 32.
   for (const te::Tensor& t : shared) {
     te::Stage& copy = sch[t];
     copy.compute_at(acc, ko);
     std::vector<IterVar> axes = copy.leaf_iter_vars();
-    copy.storage_align(axes[axes.size() - 2], 32, 8);
+    if (pad) copy.storage_align(axes[axes.size() - 2], 32, pad);
     auto [co, v] = copy.split(axes.back(), 8);
     axes.back() = co;
     auto [rest, tx] = copy.split(axes.size() == 1 ? axes[0] : copy.fuse(axes), 32);
@@ -120,3 +122,39 @@ void apply_tensor_core(te::Schedule& sch, const StageInfo& info, const int* ti, 
 }
 
 }  // namespace kiln::tuner::detail
+
+namespace kiln::tuner {
+
+te::Schedule tensor_core_schedule(const std::vector<te::Tensor>& args, const TensorCoreTiles& tiles) {
+  using namespace detail;
+  Task task = make_task(args, Target::parse("cuda -arch=sm_90"), "tensor_core_schedule");
+  DagInfo dag = analyze_dag(task);
+  const StageInfo* mm = nullptr;
+  for (const StageInfo& s : dag.stages)
+    if (s.output && s.op) mm = &s;
+  KILN_USER_CHECK(mm && tensor_core_matmul(*mm)) << "tensor_core_schedule of '" << (mm ? mm->name : std::string("?"))
+                                                 << "': the output must be a matmul of float16 or bfloat16 inputs summed in float32 (sum over k of float32(a) * float32(b)), "
+                                                 << "its last two axes and its reduce axis multiples of 16";
+  size_t n = mm->spatial.size();
+  int64_t M = mm->spatial[n - 2], N = mm->spatial[n - 1], K = mm->reduce[0];
+  const auto [bm, bn] = tiles.block;
+  const auto [wm, wn] = tiles.warp;
+  auto divides = [&](bool ok, const std::string& what) {
+    KILN_USER_CHECK(ok) << "tensor_core_schedule of '" << mm->name << "': " << what
+                        << " does not divide; pick tiles that divide the shape (tensor cores take whole 16x16x16 tiles)";
+  };
+  divides(bm > 0 && M % bm == 0, "M=" + std::to_string(M) + " by block[0]=" + std::to_string(bm));
+  divides(bn > 0 && N % bn == 0, "N=" + std::to_string(N) + " by block[1]=" + std::to_string(bn));
+  divides(wm > 0 && bm % wm == 0, "block[0]=" + std::to_string(bm) + " by warp[0]=" + std::to_string(wm));
+  divides(wn > 0 && bn % wn == 0, "block[1]=" + std::to_string(bn) + " by warp[1]=" + std::to_string(wn));
+  divides(wm % 16 == 0 && wn % 16 == 0 && tiles.k_step > 0 && tiles.k_step % 16 == 0,
+          "warp=(" + std::to_string(wm) + ", " + std::to_string(wn) + ") and k_step=" + std::to_string(tiles.k_step) + " by 16");
+  divides(K % tiles.k_step == 0, "K=" + std::to_string(K) + " by k_step=" + std::to_string(tiles.k_step));
+  int ti[3] = {int(M / bm), int(bm / wm), int(wm / 16)}, tj[3] = {int(N / bn), int(bn / wn), int(wn / 16)};
+  int tk[2] = {int(K / tiles.k_step), int(tiles.k_step / 16)};
+  te::Schedule sch = te::create_schedule(task.outputs);
+  apply_tensor_core(sch, *mm, ti, tj, tk, tiles.pad);
+  return sch;
+}
+
+}  // namespace kiln::tuner

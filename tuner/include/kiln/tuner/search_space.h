@@ -25,6 +25,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/te/trace.h"
@@ -91,6 +92,24 @@ class SearchSpace {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/** The tiles of tensor_core_schedule: block and warp tiles of the output (rows, columns), the k step, the staged rows' padding. */
+struct TensorCoreTiles {
+  std::pair<int64_t, int64_t> block{64, 64}, warp{32, 32};
+  int64_t k_step = 32;
+  int pad = 8;
+};
+
+/**
+ * The GPU rules' tensor-core schedule (their tensor-core sketch,
+ * sketch_rules_gpu_tensor_core.cpp) of the output matmul of `args` with the
+ * given tiles, rather than the rules' choice: blocks of warps, each warp a
+ * grid of 16x16 fragments, the inputs staged k_step at a time with rows
+ * padded to `pad` past a multiple of 32 elements. Throws kiln::Error when the
+ * output is no matmul of float16/bfloat16 inputs summed in float32 or a tile
+ * does not divide the shape.
+ */
+te::Schedule tensor_core_schedule(const std::vector<te::Tensor>& args, const TensorCoreTiles& tiles);
 
 }  // namespace kiln::tuner
 
