@@ -86,7 +86,7 @@ class Interpreter {
   Value eval_load(const BufferLoad* op);
   Value sync_threads();
   Value thread_allreduce(const Call* op);
-  Value eval_mma(const Call* op);
+  Value eval_mma(const pass::MmaCall& m);
   uint8_t* tile_element(const BufferLoad* first, int64_t first_offset, int64_t delta, bool write);
   [[noreturn]] void not_lowered(const char* what, const std::string& name);
 
@@ -310,7 +310,7 @@ Value Interpreter::eval_call(const Call* op) {
   if (op->op == Intrinsic::Likely) return eval(op->args[0]);
   if (op->op == Intrinsic::SyncThreads) return sync_threads();
   if (op->op == Intrinsic::ThreadAllreduce) return thread_allreduce(op);
-  if (op->op == Intrinsic::MmaFill || op->op == Intrinsic::MmaSync || op->op == Intrinsic::MmaStore) return eval_mma(op);
+  if (pass::MmaCall m; pass::as_mma(Expr(op), &m)) return eval_mma(m);
   if (op->op == Intrinsic::PackBF16x2 || op->op == Intrinsic::DotBF16x2) return eval_bf16_pairs(op);
   DataType t = op->dtype.element_of();
   Value a = eval(op->args[0]);
@@ -473,9 +473,7 @@ Value Interpreter::sync_threads() {
 // kiln/ir/expr.h) as the whole warp that reaches them: the simulator runs a
 // warp's nest once (the nest binds no threadIdx.x), so one evaluation does
 // the work of its 32 lanes. Sums run over k in order, in float32.
-Value Interpreter::eval_mma(const Call* op) {
-  pass::MmaCall m;
-  pass::as_mma(Expr(op), &m);
+Value Interpreter::eval_mma(const pass::MmaCall& m) {
   constexpr int kTile = 16;
   const DataType f32 = DataType::Float(32);
   int64_t acc = eval_index(m.acc->indices[0], "tensor-core accumulator index");

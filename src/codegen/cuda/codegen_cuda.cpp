@@ -141,13 +141,12 @@ std::string CodeGenCUDA::unbound_guard() const {
 void CodeGenCUDA::emit_for(const For* op) {
   if (op->kind == ForKind::ThreadBinding) return emit_bound_loop(op);
   // A block-level loop of warp matrix calls (a one-warp block) runs on every lane.
-  bool warp_calls = pass::has_mma(Stmt(op)), numbers_fragments = fragment_loop_vars_.count(op->loop_var.get()) > 0;
-  if (!in_thread_ && !pass::has_thread_loop(Stmt(op)) && !warp_calls) return emit_thread0_region(Stmt(op));
+  if (!in_thread_ && !pass::has_thread_loop(Stmt(op)) && !pass::has_mma(Stmt(op))) return emit_thread0_region(Stmt(op));
   if (op->kind == ForKind::Vectorized && emit_vector_store(op)) return;
   std::string v = ident(op->loop_var.name(), op->loop_var.get()), t = ctype(op->loop_var.dtype());
   std::string lo = expr(op->min), n = expr(op->extent);
   // Unrolled loops around warp matrix calls make the fragment numbers constants (registers, not local memory).
-  if (op->kind == ForKind::Unrolled || op->kind == ForKind::Vectorized || numbers_fragments) line("#pragma unroll");
+  if (op->kind == ForKind::Unrolled || op->kind == ForKind::Vectorized || fragment_loop_vars_.count(op->loop_var.get())) line("#pragma unroll");
   std::string hi = is_zero(op->min) ? n : "(" + lo + " + " + n + ")";
   line("for (" + t + " " + v + " = " + lo + "; " + v + " < " + hi + "; ++" + v + ") {");
   nested(op->body);
@@ -279,6 +278,12 @@ std::string CodeGenCUDA::combine(ReduceKind kind, DataType t, const std::string&
   return s;
 }
 
+// A buffer in global or shared memory (not per-thread registers): vector accesses may address it.
+bool CodeGenCUDA::in_memory(const Variable* data) const {
+  auto it = scope_.find(data);
+  return it != scope_.end() && it->second != "local";
+}
+
 // A multiple that e is known to have (0: e is 0); enough to prove vector alignment of affine indices.
 static int64_t known_multiple(const Expr& e) {
   if (const IntImm* c = e.as<IntImm>()) return c->value < 0 ? -c->value : c->value;
@@ -340,7 +345,7 @@ bool CodeGenCUDA::emit_vector_store(const For* op) {
   const BufferStore* st = op->body.as<BufferStore>();
   if (emit_vector_copy(op)) return true;
   if (!lanes || (*lanes != 2 && *lanes != 4) || !is_zero(op->min) || !st || st->indices.size() != 1 || st->buffer.dtype() != DataType::Float(32)) return false;
-  auto vec_ok = [&](const Variable* data) { return scope_.count(data) && scope_[data] != "local"; };
+  auto vec_ok = [&](const Variable* data) { return in_memory(data); };
   Expr sb = unit_stride_base(st->indices[0], op->loop_var);
   if (!sb.defined() || known_multiple(sb) % *lanes || !vec_ok(st->buffer->data.get())) return false;
   const Variable* dst = st->buffer->data.get();
@@ -385,7 +390,6 @@ bool CodeGenCUDA::emit_vector_copy(const For* op) {
   if (!lanes || !is_zero(op->min) || !src || st->indices.size() != 1 || src->indices.size() != 1 || src->dtype != st->buffer.dtype() || src->dtype == DataType::Float(32)) return false;
   int64_t bytes = *lanes * st->buffer.dtype().bytes();
   if (bytes != 8 && bytes != 16) return false;
-  auto in_memory = [&](const Variable* data) { return scope_.count(data) && scope_[data] != "local"; };
   Expr db = unit_stride_base(st->indices[0], op->loop_var), sb = unit_stride_base(src->indices[0], op->loop_var);
   if (!db.defined() || !sb.defined() || known_multiple(db) % *lanes || known_multiple(sb) % *lanes || !in_memory(st->buffer->data.get()) || !in_memory(src->buffer->data.get())) return false;
   std::string vt = bytes == 16 ? "uint4" : "uint2", g = unbound_guard();

@@ -55,6 +55,7 @@ class CodeGenCUDA {
   void emit_allocate(const Allocate* op);
   bool emit_vector_store(const For* op);
   bool emit_vector_copy(const For* op);
+  bool in_memory(const Variable* data) const;
   // Tensor cores (codegen_cuda_mma.cpp).
   void scan_mma(const PrimFunc& f);
   void emit_mma(const pass::MmaCall& m);
