@@ -80,6 +80,11 @@ bool launched_by_mpirun() {
   return false;
 }
 
+#ifdef KILN_WITH_MPI
+bool g_started = false, g_finalized = false;
+bool g_mpi_used = false, g_serialized = false;  // world() runs on MPI; at a thread level that lets requests be tested anywhere
+bool g_own_cores = false;                       // each rank of this host has a core of its own (set by start_mpi)
+
 // Whether this host has a core for each of its ranks (mpirun's local rank count against the online cores).
 bool ranks_fit_the_host() {
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -87,10 +92,6 @@ bool ranks_fit_the_host() {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   return local && cores > 0 && std::atol(local) <= cores;
 }
-
-#ifdef KILN_WITH_MPI
-bool g_started = false, g_finalized = false;
-bool g_mpi_used = false, g_serialized = false;  // world() runs on MPI; at a thread level that lets requests be tested anywhere
 
 MPI_Datatype mpi_type(DataType t) {
   if (t == DataType::Float(32)) return MPI_FLOAT;
@@ -202,7 +203,6 @@ class MpiCommunicator : public Communicator {
   // Polls until done; past the deadline the peers are taken for dead or hung and the job is aborted.
   static void wait_for(MPI_Request& r, const char* what, int size_) {
     auto start = std::chrono::steady_clock::now();
-    static const bool keep_testing = ranks_fit_the_host();
     int done = 0, tests = 0;
     for (;;) {
       MPI_Test(&r, &done, MPI_STATUS_IGNORE);
@@ -220,9 +220,9 @@ class MpiCommunicator : public Communicator {
       }
       // MPI moves a collective on only inside MPI_Test. A rank with a core of its own tests again at once for
       // the first 10 ms (a peer a kernel behind, a multi-MB all-reduce: the 4 KB all-reduces of a training
-      // step went from 0.3 to 0.07 ms); ranks sharing cores test briefly, since a spinning rank holds the
+      // step went from 0.2-0.7 to 0.08-0.16 ms); ranks sharing cores test briefly, since a spinning rank holds the
       // core its peer needs. Past that, sleep between tests so a hung peer does not keep the core busy.
-      bool spin = keep_testing ? waited < 0.01 : ++tests <= 1000;
+      bool spin = g_own_cores ? waited < 0.01 : ++tests <= 1000;
       if (!spin) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
@@ -238,13 +238,14 @@ std::shared_ptr<Communicator> start_mpi() {
   int inited = 0;
   MPI_Initialized(&inited);
   int provided = 0;
+  g_own_cores = ranks_fit_the_host();
   if (!inited) {
     // Open MPI's shared-memory transport copies large messages between a host's ranks with the kernel's
     // process_vm_readv (CMA) by default. Inside a 2-rank training step that made 3-4 MB all-reduces 5.5-6.3 ms,
     // against 1.8-2.1 ms through its copy-in/copy-out fragments (step 22.98 -> 18.88 ms). Ranks that share
     // cores keep CMA: there the fragments wait on descheduled peers (4 ranks on 2 cores: 52.9 -> 62.9 ms).
     // A user's or mpirun's own --mca choice wins.
-    if (ranks_fit_the_host()) setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", /*overwrite=*/0);
+    if (g_own_cores) setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", /*overwrite=*/0);
     // SERIALIZED: the runner's progress thread tests requests in flight while the main thread computes.
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
     g_started = true;
