@@ -128,7 +128,9 @@ class _CompiledModel:
         return self._exe.memory()
 
     def groups(self):
-        """One dict per fused group: name, ops, workload_key, schedule ("database", "default" or "plain"), schedule_detail, flop."""
+        """One dict per fused group: name, ops, workload_key, schedule ("database", "default" or "plain"), schedule_detail,
+        records_only_for (for a group the DB has no record of on this build's target: the same target with another
+        -num-cores that it has records for, else ""; their schedules are not taken, see compile), flop."""
         return self._exe.groups()
 
     @property
@@ -231,8 +233,13 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
     exe = Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout, bf16), model)
     if db and not quiet:
         tuned, total = exe.tuned_groups()
+        elsewhere = [g["records_only_for"] for g in exe.groups() if g["records_only_for"]]
         print(f"kiln.compile: {tuned} of {total} fused groups from the tuning records in {db}"
               + ("" if tuned == total else "; the others use default schedules (kiln.tune_model tunes them)"), file=sys.stderr)
+        if elsewhere:
+            # A schedule tuned for one core count is not fitted to another; the user should know why the records went unused.
+            print(f"kiln.compile: {len(elsewhere)} of those have records only for {' / '.join(sorted(set(map(repr, elsewhere))))},"
+                  f" not for this build's {str(target)!r}: tune for it (or compile for the core count tuned)", file=sys.stderr)
     return exe
 
 

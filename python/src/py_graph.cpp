@@ -128,6 +128,7 @@ py::list group_dicts(const std::vector<GroupInfo>& groups) {
     d["workload_key"] = g.workload_key;
     d["schedule"] = g.schedule;
     d["schedule_detail"] = g.schedule_detail;
+    d["records_only_for"] = g.records_only_for;
     d["flop"] = g.flop;
     out.append(d);
   }

@@ -71,6 +71,7 @@ Executor compile(const Graph& g, const CompileOptions& options) {
     GroupInfo info;
     info.schedule = schedule_source_name(k.source);
     info.schedule_detail = k.schedule_detail;
+    info.records_only_for = k.records_only_for;
     info.flop = k.flop;
     return info;
   });

@@ -18,13 +18,19 @@ const char* schedule_source_name(ScheduleSource s) {
   return "?";
 }
 
-te::Schedule group_schedule(const tuner::Task& task, const std::string& db_path, ScheduleSource* source, std::string* detail) {
+te::Schedule group_schedule(const tuner::Task& task, const std::string& db_path, ScheduleSource* source, std::string* detail,
+                            std::string* records_only_for) {
+  if (records_only_for) records_only_for->clear();
   if (!db_path.empty()) {
     std::string trace;
     if (auto best = tuner::best_schedule(task, db_path, &trace)) {
       *source = ScheduleSource::Database;
       *detail = trace;
       return *best;
+    }
+    if (records_only_for) {
+      std::vector<std::string> others = tuner::other_core_count_targets(task, db_path);
+      if (!others.empty()) *records_only_for = others.front();
     }
   }
   tuner::SearchSpace space(task);
@@ -52,7 +58,7 @@ GroupKernel build_group_kernel(GraphDag dag, const Target& target, const std::st
     sch = task.fresh_schedule();
     k.source = ScheduleSource::Plain;
   } else {
-    sch = group_schedule(task, db_path, &k.source, &k.schedule_detail);
+    sch = group_schedule(task, db_path, &k.source, &k.schedule_detail, &k.records_only_for);
   }
   k.module = build(sch, args, target, name);
   return k;

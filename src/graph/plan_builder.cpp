@@ -177,6 +177,7 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
     s.kernel = it->second;
     info.schedule = kernel_info[s.kernel].schedule;
     info.schedule_detail = kernel_info[s.kernel].schedule_detail;
+    info.records_only_for = kernel_info[s.kernel].records_only_for;
     info.flop = kernel_info[s.kernel].flop;
     s.flop = info.flop;
     // Arguments: the node's inputs (in body-input order), the body's constants, then its outputs.

@@ -123,6 +123,37 @@ TEST(TunerTune, SessionBeatsNaiveStoresEveryRecordAndSurvivesACrash) {
   EXPECT_FALSE(best_schedule(gemm_task(32), db.path()).has_value()) << "another workload has no record";
 }
 
+Task gemm_task_on_cores(int n, int cores) {
+  Target t = Target::host();
+  t.num_cores = cores;
+  te::Tensor A = te::placeholder({n, n}, DataType::Float(32), "A");
+  te::Tensor B = te::placeholder({n, n}, DataType::Float(32), "B");
+  return make_task({A, B, ops::matmul(A, B, "C")}, t, "matmul_" + std::to_string(n));
+}
+
+// A build on 1 or 5 cores takes the record tuned for the nearest other core
+// count of the same target (the larger on ties) and says which; a tuning
+// session's own lookup (this_target) does not, nor does any lookup where the
+// task's own target has a record.
+TEST(TunerTune, OtherCoreCountsWithRecordsAreNamedNearestFirstButNotTaken) {
+  TempDb db;
+  Task two = gemm_task_on_cores(64, 2), eight = gemm_task_on_cores(64, 8);
+  ASSERT_EQ(two.workload_key, eight.workload_key) << "the core count is the target's, not the workload's";
+  ASSERT_GT(tune(two, tiny(db.path(), 6)).best_time, 0);
+  ASSERT_GT(tune(eight, tiny(db.path(), 6)).best_time, 0);
+
+  Task one = gemm_task_on_cores(64, 1);
+  EXPECT_FALSE(best_record(one, db.path()).has_value()) << "a build takes its own target's records only";
+  EXPECT_EQ(other_core_count_targets(one, db.path()), (std::vector<std::string>{two.target.str(), eight.target.str()}))
+      << "2 cores is nearer to 1 than 8";
+  EXPECT_EQ(other_core_count_targets(gemm_task_on_cores(64, 5), db.path()), (std::vector<std::string>{eight.target.str(), two.target.str()}))
+      << "3 cores away each: the larger count first";
+  EXPECT_EQ(other_core_count_targets(two, db.path()), std::vector<std::string>{eight.target.str()}) << "never its own";
+  EXPECT_TRUE(other_core_count_targets(gemm_task_on_cores(32, 1), db.path()).empty()) << "another workload has none";
+  EXPECT_TRUE(other_core_count_targets(one, db.path() + ".missing").empty());
+  EXPECT_EQ(tuning_db::Database::open(db.path()).targets_of(two.workload_key).size(), 2u) << "one stored target per core count";
+}
+
 // A second session on the same database skips every trace the first measured.
 TEST(TunerTune, ResumedSessionDoesNotRemeasureKnownTraces) {
   TempDb db;

@@ -58,6 +58,27 @@ def test_tasks_scheduler_resume_and_compile(tmp_path):
         kiln.tune_model(model, trials=8, db=db, time_budget="soon")
 
 
+def test_compile_on_another_core_count_says_whose_records_it_left(tmp_path, capfd):
+    db = str(tmp_path / "model.db")
+    model = kiln.graph.from_onnx(_model_proto())
+    kiln.tune_model(model, target=AVX2, trials=8, batch=8, db=db, progress=False, confirm_top=0)
+    tuned = [g["name"] for g in kiln.compile(model, target=AVX2, db=db, quiet=True).groups() if g["schedule"] == "database"]
+    assert tuned
+    one_core = AVX2.replace("-num-cores=2", "-num-cores=1")
+    tasks, _ = extract_tasks(model, target=one_core, db=db)
+    assert any(t["records"] > 0 for t in tasks) and all(t["best_time"] == 0 for t in tasks), "no best time is 1 core's own"
+    capfd.readouterr()
+    exe = kiln.compile(model, target=one_core, db=db)
+    said = capfd.readouterr().err
+    assert all(g["schedule"] == "default" for g in exe.groups()), "a schedule tuned for 2 cores is not taken for 1"
+    named = [g["name"] for g in exe.groups() if g["records_only_for"]]
+    assert named == tuned and all("-num-cores=2" in g["records_only_for"] for g in exe.groups() if g["records_only_for"])
+    assert f"{len(tuned)} of those have records only for" in said and "-num-cores=2" in said, said
+    x = np.random.default_rng(2).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    got, ref = exe(x)[0], kiln.compile(model, fuse=False, plain=True, layout=False)(x)[0]
+    assert np.max(np.abs(got - ref)) <= 1e-5 * np.max(np.abs(ref))
+
+
 def test_kiln_tune_model_cli(tmp_path):
     build = os.path.dirname(os.path.dirname(os.path.abspath(ffi._kiln.__file__)))
     tool = os.path.join(build, "tuner", "kiln-tune")

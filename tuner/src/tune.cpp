@@ -1,5 +1,5 @@
-// tune(): one tuning session of one task, and best_schedule(): its result
-// read back from the tuning database.
+// tune(): one tuning session of one task (best_record.cpp reads its result
+// back from the tuning database).
 //
 // A session opens the DB, learns what earlier sessions measured (those traces
 // are never measured again; their best is the reference to beat; all records
@@ -352,52 +352,6 @@ TuneResult tune(const Task& task, const TuneOptions& options) {
     else if (options.progress) std::fprintf(stderr, "  curve: %s\n", options.curve_png.c_str());
   }
   return res;
-}
-
-std::optional<BestRecord> best_record(const Task& task, const std::string& db_path) {
-  bool debug = debug_logging();
-  if (!std::filesystem::exists(db_path)) {
-    if (debug) std::fprintf(stderr, "kiln: debug: no tuning database at %s; using the given schedule\n", db_path.c_str());
-    return std::nullopt;
-  }
-  tuning_db::OpenOptions oo;
-  oo.read_only = true;
-  oo.create_if_missing = false;
-  tuning_db::Database db = tuning_db::Database::open(db_path, oo);
-  // Confirmed records first (confirm.h), cold-input ones before warm (what a
-  // model run sees, measure.h): the first kind the workload has decides.
-  tuning_db::TargetInfo target;
-  std::vector<tuning_db::Record> top;
-  for (const tuning_db::TargetInfo& t : record_targets(task.target)) {
-    target = t;
-    top = db.best(task.workload_key, target, 4);
-    if (!top.empty()) break;
-  }
-  for (const tuning_db::Record& r : top) {
-    try {
-      BestRecord b{te::Schedule::from_trace(task.outputs, te::Trace::from_json(r.trace)), r.trace, r.id, r.median_time.value_or(0)};
-      if (debug)
-        std::fprintf(stderr, "kiln: debug: using tuning record %lld of %s (median %.6g ms) for workload %s (%s) on '%s'\n", static_cast<long long>(r.id), db_path.c_str(),
-                     b.median_time * 1e3, task.workload_key.c_str(), task.name.c_str(), target.target.c_str());
-      return b;
-    } catch (const Error& e) {
-      // A record an older kiln wrote may no longer replay (a user error); the
-      // next best may. An internal error is a kiln bug: it propagates.
-      if (is_internal(e)) throw;
-      if (debug) std::fprintf(stderr, "kiln: debug: tuning record %lld does not replay: %s\n", static_cast<long long>(r.id), e.what());
-    }
-  }
-  if (debug)
-    std::fprintf(stderr, "kiln: debug: no tuning record in %s for workload %s (%s) on '%s'; using the given schedule\n", db_path.c_str(), task.workload_key.c_str(),
-                 task.name.c_str(), target.target.c_str());
-  return std::nullopt;
-}
-
-std::optional<te::Schedule> best_schedule(const Task& task, const std::string& db_path, std::string* trace_json) {
-  std::optional<BestRecord> b = best_record(task, db_path);
-  if (!b) return std::nullopt;
-  if (trace_json) *trace_json = b->trace_json;
-  return b->schedule;
 }
 
 }  // namespace kiln::tuner

@@ -260,6 +260,29 @@ std::vector<Record> Database::best(const std::string& workload_key, const Target
   return out;
 }
 
+std::vector<TargetInfo> Database::targets_of(const std::string& workload_key) const {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  Transaction tx(s.conn, /*write=*/false);
+  Stmt q = s.conn.query(
+      "SELECT t.target, t.cpu_model, t.cpu_features, t.gpu_arch, t.kiln_version FROM targets t WHERE EXISTS ("
+      "SELECT 1 FROM records r JOIN workloads w ON r.workload_id = w.id "
+      "WHERE w.workload_key = ? AND r.target_id = t.id AND r.error_kind = 'none') ORDER BY t.id");
+  q.bind(1, workload_key);
+  std::vector<TargetInfo> out;
+  while (q.step()) {
+    TargetInfo t;
+    t.target = q.col_text(0);
+    t.cpu_model = q.col_text(1);
+    t.cpu_features = detail::split_features(q.col_text(2));
+    t.gpu_arch = q.col_text(3);
+    t.kiln_version = q.col_text(4);
+    out.push_back(std::move(t));
+  }
+  tx.commit();
+  return out;
+}
+
 std::vector<Record> Database::records(const std::string& workload_key, bool with_features) const {
   RecordFilter f;
   f.workload_key = workload_key;

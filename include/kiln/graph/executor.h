@@ -57,6 +57,7 @@ struct GroupInfo {
   std::string workload_key;
   std::string schedule;       ///< "default", "database" or "plain"
   std::string schedule_detail;  ///< the default's sketch and decisions, or the record's trace
+  std::string records_only_for;  ///< a default-scheduled group's target with another -num-cores that the DB has records for, else empty
   double flop = 0;
 };
 

@@ -38,15 +38,21 @@ struct GroupKernel {
   ScheduleSource source = ScheduleSource::Plain;
   /** How it was scheduled: the sketch and decisions of a default schedule, the trace of a record. */
   std::string schedule_detail;
+  /** Where the DB has no record for the build's target but has some for another core count: that target (else empty). */
+  std::string records_only_for;
 };
 
 /**
  * The schedule of a group's task (any target): the database's best record
  * when `db_path` names one that has it, else the default of the tuner's
  * rules; *source and *detail say which (the record's trace, or the sketch
- * and decisions).
+ * and decisions). Where the DB has no record of the task's target but has
+ * some of the same target with another -num-cores, the nearest such target
+ * goes to *records_only_for (empty otherwise): the build does not take them
+ * (tuner::other_core_count_targets says why), it says so.
  */
-te::Schedule group_schedule(const tuner::Task& task, const std::string& db_path, ScheduleSource* source, std::string* detail);
+te::Schedule group_schedule(const tuner::Task& task, const std::string& db_path, ScheduleSource* source, std::string* detail,
+                            std::string* records_only_for = nullptr);
 
 /**
  * Builds the kernel of `body`. With `plain`, no schedule; else the DB's best

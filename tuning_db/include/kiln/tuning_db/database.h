@@ -70,6 +70,8 @@ class Database {
   std::vector<Record> best(const std::string& workload_key, const TargetInfo& target,
                            int64_t k = 1, TargetMatch match = TargetMatch::hardware,
                            Metric metric = Metric::median) const;
+  /** The targets a workload has valid records on (each stored target once, in the order stored). */
+  std::vector<TargetInfo> targets_of(const std::string& workload_key) const;
   /** Every record of a workload (all targets, errors included), oldest first. */
   std::vector<Record> records(const std::string& workload_key, bool with_features = false) const;
   std::optional<Record> record(int64_t id, bool with_features = false) const;
