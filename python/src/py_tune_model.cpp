@@ -22,6 +22,7 @@ py::list task_list(const std::vector<ModelTask>& tasks) {
     d["records"] = t.records;
     d["best_time"] = t.best_time;
     d["layout_cap"] = t.layout_cap;
+    d["in_default_plan"] = t.in_default_plan;
     out.append(d);
   }
   return out;

@@ -76,6 +76,12 @@ const OpNode* producer_conv(const Value& v, int depth = 8) {
   return nullptr;
 }
 
+/** The cap compiling without records gives a convolution (default_conv_cap; depthwise ones: two vectors). */
+int64_t default_cap_of(const OpNode& conv, const Target& target, int64_t two_vectors) {
+  const auto& out = conv.types[0].shape;
+  return conv.attrs.get_int_or("group", 1) == 1 ? default_conv_cap(out[1], out[2], out[3], target) : two_vectors;
+}
+
 /** The block a cap gives a convolution's input (in) or output (out) channels: alter_conv_layout's rule. */
 int64_t conv_block(const OpNode& conv, bool out, int64_t cap, int64_t lanes) {
   int64_t channels = out ? conv.types[0].shape[1] : conv.inputs[0].type().shape[1];
@@ -100,13 +106,14 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
   // The convolutions in graph order, as the layout pass meets them.
   Graph pre = eliminate_common_subexpr(fold_batch_norm(fold_constants(fold_transposes(remove_identity(g)))));
   std::vector<LayoutDecision> mixed;
+  std::map<std::string, int64_t> default_caps;  // per conv, its cap without records
   for (const OpNode* conv : pre.op_nodes()) {
     if (conv->op->name != "Conv" || conv->types.empty() || conv->types[0].ndim() != 4) continue;
     const OpNode* prev = producer_conv(conv->inputs[0]);
-    int64_t prev_block = prev ? conv_block(*prev, true, plan.cap_of(prev->name, fallback_cap), lanes) : 0;
+    int64_t prev_block = prev ? conv_block(*prev, true, plan.cap_of(prev->name, default_cap_of(*prev, target, fallback_cap)), lanes) : 0;
     LayoutDecision d;
     d.conv = conv->name;
-    d.cap = fallback_cap;
+    d.cap = default_cap_of(*conv, target, fallback_cap);
     d.why = "default (no record)";
     double best = std::numeric_limits<double>::infinity();
     for (size_t i = 0; i < caps.size(); ++i) {
@@ -124,6 +131,7 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
       }
     }
     plan.conv_max_block[conv->name] = d.cap;
+    default_caps[d.conv] = default_cap_of(*conv, target, fallback_cap);
     mixed.push_back(d);
   }
   // The per-conv choice changes the graph beyond each conv: a residual Add
@@ -132,20 +140,23 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
   // candidate plan (the per-conv one, and each cap for all convs, which is
   // what tuning measured) is costed by the records of every group it
   // compiles to, and the cheapest one whose groups all have a record wins.
+  // The default plan (what compiling without records runs) is tuned too.
   std::vector<std::pair<LayoutPlan, std::string>> candidates = {{plan, "per-conv choice"}};
   for (int64_t cap : caps) candidates.push_back({LayoutPlan{cap, {}}, "every conv at cap " + std::to_string(cap)});
+  candidates.push_back({LayoutPlan{}, "the default caps"});
   double best_total = 0;
   size_t pick = candidates.size();
   for (size_t i = 0; i < candidates.size(); ++i) {
     // The uniform plans' totals came with their conv times.
-    double total = i == 0 ? times_under(g, target, plan, db, &cache).total : times[i - 1].total;
+    bool uniform = i >= 1 && i <= caps.size();
+    double total = uniform ? times[i - 1].total : times_under(g, target, candidates[i].first, db, &cache).total;
     if (total > 0 && (pick == candidates.size() || total < best_total)) best_total = total, pick = i;
   }
   if (pick == candidates.size()) {
     // No plan has a record for each of its groups: the default, as untuned.
     if (decisions) {
       for (LayoutDecision d : mixed) {
-        d.cap = fallback_cap, d.conv_time = d.transform_time = 0, d.why = "default (no plan has a record for every group)";
+        d.cap = default_caps.at(d.conv), d.conv_time = d.transform_time = 0, d.why = "default (no plan has a record for every group)";
         decisions->push_back(d);
       }
     }
@@ -155,7 +166,7 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
   if (decisions) {
     for (LayoutDecision d : mixed) {
       if (pick != 0) {
-        d.cap = chosen.cap_of(d.conv, fallback_cap);
+        d.cap = chosen.cap_of(d.conv, default_caps.at(d.conv));
         d.transform_time = 0;
         d.conv_time = 0;
         for (size_t i = 0; i < caps.size(); ++i) {

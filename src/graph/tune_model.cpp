@@ -90,36 +90,41 @@ std::vector<ModelTask> extract_tasks(const Graph& g, const CompileOptions& optio
   Target target = Target::parse(options.target);
   std::vector<LayoutPlan> plans = {options.layout_plan};
   if (options.layout && options.choose_layouts && target.kind == Target::Kind::LLVM) {
-    // Every convolution under every cap, the default (two vectors) first.
+    // The default plan (each convolution at default_conv_cap's cap) first,
+    // then every convolution under every cap, two vectors first.
     std::vector<int64_t> caps = layout_block_choices(target);
-    plans.clear();
+    plans = {LayoutPlan{}};
     for (auto it = caps.rbegin(); it != caps.rend(); ++it) plans.push_back(LayoutPlan{*it, {}});
   }
   std::vector<ModelTask> tasks;
   std::map<std::string, size_t> by_key;
+  std::map<std::string, int64_t> uniform_cap;  // a default-plan task's key -> the first uniform plan that has it
   for (const LayoutPlan& plan : plans) {
     for (ModelTask& t : tasks_of_plan(g, target, options, plan)) {
+      t.in_default_plan = &plan == &plans.front();
       auto it = by_key.find(t.task.workload_key);
       if (it == by_key.end()) {
         // A variant only where the cap changed it; a task every plan shares is plain.
-        if (plans.size() > 1 && &plan == &plans.front()) t.layout_cap = 0;
+        if (plans.size() > 1 && t.in_default_plan) t.layout_cap = 0;
         by_key[t.task.workload_key] = tasks.size();
         tasks.push_back(std::move(t));
         continue;
       }
       ModelTask& same = tasks[it->second];
+      if (plan.max_block > 0) uniform_cap.emplace(same.task.workload_key, plan.max_block);
       same.weight = std::max(same.weight, t.weight);
       for (const std::string& name : t.groups)
         if (std::find(same.groups.begin(), same.groups.end(), name) == same.groups.end()) same.groups.push_back(name);
     }
   }
   if (plans.size() > 1) {
-    // A first-plan task is a variant when a later plan gave one of its groups another task.
+    // A default-plan task is a variant (of the cap it has) when another plan gave one of its groups another task.
     std::map<std::string, int> tasks_per_group;
     for (const ModelTask& t : tasks)
       for (const std::string& name : t.groups) ++tasks_per_group[name];
     for (ModelTask& t : tasks)
-      if (t.layout_cap == 0 && tasks_per_group[t.groups.front()] > 1) t.layout_cap = plans.front().max_block;
+      if (t.layout_cap == 0 && tasks_per_group[t.groups.front()] > 1 && uniform_cap.count(t.task.workload_key))
+        t.layout_cap = uniform_cap[t.task.workload_key];
   }
   for (ModelTask& t : tasks) t.best_time = best_time_in_db(t.task, options.db);
   if (!options.db.empty() && std::filesystem::exists(options.db)) {
@@ -244,9 +249,7 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
   // budget goes to the convolutions before the layout copies; the default
   // layout's tasks before the other layouts' variants, so the model has a
   // complete estimate first.
-  Target target = Target::parse(options.target);
-  const int64_t default_cap = target.kind == Target::Kind::LLVM ? layout_block_choices(target).back() : 0;
-  auto variant = [&](size_t i) { return r.tasks[i].layout_cap != 0 && r.tasks[i].layout_cap != default_cap; };
+  auto variant = [&](size_t i) { return !r.tasks[i].in_default_plan; };
   std::vector<size_t> order(n);
   for (size_t i = 0; i < n; ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {

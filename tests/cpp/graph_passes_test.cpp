@@ -210,6 +210,46 @@ TEST(GraphPasses, AlterConvLayoutLeavesTransformsAtTheBoundary) {
   for (int64_t i = 0; i < plain[0].numel(); ++i) EXPECT_NEAR(blocked[0].data_as<float>()[i], plain[0].data_as<float>()[i], 1e-4);
 }
 
+TEST(GraphPasses, DefaultConvCapIsOneVectorWhereTwoFitTooFewOutputPixels) {
+  Target avx2 = Target::parse("llvm -mcpu=haswell"), avx512 = Target::parse("llvm -mcpu=skylake-avx512");
+  // AVX2: a tile of two vectors holds 6 pixels; a 7-wide output gets 1 of them, one vector gets 7.
+  EXPECT_EQ(default_conv_cap(512, 7, 7, avx2), 8);
+  EXPECT_EQ(default_conv_cap(256, 14, 14, avx2), 16);  // 2 x 2 pixels of two vectors
+  EXPECT_EQ(default_conv_cap(64, 56, 56, avx2), 16);
+  EXPECT_EQ(default_conv_cap(16, 6, 6, avx2), 16);
+  EXPECT_EQ(default_conv_cap(24, 7, 7, avx2), 16);  // no two-vector block at all: channel_block_for decides
+  // AVX-512: 32 registers fit 7 pixels of two vectors.
+  EXPECT_EQ(default_conv_cap(512, 7, 7, avx512), 32);
+}
+
+TEST(GraphPasses, SevenWideConvolutionsTakeOneVectorBlocksAndStayCorrect) {
+  auto x = make_input("x", {{1, 16, 7, 7}, DataType::Float(32)});
+  Attrs pad1;
+  pad1.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  Value c1 = make_op("Conv", {x->output(), make_constant("w1", random_array({16, 16, 3, 3}, 12))->output()}, pad1, "c1")->output();
+  Graph g = Graph::make({x}, {op("Relu", {c1})});
+  Graph a = alter_conv_layout(g, Target::parse("llvm -mcpu=haswell"));
+  int convs = 0;
+  for (const OpNode* n : a.op_nodes())
+    if (n->op->name == "kiln.ConvNCHWc") {
+      ++convs;
+      EXPECT_EQ(n->inputs[1].type().shape, (std::vector<int64_t>{2, 2, 3, 3, 8, 8})) << a.str();
+    }
+  EXPECT_EQ(convs, 1) << a.str();
+  // A plan naming the convolution overrides the default.
+  LayoutPlan plan;
+  plan.conv_max_block["c1"] = 16;
+  Graph planned = alter_conv_layout(g, Target::parse("llvm -mcpu=haswell"), plan);
+  for (const OpNode* n : planned.op_nodes())
+    if (n->op->name == "kiln.ConvNCHWc") EXPECT_EQ(n->inputs[1].type().shape, (std::vector<int64_t>{1, 1, 3, 3, 16, 16}));
+  NDArray in = random_array({1, 16, 7, 7}, 13);
+  CompileOptions haswell;
+  haswell.target = "llvm -mcpu=haswell";
+  std::vector<NDArray> blocked = compile(g, haswell).run({in});
+  std::vector<NDArray> plain = compile(g, options(true, false, true)).run({in});
+  for (int64_t i = 0; i < plain[0].numel(); ++i) EXPECT_NEAR(blocked[0].data_as<float>()[i], plain[0].data_as<float>()[i], 1e-4);
+}
+
 TEST(GraphExecutor, FusedAndUnfusedMatchNaiveLoops) {
   NDArray w, b;
   Graph g = mlp_graph(&w, &b);

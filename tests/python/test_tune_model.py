@@ -162,3 +162,31 @@ def test_remeasure_warm_records_cold(tmp_path):
     x = np.random.default_rng(2).standard_normal((1, 8, 12, 12)).astype(np.float32)
     got, ref = exe(x)[0], kiln.compile(model, fuse=False, plain=True, layout=False)(x)[0]
     assert np.max(np.abs(got - ref)) <= 1e-5 * np.max(np.abs(ref))
+
+
+def test_default_plan_of_seven_wide_convolutions_is_tuned_first(tmp_path):
+    """On AVX2 a 7 x 7 output takes one-vector channel blocks by default (two vectors fit a
+    tile of 6 pixels): extraction marks that variant as the default plan's, the warm-up tunes it first, and the
+    compiled model, tuned or not, matches the unblocked reference."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((16, 16, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 7, 7])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    model = kiln.graph.from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    db = str(tmp_path / "seven.db")
+    tasks, table = extract_tasks(model, target=AVX2, db=db)
+    convs = [t for t in tasks if "ConvNCHWc" in t["ops"]]
+    assert sorted((t["layout_cap"], t["in_default_plan"], t["weight"]) for t in convs) == [(8, True, 2), (16, False, 2)], table
+    x = rng.standard_normal((1, 16, 7, 7)).astype(np.float32)
+    ref = kiln.compile(model, fuse=False, plain=True, layout=False)(x)[0]
+    got = kiln.compile(model, target=AVX2)(x)[0]
+    assert np.max(np.abs(got - ref)) <= 1e-5 * np.max(np.abs(ref))
+    # One warm-up round of 8 trials: it goes to the default plan's convolution, not to the variant.
+    r = kiln.tune_model(model, target=AVX2, trials=8, batch=8, db=db, progress=False, confirm_top=0)
+    tuned = {t["layout_cap"]: t["best_time"] for t in r["tasks"] if "ConvNCHWc" in t["ops"]}
+    assert tuned[8] > 0 and tuned[16] == 0, r["table"] if "table" in r else r["tasks"]
+    exe = kiln.compile(model, target=AVX2, db=db, quiet=True)
+    got = exe(x)[0]
+    assert np.max(np.abs(got - ref)) <= 1e-5 * np.max(np.abs(ref))

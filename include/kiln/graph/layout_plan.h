@@ -26,7 +26,7 @@ namespace kiln::graph {
 class Graph;
 
 struct LayoutPlan {
-  /** The cap of every convolution not listed below (0: two vectors of the target's lanes). */
+  /** The cap of every convolution not listed below (0: default_conv_cap's, per convolution). */
   int64_t max_block = 0;
   /** Per convolution (node name): its cap. */
   std::map<std::string, int64_t> conv_max_block;
@@ -42,6 +42,17 @@ struct LayoutPlan {
  * under either cap, not 24).
  */
 int64_t channel_block_for(int64_t channels, int64_t cap, int64_t lanes);
+
+/**
+ * The cap of a (dense) convolution that no plan names: two vectors, unless
+ * the default register tile of two-vector blocks holds so few output pixels
+ * that one-vector blocks feed their FMAs better (tile_intensity's measure).
+ * That is a 7 x 7 output on AVX2: two vectors fit 6 pixels, and 7 has no
+ * divisor up to 6, so the tile took one vector of a 16-channel block and
+ * each weight cache line was read half by one tile and half by another; in
+ * blocks of 8 ResNet's 7 x 7 convolutions ran 1.02x to 1.34x faster (Zen 3).
+ */
+int64_t default_conv_cap(int64_t out_channels, int64_t out_h, int64_t out_w, const Target& target);
 
 /** The caps a convolution may take on this target: one and two vectors of float32. */
 std::vector<int64_t> layout_block_choices(const Target& target);
@@ -61,8 +72,9 @@ struct LayoutDecision {
  * takes the cap minimising its group's best time plus the estimated time of
  * relayouting its input from the block its producer chose (bytes moved at
  * the bandwidth of the database's best LayoutTransform record; only caps
- * with a record compete). That per-conv plan, and each cap for every conv
- * (what tuning measured), are then costed whole: the sum of the best
+ * with a record compete; without one, its default cap). That per-conv
+ * plan, each cap for every conv and the default plan (what tuning
+ * measured) are then costed whole: the sum of the best
  * records of every group the plan compiles to (mixing blocks changes the
  * groups: a residual Add no longer fuses, relayouts appear). The cheapest
  * plan whose groups all have a record wins; with none, the default.

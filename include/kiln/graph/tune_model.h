@@ -31,6 +31,8 @@ struct ModelTask {
    * another cap too, and compiling picks one per convolution.
    */
   int64_t layout_cap = 0;
+  /** Whether compiling without records runs this task (each convolution at default_conv_cap's cap). */
+  bool in_default_plan = true;
 };
 
 /**

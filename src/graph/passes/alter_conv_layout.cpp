@@ -10,8 +10,9 @@
 // collapse (b -> NCHW -> b is nothing). What remains are transforms at the
 // boundaries of the blocked region: the model's input, pooling, reshapes.
 // The block of C channels is the same for inputs and outputs
-// (channel_block_for: whole vectors up to the cap, two vectors unless the
-// LayoutPlan gives a convolution another), so between convolutions under
+// (channel_block_for: whole vectors up to the cap, which is the LayoutPlan's
+// for the convolution, else default_conv_cap's: two vectors, or one where a
+// two-vector tile fits too few output pixels), so between convolutions under
 // one cap nothing is re-blocked; where the plan changes the cap, a
 // transform from one block to the other (b1 -> b2) remains.
 // MatMul/Gemm weights (constant, 2-D) are packed the same way, into panels
@@ -27,6 +28,7 @@
 #include "kiln/ops/broadcast.h"
 #include "kiln/ops/layout.h"
 #include "kiln/ops/nn.h"
+#include "kiln/ops/register_tile.h"
 #include "kiln/support/error.h"
 
 namespace kiln::graph {
@@ -117,7 +119,8 @@ Attrs conv_attrs(const ops::Conv2dParams& p) {
 // value read blocked twice (a residual input) is transformed once.
 class LayoutRewriter {
  public:
-  LayoutRewriter(int64_t max_block, const LayoutPlan& plan) : max_block_(max_block), plan_(plan) {}
+  LayoutRewriter(const Target& target, const LayoutPlan& plan)
+      : target_(target), max_block_(2 * target.natural_lanes(DataType::Float(32))), plan_(plan) {}
 
   std::vector<Value> operator()(const Ref<OpNode>& n) {
     if (n->op->name == "Conv" && n->inputs.size() >= 2) return rewrite_conv(*n);
@@ -164,8 +167,9 @@ class LayoutRewriter {
     const float* w = W->data_as<float>();
     Value x = conv.inputs[0], y;
     int64_t kb;
-    const int64_t cap = plan_.cap_of(conv.name, max_block_);
     if (shape->group == 1) {
+      const auto& out = conv.types[0].shape;
+      const int64_t cap = plan_.cap_of(conv.name, default_conv_cap(K, out[2], out[3], target_));
       int64_t cb = channel_block_for(C, cap, lanes());
       kb = channel_block_for(K, cap, lanes());
       NDArray packed = NDArray::empty({K / kb, C / cb, KH, KW, cb, kb}, DataType::Float(32));
@@ -177,7 +181,7 @@ class LayoutRewriter {
       y = make_op("kiln.ConvNCHWc", {relayout(x, 0, cb), make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()},
                   conv_attrs(shape->p), conv.name)->output();
     } else if (shape->group == C && K == C && ws[1] == 1) {
-      kb = channel_block_for(C, cap, lanes());
+      kb = channel_block_for(C, plan_.cap_of(conv.name, max_block_), lanes());
       NDArray packed = NDArray::empty({C / kb, KH, KW, kb}, DataType::Float(32));
       float* p = packed.data_as<float>();
       for (int64_t c = 0; c < C; ++c)
@@ -258,6 +262,7 @@ class LayoutRewriter {
 
   int64_t lanes() const { return max_block_ / 2; }
 
+  const Target& target_;
   const int64_t max_block_;  // two vectors of the target's float32 lanes
   const LayoutPlan& plan_;    // per-convolution caps
   std::map<std::tuple<const NodeObj*, int, int64_t, int64_t>, Value> transforms_;  // (node, output, from, to)
@@ -272,6 +277,38 @@ int64_t channel_block_for(int64_t C, int64_t max_block, int64_t lanes) {
   // every register tile): MobileNetV2's 144 -> 24 projections then ran at 51
   // GFLOP/s by default against 108 with blocks of 12 (1 thread, Zen 5).
   return best > 0 ? best : ops::channel_block(static_cast<int>(C), static_cast<int>(std::min(max_block, lanes)));
+}
+
+namespace {
+
+int64_t largest_divisor_at_most(int64_t n, int64_t cap) {
+  for (int64_t d = std::min(n, cap); d > 1; --d)
+    if (n % d == 0) return d;
+  return 1;
+}
+
+// Output pixels in the register tile a convolution's default schedule takes
+// with `vectors` vectors of output channels (tuner/src/search_space_seeds.cpp:
+// rows of the output width first, then of its height, as fit the registers
+// less one spare).
+int64_t default_tile_rows(int64_t out_h, int64_t out_w, int registers, int vectors) {
+  int64_t left = ops::max_tile_rows(registers - 1, vectors);
+  int64_t x = largest_divisor_at_most(out_w, left);
+  return x * largest_divisor_at_most(out_h, std::max<int64_t>(1, left / x));
+}
+
+}  // namespace
+
+int64_t default_conv_cap(int64_t out_channels, int64_t out_h, int64_t out_w, const Target& target) {
+  ops::RegisterBudget budget = ops::register_budget(target);
+  const int64_t lanes = budget.lanes;
+  if (out_channels % (2 * lanes) != 0) return 2 * lanes;  // channel_block_for decides between part-vectors
+  // FMAs per load of the tile's operands, as the tuner's tile_intensity counts them.
+  auto intensity = [&](int vectors) {
+    double rows = static_cast<double>(default_tile_rows(out_h, out_w, budget.registers, vectors));
+    return rows * vectors / (rows + vectors);
+  };
+  return intensity(1) > intensity(2) ? lanes : 2 * lanes;
 }
 
 int64_t LayoutPlan::cap_of(const std::string& conv, int64_t fallback) const {
@@ -289,7 +326,7 @@ Graph alter_conv_layout(const Graph& g, const Target& target, const LayoutPlan& 
   if (target.kind != Target::Kind::LLVM) return g;
   for (const auto& [conv, cap] : plan.conv_max_block)
     KILN_USER_CHECK(cap > 0) << "layout plan: convolution '" << conv << "' has cap " << cap << "; give a positive channel block";
-  LayoutRewriter rewriter(2 * target.natural_lanes(DataType::Float(32)), plan);
+  LayoutRewriter rewriter(target, plan);
   return rewrite_graph(g, [&](const Ref<OpNode>& n) { return rewriter(n); });
 }
 
