@@ -145,12 +145,15 @@ std::string tasks_table(const std::vector<ModelTask>& tasks) {
     const ModelTask& t = tasks[i];
     std::string best = t.best_time > 0 ? std::to_string(t.best_time * 1e3).substr(0, 8) : "-";
     std::string gf = t.best_time > 0 ? std::to_string(t.task.flop / t.best_time * 1e-9).substr(0, 7) : "-";
-    std::string layout = t.layout_cap > 0 ? "c" + std::to_string(t.layout_cap) : "-";
+    // "*": the variant compiling without records runs.
+    std::string layout = t.layout_cap > 0 ? "c" + std::to_string(t.layout_cap) + (t.in_default_plan ? "*" : "") : "-";
     std::snprintf(line, sizeof line, "%-4zu %-16s %-44s %10.2f %6d %6s %8d %12s %10s\n", i, t.task.workload_key.c_str(), t.ops.substr(0, 44).c_str(),
                   t.task.flop * 1e-6, t.weight, layout.c_str(), t.records, best.c_str(), gf.c_str());
     os << line;
   }
   double lat = estimated_latency(tasks);
+  if (std::any_of(tasks.begin(), tasks.end(), [](const ModelTask& t) { return t.layout_cap > 0 && t.in_default_plan; }))
+    os << "layout c<N>: the channel-block cap of a layout variant; *: the one compiling without records takes\n";
   os << "estimated model latency (per group, the best of its tasks, summed): " << (lat > 0 ? std::to_string(lat * 1e3) + " ms" : "unknown (tasks without records)") << "\n";
   return os.str();
 }

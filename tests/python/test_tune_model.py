@@ -179,6 +179,7 @@ def test_default_plan_of_seven_wide_convolutions_is_tuned_first(tmp_path):
     tasks, table = extract_tasks(model, target=AVX2, db=db)
     convs = [t for t in tasks if "ConvNCHWc" in t["ops"]]
     assert sorted((t["layout_cap"], t["in_default_plan"], t["weight"]) for t in convs) == [(8, True, 2), (16, False, 2)], table
+    assert "c8*" in table and "c16*" not in table and "compiling without records" in table
     x = rng.standard_normal((1, 16, 7, 7)).astype(np.float32)
     ref = kiln.compile(model, fuse=False, plain=True, layout=False)(x)[0]
     got = kiln.compile(model, target=AVX2)(x)[0]
