@@ -88,15 +88,16 @@ def main(argv=None):
         got = json.loads(line[5:])
         print(f"\n{n} ranks, {got['threads']} kernel thread(s) each; calibrated: " +
               ", ".join(f"{k} {v:.3g}" for k, v in got["cost"].items()))
-        print(f"{'model':<55} {'strategy':<8} {'estimate':>9} {'best':>9} {'median':>9} {'best/est':>9}")
+        print(f"{'model':<55} {'strategy':<8} {'estimate':>9} {'best':>9} {'median':>9} {'best/est':>9} {'med/est':>8}")
         for r in got["rows"]:
             if "error" in r:
                 print(f"{r['model']:<55} {r['strategy']:<8} {r['error'][:60]}")
                 continue
             print(f"{r['model']:<55} {r['strategy']:<8} {r['estimate_s'] * 1e3:9.3f} {r['best_s'] * 1e3:9.3f} "
-                  f"{r['median_s'] * 1e3:9.3f} {r['best_over_estimate']:9.2f}")
+                  f"{r['median_s'] * 1e3:9.3f} {r['best_over_estimate']:9.2f} {r['median_s'] / r['estimate_s']:8.2f}")
         results.append(got)
-    print("\ntimes in ms per run; best / estimate within 0.75..1.25 is the issue's 25%")
+    print("\ntimes in ms per run; best / estimate within 0.75..1.25 is the issue's 25%; with more ranks than cores the\n"
+          "best of the runs is the luckiest schedule (it varies 2x between sessions), the median the one to read")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
