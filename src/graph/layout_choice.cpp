@@ -76,12 +76,6 @@ const OpNode* producer_conv(const Value& v, int depth = 8) {
   return nullptr;
 }
 
-/** The cap compiling without records gives a convolution (default_conv_cap; depthwise ones: two vectors). */
-int64_t default_cap_of(const OpNode& conv, const Target& target, int64_t two_vectors) {
-  const auto& out = conv.types[0].shape;
-  return conv.attrs.get_int_or("group", 1) == 1 ? default_conv_cap(out[1], out[2], out[3], target) : two_vectors;
-}
-
 /** The block a cap gives a convolution's input (in) or output (out) channels: alter_conv_layout's rule. */
 int64_t conv_block(const OpNode& conv, bool out, int64_t cap, int64_t lanes) {
   int64_t channels = out ? conv.types[0].shape[1] : conv.inputs[0].type().shape[1];
@@ -110,10 +104,10 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
   for (const OpNode* conv : pre.op_nodes()) {
     if (conv->op->name != "Conv" || conv->types.empty() || conv->types[0].ndim() != 4) continue;
     const OpNode* prev = producer_conv(conv->inputs[0]);
-    int64_t prev_block = prev ? conv_block(*prev, true, plan.cap_of(prev->name, default_cap_of(*prev, target, fallback_cap)), lanes) : 0;
+    int64_t prev_block = prev ? conv_block(*prev, true, plan.cap_of(prev->name, fallback_cap), lanes) : 0;
     LayoutDecision d;
     d.conv = conv->name;
-    d.cap = default_cap_of(*conv, target, fallback_cap);
+    d.cap = default_caps[d.conv] = default_conv_cap(*conv, target);
     d.why = "default (no record)";
     double best = std::numeric_limits<double>::infinity();
     for (size_t i = 0; i < caps.size(); ++i) {
@@ -131,7 +125,6 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
       }
     }
     plan.conv_max_block[conv->name] = d.cap;
-    default_caps[d.conv] = default_cap_of(*conv, target, fallback_cap);
     mixed.push_back(d);
   }
   // The per-conv choice changes the graph beyond each conv: a residual Add
@@ -140,18 +133,22 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
   // candidate plan (the per-conv one, and each cap for all convs, which is
   // what tuning measured) is costed by the records of every group it
   // compiles to, and the cheapest one whose groups all have a record wins.
-  // The default plan (what compiling without records runs) is tuned too.
-  std::vector<std::pair<LayoutPlan, std::string>> candidates = {{plan, "per-conv choice"}};
-  for (int64_t cap : caps) candidates.push_back({LayoutPlan{cap, {}}, "every conv at cap " + std::to_string(cap)});
-  candidates.push_back({LayoutPlan{}, "the default caps"});
+  // The default plan (what compiling without records runs) is tuned too,
+  // a candidate of its own where it is not one of the uniform ones.
+  struct Candidate {
+    LayoutPlan plan;
+    std::string why;
+    double total;  // the sum of its groups' best records (0: some group has none)
+  };
+  std::vector<Candidate> candidates = {{plan, "per-conv choice", times_under(g, target, plan, db, &cache).total}};
+  for (size_t i = 0; i < caps.size(); ++i)
+    candidates.push_back({LayoutPlan{caps[i], {}}, "every conv at cap " + std::to_string(caps[i]), times[i].total});
+  LayoutPlan defaults = default_layout_plan(g, target);
+  if (defaults.max_block == 0) candidates.push_back({defaults, "the default caps", times_under(g, target, defaults, db, &cache).total});
   double best_total = 0;
   size_t pick = candidates.size();
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    // The uniform plans' totals came with their conv times.
-    bool uniform = i >= 1 && i <= caps.size();
-    double total = uniform ? times[i - 1].total : times_under(g, target, candidates[i].first, db, &cache).total;
-    if (total > 0 && (pick == candidates.size() || total < best_total)) best_total = total, pick = i;
-  }
+  for (size_t i = 0; i < candidates.size(); ++i)
+    if (candidates[i].total > 0 && (pick == candidates.size() || candidates[i].total < best_total)) best_total = candidates[i].total, pick = i;
   if (pick == candidates.size()) {
     // No plan has a record for each of its groups: the default, as untuned.
     if (decisions) {
@@ -162,7 +159,7 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
     }
     return LayoutPlan{};
   }
-  const LayoutPlan& chosen = candidates[pick].first;
+  const LayoutPlan& chosen = candidates[pick].plan;
   if (decisions) {
     for (LayoutDecision d : mixed) {
       if (pick != 0) {
@@ -176,7 +173,7 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
       }
       char total[64];
       std::snprintf(total, sizeof total, " (plan total %.3f ms)", best_total * 1e3);
-      d.why = candidates[pick].second + total;
+      d.why = candidates[pick].why + total;
       decisions->push_back(d);
     }
   }

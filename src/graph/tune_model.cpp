@@ -91,17 +91,19 @@ std::vector<ModelTask> extract_tasks(const Graph& g, const CompileOptions& optio
   std::vector<LayoutPlan> plans = {options.layout_plan};
   if (options.layout && options.choose_layouts && target.kind == Target::Kind::LLVM) {
     // The default plan (each convolution at default_conv_cap's cap) first,
-    // then every convolution under every cap, two vectors first.
+    // then every convolution under every other cap, two vectors first.
     std::vector<int64_t> caps = layout_block_choices(target);
-    plans = {LayoutPlan{}};
-    for (auto it = caps.rbegin(); it != caps.rend(); ++it) plans.push_back(LayoutPlan{*it, {}});
+    plans = {default_layout_plan(g, target)};
+    for (auto it = caps.rbegin(); it != caps.rend(); ++it)
+      if (*it != plans.front().max_block) plans.push_back(LayoutPlan{*it, {}});
   }
   std::vector<ModelTask> tasks;
   std::map<std::string, size_t> by_key;
-  std::map<std::string, int64_t> uniform_cap;  // a default-plan task's key -> the first uniform plan that has it
+  std::map<std::string, int64_t> uniform_cap;  // a task's key -> the cap of the first uniform plan that has it
   for (const LayoutPlan& plan : plans) {
     for (ModelTask& t : tasks_of_plan(g, target, options, plan)) {
       t.in_default_plan = &plan == &plans.front();
+      if (plan.max_block > 0) uniform_cap.emplace(t.task.workload_key, plan.max_block);
       auto it = by_key.find(t.task.workload_key);
       if (it == by_key.end()) {
         // A variant only where the cap changed it; a task every plan shares is plain.
@@ -111,7 +113,6 @@ std::vector<ModelTask> extract_tasks(const Graph& g, const CompileOptions& optio
         continue;
       }
       ModelTask& same = tasks[it->second];
-      if (plan.max_block > 0) uniform_cap.emplace(same.task.workload_key, plan.max_block);
       same.weight = std::max(same.weight, t.weight);
       for (const std::string& name : t.groups)
         if (std::find(same.groups.begin(), same.groups.end(), name) == same.groups.end()) same.groups.push_back(name);

@@ -240,8 +240,14 @@ TEST(GraphPasses, SevenWideConvolutionsTakeOneVectorBlocksAndStayCorrect) {
   LayoutPlan plan;
   plan.conv_max_block["c1"] = 16;
   Graph planned = alter_conv_layout(g, Target::parse("llvm -mcpu=haswell"), plan);
-  for (const OpNode* n : planned.op_nodes())
-    if (n->op->name == "kiln.ConvNCHWc") EXPECT_EQ(n->inputs[1].type().shape, (std::vector<int64_t>{1, 1, 3, 3, 16, 16}));
+  for (const OpNode* n : planned.op_nodes()) {
+    if (n->op->name == "kiln.ConvNCHWc") {
+      EXPECT_EQ(n->inputs[1].type().shape, (std::vector<int64_t>{1, 1, 3, 3, 16, 16}));
+    }
+  }
+  // The default plan is per convolution here; a graph whose convolutions all default to two vectors gets the uniform plan.
+  EXPECT_EQ(default_layout_plan(g, Target::parse("llvm -mcpu=haswell")).max_block, 0);
+  EXPECT_EQ(default_layout_plan(g, Target::parse("llvm -mcpu=skylake-avx512")).max_block, 32);
   NDArray in = random_array({1, 16, 7, 7}, 13);
   CompileOptions haswell;
   haswell.target = "llvm -mcpu=haswell";

@@ -24,6 +24,7 @@ struct Target;
 namespace kiln::graph {
 
 class Graph;
+struct OpNode;
 
 struct LayoutPlan {
   /** The cap of every convolution not listed below (0: default_conv_cap's, per convolution). */
@@ -53,6 +54,17 @@ int64_t channel_block_for(int64_t channels, int64_t cap, int64_t lanes);
  * blocks of 8 ResNet's 7 x 7 convolutions ran 1.02x to 1.34x faster (Zen 3).
  */
 int64_t default_conv_cap(int64_t out_channels, int64_t out_h, int64_t out_w, const Target& target);
+
+/** The cap a Conv node takes without a plan: default_conv_cap's for a dense one, two vectors for a depthwise one. */
+int64_t default_conv_cap(const OpNode& conv, const Target& target);
+
+/**
+ * The plan compiling without records follows, made explicit: the uniform
+ * two-vector plan where every convolution of `g` defaults to two vectors
+ * (the same groups: no need to optimize the graph under both), else
+ * LayoutPlan{} (each convolution at its default).
+ */
+LayoutPlan default_layout_plan(const Graph& g, const Target& target);
 
 /** The caps a convolution may take on this target: one and two vectors of float32. */
 std::vector<int64_t> layout_block_choices(const Target& target);

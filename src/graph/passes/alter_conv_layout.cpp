@@ -167,9 +167,8 @@ class LayoutRewriter {
     const float* w = W->data_as<float>();
     Value x = conv.inputs[0], y;
     int64_t kb;
+    const int64_t cap = plan_.cap_of(conv.name, default_conv_cap(conv, target_));
     if (shape->group == 1) {
-      const auto& out = conv.types[0].shape;
-      const int64_t cap = plan_.cap_of(conv.name, default_conv_cap(K, out[2], out[3], target_));
       int64_t cb = channel_block_for(C, cap, lanes());
       kb = channel_block_for(K, cap, lanes());
       NDArray packed = NDArray::empty({K / kb, C / cb, KH, KW, cb, kb}, DataType::Float(32));
@@ -181,7 +180,7 @@ class LayoutRewriter {
       y = make_op("kiln.ConvNCHWc", {relayout(x, 0, cb), make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()},
                   conv_attrs(shape->p), conv.name)->output();
     } else if (shape->group == C && K == C && ws[1] == 1) {
-      kb = channel_block_for(C, plan_.cap_of(conv.name, max_block_), lanes());
+      kb = channel_block_for(C, cap, lanes());
       NDArray packed = NDArray::empty({C / kb, KH, KW, kb}, DataType::Float(32));
       float* p = packed.data_as<float>();
       for (int64_t c = 0; c < C; ++c)
@@ -281,20 +280,15 @@ int64_t channel_block_for(int64_t C, int64_t max_block, int64_t lanes) {
 
 namespace {
 
-int64_t largest_divisor_at_most(int64_t n, int64_t cap) {
-  for (int64_t d = std::min(n, cap); d > 1; --d)
-    if (n % d == 0) return d;
-  return 1;
-}
-
 // Output pixels in the register tile a convolution's default schedule takes
 // with `vectors` vectors of output channels (tuner/src/search_space_seeds.cpp:
 // rows of the output width first, then of its height, as fit the registers
 // less one spare).
 int64_t default_tile_rows(int64_t out_h, int64_t out_w, int registers, int vectors) {
   int64_t left = ops::max_tile_rows(registers - 1, vectors);
-  int64_t x = largest_divisor_at_most(out_w, left);
-  return x * largest_divisor_at_most(out_h, std::max<int64_t>(1, left / x));
+  // channel_block: the largest divisor not above the bound.
+  int64_t x = ops::channel_block(static_cast<int>(out_w), static_cast<int>(left));
+  return x * ops::channel_block(static_cast<int>(out_h), static_cast<int>(std::max<int64_t>(1, left / x)));
 }
 
 }  // namespace
@@ -309,6 +303,19 @@ int64_t default_conv_cap(int64_t out_channels, int64_t out_h, int64_t out_w, con
     return rows * vectors / (rows + vectors);
   };
   return intensity(1) > intensity(2) ? lanes : 2 * lanes;
+}
+
+int64_t default_conv_cap(const OpNode& conv, const Target& target) {
+  const auto& out = conv.types[0].shape;
+  if (conv.attrs.get_int_or("group", 1) != 1) return 2 * target.natural_lanes(DataType::Float(32));
+  return default_conv_cap(out[1], out[2], out[3], target);
+}
+
+LayoutPlan default_layout_plan(const Graph& g, const Target& target) {
+  const int64_t two_vectors = 2 * target.natural_lanes(DataType::Float(32));
+  for (const OpNode* n : g.op_nodes())
+    if (n->op->name == "Conv" && !n->types.empty() && n->types[0].ndim() == 4 && default_conv_cap(*n, target) != two_vectors) return LayoutPlan{};
+  return LayoutPlan{two_vectors, {}};
 }
 
 int64_t LayoutPlan::cap_of(const std::string& conv, int64_t fallback) const {
