@@ -160,6 +160,21 @@ def measure(args, traces, target="llvm", repeat=3, min_repeat_ms=20.0, number=1,
     return _kiln.tuner.measure(task, traces, options)
 
 
+def default_decisions(args, target="llvm"):
+    """The decisions of the schedule a computation gets without tuning, as the tuner logs a candidate and a
+    compiled group's ``schedule_detail`` ends: ``"sketch 0: conv.y=7x1x1x2 ... conv.unroll=1"``. Edit it and
+    pass it to candidate_trace to time a variant by hand (with measure)."""
+    return _kiln.tuner.default_description(make_task(args, target))
+
+
+def candidate_trace(args, decisions, target="llvm"):
+    """The schedule trace (JSON) of a candidate written as default_decisions writes it. Slots the text leaves
+    out keep the default's decisions, and a slot named twice takes its last value, so
+    ``default_decisions(args) + " conv.unroll=0"`` is the default with one decision changed. Raises KilnError
+    naming a slot that is unknown, malformed or invalid."""
+    return _kiln.tuner.candidate_trace(make_task(args, target), str(decisions))
+
+
 def best_schedule(args, target="llvm", db="kiln_tuning.db"):
     """The best recorded schedule of a computation (replayed on its tensors), or None."""
     found = _best(make_task(args, target), db)
@@ -178,7 +193,7 @@ def _best(task, db):
     return sched, trace, record_id, median
 
 
-__all__ = ["tune", "make_task", "measure", "best_schedule", "plot_curve", "Task", "TuneResult"]
+__all__ = ["tune", "make_task", "measure", "best_schedule", "default_decisions", "candidate_trace", "plot_curve", "Task", "TuneResult"]
 
 
 def migrate_features(db, task):

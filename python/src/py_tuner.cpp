@@ -167,6 +167,20 @@ void define_tuner(py::module_& m) {
     return c.trace.to_json();
   }, py::arg("task"));
 
+  // The default candidate's decisions as describe_candidate writes them
+  // ("sketch 0: C.i=... C.unroll=1"), the text candidate_trace reads.
+  t.def("default_description", [](const tuner::Task& task) {
+    tuner::SearchSpace space(task);
+    return space.describe_candidate(space.default_candidate());
+  }, py::arg("task"));
+
+  // The trace of a candidate given as describe_candidate writes it (a group's
+  // schedule_detail after the "; "): replays a logged schedule, edited by hand.
+  t.def("candidate_trace", [](const tuner::Task& task, const std::string& description) {
+    tuner::SearchSpace space(task);
+    return space.parse_candidate(description).trace.to_json();
+  }, py::arg("task"), py::arg("description"));
+
   // Traces of random candidates of the task's search space (every other one
   // a mutation of the draw before it): what the search measures, for tests
   // and for exploring a space by hand.

@@ -174,3 +174,27 @@ def test_cold_input_records_are_kept_apart_and_preferred(tmp_path):
     found = kiln.tuner._best(kiln.tuner.make_task([A, B, C]), db)
     assert found is not None
     assert found[1] == cold.best_trace  # the cold session's best, not the warm one's
+
+
+def test_default_decisions_edit_and_replay():
+    """default_decisions gives the default's decisions as text; candidate_trace replays it (the same trace as
+    the default) and an edited copy (a different schedule that still computes the product); bad text raises."""
+    A, B, C = gemm(64)
+    text = kiln.tuner.default_decisions([A, B, C])
+    assert text.startswith("sketch ") and "C.unroll=" in text, text
+    default = kiln._ffi._kiln.tuner.default_trace(kiln.tuner.make_task([A, B, C]))
+    assert kiln.tuner.candidate_trace([A, B, C], text) == default
+    unroll = next(w for w in text.split() if w.startswith("C.unroll="))
+    other = "C.unroll=0" if unroll != "C.unroll=0" else "C.unroll=1"
+    edited = kiln.tuner.candidate_trace([A, B, C], text + " " + other)
+    assert edited != default
+    mod = kiln.build(te.Schedule.from_trace(C, edited), [A, B, C])
+    a = np.random.default_rng(0).uniform(-1, 1, (64, 64)).astype("float32")
+    b = np.random.default_rng(1).uniform(-1, 1, (64, 64)).astype("float32")
+    c = np.zeros((64, 64), dtype="float32")
+    mod(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(kiln.KilnError, match="has no decision 'C.nope'"):
+        kiln.tuner.candidate_trace([A, B, C], "sketch 0: C.nope=1")
+    with pytest.raises(kiln.KilnError, match="not the extent 64"):
+        kiln.tuner.candidate_trace([A, B, C], text + " " + next(w for w in text.split() if w.startswith("C.i=")).split("=")[0] + "=3x1x1x1")

@@ -423,4 +423,48 @@ std::string SearchSpace::describe_candidate(const Candidate& c) const {
   return os.str();
 }
 
+Candidate SearchSpace::parse_candidate(const std::string& description) const {
+  std::istringstream in(description);
+  std::string word;
+  int sketch = -1;
+  KILN_USER_CHECK((in >> word) && word == "sketch" && (in >> sketch))
+      << "parse_candidate: '" << description << "' does not start with 'sketch N:' (describe_candidate's form)";
+  KILN_USER_CHECK(sketch >= 0 && sketch < num_sketches())
+      << "parse_candidate: sketch " << sketch << " does not exist; this task has " << num_sketches() << " (0.." << num_sketches() - 1 << ")";
+  if (in.peek() == ':') in.get();
+  Candidate c = default_candidate();
+  if (c.sketch != sketch) {
+    std::mt19937_64 rng(0);  // a valid start for the slots the text leaves out
+    c = sample_sketch(sketch, rng);
+  }
+  const detail::Sketch& sk = impl_->sketch_of(c);
+  while (in >> word) {
+    size_t eq = word.find('=');
+    KILN_USER_CHECK(eq != std::string::npos && eq > 0) << "parse_candidate: '" << word << "' is not LABEL=VALUE";
+    std::string label = word.substr(0, eq);
+    auto slot = std::find_if(sk.slots.begin(), sk.slots.end(), [&](const detail::Slot& s) { return s.label == label; });
+    KILN_USER_CHECK(slot != sk.slots.end()) << "parse_candidate: sketch " << sketch << " has no decision '" << label << "' ("
+                                            << describe_sketch(sketch) << ")";
+    std::vector<int> values;
+    std::istringstream vs(word.substr(eq + 1));
+    for (std::string part; std::getline(vs, part, 'x');) {
+      size_t used = 0;
+      int v = 0;
+      try {
+        v = std::stoi(part, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      KILN_USER_CHECK(!part.empty() && used == part.size()) << "parse_candidate: '" << word << "': '" << part << "' is not an integer";
+      values.push_back(v);
+    }
+    KILN_USER_CHECK(static_cast<int>(values.size()) == slot->size)
+        << "parse_candidate: '" << label << "' takes " << slot->size << " value(s) joined by 'x', not " << values.size();
+    std::copy(values.begin(), values.end(), c.decisions.begin() + slot->offset);
+  }
+  detail::check_decisions(sk, c.decisions);
+  materialize(&c);
+  return c;
+}
+
 }  // namespace kiln::tuner

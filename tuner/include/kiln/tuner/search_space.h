@@ -82,6 +82,15 @@ class SearchSpace {
   te::Schedule materialize(Candidate* c) const;
   /** The candidate's decisions by name ("sketch 0: C.i=4x2x1x8 ... C.unroll=2"), for logs. */
   std::string describe_candidate(const Candidate& c) const;
+  /**
+   * The inverse of describe_candidate: "sketch 0: conv.y=7x1x1x2 ... conv.unroll=1"
+   * back to a candidate (trace set), so a schedule named in a log, a
+   * schedule_detail or a test can be replayed and edited by hand. Slots the
+   * text leaves out keep the default candidate's decisions when it is of the
+   * same sketch. Throws kiln::Error naming the slot that is unknown,
+   * malformed or invalid.
+   */
+  Candidate parse_candidate(const std::string& description) const;
 
  private:
   /** cuda: sketch i's default decisions, tiles shrunk until the kernel fits the device. */
