@@ -91,9 +91,8 @@ Case conv_case() {
 
 // conv2d_nchwc against the NCHW reference: the blocked layouts are unpacked
 // to NCHW / OIHW here, and the reference's output packed back.
-Case conv_nchwc_case(int stride, int kb = 8) {
-  testing::ref::ConvShape cs{1, 8, 7, 7, 2 * kb, 3, 3, stride, 1, 1};
-  const int cb = 4;
+// A blocked conv: cb input channels and kb output channels a block.
+Case conv_nchwc_case(const testing::ref::ConvShape& cs, int cb, int kb) {
   te::Tensor X = te::placeholder({cs.N, cs.C / cb, cs.H, cs.W, cb}, DataType::Float(32), "X");
   te::Tensor W = te::placeholder({cs.K / kb, cs.C / cb, cs.KH, cs.KW, cb, kb}, DataType::Float(32), "W");
   te::Tensor O = ops::conv2d_nchwc(X, W, cs.stride, cs.pad);
@@ -112,6 +111,8 @@ Case conv_nchwc_case(int stride, int kb = 8) {
             return std::vector<Vec>{blocked};
           }};
 }
+
+Case conv_nchwc_case(int stride, int kb = 8) { return conv_nchwc_case({1, 8, 7, 7, 2 * kb, 3, 3, stride, 1, 1}, 4, kb); }
 
 Case softmax_case(int M, int N) {
   te::Tensor X = te::placeholder({M, N}, DataType::Float(32), "X");
@@ -523,6 +524,66 @@ TEST_P(TunerSketch, DefaultInlinesTheDepthwisePadding) {
   // A plain NCHWc conv keeps its stored padding.
   SearchSpace conv(task_of(conv_nchwc_case(1)));
   EXPECT_NE(conv.describe_sketch(conv.default_candidate().sketch).find("conv.pad: simple"), std::string::npos) << conv.describe_sketch(conv.default_candidate().sketch);
+}
+
+// A 1 x 1 conv whose weights for one output-channel block outgrow L1
+// (1024 channels of blocks a vector wide: 32 KiB on AVX2, 64 on AVX-512)
+// streams its channel blocks by default: the accumulator at S0, every
+// channel block in the outer reduce loop, a block's channels inside
+// (stream_channel_blocks, search_space_seeds.cpp). It still computes, the
+// plain seed stays among the seeds, and smaller 1 x 1 and 3 x 3 convs keep
+// the accumulator at S1.
+TEST_P(TunerSketch, DefaultStreamsTheChannelBlocksOfAWideOneByOneConv) {
+  const int lanes = rules_lanes();
+  auto has = [](const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; };
+  Case wide = conv_nchwc_case({1, 1024, 7, 7, 2 * lanes, 1, 1, 1, 0, 1}, lanes, lanes);
+  SearchSpace space(task_of(wide));
+  Candidate d = space.default_candidate();
+  std::string text = space.describe_candidate(d);
+  EXPECT_TRUE(has(text, "conv.location=1")) << text;
+  EXPECT_TRUE(has(text, "conv.rco=" + std::to_string(1024 / lanes) + "x1")) << text;
+  EXPECT_TRUE(has(text, "conv.rci=1x" + std::to_string(lanes))) << text;
+  check_computes(wide, space, d, 21);
+  std::vector<Candidate> seeds = space.seeds();
+  EXPECT_TRUE(std::any_of(seeds.begin(), seeds.end(), [&](const Candidate& c) { return has(space.describe_candidate(c), "conv.location=0"); }));
+  EXPECT_TRUE(std::any_of(seeds.begin(), seeds.end(), [&](const Candidate& c) { return space.describe_candidate(c) == text; }));
+  for (const Case& kept : {conv_nchwc_case({1, 256, 7, 7, 2 * lanes, 1, 1, 1, 0, 1}, lanes, lanes),
+                           conv_nchwc_case({1, 1024, 7, 7, 2 * lanes, 3, 3, 1, 1, 1}, lanes, lanes)}) {
+    SearchSpace other(task_of(kept));
+    std::string t = other.describe_candidate(other.default_candidate());
+    EXPECT_TRUE(has(t, "conv.location=0")) << t;
+  }
+}
+
+// parse_candidate reads what describe_candidate writes, so a schedule from a
+// log or a group's schedule_detail replays (edited or not), and names what
+// it cannot read.
+TEST_P(TunerSearchSpace, ParseCandidateReadsDescribeCandidate) {
+  Case c = conv_nchwc_case(1);
+  SearchSpace space(task_of(c));
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < space.num_sketches(); ++i) {
+    Candidate cand = space.sample_sketch(i, rng);
+    Candidate back = space.parse_candidate(space.describe_candidate(cand));
+    EXPECT_EQ(back.sketch, cand.sketch);
+    EXPECT_EQ(back.decisions, cand.decisions) << space.describe_candidate(cand);
+    EXPECT_EQ(back.trace.to_json(), cand.trace.to_json());
+  }
+  // Left-out slots keep the default's decisions; one edited slot changes only itself.
+  Candidate d = space.default_candidate();
+  std::string text = space.describe_candidate(d);
+  Candidate same = space.parse_candidate("sketch " + std::to_string(d.sketch) + ":");
+  EXPECT_EQ(same.decisions, d.decisions);
+  Candidate moved = space.parse_candidate(text + " conv.unroll=0");
+  EXPECT_NE(space.describe_candidate(moved).find("conv.unroll=0"), std::string::npos);
+  check_computes(c, space, moved, 31);
+  EXPECT_TRUE(testing::throws_with([&] { space.parse_candidate("conv.unroll=0"); }, "does not start with 'sketch N:'"));
+  EXPECT_TRUE(testing::throws_with([&] { space.parse_candidate("sketch 99: conv.unroll=0"); }, "sketch 99 does not exist"));
+  EXPECT_TRUE(testing::throws_with([&] { space.parse_candidate("sketch 0: conv.nope=1"); }, "has no decision 'conv.nope'"));
+  EXPECT_TRUE(testing::throws_with([&] { space.parse_candidate("sketch 0: conv.unroll"); }, "is not LABEL=VALUE"));
+  EXPECT_TRUE(testing::throws_with([&] { space.parse_candidate("sketch 0: conv.y=7x1"); }, "'conv.y' takes 4 value(s)"));
+  EXPECT_TRUE(testing::throws_with([&] { space.parse_candidate("sketch 0: conv.y=7xax1x1"); }, "'a' is not an integer"));
+  EXPECT_TRUE(testing::throws_with([&] { space.parse_candidate("sketch 0: conv.y=3x1x1x1"); }, "not the extent 7"));
 }
 
 // Panel-outer puts B's panel loop before every axis of rows, a batch axis B
