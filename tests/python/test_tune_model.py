@@ -1,6 +1,8 @@
 """Tuning a whole model: task extraction, the task scheduler, resuming from the DB, kiln.compile with the records, kiln-tune model.onnx."""
+import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -191,3 +193,28 @@ def test_default_plan_of_seven_wide_convolutions_is_tuned_first(tmp_path):
     exe = kiln.compile(model, target=AVX2, db=db, quiet=True)
     got = exe(x)[0]
     assert np.max(np.abs(got - ref)) <= 1e-5 * np.max(np.abs(ref))
+
+
+def test_ranking_ceiling_bench(tmp_path):
+    """bench/ranking_ceiling.py measures a model session's records again and scores their agreement: the pair
+    arithmetic by hand, then a run over a tiny session (every task with enough records gets a row)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+    import ranking_ceiling
+    # Times 1, 2, 3 against 1, 3, 2: pairs (1,2) and (1,3) agree, (2,3) does not; 1.005 is within the tie.
+    assert ranking_ceiling.pairwise_accuracy([1, 2, 3], [1, 3, 2], 0.01) == (2 / 3, 3)
+    assert ranking_ceiling.pairwise_accuracy([1, 1.005], [2, 1], 0.01) == (-1.0, 0)
+    assert ranking_ceiling.pairwise_accuracy([1, 2], [5, 5], 0.01) == (0.5, 1)
+    assert abs(ranking_ceiling.single_measurement_accuracy(0.8) - 0.8873) < 1e-4
+    assert ranking_ceiling.single_measurement_accuracy(1.0) == 1.0
+    path, db, out = str(tmp_path / "m.onnx"), str(tmp_path / "s.db"), str(tmp_path / "c.json")
+    onnx.save(_model_proto(), path)
+    kiln.tune_model(kiln.graph.from_onnx(path), target=AVX2, trials=24, batch=8, db=db, progress=False, confirm_top=0)
+    ranking_ceiling.main([path, "--db", db, "--target", AVX2, "--per-task", "6", "--min-records", "4", "--json", out])
+    with open(out) as f:
+        report = json.load(f)
+    assert report["rows"], report
+    for row in report["rows"]:
+        assert 4 <= row["measured"] <= 6 and row["records"] >= 4
+        assert row["accuracy"] == -1.0 or 0.0 <= row["accuracy"] <= 1.0
+    with pytest.raises(SystemExit, match="no tuning database"):
+        ranking_ceiling.main([path, "--db", str(tmp_path / "none.db")])
