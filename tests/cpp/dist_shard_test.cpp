@@ -185,7 +185,9 @@ TEST(DistShard, MatmulConflictTakesTheCheaperResharding) {
   EXPECT_EQ(sg.specs.at(mm->output()).str(mesh), "R S(m)") << sg.str();
   EXPECT_EQ(count_ops(sg.graph, "kiln.AllGather"), 1);
   for (const OpNode* o : sg.graph.op_nodes())
-    if (o->op->name == "kiln.AllGather") EXPECT_EQ(o->attrs.get_int("bytes"), 4 * 64 * 4);  // A gathered, not B
+    if (o->op->name == "kiln.AllGather") {
+      EXPECT_EQ(o->attrs.get_int("bytes"), 4 * 64 * 4);  // A gathered, not B
+    }
   // Swapped sizes: A large, B small: A's K split is kept (B moves its split by an all-to-all) and the output is a partial sum.
   auto a2 = make_input("a", {{256, 64}, DataType::Float(32)});
   auto b2 = make_input("b", {{64, 4}, DataType::Float(32)});

@@ -636,7 +636,9 @@ TEST_P(TunerSketch, SeedsComputeAndFitTheRegisters) {
         else EXPECT_LE(rows * vectors + vectors + 1, regs - 1) << "rows " << rows << ", width " << width;
         // A matmul's tile takes 6 rows (M = 24 has that divisor), fewer
         // than fill AVX-512's registers: measured faster (kMaxMatmulRows).
-        if (t.c.name == "matmul") EXPECT_EQ(rows, 6) << "rows " << rows;
+        if (t.c.name == "matmul") {
+          EXPECT_EQ(rows, 6) << "rows " << rows;
+        }
       }
       check_computes(t.c, space, seeds[k], 60 + static_cast<uint32_t>(k));
       if (::testing::Test::HasFailure()) return;
