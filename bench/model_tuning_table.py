@@ -163,6 +163,9 @@ def print_table(args, stages):
             print(fmt.format(st["trials"], f"{st['wall_s']:.0f}", est, r["threads"], model_bench._f(r.get("kiln_min"), ".2f"),
                              model_bench._f(r.get("kiln_median"), ".2f"), model_bench._f(r.get("peer_median"), ".2f"), ratio,
                              r.get("peer") or r.get("kiln_error", "-")[:80]), flush=True)
+    print("est.: kiln-tune's estimated model latency after the stage (per group, the best record of its tasks, summed); "
+          "each stage ends by measuring every task's best few schedules again side by side, which replaces its luckiest "
+          "single measurements, so the estimate can rise between checkpoints")
     return 0
 
 
