@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import random
-import sqlite3
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -48,17 +47,9 @@ def parse_args(argv=None):
 
 
 def pairwise_accuracy(measured, again, tie):
-    """The share of pairs apart by more than `tie` in `measured` that `again` orders the same way (ties: half)."""
-    right, n = 0.0, 0
-    for i in range(len(measured)):
-        for j in range(i + 1, len(measured)):
-            lo, hi = sorted((measured[i], measured[j]))
-            if not hi > lo * (1 + tie):
-                continue
-            n += 1
-            dm, da = measured[i] - measured[j], again[i] - again[j]
-            right += 0.5 if da == 0 else float((dm > 0) == (da > 0))
-    return (right / n if n else -1.0), n
+    """(share, pairs): the pairs apart by more than `tie` in `measured` that `again` orders the same way (ties: half),
+    as the ranking report counts them (tuner::pairwise_accuracy)."""
+    return _kiln.tuner.pairwise_accuracy([float(x) for x in measured], [float(x) for x in again], float(tie))
 
 
 def single_measurement_accuracy(agreement):
@@ -68,16 +59,11 @@ def single_measurement_accuracy(agreement):
 
 
 def records_of(db, workload_key, cold):
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        rows = con.execute(
-            "SELECT r.trace, r.median_time, t.target FROM records r JOIN workloads w ON r.workload_id = w.id "
-            "JOIN targets t ON r.target_id = t.id WHERE w.workload_key = ? AND r.error_kind = 'none' "
-            "AND r.median_time > 0", (workload_key,)).fetchall()
-    finally:
-        con.close()
-    # The session's own records: cold-input ones carry the mark on their target; confirmations are left out.
-    return [(trace, t) for trace, t, target in rows if ("[cold inputs]" in target) == cold and "[confirmed]" not in target]
+    """(trace, median seconds) of the session's own valid records of a workload: cold-input ones carry the mark on their
+    target; confirmations are left out."""
+    return [(r.trace, r.median_time) for r in db.records(workload_key)
+            if str(r.error_kind) == "none" and r.median_time and r.median_time > 0
+            and ("[cold inputs]" in r.target.target) == cold and "[confirmed]" not in r.target.target]
 
 
 def main(argv=None):
@@ -86,12 +72,13 @@ def main(argv=None):
         sys.exit(f"ranking_ceiling: no tuning database at {args.db!r}")
     model = kiln.graph.from_onnx(args.model)
     tasks, _ = extract_tasks(model, args.target, args.db)
+    db = kiln.tuning_db.open(args.db, read_only=True)
     rng = random.Random(args.seed)
     rows = []
     print(f"ranking ceiling of {args.db}: {args.per_task} records a task measured again "
           f"({'warm' if args.warm else 'cold'} inputs), pairwise accuracy of the new medians against the recorded")
     for t in tasks:
-        recs = records_of(args.db, t["workload_key"], not args.warm)
+        recs = records_of(db, t["workload_key"], not args.warm)
         if len(recs) < args.min_records:
             continue
         pick = rng.sample(recs, min(args.per_task, len(recs)))

@@ -213,6 +213,13 @@ void define_tuner(py::module_& m) {
     return tuner::migrate_features(db, task);
   }, py::arg("db_path"), py::arg("task"));
 
+  // (accuracy, pairs) of tuner::pairwise_accuracy: the ranking report's measure, for scripts that rank by hand.
+  t.def("pairwise_accuracy", [](const std::vector<double>& measured, const std::vector<double>& predicted, double tie) {
+    int64_t pairs = 0;
+    double acc = tuner::pairwise_accuracy(measured, predicted, tie, &pairs);
+    return py::make_tuple(acc, pairs);
+  }, py::arg("measured"), py::arg("predicted"), py::arg("tie") = 0.0);
+
   // The cost model's pairwise ranking accuracy on the DB's records (ranking_report.h): one dict per task, and the means.
   t.def("ranking_report", [](const std::string& db_path, const std::vector<std::string>& workloads, double holdout, double tie,
                              uint64_t seed, bool cross, int min_records) {

@@ -4,6 +4,7 @@
 #include "kiln/tuner/search_space.h"
 
 #include <algorithm>
+#include <charconv>
 #include <sstream>
 
 #include "kiln/driver/build_cuda.h"
@@ -448,14 +449,10 @@ Candidate SearchSpace::parse_candidate(const std::string& description) const {
     std::vector<int> values;
     std::istringstream vs(word.substr(eq + 1));
     for (std::string part; std::getline(vs, part, 'x');) {
-      size_t used = 0;
       int v = 0;
-      try {
-        v = std::stoi(part, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      KILN_USER_CHECK(!part.empty() && used == part.size()) << "parse_candidate: '" << word << "': '" << part << "' is not an integer";
+      auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+      KILN_USER_CHECK(!part.empty() && ec == std::errc() && end == part.data() + part.size())
+          << "parse_candidate: '" << word << "': '" << part << "' is not an integer";
       values.push_back(v);
     }
     KILN_USER_CHECK(static_cast<int>(values.size()) == slot->size)

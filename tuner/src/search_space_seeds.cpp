@@ -166,7 +166,8 @@ constexpr int64_t kStreamedAccumulatorBytes = 16 << 10;
 // where it does not apply.
 bool stream_channel_blocks(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const StagePlan& p, std::vector<int>* d) {
   size_t n = p.spatial_tiles.size(), m = p.reduce_tiles.size();
-  if (n < 2 || m < 3 || p.location < 0 || st.reduce.size() != m || st.spatial.size() != n) return false;
+  if (n < 2 || m < 3 || p.location < 0 || sk.slots[p.location].choices < 2 || st.reduce.size() != m || st.spatial.size() != n)
+    return false;  // not tiled with a choice of accumulator level, or not a blocked conv's axes
   for (size_t k = 1; k + 1 < m; ++k)
     if (st.reduce[k] != 1) return false;  // a window wider than 1 x 1
   int64_t block = st.reduce.back(), out_block = st.spatial.back();
@@ -215,8 +216,7 @@ bool stream_channel_blocks(const DagInfo& dag, const StageInfo& st, const Sketch
   int* inner = factors(p.reduce_tiles.back());
   inner[0] = 1;
   inner[1] = static_cast<int>(block);
-  out[sk.slots[p.location].offset] = std::min(1, sk.slots[p.location].choices - 1);
-  if (out[sk.slots[p.location].offset] != 1) return false;
+  out[sk.slots[p.location].offset] = 1;  // the accumulator at S0
   *d = std::move(out);
   return true;
 }
@@ -268,7 +268,7 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
       }
       any = true;
     }
-    if (any && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+    if (any && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(std::move(d));
   }
   // The streamed form of each seed it applies to, after all of them (so the
   // default's pick by tile_intensity sees the plain seeds first).
