@@ -256,6 +256,44 @@ TEST(GraphPasses, SevenWideConvolutionsTakeOneVectorBlocksAndStayCorrect) {
   for (int64_t i = 0; i < plain[0].numel(); ++i) EXPECT_NEAR(blocked[0].data_as<float>()[i], plain[0].data_as<float>()[i], 1e-4);
 }
 
+TEST(GraphPasses, DepthwiseConvKeepsTheBlockItsInputComesIn) {
+  // MobileNetV2's inverted residual at 7 x 7 on AVX2: the 1x1 convs take
+  // one-vector blocks (8), and the depthwise conv between them follows, so
+  // no transform sits between the three.
+  auto x = make_input("x", {{1, 16, 7, 7}, DataType::Float(32)});
+  Attrs dw;
+  dw.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  dw.set("group", int64_t{32});
+  Value expand = make_op("Conv", {x->output(), make_constant("we", random_array({32, 16, 1, 1}, 20))->output()}, {}, "expand")->output();
+  Value depthwise = make_op("Conv", {op("Relu", {expand}), make_constant("wd", random_array({32, 1, 3, 3}, 21))->output()}, dw, "depthwise")->output();
+  Value project = make_op("Conv", {op("Relu", {depthwise}), make_constant("wp", random_array({16, 32, 1, 1}, 22))->output()}, {}, "project")->output();
+  Graph g = Graph::make({x}, {project});
+  const Target haswell = Target::parse("llvm -mcpu=haswell");
+  ASSERT_EQ(default_conv_cap(32, 7, 7, haswell), 8);
+  auto transforms_and_depthwise_block = [&](const LayoutPlan& plan) {
+    Graph a = alter_conv_layout(g, haswell, plan);
+    int transforms = 0;
+    int64_t block = 0;
+    for (const OpNode* n : a.op_nodes()) {
+      transforms += n->op->name == "kiln.LayoutTransform";
+      if (n->op->name == "kiln.DepthwiseConvNCHWc") block = n->inputs[1].type().shape.back();
+    }
+    return std::make_pair(transforms, block);
+  };
+  // The graph's input and output only.
+  EXPECT_EQ(transforms_and_depthwise_block(LayoutPlan{}), std::make_pair(2, int64_t{8}));
+  // A plan that names the depthwise conv still decides its block (and pays the relayouts).
+  LayoutPlan named;
+  named.conv_max_block["depthwise"] = 16;
+  EXPECT_EQ(transforms_and_depthwise_block(named), std::make_pair(4, int64_t{16}));
+  NDArray in = random_array({1, 16, 7, 7}, 23);
+  CompileOptions blocked_options;
+  blocked_options.target = "llvm -mcpu=haswell";
+  std::vector<NDArray> blocked = compile(g, blocked_options).run({in});
+  std::vector<NDArray> plain = compile(g, options(true, false, true)).run({in});
+  for (int64_t i = 0; i < plain[0].numel(); ++i) EXPECT_NEAR(blocked[0].data_as<float>()[i], plain[0].data_as<float>()[i], 1e-4);
+}
+
 TEST(GraphExecutor, FusedAndUnfusedMatchNaiveLoops) {
   NDArray w, b;
   Graph g = mlp_graph(&w, &b);

@@ -33,6 +33,8 @@ struct LayoutPlan {
   std::map<std::string, int64_t> conv_max_block;
 
   int64_t cap_of(const std::string& conv, int64_t fallback) const;
+  /** Whether the plan sets this convolution's cap (uniformly or by name). */
+  bool names(const std::string& conv) const;
 };
 
 /**
@@ -55,7 +57,11 @@ int64_t channel_block_for(int64_t channels, int64_t cap, int64_t lanes);
  */
 int64_t default_conv_cap(int64_t out_channels, int64_t out_h, int64_t out_w, const Target& target);
 
-/** The cap a Conv node takes without a plan: default_conv_cap's for a dense one, two vectors for a depthwise one. */
+/**
+ * The cap a Conv node takes without a plan: default_conv_cap's for a dense
+ * one, two vectors for a depthwise one (which alter_conv_layout overrides
+ * with its input's block where that is whole vectors).
+ */
 int64_t default_conv_cap(const OpNode& conv, const Target& target);
 
 /**
