@@ -12,9 +12,11 @@ policies alternating, so a burst of load on a shared machine hits both.
 
 Printed per task: the median over seeds of the best kernel time after each
 checkpoint, and the trials each policy needed to come within --within of the
-best time either found (the lower, the better).
+best time either found (the lower, the better). --json FILE writes each run's
+best-so-far curve as it finishes, so a run cut short keeps what it measured.
 """
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -42,6 +44,7 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--within", type=float, default=0.10, help="'reached' = within this share of the best time found")
     ap.add_argument("--checkpoints", type=lambda s: model_bench._int_list(s, "--checkpoints"), default=[32, 64, 128, 192])
+    ap.add_argument("--json", help="write the curves here (rewritten after every run)")
     return ap.parse_args(argv)
 
 
@@ -55,6 +58,17 @@ def best_so_far(result):
 def first_within(curve, goal):
     hit = np.nonzero(curve <= goal)[0]
     return int(hit[0]) + 1 if len(hit) else None
+
+
+def write_curves(path, tasks, curves):
+    """Every finished run's curve (seconds; inf before the first valid trial shows as null), atomically."""
+    out = {"tasks": [{"label": task_label(t), "workload_key": t["workload_key"]} for t in tasks],
+           "curves": [{"task": ti, "policy": p, "runs": [[float(v) if np.isfinite(v) else None for v in c] for c in cs]}
+                      for (ti, p), cs in sorted(curves.items())]}
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(out, f)
+    os.replace(tmp, path)
 
 
 def main(argv=None):
@@ -85,9 +99,23 @@ def main(argv=None):
                     curves.setdefault((ti, policy), []).append(c)
                     print(f"  task {ti} seed {seed} {policy:12s}: best {c[-1] * 1e3:.4f} ms after {len(c)} trials "
                           f"({r.elapsed_s:.0f} s)", flush=True)
+                    if args.json:
+                        write_curves(args.json, tasks, curves)
+    for line in report(tasks, curves, args):
+        print(line)
+
+
+def task_label(t):
+    """A task's operators and its first group (as extract_tasks lists them), with its weight."""
+    group = t["groups"][0] if t.get("groups") else ""
+    return f"{t['ops'][:28]} {group[-14:]} x{t['weight']}"
+
+
+def report(tasks, curves, args):
+    """The table's lines: per task and policy, the median best time at each checkpoint and the trials to the goal."""
     cps = [c for c in args.checkpoints if c <= args.trials]
     head = " ".join(f"{'@' + str(c):>9s}" for c in cps)
-    print(f"\n{'task':44s} {'policy':12s} {head} {'trials to within ' + format(args.within, '.0%'):>24s}")
+    lines = ["", f"{'task':44s} {'policy':12s} {head} {'trials to within ' + format(args.within, '.0%'):>24s}"]
     for ti, t in enumerate(tasks):
         goal = min(float(np.min(c)) for p in POLICIES for c in curves[(ti, p)]) * (1 + args.within)
         for policy in POLICIES:
@@ -95,10 +123,11 @@ def main(argv=None):
             at = [np.median([c[min(k, len(c)) - 1] for c in cs]) * 1e3 for k in cps]
             reach = [first_within(c, goal) for c in cs]
             reach_s = ", ".join(str(v) if v else f">{len(c)}" for v, c in zip(reach, cs))
-            name = f"{t['name'][:36]} x{t['weight']}" if policy == POLICIES[0] else ""
-            print(f"{name:44s} {policy:12s} " + " ".join(f"{v:9.4f}" for v in at) + f" {reach_s:>24s}")
-    print("times in ms: median over seeds of the best kernel time after N trials; "
-          "trials to within: per seed, the first trial within the goal (the best either policy found + the margin)")
+            name = task_label(t)[:44] if policy == POLICIES[0] else ""
+            lines.append(f"{name:44s} {policy:12s} " + " ".join(f"{v:9.4f}" for v in at) + f" {reach_s:>24s}")
+    lines.append("times in ms: median over seeds of the best kernel time after N trials; "
+                 "trials to within: per seed, the first trial within the goal (the best either policy found + the margin)")
+    return lines
 
 
 if __name__ == "__main__":

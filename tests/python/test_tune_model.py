@@ -218,3 +218,27 @@ def test_ranking_ceiling_bench(tmp_path):
         assert row["accuracy"] == -1.0 or 0.0 <= row["accuracy"] <= 1.0
     with pytest.raises(SystemExit, match="no tuning database"):
         ranking_ceiling.main([path, "--db", str(tmp_path / "none.db")])
+
+
+def test_search_vs_random_bench(tmp_path, capsys):
+    """bench/search_vs_random.py tunes a task under both policies and prints a row per policy with the trials to
+    the goal (here a tiny CNN's heaviest task, 6 trials a run); its curves go to --json as each run ends."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+    import search_vs_random
+    out = str(tmp_path / "curves.json")
+    search_vs_random.main(["--model", "tiny_cnn", "--image-size", "16", "--tasks", "1", "--trials", "6", "--batch", "3",
+                           "--seeds", "1", "--threads", "1", "--checkpoints", "3,6", "--json", out])
+    printed = capsys.readouterr().out
+    table = printed.split("trials to within")[1].splitlines()[1:]
+    rows = [line for line in table if " evolutionary " in line or " random " in line]
+    assert len(rows) == 2, printed
+    for row in rows:
+        reach = row.split()[-1]
+        assert reach.isdigit() and 1 <= int(reach) <= 6 or reach == ">6", row
+    with open(out) as f:
+        saved = json.load(f)
+    assert [c["policy"] for c in saved["curves"]] == ["evolutionary", "random"]
+    for c in saved["curves"]:
+        assert len(c["runs"]) == 1 and len(c["runs"][0]) == 6
+        finite = [v for v in c["runs"][0] if v is not None]
+        assert finite and all(a >= b for a, b in zip(finite, finite[1:]))  # best so far never rises
