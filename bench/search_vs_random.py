@@ -4,7 +4,8 @@ the heaviest tasks of a model, in trials to reach a given kernel time.
     PYTHONPATH=python:build/python /usr/bin/python3 bench/search_vs_random.py \
         --model resnet18 --image-size 224 --tasks 3 --trials 192 --seeds 2
 
-Each (task, policy, seed) tunes from an empty database (no pre-trained model),
+The tasks are those compiling the model runs (blocked convolutions under the
+default layout plan). Each (task, policy, seed) tunes from an empty database (no pre-trained model),
 so both policies start from the same seed candidates and differ only in how
 they pick the rest: `evolutionary` by the cost model (kiln's default),
 `random` by uniform samples of the same space. Both run in one process, the
@@ -82,8 +83,9 @@ def main(argv=None):
     module, x = torch_models.build(args.model, args.image_size, args.seq_len)
     model = model_bench.kiln_model(kiln, module, x, 14)
     target = f"llvm -num-cores={args.threads}"
-    tasks, _ = extract_tasks(model, target=target, layout=False)
-    tasks = sorted(tasks, key=lambda t: -t["weight"] * t["flop"])[:args.tasks]
+    # The tasks compiling the model runs (its default layout plan: blocked convolutions), not the plain NCHW ones.
+    tasks, _ = extract_tasks(model, target=target)
+    tasks = sorted([t for t in tasks if t["in_default_plan"]], key=lambda t: -t["weight"] * t["flop"])[:args.tasks]
     m = blas_choice.machine()
     print(f"search vs random on {m['cpu']}, {m['isa']}; {args.model} {args.image_size}; {args.trials} trials, "
           f"batch {args.batch}, {args.seeds} seeds, {args.threads} kernel threads; fresh database per run")
@@ -108,7 +110,7 @@ def main(argv=None):
 def task_label(t):
     """A task's operators and its first group (as extract_tasks lists them), with its weight."""
     group = t["groups"][0] if t.get("groups") else ""
-    return f"{t['ops'][:28]} {group[-14:]} x{t['weight']}"
+    return f"{t['ops'].replace('kiln.', '')[:24]} {group[-14:]} x{t['weight']}"
 
 
 def report(tasks, curves, args):
