@@ -210,6 +210,15 @@ TEST(GraphPasses, AlterConvLayoutLeavesTransformsAtTheBoundary) {
   for (int64_t i = 0; i < plain[0].numel(); ++i) EXPECT_NEAR(blocked[0].data_as<float>()[i], plain[0].data_as<float>()[i], 1e-4);
 }
 
+// g compiled blocked for `target` computes what it computes in plain NCHW.
+void expect_blocked_matches_plain(const Graph& g, const NDArray& in, const std::string& target) {
+  CompileOptions blocked_options;
+  blocked_options.target = target;
+  std::vector<NDArray> blocked = compile(g, blocked_options).run({in});
+  std::vector<NDArray> plain = compile(g, options(true, false, true)).run({in});
+  for (int64_t i = 0; i < plain[0].numel(); ++i) EXPECT_NEAR(blocked[0].data_as<float>()[i], plain[0].data_as<float>()[i], 1e-4);
+}
+
 TEST(GraphPasses, DefaultConvCapIsOneVectorWhereTwoFitTooFewOutputPixels) {
   Target avx2 = Target::parse("llvm -mcpu=haswell"), avx512 = Target::parse("llvm -mcpu=skylake-avx512");
   // AVX2: a tile of two vectors holds 6 pixels; a 7-wide output gets 1 of them, one vector gets 7.
@@ -248,12 +257,7 @@ TEST(GraphPasses, SevenWideConvolutionsTakeOneVectorBlocksAndStayCorrect) {
   // The default plan is per convolution here; a graph whose convolutions all default to two vectors gets the uniform plan.
   EXPECT_EQ(default_layout_plan(g, Target::parse("llvm -mcpu=haswell")).max_block, 0);
   EXPECT_EQ(default_layout_plan(g, Target::parse("llvm -mcpu=skylake-avx512")).max_block, 32);
-  NDArray in = random_array({1, 16, 7, 7}, 13);
-  CompileOptions haswell;
-  haswell.target = "llvm -mcpu=haswell";
-  std::vector<NDArray> blocked = compile(g, haswell).run({in});
-  std::vector<NDArray> plain = compile(g, options(true, false, true)).run({in});
-  for (int64_t i = 0; i < plain[0].numel(); ++i) EXPECT_NEAR(blocked[0].data_as<float>()[i], plain[0].data_as<float>()[i], 1e-4);
+  expect_blocked_matches_plain(g, random_array({1, 16, 7, 7}, 13), "llvm -mcpu=haswell");
 }
 
 TEST(GraphPasses, DepthwiseConvKeepsTheBlockItsInputComesIn) {
@@ -286,12 +290,7 @@ TEST(GraphPasses, DepthwiseConvKeepsTheBlockItsInputComesIn) {
   LayoutPlan named;
   named.conv_max_block["depthwise"] = 16;
   EXPECT_EQ(transforms_and_depthwise_block(named), std::make_pair(4, int64_t{16}));
-  NDArray in = random_array({1, 16, 7, 7}, 23);
-  CompileOptions blocked_options;
-  blocked_options.target = "llvm -mcpu=haswell";
-  std::vector<NDArray> blocked = compile(g, blocked_options).run({in});
-  std::vector<NDArray> plain = compile(g, options(true, false, true)).run({in});
-  for (int64_t i = 0; i < plain[0].numel(); ++i) EXPECT_NEAR(blocked[0].data_as<float>()[i], plain[0].data_as<float>()[i], 1e-4);
+  expect_blocked_matches_plain(g, random_array({1, 16, 7, 7}, 23), "llvm -mcpu=haswell");
 }
 
 TEST(GraphExecutor, FusedAndUnfusedMatchNaiveLoops) {
