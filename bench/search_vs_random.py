@@ -5,10 +5,11 @@ the heaviest tasks of a model, in trials to reach a given kernel time.
         --model resnet18 --image-size 224 --tasks 3 --trials 192 --seeds 2
 
 The tasks are those compiling the model runs (blocked convolutions under the
-default layout plan). Each (task, policy, seed) tunes from an empty database (no pre-trained model),
-so both policies start from the same seed candidates and differ only in how
-they pick the rest: `evolutionary` by the cost model (kiln's default),
-`random` by uniform samples of the same space. Both run in one process, the
+default layout plan, not the plain NCHW ones). Each (task, policy, seed)
+tunes from an empty database (no pre-trained model), so both policies start
+from the same seed candidates and differ only in how they pick the rest:
+`evolutionary` by the cost model (kiln's default), `random` by uniform
+samples of the same space. Both run in one process, the
 policies alternating, so a burst of load on a shared machine hits both.
 
 Printed per task: the median over seeds of the best kernel time after each
@@ -83,7 +84,6 @@ def main(argv=None):
     module, x = torch_models.build(args.model, args.image_size, args.seq_len)
     model = model_bench.kiln_model(kiln, module, x, 14)
     target = f"llvm -num-cores={args.threads}"
-    # The tasks compiling the model runs (its default layout plan: blocked convolutions), not the plain NCHW ones.
     tasks, _ = extract_tasks(model, target=target)
     tasks = sorted([t for t in tasks if t["in_default_plan"]], key=lambda t: -t["weight"] * t["flop"])[:args.tasks]
     m = blas_choice.machine()
