@@ -3,6 +3,7 @@
 
   bench/model_tuning_table.py [--model resnet18] [--checkpoints 500,1000,3000] [--threads 1,2] [--tune-threads 2]
                               [--image-size 224] [--db FILE] [--workdir DIR] [--build DIR] [--time-budget 60m]
+                              [--gain-rounds 11] [--tune-only | --bench-only]
 
 The model is exported to ONNX as bench/model_bench.py exports it (random
 seeded weights, batch 1, the same opset), so its tasks have the workload keys
@@ -16,6 +17,14 @@ checkpoint: trials, cumulative tuning wall time, the tuner's estimate (sum of
 the best records) and model_bench's kiln min/median, peer median and ratio
 (below 1: kiln is faster). --db with an existing database resumes it:
 trials already there count toward the checkpoints.
+
+Those rows come from separate runs, and on a shared machine two runs can
+differ by more than tuning gains. So each checkpoint also gets what tuning
+bought, measured in one process: kiln compiled with the copy and kiln
+compiled with no database (its default schedules), --gain-rounds rounds
+alternating the two (each side's best of 3 runs of >= 10 ms a round), the
+median of the per-round ratios tuned / default with their range (below 1:
+the records are faster), after both outputs are checked against PyTorch.
 """
 import argparse
 import json
@@ -31,6 +40,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "peers"))
 import model_bench  # noqa: E402
+import peer_timing  # noqa: E402
 import torch_models  # noqa: E402
 
 
@@ -50,6 +60,8 @@ def parse_args(argv=None):
     ap.add_argument("--repeat", type=int, default=7, help="model_bench's interleaved rounds")
     ap.add_argument("--tune-only", action="store_true", help="tune and copy the database at each checkpoint; no timing")
     ap.add_argument("--bench-only", action="store_true", help="time the copies an earlier --tune-only run left (its stages.json)")
+    ap.add_argument("--gain-rounds", type=int, default=11, help="rounds of tuned against default kiln per checkpoint (0: skip)")
+    ap.add_argument("--tol", type=float, default=1e-3, help="largest relative error against PyTorch of either compile")
     return ap.parse_args(argv)
 
 
@@ -113,13 +125,69 @@ def bench(args, db, tmp_json):
     cmd = [sys.executable, os.path.join(HERE, "model_bench.py"), "--models", args.model, "--threads", ",".join(map(str, args.threads)),
            "--image-size", str(args.image_size), "--seq-len", str(args.seq_len), "--opset", str(args.opset), "--db", db,
            "--repeat", str(args.repeat), "--json", tmp_json, "--build", args.build]
-    subprocess.run(cmd, stdout=sys.stderr, check=False)
+    if os.path.exists(tmp_json):
+        os.remove(tmp_json)  # an earlier run's rows must not pass for this one's
+    proc = subprocess.run(cmd, stdout=sys.stderr, check=False)
+    if not os.path.exists(tmp_json):
+        raise SystemExit(f"model_bench.py wrote no rows (status {proc.returncode}; its messages are above)")
     with open(tmp_json) as f:
-        data = json.load(f)
-    return data["rows"] if isinstance(data, dict) else data
+        return json.load(f)
+
+
+def gain_child(spec):
+    """In a process with KILN_NUM_THREADS set: tuned against default kiln, interleaved; returns the gain's fields."""
+    import numpy as np
+    import torch
+    torch.set_num_threads(1)
+    kiln = model_bench.import_kiln(spec["build"])
+    module, x = torch_models.build(spec["model"], spec["image_size"], spec["seq_len"])
+    with torch.no_grad():
+        ref = module(x).numpy()
+    model = model_bench.kiln_model(kiln, module, x, spec["opset"])
+    target = f"llvm -num-cores={spec['threads']}"
+    xn = x.numpy()
+    runs, errors = [], []
+    for db in (spec["db"], None):
+        exe = kiln.compile(model, target=target, db=db, quiet=True)
+        if db:
+            tuned, total = exe.tuned_groups()
+            if tuned == 0:  # records for another core count only: both sides would be the defaults
+                return {"tuned_groups": 0, "total_groups": total}
+        err = torch_models.rel_err(exe(xn)[0], ref)
+        if not err <= spec["tol"]:  # NaN included
+            raise SystemExit(f"kiln compiled {'with ' + db if db else 'without a database'} is WRONG: relative error {err:.3g}")
+        errors.append(err)
+        runs.append(lambda exe=exe: exe(xn))
+    # Back-to-back calls of >= 10 ms a measurement (one call of a real model), as model_bench's rounds.
+    number = max(peer_timing.calls_per_repeat(peer_timing.warm_up(run, 3, 0.2), 0.01) for run in runs)
+    best = [[], []]
+    for r in range(spec["rounds"]):
+        for side in ((0, 1) if r % 2 == 0 else (1, 0)):  # who goes first alternates
+            best[side].append(min(peer_timing.time_calls(runs[side], 3, number)) * 1e3)
+    ratios = [a / b for a, b in zip(*best)]
+    return {"tuned_min": min(best[0]), "tuned_median": float(np.median(best[0])), "default_min": min(best[1]),
+            "default_median": float(np.median(best[1])), "gain_median": float(np.median(ratios)), "gain_min": min(ratios),
+            "gain_max": max(ratios), "gain_rounds": spec["rounds"], "max_err": max(errors), "tuned_groups": tuned,
+            "total_groups": total}
+
+
+def tuning_gain(args, db, threads):
+    """gain_child in a fresh process at `threads` kernel threads; a failure is a dict with an error."""
+    spec = {"model": args.model, "image_size": args.image_size, "seq_len": args.seq_len, "opset": args.opset, "build": args.build,
+            "db": db, "threads": threads, "rounds": args.gain_rounds, "tol": args.tol}
+    env = dict(os.environ, KILN_NUM_THREADS=str(threads), OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--gain-child", json.dumps(spec)], env=env, capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or [f"status {out.returncode}"])[-1]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--gain-child"]:
+        print(json.dumps(gain_child(json.loads(argv[1]))))
+        return 0
     args = parse_args(argv)
     os.makedirs(args.workdir, exist_ok=True)
     onnx_path = os.path.join(args.workdir, f"{args.model}_{args.image_size}.onnx")
@@ -154,18 +222,31 @@ def print_table(args, stages):
     m = model_bench.machine()
     print(f"{args.model} {args.image_size}x{args.image_size}, batch 1; tuned with {args.tune_threads} thread(s); "
           f"CPU {m['cpu']} ({m['isa']}, {m['cores']} cores)")
-    fmt = "{:>7} {:>9} {:>10} {:>2} {:>9} {:>9} {:>9}  {:<18} {}"
-    print(fmt.format("trials", "tune (s)", "est. (ms)", "T", "kiln min", "kiln med", "peer med", "kiln/peer (range)", "best peer"))
+    fmt = "{:>7} {:>9} {:>10} {:>2} {:>9} {:>9} {:>9}  {:<18} {:<29} {}"
+    print(fmt.format("trials", "tune (s)", "est. (ms)", "T", "kiln min", "kiln med", "peer med", "kiln/peer (range)",
+                     "tuned/default (range; mins)", "best peer"))
     for st in stages:
-        for r in bench(args, st["db"], os.path.join(args.workdir, f"rows_{st['checkpoint']}.json")):
+        rows_file = os.path.join(args.workdir, f"rows_{st['checkpoint']}.json")
+        data = bench(args, st["db"], rows_file)
+        for r in data["rows"]:
             ratio = "-" if r.get("ratio_median") is None else f"{r['ratio_median']:.2f} ({r['ratio_min']:.2f}..{r['ratio_max']:.2f})"
             est = "-" if st["estimate_ms"] is None else f"{st['estimate_ms']:.2f}"
+            gain = "-"
+            if args.gain_rounds > 0:
+                g = r["gain"] = tuning_gain(args, st["db"], r["threads"])
+                gain = ("failed: " + g["error"][:60] if "error" in g else "- (no group tuned for it)" if g["tuned_groups"] == 0 else
+                        f"{g['gain_median']:.2f} ({g['gain_min']:.2f}..{g['gain_max']:.2f}; {g['tuned_min']:.3g}/{g['default_min']:.3g})")
             print(fmt.format(st["trials"], f"{st['wall_s']:.0f}", est, r["threads"], model_bench._f(r.get("kiln_min"), ".2f"),
-                             model_bench._f(r.get("kiln_median"), ".2f"), model_bench._f(r.get("peer_median"), ".2f"), ratio,
+                             model_bench._f(r.get("kiln_median"), ".2f"), model_bench._f(r.get("peer_median"), ".2f"), ratio, gain,
                              r.get("peer") or r.get("kiln_error", "-")[:80]), flush=True)
+        with open(rows_file + ".tmp", "w") as f:  # the rows with their gains, never half-written
+            json.dump(data, f, indent=1)
+        os.replace(rows_file + ".tmp", rows_file)
     print("est.: kiln-tune's estimated model latency after the stage (per group, the best record of its tasks, summed); "
           "each stage ends by measuring every task's best few schedules again side by side, which replaces its luckiest "
-          "single measurements, so the estimate can rise between checkpoints")
+          "single measurements, so the estimate can rise between checkpoints; tuned/default: kiln with the checkpoint's "
+          f"records against kiln's default schedules, {args.gain_rounds} interleaved rounds in one process, median of "
+          "per-round ratios (range; the two minima in ms), below 1 the records are faster")
     return 0
 
 

@@ -242,3 +242,32 @@ def test_search_vs_random_bench(tmp_path, capsys):
         assert len(c["runs"]) == 1 and len(c["runs"][0]) == 6
         finite = [v for v in c["runs"][0] if v is not None]
         assert finite and all(a >= b for a, b in zip(finite, finite[1:]))  # best so far never rises
+
+
+def _bench_module(name):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+    return __import__(name)
+
+
+def test_model_tuning_table_measures_what_tuning_bought(tmp_path, capfd):
+    """bench/model_tuning_table.py tunes a tiny CNN to one checkpoint, times it against PyTorch and, in one process,
+    kiln with the checkpoint's records against kiln's default schedules: the row and the saved rows carry that gain."""
+    table = _bench_module("model_tuning_table")
+    build = os.environ.get("KILN_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+    common = ["--model", "tiny_cnn", "--checkpoints", "8", "--threads", "1", "--tune-threads", "1", "--repeat", "1",
+              "--gain-rounds", "3", "--build", os.path.abspath(build)]
+    assert table.main(common + ["--image-size", "32", "--workdir", str(tmp_path / "ok")]) == 0
+    printed = capfd.readouterr().out
+    row = [line for line in printed.splitlines() if "PyTorch" in line and line.split()[0].isdigit()]
+    assert len(row) == 1, printed
+    fields = row[0].split()  # trials, tune s, estimate, T, kiln min, kiln med, peer med, kiln/peer, its range, tuned/default
+    assert fields[8].startswith("(") and not fields[9].startswith("("), row
+    assert float(fields[9]) > 0, row
+    with open(tmp_path / "ok" / "rows_8.json") as f:
+        saved = json.load(f)["rows"][0]["gain"]
+    assert saved["gain_min"] <= saved["gain_median"] <= saved["gain_max"], saved
+    assert saved["gain_rounds"] == 3 and saved["tuned_min"] > 0 and saved["default_min"] > 0
+    assert saved["max_err"] < 1e-3
+    # model_bench refusing the arguments (an image below 32) is an error that says so, not a missing file.
+    with pytest.raises(SystemExit, match="model_bench.py wrote no rows"):
+        table.main(common + ["--image-size", "16", "--workdir", str(tmp_path / "small")])
