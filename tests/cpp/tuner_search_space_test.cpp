@@ -562,6 +562,35 @@ TEST_P(TunerSketch, DefaultStreamsTheChannelBlocksOfAWideOneByOneConvOnAvx2) {
   }
 }
 
+// A conv whose input outweighs its weights and its output runs the pixels
+// outside the output-channel blocks in the parallel loop (so consecutive
+// iterations share one tile of input); a conv whose weights are the larger
+// operand, or whose output is, keeps the blocks outermost. All compute.
+TEST_P(TunerSketch, PixelsGoOutsideTheChannelBlocksWhereTheInputIsTheLargest) {
+  const int lanes = rules_lanes();
+  auto parallel_axes = [](const Candidate& c) {
+    std::string t = c.trace.to_json();
+    size_t at = t.find("\"axis_names\":[\"n.outer\"");
+    return at == std::string::npos ? t : t.substr(at, t.find(']', at) - at);
+  };
+  struct Shape {
+    testing::ref::ConvShape cs;
+    bool pixels_outside;
+  };
+  for (const Shape& sh : {Shape{{1, 8 * lanes, 14, 14, 2 * lanes, 1, 1, 1, 0, 1}, true},   // input 4x the output, 28x the weights
+                          Shape{{1, 8 * lanes, 2, 2, 2 * lanes, 1, 1, 1, 0, 1}, false},    // weights 4x the input
+                          Shape{{1, lanes, 14, 14, 4 * lanes, 1, 1, 1, 0, 1}, false}}) {   // output 4x the input
+    Case c = conv_nchwc_case(sh.cs, lanes, lanes);
+    SearchSpace space(task_of(c));
+    Candidate d = space.default_candidate();
+    std::string axes = parallel_axes(d);
+    size_t fo = axes.find("fo.outer"), y = axes.find("y.outer");
+    ASSERT_TRUE(fo != std::string::npos && y != std::string::npos) << axes;
+    EXPECT_EQ(y < fo, sh.pixels_outside) << "C=" << sh.cs.C << " K=" << sh.cs.K << " H=" << sh.cs.H << ": " << axes;
+    check_computes(c, space, d, 17);
+  }
+}
+
 // parse_candidate reads what describe_candidate writes, so a schedule from a
 // log or a group's schedule_detail replays (edited or not), and names what
 // it cannot read.
