@@ -601,22 +601,19 @@ TEST_P(TunerSketch, PixelsGoOutsideTheChannelBlocksWhereTheInputIsTheLargest) {
 // vectors they share, and one broadcast input.
 TEST_P(TunerSketch, ARegisterTileOfChannelBlocksFitsTheRegisters) {
   const int lanes = rules_lanes(), registers = rules_target().num_vector_registers();
-  // The register-level (last) factor of slot `label` in a described candidate.
-  auto tile = [](const std::string& text, const std::string& label) {
-    size_t at = text.find(" " + label + "=");
-    EXPECT_NE(at, std::string::npos) << label << " not in " << text;
-    if (at == std::string::npos) return 1;
-    size_t end = text.find(' ', at + 1);
-    std::string factors = text.substr(at, end == std::string::npos ? std::string::npos : end - at);
-    return std::stoi(factors.substr(factors.rfind('x') + 1));
+  // The register-level (last) factor of slot `label`.
+  auto inner = [](const SearchSpace& space, const Candidate& d, const std::string& label) {
+    std::vector<int> factors = tile_of(space, d, label);
+    EXPECT_FALSE(factors.empty()) << label << " not in " << space.describe_candidate(d);
+    return factors.empty() ? 1 : factors.back();
   };
   for (int ks : {1, 3}) {
     Case c = conv_nchwc_case({1, 8 * lanes, 7, 7, 8 * lanes, ks, ks, 1, ks / 2, 1}, 2 * lanes, 2 * lanes);
     SearchSpace space(task_of(c));
     Candidate d = space.default_candidate();
     std::string text = space.describe_candidate(d);
-    int vectors = (tile(text, "conv.fi") + lanes - 1) / lanes, blocks = tile(text, "conv.fo");
-    int pixels = tile(text, "conv.n") * tile(text, "conv.y") * tile(text, "conv.x");
+    int vectors = (inner(space, d, "conv.fi") + lanes - 1) / lanes, blocks = inner(space, d, "conv.fo");
+    int pixels = inner(space, d, "conv.n") * inner(space, d, "conv.y") * inner(space, d, "conv.x");
     EXPECT_LE(blocks * vectors * (pixels + 1) + 1, registers) << rules_target().str() << ": " << text;
     if (pixels == 7) {
       EXPECT_EQ(blocks, 1) << text;

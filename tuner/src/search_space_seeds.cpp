@@ -119,6 +119,9 @@ bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const 
       // R_other * V * (rows + 1) + 1 registers, one spare. On Zen 5 a 7-wide
       // tile took two channel blocks without this (33 registers) and ran
       // ResNet's 7x7 convs, 1x1 and 3x3, in 1.2-1.3x the time of one block.
+      // Checked per axis, so it also bounds a depthwise conv (no axis shares
+      // the operand) once earlier non-sharing axes gave rows: MobileNetV2's
+      // 7x7 depthwise convs then take one block, measured faster than two.
       if (!sharing && !folded && rows > 1)
         rows_left = std::min<int64_t>(rows_left, std::max(1, (dag.registers - 2) / (vectors * (static_cast<int>(rows) + 1))));
       const Slot& s = sk.slots[p.spatial_tiles[k]];
