@@ -206,7 +206,8 @@ class GpuExecutor(_CompiledModel):
         return f"<kiln.graph.GpuExecutor: {self.num_kernels} CUDA kernels, arena {self.memory()['arena_bytes']} bytes>"
 
 
-def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, layout=True, quiet=False, bf16_dot=None):
+def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, layout=True, quiet=False, bf16_dot=None,
+            winograd=True):
     """Compiles a graph: passes, fusion, kernels (the DB's best records when `db` is given) and the memory plan.
 
     fuse=False gives one kernel per operator, plain=True unscheduled kernels
@@ -216,6 +217,8 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
     bf16_dot: the matmuls and convolutions autocast rounds to bfloat16 run as
     bfloat16 dot products (vdpbf16ps); None does so where the target has AVX-512 BF16,
     True everywhere (emulated without it), False never.
+    winograd=False keeps every convolution direct; by default a 3x3 stride-1 convolution with
+    49 or more 2x2 output tiles runs as Winograd F(2x2, 3x3) (relative error about 1e-6 in float32).
     A cuda target (``"cuda -arch=sm_90"``) gives a :class:`GpuExecutor`.
     """
     if not isinstance(model, Graph):
@@ -230,7 +233,7 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
             print(f"kiln.compile: {tuned} of {len(exe.groups())} fused groups from the GPU tuning records in {db}", file=sys.stderr)
         return exe
     bf16 = -1 if bf16_dot is None else int(bool(bf16_dot))
-    exe = Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout, bf16), model)
+    exe = Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout, bf16, bool(winograd)), model)
     if db and not quiet:
         tuned, total = exe.tuned_groups()
         elsewhere = [g["records_only_for"] for g in exe.groups() if g["records_only_for"]]

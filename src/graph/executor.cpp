@@ -63,7 +63,7 @@ Executor compile(const Graph& g, const CompileOptions& options) {
   PipelineOptions popt{options.fuse, options.layout, options.dump, options.layout_plan, options.bf16_dot};
   bool given = options.layout_plan.max_block > 0 || !options.layout_plan.conv_max_block.empty();
   if (options.layout && options.choose_layouts && !options.db.empty() && !given)
-    popt.layout_plan = choose_layout_plan(g, target, options.db, &st->layouts);
+    popt.layout_plan = choose_layout_plan(g, target, options.db, &st->layouts, options.layout_plan.winograd);
   st->graph = optimize(g, target, popt);
   PlannedGraph pg = plan_graph(st->graph, [&](const GraphDag& dag, const std::string& kname) {
     GroupKernel k = build_group_kernel(dag, target, kname, options.plain, options.db);

@@ -23,6 +23,18 @@ constexpr double kFallbackBandwidth = 5e9;
 
 bool is_conv_group(const std::string& ops) { return ops.rfind("kiln.ConvNCHWc", 0) == 0 || ops.rfind("kiln.DepthwiseConvNCHWc", 0) == 0; }
 
+// The conv a group of a Winograd conv belongs to (alter_conv_layout names
+// the output transform as the conv, the others with a suffix), or "".
+std::string winograd_conv_of(const OpNode& group) {
+  const std::string ops = group.attrs.get_string("ops");
+  if (ops.rfind("kiln.Winograd", 0) != 0) return "";
+  for (const char* suffix : {".winograd_input", ".winograd_matmul"}) {
+    const std::string s = suffix;
+    if (group.name.size() > s.size() && group.name.compare(group.name.size() - s.size(), s.size(), s) == 0) return group.name.substr(0, group.name.size() - s.size());
+  }
+  return group.name;
+}
+
 /** What the database says of the groups of `g` optimized under one cap. */
 struct PlanTimes {
   std::map<std::string, double> conv_time;  // conv name -> its group's best (0: no record)
@@ -58,6 +70,10 @@ PlanTimes times_under(const Graph& g, const Target& target, const LayoutPlan& pl
       if (t > 0) out.bandwidth = std::max(out.bandwidth, static_cast<double>(node->inputs[0].type().bytes() + node->types[0].bytes()) / t);
     } else if (is_conv_group(ops)) {
       out.conv_time[node->name] = t;
+    } else if (std::string conv = winograd_conv_of(*node); !conv.empty()) {
+      // A Winograd conv costs its three groups; one without a record has no time.
+      auto [it, first] = out.conv_time.emplace(conv, t);
+      if (!first) it->second = it->second > 0 && t > 0 ? it->second + t : 0;
     }
   }
   if (!complete) out.total = 0;
@@ -84,8 +100,13 @@ int64_t conv_block(const OpNode& conv, bool out, int64_t cap, int64_t lanes) {
 
 }  // namespace
 
-LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::string& db, std::vector<LayoutDecision>* decisions) {
-  LayoutPlan plan;
+LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::string& db, std::vector<LayoutDecision>* decisions, bool winograd) {
+  auto uniform = [winograd](int64_t cap) {
+    LayoutPlan p{cap, {}};
+    p.winograd = winograd;
+    return p;
+  };
+  LayoutPlan plan = uniform(0);
   if (db.empty() || !std::filesystem::exists(db) || target.kind != Target::Kind::LLVM) return plan;
   const std::vector<int64_t> caps = layout_block_choices(target);
   const int64_t lanes = caps.front(), fallback_cap = caps.back();
@@ -93,7 +114,7 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
   std::vector<PlanTimes> times;
   double bandwidth = 0;
   for (int64_t cap : caps) {
-    times.push_back(times_under(g, target, LayoutPlan{cap, {}}, db, &cache));
+    times.push_back(times_under(g, target, uniform(cap), db, &cache));
     bandwidth = std::max(bandwidth, times.back().bandwidth);
   }
   if (bandwidth <= 0) bandwidth = kFallbackBandwidth;
@@ -142,8 +163,9 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
   };
   std::vector<Candidate> candidates = {{plan, "per-conv choice", times_under(g, target, plan, db, &cache).total}};
   for (size_t i = 0; i < caps.size(); ++i)
-    candidates.push_back({LayoutPlan{caps[i], {}}, "every conv at cap " + std::to_string(caps[i]), times[i].total});
+    candidates.push_back({uniform(caps[i]), "every conv at cap " + std::to_string(caps[i]), times[i].total});
   LayoutPlan defaults = default_layout_plan(g, target);
+  defaults.winograd = winograd;
   if (defaults.max_block == 0) candidates.push_back({defaults, "the default caps", times_under(g, target, defaults, db, &cache).total});
   double best_total = 0;
   size_t pick = candidates.size();
@@ -157,7 +179,7 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
         decisions->push_back(d);
       }
     }
-    return LayoutPlan{};
+    return uniform(0);
   }
   const LayoutPlan& chosen = candidates[pick].plan;
   if (decisions) {

@@ -96,6 +96,7 @@ std::vector<ModelTask> extract_tasks(const Graph& g, const CompileOptions& optio
     plans = {default_layout_plan(g, target)};
     for (auto it = caps.rbegin(); it != caps.rend(); ++it)
       if (*it != plans.front().max_block) plans.push_back(LayoutPlan{*it, {}});
+    for (LayoutPlan& plan : plans) plan.winograd = options.layout_plan.winograd;
   }
   std::vector<ModelTask> tasks;
   std::map<std::string, size_t> by_key;

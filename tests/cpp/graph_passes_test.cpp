@@ -260,6 +260,51 @@ TEST(GraphPasses, SevenWideConvolutionsTakeOneVectorBlocksAndStayCorrect) {
   expect_blocked_matches_plain(g, random_array({1, 16, 7, 7}, 13), "llvm -mcpu=haswell");
 }
 
+// 3x3 stride-1 convolutions with 49 tiles of 2x2 outputs or more run as
+// Winograd F(2x2, 3x3): input transform, 16 products, output transform with
+// the conv's epilogue fused. Two images of odd extents (half tiles at the
+// edges), asymmetric padding, a bias and a residual; compared with the
+// plain NCHW conv's loops.
+TEST(GraphPasses, ThreeByThreeConvsWithManyPixelsRunAsWinograd) {
+  auto x = make_input("x", {{2, 16, 13, 15}, DataType::Float(32)});
+  Attrs pad1, uneven;
+  pad1.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  uneven.set("pads", std::vector<int64_t>{0, 1, 2, 1});  // top, left, bottom, right: 13 x 15 out
+  Value c1 = make_op("Conv", {x->output(), make_constant("w1", random_array({16, 16, 3, 3}, 40))->output(), make_constant("b1", random_array({16}, 41))->output()}, pad1, "c1")->output();
+  Value c2 = make_op("Conv", {op("Relu", {c1}), make_constant("w2", random_array({16, 16, 3, 3}, 42))->output()}, uneven, "c2")->output();
+  Graph g = Graph::make({x}, {op("Relu", {op("Add", {c2, x->output()}, "residual")})});
+  const Target haswell = Target::parse("llvm -mcpu=haswell");
+  auto count = [](const Graph& a, const std::string& name) {
+    int n = 0;
+    for (const OpNode* node : a.op_nodes()) n += node->op->name == name;
+    return n;
+  };
+  Graph a = alter_conv_layout(g, haswell);
+  EXPECT_EQ(count(a, "kiln.WinogradInputNCHWc"), 2) << a.str();
+  EXPECT_EQ(count(a, "kiln.WinogradMatMul"), 2) << a.str();
+  EXPECT_EQ(count(a, "kiln.WinogradOutputNCHWc"), 2) << a.str();
+  EXPECT_EQ(count(a, "kiln.ConvNCHWc"), 0) << a.str();
+  // Fused, the epilogue (bias, relu; residual, relu) goes with the output transform.
+  Graph fused = optimize(g, haswell);
+  int output_groups = 0;
+  for (const OpNode* node : fused.op_nodes()) {
+    std::string ops = node->attrs.get_string("ops");
+    if (ops.rfind("kiln.WinogradOutputNCHWc", 0) == 0) {
+      ++output_groups;
+      EXPECT_NE(ops.find("Relu"), std::string::npos) << ops;
+    }
+  }
+  EXPECT_EQ(output_groups, 2) << fused.str();
+  // A plan without Winograd keeps the direct conv; a 7 x 7 output (16 tiles) never takes it.
+  LayoutPlan direct;
+  direct.winograd = false;
+  EXPECT_EQ(count(alter_conv_layout(g, haswell, direct), "kiln.ConvNCHWc"), 2);
+  auto small = make_input("x", {{1, 16, 7, 7}, DataType::Float(32)});
+  Graph g7 = Graph::make({small}, {make_op("Conv", {small->output(), make_constant("w", random_array({16, 16, 3, 3}, 43))->output()}, pad1, "c")->output()});
+  EXPECT_EQ(count(alter_conv_layout(g7, haswell), "kiln.WinogradMatMul"), 0);
+  expect_blocked_matches_plain(g, random_array({2, 16, 13, 15}, 44), "llvm -mcpu=haswell");
+}
+
 TEST(GraphPasses, DepthwiseConvKeepsTheBlockItsInputComesIn) {
   // MobileNetV2's inverted residual at 7 x 7 on AVX2: the 1x1 convs take
   // one-vector blocks (8), and the depthwise conv between them follows, so

@@ -80,3 +80,18 @@ def test_unfused_and_nchw_paths_agree():
     assert sum(o.count("kiln.LayoutTransform") for o in ops) == 2, ops
     _check(net, x, fuse=False)
     _check(net, x, plain=True)
+
+
+def test_winograd_convs_match_pytorch_and_can_be_turned_off():
+    # ResNet's basic block at 15x15 on a batch of 2: its 3x3 convs have 2 x 8 x 8
+    # tiles of 2x2 outputs (half tiles at the edges), enough to run as Winograd F(2x2, 3x3).
+    torch.manual_seed(2)
+    block = _randomize_batch_norms(torchvision.models.resnet.BasicBlock(32, 32))
+    x = torch.randn(2, 32, 15, 15)
+    _, exe = _check(block, x)
+    groups = [g["ops"] for g in exe.groups()]
+    assert sum(g.startswith("kiln.WinogradMatMul") for g in groups) == 2, groups
+    # The epilogues (the folded BatchNorm's shift, the residual add, relu) fuse into the output transform.
+    assert any(g.startswith("kiln.WinogradOutputNCHWc") and "Relu" in g for g in groups), groups
+    _, direct = _check(block, x, winograd=False)
+    assert not any("Winograd" in g["ops"] for g in direct.groups())

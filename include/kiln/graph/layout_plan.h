@@ -31,6 +31,8 @@ struct LayoutPlan {
   int64_t max_block = 0;
   /** Per convolution (node name): its cap. */
   std::map<std::string, int64_t> conv_max_block;
+  /** 3x3 stride-1 convolutions with many output pixels run as Winograd F(2x2, 3x3) (alter_conv_layout). */
+  bool winograd = true;
 
   int64_t cap_of(const std::string& conv, int64_t fallback) const;
   /** Whether the plan sets this convolution's cap (uniformly or by name). */
@@ -96,9 +98,10 @@ struct LayoutDecision {
  * records of every group the plan compiles to (mixing blocks changes the
  * groups: a residual Add no longer fuses, relayouts appear). The cheapest
  * plan whose groups all have a record wins; with none, the default.
+ * Every plan it costs and returns has `winograd` as given (LayoutPlan::winograd).
  */
 LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::string& db,
-                              std::vector<LayoutDecision>* decisions = nullptr);
+                              std::vector<LayoutDecision>* decisions = nullptr, bool winograd = true);
 
 }  // namespace kiln::graph
 
