@@ -252,23 +252,25 @@ bool stream_seed(const DagInfo& dag, const Sketch& sk, std::vector<int>* d) {
   return any;
 }
 
-// The parallel loop of a Simple stage's default: the fewest outer loops
-// that give every core kChunksPerCore iterations, not all of them (all when
-// the axes before the vector axis give fewer). Fused, the loops inside must be recovered from the one index by
-// a division and a modulo each, per vector; a stage that gathers (Winograd's
-// input transform reads 4 inputs per output, at indices that depend on the
-// output's position in its tile) paid that on every read: 0.160 ms on
-// ResNet's 56x56 layer with every loop fused against 0.066 with only the
-// outermost parallel (Zen 5, 2 cores).
+// The default's parallel loop: every S0 loop, except for a Simple stage
+// (not a row loop), which runs parallel the fewest outer loops that give
+// every core kChunksPerCore iterations (all when the axes before the vector
+// axis give fewer). Fused, the loops inside must be recovered from the one
+// index by a division and a modulo each, per vector; a stage that gathers
+// (Winograd's input transform reads 4 inputs per output, at indices that
+// depend on the output's position in its tile) paid that on every read:
+// 0.160 ms on ResNet's 56x56 layer with every loop fused against 0.066
+// with only the outermost parallel (Zen 5, 2 cores).
 constexpr int64_t kChunksPerCore = 8;
-int simple_parallel_choice(const DagInfo& dag, const StageInfo& st) {
-  const size_t n = st.spatial.size();
+int default_parallel_choice(const DagInfo& dag, const Sketch& sk, const StagePlan& p, const StageInfo& st) {
+  const int all = sk.slots[p.parallel].choices - 1;
+  if (p.kind != PlanKind::Simple || p.rows) return all;
   int64_t iterations = 1;
-  for (size_t k = 0; k + 1 < n; ++k) {
+  for (size_t k = 0; k + 1 < st.spatial.size(); ++k) {
     iterations *= st.spatial[k];
-    if (iterations >= kChunksPerCore * dag.cores) return static_cast<int>(k);
+    if (iterations >= kChunksPerCore * dag.cores) return std::min(static_cast<int>(k), all);
   }
-  return static_cast<int>(n) - 1;
+  return all;
 }
 
 }  // namespace
@@ -300,7 +302,7 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
         // Vectors along the innermost axis, enough outer loops parallel.
         const Slot& v = sk.slots[p.vector_tile];
         put_tile(v, divisor_at_most(v.extent, 2 * dag.lanes), &d);
-        if (p.parallel >= 0) d[sk.slots[p.parallel].offset] = p.rows ? sk.slots[p.parallel].choices - 1 : std::min(simple_parallel_choice(dag, dag.stages[si]), sk.slots[p.parallel].choices - 1);
+        if (p.parallel >= 0) d[sk.slots[p.parallel].offset] = default_parallel_choice(dag, sk, p, dag.stages[si]);
       }
       if (p.spatial_tiles.empty()) continue;
       int64_t width = tile_width(sk.slots[p.spatial_tiles.back()], dag.lanes, vectors);
@@ -390,10 +392,7 @@ std::vector<int> default_decisions(const DagInfo& dag, const Sketch& sk) {
       const Slot& v = sk.slots[p.vector_tile];
       put_tile(v, divisor_at_most(v.extent, 2 * dag.lanes), &d);
     }
-    if (p.parallel >= 0) {
-      int all = sk.slots[p.parallel].choices - 1;
-      d[sk.slots[p.parallel].offset] = p.kind == PlanKind::Simple && !p.rows ? std::min(simple_parallel_choice(dag, dag.stages[si]), all) : all;
-    }
+    if (p.parallel >= 0) d[sk.slots[p.parallel].offset] = default_parallel_choice(dag, sk, p, dag.stages[si]);
     if (p.spatial_tiles.empty()) continue;
     const Slot& last = sk.slots[p.spatial_tiles.back()];
     int64_t width = 1;
