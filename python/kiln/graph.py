@@ -206,6 +206,15 @@ class GpuExecutor(_CompiledModel):
         return f"<kiln.graph.GpuExecutor: {self.num_kernels} CUDA kernels, arena {self.memory()['arena_bytes']} bytes>"
 
 
+def _winograd_tile(winograd):
+    """compile's `winograd` as the largest Winograd output tile (LayoutPlan::winograd)."""
+    if winograd is True or winograd is False:
+        return 4 if winograd else 0
+    if isinstance(winograd, int) and winograd in (0, 2, 4):
+        return winograd
+    raise KilnError(f"kiln.compile: winograd= takes True, False, 2 (F(2x2, 3x3) only) or 4, got {winograd!r}")
+
+
 def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, layout=True, quiet=False, bf16_dot=None,
             winograd=True):
     """Compiles a graph: passes, fusion, kernels (the DB's best records when `db` is given) and the memory plan.
@@ -217,8 +226,10 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
     bf16_dot: the matmuls and convolutions autocast rounds to bfloat16 run as
     bfloat16 dot products (vdpbf16ps); None does so where the target has AVX-512 BF16,
     True everywhere (emulated without it), False never.
-    winograd=False keeps every convolution direct; by default a 3x3 stride-1 convolution with
-    49 or more 2x2 output tiles runs as Winograd F(2x2, 3x3) (relative error about 1e-6 in float32).
+    winograd: by default (True) a 3x3 stride-1 convolution with 49 or more 4x4 output tiles
+    (28x28 outputs and up) runs as Winograd F(4x4, 3x3), else with 49 or more 2x2 tiles as
+    F(2x2, 3x3) (float32 relative error about 1e-6 both); 2 allows F(2x2, 3x3) only,
+    False (or 0) keeps every convolution direct.
     A cuda target (``"cuda -arch=sm_90"``) gives a :class:`GpuExecutor`.
     """
     if not isinstance(model, Graph):
@@ -233,7 +244,7 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
             print(f"kiln.compile: {tuned} of {len(exe.groups())} fused groups from the GPU tuning records in {db}", file=sys.stderr)
         return exe
     bf16 = -1 if bf16_dot is None else int(bool(bf16_dot))
-    exe = Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout, bf16, bool(winograd)), model)
+    exe = Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout, bf16, _winograd_tile(winograd)), model)
     if db and not quiet:
         tuned, total = exe.tuned_groups()
         elsewhere = [g["records_only_for"] for g in exe.groups() if g["records_only_for"]]

@@ -346,7 +346,7 @@ void define_graph(py::module_& root) {
   }, py::arg("graph"), py::arg("target") = "cuda -arch=sm_90", py::arg("fuse") = true, py::arg("nvrtc") = true, py::arg("dump") = false,
      py::arg("db") = "");
 
-  m.def("compile", [](const Graph& g, const std::string& target, const std::string& db, bool fuse, bool plain, bool dump, bool layout, int bf16_dot, bool winograd) {
+  m.def("compile", [](const Graph& g, const std::string& target, const std::string& db, bool fuse, bool plain, bool dump, bool layout, int bf16_dot, int winograd) {
     CompileOptions o;
     o.layout_plan.winograd = winograd;
     o.bf16_dot = bf16_dot;
@@ -359,7 +359,7 @@ void define_graph(py::module_& root) {
     py::gil_scoped_release release;
     return compile(g, o);
   }, py::arg("graph"), py::arg("target") = "llvm", py::arg("db") = "", py::arg("fuse") = true, py::arg("plain") = false, py::arg("dump") = false, py::arg("layout") = true,
-     py::arg("bf16_dot") = -1, py::arg("winograd") = true);
+     py::arg("bf16_dot") = -1, py::arg("winograd") = 4);
 }
 
 }  // namespace kiln::python

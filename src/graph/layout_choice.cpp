@@ -100,7 +100,7 @@ int64_t conv_block(const OpNode& conv, bool out, int64_t cap, int64_t lanes) {
 
 }  // namespace
 
-LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::string& db, std::vector<LayoutDecision>* decisions, bool winograd) {
+LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::string& db, std::vector<LayoutDecision>* decisions, int winograd) {
   auto uniform = [winograd](int64_t cap) {
     LayoutPlan p{cap, {}};
     p.winograd = winograd;

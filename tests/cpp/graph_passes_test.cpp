@@ -4,6 +4,7 @@
 // naive loops written here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -211,12 +212,17 @@ TEST(GraphPasses, AlterConvLayoutLeavesTransformsAtTheBoundary) {
 }
 
 // g compiled blocked for `target` computes what it computes in plain NCHW.
-void expect_blocked_matches_plain(const Graph& g, const NDArray& in, const std::string& target) {
+// Within 1e-4, or `relative` times the output's largest magnitude where that is more.
+void expect_blocked_matches_plain(const Graph& g, const NDArray& in, const std::string& target, double relative = 0) {
   CompileOptions blocked_options;
   blocked_options.target = target;
   std::vector<NDArray> blocked = compile(g, blocked_options).run({in});
   std::vector<NDArray> plain = compile(g, options(true, false, true)).run({in});
-  for (int64_t i = 0; i < plain[0].numel(); ++i) EXPECT_NEAR(blocked[0].data_as<float>()[i], plain[0].data_as<float>()[i], 1e-4);
+  const float* want = plain[0].data_as<float>();
+  double largest = 0;
+  for (int64_t i = 0; i < plain[0].numel(); ++i) largest = std::max(largest, std::abs(double(want[i])));
+  const double tol = std::max(1e-4, relative * largest);
+  for (int64_t i = 0; i < plain[0].numel(); ++i) EXPECT_NEAR(blocked[0].data_as<float>()[i], want[i], tol);
 }
 
 TEST(GraphPasses, DefaultConvCapIsOneVectorWhereTwoFitTooFewOutputPixels) {
@@ -297,12 +303,40 @@ TEST(GraphPasses, ThreeByThreeConvsWithManyPixelsRunAsWinograd) {
   EXPECT_EQ(output_groups, 2) << fused.str();
   // A plan without Winograd keeps the direct conv; a 7 x 7 output (16 tiles) never takes it.
   LayoutPlan direct;
-  direct.winograd = false;
+  direct.winograd = 0;
   EXPECT_EQ(count(alter_conv_layout(g, haswell, direct), "kiln.ConvNCHWc"), 2);
   auto small = make_input("x", {{1, 16, 7, 7}, DataType::Float(32)});
   Graph g7 = Graph::make({small}, {make_op("Conv", {small->output(), make_constant("w", random_array({16, 16, 3, 3}, 43))->output()}, pad1, "c")->output()});
   EXPECT_EQ(count(alter_conv_layout(g7, haswell), "kiln.WinogradMatMul"), 0);
   expect_blocked_matches_plain(g, random_array({2, 16, 13, 15}, 44), "llvm -mcpu=haswell");
+}
+
+TEST(GraphPasses, ConvsWithManyFourByFourTilesRunAsWinogradF4x4) {
+  // 29 x 30 outputs: 8 x 8 tiles of 4 x 4, the last row and column of tiles partly past the image.
+  auto x = make_input("x", {{1, 16, 29, 30}, DataType::Float(32)});
+  Attrs pad1, uneven;
+  pad1.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  uneven.set("pads", std::vector<int64_t>{2, 0, 0, 2});  // top, left, bottom, right: 29 x 30 out
+  Value c1 = make_op("Conv", {x->output(), make_constant("w1", random_array({32, 16, 3, 3}, 50))->output(), make_constant("b1", random_array({32}, 51))->output()}, pad1, "c1")->output();
+  Value c2 = make_op("Conv", {op("Relu", {c1}), make_constant("w2", random_array({16, 32, 3, 3}, 52))->output()}, uneven, "c2")->output();
+  Graph g = Graph::make({x}, {op("Relu", {op("Add", {c2, x->output()}, "residual")})});
+  // The transformed tiles of each conv: 36 (F(4x4, 3x3)) by default, 16 (F(2x2, 3x3)) with the plan's largest tile 2.
+  auto tiles = [&](const Target& t, const LayoutPlan& plan) {
+    std::vector<int64_t> out;
+    Graph a = alter_conv_layout(g, t, plan);
+    for (const OpNode* node : a.op_nodes())
+      if (node->op->name == "kiln.WinogradMatMul") out.push_back(node->types[0].shape[0]);
+    return out;
+  };
+  LayoutPlan small_tiles;
+  small_tiles.winograd = 2;
+  for (const char* name : {"llvm -mcpu=haswell", "llvm -mcpu=skylake-avx512"}) {
+    const Target t = Target::parse(name);
+    EXPECT_EQ(tiles(t, LayoutPlan{}), (std::vector<int64_t>{36, 36})) << name;
+    EXPECT_EQ(tiles(t, small_tiles), (std::vector<int64_t>{16, 16})) << name;
+  }
+  // F(4x4, 3x3)'s float32 error: a few 1e-6 of the largest output (up to about 70 here).
+  expect_blocked_matches_plain(g, random_array({1, 16, 29, 30}, 53), "llvm -mcpu=haswell", 1e-5);
 }
 
 TEST(GraphPasses, DepthwiseConvKeepsTheBlockItsInputComesIn) {

@@ -95,3 +95,21 @@ def test_winograd_convs_match_pytorch_and_can_be_turned_off():
     assert any(g.startswith("kiln.WinogradOutputNCHWc") and "Relu" in g for g in groups), groups
     _, direct = _check(block, x, winograd=False)
     assert not any("Winograd" in g["ops"] for g in direct.groups())
+
+
+def test_winograd_f4x4_runs_where_the_output_has_many_4x4_tiles():
+    # At 28x28 a 3x3 conv has 7 x 7 tiles of 4x4 outputs: Winograd F(4x4, 3x3),
+    # 36 products over 49 tiles; winograd=2 asks for F(2x2, 3x3), 16 over 196.
+    torch.manual_seed(3)
+    block = _randomize_batch_norms(torchvision.models.resnet.BasicBlock(16, 16))
+    x = torch.randn(1, 16, 28, 28)
+
+    def product_flops(exe):
+        return sorted(g["flop"] for g in exe.groups() if g["ops"].startswith("kiln.WinogradMatMul"))
+
+    model, f4 = _check(block, x)
+    assert product_flops(f4) == [2 * 36 * 49 * 16 * 16] * 2
+    _, f2 = _check(block, x, winograd=2)
+    assert product_flops(f2) == [2 * 16 * 196 * 16 * 16] * 2
+    with pytest.raises(kiln.KilnError, match="winograd= takes True, False, 2"):
+        kiln.compile(model, winograd=3)

@@ -218,7 +218,13 @@ class Applier {
     // part, so the lines the vectors gather from stay in L1 across it.
     int across = info.reduction ? -1 : transposed_read_axis(info);
     Loop across_inner;
+    // Table axes (StageInfo::table_axes) go inside the others, unrolled.
+    std::vector<Loop> tables;
     for (size_t k = 0; k + 1 < n; ++k) {
+      if (std::find(info.table_axes.begin(), info.table_axes.end(), static_cast<int>(k)) != info.table_axes.end()) {
+        tables.push_back({roots[k], info.spatial[k]});
+        continue;
+      }
       int64_t f = static_cast<int>(k) == across ? divisor_at_most(info.spatial[k], kTransposeTile) : 1;
       if (f == 1) {
         lead.push_back({roots[k], info.spatial[k]});
@@ -234,10 +240,12 @@ class Applier {
     Loop inner = parts[1];
     std::vector<Loop> order = lead;
     if (across_inner.iv.defined()) order.push_back(across_inner);
+    order.insert(order.end(), tables.begin(), tables.end());
     for (size_t k = 0; k < info.reduce.size(); ++k) order.push_back({roots[n + k], info.reduce[k]});
     order.push_back(inner);
     // A reduction keeps the vector loop innermost, inside its reduce loops.
-    if (info.reduction || across_inner.iv.defined()) reorder_loops(st, order);
+    if (info.reduction || across_inner.iv.defined() || !tables.empty()) reorder_loops(st, order);
+    for (const Loop& t : tables) st.unroll(t.iv);
     size_t first = 1;
     if (p.consumer >= 0 && choice(p.location) == 1 && outer_loop_[p.consumer].defined() && readers_attached_at(i, p.consumer)) {
       st.compute_at(s_[dag_.stages[p.consumer].tensor], outer_loop_[p.consumer]);

@@ -48,6 +48,11 @@ struct StageInfo {
   int pack_operand = -1;
   int pack_dim = -1;                         ///< the operand's dimension indexed by the innermost spatial axis
   std::vector<int> pack_widths;              ///< panel widths the pack sketch allows (innermost tile factors)
+  /** Output axes (not the innermost) that only pick, through selects, which
+   * inputs an element reads: a Winograd transform's tile element, its row of
+   * B^T a table. A Simple stage runs them inside its other loops, unrolled
+   * (see table_axes in sketch_rules.cpp). */
+  std::vector<int> table_axes;
   int64_t spatial_size() const;
   int64_t reduce_size() const;
 };

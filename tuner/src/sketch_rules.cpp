@@ -153,6 +153,69 @@ void find_pack_operand(const DagInfo& dag, const std::unordered_map<const te::Op
     }
 }
 
+// Counts a variable's uses in an expression, and those inside the condition
+// of a select (Select or if_then_else).
+class ConditionUses : public IRVisitor {
+ public:
+  explicit ConditionUses(const Variable* v) : v_(v) {}
+  int all = 0, in_conditions = 0, in_load_indices = 0;
+
+ protected:
+  void visit(const Variable* op) override {
+    if (op != v_) return;
+    ++all;
+    if (condition_depth_ > 0) ++in_conditions;
+    if (load_depth_ > 0) ++in_load_indices;
+  }
+  void visit(const Select* op) override {
+    condition(op->condition);
+    visit_expr(op->true_value);
+    visit_expr(op->false_value);
+  }
+  void visit(const Call* op) override {
+    if (op->op != Intrinsic::IfThenElse || op->args.size() != 3) return IRVisitor::visit(op);
+    condition(op->args[0]);
+    visit_expr(op->args[1]);
+    visit_expr(op->args[2]);
+  }
+  void visit(const TensorLoad* op) override {
+    ++load_depth_;
+    IRVisitor::visit(op);
+    --load_depth_;
+  }
+
+ private:
+  void condition(const Expr& c) {
+    ++condition_depth_;
+    visit_expr(c);
+    --condition_depth_;
+  }
+  const Variable* v_;
+  int condition_depth_ = 0, load_depth_ = 0;
+};
+
+// The output axes of an elementwise stage (not the innermost) whose variable
+// appears only in the conditions of selects, and among them in the index of
+// some read: each value of the axis reads other inputs of one neighbourhood
+// (a Winograd input transform's tile element e reads 4 or 16 of its tile's
+// inputs, chosen by constant tables on e). With such an axis outermost,
+// every value of it streams the whole input again (36 times for F(4x4, 3x3));
+// run inside the others and unrolled, its selects fold to constants and its
+// iterations share one tile's loads from L1. At most kMaxTableExtent values:
+// the unrolled body grows with it.
+constexpr int64_t kMaxTableExtent = 64;
+std::vector<int> find_table_axes(const StageInfo& s) {
+  std::vector<int> out;
+  if (!s.op || s.reduction) return out;
+  for (size_t k = 0; k + 1 < s.spatial.size(); ++k) {
+    if (s.spatial[k] < 2 || s.spatial[k] > kMaxTableExtent) continue;
+    ConditionUses uses(s.op->axis[k].var().get());
+    uses.visit_expr(s.body);
+    if (uses.all > 0 && uses.in_conditions == uses.all && uses.in_load_indices > 0) out.push_back(static_cast<int>(k));
+  }
+  return out;
+}
+
 }  // namespace
 
 DagInfo analyze_dag(const Task& task) {
@@ -196,6 +259,7 @@ DagInfo analyze_dag(const Task& task) {
       if (std::find(s.reads.begin(), s.reads.end(), p) == s.reads.end()) s.reads.push_back(p);
     });
     s.has_reuse = s.reduction && has_data_reuse(s);
+    s.table_axes = find_table_axes(s);
     if (s.has_reuse && !s.spatial.empty()) s.pack_widths = panel_widths(s.spatial.back(), dag.lanes, dag.registers);
     if (s.has_reuse) find_pack_operand(dag, index, s);
     if (s.has_reuse) mark_materializable(dag, index, s);

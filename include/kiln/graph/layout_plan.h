@@ -31,8 +31,10 @@ struct LayoutPlan {
   int64_t max_block = 0;
   /** Per convolution (node name): its cap. */
   std::map<std::string, int64_t> conv_max_block;
-  /** 3x3 stride-1 convolutions with many output pixels run as Winograd F(2x2, 3x3) (alter_conv_layout). */
-  bool winograd = true;
+  /** The largest output tile m of the Winograd F(m x m, 3x3) that 3x3 stride-1
+   * convolutions with many output pixels run as (alter_conv_layout): 4 (F(4x4, 3x3)
+   * where the output has tiles enough, else F(2x2, 3x3)), 2 (F(2x2, 3x3) only), 0 (none). */
+  int winograd = 4;
 
   int64_t cap_of(const std::string& conv, int64_t fallback) const;
   /** Whether the plan sets this convolution's cap (uniformly or by name). */
@@ -101,7 +103,7 @@ struct LayoutDecision {
  * Every plan it costs and returns has `winograd` as given (LayoutPlan::winograd).
  */
 LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::string& db,
-                              std::vector<LayoutDecision>* decisions = nullptr, bool winograd = true);
+                              std::vector<LayoutDecision>* decisions = nullptr, int winograd = 4);
 
 }  // namespace kiln::graph
 

@@ -4,9 +4,9 @@
 // Each 2-D Conv with constant weights (group 1, or depthwise) becomes
 //   LayoutTransform(NCHW -> b) -> ConvNCHWc(packed weights) [-> Add(bias)] -> LayoutTransform(b -> NCHW)
 // with the weights (and bias) repacked once, here, at compile time; a 3x3
-// stride-1 conv with many output pixels takes Winograd F(2x2, 3x3) instead
+// stride-1 conv with many output pixels takes Winograd F(4x4, 3x3) or F(2x2, 3x3) instead
 // of ConvNCHWc (input transform, products, output transform; see
-// winograd_pays), unless the plan says no (LayoutPlan::winograd). Then the
+// winograd_tile), unless the plan says no (LayoutPlan::winograd). Then the
 // transforms move out of the way: an elementwise or broadcast operator whose
 // tensor inputs come out of such a transform runs on the blocked tensors
 // instead (constants it reads are repacked), and two transforms in a row
@@ -176,7 +176,8 @@ class LayoutRewriter {
       int64_t cb = channel_block_for(C, cap, lanes());
       kb = channel_block_for(K, cap, lanes());
       Value blocked = relayout(x, 0, cb);
-      y = plan_.winograd && winograd_pays(conv, shape->p, KH, KW, cb, kb) ? winograd_conv(conv, blocked, *W, cb, kb, shape->p)
+      const int64_t tile = winograd_tile(conv, shape->p, KH, KW, cb, kb);
+      y = tile ? winograd_conv(conv, blocked, *W, cb, kb, shape->p, tile)
                                                                           : direct_conv(conv, blocked, *W, cb, kb, shape->p);
     } else if (shape->group == C && K == C && ws[1] == 1) {
       kb = channel_block_for(C, cap, lanes());
@@ -217,31 +218,41 @@ class LayoutRewriter {
     return make_op("kiln.ConvNCHWc", {x, make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()}, conv_attrs(p), conv.name)->output();
   }
 
-  // A 3x3 stride-1 conv runs as Winograd F(2x2, 3x3) where its 16 batched
+  // A 3x3 stride-1 conv runs as Winograd F(m x m, 3x3) where its batched
   // products have tiles enough to keep the register tiles full: on Zen 5
-  // (AVX-512, 2 cores) the products of ResNet's 3x3 convs at 56x56 to 14x14
-  // (49 tiles and up) took 0.30-0.34 ms where the direct conv takes
-  // 0.62-0.65; at 7x7 (16 tiles) 0.63 against 0.69, less than the two
-  // transforms cost, and the transformed weights are 16/9 the bytes.
+  // (AVX-512, 2 cores) the 16 products of F(2x2, 3x3) for ResNet's 3x3 convs
+  // at 56x56 to 14x14 (49 tiles and up) took 0.30-0.34 ms where the direct
+  // conv takes 0.62-0.65; at 7x7 (16 tiles) 0.63 against 0.69, less than the
+  // two transforms cost, and the transformed weights are 16/9 the bytes.
+  // F(4x4, 3x3) (36 products over a quarter of the tiles: 1.8x fewer
+  // multiplies again, and a transformed input 9/16 the size) takes over where
+  // it has 49 tiles too: outputs of 28x28 and up.
   static constexpr int64_t kMinWinogradTiles = 49;
-  bool winograd_pays(const OpNode& conv, const ops::Conv2dParams& p, int64_t KH, int64_t KW, int64_t cb, int64_t kb) const {
-    if (KH != 3 || KW != 3 || p.stride_h != 1 || p.stride_w != 1 || p.dilation_h != 1 || p.dilation_w != 1) return false;
-    if (cb % lanes() != 0 || kb % lanes() != 0) return false;
+  // The output tile m of the Winograd form the conv takes; 0: it stays direct.
+  int64_t winograd_tile(const OpNode& conv, const ops::Conv2dParams& p, int64_t KH, int64_t KW, int64_t cb, int64_t kb) const {
+    if (plan_.winograd == 0) return 0;
+    if (KH != 3 || KW != 3 || p.stride_h != 1 || p.stride_w != 1 || p.dilation_h != 1 || p.dilation_w != 1) return 0;
+    if (cb % lanes() != 0 || kb % lanes() != 0) return 0;
     const auto& y = conv.types[0].shape;
-    return ops::winograd_tiles(y[0], y[2], y[3]).count() >= kMinWinogradTiles;
+    for (int64_t m : {4, 2})
+      if (m <= plan_.winograd && ops::winograd_tiles(y[0], y[2], y[3], m).count() >= kMinWinogradTiles) return m;
+    return 0;
   }
 
-  // input transform -> 16 products with the weights transformed here -> output transform (named as the conv: its epilogue fuses there).
-  Value winograd_conv(const OpNode& conv, const Value& x, const NDArray& W, int64_t cb, int64_t kb, const ops::Conv2dParams& p) {
+  // input transform -> (m+2)^2 products with the weights transformed here -> output transform (named as the conv: its epilogue fuses there).
+  Value winograd_conv(const OpNode& conv, const Value& x, const NDArray& W, int64_t cb, int64_t kb, const ops::Conv2dParams& p, int64_t tile) {
     const auto& y = conv.types[0].shape;
     Attrs in;
     in.set("pads", std::vector<int64_t>{p.pad_top, p.pad_left});
     in.set("out_hw", std::vector<int64_t>{y[2], y[3]});
+    // F(2x2, 3x3) leaves `tile` at its default, so its groups keep the workload keys they had before F(4x4, 3x3).
+    if (tile != 2) in.set("tile", tile);
     Value v = make_op("kiln.WinogradInputNCHWc", {x}, in, conv.name + ".winograd_input")->output();
-    Value u = make_constant(conv.inputs[1].node->name + ".winograd", ops::winograd_weights(W, cb, kb))->output();
+    Value u = make_constant(conv.inputs[1].node->name + ".winograd", ops::winograd_weights(W, cb, kb, tile))->output();
     Value m = make_op("kiln.WinogradMatMul", {v, u}, {}, conv.name + ".winograd_matmul")->output();
     Attrs out;
     out.set("out_nhw", std::vector<int64_t>{y[0], y[2], y[3]});
+    if (tile != 2) out.set("tile", tile);
     return make_op("kiln.WinogradOutputNCHWc", {m}, out, conv.name)->output();
   }
 
