@@ -694,8 +694,10 @@ TEST_P(TunerSketch, ASimpleStageParallelizesTheOuterLoopsItNeeds) {
   Case wino = winograd_input_case(13, 14, lanes);  // 7 x 7 tiles, the last row half outside
   SearchSpace space(task_of(wino));
   Candidate d = space.default_candidate();
-  // 16 tile elements give 2 cores 8 iterations each: the outermost loop alone.
-  EXPECT_NE(space.describe_candidate(d).find("winograd_input.parallel=0"), std::string::npos) << space.describe_candidate(d);
+  // The tile element e's column (e mod 4, picked by selects) runs inside,
+  // unrolled; e / 4 (4) and the 2 channel blocks give 2 cores 4 iterations
+  // each: the tiles too.
+  EXPECT_NE(space.describe_candidate(d).find("winograd_input.parallel=2"), std::string::npos) << space.describe_candidate(d);
   check_computes(wino, space, d, 31);
   // An elementwise stage over [1, 2, 14, 14, lanes]: n, c and h (28 iterations), not w.
   te::Tensor X = te::placeholder({1, 2, 14, 14, lanes}, DataType::Float(32), "X");
@@ -703,6 +705,30 @@ TEST_P(TunerSketch, ASimpleStageParallelizesTheOuterLoopsItNeeds) {
   SearchSpace elementwise(make_task({X, Y}, rules_target()));
   Candidate e = elementwise.default_candidate();
   EXPECT_NE(elementwise.describe_candidate(e).find("Y.parallel=2"), std::string::npos) << elementwise.describe_candidate(e);
+}
+
+// Winograd's output transform F(m x m, 3x3) of M [a^2, 2, tiles, b] to an
+// H x W output [1, 2, H, W, b], checked against A^T M A written out with the matrix.
+Case winograd_output_case(int H, int W, int b, int m) {
+  const int rows = (H + m - 1) / m, cols = (W + m - 1) / m, a = m + 2;
+  te::Tensor M = te::placeholder({a * a, 2, rows * cols, b}, DataType::Float(32), "M");
+  return {"winograd_output", {M, ops::winograd_output_nchwc(M, 1, H, W, m)}, [=](const std::vector<Vec>& in) {
+            static const float AT2[2][6] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
+            static const float AT4[4][6] = {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}};
+            auto AT = [&](int r, int c) { return m == 4 ? AT4[r][c] : AT2[r][c]; };
+            Vec o(size_t(2) * H * W * b, 0.f);
+            for (int c = 0; c < 2; ++c)
+              for (int y = 0; y < H; ++y)
+                for (int x = 0; x < W; ++x)
+                  for (int ci = 0; ci < b; ++ci) {
+                    float acc = 0;
+                    const int p = (y / m) * cols + x / m;
+                    for (int i = 0; i < a; ++i)
+                      for (int j = 0; j < a; ++j) acc += AT(y % m, i) * AT(x % m, j) * in[0][((size_t(i * a + j) * 2 + c) * rows * cols + p) * b + ci];
+                    o[((size_t(c) * H + y) * W + x) * b + ci] = acc;
+                  }
+            return std::vector<Vec>{o};
+          }};
 }
 
 // F(4x4, 3x3)'s input transform picks its 16 reads per tile element e by
@@ -723,6 +749,24 @@ TEST_P(TunerSketch, TheTileElementOfAWinogradTransformRunsInsideTheTiles) {
   // Any unroll and parallel decision computes the same.
   for (const char* text : {"sketch 0: winograd_input.parallel=0 winograd_input.unroll=2", "sketch 0: winograd_input.parallel=2"})
     check_computes(wino, space, space.parse_candidate(text), 38);
+  // The output transform's place in its tile (y mod 4, x mod 4, picked by
+  // selects) runs inside the tiles, unrolled: the 16 outputs of a tile share
+  // its 36 reads. Where the output is not a multiple of 4 it stays as it is.
+  Case out = winograd_output_case(8, 12, rules_lanes(), 4);
+  SearchSpace out_space(task_of(out));
+  Candidate o = out_space.default_candidate();
+  std::string out_trace = o.trace.to_json();
+  EXPECT_NE(out_trace.find("\"axis_names\":[\"y.inner\"],\"kind\":\"unroll\""), std::string::npos) << out_trace;
+  EXPECT_NE(out_trace.find("\"axis_names\":[\"x.inner\"],\"kind\":\"unroll\""), std::string::npos) << out_trace;
+  check_computes(out, out_space, o, 39);
+  Case uneven = winograd_output_case(7, 9, rules_lanes(), 4);
+  SearchSpace uneven_space(task_of(uneven));
+  Candidate u = uneven_space.default_candidate();
+  EXPECT_EQ(u.trace.to_json().find("\"unroll\""), std::string::npos) << u.trace.to_json();
+  check_computes(uneven, uneven_space, u, 40);
+  Case small = winograd_output_case(6, 8, rules_lanes(), 2);
+  SearchSpace small_space(task_of(small));
+  check_computes(small, small_space, small_space.default_candidate(), 41);
 }
 
 TEST_P(TunerSketch, PanelLoopGoesOutsideTheRowsOfASharedB) {

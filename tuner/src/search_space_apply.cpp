@@ -218,11 +218,19 @@ class Applier {
     // part, so the lines the vectors gather from stay in L1 across it.
     int across = info.reduction ? -1 : transposed_read_axis(info);
     Loop across_inner;
-    // Table axes (StageInfo::table_axes) go inside the others, unrolled.
+    // The inner parts of the axes (StageInfo::inner_parts) go inside the others, unrolled.
     std::vector<Loop> tables;
     for (size_t k = 0; k + 1 < n; ++k) {
-      if (std::find(info.table_axes.begin(), info.table_axes.end(), static_cast<int>(k)) != info.table_axes.end()) {
-        tables.push_back({roots[k], info.spatial[k]});
+      const int64_t part = static_cast<int>(k) == across ? 1 : info.inner_part(k);
+      if (part > 1 && part == info.spatial[k]) {
+        tables.push_back({roots[k], part});
+        continue;
+      }
+      if (part > 1) {
+        const int factors[2] = {static_cast<int>(info.spatial[k] / part), static_cast<int>(part)};
+        std::vector<Loop> split = split_into(st, roots[k], factors, 2);
+        lead.push_back(split[0]);
+        tables.push_back(split[1]);
         continue;
       }
       int64_t f = static_cast<int>(k) == across ? divisor_at_most(info.spatial[k], kTransposeTile) : 1;

@@ -48,11 +48,14 @@ struct StageInfo {
   int pack_operand = -1;
   int pack_dim = -1;                         ///< the operand's dimension indexed by the innermost spatial axis
   std::vector<int> pack_widths;              ///< panel widths the pack sketch allows (innermost tile factors)
-  /** Output axes (not the innermost) that only pick, through selects, which
-   * inputs an element reads: a Winograd transform's tile element, its row of
-   * B^T a table. A Simple stage runs them inside its other loops, unrolled
-   * (see table_axes in sketch_rules.cpp). */
-  std::vector<int> table_axes;
+  /** Per output axis, the part of it a Simple stage runs inside its other
+   * loops, unrolled (see inner_parts in sketch_rules.cpp): the whole axis
+   * where it only picks, through selects, which inputs an element reads (a
+   * Winograd input transform's tile element), the m of an m x m tile where
+   * selects test the axis modulo m (an output transform's place in its
+   * tile), else 1. Empty for stages without such an axis. */
+  std::vector<int64_t> inner_parts;
+  int64_t inner_part(size_t axis) const { return axis < inner_parts.size() ? inner_parts[axis] : 1; }
   int64_t spatial_size() const;
   int64_t reduce_size() const;
 };

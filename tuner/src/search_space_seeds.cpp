@@ -265,12 +265,12 @@ constexpr int64_t kChunksPerCore = 8;
 int default_parallel_choice(const DagInfo& dag, const Sketch& sk, const StagePlan& p, const StageInfo& st) {
   const int all = sk.slots[p.parallel].choices - 1;
   if (p.kind != PlanKind::Simple || p.rows) return all;
-  // The outer loops in their order there: the table axes run inside (see simple()).
+  // The outer loops in their order there: the inner parts of axes run inside (see simple()).
   int64_t iterations = 1;
   int outer = 0;
   for (size_t k = 0; k + 1 < st.spatial.size(); ++k) {
-    if (std::find(st.table_axes.begin(), st.table_axes.end(), static_cast<int>(k)) != st.table_axes.end()) continue;
-    iterations *= st.spatial[k];
+    if (st.inner_part(k) > 1 && st.inner_part(k) == st.spatial[k]) continue;
+    iterations *= st.spatial[k] / st.inner_part(k);
     if (iterations >= kChunksPerCore * dag.cores) return std::min(outer, all);
     ++outer;
   }

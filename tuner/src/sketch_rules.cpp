@@ -153,12 +153,14 @@ void find_pack_operand(const DagInfo& dag, const std::unordered_map<const te::Op
     }
 }
 
-// Counts a variable's uses in an expression, and those inside the condition
-// of a select (Select or if_then_else).
+// Counts a variable's uses in an expression, those inside the condition of a
+// select (Select or if_then_else) and those in the index of a read, and
+// collects the m of the tests (v mod m) == constant in conditions.
 class ConditionUses : public IRVisitor {
  public:
   explicit ConditionUses(const Variable* v) : v_(v) {}
   int all = 0, in_conditions = 0, in_load_indices = 0;
+  std::vector<int64_t> moduli_in_conditions;
 
  protected:
   void visit(const Variable* op) override {
@@ -166,6 +168,16 @@ class ConditionUses : public IRVisitor {
     ++all;
     if (condition_depth_ > 0) ++in_conditions;
     if (load_depth_ > 0) ++in_load_indices;
+  }
+  void visit(const EQ* op) override {
+    if (condition_depth_ > 0) {
+      for (const auto& [x, y] : {std::make_pair(op->a, op->b), std::make_pair(op->b, op->a)}) {
+        const FloorMod* mod = x.as<FloorMod>();
+        const IntImm* m = mod ? mod->b.as<IntImm>() : nullptr;
+        if (mod && m && m->value > 1 && mod->a.as<Variable>() == v_ && y.as<IntImm>()) moduli_in_conditions.push_back(m->value);
+      }
+    }
+    IRVisitor::visit(op);
   }
   void visit(const Select* op) override {
     condition(op->condition);
@@ -194,24 +206,37 @@ class ConditionUses : public IRVisitor {
   int condition_depth_ = 0, load_depth_ = 0;
 };
 
-// The output axes of an elementwise stage (not the innermost) whose variable
-// appears only in the conditions of selects, and among them in the index of
-// some read: each value of the axis reads other inputs of one neighbourhood
-// (a Winograd input transform's tile element e reads 4 or 16 of its tile's
-// inputs, chosen by constant tables on e). With such an axis outermost,
-// every value of it streams the whole input again (36 times for F(4x4, 3x3));
-// run inside the others and unrolled, its selects fold to constants and its
-// iterations share one tile's loads from L1. At most kMaxTableExtent values:
-// the unrolled body grows with it.
-constexpr int64_t kMaxTableExtent = 64;
-std::vector<int> find_table_axes(const StageInfo& s) {
-  std::vector<int> out;
+// StageInfo::inner_parts of an elementwise stage. Two kinds of output axis
+// (not the innermost) pick, by constant tables, which inputs of one
+// neighbourhood an element reads:
+// - an axis used only in the conditions of selects, and among them in the
+//   index of a read (a Winograd input transform's tile element e: its 16
+//   reads are rows of B^T chosen by e);
+// - an axis whose value modulo m such conditions compare with constants, its
+//   extent a multiple of m (a Winograd output transform's row y: y mod m
+//   picks the row of A^T, y / m the tile).
+// Outermost, every value of such an axis streams the whole input again (36
+// times for F(4x4, 3x3)'s e); run inside the others and unrolled, its selects
+// fold to constants and its iterations share one tile's loads from L1. At
+// most kMaxInnerPart values: the unrolled body grows with it.
+constexpr int64_t kMaxInnerPart = 64;
+std::vector<int64_t> find_inner_parts(const StageInfo& s) {
+  std::vector<int64_t> out;
   if (!s.op || s.reduction) return out;
   for (size_t k = 0; k + 1 < s.spatial.size(); ++k) {
-    if (s.spatial[k] < 2 || s.spatial[k] > kMaxTableExtent) continue;
     ConditionUses uses(s.op->axis[k].var().get());
     uses.visit_expr(s.body);
-    if (uses.all > 0 && uses.in_conditions == uses.all && uses.in_load_indices > 0) out.push_back(static_cast<int>(k));
+    int64_t part = 1;
+    if (uses.all > 0 && uses.in_conditions == uses.all && uses.in_load_indices > 0) {
+      part = s.spatial[k];
+    } else if (!uses.moduli_in_conditions.empty()) {
+      int64_t m = uses.moduli_in_conditions.front();
+      bool one_modulus = std::all_of(uses.moduli_in_conditions.begin(), uses.moduli_in_conditions.end(), [&](int64_t c) { return c == m; });
+      if (one_modulus && s.spatial[k] % m == 0) part = m;
+    }
+    if (part < 2 || part > kMaxInnerPart) continue;
+    out.resize(s.spatial.size(), 1);
+    out[k] = part;
   }
   return out;
 }
@@ -259,7 +284,7 @@ DagInfo analyze_dag(const Task& task) {
       if (std::find(s.reads.begin(), s.reads.end(), p) == s.reads.end()) s.reads.push_back(p);
     });
     s.has_reuse = s.reduction && has_data_reuse(s);
-    s.table_axes = find_table_axes(s);
+    s.inner_parts = find_inner_parts(s);
     if (s.has_reuse && !s.spatial.empty()) s.pack_widths = panel_widths(s.spatial.back(), dag.lanes, dag.registers);
     if (s.has_reuse) find_pack_operand(dag, index, s);
     if (s.has_reuse) mark_materializable(dag, index, s);
