@@ -77,8 +77,22 @@ namespace {
 // registers), but 240 to 390 with 6, for K of 128 to 2048 and A read by
 // rows or transposed. On AVX2, 6 rows are what fits two vectors anyway.
 // Convolutions (several reduce axes) keep the rows that fit; their
-// defaults were measured on whole models.
+// defaults were measured on whole models. Where no divisor of the rows'
+// extent is 6, the nearest one that fits the registers, the larger on a
+// tie: BERT's 128-row projections took 4 rows (the largest divisor up to 6)
+// and ran at 162 GFLOP/s on one core where 8 rows run at 199-200 (1.22x; 2
+// cores 1.29-1.32x: 283-296 against 364-383), Zen 5.
 constexpr int64_t kMaxMatmulRows = 6;
+
+// The divisor of `extent` nearest to `want` among those up to `limit`, the larger on a tie.
+int64_t divisor_near(int64_t extent, int64_t want, int64_t limit) {
+  int64_t best = 1;
+  for (int64_t d : divisors(extent)) {
+    if (d > limit) break;
+    if (std::abs(d - want) <= std::abs(best - want)) best = d;
+  }
+  return best;
+}
 
 // Whether a tiled stage reduces bfloat16 pair dot products (bf16_pairs.h).
 bool has_pair_dot(const DagInfo& dag) {
@@ -107,8 +121,9 @@ bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const 
   // One register spare beside the tile, as the hand schedules keep it
   // (LLVM loads the next step's vector early); or, `folded`, the vector
   // operand read by the FMAs from memory and every other register a row.
-  int64_t rows_left = folded ? max_rows_loads_folded(dag, vectors) : max_tile_rows(dag.registers - 1, vectors), rows = 1;
-  if (st.reduce.size() == 1) rows_left = std::min(rows_left, kMaxMatmulRows);
+  int64_t fit_left = folded ? max_rows_loads_folded(dag, vectors) : max_tile_rows(dag.registers - 1, vectors), rows = 1;
+  const bool matmul = st.reduce.size() == 1;
+  int64_t rows_left = matmul ? std::min(fit_left, kMaxMatmulRows) : fit_left;
   // Rows first along the axes that share the vector operand's loads, then the others.
   for (bool sharing : {true, false})
     for (size_t k = n - 1; k-- > 0;) {
@@ -125,10 +140,11 @@ bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const 
       if (!sharing && !folded && rows > 1)
         rows_left = std::min<int64_t>(rows_left, std::max(1, (dag.registers - 2) / (vectors * (static_cast<int>(rows) + 1))));
       const Slot& s = sk.slots[p.spatial_tiles[k]];
-      int64_t r = divisor_at_most(s.extent, rows_left);
+      int64_t r = matmul && sharing ? divisor_near(s.extent, rows_left, fit_left) : divisor_at_most(s.extent, rows_left);
       put_tile(s, r, d);
       rows *= r;
       rows_left = std::max<int64_t>(1, rows_left / r);
+      fit_left = std::max<int64_t>(1, fit_left / r);
     }
   int64_t reduce_unroll = 1;
   // A convolution (several reduce axes) whose innermost reduce axis is a blocked layout's two
@@ -152,7 +168,11 @@ bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const 
   // Panel-outer, as the hand GEMM: a panel of the packed operand stays in
   // cache while the rows of the other stream past it.
   set_choice(p.panel_order, 1);
-  set_choice(p.unroll, unroll_choice(rows * reduce_unroll));
+  // A matmul unrolls at most 64 steps (its rows, not the whole reduce tile
+  // as well): with a bias fused, 8 rows x 16 reduce steps unrolled ran at
+  // 148 GFLOP/s on one Zen 5 core, 8 rows alone at 198; 6 rows 192 against 200.
+  const int unroll = unroll_choice(rows * reduce_unroll);
+  set_choice(p.unroll, matmul ? std::min(unroll, unroll_choice(kUnrollSteps[2])) : unroll);
   return true;
 }
 
