@@ -245,14 +245,13 @@ class LayoutRewriter {
     Attrs in;
     in.set("pads", std::vector<int64_t>{p.pad_top, p.pad_left});
     in.set("out_hw", std::vector<int64_t>{y[2], y[3]});
-    // F(2x2, 3x3) leaves `tile` at its default, so its groups keep the workload keys they had before F(4x4, 3x3).
-    if (tile != 2) in.set("tile", tile);
+    in.set("tile", tile);
     Value v = make_op("kiln.WinogradInputNCHWc", {x}, in, conv.name + ".winograd_input")->output();
     Value u = make_constant(conv.inputs[1].node->name + ".winograd", ops::winograd_weights(W, cb, kb, tile))->output();
     Value m = make_op("kiln.WinogradMatMul", {v, u}, {}, conv.name + ".winograd_matmul")->output();
     Attrs out;
     out.set("out_nhw", std::vector<int64_t>{y[0], y[2], y[3]});
-    if (tile != 2) out.set("tile", tile);
+    out.set("tile", tile);
     return make_op("kiln.WinogradOutputNCHWc", {m}, out, conv.name)->output();
   }
 
