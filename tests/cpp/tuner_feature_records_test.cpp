@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <random>
 
@@ -39,6 +40,32 @@ Features expand(const Features& f) {
       ++out.rows;
     }
   return out;
+}
+
+/** An earlier extractor's form of f's rows: its first num_earlier_feature_columns() columns. */
+Features earlier(const Features& f) {
+  const int keep = tuner::num_earlier_feature_columns();
+  Features out = f;
+  out.cols = keep;
+  out.values.clear();
+  for (int r = 0; r < f.rows; ++r) {
+    const float* row = f.values.data() + static_cast<size_t>(r) * f.cols;
+    out.values.insert(out.values.end(), row, row + keep);
+  }
+  return out;
+}
+
+/** f's values with the columns the earlier extractors lack made NaN: what their records load as. */
+std::vector<float> with_missing_intensity(const Features& f) {
+  std::vector<float> v = f.values;
+  for (int r = 0; r < f.rows; ++r)
+    for (int c = tuner::num_earlier_feature_columns(); c < f.cols; ++c) v[static_cast<size_t>(r) * f.cols + c] = std::nanf("");
+  return v;
+}
+
+/** Equal bit for bit (NaN equals NaN). */
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 int col(const std::string& name) {
@@ -203,12 +230,23 @@ TEST(TunerFeatureRecords, FeatureSetForm) {
   ASSERT_TRUE(back);
   EXPECT_EQ(back->values, f.values);
   EXPECT_EQ(back->counts, f.counts);
-  // The old extractor's form: one row per store, no count column.
-  Features e = expand(f);
+  // The first extractor's form: one row per store, no count column, no
+  // intensity columns (they load as NaN: missing).
+  Features e = earlier(expand(f));
   auto old = tuner::from_feature_set({tuner::legacy_feature_extractor_name(), e.rows, e.cols, e.values});
   ASSERT_TRUE(old);
-  EXPECT_EQ(old->values, f.values);
+  EXPECT_EQ(old->cols, f.cols);
+  EXPECT_TRUE(same_bits(old->values, with_missing_intensity(f)));
   EXPECT_EQ(old->counts, f.counts);
+  // v3's: collapsed with counts, no intensity columns.
+  tuning_db::FeatureSet v3 = tuner::to_feature_set(earlier(f));
+  v3.extractor = tuner::previous_feature_extractor_name();
+  auto prev = tuner::from_feature_set(v3);
+  ASSERT_TRUE(prev);
+  EXPECT_TRUE(same_bits(prev->values, with_missing_intensity(f)));
+  EXPECT_EQ(prev->counts, f.counts);
+  // Each extractor's rows have their own width.
+  EXPECT_FALSE(tuner::from_feature_set({tuner::previous_feature_extractor_name(), s.rows, s.cols, s.values}));
   // Another extractor, a wrong shape or a count below 1: not ours.
   EXPECT_FALSE(tuner::from_feature_set({"other-v1", s.rows, s.cols, s.values}));
   EXPECT_FALSE(tuner::from_feature_set({tuner::feature_extractor_name(), e.rows, e.cols, e.values}));
@@ -229,7 +267,7 @@ TEST(TunerFeatureRecords, OldDatabaseLoadsAndTrains) {
     std::vector<tuning_db::Record> records;
     for (size_t i = 0; i < fresh.size(); ++i) {
       tuning_db::Record r = sample_record(key, 1.0 / fresh[i].throughput, static_cast<int>(i));
-      Features e = expand(fresh[i].features);
+      Features e = earlier(expand(fresh[i].features));
       r.features = tuning_db::FeatureSet{tuner::legacy_feature_extractor_name(), e.rows, e.cols, e.values};
       records.push_back(std::move(r));
     }
@@ -239,7 +277,7 @@ TEST(TunerFeatureRecords, OldDatabaseLoadsAndTrains) {
   std::vector<Sample> loaded = tuner::load_training_samples(db);
   ASSERT_EQ(loaded.size(), fresh.size());
   for (size_t i = 0; i < loaded.size(); ++i) {
-    EXPECT_EQ(loaded[i].features.values, fresh[i].features.values) << i;
+    EXPECT_TRUE(same_bits(loaded[i].features.values, with_missing_intensity(fresh[i].features))) << i;
     EXPECT_EQ(loaded[i].features.counts, fresh[i].features.counts) << i;
     EXPECT_NEAR(loaded[i].throughput, fresh[i].throughput, 1e-9 * fresh[i].throughput);
   }
@@ -254,7 +292,8 @@ TEST(TunerFeatureRecords, OldDatabaseLoadsAndTrains) {
 }
 
 // A cost model file of version 1 (kiln-store-v1 samples: distinct rows plus a
-// row -> distinct index per store) still loads, and retrains on its samples.
+// row -> distinct index per store, without the intensity columns) still
+// loads, and retrains on its samples, widened.
 TEST(TunerFeatureRecords, VersionOneModelFileLoads) {
   std::string bytes = "KILNCM01";
   auto put = [&](const auto& v) { bytes.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
@@ -262,16 +301,19 @@ TEST(TunerFeatureRecords, VersionOneModelFileLoads) {
   std::vector<Sample> fresh = conv_samples(false);
   put(uint32_t{1});
   put_string(tuner::legacy_feature_extractor_name());
-  put(int32_t{tuner::num_feature_columns()});
+  put(int32_t{tuner::num_earlier_feature_columns()});
   put(static_cast<uint64_t>(fresh.size()));
+  std::vector<Sample> widened;
   for (const Sample& s : fresh) {
     put_string(s.group);
     put(s.throughput);
     put(static_cast<int32_t>(s.features.total_rows()));
     put(static_cast<uint32_t>(s.features.rows));
-    bytes.append(reinterpret_cast<const char*>(s.features.values.data()), s.features.values.size() * sizeof(float));
+    Features old = earlier(s.features);
+    bytes.append(reinterpret_cast<const char*>(old.values.data()), old.values.size() * sizeof(float));
     for (int r = 0; r < s.features.rows; ++r)
       for (int k = 0; k < static_cast<int>(s.features.count(r)); ++k) put(static_cast<uint32_t>(r));
+    widened.push_back({tuner::widen_earlier_features(expand(old)), s.throughput, s.group});
   }
   put_string("");  // untrained
   std::string path = ::testing::TempDir() + "kiln_feature_records_v1.bin";
@@ -282,7 +324,7 @@ TEST(TunerFeatureRecords, VersionOneModelFileLoads) {
   m->update({});
   ASSERT_TRUE(m->trained());
   auto ref = tuner::make_xgboost_model(3);
-  ref->update(fresh);
+  ref->update(widened);
   std::vector<Features> f;
   for (const Sample& s : fresh) f.push_back(s.features);
   EXPECT_EQ(m->predict(f), ref->predict(f));  // the same samples: the same model
@@ -301,15 +343,15 @@ TEST(TunerFeatureRecords, MigrateFeaturesReExtractsEarlierRecords) {
   for (size_t i = 0; i < conv().traces.size(); ++i) {
     tuning_db::Record r = sample_record(task.workload_key, 1e-3 * static_cast<double>(i + 1), static_cast<int>(i));
     r.trace = conv().traces[i].to_json();
-    tuning_db::FeatureSet old = tuner::to_feature_set(tuner::extract_features(conv().funcs[i]));
+    tuning_db::FeatureSet old = tuner::to_feature_set(earlier(tuner::extract_features(conv().funcs[i])));
     old.extractor = tuner::expanded_feature_extractor_name();
     r.features = old;
     records.push_back(std::move(r));
   }
   tuning_db::Record broken = sample_record(task.workload_key, 1.0, 999);
   broken.trace = R"([{"kind":"split","stage":"nowhere","axis":"x","factors":[2]}])";
-  broken.features = tuning_db::FeatureSet{tuner::legacy_feature_extractor_name(), 1, tuner::num_feature_columns(),
-                                          std::vector<float>(static_cast<size_t>(tuner::num_feature_columns()), 1.f)};
+  broken.features = tuning_db::FeatureSet{tuner::legacy_feature_extractor_name(), 1, tuner::num_earlier_feature_columns(),
+                                          std::vector<float>(static_cast<size_t>(tuner::num_earlier_feature_columns()), 1.f)};
   records.push_back(broken);
   std::vector<int64_t> ids = db.add_records(records);
 

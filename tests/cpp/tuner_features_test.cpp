@@ -90,6 +90,47 @@ TEST(TunerFeatures, ArithmeticCountsOfAMatmul) {
   EXPECT_FLOAT_EQ(at(f, 0, "vec_present"), 0.f);
 }
 
+// Float ops per byte touched at each loop level, by hand: an update of C
+// reads C, A, B (2 float ops, 12 bytes an iteration). With the i loop fixed
+// the j, k loops touch 16 of C, 8 of A and all 128 of B; with j fixed too,
+// 1, 8 and 8.
+TEST(TunerFeatures, ArithmeticIntensityCurveOfAMatmul) {
+  SmallMatmul mm;
+  Features f = extract_features(mm.make());
+  ASSERT_EQ(f.rows, 1);
+  const double level[] = {2.0 * 64 * 16 * 8 / (4 * (1024 + 512 + 128)), 2.0 * 16 * 8 / (4 * (16 + 8 + 128)), 2.0 * 8 / (4 * (1 + 8 + 8)),
+                          2.0 / 12};
+  // Ten points over the three levels and the single iteration: every third is a level.
+  EXPECT_FLOAT_EQ(at(f, 0, "intensity0"), lg(level[0]));
+  EXPECT_FLOAT_EQ(at(f, 0, "intensity1"), lg(level[0] * 2 / 3 + level[1] / 3));
+  EXPECT_FLOAT_EQ(at(f, 0, "intensity3"), lg(level[1]));
+  EXPECT_FLOAT_EQ(at(f, 0, "intensity6"), lg(level[2]));
+  EXPECT_FLOAT_EQ(at(f, 0, "intensity9"), lg(level[3]));
+  // 6.5 KiB in all: each cache brings every byte in once.
+  EXPECT_FLOAT_EQ(at(f, 0, "traffic_32k"), lg(4 * (1024 + 512 + 128)));
+  EXPECT_FLOAT_EQ(at(f, 0, "traffic_32k_intensity"), lg(level[0]));
+  EXPECT_FLOAT_EQ(at(f, 0, "traffic_512k"), lg(4 * (1024 + 512 + 128)));
+}
+
+// A 64 x 64 x 256 matmul touches 144 KiB: a 32 KiB cache holds only what one
+// (i, j) iteration touches (C 1, A 256 and B 256 floats), brought in again
+// for each of the 64 x 64 iterations; a 512 KiB cache holds it all.
+TEST(TunerFeatures, CacheTrafficOfAMatmulBiggerThanTheCache) {
+  Buffer A = buf("A", 64 * 256), B = buf("B", 256 * 64), C = buf("C", 64 * 64);
+  Var i("i"), j("j"), k("k");
+  Stmt update = st(C, ld(C, i * 64 + j) + ld(A, i * 256 + k) * ld(B, k * 64 + j), i * 64 + j);
+  PrimFunc fn = PrimFunc::make("mm", {arg(A), arg(B), arg(C)}, loop(i, 64, loop(j, 64, loop(k, 256, update))));
+  Features f = extract_features(fn);
+  ASSERT_EQ(f.rows, 1);
+  const double ops = 2.0 * 64 * 64 * 256;
+  const double small = 64.0 * 64 * 4 * (1 + 256 + 256), all = 4.0 * (64 * 256 + 256 * 64 + 64 * 64);
+  EXPECT_FLOAT_EQ(at(f, 0, "traffic_32k"), lg(small));
+  EXPECT_FLOAT_EQ(at(f, 0, "traffic_32k_intensity"), lg(ops / small));
+  EXPECT_FLOAT_EQ(at(f, 0, "traffic_512k"), lg(all));
+  EXPECT_FLOAT_EQ(at(f, 0, "traffic_512k_intensity"), lg(ops / all));
+  EXPECT_FLOAT_EQ(at(f, 0, "intensity0"), lg(ops / all));
+}
+
 TEST(TunerFeatures, MathCallsDivisionsAndSelects) {
   Buffer A = buf("A", 32), B = buf("B", 32);
   Var i("i");

@@ -9,7 +9,8 @@
 // where string = u64 length + bytes; numbers are in host byte order. The
 // sample rows are, in version 2 (extractor kiln-store-v2):
 //   i32 rows  f32[rows * cols]  f32[rows] (counts)      -- rows collapsed
-// and in version 1 (kiln-store-v1, still read):
+// (kiln-nest-v3's rows are num_earlier_feature_columns() wide) and in
+// version 1 (kiln-store-v1, still read):
 //   i32 rows  u32 distinct  f32[distinct * cols]  u32[rows] (row -> distinct row)
 #include <cstdio>
 #include <cstring>
@@ -171,12 +172,17 @@ ModelFile read_model_file(const std::string& path) {
   uint32_t version = read_header(r, path, &extractor);
   ModelFile file;
   file.cols = r.get<int32_t>("the column count");
-  // Version 1 holds kiln-store-v1 rows: the same columns, uncollapsed, so
-  // they serve as they are; version 2 files of kiln-store-v2 too (the tuner
-  // retrains rather than loads them: see cost_model_file_extractor).
-  const bool known = version == kVersion ? extractor == feature_extractor_name() || extractor == expanded_feature_extractor_name()
-                                         : extractor == legacy_feature_extractor_name();
-  KILN_USER_CHECK(known && file.cols == num_feature_columns())
+  // Files of earlier extractors hold rows without the intensity columns:
+  // version 1 kiln-store-v1 rows (uncollapsed), version 2 kiln-store-v2 or
+  // kiln-nest-v3 ones. Their samples load widened (the new columns missing)
+  // and the booster, which knew other columns, is dropped: the next update
+  // retrains. (The tuner retrains from the DB rather than load such a file:
+  // see cost_model_file_extractor.)
+  const bool current = version == kVersion && extractor == feature_extractor_name() && file.cols == num_feature_columns();
+  const bool earlier = file.cols == num_earlier_feature_columns() &&
+                       (version == kVersion ? extractor == previous_feature_extractor_name() || extractor == expanded_feature_extractor_name()
+                                            : extractor == legacy_feature_extractor_name());
+  KILN_USER_CHECK(current || earlier)
       << "cost model file '" << path << "' was trained on features '" << extractor << "' (" << file.cols << " columns); this kiln extracts '"
       << feature_extractor_name() << "' (" << num_feature_columns() << " columns); delete the file to train a fresh model";
   uint64_t n = r.get<uint64_t>("the sample count");
@@ -192,9 +198,12 @@ ModelFile read_model_file(const std::string& path) {
       KILN_USER_CHECK(s.features.rows >= 0) << r.corrupt("a sample's row count");
       s.features.values = get_rows(r, s.features.rows, file.cols);
     }
+    if (earlier) s.features = widen_earlier_features(s.features);
     file.samples.push_back(std::move(s));
   }
+  file.cols = num_feature_columns();
   file.booster = r.get_string("the booster");
+  if (earlier) file.booster.clear();
   KILN_USER_CHECK(r.at_end()) << r.corrupt("the end of the file");
   return file;
 }

@@ -143,6 +143,7 @@ class StoreWalker : public IRVisitor {
   void fill_loops(float* row, int lanes) const;
   void fill_buffers(const std::vector<BufferStats>& bufs, float* row) const;
   void fill_allocs(float* row) const;
+  void fill_intensity(const std::vector<BufferStats>& bufs, double flops, int lanes, float* row) const;
   void add_row(const std::vector<float>& row);
 
   /** Distinct rows by content: indices into `rows`. */
@@ -280,8 +281,10 @@ void StoreWalker::visit(const BufferStore* op) {
   accesses.push_back(Access{op->buffer.get(), OpCounter::flat_index(op->buffer.get(), op->indices), true});
   for (Access& a : counter.loads) accesses.push_back(Access{a.buffer, a.index, false});
   for (Access& a : accesses) a.index = resolve(a.index);
-  fill_buffers(analyze_accesses(accesses, loops_, lanes, &ana_), row.data());
+  std::vector<BufferStats> bufs = analyze_accesses(accesses, loops_, lanes, &ana_);
+  fill_buffers(bufs, row.data());
   fill_allocs(row.data());
+  fill_intensity(bufs, c.float_addsub + c.float_mul + c.float_div + c.float_math + c.float_cmp_select, lanes, row.data());
   add_row(row);
 }
 
@@ -384,6 +387,45 @@ void StoreWalker::fill_allocs(float* row) const {
   row[alloc_count] = static_cast<float>(allocs_.size());
 }
 
+/**
+ * `flops`: the float ops of one execution of the store (its lanes counted).
+ * Level k of the nest is the loops from the k-th down (the vector lanes one
+ * more, innermost, level); its intensity is the ops they run over the bytes
+ * they touch, all buffers together.
+ */
+void StoreWalker::fill_intensity(const std::vector<BufferStats>& bufs, double flops, int lanes, float* row) const {
+  std::vector<double> ext;
+  for (const LoopDesc& l : loops_) ext.push_back(static_cast<double>(l.ext));
+  if (lanes > 1) ext.push_back(lanes);
+  const size_t n = ext.size();
+  std::vector<double> bytes(n + 1, 0), ops(n + 1, flops / lanes), intensity(n + 1, 0);
+  for (const BufferStats& b : bufs)
+    for (size_t k = 0; k <= n && k < b.level_bytes.size(); ++k) bytes[k] += b.level_bytes[k];
+  for (size_t k = n; k-- > 0;) ops[k] = ops[k + 1] * ext[k];
+  for (size_t k = 0; k <= n; ++k) intensity[k] = bytes[k] > 0 ? ops[k] / bytes[k] : 0;
+  float* r = row + kIntensityBase;
+  // Resampled at evenly spaced positions from the whole nest (0) to one iteration (n).
+  for (int i = 0; i < kCurvePoints; ++i) {
+    double at = static_cast<double>(n) * i / (kCurvePoints - 1);
+    size_t lo = static_cast<size_t>(at), hi = std::min(lo + 1, n);
+    double t = at - static_cast<double>(lo);
+    r[intensity0 + i] = slog(intensity[lo] * (1 - t) + intensity[hi] * t);
+  }
+  // A cache of `capacity` bytes holds the outermost level that fits; the
+  // loops around that level bring its footprint in again each iteration.
+  auto traffic = [&](double capacity, IntensityColumn bytes_col, IntensityColumn intensity_col) {
+    size_t k = 0;
+    while (k < n && bytes[k] > capacity) ++k;
+    double outer = 1;
+    for (size_t j = 0; j < k; ++j) outer *= ext[j];
+    double moved = bytes[k] * outer;
+    r[bytes_col] = slog(moved);
+    r[intensity_col] = slog(moved > 0 ? ops[0] / moved : 0);
+  };
+  traffic(32 << 10, traffic_32k, traffic_32k_intensity);
+  traffic(512 << 10, traffic_512k, traffic_512k_intensity);
+}
+
 std::vector<std::string> make_names() {
   std::vector<std::string> names = {
 #define KILN_X(name) #name,
@@ -397,12 +439,22 @@ std::vector<std::string> make_names() {
   };
   for (int b = 0; b < kMaxBuffers; ++b)
     for (const char* col : per_buffer) names.push_back("buf" + std::to_string(b) + "." + col);
+  names.insert(names.end(), {
+#define KILN_X(name) #name,
+                                KILN_FEATURE_INTENSITY_COLUMNS(KILN_X)
+#undef KILN_X
+                            });
   return names;
 }
 
 }  // namespace
 
 const std::string& feature_extractor_name() {
+  static const std::string name = "kiln-nest-v4";
+  return name;
+}
+
+const std::string& previous_feature_extractor_name() {
   static const std::string name = "kiln-nest-v3";
   return name;
 }
@@ -418,6 +470,8 @@ const std::string& legacy_feature_extractor_name() {
 }
 
 int num_feature_columns() { return kNumColumns; }
+
+int num_earlier_feature_columns() { return kIntensityBase; }
 
 const std::vector<std::string>& feature_names() {
   static const std::vector<std::string> names = make_names();

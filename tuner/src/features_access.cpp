@@ -262,6 +262,8 @@ BufferStats stats_of(const Group& g, const std::vector<LoopDesc>& levels, double
   std::vector<double> fp(n + 1, 0);
   fp[n] = static_cast<double>(g.accesses.size());
   for (size_t k = 0; k < n; ++k) fp[k] = footprint(g, levels, k, ana);
+  st.level_bytes.resize(n + 1);
+  for (size_t k = 0; k <= n; ++k) st.level_bytes[k] = fp[k] * elem;
   st.unique_bytes = fp[0] * elem;
   st.inner_bytes = (n ? fp[n - 1] : fp[n]) * elem;
   if (n) {

@@ -57,7 +57,28 @@ enum BufferColumn : int {
 };
 
 constexpr int kMaxBuffers = 5;
-constexpr int kNumColumns = kNumFixedColumns + kMaxBuffers * kNumBufferColumns;
+
+// The arithmetic intensity of the store's nest (float ops per byte of
+// footprint) at each loop level, from the whole nest down to one iteration,
+// resampled to kCurvePoints points; and the bytes a cache of a given size
+// would have to bring in (the footprint of the outermost level that fits,
+// times the iterations around it) with the intensity that traffic gives.
+// The columns of kiln-nest-v4; the earlier extractors end before them.
+#define KILN_FEATURE_INTENSITY_COLUMNS(X)                                                        \
+  X(intensity0) X(intensity1) X(intensity2) X(intensity3) X(intensity4) X(intensity5)              \
+  X(intensity6) X(intensity7) X(intensity8) X(intensity9)                                          \
+  X(traffic_32k) X(traffic_32k_intensity) X(traffic_512k) X(traffic_512k_intensity)
+
+enum IntensityColumn : int {
+#define KILN_X(name) name,
+  KILN_FEATURE_INTENSITY_COLUMNS(KILN_X)
+#undef KILN_X
+  kNumIntensityColumns
+};
+
+constexpr int kCurvePoints = 10;
+constexpr int kIntensityBase = kNumFixedColumns + kMaxBuffers * kNumBufferColumns;
+constexpr int kNumColumns = kIntensityBase + kNumIntensityColumns;
 
 /** log2(1 + x) for x >= 0 (the scale of every count). */
 float slog(double x);
@@ -87,12 +108,14 @@ struct BufferStats {
   double stride = 0;        ///< |elements| between accesses of consecutive innermost iterations
   double reuse_iters = 0, reuse_bytes = 0, reuse_count = 0;
   double inner_bytes = 0;   ///< footprint of the innermost loop (or the vector lanes)
+  /** Footprint in bytes while levels k.. vary (k = 0: the whole nest; the last entry: one iteration). */
+  std::vector<double> level_bytes;
 };
 
 /**
  * Footprints, strides and reuse of the accesses of one statement of `lanes`
  * lanes under `loops` (whose variables `ana` knows the ranges of). The
- * vector lanes act as one more, innermost, loop.
+ * vector lanes act as one more, innermost, loop (a level of level_bytes).
  */
 std::vector<BufferStats> analyze_accesses(const std::vector<Access>& accesses, const std::vector<LoopDesc>& loops, int lanes,
                                           arith::Analyzer* ana);

@@ -22,34 +22,40 @@ tuning_db::FeatureSet to_feature_set(const Features& f) {
 }
 
 std::optional<Features> from_feature_set(const tuning_db::FeatureSet& s) {
-  const int cols = num_feature_columns();
   if (s.rows < 0 || s.values.size() != static_cast<size_t>(s.rows) * static_cast<size_t>(s.cols)) return std::nullopt;
+  const bool current = s.extractor == feature_extractor_name();
+  const bool earlier = s.extractor == previous_feature_extractor_name() || s.extractor == expanded_feature_extractor_name();
+  const bool legacy = s.extractor == legacy_feature_extractor_name();
+  if (!current && !earlier && !legacy) return std::nullopt;
+  // The columns of a row before its count: an earlier extractor's end before the intensity columns.
+  const int have = current ? num_feature_columns() : num_earlier_feature_columns();
+  const int stride = legacy ? have : have + 1;  // v1 stores no count
+  if (s.cols != stride) return std::nullopt;
   Features f;
-  f.cols = cols;
-  if (s.extractor == legacy_feature_extractor_name() && s.cols == cols) {
-    // One row per store: collapsing gives what the extractor now makes.
-    f.rows = static_cast<int>(s.rows);
-    f.values = s.values;
-    return collapse_rows(f);
-  }
-  const bool counted = s.extractor == feature_extractor_name() || s.extractor == expanded_feature_extractor_name();
-  if (!counted || s.cols != cols + 1) return std::nullopt;
+  f.cols = have;
   f.rows = static_cast<int>(s.rows);
-  f.values.reserve(static_cast<size_t>(s.rows) * cols);
-  f.counts.reserve(static_cast<size_t>(s.rows));
-  for (int64_t r = 0; r < s.rows; ++r) {
-    const float* row = s.values.data() + static_cast<size_t>(r) * s.cols;
-    if (!(row[cols] >= 1)) return std::nullopt;  // a count must be a positive whole number
-    f.values.insert(f.values.end(), row, row + cols);
-    f.counts.push_back(std::round(row[cols]));
+  if (legacy) {
+    f.values = s.values;
+  } else {
+    f.values.reserve(static_cast<size_t>(s.rows) * have);
+    f.counts.reserve(static_cast<size_t>(s.rows));
+    for (int64_t r = 0; r < s.rows; ++r) {
+      const float* row = s.values.data() + static_cast<size_t>(r) * stride;
+      if (!(row[have] >= 1)) return std::nullopt;  // a count must be a positive whole number
+      f.values.insert(f.values.end(), row, row + have);
+      f.counts.push_back(std::round(row[have]));
+    }
   }
-  return f;
+  if (!current) f = widen_earlier_features(f);
+  // One row per store (v1): collapsing gives what the extractor now makes.
+  return legacy ? collapse_rows(f) : f;
 }
 
 std::vector<Sample> load_training_samples(const tuning_db::Database& db) {
   auto group_of = [](const tuning_db::Record& r) { return r.workload_key + "|" + r.target.target + "|" + r.target.cpu_model; };
   std::vector<Sample> out;
-  for (const std::string* extractor : {&legacy_feature_extractor_name(), &expanded_feature_extractor_name(), &feature_extractor_name()}) {
+  for (const std::string* extractor :
+       {&legacy_feature_extractor_name(), &expanded_feature_extractor_name(), &previous_feature_extractor_name(), &feature_extractor_name()}) {
     tuning_db::RecordFilter filter;
     filter.feature_extractor = *extractor;
     filter.include_errors = true;
@@ -69,7 +75,7 @@ std::vector<Sample> load_training_samples(const tuning_db::Database& db) {
 
 int64_t migrate_features(tuning_db::Database& db, const Task& task) {
   std::vector<std::pair<int64_t, tuning_db::FeatureSet>> batch;
-  for (const std::string* old : {&legacy_feature_extractor_name(), &expanded_feature_extractor_name()}) {
+  for (const std::string* old : {&legacy_feature_extractor_name(), &expanded_feature_extractor_name(), &previous_feature_extractor_name()}) {
     tuning_db::RecordFilter filter;
     filter.workload_key = task.workload_key;
     filter.feature_extractor = *old;

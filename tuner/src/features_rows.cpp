@@ -1,5 +1,6 @@
 // Row multiplicities of Features: collapsing identical rows and checking a
 // matrix before the cost model uses it.
+#include <algorithm>
 #include <cmath>
 #include <string_view>
 #include <unordered_map>
@@ -32,6 +33,22 @@ Features collapse_rows(const Features& f) {
     }
   }
   out.rows = static_cast<int>(out.counts.size());
+  return out;
+}
+
+Features widen_earlier_features(const Features& f) {
+  const int cols = num_feature_columns();
+  KILN_CHECK(f.cols == num_earlier_feature_columns() && f.values.size() == static_cast<size_t>(f.rows) * f.cols)
+      << "widen_earlier_features: a " << f.rows << "x" << f.cols << " matrix of " << f.values.size() << " values";
+  Features out;
+  out.rows = f.rows;
+  out.cols = cols;
+  out.counts = f.counts;
+  out.values.assign(static_cast<size_t>(f.rows) * cols, std::nanf(""));
+  for (int r = 0; r < f.rows; ++r) {
+    const float* row = f.values.data() + static_cast<size_t>(r) * f.cols;
+    std::copy(row, row + f.cols, out.values.begin() + static_cast<ptrdiff_t>(r) * cols);
+  }
   return out;
 }
 

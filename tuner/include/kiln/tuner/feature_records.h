@@ -2,13 +2,14 @@
  * Features in the tuning DB: the stored form of Features (a FeatureSet) and
  * the cost-model samples of a database's records.
  *
- * Extractors "kiln-nest-v3" and "kiln-store-v2" store their collapsed rows
- * with one more column, the row's count, last; so the DB schema and its JSON
- * Lines form stay as they were. Records of "kiln-store-v1" (one row per
- * store, no count) still load, each row counting once: their rows are the
- * same columns. Features of the two earlier extractors were taken from the
- * expanded nest: they train the model as they are, and migrate_features
- * replaces those of a task by this extractor's.
+ * Extractors "kiln-nest-v4", "kiln-nest-v3" and "kiln-store-v2" store their
+ * collapsed rows with one more column, the row's count, last; so the DB
+ * schema and its JSON Lines form stay as they were. Records of
+ * "kiln-store-v1" (one row per store, no count) still load, each row
+ * counting once. The earlier extractors' rows lack v4's intensity columns:
+ * they load with those NaN, which XGBoost takes as missing, so they still
+ * train the model; migrate_features replaces those of a task by this
+ * extractor's.
  */
 #ifndef KILN_TUNER_FEATURE_RECORDS_H
 #define KILN_TUNER_FEATURE_RECORDS_H

@@ -38,25 +38,40 @@ struct Features {
 /** Merges identical rows (first-seen order), adding their counts; the result always has counts. */
 Features collapse_rows(const Features& f);
 
+/**
+ * Rows of an earlier extractor (num_earlier_feature_columns() wide) widened
+ * to this one's: the columns they lack are NaN, which the cost model takes
+ * as missing. Counts are kept.
+ */
+Features widen_earlier_features(const Features& f);
+
 /** Throws kiln::Error (naming `what`) unless f is rows x num_feature_columns() with counts empty or rows positive finite ones. */
 void check_features(const Features& f, const std::string& what);
 
 /**
  * The name of this extractor and its version (stored with features in the
- * tuning DB). "kiln-nest-v3": taken from the nest before unrolling and
+ * tuning DB). "kiln-nest-v4": taken from the nest before unrolling and
  * vectorizing are expanded (candidate_features), rows collapsed with counts;
- * its DB form has one more column, the count, last.
+ * its DB form has one more column, the count, last. Its rows end with the
+ * arithmetic-intensity columns (ops per byte at each loop level, and the
+ * traffic a 32 KiB and a 512 KiB cache would see) that earlier extractors
+ * lack.
  */
 const std::string& feature_extractor_name();
 /**
- * "kiln-store-v2": the same columns and DB form, but taken from the expanded
- * nest (10x slower to make). Its records still train the model; the tuner
- * re-extracts those of the task it tunes (migrate_features).
+ * "kiln-nest-v3": v4 without the intensity columns (the first
+ * num_earlier_feature_columns() columns). Its records still train the model,
+ * the missing columns NaN (XGBoost's missing value); the tuner re-extracts
+ * those of the task it tunes (migrate_features).
  */
+const std::string& previous_feature_extractor_name();
+/** "kiln-store-v2": the columns and DB form of v3, but taken from the expanded nest (10x slower to make). */
 const std::string& expanded_feature_extractor_name();
-/** "kiln-store-v1": as v2, one row per store (no counts). Its records still train the model. */
+/** "kiln-store-v1": as v2, one row per store (no counts). */
 const std::string& legacy_feature_extractor_name();
 int num_feature_columns();
+/** The columns of the earlier extractors' rows (v1-v3): a prefix of this one's. */
+int num_earlier_feature_columns();
 /** Column names, for debugging and tests. */
 const std::vector<std::string>& feature_names();
 
