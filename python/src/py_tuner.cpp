@@ -222,8 +222,8 @@ void define_tuner(py::module_& m) {
 
   // The cost model's pairwise ranking accuracy on the DB's records (ranking_report.h): one dict per task, and the means.
   t.def("ranking_report", [](const std::string& db_path, const std::vector<std::string>& workloads, double holdout, double tie,
-                             uint64_t seed, bool cross, int min_records) {
-    tuner::RankingOptions o{holdout, tie, seed, cross, min_records};
+                             uint64_t seed, bool cross, int min_records, int folds) {
+    tuner::RankingOptions o{holdout, tie, seed, cross, min_records, folds};
     tuner::RankingReport r;
     {
       py::gil_scoped_release release;
@@ -246,6 +246,8 @@ void define_tuner(py::module_& m) {
     out["tasks"] = tasks;
     out["within_mean"] = r.within_mean;
     out["cross_mean"] = r.cross_mean;
+    out["within_pooled"] = r.within_pooled;
+    out["cross_pooled"] = r.cross_pooled;
     return out;
   });
 }

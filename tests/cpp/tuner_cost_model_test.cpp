@@ -137,6 +137,38 @@ TEST(TunerCostModel, RankingReportWithinAndAcrossTasks) {
   EXPECT_THROW(tuner::ranking_report(s, o), Error);
 }
 
+TEST(TunerCostModel, RankingReportKFold) {
+  // 4 folds: every valid record is held back once, so a task has about four
+  // times the pairs of one 25% split; the noise task stays unrankable.
+  std::vector<Sample> s = synthetic(120, 21, "a|llvm|cpu");
+  std::vector<Sample> noise = synthetic(120, 22, "c|llvm|cpu");
+  std::mt19937 rng(7);
+  for (Sample& x : noise) x.throughput = 1 + static_cast<double>(rng() % 1000);
+  s.insert(s.end(), noise.begin(), noise.end());
+  tuner::RankingOptions o;
+  o.cross = false;
+  tuner::RankingReport one = tuner::ranking_report(s, o);
+  o.folds = 4;
+  tuner::RankingReport four = tuner::ranking_report(s, o);
+  ASSERT_EQ(four.tasks.size(), 2u);
+  double right = 0;
+  int64_t pairs = 0;
+  for (size_t i = 0; i < four.tasks.size(); ++i) {
+    const tuner::TaskRanking& t = four.tasks[i];
+    EXPECT_EQ(t.held_out, t.records);
+    EXPECT_GT(t.within_pairs, 3 * one.tasks[i].within_pairs);
+    if (t.group[0] == 'c') EXPECT_LT(t.within, 0.65);
+    else EXPECT_GT(t.within, 0.8);
+    right += t.within * static_cast<double>(t.within_pairs);
+    pairs += t.within_pairs;
+  }
+  EXPECT_NEAR(four.within_pooled, right / static_cast<double>(pairs), 1e-12);
+  EXPECT_NEAR(four.within_mean, (four.tasks[0].within + four.tasks[1].within) / 2, 1e-12);
+  EXPECT_EQ(four.cross_pooled, -1);
+  o.folds = 0;
+  EXPECT_THROW(tuner::ranking_report(s, o), Error);
+}
+
 TEST(TunerCostModel, UntrainedPredictsZeros) {
   auto model = tuner::make_xgboost_model(1);
   EXPECT_FALSE(model->trained());

@@ -139,6 +139,13 @@ def test_ranking_report_of_a_session(session, tmp_path):
         kiln.tuner.ranking_report(str(tmp_path / "none.db"))
     with pytest.raises(kiln.KilnError, match="holdout"):
         kiln.tuner.ranking_report(db, holdout=0)
+    # 4-fold: every valid record is held back once; pooled figures weigh each task by its pairs.
+    four = kiln.tuner.ranking_report(db, min_records=4, cross=False, folds=4)
+    (task,) = four["tasks"]
+    assert task["held_out"] == task["records"]
+    assert four["within_pooled"] == pytest.approx(four["within_mean"])  # one task: the same figure
+    with pytest.raises(kiln.KilnError, match="folds"):
+        kiln.tuner.ranking_report(db, folds=0)
 
 
 def test_measure_traces_warm_and_cold(session):

@@ -37,31 +37,28 @@ namespace {
 
 std::string workload_of(const std::string& group) { return group.substr(0, group.find('|')); }
 
+/** Each group's sample indices, shuffled once per report; fold f holds back the valid ones that held() picks. */
 struct Split {
-  std::vector<Sample> train;                     // every group's training share (failures too: they teach "slow")
-  std::map<std::string, std::vector<size_t>> held;  // group -> indices of held-back valid samples
-  std::map<std::string, std::vector<size_t>> valid;  // group -> indices of all valid samples
+  std::map<std::string, std::vector<size_t>> shuffled;  // group -> all its sample indices
+  std::map<std::string, std::vector<size_t>> valid;     // group -> indices of its valid samples
 };
 
 Split split_samples(const std::vector<Sample>& samples, const RankingOptions& o) {
   Split s;
-  std::map<std::string, std::vector<size_t>> by_group;
-  for (size_t i = 0; i < samples.size(); ++i) by_group[samples[i].group].push_back(i);
+  for (size_t i = 0; i < samples.size(); ++i) s.shuffled[samples[i].group].push_back(i);
   std::mt19937_64 rng(o.seed);
-  for (auto& [group, idx] : by_group) {
+  for (auto& [group, idx] : s.shuffled) {
     std::shuffle(idx.begin(), idx.end(), rng);
-    size_t hold = static_cast<size_t>(std::llround(o.holdout * static_cast<double>(idx.size())));
-    for (size_t k = 0; k < idx.size(); ++k) {
-      const Sample& x = samples[idx[k]];
-      if (x.throughput > 0) s.valid[group].push_back(idx[k]);
-      if (k < hold) {
-        if (x.throughput > 0) s.held[group].push_back(idx[k]);
-      } else {
-        s.train.push_back(x);
-      }
-    }
+    for (size_t i : idx)
+      if (samples[i].throughput > 0) s.valid[group].push_back(i);
   }
   return s;
+}
+
+/** Whether the k-th of a group's n shuffled samples is held back in `fold`. */
+bool held(size_t k, size_t n, int fold, const RankingOptions& o) {
+  if (o.folds > 1) return static_cast<int>(k % static_cast<size_t>(o.folds)) == fold;
+  return k < static_cast<size_t>(std::llround(o.holdout * static_cast<double>(n)));
 }
 
 double score_on(const CostModel& model, const std::vector<Sample>& samples, const std::vector<size_t>& idx, double tie,
@@ -73,6 +70,18 @@ double score_on(const CostModel& model, const std::vector<Sample>& samples, cons
     measured.push_back(samples[i].throughput);
   }
   return pairwise_accuracy(measured, model.predict(feats), tie, pairs);
+}
+
+/** Accuracy over all pairs of the tasks: each task's accuracy weighed by its pairs. */
+double pooled_of(const std::vector<TaskRanking>& tasks, double TaskRanking::*field, int64_t TaskRanking::*pairs) {
+  double right = 0;
+  int64_t n = 0;
+  for (const TaskRanking& t : tasks) {
+    if (t.*field < 0) continue;
+    right += t.*field * static_cast<double>(t.*pairs);
+    n += t.*pairs;
+  }
+  return n ? right / static_cast<double>(n) : -1;
 }
 
 double mean_of(const std::vector<TaskRanking>& tasks, double TaskRanking::*field) {
@@ -90,7 +99,8 @@ double mean_of(const std::vector<TaskRanking>& tasks, double TaskRanking::*field
 
 RankingReport ranking_report(const std::vector<Sample>& samples, const RankingOptions& o,
                              const std::vector<std::string>& workload_keys) {
-  KILN_USER_CHECK(o.holdout > 0 && o.holdout < 1) << "ranking_report: holdout must be in (0, 1), got " << o.holdout;
+  KILN_USER_CHECK(o.folds > 1 || (o.holdout > 0 && o.holdout < 1)) << "ranking_report: holdout must be in (0, 1), got " << o.holdout;
+  KILN_USER_CHECK(o.folds >= 1) << "ranking_report: folds must be at least 1 (1: one split by holdout), got " << o.folds;
   std::set<std::string> wanted(workload_keys.begin(), workload_keys.end());
   Split split = split_samples(samples, o);
 
@@ -101,14 +111,36 @@ RankingReport ranking_report(const std::vector<Sample>& samples, const RankingOp
     TaskRanking t;
     t.group = group;
     t.records = static_cast<int>(valid.size());
-    t.held_out = static_cast<int>(split.held[group].size());
     report.tasks.push_back(t);
   }
   if (report.tasks.empty()) return report;
 
-  std::unique_ptr<CostModel> within = make_xgboost_model(o.seed);
-  within->update(split.train);
-  for (TaskRanking& t : report.tasks) t.within = score_on(*within, samples, split.held[t.group], o.tie, &t.within_pairs);
+  // Per fold: train on what it keeps of every group (failures too: they
+  // teach "slow"), score each task on its held-back valid records.
+  std::vector<double> right(report.tasks.size(), 0);
+  for (int fold = 0; fold < o.folds; ++fold) {
+    std::vector<Sample> train;
+    std::map<std::string, std::vector<size_t>> held_back;
+    for (const auto& [group, idx] : split.shuffled)
+      for (size_t k = 0; k < idx.size(); ++k) {
+        if (!held(k, idx.size(), fold, o)) train.push_back(samples[idx[k]]);
+        else if (samples[idx[k]].throughput > 0) held_back[group].push_back(idx[k]);
+      }
+    std::unique_ptr<CostModel> within = make_xgboost_model(o.seed + static_cast<uint64_t>(fold));
+    within->update(train);
+    for (size_t i = 0; i < report.tasks.size(); ++i) {
+      TaskRanking& t = report.tasks[i];
+      const std::vector<size_t>& h = held_back[t.group];
+      t.held_out += static_cast<int>(h.size());
+      int64_t pairs = 0;
+      double acc = score_on(*within, samples, h, o.tie, &pairs);
+      if (pairs) right[i] += acc * static_cast<double>(pairs), t.within_pairs += pairs;
+    }
+  }
+  for (size_t i = 0; i < report.tasks.size(); ++i) {
+    TaskRanking& t = report.tasks[i];
+    if (t.within_pairs) t.within = right[i] / static_cast<double>(t.within_pairs);
+  }
 
   if (o.cross) {
     for (TaskRanking& t : report.tasks) {
@@ -123,6 +155,8 @@ RankingReport ranking_report(const std::vector<Sample>& samples, const RankingOp
   }
   report.within_mean = mean_of(report.tasks, &TaskRanking::within);
   report.cross_mean = mean_of(report.tasks, &TaskRanking::cross);
+  report.within_pooled = pooled_of(report.tasks, &TaskRanking::within, &TaskRanking::within_pairs);
+  report.cross_pooled = pooled_of(report.tasks, &TaskRanking::cross, &TaskRanking::cross_pairs);
   return report;
 }
 

@@ -32,8 +32,9 @@ options:
   --time-budget T     stop starting rounds after T (seconds, or 30s / 30m / 2h)
   --list-tasks        print the tasks (workload, FLOPs, weight, records, best) and exit
   --rank-report       print the cost model's pairwise ranking accuracy on the
-                      model's tasks (records of --db held back: within a task,
-                      and for a model trained on the other tasks only) and exit
+                      model's tasks (records of --db held back, 4-fold: within
+                      a task, and for a model trained on the other tasks only)
+                      and exit
   --shape NAME=DxDx.. an input's shape (for dynamic dimensions, or to override)
   --threads N         kernel threads (default: all cores)
   --target T          target string (default "llvm" with -num-cores=THREADS)
@@ -96,6 +97,7 @@ int print_rank_report(const std::vector<graph::ModelTask>& tasks, const std::str
   std::vector<std::string> keys;
   for (const graph::ModelTask& t : tasks) keys.push_back(t.task.workload_key);
   tuner::RankingOptions o;
+  o.folds = 4;  // every record held back once: 4x the pairs of one 25% split, for 4 trainings
   tuner::RankingReport r = tuner::ranking_report(samples, o, keys);
   std::printf("cost model ranking on %s: %zu records of %zu task(s) with >= %d valid records; pairs apart by > %.0f%%\n",
               db_path.c_str(), samples.size(), r.tasks.size(), o.min_records, o.tie * 100);
@@ -107,8 +109,8 @@ int print_rank_report(const std::vector<graph::ModelTask>& tasks, const std::str
     std::printf("%-18s %-36s %8d %20s %20s\n", key.c_str(), ops.substr(0, 36).c_str(), t.records,
                 accuracy(t.within, t.within_pairs).c_str(), accuracy(t.cross, t.cross_pairs).c_str());
   }
-  std::printf("mean over tasks: within %.3f, cross %.3f (held back %.0f%% per task, seed %llu; -1: none)\n", r.within_mean,
-              r.cross_mean, o.holdout * 100, static_cast<unsigned long long>(o.seed));
+  std::printf("mean over tasks: within %.3f, cross %.3f; over all pairs: within %.3f, cross %.3f (%d-fold, seed %llu; -1: none)\n",
+              r.within_mean, r.cross_mean, r.within_pooled, r.cross_pooled, o.folds, static_cast<unsigned long long>(o.seed));
   return 0;
 }
 
