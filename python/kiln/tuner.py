@@ -219,8 +219,6 @@ def ranking_report(db, workloads=None, holdout=0.25, tie=0.01, seed=0, cross=Tru
     (workload keys)."""
     if not os.path.exists(db):
         raise KilnError(f"ranking_report: no tuning database at {db!r}")
-    if int(folds) < 1:
-        raise KilnError(f"ranking_report: folds must be at least 1 (1: one split by holdout), got {folds}")
     return _kiln.tuner.ranking_report(os.fspath(db), list(workloads or []), float(holdout), float(tie), int(seed), bool(cross),
                                       int(min_records), int(folds))
 

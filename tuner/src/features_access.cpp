@@ -264,8 +264,8 @@ BufferStats stats_of(const Group& g, const std::vector<LoopDesc>& levels, double
   for (size_t k = 0; k < n; ++k) fp[k] = footprint(g, levels, k, ana);
   st.level_bytes.resize(n + 1);
   for (size_t k = 0; k <= n; ++k) st.level_bytes[k] = fp[k] * elem;
-  st.unique_bytes = fp[0] * elem;
-  st.inner_bytes = (n ? fp[n - 1] : fp[n]) * elem;
+  st.unique_bytes = st.level_bytes[0];
+  st.inner_bytes = st.level_bytes[n ? n - 1 : n];
   if (n) {
     for (const ScalarAccess& a : g.accesses) st.stride = std::max(st.stride, stride_of(a, levels[n - 1].var, ana));
   }

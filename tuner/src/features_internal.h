@@ -76,7 +76,7 @@ enum IntensityColumn : int {
   kNumIntensityColumns
 };
 
-constexpr int kCurvePoints = 10;
+constexpr int kCurvePoints = intensity9 - intensity0 + 1;
 constexpr int kIntensityBase = kNumFixedColumns + kMaxBuffers * kNumBufferColumns;
 constexpr int kNumColumns = kIntensityBase + kNumIntensityColumns;
 

@@ -99,8 +99,8 @@ double mean_of(const std::vector<TaskRanking>& tasks, double TaskRanking::*field
 
 RankingReport ranking_report(const std::vector<Sample>& samples, const RankingOptions& o,
                              const std::vector<std::string>& workload_keys) {
-  KILN_USER_CHECK(o.folds > 1 || (o.holdout > 0 && o.holdout < 1)) << "ranking_report: holdout must be in (0, 1), got " << o.holdout;
   KILN_USER_CHECK(o.folds >= 1) << "ranking_report: folds must be at least 1 (1: one split by holdout), got " << o.folds;
+  KILN_USER_CHECK(o.folds > 1 || (o.holdout > 0 && o.holdout < 1)) << "ranking_report: holdout must be in (0, 1), got " << o.holdout;
   std::set<std::string> wanted(workload_keys.begin(), workload_keys.end());
   Split split = split_samples(samples, o);
 
