@@ -64,6 +64,7 @@ std::vector<NDArray> GpuExecutor::execute(const std::vector<NDArray>& inputs, bo
       rethrow_as(e, "group " + step.name + ": " + e.what());
     }
   }
+  copy_unwritten_outputs(plan, ptr, &outputs);
   return outputs;
 }
 

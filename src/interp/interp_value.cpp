@@ -173,8 +173,9 @@ static double float_binary(IRNodeKind op, double a, double b) {
     case IRNodeKind::Mod: return std::fmod(a, b);
     case IRNodeKind::FloorDiv: return std::floor(a / b);
     case IRNodeKind::FloorMod: return a - std::floor(a / b) * b;
-    case IRNodeKind::Min: return a < b ? a : b;
-    case IRNodeKind::Max: return a > b ? a : b;
+    // NaN in either operand propagates, as in ONNX and PyTorch.
+    case IRNodeKind::Min: return (a < b || std::isnan(a)) ? a : b;
+    case IRNodeKind::Max: return (a > b || std::isnan(a)) ? a : b;
     default: break;
   }
   KILN_UNREACHABLE() << "float operation " << ir_node_kind_name(op);

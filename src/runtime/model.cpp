@@ -150,14 +150,17 @@ std::vector<NDArray> ModelRunner::run(const std::vector<NDArray>& inputs, std::v
       KILN_USER_ERROR() << "kernel of group " << step.name << " failed: " << (msg ? msg : "no message");
     }
   }
-  // Outputs that no step computes (an input or constant returned as is), or one value returned twice: copies.
+  copy_unwritten_outputs(plan, ptr, &outputs);
+  return outputs;
+}
+
+void copy_unwritten_outputs(const ModelPlan& plan, const std::vector<void*>& ptr, std::vector<NDArray>* outputs) {
   for (size_t i = 0; i < plan.output_buffers.size(); ++i) {
     const ModelBuffer& pb = plan.buffers[plan.output_buffers[i]];
     if (pb.kind == ModelBuffer::Kind::Output && pb.index == static_cast<int>(i)) continue;
-    outputs[i] = NDArray::empty(pb.shape, pb.dtype);
-    outputs[i].copy_from(ptr[plan.output_buffers[i]], pb.bytes());
+    (*outputs)[i] = NDArray::empty(pb.shape, pb.dtype);
+    (*outputs)[i].copy_from(ptr[plan.output_buffers[i]], pb.bytes());
   }
-  return outputs;
 }
 
 }  // namespace kiln

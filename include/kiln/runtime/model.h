@@ -101,6 +101,10 @@ void check_model_inputs(const std::vector<ModelTensor>& want, const std::vector<
 std::vector<void*> bind_plan_buffers(const ModelPlan& plan, const std::vector<NDArray>& inputs, char* arena, std::vector<NDArray>* outputs,
                                      const std::vector<bool>* donated = nullptr);
 
+/** After a run's steps: each output that no step wrote (an input or constant
+ * returned as is, or one value returned twice) becomes a copy of its buffer. */
+void copy_unwritten_outputs(const ModelPlan& plan, const std::vector<void*>& ptr, std::vector<NDArray>* outputs);
+
 class ModelRunner {
  public:
   ModelRunner() = default;

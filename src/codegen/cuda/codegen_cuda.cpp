@@ -48,8 +48,11 @@ std::string CodeGenCUDA::run(const PrimFunc& f) {
 }
 
 // Integer floor division and modulo (index arithmetic); C's / and % truncate.
+// Float min and max that propagate NaN.
 std::string CodeGenCUDA::prelude() {
-  return "template <typename T> __device__ __forceinline__ T kiln_floordiv(T a, T b) { T q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }\n"
+  return "template <typename T> __device__ __forceinline__ T kiln_min_nan(T a, T b) { return (a < b || a != a) ? a : b; }\n"
+         "template <typename T> __device__ __forceinline__ T kiln_max_nan(T a, T b) { return (a > b || a != a) ? a : b; }\n"
+         "template <typename T> __device__ __forceinline__ T kiln_floordiv(T a, T b) { T q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }\n"
          "template <typename T> __device__ __forceinline__ T kiln_floormod(T a, T b) { T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }\n";
 }
 

@@ -61,8 +61,9 @@ std::string CodeGenCUDA::binary(const char* op, const Expr& a, const Expr& b) { 
 
 std::string CodeGenCUDA::min_max(bool is_min, const Expr& a, const Expr& b) {
   DataType t = a.dtype();
-  if (t.is_float() && t.bits() == 16) return std::string(is_min ? "__hmin(" : "__hmax(") + expr(a) + ", " + expr(b) + ")";
-  if (t.is_float()) return std::string(is_min ? "fmin" : "fmax") + (t.bits() == 32 ? "f(" : "(") + expr(a) + ", " + expr(b) + ")";
+  // NaN propagates (fminf/fmaxf and __hmin/__hmax drop it), as on the CPU.
+  if (t.is_float() && t.bits() == 16) return std::string(is_min ? "__hmin_nan(" : "__hmax_nan(") + expr(a) + ", " + expr(b) + ")";
+  if (t.is_float()) return std::string(is_min ? "kiln_min_nan(" : "kiln_max_nan(") + expr(a) + ", " + expr(b) + ")";
   return std::string(is_min ? "min(" : "max(") + expr(a) + ", " + expr(b) + ")";
 }
 

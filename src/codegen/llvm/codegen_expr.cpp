@@ -36,15 +36,37 @@ llvm::Value* CodeGenLLVM::emit_arith(IRNodeKind op, DataType t, llvm::Value* a, 
     case IRNodeKind::Div: return fp ? builder_->CreateFDiv(a, b) : sgn ? builder_->CreateSDiv(a, b) : builder_->CreateUDiv(a, b);
     case IRNodeKind::Mod: return fp ? builder_->CreateFRem(a, b) : sgn ? builder_->CreateSRem(a, b) : builder_->CreateURem(a, b);
     case IRNodeKind::Min:
-      if (fp) return builder_->CreateSelect(builder_->CreateFCmpOLT(a, b), a, b);
+      if (fp) return emit_float_min_max(false, a, b);
       return builder_->CreateBinaryIntrinsic(sgn ? llvm::Intrinsic::smin : llvm::Intrinsic::umin, a, b);
     case IRNodeKind::Max:
-      if (fp) return builder_->CreateSelect(builder_->CreateFCmpOGT(a, b), a, b);
+      if (fp) return emit_float_min_max(true, a, b);
       return builder_->CreateBinaryIntrinsic(sgn ? llvm::Intrinsic::smax : llvm::Intrinsic::umax, a, b);
     default: break;
   }
   KILN_UNREACHABLE() << "emit_arith of " << ir_node_kind_name(op);
   return nullptr;
+}
+
+// A constant (scalar or splat) that is not NaN.
+static bool is_non_nan_constant(llvm::Value* v) {
+  auto* c = llvm::dyn_cast<llvm::Constant>(v);
+  if (c && c->getType()->isVectorTy()) c = c->getSplatValue();
+  auto* f = llvm::dyn_cast_or_null<llvm::ConstantFP>(c);
+  return f && !f->isNaN();
+}
+
+// Float min and max propagate NaN, as ONNX's and PyTorch's do (relu(NaN) is
+// NaN, and a NaN inside a max-pool window or a row's max stays). Against a
+// constant that is not NaN (relu's 0, a clip bound) one unordered compare
+// does it, the cost of a plain max; otherwise NaN in `a` is tested apart.
+llvm::Value* CodeGenLLVM::emit_float_min_max(bool is_max, llvm::Value* a, llvm::Value* b) {
+  if (is_non_nan_constant(a)) std::swap(a, b);
+  llvm::Value* pick_a = is_max ? builder_->CreateFCmpUGT(a, b) : builder_->CreateFCmpULT(a, b);
+  if (!is_non_nan_constant(b)) {
+    llvm::Value* ordered_pick = is_max ? builder_->CreateFCmpOGT(a, b) : builder_->CreateFCmpOLT(a, b);
+    pick_a = builder_->CreateOr(ordered_pick, builder_->CreateFCmpUNO(a, a));
+  }
+  return builder_->CreateSelect(pick_a, a, b);
 }
 
 // Floor division and modulo (Python semantics). Positive constant divisors,

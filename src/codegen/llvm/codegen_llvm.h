@@ -98,6 +98,7 @@ class CodeGenLLVM : public IRVisitor {
 
   // ---- expressions (codegen_expr.cpp)
   llvm::Value* emit_arith(IRNodeKind op, DataType t, llvm::Value* a, llvm::Value* b);
+  llvm::Value* emit_float_min_max(bool is_max, llvm::Value* a, llvm::Value* b);
   llvm::Value* emit_floor_div_mod(bool is_div, DataType t, llvm::Value* a, llvm::Value* b, const Expr& divisor);
   llvm::Value* emit_compare(IRNodeKind op, DataType operand, llvm::Value* a, llvm::Value* b);
   /** The vectors (of equal lanes, any count) one after another in one vector. */
