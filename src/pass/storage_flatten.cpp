@@ -2,9 +2,12 @@
 #include "kiln/arith/analyzer.h"
 #include "kiln/ir/functor.h"
 #include "kiln/ir/op.h"
+#include "kiln/ir/printer.h"
 #include "kiln/pass/passes.h"
 #include "kiln/support/error.h"
 
+#include <climits>
+#include <sstream>
 #include <unordered_map>
 
 namespace kiln::pass {
@@ -29,6 +32,32 @@ static Expr flat_size(const Buffer& b) {
   return arith::simplify(size);
 }
 
+// Index arithmetic is int32, so a buffer must fit in 2^31 - 1 elements: a
+// larger one's offsets (and its size, folded in int32) would wrap, to a
+// negative size or, worse, to a small positive one. Its size is computed here
+// in 64 bits from the constant extents and strides; symbolic sizes are checked
+// against the same limit when the arrays are bound at run time.
+static void check_addressable(const Buffer& b) {
+  std::vector<Expr> strides = b->strides.empty() ? std::vector<Expr>{} : b.effective_strides();
+  int64_t elements = 1, last = 0;  // compact: product of extents; strided: one past the largest offset
+  for (int i = 0; i < b.ndim(); ++i) {
+    const int64_t* n = as_const_int(b.shape()[i]);
+    const int64_t* s = strides.empty() ? nullptr : as_const_int(strides[i]);
+    if (!n || (!strides.empty() && !s)) return;
+    if (*n == 0) return;  // no elements
+    bool overflow = strides.empty() ? __builtin_mul_overflow(elements, *n, &elements)
+                                    : __builtin_add_overflow(last, (*n - 1) * *s, &last);
+    if (overflow) elements = last = INT64_MAX;
+  }
+  int64_t size = strides.empty() ? elements : (last == INT64_MAX ? last : last + 1);
+  if (size <= INT32_MAX) return;
+  std::ostringstream shape;
+  for (int i = 0; i < b.ndim(); ++i) shape << (i ? ", " : "[") << b.shape()[i];
+  KILN_USER_ERROR() << "buffer '" << b.name() << "' of shape " << shape.str() << "] needs " << (size == INT64_MAX ? "more than 2^63" : std::to_string(size))
+                                     << " elements, more than the 2147483647 (2^31 - 1) that kiln's 32-bit index arithmetic "
+                                     << "can address; split the work into smaller pieces (e.g. a smaller batch per call)";
+}
+
 // True when the buffer is already compact and one-dimensional in int32.
 static bool already_flat(const Buffer& b) {
   return b.ndim() == 1 && b->strides.empty() && b.shape()[0].dtype() == DataType::Int(32);
@@ -42,6 +71,7 @@ class Flattener : public IRMutator {
   Buffer flat(const Buffer& b) {
     auto it = flat_.find(b.get());
     if (it != flat_.end()) return it->second;
+    check_addressable(b);
     Buffer r = already_flat(b) ? b : Buffer(new BufferNode(b.name(), b.dtype(), {flat_size(b)}, {}, b->data, b.scope()));
     flat_.emplace(b.get(), r);
     return r;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <climits>
 
 #include "arg_scalars.h"
 #include "kiln/support/error.h"
@@ -96,10 +97,11 @@ const DLTensor& check_tensor(const Where& w, const Arg& a) {
   KILN_USER_CHECK(a.kind() == Arg::Kind::Tensor) << w << " is " << a.kind_name() << ", expected " << expected;
   const DLTensor* t = a.tensor();
   KILN_USER_CHECK(t) << w << " is a null tensor, expected " << expected;
-  std::vector<int64_t> shape(t->shape, t->shape + std::max(t->ndim, 0));
+  // The rank alone: with a wrong ndim the shape array's real length is unknown, so it is not read.
   KILN_USER_CHECK(t->ndim == static_cast<int>(p.shape.size()))
-      << w << " has rank " << t->ndim << " (shape " << shape_to_string(shape) << "), expected rank " << p.shape.size()
-      << " (shape " << expected_shape(w.kernel, p) << ")";
+      << w << " has rank " << t->ndim << ", expected rank " << p.shape.size() << " (shape " << expected_shape(w.kernel, p) << ")";
+  KILN_USER_CHECK(t->ndim == 0 || t->shape) << w << " has a null shape pointer, expected " << expected;
+  std::vector<int64_t> shape(t->shape, t->shape + t->ndim);
   bool dtype_ok = false;
   try {
     dtype_ok = from_dlpack_dtype(t->dtype) == p.dtype;
@@ -109,7 +111,16 @@ const DLTensor& check_tensor(const Where& w, const Arg& a) {
   KILN_USER_CHECK(t->device.device_type == kDLCPU)
       << w << " is on device " << device_to_string(t->device) << ", expected cpu; copy it to the host first";
   int64_t numel = 1;
-  for (int64_t d : shape) numel *= d;
+  bool negative = false;
+  for (int64_t d : shape) {
+    negative |= d < 0;
+    if (__builtin_mul_overflow(numel, d, &numel)) numel = INT64_MAX;
+  }
+  KILN_USER_CHECK(!negative) << w << " has a negative dimension (shape " << shape_to_string(shape) << ")";
+  // Kernels index with 32-bit arithmetic (storage_flatten refuses larger constant shapes at compile time).
+  KILN_USER_CHECK(numel <= INT32_MAX || numel == 0)
+      << w << " has shape " << shape_to_string(shape) << ", more than the 2147483647 (2^31 - 1) elements that kiln's "
+      << "32-bit index arithmetic can address; split the work into smaller pieces";
   // An empty tensor's data is never read, and some producers leave it null.
   KILN_USER_CHECK(t->data || numel == 0) << w << " has null data; pass an allocated array";
   // The kernel addresses a buffer without declared strides as compact row-major.

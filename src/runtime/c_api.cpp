@@ -106,6 +106,11 @@ void check_tensor(const DLTensor* t, const kiln::ModelTensor& want, const std::s
   DataType dt = dtype_of(*t, who);
   if (dt != want.dtype) fail(KILN_ERR_MISMATCH, who + " has dtype " + dt.str() + "; the model expects " + want.dtype.str());
   check_arg(t->ndim >= 0 && (t->ndim == 0 || t->shape != nullptr), (who + " has no shape").c_str());
+  // The rank first: a wrong ndim must not make us read past the caller's shape array.
+  if (static_cast<size_t>(t->ndim) != want.shape.size()) {
+    fail(KILN_ERR_MISMATCH, who + " has " + std::to_string(t->ndim) + " dimensions; the model was compiled for " +
+                                std::to_string(want.shape.size()) + " " + kiln::shape_to_string(want.shape));
+  }
   std::vector<int64_t> shape(t->shape, t->shape + t->ndim);
   if (shape != want.shape) {
     fail(KILN_ERR_MISMATCH, who + " has shape " + kiln::shape_to_string(shape) + "; the model was compiled for " +

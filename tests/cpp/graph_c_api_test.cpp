@@ -3,6 +3,9 @@
 // Module::export_library, loaded and run through the C functions only, and
 // compared bitwise with the in-process results; then every error path:
 // status code and message. (Named graph_* so that it links kiln_graph.)
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -146,6 +149,21 @@ TEST_F(CApiModel, InputErrors) {
   DLTensor strided = t;
   strided.strides = strides;
   expect_status(kiln_model_set_input(model_, 0, &strided), KILN_ERR_MISMATCH, {"not compact"});
+  // A rank larger than the shape array: the check must not read the shape past its 4 entries,
+  // which sit right before a page that faults on any read.
+  long page = sysconf(_SC_PAGESIZE);
+  auto* pages = static_cast<char*>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(pages, MAP_FAILED);
+  ASSERT_EQ(mprotect(pages + page, page, PROT_NONE), 0);
+  auto* guarded_shape = reinterpret_cast<int64_t*>(pages + page) - 4;
+  std::copy(t.shape, t.shape + 4, guarded_shape);
+  DLTensor huge_rank = t;
+  huge_rank.shape = guarded_shape;
+  huge_rank.ndim = 100000;
+  expect_status(kiln_model_set_input(model_, 0, &huge_rank), KILN_ERR_MISMATCH, {"input 'x'", "100000 dimensions", "4"});
+  huge_rank.ndim = 3;
+  expect_status(kiln_model_set_input(model_, 0, &huge_rank), KILN_ERR_MISMATCH, {"3 dimensions", "[1, 3, 8, 8]"});
+  munmap(pages, 2 * page);
   expect_status(kiln_model_input_info(model_, 5, nullptr, nullptr, nullptr, nullptr), KILN_ERR_BAD_ARGUMENT, {"input index 5"});
   expect_status(kiln_model_output_info(model_, 2, nullptr, nullptr, nullptr, nullptr), KILN_ERR_BAD_ARGUMENT,
                 {"output index 2"});
@@ -162,7 +180,7 @@ TEST_F(CApiModel, RunAndOutputOrderErrors) {
   ASSERT_KILN_OK(kiln_model_run(model_));
   NDArray small = NDArray::empty({1, 4, 8}, f32);
   DLTensor out = dl(small);
-  expect_status(kiln_model_get_output(model_, 0, &out), KILN_ERR_MISMATCH, {"output 'y'", "[1, 4, 8]", "[1, 4, 8, 8]"});
+  expect_status(kiln_model_get_output(model_, 0, &out), KILN_ERR_MISMATCH, {"output 'y'", "has 3 dimensions", "[1, 4, 8, 8]"});
   expect_status(kiln_model_get_output(model_, 9, &out), KILN_ERR_BAD_ARGUMENT, {"output index 9"});
   expect_status(kiln_model_output(model_, 0, nullptr), KILN_ERR_BAD_ARGUMENT, {"null"});
 }

@@ -106,7 +106,7 @@ def test_wrong_dtype_and_rank(vadd, rng):
     c = np.zeros(6, "float32")
     with pytest.raises(kiln.KilnError, match="argument 1 'B' has dtype float64, expected float32"):
         vadd(a, a.astype("float64"), c)
-    with pytest.raises(kiln.KilnError, match=r"argument 1 'B' has rank 2 .*expected rank 1 \(shape \[n\]\)"):
+    with pytest.raises(kiln.KilnError, match=r"argument 1 'B' has rank 2, expected rank 1 \(shape \[n\]\)"):
         vadd(a, a.reshape(2, 3), c)
 
 
