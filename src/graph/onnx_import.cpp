@@ -103,6 +103,15 @@ class Importer {
       KILN_USER_CHECK(!tt.has_shape() || tt.shape().dim_size() == static_cast<int>(given->second.size()))
           << "shapes['" << in.name() << "'] = " << shape_to_string(given->second) << " has " << given->second.size()
           << " dimensions, but the model's input '" << in.name() << "' has " << tt.shape().dim_size() << " (" << declared_shape(tt) << ")";
+      // A static dimension is baked into the model (reshape constants, weights): only symbolic or unknown ones can be set.
+      for (int i = 0; tt.has_shape() && i < tt.shape().dim_size(); ++i) {
+        const auto& d = tt.shape().dim(i);
+        KILN_USER_CHECK(!d.has_dim_value() || d.dim_value() == given->second[i])
+            << "shapes['" << in.name() << "'] = " << shape_to_string(given->second) << " sets axis " << i << " to "
+            << given->second[i] << ", but the model declares that axis static as " << d.dim_value() << " (" << declared_shape(tt)
+            << "); only symbolic or unknown dimensions can be set: pass " << d.dim_value()
+            << " there, or export the model with that axis dynamic (torch.onnx.export(..., dynamic_axes=...))";
+      }
       t.shape = given->second;
       return t;
     }

@@ -220,7 +220,13 @@ def test_unknown_dimension_and_rank():
 
 
 def test_shape_override_of_a_static_shape():
-    g = kiln.graph.from_onnx(relu_add(), shapes={"x": [5, 3]})
+    # Restating a static shape is fine; changing it is refused (a Reshape's constant shape in the file
+    # would otherwise silently mix up the new batch), and a symbolic dimension takes any value.
+    g = kiln.graph.from_onnx(relu_add(), shapes={"x": [2, 3]})
+    assert g.input_types == [((2, 3), "float32")] and g.output_types == [((2, 3), "float32")]
+    error(r"sets axis 0 to 5, but the model declares that axis static as 2 .*dynamic_axes",
+          kiln.graph.from_onnx, relu_add(), shapes={"x": [5, 3]})
+    g = kiln.graph.from_onnx(relu_add(x_shape=("batch", 3)), shapes={"x": [5, 3]})
     assert g.input_types == [((5, 3), "float32")] and g.output_types == [((5, 3), "float32")]
 
 
@@ -232,6 +238,9 @@ def test_bad_shape_overrides():
           shapes={"x": [2, 3], "y": [1]})
     error("shapes names 'b'", kiln.graph.from_onnx, m, shapes={"b": [3]})  # an initializer is not an input
     error("negative dimension", kiln.graph.from_onnx, m, shapes={"x": [-1, 3]})
+    # A static dimension cannot be replaced: both values are named.
+    error(r"shapes\['x'\] = \[2, 4\] sets axis 1 to 4, but the model declares that axis static as 3 \(\[2, 3\]\)",
+          kiln.graph.from_onnx, m, shapes={"x": [2, 4]})
     error("must be a sequence of ints", kiln.graph.from_onnx, m, shapes={"x": ["a", 3]})
 
 
