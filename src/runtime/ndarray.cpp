@@ -122,9 +122,11 @@ std::string device_to_string(DLDevice device) {
 
 bool is_contiguous(const DLTensor& t) {
   if (!t.strides) return true;
+  // No elements: any strides are compact (numpy gives an empty array's inner axes stride 0 too).
+  for (int i = 0; i < t.ndim; ++i)
+    if (t.shape[i] == 0) return true;
   int64_t expected = 1;
   for (int i = t.ndim - 1; i >= 0; --i) {
-    if (t.shape[i] == 0) return true;  // no elements: any layout is compact
     if (t.shape[i] != 1 && t.strides[i] != expected) return false;
     expected *= t.shape[i];
   }

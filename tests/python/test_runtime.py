@@ -267,3 +267,19 @@ def test_parallel_kernel_runs_in_python(rng):
     b = np.zeros((64, 64), "float32")
     kiln.build(s, [A, B])(a, b)
     np.testing.assert_allclose(b, a * a, rtol=1e-6)
+
+
+def test_empty_arrays_run_a_symbolic_kernel():
+    # An empty tensor is valid: a kernel over n rows runs with n = 0 (numpy gives the empty
+    # array stride 0 on its inner axes, which once made it "not contiguous").
+    n = te.var("n")
+    A = te.placeholder((n, 4), name="A")
+    B = te.compute((n, 4), lambda i, j: A[i, j] + 1.0, name="B")
+    s = te.create_schedule(B)
+    s[B].vectorize(B.op.axis[1])
+    f = kiln.build(s, [A, B])
+    for rows in (0, 3):
+        a, b = np.arange(rows * 4, dtype="float32").reshape(rows, 4), np.zeros((rows, 4), "float32")
+        f(a, b)
+        np.testing.assert_array_equal(b, a + 1)
+    f(kiln.nd.empty((0, 4), "float32"), kiln.nd.empty((0, 4), "float32"))
