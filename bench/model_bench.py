@@ -1,21 +1,25 @@
 #!/usr/bin/python3
-"""Whole models: kiln's graph compiler against PyTorch at its best, side by side.
+"""Whole models: kiln's graph compiler against ONNX Runtime and PyTorch at their best, side by side.
 
   bench/model_bench.py [--models resnet18,resnet50,mobilenet_v2,bert_layer] [--threads 1,2]
                        [--image-size 224] [--seq-len 128] [--repeat 7] [--repeat-ms 50] [--quick]
                        [--target llvm] [--db FILE] [--opset 14] [--json FILE] [--build DIR] [--strict]
+                       [--peers ort,torch]
 
 Each (model, threads) row runs in a process of its own, with KILN_NUM_THREADS
 set (kiln's thread pool reads it once per process). There the model (random
 weights, seeded, eval mode, batch 1) is exported to ONNX and compiled by kiln
 for "TARGET -num-cores=T", its output checked once against PyTorch's, and kiln
-is timed against PyTorch's three ways of running it (eager NCHW, eager
-channels_last, TorchScript frozen + optimize_for_inference; each a peer
-process in the peers' clean environment with torch.set_num_threads(T)),
-interleaved round by round (kiln, peer, peer, peer, kiln, ...), each round at
-least --repeat-ms of back-to-back calls. The fastest variant (lowest median)
-is the peer; the ratio is the median of the per-round kiln/peer ratios, with
-their range: below 1 kiln is faster.
+is timed against ONNX Runtime on the same ONNX file (npm's onnxruntime-node,
+CPU provider, all graph optimizations, intra-op threads = T, its default
+spinning, driven by a Node worker; its output checked against PyTorch's) and
+PyTorch's three ways of running it (eager NCHW, eager channels_last,
+TorchScript frozen + optimize_for_inference), each a peer process in the
+peers' clean environment, interleaved round by round (kiln, peer, peer, ...,
+kiln, ...), each round at least --repeat-ms of back-to-back calls. The
+fastest peer (lowest median) counts; the ratio is the median of the per-round
+kiln/peer ratios, with their range: below 1 kiln is faster. kiln/ORT and
+kiln/torch give the same against ONNX Runtime and PyTorch's fastest variant.
 
 Memory: kiln's arena and peak are its memory plan's (exe.memory(): bytes of
 the activation arena, and of the tensors live at once); PyTorch's peak is the
@@ -44,6 +48,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "peers"))
 import blas_choice  # noqa: E402
 import launcher  # noqa: E402
+import ort_peer  # noqa: E402
 import torch_models  # noqa: E402
 from peer_timing import calls_per_repeat, time_calls, warm_up  # noqa: E402
 
@@ -80,7 +85,11 @@ def parse_args(argv=None):
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="kiln's build (its python/), where kiln is not importable")
     ap.add_argument("--strict", action="store_true", help="exit 1 when kiln fails on a model or its output is wrong")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds one row may take")
+    ap.add_argument("--peers", default="ort,torch", help="comma-separated peers: ort (ONNX Runtime), torch (PyTorch's variants)")
     args = ap.parse_args(argv)
+    args.peers = [p for p in args.peers.split(",") if p]
+    if not args.peers or set(args.peers) - {"ort", "torch"}:
+        ap.error(f"--peers takes ort and/or torch, got {args.peers}")
     args.models = [m for m in args.models.split(",") if m]
     unknown = [m for m in args.models if m not in torch_models.MODELS]
     if unknown or not args.models:
@@ -110,12 +119,14 @@ def header(args, m, tc):
             f"avx512f {'yes' if m['avx512f'] else 'no'}), {m['cores']} cores; {datetime.datetime.now():%Y-%m-%d %H:%M}"
             + (" (--quick)" if args.quick else ""),
             f"PyTorch {tc['version']}, {tc['capability']}; default config: " + "; ".join(tc["parallel_info"]),
-            "peer: the fastest of PyTorch eager NCHW / eager channels_last / TorchScript freeze+optimize_for_inference, "
+            f"ONNX Runtime {ort_peer.version() or '(not installed: ' + str(ort_peer.unavailable()) + ')'}: onnxruntime-node's CPU "
+            "provider, graph optimization all, intra-op threads T, default spinning, same ONNX file as kiln, warmed up",
+            "peers: the fastest of ONNX Runtime and PyTorch eager NCHW / eager channels_last / TorchScript freeze+optimize_for_inference, "
             "each in its own process, torch.set_num_threads(T), OMP_NUM_THREADS=T, inference_mode/no_grad, warmed up",
             f"time per inference, batch 1, image {args.image_size}, BERT seq {args.seq_len}; {max(5, args.repeat)} interleaved rounds "
             f"of >= {args.repeat_ms:g} ms per side; kiln/peer = median of per-round ratios (range), below 1 kiln is faster",
             "memory: kiln arena / peak = exe.memory() arena_bytes / peak_bytes (planned activations); torch peak = "
-            "rise of peak RSS (VmHWM) over 3 inferences of the fastest variant in a fresh process, after building it"]
+            "rise of peak RSS (VmHWM) over 3 inferences of PyTorch's fastest variant in a fresh process, after building it"]
 
 
 # ---------------------------------------------------------------- one row (in its own process)
@@ -130,26 +141,31 @@ def import_kiln(build):
     return kiln
 
 
-def kiln_model(kiln, module, x, opset):
-    """The module as a kiln graph: exported to ONNX and imported (from_torch where kiln has no from_onnx)."""
+def export_onnx(module, x, opset):
+    """The module's ONNX file as bytes (input "input", output "output"): what kiln and ONNX Runtime both run."""
     import torch
+    buf = io.BytesIO()
+    # With gradients on, nn.TransformerEncoderLayer does not take its fused fast path, which ONNX cannot express.
+    with torch.enable_grad():
+        torch.onnx.export(module, (x,), buf, input_names=["input"], output_names=["output"], opset_version=opset)
+    return buf.getvalue()
+
+
+def kiln_model(kiln, module, x, onnx_bytes):
+    """The module as a kiln graph: its ONNX export imported (from_torch where kiln has no from_onnx)."""
     if not hasattr(kiln.graph, "from_onnx"):
         if not hasattr(kiln.graph, "from_torch"):
             raise RuntimeError(f"this kiln ({os.path.dirname(kiln.__file__)}) has no model importer yet "
                                "(kiln.graph.from_onnx / from_torch)")
         return kiln.graph.from_torch(module, (x,))
-    buf = io.BytesIO()
-    # With gradients on, nn.TransformerEncoderLayer does not take its fused fast path, which ONNX cannot express.
-    with torch.enable_grad():
-        torch.onnx.export(module, (x,), buf, input_names=["input"], output_names=["output"], opset_version=opset)
-    return kiln.graph.from_onnx(buf.getvalue(), shapes={"input": tuple(x.shape)})
+    return kiln.graph.from_onnx(onnx_bytes, shapes={"input": tuple(x.shape)})
 
 
-def kiln_side(args, threads, module, x, ref):
+def kiln_side(args, threads, module, x, ref, onnx_bytes):
     """(run, facts) of the compiled model; raises what kiln raises."""
     kiln = import_kiln(args.build)
     t0 = time.perf_counter()
-    model = kiln_model(kiln, module, x, args.opset)
+    model = kiln_model(kiln, module, x, onnx_bytes)
     import_s = time.perf_counter() - t0
     exe = kiln.compile(model, target=f"{args.target} -num-cores={threads}", db=args.db)
     xn = x.numpy()
@@ -168,14 +184,35 @@ def kiln_side(args, threads, module, x, ref):
     return (lambda: exe(xn)), facts
 
 
-def start_peers(args, model, threads):
+def start_peers(args, model, threads, onnx_path, x, ref):
+    """{impl: peer} of the --peers that started, and why the others did not."""
     peers, failed = {}, []
-    for impl in torch_models.variants_of(model):
+    if "ort" in args.peers:
+        try:
+            peers["ort"] = ort_peer.OrtPeer(onnx_path, {"input": x.numpy()}, ref, threads)
+        except launcher.PeerError as e:
+            failed.append(f"ort: {e}")
+    for impl in torch_models.variants_of(model) if "torch" in args.peers else ():
         try:
             peers[impl] = torch_models.ModelPeer(impl, model, args.image_size, args.seq_len, threads)
         except launcher.PeerError as e:
             failed.append(f"{impl}: {e}")
     return peers, failed
+
+
+def per_peer_ratios(row, peers):
+    """kiln/ORT and kiln/torch (PyTorch's fastest variant) from the interleaved rounds' per-peer ratios."""
+    stats = row.get("peers", {})
+    ort = [p.label for impl, p in peers.items() if impl == "ort"]
+    torch_labels = [p.label for impl, p in peers.items() if impl != "ort"]
+    impl_of = {p.label: impl for impl, p in peers.items()}
+    if ort and "ratio_median" in stats.get(ort[0], {}):
+        row["ort_label"] = ort[0]
+        row.update({f"ort_{k}": stats[ort[0]][k] for k in ("ratio_median", "ratio_min", "ratio_max", "median")})
+    if torch_labels and "ratio_median" in stats.get(torch_labels[0], {}):
+        best = min(torch_labels, key=lambda k: stats[k]["median"])
+        row["torch_label"], row["torch_variant"] = best, impl_of[best]
+        row.update({f"torch_{k}": stats[best][k] for k in ("ratio_median", "ratio_min", "ratio_max", "median")})
 
 
 def bench_row(args, model, threads):
@@ -187,9 +224,13 @@ def bench_row(args, model, threads):
         ref = module(x).numpy()
     row = {"name": f"{model} {'x'.join(map(str, x.shape))}", "model": model, "threads": threads, "unit": "ms",
            "input_shape": list(x.shape), "kiln_threads_env": os.environ.get("KILN_NUM_THREADS")}
+    onnx_bytes = export_onnx(module, x, args.opset)
+    onnx_file = tempfile.NamedTemporaryFile(prefix=f"kiln_bench_{model}_", suffix=".onnx")
+    onnx_file.write(onnx_bytes)
+    onnx_file.flush()
     kiln_run = None
     try:
-        run, facts = kiln_side(args, threads, module, x, ref)
+        run, facts = kiln_side(args, threads, module, x, ref, onnx_bytes)
         row.update(facts)
         number = calls_per_repeat(warm_up(run, 3, 0.3), args.repeat_ms * 1e-3)
         kiln_run = run
@@ -201,20 +242,24 @@ def bench_row(args, model, threads):
         kiln_round = lambda: time_calls(kiln_run, 1, number)[0]  # noqa: E731
     else:
         kiln_round = lambda: float("nan")  # noqa: E731 (the peers are timed alone)
-    peers, row["peers_failed"] = start_peers(args, model, threads)
+    peers, row["peers_failed"] = start_peers(args, model, threads, onnx_file.name, x, ref)
     try:
         if peers:
             row.update(timing_fields(launcher.interleave(kiln_round, list(peers.values()), args.repeat, args.repeat_ms), kiln_run))
             best = next(impl for impl, p in peers.items() if p.label == row["peer"])
             row["peer_variant"] = best
             row["peer_env"] = peers[best].env
+            if kiln_run:
+                per_peer_ratios(row, peers)
     except launcher.PeerError as e:  # a peer died between rounds: the row has no timing
         row["peers_failed"].append(f"while timing: {e}")
     finally:
         for p in peers.values():
             p.close()
-    if row.get("peer_variant"):
-        mem = torch_models.measure_peak_memory(row["peer_variant"], model, args.image_size, args.seq_len, threads)
+        onnx_file.close()
+    torch_variant = row.get("torch_variant") or (row.get("peer_variant") if row.get("peer_variant") != "ort" else None)
+    if torch_variant:
+        mem = torch_models.measure_peak_memory(torch_variant, model, args.image_size, args.seq_len, threads)
         row["torch_peak_mb"] = mem.get("growth_mb")
         row["torch_mem_method"] = mem.get("method") or mem.get("error")
     return row
@@ -224,7 +269,7 @@ def timing_fields(s, kiln_ran):
     """launcher.summarize()'s dict in ms; without kiln, only the peers' fields."""
     ms = {k: v * 1e3 for k, v in s.items() if k in ("kiln_min", "kiln_median", "peer_min", "peer_median")}
     out = {"peer": s["peer"], "rounds": s["rounds"], **ms,
-           "peers": {k: {"min": v["min"] * 1e3, "median": v["median"] * 1e3} for k, v in s["peers"].items()}}
+           "peers": {k: {**v, "min": v["min"] * 1e3, "median": v["median"] * 1e3} for k, v in s["peers"].items()}}
     if kiln_ran:
         out.update(ratio_median=s["ratio_median"], ratio_min=s["ratio_min"], ratio_max=s["ratio_max"])
     else:
@@ -269,17 +314,20 @@ def _f(v, fmt):
 
 
 def format_table(rows):
-    fmt = "{:<26} {:>2} {:>9} {:>9} {:>9} {:>9}  {:<18} {:>8} {:>8} {:>8} {:>9} {:>7} {:>8}  {}"
-    lines = [fmt.format("model", "T", "kiln min", "kiln med", "peer min", "peer med", "kiln/peer (range)", "arena MB", "kiln pk",
-                        "torch pk", "max err", "kernels", "compile", "best peer")]
+    fmt = "{:<26} {:>2} {:>9} {:>9} {:>9} {:>9}  {:<18} {:<18} {:<18} {:>8} {:>8} {:>8} {:>9} {:>7} {:>8}  {}"
+    lines = [fmt.format("model", "T", "kiln min", "kiln med", "peer min", "peer med", "kiln/peer (range)", "kiln/ORT (range)",
+                        "kiln/torch (range)", "arena MB", "kiln pk", "torch pk", "max err", "kernels", "compile", "best peer")]
+
+    def ratio(r, prefix):
+        if r.get(prefix + "ratio_median") is None:
+            return "-"
+        return f"{r[prefix + 'ratio_median']:.2f} ({r[prefix + 'ratio_min']:.2f}..{r[prefix + 'ratio_max']:.2f})"
     for r in rows:
-        ratio = "-"
-        if r.get("ratio_median") is not None:
-            ratio = f"{r['ratio_median']:.2f} ({r['ratio_min']:.2f}..{r['ratio_max']:.2f})"
         comp = None if r.get("compile_s") is None else f"{r['compile_s']:.1f}s"
         peer = (r.get("peer") or "-").replace("optimize_for_inference", "opt")
         lines.append(fmt.format(r["name"][:26], r["threads"], _f(r.get("kiln_min"), ".2f"), _f(r.get("kiln_median"), ".2f"),
-                                _f(r.get("peer_min"), ".2f"), _f(r.get("peer_median"), ".2f"), ratio, _f(r.get("kiln_arena_mb"), ".2f"),
+                                _f(r.get("peer_min"), ".2f"), _f(r.get("peer_median"), ".2f"), ratio(r, ""), ratio(r, "ort_"),
+                                ratio(r, "torch_"), _f(r.get("kiln_arena_mb"), ".2f"),
                                 _f(r.get("kiln_peak_mb"), ".2f"), _f(r.get("torch_peak_mb"), ".2f"), _f(r.get("kiln_rel_err"), ".1e"),
                                 _f(r.get("num_kernels"), "d"), comp or "-", peer))
         if r.get("kiln_error"):

@@ -143,7 +143,7 @@ def gain_child(spec):
     module, x = torch_models.build(spec["model"], spec["image_size"], spec["seq_len"])
     with torch.no_grad():
         ref = module(x).numpy()
-    model = model_bench.kiln_model(kiln, module, x, spec["opset"])
+    model = model_bench.kiln_model(kiln, module, x, model_bench.export_onnx(module, x, spec["opset"]))
     target = f"llvm -num-cores={spec['threads']}"
     xn = x.numpy()
     runs, errors = [], []

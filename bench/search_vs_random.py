@@ -82,7 +82,7 @@ def main(argv=None):
 
     torch.set_num_threads(1)
     module, x = torch_models.build(args.model, args.image_size, args.seq_len)
-    model = model_bench.kiln_model(kiln, module, x, 14)
+    model = model_bench.kiln_model(kiln, module, x, model_bench.export_onnx(module, x, 14))
     target = f"llvm -num-cores={args.threads}"
     tasks, _ = extract_tasks(model, target=target)
     tasks = sorted([t for t in tasks if t["in_default_plan"]], key=lambda t: -t["weight"] * t["flop"])[:args.tasks]

@@ -122,11 +122,13 @@ def interleave(kiln_round, peers, rounds=7, repeat_ms=50, settle_s=0.15):
 def summarize(kiln, peer_times):
     """kiln: seconds per round; peer_times: {label: seconds per round}. The best peer is the one with the lowest median."""
     best = min(peer_times, key=lambda k: median(peer_times[k]))
-    ratios = [k / p for k, p in zip(kiln, peer_times[best])]
+    ratios = {label: [k / p for k, p in zip(kiln, v)] for label, v in peer_times.items()}
+    r = ratios[best]
     return {"kiln_min": min(kiln), "kiln_median": median(kiln), "peer": best, "peer_min": min(peer_times[best]),
-            "peer_median": median(peer_times[best]), "ratio_median": median(ratios), "ratio_min": min(ratios),
-            "ratio_max": max(ratios), "rounds": len(kiln),
-            "peers": {k: {"min": min(v), "median": median(v)} for k, v in peer_times.items()}}
+            "peer_median": median(peer_times[best]), "ratio_median": median(r), "ratio_min": min(r),
+            "ratio_max": max(r), "rounds": len(kiln),
+            "peers": {k: {"min": min(v), "median": median(v), "ratio_median": median(ratios[k]), "ratio_min": min(ratios[k]),
+                          "ratio_max": max(ratios[k])} for k, v in peer_times.items()}}
 
 
 def main():

@@ -12,7 +12,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "peers"))
+import launcher  # noqa: E402
 import model_bench  # noqa: E402
+import ort_peer  # noqa: E402
 import torch_models  # noqa: E402
 from peer_timing import calls_per_repeat, time_calls, warm_up  # noqa: E402
 
@@ -91,7 +93,7 @@ def test_a_row_end_to_end_with_kilns_importer_stood_in_for(monkeypatch, importer
         return b.build(b.op("Relu", b.input("input", shapes["input"])))
     monkeypatch.setattr(kiln.graph, "from_onnx", from_onnx, raising=False)
     monkeypatch.setattr(torch_models, "variants_of", lambda name: ("eager_nchw",))  # one peer keeps the test short
-    args = model_bench.parse_args(["--quick", "--image-size", "32", "--repeat-ms", "5"])
+    args = model_bench.parse_args(["--quick", "--image-size", "32", "--repeat-ms", "5", "--peers", "torch"])
     row = model_bench.bench_row(args, "tiny_cnn", 1)
     assert row["peer"].endswith("eager NCHW 1T") and row["peer_median"] > 0 and row["torch_peak_mb"] >= 0
     assert row["rounds"] == 5 and not row["peers_failed"]
@@ -100,3 +102,46 @@ def test_a_row_end_to_end_with_kilns_importer_stood_in_for(monkeypatch, importer
     else:
         assert "kiln_error" not in row and row["kiln_median"] > 0 and row["ratio_min"] <= row["ratio_median"] <= row["ratio_max"]
         assert "WRONG: shape [1, 3, 32, 32]" in row["note"] and row["num_kernels"] >= 1 and row["compile_s"] > 0
+
+
+def needs_ort():
+    why = ort_peer.unavailable()
+    if why:
+        pytest.skip(f"ONNX Runtime peer unavailable: {why}")
+
+
+def test_onnx_runtime_peer_runs_the_onnx_file_and_is_checked(tmp_path):
+    pytest.importorskip("torch")
+    needs_ort()
+    module, x = torch_models.build("tiny_cnn", 32)
+    ref = module(x).detach().numpy()
+    path = tmp_path / "tiny.onnx"
+    path.write_bytes(model_bench.export_onnx(module, x, 14))
+    with ort_peer.OrtPeer(str(path), {"input": x.numpy()}, ref, 1) as peer:
+        assert peer.check_error < 1e-5, peer.check_error
+        assert "ONNX Runtime 1.30.0" in peer.label and "intra-op threads 1" in peer.label and "graph optimization all" in peer.label
+        times = peer.time(2, 5)
+        assert len(times) == 2 and all(0 < t < 1 for t in times)
+    # A peer that computes something else is refused before it is timed.
+    with pytest.raises(launcher.PeerError, match="differs from the reference"):
+        ort_peer.OrtPeer(str(path), {"input": x.numpy()}, ref + 1, 1)
+    with pytest.raises(launcher.PeerError, match="did not start"):
+        ort_peer.OrtPeer(str(tmp_path / "missing.onnx"), {"input": x.numpy()}, None, 1)
+
+
+def test_a_row_against_onnx_runtime_and_torch(monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("kiln")
+    needs_ort()
+    monkeypatch.setattr(torch_models, "variants_of", lambda name: ("eager_nchw",))
+    args = model_bench.parse_args(["--quick", "--image-size", "32", "--repeat-ms", "5", "--peers", "ort,torch"])
+    row = model_bench.bench_row(args, "tiny_cnn", 1)
+    assert not row["peers_failed"] and row["kiln_rel_err"] < 1e-4
+    assert row["ort_label"].startswith("ONNX Runtime") and row["torch_label"].endswith("eager NCHW 1T")
+    for side in ("ort_", "torch_"):
+        assert row[side + "ratio_min"] <= row[side + "ratio_median"] <= row[side + "ratio_max"]
+    assert row["ratio_median"] in (row["ort_ratio_median"], row["torch_ratio_median"]) and row["torch_peak_mb"] >= 0
+    header = model_bench.format_table([row]).splitlines()[0]
+    assert "kiln/ORT (range)" in header and "kiln/torch (range)" in header
+    with pytest.raises(SystemExit):
+        model_bench.parse_args(["--peers", "tvm"])
