@@ -491,3 +491,34 @@ def test_every_op_registered_once_with_pattern():
     assert math.isclose(G.op_info("LeakyRelu")["attrs"]["alpha"], 0.01)
     assert G.op_info("HardSigmoid")["attrs"] == pytest.approx({"alpha": 0.2, "beta": 0.5})
     assert G.op_info("Cast")["attrs"] == {"to": None}
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "float32"])
+def test_mod_both_sign_conventions(dtype):
+    # fmod=0 takes the divisor's sign (Python's %, numpy.mod), fmod=1 the dividend's (C's fmod, numpy.fmod).
+    a = np.array([[-7, 7, -7, 7, 5, 0, -9, 13]], dtype=dtype)
+    b = np.array([3, -3, -3, 3, 2, 4, 4, -5], dtype=dtype)
+    if dtype == "float32":
+        a = a + np.float32(0.5)
+    check(run("Mod", [a, b], fmod=1)[0], np.fmod(a, b))
+    check(run("Mod", [a, b])[0], np.mod(a, b), rtol=1e-6)
+    check(fused("Mod", [a, b], fmod=1)[0], np.fmod(a, b))
+    check(fused("Mod", [a, b])[0], np.mod(a, b), rtol=1e-6)
+    # A zero integer divisor gives 0 instead of trapping.
+    if dtype != "float32":
+        check(run("Mod", [a, np.zeros_like(b)])[0], np.zeros_like(a))
+    with pytest.raises(KilnError, match="fmod is 2; it takes 0"):
+        run("Mod", [a, b], fmod=2)
+
+
+def test_mod_from_onnx_like_swin_window_masks():
+    # Swin Transformer's export computes window indices with Mod on int64 (opset 14).
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    node = helper.make_node("Mod", ["x", "m"], ["y"], fmod=0)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.INT64, [6])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT64, [6])],
+                          [helper.make_tensor("m", TensorProto.INT64, [1], [4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    x = np.array([-5, -4, -1, 0, 3, 9], "int64")
+    check(kiln.compile(kiln.graph.from_onnx(m.SerializeToString()))(x)[0], np.mod(x, 4))

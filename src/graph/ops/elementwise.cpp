@@ -1,4 +1,4 @@
-// Elementwise and broadcast arithmetic and math: Add, Sub, Mul, Div, Pow, the
+// Elementwise and broadcast arithmetic and math: Add, Sub, Mul, Div, Mod, Pow, the
 // variadic Max, Min, Sum and Mean, the unary math functions, and the ops the
 // graph passes remove (Identity, inference Dropout). Activations are in
 // activation.cpp, comparisons, Where and Cast in logical.cpp.
@@ -18,6 +18,32 @@ Expr divide(Expr a, Expr b) {
   Expr zero = make_zero(b.dtype());
   Expr is_zero = b == zero;
   return select(is_zero, zero, a / select(is_zero, make_const(b.dtype(), 1), b));
+}
+
+// ONNX Mod: fmod=0 takes the divisor's sign (Python's %, floor modulo),
+// fmod=1 the dividend's (C's fmod). Integers by zero give 0 rather than
+// trapping, as Div does; floats by zero give NaN, as in numpy and ONNX Runtime.
+Expr modulo(Expr a, Expr b, bool c_fmod) {
+  DataType t = a.dtype();
+  if (t.is_float()) return c_fmod ? Mod::make(a, b) : a - floor(a / b) * b;
+  Expr zero = make_zero(b.dtype());
+  Expr is_zero = b == zero;
+  Expr safe_b = select(is_zero, make_const(b.dtype(), 1), b);
+  return select(is_zero, zero, c_fmod || t.is_uint() ? truncmod(a, safe_b) : floormod(a, safe_b));
+}
+
+OpDef mod_def() {
+  OpDef d = broadcast_def("Mod", "a mod b, broadcast: the sign of b (Python's %) with fmod=0, of a (C's fmod) with fmod=1; "
+                          "a zero integer divisor gives 0", 2, 2, DTypes::Numeric,
+                          [](const OpCall& call, const Exprs& x) { return modulo(x[0], x[1], call.attrs.get_int("fmod") != 0); });
+  d.attrs = {AttrSpec{"fmod", AttrKind::Int, AttrValue(int64_t(0))}};
+  auto infer = d.infer;
+  d.infer = [infer](const OpCall& call) {
+    int64_t fmod = call.attrs.get_int("fmod");
+    if (fmod != 0 && fmod != 1) call.fail("attribute fmod is " + std::to_string(fmod) + "; it takes 0 (Python's %) or 1 (C's fmod)");
+    return infer(call);
+  };
+  return d;
 }
 
 OpDef pow_def() {
@@ -151,6 +177,7 @@ const bool registered = [] {
   register_op(with_grad(broadcast_def("Div", "a / b, broadcast; integers truncate toward zero (a zero divisor gives 0)", 2, 2, DTypes::Numeric,
                                       [](const OpCall&, const Exprs& x) { return divide(x[0], x[1]); }), div_grad));
   register_op(with_grad(pow_def(), pow_grad));
+  register_op(mod_def());
   register_op(with_grad(broadcast_def("Max", "elementwise maximum of 1 or more inputs, broadcast", 1, kMany, DTypes::Numeric,
                                       [](const OpCall&, const Exprs& x) { return fold(x, max2); }), extremum_grad("GreaterOrEqual")));
   register_op(with_grad(broadcast_def("Min", "elementwise minimum of 1 or more inputs, broadcast", 1, kMany, DTypes::Numeric,
