@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   llvm-19-dev libzstd-dev zlib1g-dev libedit-dev libxml2-dev libcurl4-openssl-dev
   libsleef-dev
-  libxgboost-dev libsqlite3-dev sqlite3 nlohmann-json3-dev
+  libxgboost-dev libsqlite3-dev sqlite3 nlohmann-json3-dev libxxhash-dev
   libgtest-dev libgmock-dev
   pybind11-dev python3-dev python3-numpy python3-pytest python3-matplotlib
   libdlpack-dev

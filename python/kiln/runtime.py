@@ -107,7 +107,9 @@ class Module:
 
 
 def load(path, entry_name=None):
-    """Loads a kernel library written by :meth:`Module.export_library`."""
+    """Loads a kernel library written by :meth:`Module.export_library`; a
+    damaged or cut-short file (its checksum, sealed at export, does not match)
+    raises :class:`kiln.KilnError` before any of its code runs."""
     return Module.load(path, entry_name)
 
 
@@ -173,5 +175,7 @@ class LoadedModel:
 
 def load_model(path):
     """Loads a model library written by ``Executor.export_library`` (weights
-    embedded, or in ``<path>.weights`` beside it)."""
+    embedded, or in ``<path>.weights`` beside it). The library's checksum is
+    checked before it is loaded, and a weights file must be the one written by
+    the same export, intact: otherwise :class:`kiln.KilnError` says which."""
     return LoadedModel(_kiln.ModelRunner.load(os.fspath(path)))

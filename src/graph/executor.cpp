@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "kiln/graph/plan_builder.h"
 #include "kiln/codegen/llvm.h"
 #include "kiln/runtime/c_runtime_api.h"
+#include "kiln/runtime/library_seal.h"
 #include "kiln/runtime/model.h"
 #include "kiln/support/error.h"
 
@@ -147,21 +149,27 @@ void Executor::export_library(const std::string& path, const std::string& weight
   WeightsLayout layout = layout_weights(plan.constants);
   codegen::LibraryExtras extras;
   extras.static_runtime = static_runtime;
-  extras.strings.push_back({"kiln_model_plan", plan.to_json(layout.offsets, weights, layout.bytes)});
+  // One id for the library's seal, its plan and its weights file: a weights file of another export is refused.
+  extras.export_id = new_export_id();
+  WeightsRecord record{weights, layout.bytes, extras.export_id, ""};
   TempDir tmp;
   if (weights == "embed") {
     std::string blob = (tmp.path / "weights.bin").string();
-    write_weights(blob, plan.constants, layout, false);
+    write_weights(blob, plan.constants, layout, "");
+    extras.strings.push_back({"kiln_model_plan", plan.to_json(layout.offsets, record)});
     extras.blobs.push_back({"kiln_model_weights", blob});
     codegen::export_modules_library(state_->modules, path, extras);
     return;
   }
-  // Beside: the weights under a temporary name, renamed once the library is in place.
+  // Beside: the weights under a temporary name, renamed once the library is in
+  // place (until then the old weights file, if any, is refused by its id).
   std::string final_weights = path + ".weights";
-  std::string tmp_weights = final_weights + ".tmp" + std::to_string(getpid());
+  static std::atomic<int> counter{0};  // two threads exporting to one path get distinct temporaries
+  std::string tmp_weights = final_weights + ".tmp" + std::to_string(getpid()) + "_" + std::to_string(counter++);
   std::error_code ec;
   try {
-    write_weights(tmp_weights, plan.constants, layout, true);
+    record.hash = write_weights(tmp_weights, plan.constants, layout, extras.export_id);
+    extras.strings.push_back({"kiln_model_plan", plan.to_json(layout.offsets, record)});
     codegen::export_modules_library(state_->modules, path, extras);
   } catch (...) {
     std::filesystem::remove(tmp_weights, ec);

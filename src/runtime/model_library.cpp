@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "kiln/runtime/library_seal.h"
 #include "kiln/runtime/model.h"
 #include "kiln/support/error.h"
 
@@ -16,8 +17,11 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr char kWeightsMagic[8] = {'K', 'I', 'L', 'N', 'W', 'T', 'S', '1'};
-constexpr int64_t kWeightsHeader = 64;  // magic, size, padding: the data stays 64-byte aligned
+constexpr char kWeightsMagic[8] = {'K', 'I', 'L', 'N', 'W', 'T', 'S', '2'};
+constexpr char kOldWeightsMagic[8] = {'K', 'I', 'L', 'N', 'W', 'T', 'S', '1'};  // before export ids and hashes
+// Magic, data bytes, export id, data hash (model.h): the data stays 64-byte aligned.
+constexpr int64_t kWeightsHeader = 64;
+constexpr size_t kIdAt = 16, kIdChars = 32, kHashAt = 48, kHashBytes = 16;
 constexpr int64_t kAlign = 64;
 
 const char* kind_name(ModelBuffer::Kind k) {
@@ -36,8 +40,7 @@ json tensor_json(const std::string& name, const std::vector<int64_t>& shape, Dat
 
 }  // namespace
 
-std::string ModelPlan::to_json(const std::vector<int64_t>& constant_offsets, const std::string& weights_mode,
-                               int64_t weights_bytes) const {
+std::string ModelPlan::to_json(const std::vector<int64_t>& constant_offsets, const WeightsRecord& weights) const {
   KILN_CHECK(constant_offsets.size() == constants.size()) << "ModelPlan::to_json: one offset per constant";
   json j;
   j["format"] = 1;
@@ -54,7 +57,8 @@ std::string ModelPlan::to_json(const std::vector<int64_t>& constant_offsets, con
     j["constants"].push_back({{"offset", constant_offsets[i]}, {"shape", constants[i].shape()}, {"dtype", constants[i].dtype().str()}});
   j["output_buffers"] = output_buffers;
   j["arena_bytes"] = arena_bytes;
-  j["weights"] = {{"mode", weights_mode}, {"bytes", weights_bytes}};
+  j["weights"] = {{"mode", weights.mode}, {"bytes", weights.bytes}, {"export_id", weights.export_id}};
+  if (!weights.hash.empty()) j["weights"]["hash"] = weights.hash;
   return j.dump();
 }
 
@@ -67,54 +71,95 @@ WeightsLayout layout_weights(const std::vector<NDArray>& constants) {
   return l;
 }
 
-void write_weights(const std::string& path, const std::vector<NDArray>& constants, const WeightsLayout& layout, bool header) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  KILN_USER_CHECK(out) << "export_library: cannot write the weights file '" << path << "'";
-  if (header) {
-    char h[kWeightsHeader] = {};
-    std::memcpy(h, kWeightsMagic, sizeof(kWeightsMagic));
-    uint64_t n = static_cast<uint64_t>(layout.bytes);
-    for (int i = 0; i < 8; ++i) h[8 + i] = static_cast<char>((n >> (8 * i)) & 0xff);
-    out.write(h, sizeof(h));
-  }
+namespace {
+
+// Calls f(data, bytes) for the weights' bytes in order: each constant, then zeros up to the next offset.
+template <typename F>
+void for_each_weights_piece(const std::vector<NDArray>& constants, const WeightsLayout& layout, F&& f) {
   static const char zeros[kAlign] = {};
   int64_t at = 0;
   for (size_t i = 0; i < constants.size(); ++i) {
     KILN_CHECK(constants[i].is_contiguous() && constants[i].device().device_type == kDLCPU)
         << "export_library: constant " << i << " is not a compact CPU array";
-    out.write(zeros, layout.offsets[i] - at);
-    out.write(static_cast<const char*>(constants[i].data()), constants[i].nbytes());
+    f(zeros, layout.offsets[i] - at);
+    f(static_cast<const char*>(constants[i].data()), constants[i].nbytes());
     at = layout.offsets[i] + constants[i].nbytes();
   }
-  out.write(zeros, layout.bytes - at);
+  f(zeros, layout.bytes - at);
+}
+
+}  // namespace
+
+std::string write_weights(const std::string& path, const std::vector<NDArray>& constants, const WeightsLayout& layout,
+                          const std::string& export_id) {
+  ContentHash hash;  // first, for the header that comes before the data
+  for_each_weights_piece(constants, layout, [&](const char* p, int64_t n) { hash.update(p, static_cast<size_t>(n)); });
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  KILN_USER_CHECK(out) << "export_library: cannot write the weights file '" << path << "'";
+  if (!export_id.empty()) {
+    KILN_CHECK(export_id.size() == kIdChars) << "write_weights: export id '" << export_id << "' is not 32 hex digits";
+    char h[kWeightsHeader] = {};
+    std::memcpy(h, kWeightsMagic, sizeof(kWeightsMagic));
+    uint64_t n = static_cast<uint64_t>(layout.bytes);
+    for (int i = 0; i < 8; ++i) h[8 + i] = static_cast<char>((n >> (8 * i)) & 0xff);
+    std::memcpy(h + kIdAt, export_id.data(), kIdChars);
+    std::memcpy(h + kHashAt, hash.digest().data(), kHashBytes);
+    out.write(h, sizeof(h));
+  }
+  for_each_weights_piece(constants, layout, [&](const char* p, int64_t n) { out.write(p, n); });
   out.flush();
   KILN_USER_CHECK(out) << "export_library: writing the weights file '" << path << "' failed (disk full?)";
+  return hash.hex();
 }
 
 // ------------------------------------------------------------------- load
 
 namespace {
 
-// Reads `path` (the beside weights file) into one aligned array, checking the header and size.
-NDArray read_weights_file(const std::string& so_path, const std::string& path, int64_t bytes) {
+// `text` with anything but printable ASCII shown as '?' (a damaged header's id, quoted in a message).
+std::string printable(std::string text) {
+  for (char& c : text)
+    if (c < 0x20 || c > 0x7e) c = '?';
+  return text;
+}
+
+// Reads `path` (the beside weights file) into one aligned array, checking
+// that it belongs to this export (`record`: the plan's id and data hash) and is whole.
+NDArray read_weights_file(const std::string& so_path, const std::string& path, const WeightsRecord& record) {
   std::ifstream in(path, std::ios::binary);
   KILN_USER_CHECK(in) << "ModelRunner::load: '" << so_path << "' keeps its weights beside it, but the weights file '" << path
                       << "' is missing or unreadable; copy it next to the library (export with weights=\"embed\" for one file)";
   char h[kWeightsHeader] = {};
   in.read(h, sizeof(h));
-  KILN_USER_CHECK(in.gcount() == kWeightsHeader && std::memcmp(h, kWeightsMagic, sizeof(kWeightsMagic)) == 0)
-      << "ModelRunner::load: '" << path << "' is not a kiln weights file (no KILNWTS1 header)";
+  bool whole_header = in.gcount() == kWeightsHeader;
+  KILN_USER_CHECK(!whole_header || std::memcmp(h, kOldWeightsMagic, sizeof(kOldWeightsMagic)) != 0)
+      << "ModelRunner::load: the weights file '" << path << "' was written by an older kiln (format KILNWTS1, without "
+      << "export id or checksum); copy the weights file written together with '" << so_path << "', or export the model again";
+  KILN_USER_CHECK(whole_header && std::memcmp(h, kWeightsMagic, sizeof(kWeightsMagic)) == 0)
+      << "ModelRunner::load: '" << path << "' is not a kiln weights file (no KILNWTS2 header)";
+  std::string id(h + kIdAt, kIdChars);
+  KILN_USER_CHECK(id == record.export_id)
+      << "ModelRunner::load: the weights file '" << path << "' belongs to another export (export id " << printable(id)
+      << ") than the library '" << so_path << "' (export id " << record.export_id << "); copy the weights file written "
+      << "together with this library, or export the model again";
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= uint64_t(static_cast<unsigned char>(h[8 + i])) << (8 * i);
   std::error_code ec;
   uint64_t size = std::filesystem::file_size(path, ec);
+  int64_t bytes = record.bytes;
   KILN_USER_CHECK(n == static_cast<uint64_t>(bytes) && !ec && size == n + kWeightsHeader)
       << "ModelRunner::load: the weights file '" << path << "' has " << size << " bytes (header says " << n
       << " of data); the library '" << so_path << "' expects " << bytes + kWeightsHeader
-      << " bytes: it belongs to another export or was cut short; export the model again";
+      << " bytes: it was cut short or extended; copy it again, or export the model again";
   NDArray data = NDArray::empty({std::max<int64_t>(bytes, 1)}, DataType::UInt(8));
   in.read(static_cast<char*>(data.data()), bytes);
   KILN_USER_CHECK(in.gcount() == bytes) << "ModelRunner::load: reading the weights file '" << path << "' failed";
+  ContentHash hash;
+  hash.update(data.data(), static_cast<size_t>(bytes));
+  KILN_USER_CHECK(hash.hex() == record.hash)
+      << "ModelRunner::load: the weights file '" << path << "' is corrupt: the checksum of its data (XXH3-128 "
+      << hash.hex() << ") is not the one '" << so_path << "' was exported with (" << record.hash
+      << "); copy it again from the export, or export the model again";
   return data;
 }
 
@@ -133,8 +178,7 @@ ModelTensor tensor_of(const json& t) {
 }
 
 // The plan without its constants; sets mode, weights bytes and constant specs.
-ModelPlan plan_from_json(const json& j, std::string* mode, int64_t* weights_bytes, std::vector<ModelTensor>* consts,
-                         std::vector<int64_t>* offsets) {
+ModelPlan plan_from_json(const json& j, WeightsRecord* weights, std::vector<ModelTensor>* consts, std::vector<int64_t>* offsets) {
   KILN_USER_CHECK(j.at("format").get<int>() == 1) << "plan format " << j.at("format").dump() << " is not 1";
   ModelPlan p;
   for (const json& t : j.at("inputs")) p.inputs.push_back(tensor_of(t));
@@ -157,8 +201,11 @@ ModelPlan plan_from_json(const json& j, std::string* mode, int64_t* weights_byte
   }
   p.output_buffers = j.at("output_buffers").get<std::vector<int>>();
   p.arena_bytes = j.at("arena_bytes").get<int64_t>();
-  *mode = j.at("weights").at("mode").get<std::string>();
-  *weights_bytes = j.at("weights").at("bytes").get<int64_t>();
+  const json& w = j.at("weights");
+  weights->mode = w.at("mode").get<std::string>();
+  weights->bytes = w.at("bytes").get<int64_t>();
+  weights->export_id = w.at("export_id").get<std::string>();
+  if (weights->mode == "beside") weights->hash = w.at("hash").get<std::string>();
   return p;
 }
 
@@ -178,32 +225,32 @@ ModelRunner ModelRunner::load(const std::string& path) {
   KILN_USER_CHECK(plan_text && *plan_text) << "ModelRunner::load: '" << path
                                            << "' has no kiln_model_plan symbol: it is a kernel library, not a model "
                                            << "(load it with Module::load / kiln.runtime.load)";
-  std::string mode;
-  int64_t weights_bytes = 0;
+  WeightsRecord weights;
   std::vector<ModelTensor> consts;
   std::vector<int64_t> offsets;
   ModelPlan plan;
   try {
-    plan = plan_from_json(json::parse(*plan_text), &mode, &weights_bytes, &consts, &offsets);
+    plan = plan_from_json(json::parse(*plan_text), &weights, &consts, &offsets);
   } catch (const std::exception& e) {
     KILN_USER_ERROR() << "ModelRunner::load: '" << path << "': corrupt model plan: " << e.what();
   }
   // The weights: a view of the library's embedded blob (alive with the Module), or the file beside it.
   NDArray blob;
   char* base = nullptr;
-  if (mode == "embed") {
+  // Embedded weights are covered by the library's seal, which Module::load checked.
+  if (weights.mode == "embed") {
     auto* start = static_cast<char*>(dlsym(handle, "kiln_model_weights"));
     auto* size = static_cast<const uint64_t*>(dlsym(handle, "kiln_model_weights_size"));
-    KILN_USER_CHECK(start && size && *size == static_cast<uint64_t>(weights_bytes))
+    KILN_USER_CHECK(start && size && *size == static_cast<uint64_t>(weights.bytes))
         << "ModelRunner::load: '" << path << "' lacks its embedded weights or they have the wrong size; export the model again";
     base = start;
   } else {
-    KILN_USER_CHECK(mode == "beside") << "ModelRunner::load: '" << path << "': unknown weights mode '" << mode << "'";
-    blob = read_weights_file(path, path + ".weights", weights_bytes);
+    KILN_USER_CHECK(weights.mode == "beside") << "ModelRunner::load: '" << path << "': unknown weights mode '" << weights.mode << "'";
+    blob = read_weights_file(path, path + ".weights", weights);
     base = static_cast<char*>(blob.data());
   }
   for (size_t i = 0; i < consts.size(); ++i) {
-    KILN_USER_CHECK(offsets[i] >= 0 && offsets[i] + consts[i].bytes() <= weights_bytes)
+    KILN_USER_CHECK(offsets[i] >= 0 && offsets[i] + consts[i].bytes() <= weights.bytes)
         << "ModelRunner::load: '" << path << "': constant " << i << " lies outside the weights";
     plan.constants.push_back(NDArray::wrap(base + offsets[i], consts[i].shape, consts[i].dtype));
   }

@@ -17,6 +17,7 @@
 #include "kiln/runtime/arg_binder.h"
 #include "kiln/runtime/cache_flush.h"
 #include "kiln/runtime/library_info.h"
+#include "kiln/runtime/library_seal.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
@@ -143,15 +144,19 @@ class DsoModuleNode : public ModuleNode {
     return reinterpret_cast<KilnKernel>(dlsym(handle_, symbol.c_str()));
   }
   void* symbol(const char* name) const { return dlsym(handle_, name); }
-  // The library is its own export: copy the file.
+  // The library is its own export: copy the file (seal and all), checked
+  // before it is renamed into place.
   void export_library(const std::string& path, const std::vector<KernelInfo>&) const override {
-    std::string tmp = path + ".tmp" + std::to_string(getpid());
+    static std::atomic<int> counter{0};  // two threads copying to one path get distinct temporaries
+    std::string tmp = path + ".tmp" + std::to_string(getpid()) + "_" + std::to_string(counter++);
     std::error_code ec;
     std::filesystem::copy_file(path_, tmp, std::filesystem::copy_options::overwrite_existing, ec);
-    if (!ec) std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-      std::filesystem::remove(tmp);
-      KILN_USER_ERROR() << "export_library('" << path << "'): cannot copy '" << path_ << "': " << ec.message();
+    std::string problem = ec ? ec.message() : check_library_seal(tmp).problem;
+    if (problem.empty()) std::filesystem::rename(tmp, path, ec);
+    if (ec) problem = ec.message();
+    if (!problem.empty()) {
+      std::filesystem::remove(tmp, ec);
+      KILN_USER_ERROR() << "export_library('" << path << "'): cannot copy '" << path_ << "': " << problem;
     }
   }
 
@@ -212,6 +217,12 @@ Module Module::load(const std::string& so_path) {
   // kernel library is always named by its file.
   std::string path = so_path.find('/') == std::string::npos ? "./" + so_path : so_path;
   std::string problem = elf_problem(path);
+  // The whole file against its seal before dlopen, which maps it and runs its
+  // relocations and initialisers: damaged code or weights never get that far.
+  // (A file swapped between this check and dlopen would be another whole
+  // export, since exports are renamed into place; a model's plan then still
+  // refuses the other export's weights file by its id.)
+  if (problem.empty()) problem = check_library_seal(path).problem;
   KILN_USER_CHECK(problem.empty()) << "Module::load: cannot load kernel library '" << so_path << "': " << problem;
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {

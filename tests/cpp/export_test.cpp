@@ -16,7 +16,9 @@
 #include "kiln/driver/build.h"
 #include "kiln/ir/op.h"
 #include "kiln/runtime/library_info.h"
+#include "kiln/runtime/library_seal.h"
 #include "kiln/support/error.h"
+#include "file_damage_util.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -164,6 +166,14 @@ TEST(Export, RefusesTruncatedLibrary) {
   expect_error([&] { Module::load(cut); }, {"truncated"});
 }
 
+TEST(Export, RefusesLibraryWithDamagedCode) {
+  TempDir dir;
+  std::string so = dir / "lib.so";
+  ExpAdd().build("llvm").export_library(so);
+  testing::flip_code(so);
+  expect_error([&] { Module::load(so); }, {"cannot load kernel library", so, "checksum does not match"});
+}
+
 TEST(Export, RefusesLibraryThatIsNotKilns) {
   Dl_info info{};
   ASSERT_NE(dladdr(reinterpret_cast<void*>(static_cast<double (*)(double)>(&std::cos)), &info), 0);
@@ -198,6 +208,7 @@ TEST(Export, RefusesOtherRuntimeAbi) {
   std::ofstream(src) << "const char* kiln_library_info = \"{\\\"abi_version\\\": 99, \\\"kiln_version\\\": \\\"9.0.0\\\"}\";\n"
                         "const char* kiln_module_metadata = \"[]\";\n";
   if (std::system(("cc -shared -fPIC -o " + so + " " + src + " 2>/dev/null").c_str()) != 0) GTEST_SKIP() << "no C compiler (cc)";
+  seal_library(so, new_export_id());
   expect_error([&] { Module::load(so); }, {"runtime ABI version 99", "kiln 9.0.0", std::to_string(kRuntimeAbiVersion)});
 }
 #endif

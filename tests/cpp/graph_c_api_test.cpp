@@ -20,6 +20,7 @@
 #include "kiln/ir/op.h"
 #include "kiln/runtime/c_api.h"
 #include "kiln/runtime/model.h"
+#include "file_damage_util.h"
 #include "graph_test_util.h"
 
 using namespace kiln;
@@ -222,6 +223,39 @@ TEST_F(CApiModel, LoadErrors) {
   fs::rename(beside + ".w2", beside + ".weights");
   ASSERT_KILN_OK(kiln_model_load(beside.c_str(), &m));
   kiln_model_free(m);
+}
+
+TEST_F(CApiModel, DamagedOrSwappedFilesAreIncompatible) {
+  using kiln::testing::flip_bytes;
+  TempDir dir;
+  KilnModel* m = nullptr;
+  KilnLibrary* lib = nullptr;
+  std::string a = dir / "a.so", b = dir / "b.so", embed = dir / "embed.so";
+  exe_->export_library(a, "beside");
+  exe_->export_library(b, "beside");
+  exe_->export_library(embed, "embed");
+  std::string weights = kiln::testing::read_whole_file(a + ".weights");
+  // The weights file of another export of the same model (same size).
+  fs::copy_file(b + ".weights", a + ".weights", fs::copy_options::overwrite_existing);
+  expect_status(kiln_model_load(a.c_str(), &m), KILN_ERR_INCOMPATIBLE, {"belongs to another export"});
+  // A's own weights file, 64 bytes inverted.
+  std::ofstream(a + ".weights", std::ios::binary | std::ios::trunc) << weights;
+  ASSERT_KILN_OK(kiln_model_load(a.c_str(), &m));
+  kiln_model_free(m);
+  m = nullptr;
+  flip_bytes(a + ".weights", 64 + (weights.size() - 64) / 2);
+  expect_status(kiln_model_load(a.c_str(), &m), KILN_ERR_INCOMPATIBLE, {"is corrupt", "checksum"});
+  // The same bytes inside the library that embeds them.
+  size_t at = kiln::testing::read_whole_file(embed).find(weights.substr(64, 256));
+  ASSERT_NE(at, std::string::npos);
+  flip_bytes(embed, at + (weights.size() - 64) / 2);
+  expect_status(kiln_model_load(embed.c_str(), &m), KILN_ERR_INCOMPATIBLE, {"checksum does not match"});
+  // Code.
+  kiln::testing::flip_code(b);
+  expect_status(kiln_model_load(b.c_str(), &m), KILN_ERR_INCOMPATIBLE, {"checksum does not match"});
+  expect_status(kiln_library_load(b.c_str(), &lib), KILN_ERR_INCOMPATIBLE, {"kiln_library_load", "checksum does not match"});
+  EXPECT_EQ(m, nullptr);
+  EXPECT_EQ(lib, nullptr);
 }
 
 // ------------------------------------------------------------ kernel libraries

@@ -13,6 +13,7 @@
 #include "kiln/graph/graph.h"
 #include "kiln/runtime/model.h"
 #include "kiln/support/error.h"
+#include "file_damage_util.h"
 #include "graph_test_util.h"
 
 using namespace kiln;
@@ -98,6 +99,60 @@ TEST_F(GraphExport, MissingAndWrongWeightsFile) {
   { std::ofstream(so + ".weights", std::ios::trunc) << "hello"; }
   msg = error_of([&] { ModelRunner::load(so); });
   EXPECT_NE(msg.find("not a kiln weights file"), std::string::npos) << msg;
+}
+
+// Files damaged or swapped after export: refused by their checksums and
+// export ids before anything runs, never loaded with wrong weights.
+TEST_F(GraphExport, RefusesDamagedEmbeddedWeights) {
+  TempDir dir;
+  std::string embed = (dir.path / "embed.so").string(), beside = (dir.path / "beside.so").string();
+  exe_->export_library(embed, "embed");
+  exe_->export_library(beside, "beside");
+  // The data of the weights file (after its 64-byte header) is the blob the embedding library carries.
+  std::string blob = kiln::testing::read_whole_file(beside + ".weights").substr(64);
+  size_t at = kiln::testing::read_whole_file(embed).find(blob.substr(0, 256));
+  ASSERT_NE(at, std::string::npos) << "the embedded weights are not in the library";
+  kiln::testing::flip_bytes(embed, at + blob.size() / 2);
+  std::string msg = error_of([&] { ModelRunner::load(embed); });
+  EXPECT_NE(msg.find("checksum does not match"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(embed), std::string::npos) << msg;
+}
+
+TEST_F(GraphExport, RefusesDamagedWeightsFile) {
+  TempDir dir;
+  std::string so = (dir.path / "model.so").string();
+  exe_->export_library(so, "beside");
+  kiln::testing::flip_bytes(so + ".weights", 64 + (fs::file_size(so + ".weights") - 64) / 2);
+  std::string msg = error_of([&] { ModelRunner::load(so); });
+  EXPECT_NE(msg.find("weights file '" + so + ".weights' is corrupt"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("checksum"), std::string::npos) << msg;
+}
+
+TEST_F(GraphExport, RefusesWeightsFileOfAnotherExport) {
+  TempDir dir;
+  std::string a = (dir.path / "a.so").string(), b = (dir.path / "b.so").string();
+  exe_->export_library(a, "beside");
+  exe_->export_library(b, "beside");
+  ASSERT_EQ(fs::file_size(a + ".weights"), fs::file_size(b + ".weights"));
+  fs::copy_file(b + ".weights", a + ".weights", fs::copy_options::overwrite_existing);
+  std::string msg = error_of([&] { ModelRunner::load(a); });
+  EXPECT_NE(msg.find("belongs to another export"), std::string::npos) << msg;
+  // Both export ids are named: the file's (in its header) and the library's.
+  std::string b_id = kiln::testing::read_whole_file(b + ".weights").substr(16, 32);
+  EXPECT_NE(msg.find("export id " + b_id), std::string::npos) << msg;
+}
+
+TEST_F(GraphExport, RefusesDamagedCodeAndTruncatedLibrary) {
+  TempDir dir;
+  std::string so = (dir.path / "model.so").string(), cut = (dir.path / "cut.so").string();
+  exe_->export_library(so);
+  fs::copy_file(so, cut);
+  kiln::testing::flip_code(so);
+  std::string msg = error_of([&] { ModelRunner::load(so); });
+  EXPECT_NE(msg.find("checksum does not match"), std::string::npos) << msg;
+  fs::resize_file(cut, fs::file_size(cut) - 1);
+  msg = error_of([&] { ModelRunner::load(cut); });
+  EXPECT_NE(msg.find("cannot load kernel library '" + cut + "'"), std::string::npos) << msg;
 }
 
 TEST_F(GraphExport, WrongInputsThroughLoadedModel) {

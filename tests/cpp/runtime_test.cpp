@@ -19,6 +19,7 @@
 
 #include "kiln/runtime/c_runtime_api.h"
 #include "kiln/runtime/cache_flush.h"
+#include "kiln/runtime/library_seal.h"
 #include "kiln/runtime/module.h"
 #include "kiln/runtime/ndarray.h"
 #include "kiln/support/error.h"
@@ -675,7 +676,15 @@ TEST(ModuleLoad, LibraryWithoutMetadata) {
   Dl_info info{};
   ASSERT_NE(dladdr(reinterpret_cast<void*>(&kiln_num_threads), &info), 0);
   std::string runtime_path = info.dli_fname;  // libkiln_runtime.so: a library, but not a kernel library
-  expect_error([&] { Module::load(runtime_path); }, {"has no kiln_module_metadata symbol"});
+  expect_error([&] { Module::load(runtime_path); }, {"has no kiln seal", "not a library exported by kiln"});
+  // Sealed, it gets as far as its metadata.
+  std::string dir = temp_dir(), copy = dir + "/libruntime_copy.so";
+  std::ifstream in(runtime_path, std::ios::binary);
+  std::ofstream(copy, std::ios::binary) << in.rdbuf();
+  seal_library(copy, new_export_id());
+  expect_error([&] { Module::load(copy); }, {"has no kiln_module_metadata symbol"});
+  std::remove(copy.c_str());
+  rmdir(dir.c_str());
 }
 
 // Builds a real kernel library with the system C compiler when there is one.
@@ -703,6 +712,8 @@ int32_t broken(void* const* args) { kiln_set_last_error("broken: always fails");
     rmdir(dir.c_str());
     GTEST_SKIP() << "no C compiler (cc) to build a test kernel library";
   }
+  expect_error([&] { Module::load(so); }, {"has no kiln seal"});
+  seal_library(so, new_export_id());  // as export_library does
   Module mod = Module::load(so);
   EXPECT_EQ(mod.names(), (std::vector<std::string>{"add_one", "broken"}));
   NDArray x = NDArray::empty({5}, DataType::Float(32));

@@ -58,3 +58,31 @@ def pool_ref(x, kernel, stride, kind, pad=0):
     windows = np.stack([xp[:, :, r: r + stride * (oh - 1) + 1: stride, q: q + stride * (ow - 1) + 1: stride]
                         for r in range(kernel) for q in range(kernel)])
     return (windows.max(0) if kind == "max" else windows.mean(0)).astype(x.dtype)
+
+
+def elf_section(path, name):
+    """(file offset, size) of section `name` of the ELF64 file at `path`."""
+    import struct
+    data = open(path, "rb").read()
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def header(i):  # sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size, ...
+        return struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+
+    names = header(shstrndx)[4]
+    for i in range(shnum):
+        h = header(i)
+        start = names + h[0]
+        if data[start:data.index(b"\0", start)].decode() == name:
+            return h[4], h[5]
+    raise KeyError(f"{path} has no section {name}")
+
+
+def flip_bytes(path, offset, count=64):
+    """Inverts `count` bytes of the file at `path` from `offset` (a corruption no byte survives)."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        chunk = f.read(count)
+        f.seek(offset)
+        f.write(bytes(b ^ 0xFF for b in chunk))

@@ -81,3 +81,21 @@ def test_cross_compiled_module_exports_for_its_machine(tmp_path, monkeypatch):
     mod.export_library(str(so))
     header = so.read_bytes()[:20]
     assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183
+
+
+def test_damaged_kernel_library_is_refused_before_it_runs(tmp_path):
+    import subprocess
+    import sys
+    from kiln_helpers import elf_section, flip_bytes
+    path = tmp_path / "libscaled_add.so"
+    build_scaled_add().export_library(path)
+    offset, size = elf_section(path, ".text")
+    flip_bytes(path, offset + size // 2)
+    script = ("import sys, numpy as np, kiln\n"
+              "try:\n"
+              "    m = kiln.runtime.load(sys.argv[1])\n"
+              "    m(np.ones(100, 'float32'), np.ones(100, 'float32'), np.ones(100, 'float32'))\n"
+              "except kiln.KilnError as e:\n"
+              "    print('KilnError:', e); sys.exit(3)\n")
+    r = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3 and "checksum does not match" in r.stdout, (r.returncode, r.stdout + r.stderr)

@@ -134,3 +134,99 @@ def test_static_runtime_library_needs_only_libc(tmp_path, exe):
     assert r.returncode == 0, r.stdout + r.stderr
     got = np.array([float(v) for v in r.stdout.split()], np.float32)
     np.testing.assert_array_equal(got, want.reshape(-1)[:10])
+
+
+# ---------------------------------------------------------------- damaged files
+# A library or weights file damaged or swapped after export is refused, by its
+# checksum or its export id, before any of its code runs.
+
+LOAD_AND_RUN = """
+import sys
+import numpy as np
+import kiln
+from kiln.runtime import load_model
+try:
+    m = load_model(sys.argv[1])
+    m(np.zeros((2, 3, 6, 6), "float32"))
+except kiln.KilnError as e:
+    print("KilnError:", e)
+    sys.exit(3)
+print("loaded and ran")
+"""
+
+
+def load_in_subprocess(so):
+    """Loads and runs the model at `so` in a fresh process (damaged code must
+    not crash this one): its exit status and output."""
+    r = subprocess.run([sys.executable, "-c", LOAD_AND_RUN, str(so)], capture_output=True, text=True, timeout=120)
+    return r.returncode, r.stdout + r.stderr
+
+
+@pytest.fixture(scope="module")
+def exports(exe, tmp_path_factory):
+    """Three exports of the same model: one embedding its weights, two with a weights file."""
+    d = tmp_path_factory.mktemp("exports")
+    for name, weights in [("embed.so", "embed"), ("a.so", "beside"), ("b.so", "beside")]:
+        exe.export_library(d / name, weights=weights)
+    return d
+
+
+def copy_export(exports, name, to):
+    """A copy of export `name` (library and weights file, if any) in directory `to`."""
+    import shutil
+    for suffix in ("", ".weights"):
+        if os.path.exists(exports / (name + suffix)):
+            shutil.copy(exports / (name + suffix), to / (name + suffix))
+    return to / name
+
+
+def test_damaged_embedded_weights_are_refused(exports, tmp_path):
+    from kiln_helpers import flip_bytes
+    so = copy_export(exports, "embed.so", tmp_path)
+    blob = (exports / "a.so.weights").read_bytes()[64:]  # the same bytes the embedding library carries
+    at = so.read_bytes().find(blob[:256])
+    assert at >= 0
+    flip_bytes(so, at + len(blob) // 2)
+    with pytest.raises(kiln.KilnError, match="checksum does not match"):
+        kiln.runtime.load_model(so)
+
+
+def test_damaged_weights_file_is_refused(exports, tmp_path):
+    from kiln_helpers import flip_bytes
+    so = copy_export(exports, "a.so", tmp_path)
+    weights = str(so) + ".weights"
+    kiln.runtime.load_model(so)
+    flip_bytes(weights, 64 + (os.path.getsize(weights) - 64) // 2)
+    with pytest.raises(kiln.KilnError, match="weights file .*a.so.weights' is corrupt.*checksum"):
+        kiln.runtime.load_model(so)
+
+
+def test_weights_file_of_another_export_is_refused(exports, tmp_path):
+    import shutil
+    so = copy_export(exports, "a.so", tmp_path)
+    other = exports / "b.so.weights"
+    assert os.path.getsize(other) == os.path.getsize(str(so) + ".weights")
+    shutil.copy(other, str(so) + ".weights")
+    other_id = other.read_bytes()[16:48].decode("ascii", "replace")
+    with pytest.raises(kiln.KilnError, match=f"belongs to another export \\(export id {other_id}\\)"):
+        kiln.runtime.load_model(so)
+
+
+@pytest.mark.parametrize("name", ["embed.so", "a.so"])
+def test_damaged_code_is_refused_before_it_runs(exports, tmp_path, name):
+    from kiln_helpers import elf_section, flip_bytes
+    so = copy_export(exports, name, tmp_path)
+    assert load_in_subprocess(so) == (0, "loaded and ran\n")
+    offset, size = elf_section(so, ".text")
+    flip_bytes(so, offset + size // 2)
+    rc, out = load_in_subprocess(so)
+    assert rc == 3 and "checksum does not match" in out, (rc, out)
+
+
+def test_truncated_files_are_refused(exports, tmp_path):
+    for name in ("embed.so", "a.so", "a.so.weights"):
+        so = copy_export(exports, name.replace(".weights", ""), tmp_path)
+        path = tmp_path / name
+        os.truncate(path, os.path.getsize(path) - 1)
+        with pytest.raises(kiln.KilnError, match="cut short|truncated|no kiln seal"):
+            kiln.runtime.load_model(so)

@@ -88,8 +88,10 @@ void emit_object_file(const std::vector<PrimFunc>& funcs, const Target& target, 
  * code, `kiln_module_metadata` (the JSON of `kernels`) and
  * `kiln_library_info` (runtime ABI, kiln version, triple, CPU and features),
  * linked by the system C compiler ($CC, default cc; "-shared -fPIC")
- * against this process's libkiln_runtime, with an rpath to its directory.
- * Written beside `path` and renamed, so a failure leaves no partial file.
+ * against this process's libkiln_runtime, with an rpath to its directory,
+ * then sealed (library_seal.h: a checksum and export id that Module::load
+ * checks before dlopen). Written beside `path` and renamed, so a failure
+ * leaves no partial file.
  * Throws kiln::Error naming $CC when there is no compiler, or with the
  * compiler's output when linking fails.
  */
@@ -113,6 +115,8 @@ struct LibraryExtras {
    * and carries the C API (c_api.h) for programs that dlopen it.
    */
   bool static_runtime = false;
+  /** The export id sealed into the library (library_seal.h; a model's plan and weights file record it too); empty: a fresh one. */
+  std::string export_id;
 };
 
 /**

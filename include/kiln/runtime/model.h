@@ -8,12 +8,17 @@
  * kiln_module_metadata, one symbol per kernel) that also exports
  *  - `extern "C" const char* kiln_model_plan`: the plan as JSON
  *    (ModelPlan::to_json), constants listed by byte offset, dtype and shape
- *    into the weights, and "weights": {"mode": "embed"|"beside", "bytes": N};
+ *    into the weights, and "weights": {"mode": "embed"|"beside", "bytes": N,
+ *    "export_id": the library's export id (library_seal.h), and for "beside"
+ *    "hash": the XXH3-128 of the weights file's data, 32 hex digits};
  *  - with embedded weights, `kiln_model_weights` (the blob's first byte) and
- *    `extern "C" const uint64_t kiln_model_weights_size`;
- *  - with weights beside it, the file `<library path>.weights`: the 16-byte
- *    header "KILNWTS1" + uint64 (little-endian) data bytes, padding to 64
- *    bytes, then the data.
+ *    `extern "C" const uint64_t kiln_model_weights_size` (the library's seal
+ *    covers them);
+ *  - with weights beside it, the file `<library path>.weights`: a 64-byte
+ *    header, "KILNWTS2", uint64 (little-endian) data bytes, the export id
+ *    (32 ASCII hex digits) and the XXH3-128 of the data (16 canonical bytes),
+ *    then the data. ModelRunner::load refuses a file of another export (its
+ *    id differs from the plan's) or with damaged data (its hash differs).
  */
 #ifndef KILN_RUNTIME_MODEL_H
 #define KILN_RUNTIME_MODEL_H
@@ -56,6 +61,14 @@ struct ModelStep {
   double flop = 0;
 };
 
+/** How an export keeps its weights, as its plan records it. */
+struct WeightsRecord {
+  std::string mode;       ///< "embed" (inside the library) or "beside" (in `<library>.weights`)
+  int64_t bytes = 0;      ///< the data's size
+  std::string export_id;  ///< the export's id, also in the library's seal and the weights file's header
+  std::string hash;       ///< "beside": XXH3-128 of the weights file's data (hex); empty for "embed"
+};
+
 struct ModelPlan {
   std::vector<ModelTensor> inputs;
   std::vector<ModelTensor> outputs;
@@ -77,10 +90,9 @@ struct ModelPlan {
   /**
    * The plan as JSON; constants are recorded by `constant_offsets` (byte
    * offsets into the weights, one per constant), dtype and shape, and the
-   * weights by `weights_mode` ("embed" or "beside") and total `weights_bytes`.
+   * weights as `weights` says.
    */
-  std::string to_json(const std::vector<int64_t>& constant_offsets, const std::string& weights_mode,
-                      int64_t weights_bytes) const;
+  std::string to_json(const std::vector<int64_t>& constant_offsets, const WeightsRecord& weights) const;
 };
 
 /** The weights layout of an export: 64-byte aligned offsets per constant and the total. */
@@ -89,8 +101,13 @@ struct WeightsLayout {
   int64_t bytes = 0;
 };
 WeightsLayout layout_weights(const std::vector<NDArray>& constants);
-/** Writes the constants at `layout` to `path`: raw (embed) or with the "KILNWTS1" header (beside). */
-void write_weights(const std::string& path, const std::vector<NDArray>& constants, const WeightsLayout& layout, bool header);
+/**
+ * Writes the constants at `layout` to `path`: raw (embed; `export_id`
+ * empty) or behind the "KILNWTS2" header naming `export_id` (beside).
+ * Returns the XXH3-128 of the data (hex), which the plan records.
+ */
+std::string write_weights(const std::string& path, const std::vector<NDArray>& constants, const WeightsLayout& layout,
+                          const std::string& export_id);
 
 /** Refuses inputs that do not match the plan's (count, dtype, shape, host memory, compact layout), naming the input and the fix. */
 void check_model_inputs(const std::vector<ModelTensor>& want, const std::vector<NDArray>& inputs);

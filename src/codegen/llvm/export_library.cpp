@@ -18,6 +18,7 @@
 
 #include "kiln/codegen/llvm.h"
 #include "kiln/runtime/library_info.h"
+#include "kiln/runtime/library_seal.h"
 #include "kiln/support/error.h"
 #include "llvm_target_info.h"
 
@@ -246,6 +247,12 @@ void link_library(const std::vector<PrimFunc>& funcs, const Target& target, cons
                            : "; the target is " + info.triple + ", not this machine: set CC to a compiler for it";
     KILN_USER_ERROR() << "export_library('" << path << "'): linking with " << cc[0] << " failed (exit " << rc << ")"
                       << hint << ":\n" << read_tail(log);
+  }
+  try {
+    seal_library(tmp.string(), extras.export_id.empty() ? new_export_id() : extras.export_id);
+  } catch (...) {
+    fs::remove(tmp, ec);
+    throw;
   }
   fs::rename(tmp, out, ec);
   if (ec) {
