@@ -26,6 +26,7 @@ std::string filter_sql(const RecordFilter& f) {
   if (!f.include_errors) conds.push_back("r.error_kind = 'none'");
   if (f.feature_extractor)
     conds.push_back("r.id IN (SELECT record_id FROM record_features WHERE extractor = ?)");
+  if (f.after_id) conds.push_back("r.id > ?");
   for (size_t i = 0; i < conds.size(); ++i) sql += (i ? " AND " : "WHERE ") + conds[i];
   sql += " ORDER BY r.id";
   if (f.limit > 0) sql += " LIMIT ?";
@@ -37,6 +38,7 @@ void bind_filter(Stmt& stmt, const RecordFilter& f) {
   if (f.workload_key) stmt.bind(i++, *f.workload_key);
   if (f.target) i = bind_target(stmt, i, *f.target, f.match);
   if (f.feature_extractor) stmt.bind(i++, *f.feature_extractor);
+  if (f.after_id) stmt.bind(i++, *f.after_id);
   if (f.limit > 0) stmt.bind(i++, f.limit);
 }
 

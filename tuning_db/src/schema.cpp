@@ -20,11 +20,21 @@ namespace kiln::tuning_db::detail {
 
 namespace {
 
-/** Migration i (0-based) takes a database from schema version i to i + 1. */
-const std::vector<std::vector<const char*>>& migrations() {
-  static const std::vector<std::vector<const char*>> list = {
+/**
+ * Migration i (0-based) takes a database from schema version i to i + 1.
+ * `readers_need` says whether reading records needs what it adds: a
+ * read-only open of a file that lacks only migrations readers do not need
+ * works (and changes nothing); one that lacks any other is refused.
+ */
+struct Migration {
+  bool readers_need;
+  std::vector<const char*> statements;
+};
+
+const std::vector<Migration>& migrations() {
+  static const std::vector<Migration> list = {
       // v1: workloads, targets, tuning runs, records.
-      {
+      {true, {
           R"(CREATE TABLE workloads(
                id INTEGER PRIMARY KEY,
                workload_key TEXT NOT NULL UNIQUE,
@@ -67,9 +77,9 @@ const std::vector<std::vector<const char*>>& migrations() {
           "CREATE INDEX records_by_median ON records(workload_id, target_id, error_kind, "
           "median_time)",
           "CREATE INDEX records_by_run ON records(run_id)",
-      },
+      }},
       // v2: cost-model features in a side table; best-k by min time.
-      {
+      {true, {
           R"(CREATE TABLE record_features(
                record_id INTEGER PRIMARY KEY REFERENCES records(id) ON DELETE CASCADE,
                extractor TEXT NOT NULL,
@@ -78,7 +88,25 @@ const std::vector<std::vector<const char*>>& migrations() {
                data BLOB NOT NULL))",
           "CREATE INDEX record_features_by_extractor ON record_features(extractor)",
           "CREATE INDEX records_by_min ON records(workload_id, target_id, error_kind, min_time)",
-      },
+      }},
+      // v3: claims of concurrent tuning sessions on the traces they are
+      // measuring (Database::claim). Keyed like a record's identity on the
+      // same hardware: workload, target facts but the kiln version, and the
+      // canonical trace. No foreign keys: a claim is transient, and one that
+      // outlives its workload just expires.
+      {false, {
+          R"(CREATE TABLE claims(
+               workload_key TEXT NOT NULL,
+               target TEXT NOT NULL,
+               cpu_model TEXT NOT NULL,
+               cpu_features TEXT NOT NULL,
+               gpu_arch TEXT NOT NULL,
+               trace TEXT NOT NULL,
+               owner TEXT NOT NULL,
+               expires_at REAL NOT NULL,
+               PRIMARY KEY(workload_key, target, cpu_model, cpu_features, gpu_arch, trace)))",
+          "CREATE INDEX claims_by_owner ON claims(owner)",
+      }},
   };
   return list;
 }
@@ -135,7 +163,7 @@ void check_header(const std::string& path, const std::array<unsigned char, 100>&
 }
 
 void apply_migration(Connection& conn, int to_version) {
-  for (const char* sql : migrations().at(to_version - 1)) conn.exec(sql);
+  for (const char* sql : migrations().at(to_version - 1).statements) conn.exec(sql);
   // PRAGMA takes no bound parameters; the value is our own integer.
   conn.exec("PRAGMA user_version = " + std::to_string(to_version));
 }
@@ -144,6 +172,7 @@ void apply_migration(Connection& conn, int to_version) {
 void check_tables(Connection& conn, int version) {
   std::vector<std::string> tables = {"workloads", "targets", "tuning_runs", "records"};
   if (version >= 2) tables.push_back("record_features");
+  if (version >= 3) tables.push_back("claims");
   for (const auto& table : tables) {
     Stmt stmt = conn.query("SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table' AND name = ?");
     stmt.bind(1, table);
@@ -182,6 +211,13 @@ bool validate(Connection& conn, const FileIdentity& id) {
   return id.version < latest_schema_version();
 }
 
+/** Whether a migration past `version` adds something that reading records needs. */
+bool readers_need_migration(int version) {
+  for (int v = version + 1; v <= latest_schema_version(); ++v)
+    if (migrations().at(v - 1).readers_need) return true;
+  return false;
+}
+
 }  // namespace
 
 int latest_schema_version() { return static_cast<int>(migrations().size()); }
@@ -209,6 +245,9 @@ int prepare_schema(Connection& conn, bool read_only) {
     read.commit();
   }
   if (!needs_work) return static_cast<int>(id.version);
+  // Reading needs none of the missing migrations: read the file as it is.
+  if (read_only && id.version >= 1 && !readers_need_migration(static_cast<int>(id.version)))
+    return static_cast<int>(id.version);
   KILN_USER_CHECK(!read_only)
       << "tuning database '" << conn.path() << "' has schema version " << id.version
       << " and this kiln needs " << latest_schema_version()

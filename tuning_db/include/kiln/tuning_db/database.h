@@ -84,6 +84,25 @@ class Database {
   /** The same for many records in one transaction: all are replaced, or none (an unknown id or a bad set throws). */
   void set_features(const std::vector<std::pair<int64_t, FeatureSet>>& batch);
 
+  // ---- claims: concurrent tuning sessions share out the traces they measure ----
+  /**
+   * In one write transaction, for each trace (JSON, canonicalised here) of
+   * the workload on the target's hardware (kiln version aside): `measured`
+   * when a record of it exists (errors too); else `held` when another owner
+   * has a claim on it that has not expired; else `claimed`, now held by
+   * `owner` until `ttl_s` seconds from now (an expired claim is taken over,
+   * the owner's own is renewed). Needs a writable database.
+   */
+  std::vector<ClaimStatus> claim(const std::string& workload_key, const TargetInfo& target,
+                                 const std::vector<std::string>& traces, const std::string& owner,
+                                 double ttl_s);
+  /** Extends every claim of `owner` to `ttl_s` seconds from now (a heartbeat); returns how many it has. */
+  int64_t renew_claims(const std::string& owner, double ttl_s);
+  /** Drops every claim of `owner` (its records are stored, or it ends); returns how many. */
+  int64_t release_claims(const std::string& owner);
+  /** Every stored claim, expired ones too until a claim() clears them, soonest expiry first (none on a read-only older file). */
+  std::vector<Claim> claims() const;
+
   // ---- statistics and maintenance ----
   Stats stats() const;
   /** Deletes records by id; returns how many existed. */

@@ -106,6 +106,32 @@ struct RecordFilter {
   std::optional<std::string> feature_extractor; ///< only records with these features
   bool with_features = false;                   ///< load the feature side table
   int64_t limit = 0;                            ///< 0 = no limit
+  /** Only records with a larger id: what was added since a record seen earlier (ids grow as records are added). */
+  std::optional<int64_t> after_id;
+};
+
+/** What Database::claim() found for one trace. */
+enum class ClaimStatus {
+  claimed,   ///< the caller holds the claim now (new, renewed, or taken over from an expired one)
+  measured,  ///< a record of the trace exists on the same hardware: do not measure it
+  held,      ///< another owner's live claim: that session is measuring it
+};
+
+/** "claimed", "measured" or "held". */
+std::string to_string(ClaimStatus status);
+
+/**
+ * A tuning session's claim on a trace it is about to measure, so that
+ * concurrent sessions on the same workload and hardware pass it over. It
+ * lapses at `expires_at` unless renewed (a crashed session's claims are taken
+ * over then), and goes when its record is stored and the owner releases it.
+ */
+struct Claim {
+  std::string workload_key;
+  TargetInfo target;   ///< the hardware facts; kiln_version is not part of a claim (empty)
+  std::string trace;   ///< canonical JSON
+  std::string owner;   ///< the claiming session (a tuning run's uid)
+  double expires_at = 0;  ///< Unix seconds
 };
 
 /** Record counts and the best run time of one workload on one target. */
