@@ -198,6 +198,9 @@ TEST(TunerTune, BadOptionsAreErrors) {
   EXPECT_THROW(tune(task, o), Error);
   o = tiny("", 4);
   EXPECT_THROW(tune(task, o), Error);
+  o = tiny(db.path(), 4);
+  o.claim_ttl_s = 0;
+  EXPECT_THROW(tune(task, o), Error);
 }
 
 }  // namespace

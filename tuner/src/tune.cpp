@@ -4,10 +4,15 @@
 // A session opens the DB, learns what earlier sessions measured (those traces
 // are never measured again; their best is the reference to beat; all records
 // with features pre-train the cost model), then runs rounds of search ->
-// measure -> store -> learn until the budget is spent or the best has not
-// improved for early_stop_rounds rounds. A candidate that would become the
-// new best is checked against the unscheduled function before its batch is
-// stored, so a wrong kernel is recorded as wrong_result and never reported.
+// claim -> measure -> store -> learn until the budget is spent or the best has
+// not improved for early_stop_rounds rounds. Claiming a batch's traces in the
+// DB before measuring them lets sessions that tune the task at the same time
+// divide the work: a trace another live session has claimed, or has stored
+// meanwhile, is passed over; and each round takes in the records the others
+// stored (their traces, their best, their features for the cost model). A
+// candidate that would become the new best is checked against the unscheduled
+// function before its batch is stored, so a wrong kernel is recorded as
+// wrong_result and never reported.
 #include "kiln/tuner/tune.h"
 
 #include <unistd.h>
@@ -59,6 +64,11 @@ struct Session {
   double db_best_before = 0;
   bool can_verify = true;
   std::string model_quality = "model untrained";  ///< for the debug log
+  int64_t last_record_id = 0;  ///< the newest record of the task this session has taken in
+  std::unordered_set<std::string> held_elsewhere;  ///< traces found claimed by another session (counted once)
+  bool round_held = false;  ///< the last claim_batch found traces another session held
+  /** Renews this session's claims, and releases them when the session ends; declared last, so it goes before the DB. */
+  std::unique_ptr<ClaimKeeper> claims;
 
   Session(const Task& t, const TuneOptions& o, Progress& p, MeasureOptions mo)
       : task(t), opt(o), progress(p), db(tuning_db::Database::open(o.db_path)), measurer(t, mo) {}
@@ -69,7 +79,16 @@ struct Session {
   bool check(const Candidate& c, std::string* why);
   /** Verifies the batch's candidates that would beat the best; returns true when the best improved. */
   bool verify_improvements(const std::vector<Entry>& batch, std::vector<MeasureResult>& results);
+  /**
+   * Up to n candidates of the search that this session has claimed in the DB:
+   * those the DB has a record of, or another live session has claimed, are
+   * passed over (counted in res) and the search is asked again for others.
+   */
+  std::vector<Entry> claim_batch(EvolutionarySearch& search, int n, TuneResult* res);
+  /** Stores the batch, releases its claims, and trains the model on it and on what other sessions stored meanwhile. */
   void store(const std::vector<Entry>& batch, const std::vector<MeasureResult>& results, const EvolutionarySearch& search);
+  /** Takes in the task's records stored by other sessions since the last look; their feature samples go to *samples. */
+  void learn_from_others(std::vector<Sample>* samples);
   std::vector<Entry> elite() const;
   /** The DB's best record for this task, verified (failures are re-stored as errors); nullopt if none. */
   std::optional<tuning_db::Record> verified_db_best();
@@ -88,11 +107,14 @@ void Session::open_run() {
   run.seed = static_cast<int64_t>(opt.seed);
   run.machine = host_name();
   run_uid = db.start_run(run);
+  claims = std::make_unique<ClaimKeeper>(db, run_uid, opt.claim_ttl_s);
   // Records of this task with features of an earlier extractor: re-extracted
   // once, so the model trains on the features it will score candidates by.
   if (int64_t n = migrate_features(db, task)) progress.note("re-extracted the features of " + std::to_string(n) + " earlier records");
-  for (const tuning_db::Record& r : db.records(task.workload_key))
+  for (const tuning_db::Record& r : db.records(task.workload_key)) {
+    last_record_id = std::max(last_record_id, r.id);
     if (same_hardware(r.target, target)) known.insert(r.trace);
+  }
   std::vector<tuning_db::Record> top = db.best(task.workload_key, target, 1);
   if (!top.empty() && top[0].median_time) {
     db_best_before = *top[0].median_time;
@@ -175,6 +197,8 @@ void Session::store(const std::vector<Entry>& batch, const std::vector<MeasureRe
     records.push_back(std::move(r));
   }
   db.add_records(records);  // one transaction: the whole batch or nothing
+  // The records are in: other sessions see the traces as measured from now on.
+  db.release_claims(run_uid);
   if (debug_logging() && model->trained() && samples.size() > 2) {
     // How well the model ranked this batch before learning from it.
     std::vector<Features> f;
@@ -182,7 +206,58 @@ void Session::store(const std::vector<Entry>& batch, const std::vector<MeasureRe
     for (const Sample& x : samples) f.push_back(x.features), actual.push_back(x.throughput);
     model_quality = "model rank correlation on the batch " + std::to_string(rank_correlation(model->predict(f), actual)).substr(0, 5);
   }
+  learn_from_others(&samples);  // one retraining for both
   if (!samples.empty()) model->update(samples);
+}
+
+void Session::learn_from_others(std::vector<Sample>* samples) {
+  tuning_db::RecordFilter f;
+  f.workload_key = task.workload_key;
+  f.after_id = last_record_id;
+  f.with_features = true;
+  int taken = 0;
+  for (tuning_db::Record& r : db.find(f)) {
+    last_record_id = std::max(last_record_id, r.id);
+    if (r.run_uid == run_uid) continue;
+    ++taken;
+    bool ok = r.error_kind == tuning_db::ErrorKind::none && r.median_time && *r.median_time > 0;
+    if (same_hardware(r.target, target)) {
+      known.insert(r.trace);
+      // As an earlier session's best at the start: the reference to beat (verified before it is reported).
+      if (ok) best = std::min(best, *r.median_time);
+    }
+    std::optional<Features> feats = r.features ? from_feature_set(*r.features) : std::nullopt;
+    if (feats && feats->rows > 0)
+      samples->push_back({std::move(*feats), ok ? 1.0 / *r.median_time : 0.0, r.workload_key + "|" + r.target.target + "|" + r.target.cpu_model});
+  }
+  if (taken > 0 && debug_logging()) progress.note("took in " + std::to_string(taken) + " records other sessions stored meanwhile");
+}
+
+std::vector<Entry> Session::claim_batch(EvolutionarySearch& search, int n, TuneResult* res) {
+  std::vector<Entry> batch;
+  std::unordered_set<std::string> busy;  // claimed this round, by us or by another session
+  round_held = false;
+  // A few asks suffice: what another session holds is a batch or two of its own.
+  for (int ask = 0; ask < 4 && static_cast<int>(batch.size()) < n; ++ask) {
+    std::vector<Entry> more = search.next_batch(n - static_cast<int>(batch.size()), elite(), measured, known, &res->trials_skipped, &busy);
+    if (more.empty()) break;
+    std::vector<std::string> keys;
+    for (const Entry& e : more) keys.push_back(e.key);
+    std::vector<tuning_db::ClaimStatus> got = db.claim(task.workload_key, target, keys, run_uid, opt.claim_ttl_s);
+    for (size_t i = 0; i < more.size(); ++i) {
+      busy.insert(more[i].key);
+      if (got[i] == tuning_db::ClaimStatus::claimed) {
+        batch.push_back(std::move(more[i]));
+      } else if (got[i] == tuning_db::ClaimStatus::measured) {
+        known.insert(more[i].key);  // stored by another session since this one last looked
+        search.note_known(more[i].key, &res->trials_skipped);
+      } else {
+        round_held = true;
+        if (held_elsewhere.insert(more[i].key).second) ++res->trials_claimed_elsewhere;
+      }
+    }
+  }
+  return batch;
 }
 
 std::vector<Entry> Session::elite() const {
@@ -252,6 +327,8 @@ void check_options(const Task& task, const TuneOptions& options) {
   KILN_USER_CHECK(options.trials >= 0 && options.batch_size >= 1 && options.early_stop_rounds >= 1 && options.timeout_s > 0)
       << "tune '" << task.name << "': trials (" << options.trials << ") must be at least 0, batch_size (" << options.batch_size << ") and early_stop_rounds ("
       << options.early_stop_rounds << ") at least 1, timeout_s (" << options.timeout_s << ") positive";
+  KILN_USER_CHECK(std::isfinite(options.claim_ttl_s) && options.claim_ttl_s > 0)
+      << "tune '" << task.name << "': claim_ttl_s (" << options.claim_ttl_s << ") must be a positive number of seconds";
   KILN_USER_CHECK(options.population >= 1 && options.generations >= 1)
       << "tune '" << task.name << "': population (" << options.population << ") and generations (" << options.generations << ") must be at least 1";
   KILN_USER_CHECK(!task.outputs.empty() && !task.workload_key.empty()) << "tune: the task has no outputs or no workload key; build it with make_task";
@@ -306,10 +383,11 @@ TuneResult tune(const Task& task, const TuneOptions& options) {
   while (res.trials_measured < options.trials) {
     int n = std::min(options.batch_size, options.trials - res.trials_measured);
     auto t0 = std::chrono::steady_clock::now();
-    std::vector<Entry> batch = search.next_batch(n, s.elite(), s.measured, s.known, &res.trials_skipped);
+    std::vector<Entry> batch = s.claim_batch(search, n, &res);
     auto t1 = std::chrono::steady_clock::now();
     if (batch.empty()) {
-      progress.note("the search space has no unmeasured candidates left");
+      progress.note(s.round_held ? "the search space has no candidates left that another session is not measuring"
+                                 : "the search space has no unmeasured candidates left");
       break;
     }
     std::vector<Candidate> cands;
@@ -335,6 +413,7 @@ TuneResult tune(const Task& task, const TuneOptions& options) {
     }
   }
   s.db.end_run(s.run_uid);
+  s.claims.reset();  // nothing is claimed between rounds; this stops the heartbeat
   progress.finish();
   res.invalid_candidates = search.invalid_count();
   res.featurized = search.featurized_count();

@@ -6,10 +6,13 @@
 #define KILN_TUNER_SRC_TUNE_INTERNAL_H
 
 #include <chrono>
+#include <condition_variable>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -63,6 +66,35 @@ std::vector<Sample> training_samples(const tuning_db::Database& db);
 /** True when KILN_LOG=debug: debug messages go to stderr. */
 bool debug_logging();
 
+// ---------------------------------------------------------------- tune_claims.cpp
+
+/**
+ * Keeps a session's claims (tuning_db::Database::claim) alive: renews them
+ * every third of their lifetime on a thread of its own, so a batch that takes
+ * longer than the lifetime to measure stays claimed, while a crashed
+ * session's claims lapse within one lifetime. Destroying it stops the thread
+ * and releases every claim of the owner.
+ */
+class ClaimKeeper {
+ public:
+  ClaimKeeper(tuning_db::Database& db, std::string owner, double ttl_s);
+  ClaimKeeper(const ClaimKeeper&) = delete;
+  ClaimKeeper& operator=(const ClaimKeeper&) = delete;
+  ~ClaimKeeper();
+  const std::string& owner() const { return owner_; }
+  double ttl_s() const { return ttl_s_; }
+
+ private:
+  void loop();
+  tuning_db::Database& db_;
+  std::string owner_;
+  double ttl_s_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 // ---------------------------------------------------------------- tune_search.cpp
 
 /** A candidate with its schedule trace in canonical JSON (its identity). */
@@ -92,12 +124,17 @@ class EvolutionarySearch {
   EvolutionarySearch(const Task& task, const SearchSpace& space, const CostModel& model, uint64_t seed, SearchParams params);
   /**
    * Up to n new candidates to measure, none of them in `measured` (this
-   * session) or `known` (the DB); candidates the search would have picked but
-   * that the DB already has are counted in *skipped (each trace once).
-   * `elite` are the best measured candidates of the session, best first.
+   * session), `busy` (claimed this round: by this session, or by another
+   * one that is measuring them) or `known` (the DB); candidates the search
+   * would have picked but that the DB already has are counted in *skipped
+   * (each trace once). `elite` are the best measured candidates of the
+   * session, best first.
    */
   std::vector<Entry> next_batch(int n, const std::vector<Entry>& elite, const std::unordered_set<std::string>& measured,
-                                const std::unordered_set<std::string>& known, int* skipped);
+                                const std::unordered_set<std::string>& known, int* skipped,
+                                const std::unordered_set<std::string>* busy = nullptr);
+  /** Counts a trace the DB turned out to have (found when claiming it) in *skipped, once per trace, as next_batch does. */
+  void note_known(const std::string& key, int* skipped);
   /** Features of a candidate of this search (nullptr when it does not lower). */
   const Features* features(const std::string& key) const;
   /**

@@ -146,12 +146,17 @@ std::vector<Entry> EvolutionarySearch::evolve(const std::vector<Entry>& elite) {
   return out;
 }
 
+void EvolutionarySearch::note_known(const std::string& key, int* skipped) {
+  if (skipped_keys_.insert(key).second) ++*skipped;
+}
+
 std::vector<Entry> EvolutionarySearch::next_batch(int n, const std::vector<Entry>& elite, const std::unordered_set<std::string>& measured,
-                                                  const std::unordered_set<std::string>& known, int* skipped) {
+                                                  const std::unordered_set<std::string>& known, int* skipped,
+                                                  const std::unordered_set<std::string>* busy) {
   std::vector<Entry> out;
   std::unordered_set<std::string> taken;
   auto consider = [&](Entry e) {
-    if (measured.count(e.key) || taken.count(e.key)) return;
+    if (measured.count(e.key) || taken.count(e.key) || (busy && busy->count(e.key))) return;
     if (known.count(e.key)) {
       // Measured in an earlier session: never again.
       if (skipped_keys_.insert(e.key).second) ++*skipped;

@@ -7,7 +7,10 @@
  * by the model, and measures a batch picked mostly by predicted score with
  * some random exploration. Early stop when no improvement for a set number
  * of rounds. Every measurement (errors too) goes into the tuning DB; traces
- * already in the DB for the task are never measured again.
+ * already in the DB for the task are never measured again. Sessions tuning
+ * the same task at once share the work: each claims the traces of a batch in
+ * the DB before measuring them and passes over those another live session
+ * has claimed, and each learns from the records the others store.
  */
 #ifndef KILN_TUNER_TUNE_H
 #define KILN_TUNER_TUNE_H
@@ -36,6 +39,13 @@ struct TuneOptions {
   int generations = 3;              ///< generations evolved per round
   /** Measure random samples of the space only (after the seeds), never asking the cost model: the baseline the model-guided search is judged against. */
   bool random_search = false;
+  /**
+   * Seconds a claim on a candidate being measured lasts without renewal. The
+   * session renews its claims every third of this while it runs, so it
+   * bounds only how long the candidates of a session that crashed stay
+   * barred to other sessions.
+   */
+  double claim_ttl_s = 60;
 };
 
 /**
@@ -49,7 +59,9 @@ struct TuneResult {
   double best_gflops = 0;
   double first_valid_time = 0;      ///< the first valid candidate of this session
   int trials_measured = 0;          ///< in this session
-  int trials_skipped = 0;           ///< already in the DB
+  int trials_skipped = 0;           ///< already in the DB (stored by an earlier or a concurrent session)
+  /** Candidates passed over because another live session had claimed them (it was measuring them); each trace once. */
+  int trials_claimed_elsewhere = 0;
   int errors = 0;                   ///< measured candidates that failed (recorded in the DB with their error kind)
   /** Points of the search space whose schedule did not apply (user errors): skipped before measuring, counted here. */
   int invalid_candidates = 0;
