@@ -36,7 +36,8 @@ class TuneResult:
     none is valid), ``best_gflops``, ``best_trace`` (its schedule as JSON),
     ``first_valid_time`` (first valid candidate of this session),
     ``trials_measured``, ``trials_skipped`` (already in the database),
-    ``errors``, ``elapsed_s``, ``db_path``, ``curve`` (list of
+    ``trials_claimed_elsewhere`` (passed over: another session running at
+    the same time was measuring them), ``errors``, ``elapsed_s``, ``db_path``, ``curve`` (list of
     ``(trials, best GFLOP/s so far)`` per batch), ``trial_gflops`` (GFLOP/s
     of every measured trial, 0 for a failure), ``featurized`` (candidates
     whose cost-model features the search extracted) and
@@ -86,7 +87,7 @@ def make_task(args, target="llvm", name=""):
 def tune(args, target="llvm", trials=200, db="kiln_tuning.db", seed=0, timeout=10.0, curve_png=None,
          batch_size=32, early_stop_rounds=8, repeat=3, min_repeat_ms=20.0, number=1, build_threads=2,
          progress=True, model_path=None, population=64, generations=3, name="", inject_faults=None, cold_inputs=False,
-         random_search=False, gpu_simulate=False):
+         random_search=False, gpu_simulate=False, claim_ttl=60.0):
     """Tunes a computation and returns a :class:`TuneResult`.
 
     ``args`` are the kernel's tensors (inputs and outputs, in call order) or a
@@ -106,6 +107,12 @@ def tune(args, target="llvm", trials=200, db="kiln_tuning.db", seed=0, timeout=1
     simulator instead, on any machine: the search, the workers, the correctness checks and the
     records work as on a GPU, but the times are the simulator's, so such records are kept apart
     (target ``"... [simulated]"``) and no build takes a schedule from them.
+
+    Sessions may tune the same computation on one database at once (in several processes on one
+    machine): each claims a batch's candidates in the database before measuring
+    them and passes over those another live session has claimed, so no schedule is measured twice,
+    and each learns from the others' records. ``claim_ttl`` (seconds) is how long the claims of a
+    session that crashed keep its candidates from the others; a running session renews its own.
     """
     task = make_task(args, target, name)
     if not isinstance(db, (str, os.PathLike)) or not str(db):
@@ -115,7 +122,7 @@ def tune(args, target="llvm", trials=200, db="kiln_tuning.db", seed=0, timeout=1
                    model_path=model_path, population=int(population), generations=int(generations),
                    number=int(number), repeat=int(repeat), min_repeat_ms=float(min_repeat_ms),
                    build_threads=int(build_threads), inject_faults=inject_faults, cold_inputs=bool(cold_inputs),
-                   random_search=bool(random_search), gpu_simulate=bool(gpu_simulate))
+                   random_search=bool(random_search), gpu_simulate=bool(gpu_simulate), claim_ttl_s=float(claim_ttl))
     result = TuneResult(_kiln.tuner.tune(task, options), task)
     if curve_png:
         try:

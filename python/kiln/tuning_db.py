@@ -28,6 +28,7 @@ Every error, from a record that does not validate to a file that is not a
 kiln database (which is never modified), raises :class:`kiln.KilnError` with
 the C++ message. A closed database raises it too.
 """
+import json
 import operator
 import os
 
@@ -48,10 +49,11 @@ Record = _native.Record
 WorkloadTargetStats = _native.WorkloadTargetStats
 Stats = _native.Stats
 ImportResult = _native.ImportResult
+Claim = _native.Claim
 
 __all__ = [
     "open", "latest_schema_version", "Database", "TargetInfo", "Workload", "WorkloadSummary",
-    "TuningRun", "FeatureSet", "Record", "WorkloadTargetStats", "Stats", "ImportResult",
+    "TuningRun", "FeatureSet", "Record", "WorkloadTargetStats", "Stats", "ImportResult", "Claim",
 ]
 
 
@@ -118,11 +120,12 @@ def _path(value, what):
 
 
 def _filter(workload_key=None, target=None, match="hardware", include_errors=True,
-            feature_extractor=None, with_features=False, limit=0):
+            feature_extractor=None, with_features=False, limit=0, after_id=None):
     # The native layer checks every option (target: a TargetInfo, a dict or a target string).
     return {
         "workload_key": workload_key, "target": target, "match": match, "include_errors": include_errors,
         "feature_extractor": feature_extractor, "with_features": with_features, "limit": limit,
+        "after_id": after_id,
     }
 
 
@@ -244,9 +247,9 @@ class Database:
         return self._db.record(_int(id, "record id"), bool(with_features))
 
     def find(self, *, workload_key=None, target=None, match="hardware", include_errors=True,
-             feature_extractor=None, with_features=False, limit=0):
-        """Records selected by the filter, oldest first."""
-        f = _filter(workload_key, target, match, include_errors, feature_extractor, with_features, limit)
+             feature_extractor=None, with_features=False, limit=0, after_id=None):
+        """Records selected by the filter, oldest first; ``after_id``: only those added after that record."""
+        f = _filter(workload_key, target, match, include_errors, feature_extractor, with_features, limit, after_id)
         return self._db.find(f)
 
     def training_records(self, *, workload_key=None, target=None, match="hardware", include_errors=True,
@@ -265,6 +268,33 @@ class Database:
                 raise KilnError("set_features: pass extractor= (e.g. \"ansor-v1\") with a features array")
             features = FeatureSet(extractor, features)
         self._db.set_features(_int(record_id, "record id"), features)
+
+    # ---- claims of concurrent tuning sessions ----
+
+    def claim(self, key, target, traces, owner, ttl_s):
+        """Claims traces of a workload on a target's hardware for ``owner`` in one transaction.
+
+        Returns one status per trace: ``"measured"`` (a record of it exists),
+        ``"held"`` (another owner's claim that has not expired) or
+        ``"claimed"`` (now the owner's, until ``ttl_s`` seconds from now).
+        Traces are JSON text (a list is serialised). Needs a writable database.
+        """
+        if isinstance(traces, (str, bytes)):
+            raise KilnError("claim: traces must be a list of traces, not a single string")
+        traces = [t if isinstance(t, str) else json.dumps(t) for t in traces]
+        return self._db.claim(_str(key, "workload key"), target, traces, _str(owner, "claim owner"), float(ttl_s))
+
+    def renew_claims(self, owner, ttl_s):
+        """Extends every claim of ``owner`` to ``ttl_s`` seconds from now; returns how many it has."""
+        return self._db.renew_claims(_str(owner, "claim owner"), float(ttl_s))
+
+    def release_claims(self, owner):
+        """Drops every claim of ``owner``; returns how many."""
+        return self._db.release_claims(_str(owner, "claim owner"))
+
+    def claims(self):
+        """Every stored :class:`Claim` (expired ones too, until the next claim clears them), soonest expiry first."""
+        return self._db.claims()
 
     # ---- statistics and maintenance ----
 

@@ -47,6 +47,7 @@ tuner::TuneOptions options_of(const py::dict& d) {
   get("population", &o.population);
   get("generations", &o.generations);
   get("random_search", &o.random_search);
+  get("claim_ttl_s", &o.claim_ttl_s);
   get("number", &o.measure.number);
   get("repeat", &o.measure.repeat);
   get("min_repeat_ms", &o.measure.min_repeat_ms);
@@ -65,6 +66,7 @@ py::dict result_dict(const tuner::TuneResult& r) {
   d["first_valid_time"] = r.first_valid_time;
   d["trials_measured"] = r.trials_measured;
   d["trials_skipped"] = r.trials_skipped;
+  d["trials_claimed_elsewhere"] = r.trials_claimed_elsewhere;
   d["errors"] = r.errors;
   d["featurized"] = r.featurized;
   d["feature_ms_per_candidate"] = r.feature_ms_per_candidate;

@@ -67,6 +67,7 @@ db::RecordFilter to_filter(py::handle v) {
   f.with_features = get<bool>(d, "with_features", what);
   f.limit = get<int64_t>(d, "limit", what);
   if (f.limit < 0) throw Error("record filter: limit is " + std::to_string(f.limit) + "; use 0 (no limit) or more");
+  if (d.contains("after_id") && !d["after_id"].is_none()) f.after_id = get<int64_t>(d, "after_id", what);
   return f;
 }
 
@@ -204,6 +205,23 @@ void define_tuning_db(py::module_& m) {
         db::FeatureSet f = to_features(features, "set_features(): features");
         p.with([&](db::Database& d) { d.set_features(id, f); });
       })
+
+      // ---- claims of concurrent tuning sessions ----
+      .def("claim", [](const PyDatabase& p, const std::string& key, py::handle target, py::handle traces, const std::string& owner, double ttl_s) {
+        db::TargetInfo tgt = to_target(target, "claim(): target");
+        auto list = cast_value<std::vector<std::string>>(traces, "claim(): traces (JSON text each)");
+        std::vector<db::ClaimStatus> got = p.with([&](db::Database& d) { return d.claim(key, tgt, list, owner, ttl_s); });
+        std::vector<std::string> out;
+        for (db::ClaimStatus s : got) out.push_back(db::to_string(s));
+        return out;
+      }, py::arg("key"), py::arg("target"), py::arg("traces"), py::arg("owner"), py::arg("ttl_s"))
+      .def("renew_claims", [](const PyDatabase& p, const std::string& owner, double ttl_s) {
+        return p.with([&](db::Database& d) { return d.renew_claims(owner, ttl_s); });
+      }, py::arg("owner"), py::arg("ttl_s"))
+      .def("release_claims", [](const PyDatabase& p, const std::string& owner) {
+        return p.with([&](db::Database& d) { return d.release_claims(owner); });
+      }, py::arg("owner"))
+      .def("claims", [](const PyDatabase& p) { return p.with([](db::Database& d) { return d.claims(); }); })
 
       // ---- statistics and maintenance ----
       .def("stats", [](const PyDatabase& p) { return p.with([](db::Database& d) { return d.stats(); }); })

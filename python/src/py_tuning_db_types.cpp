@@ -366,6 +366,11 @@ void describe_types() {
   auto& imported = spec<db::ImportResult>();
   imported.name = "ImportResult";
   imported.fields = {member("added", &db::ImportResult::added), member("skipped", &db::ImportResult::skipped)};
+
+  auto& claim = spec<db::Claim>();
+  claim.name = "Claim";
+  claim.fields = {member("workload_key", &db::Claim::workload_key), nested("target", &db::Claim::target, &to_target),
+                  json_text("trace", &db::Claim::trace), member("owner", &db::Claim::owner), member("expires_at", &db::Claim::expires_at)};
 }
 
 }  // namespace
@@ -403,6 +408,8 @@ void define_tuning_db_types(py::module_& t) {
   bind<db::WorkloadTargetStats>(t, "Record counts and the best run times of one workload on one target.");
   bind<db::Stats>(t, "Totals of a database, errors by kind, and the best result per workload and target.");
   bind<db::ImportResult>(t, "Records inserted, and records skipped because their uid was already present.");
+  bind<db::Claim>(t, "A tuning session's claim on a trace it is measuring (Database.claims()): owner is the session's run uid, expires_at Unix seconds; "
+                     "target holds the hardware facts (kiln_version is empty: claims are per hardware).");
 }
 
 }  // namespace kiln::python

@@ -101,6 +101,37 @@ def test_resume_skips_known_traces_and_crash_is_recorded(tmp_path):
     assert any(rec.error_kind == "run_error" and "SIGSEGV" in rec.error_msg for rec in recs)
 
 
+_SESSION = """
+import json, sys
+import kiln
+from kiln import te
+A = te.placeholder((48, 48), name="A")
+B = te.placeholder((48, 48), name="B")
+r = kiln.tune([A, B, kiln.ops.matmul(A, B)], db=sys.argv[1], trials=12, batch_size=6, early_stop_rounds=100, seed=3,
+              repeat=2, min_repeat_ms=1.0, progress=False, population=16, generations=2, build_threads=1)
+print(json.dumps([r.trials_measured, r.trials_skipped, r.trials_claimed_elsewhere]))
+"""
+
+
+def test_concurrent_sessions_share_out_the_candidates(tmp_path):
+    """Two processes tune one workload on one file at once, from one seed: no schedule is measured twice."""
+    import json
+    import subprocess
+    import sys
+    db = str(tmp_path / "t.db")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    procs = [subprocess.Popen([sys.executable, "-c", _SESSION, db], stdout=subprocess.PIPE, env=env, text=True) for _ in range(2)]
+    outs = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert [o[0] for o in outs] == [12, 12]
+    assert sum(o[1] + o[2] for o in outs) > 0, "the same seed proposes the same candidates: one session must have passed some over"
+    A, B, C = gemm(48)
+    with kiln.tuning_db.open(db) as d:
+        recs = d.records(kiln.tuner.make_task([A, B, C]).workload_key)
+        assert d.claims() == []
+    assert len(recs) == 24 and len({rec.trace for rec in recs}) == 24
+
+
 def test_curve_png_and_bad_input(tmp_path, monkeypatch):
     png = tmp_path / "curve.png"
     kiln.tuner.plot_curve([(6, 10.0), (12, 20.5)], str(png), "test")

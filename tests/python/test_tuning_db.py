@@ -438,3 +438,50 @@ def test_close_while_other_threads_query(path):
     for t in threads:
         t.join(120)
     assert outcomes == ["closed"] * 3, outcomes
+
+
+def test_claims_of_concurrent_sessions(path, db):
+    """Two connections claim traces: each trace goes to one owner, recorded ones are 'measured'."""
+    add_timed(db, [1e-3])  # trace(1) is recorded
+    with kiln.tuning_db.open(path) as other:
+        assert db.claim(KEY, TARGET, [trace(1), trace(2), json.dumps(trace(3))], "A", 60) == ["measured", "claimed", "claimed"]
+        assert other.claim(KEY, TARGET, [trace(2), trace(4)], "B", 60.0) == ["held", "claimed"]
+        claims = other.claims()
+        assert sorted(c.owner for c in claims) == ["A", "A", "B"]
+        c = next(c for c in claims if c.owner == "B")
+        assert isinstance(c, kiln.tuning_db.Claim) and c.workload_key == KEY
+        assert json.loads(c.trace) == trace(4) and c.target.cpu_features == ["avx2", "fma"] and c.target.kiln_version == ""
+        assert c.to_dict()["owner"] == "B" and c.expires_at > 0
+        assert db.renew_claims("A", 30) == 2
+        assert db.release_claims("A") == 2
+        assert other.claim(KEY, TARGET, [trace(2)], "B", 60) == ["claimed"]
+        with pytest.raises(KilnError, match="positive"):
+            db.claim(KEY, TARGET, [trace(5)], "A", 0)
+        with pytest.raises(KilnError, match="list of traces"):
+            db.claim(KEY, TARGET, "[]", "A", 60)
+    # What was added since a record: after_id.
+    newer = add_timed(db, [2e-3, 3e-3], key=KEY)
+    assert [r.id for r in db.find(workload_key=KEY, after_id=newer[0])] == [newer[1]]
+
+
+def test_read_only_open_of_a_version_2_file(path):
+    """A file from before claims (schema 2) reads read-only as it is; a writable open adds the table."""
+    with kiln.tuning_db.open(path) as d:
+        d.add_workload(KEY, "mm", compute_dag=DAG)
+        add_timed(d, [1e-3])
+    con = sqlite3.connect(path)
+    con.execute("DROP TABLE claims")
+    con.execute("PRAGMA user_version = 2")
+    con.commit()
+    con.execute("PRAGMA journal_mode = DELETE")
+    con.close()
+    before = path.read_bytes()
+    with kiln.tuning_db.open(path, read_only=True) as d:
+        assert d.schema_version == 2
+        assert len(d.records(KEY)) == 1 and d.claims() == []
+        with pytest.raises(KilnError, match="read-only"):
+            d.claim(KEY, TARGET, [trace(9)], "A", 60)
+    assert path.read_bytes() == before
+    with kiln.tuning_db.open(path) as d:
+        assert d.schema_version == kiln.tuning_db.latest_schema_version() >= 3
+        assert d.claim(KEY, TARGET, [trace(1), trace(9)], "A", 60) == ["measured", "claimed"]
