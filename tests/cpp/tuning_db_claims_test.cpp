@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "kiln/support/error.h"
@@ -87,6 +88,14 @@ TEST_F(TuningDbClaims, OneOwnerPerTraceUntilReleasedAndRecordedTracesAreMeasured
   EXPECT_EQ(statuses(a.claim("fedcba9876543210", sample_target(), traces(1, 1), "A", 60)), "claimed");
   EXPECT_EQ(a.release_claims("B"), 2);
   EXPECT_EQ(a.release_claims("B"), 0);
+  // Imported records count as measured too.
+  std::stringstream line;
+  Database other = Database::open(dir.file("other.db"));
+  other.add_workload(sample_workload(kKey));
+  other.add_records({sample_record(kKey, 4.0, 7)});
+  other.write_jsonl(line);
+  EXPECT_EQ(b.read_jsonl(line).added, 1);
+  EXPECT_EQ(statuses(b.claim(kKey, sample_target(), traces(7, 1), "B", 60)), "measured");
   // Failed measurements count as measured too: they are never repeated.
   a.add_records({testing::failed_record(kKey, ErrorKind::timeout, "slow")});
   EXPECT_EQ(statuses(b.claim(kKey, sample_target(), {R"([{"kind":"vectorize","axis":1}])"}, "B", 60)), "measured");
@@ -212,6 +221,7 @@ TEST(TuningDbClaimsMigration, WritableOpenOfVersion2AddsTheClaimsTable) {
   detail::Connection raw(path, true, false, 1000);
   EXPECT_EQ(raw.scalar("PRAGMA user_version"), Database::latest_schema_version());
   EXPECT_EQ(raw.scalar("SELECT COUNT(*) FROM claims"), 1);
+  EXPECT_EQ(raw.scalar("SELECT COUNT(*) FROM records WHERE trace_hash IS NULL"), 0) << "the migration hashes the old records' traces";
 }
 
 }  // namespace

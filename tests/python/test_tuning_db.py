@@ -470,7 +470,9 @@ def test_read_only_open_of_a_version_2_file(path):
         d.add_workload(KEY, "mm", compute_dag=DAG)
         add_timed(d, [1e-3])
     con = sqlite3.connect(path)
-    con.execute("DROP TABLE claims")
+    con.execute("DROP TABLE claims")  # back to what schema 2 had
+    con.execute("DROP INDEX records_by_trace")
+    con.execute("ALTER TABLE records DROP COLUMN trace_hash")
     con.execute("PRAGMA user_version = 2")
     con.commit()
     con.execute("PRAGMA journal_mode = DELETE")

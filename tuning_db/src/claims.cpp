@@ -3,6 +3,7 @@
 // in one write transaction; a trace already recorded, or claimed by another
 // session whose claim has not expired, is passed over. Claims expire unless
 // renewed, so a crashed session's traces are taken over later, not lost.
+#include <algorithm>
 #include <cmath>
 
 #include "kiln/support/error.h"
@@ -39,18 +40,18 @@ void check_ttl(double ttl_s, const char* call) {
       << call << ": the claim lifetime is " << ttl_s << " s; pass a positive number of seconds";
 }
 
-/** Whether the workload (id, or 0 when unknown) has a record of the trace on one of the targets. */
+/** Whether the workload (id, or 0 when unknown) has a record of the (canonical) trace on one of the targets. */
 bool recorded(detail::Connection& conn, int64_t workload_id, const std::vector<int64_t>& targets,
               const std::string& trace) {
-  if (workload_id == 0) return false;
-  for (int64_t target_id : targets) {
-    // (workload_id, target_id) is the prefix of records_by_median: only this
-    // workload's records on this target are compared.
-    Stmt q = conn.query(
-        "SELECT 1 FROM records WHERE workload_id = ? AND target_id = ? AND trace = ? LIMIT 1");
-    q.bind(1, workload_id).bind(2, target_id).bind(3, trace);
-    if (q.step()) return true;
-  }
+  if (workload_id == 0 || targets.empty()) return false;
+  // records_by_trace narrows the search to the workload's records with this
+  // hash (one, bar a collision); the target and the text decide.
+  Stmt q = conn.query(
+      "SELECT target_id FROM records INDEXED BY records_by_trace "
+      "WHERE workload_id = ? AND trace_hash = ? AND trace = ?");
+  q.bind(1, workload_id).bind(2, detail::trace_hash(trace)).bind(3, trace);
+  while (q.step())
+    if (std::find(targets.begin(), targets.end(), q.col_int(0)) != targets.end()) return true;
   return false;
 }
 

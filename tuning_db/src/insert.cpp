@@ -27,6 +27,15 @@ double median_of(std::vector<double> times) {
 
 }  // namespace
 
+int64_t trace_hash(const std::string& canonical_trace) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : canonical_trace) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return static_cast<int64_t>(h);
+}
+
 void validate_features(const FeatureSet& f) {
   KILN_USER_CHECK(!f.extractor.empty())
       << "features need an extractor name (e.g. \"ansor-v1\") so that incompatible "
@@ -171,15 +180,15 @@ std::optional<int64_t> insert_record(Connection& conn, InsertCache& cache, const
   std::optional<int64_t> rid = run_id(conn, cache, r.run_uid);
   std::string sql =
       "INSERT INTO records(uid, workload_id, target_id, run_id, trace, run_times, min_time, "
-      "median_time, error_kind, error_msg, build_time, created_at) "
-      "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" +
+      "median_time, error_kind, error_msg, build_time, created_at, trace_hash) "
+      "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" +
       std::string(skip_known_uid ? " ON CONFLICT(uid) DO NOTHING" : "");
   Stmt s = conn.query(sql);
   s.bind(1, r.uid).bind(2, wid).bind(3, tid);
   if (rid) s.bind(4, *rid); else s.bind_null(4);
   s.bind(5, r.trace).bind(6, nlohmann::json(r.run_times).dump());
   s.bind(7, r.min_time).bind(8, r.median_time).bind(9, to_string(r.error_kind));
-  s.bind(10, r.error_msg).bind(11, r.build_time).bind(12, r.timestamp);
+  s.bind(10, r.error_msg).bind(11, r.build_time).bind(12, r.timestamp).bind(13, trace_hash(r.trace));
   s.run();
   if (skip_known_uid && conn.changes() == 0) return std::nullopt;
   int64_t id = conn.last_insert_id();

@@ -93,8 +93,14 @@ const std::vector<Migration>& migrations() {
       // measuring (Database::claim). Keyed like a record's identity on the
       // same hardware: workload, target facts but the kiln version, and the
       // canonical trace. No foreign keys: a claim is transient, and one that
-      // outlives its workload just expires.
+      // outlives its workload just expires. A hash of each record's trace,
+      // indexed per workload, lets a claim find a trace's records without
+      // reading every record of the workload (0.7 s for 32 traces among
+      // 12,000 records without it). Readers need neither.
       {false, {
+          "ALTER TABLE records ADD COLUMN trace_hash INTEGER",
+          "UPDATE records SET trace_hash = kiln_trace_hash(trace)",
+          "CREATE INDEX records_by_trace ON records(workload_id, trace_hash)",
           R"(CREATE TABLE claims(
                workload_key TEXT NOT NULL,
                target TEXT NOT NULL,

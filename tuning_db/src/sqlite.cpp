@@ -39,6 +39,17 @@ const char* hint_for(int rc) {
   }
 }
 
+/** kiln_trace_hash(text): trace_hash() in SQL, with which a migration fills in existing records. */
+void sql_trace_hash(sqlite3_context* ctx, int, sqlite3_value** argv) {
+  const unsigned char* text = sqlite3_value_text(argv[0]);
+  if (!text) {
+    sqlite3_result_null(ctx);
+    return;
+  }
+  std::string s(reinterpret_cast<const char*>(text), static_cast<size_t>(sqlite3_value_bytes(argv[0])));
+  sqlite3_result_int64(ctx, trace_hash(s));
+}
+
 }  // namespace
 
 void throw_sqlite(int rc, sqlite3* db, const std::string& path, const std::string& what) {
@@ -154,6 +165,14 @@ Connection::Connection(const std::string& path, bool read_only, bool create, int
   }
   sqlite3_extended_result_codes(db_, 1);
   sqlite3_busy_timeout(db_, busy_timeout_ms);
+  // DIRECTONLY: usable in our statements, never from a trigger or view of the file.
+  rc = sqlite3_create_function_v2(db_, "kiln_trace_hash", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_DIRECTONLY,
+                                  nullptr, &sql_trace_hash, nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) {
+    sqlite3_close_v2(db_);
+    db_ = nullptr;
+    throw_sqlite(rc, nullptr, path, "registering the function kiln_trace_hash");
+  }
 }
 
 Connection::~Connection() {

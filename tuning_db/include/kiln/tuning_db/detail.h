@@ -165,6 +165,12 @@ void validate_features(const FeatureSet& features);
 
 double now_seconds();
 std::string new_uid();
+/**
+ * A 64-bit hash (FNV-1a) of a canonical trace, the records.trace_hash column:
+ * it narrows a lookup by trace to a few rows; the text is still compared.
+ * SQL sees it as kiln_trace_hash(text) on every connection.
+ */
+int64_t trace_hash(const std::string& canonical_trace);
 
 }  // namespace kiln::tuning_db::detail
 
