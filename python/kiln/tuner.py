@@ -37,7 +37,8 @@ class TuneResult:
     ``first_valid_time`` (first valid candidate of this session),
     ``trials_measured``, ``trials_skipped`` (already in the database),
     ``trials_claimed_elsewhere`` (passed over: another session running at
-    the same time was measuring them), ``errors``, ``elapsed_s``, ``db_path``, ``curve`` (list of
+    the same time was measuring them), ``records_from_others`` (records
+    such sessions stored meanwhile, learned from between rounds), ``errors``, ``elapsed_s``, ``db_path``, ``curve`` (list of
     ``(trials, best GFLOP/s so far)`` per batch), ``trial_gflops`` (GFLOP/s
     of every measured trial, 0 for a failure), ``featurized`` (candidates
     whose cost-model features the search extracted) and

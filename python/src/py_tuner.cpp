@@ -67,6 +67,7 @@ py::dict result_dict(const tuner::TuneResult& r) {
   d["trials_measured"] = r.trials_measured;
   d["trials_skipped"] = r.trials_skipped;
   d["trials_claimed_elsewhere"] = r.trials_claimed_elsewhere;
+  d["records_from_others"] = r.records_from_others;
   d["errors"] = r.errors;
   d["featurized"] = r.featurized;
   d["feature_ms_per_candidate"] = r.feature_ms_per_candidate;

@@ -62,9 +62,9 @@ TuneOptions tiny(const std::string& db, int trials) {
   return o;
 }
 
-/** What a child's session reported: trials measured, skipped (in the DB) and claimed by another session. */
+/** What a child's session reported: trials measured, skipped (in the DB), claimed by another session, and records taken in from others. */
 struct Outcome {
-  int measured = -1, skipped = -1, claimed_elsewhere = -1;
+  int measured = -1, skipped = -1, claimed_elsewhere = -1, from_others = -1;
 };
 
 /**
@@ -78,7 +78,7 @@ pid_t fork_session(const Task& task, const TuneOptions& o, const std::string& ou
   int code = 0;
   try {
     TuneResult r = tune(task, o);
-    if (!outcome.empty()) std::ofstream(outcome) << r.trials_measured << " " << r.trials_skipped << " " << r.trials_claimed_elsewhere << "\n";
+    if (!outcome.empty()) std::ofstream(outcome) << r.trials_measured << " " << r.trials_skipped << " " << r.trials_claimed_elsewhere << " " << r.records_from_others << "\n";
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tuning session failed: %s\n", e.what());
     code = 2;
@@ -96,7 +96,7 @@ int wait_child(pid_t pid) {
 
 Outcome read_outcome(const std::string& file) {
   Outcome o;
-  std::ifstream(file) >> o.measured >> o.skipped >> o.claimed_elsewhere;
+  std::ifstream(file) >> o.measured >> o.skipped >> o.claimed_elsewhere >> o.from_others;
   return o;
 }
 
@@ -125,8 +125,12 @@ TEST(TunerSessions, ConcurrentSessionsNeverMeasureATraceTwice) {
   // From one seed they propose the same candidates first: the later one to
   // claim finds them claimed (or already stored) by the other.
   EXPECT_GT(ra.skipped + ra.claimed_elsewhere + rb.skipped + rb.claimed_elsewhere, 0);
-  std::printf("sessions: measured %d + %d, skipped %d + %d, claimed elsewhere %d + %d\n", ra.measured, rb.measured, ra.skipped,
-              rb.skipped, ra.claimed_elsewhere, rb.claimed_elsewhere);
+  // Five rounds each at the same time: between rounds, each learns from what the other stored.
+  EXPECT_GT(ra.from_others + rb.from_others, 0);
+  EXPECT_LE(ra.from_others, trials);
+  EXPECT_LE(rb.from_others, trials);
+  std::printf("sessions: measured %d + %d, skipped %d + %d, claimed elsewhere %d + %d, records from the other %d + %d\n", ra.measured, rb.measured,
+              ra.skipped, rb.skipped, ra.claimed_elsewhere, rb.claimed_elsewhere, ra.from_others, rb.from_others);
 
   std::vector<tuning_db::Record> recs = records_of(db.path(), task);
   std::map<std::string, int> count;
@@ -198,6 +202,7 @@ TEST(TunerSessions, KilledSessionsClaimsAreTakenOverAfterTheyExpire) {
   Outcome rc = read_outcome(out_c);
   EXPECT_EQ(rc.measured, 8);
   EXPECT_EQ(rc.claimed_elsewhere, 0);
+  EXPECT_EQ(rb.from_others, 0) << "no session stored anything while B ran";
   runs = tuning_db::Database::open(db.path()).runs();
   ASSERT_EQ(runs.size(), 3u);
   recs = records_of(db.path(), task);

@@ -109,7 +109,7 @@ A = te.placeholder((48, 48), name="A")
 B = te.placeholder((48, 48), name="B")
 r = kiln.tune([A, B, kiln.ops.matmul(A, B)], db=sys.argv[1], trials=12, batch_size=6, early_stop_rounds=100, seed=3,
               repeat=2, min_repeat_ms=1.0, progress=False, population=16, generations=2, build_threads=1)
-print(json.dumps([r.trials_measured, r.trials_skipped, r.trials_claimed_elsewhere]))
+print(json.dumps([r.trials_measured, r.trials_skipped, r.trials_claimed_elsewhere, r.records_from_others]))
 """
 
 
@@ -125,6 +125,7 @@ def test_concurrent_sessions_share_out_the_candidates(tmp_path):
     assert all(p.returncode == 0 for p in procs)
     assert [o[0] for o in outs] == [12, 12]
     assert sum(o[1] + o[2] for o in outs) > 0, "the same seed proposes the same candidates: one session must have passed some over"
+    assert all(0 <= o[3] <= 12 for o in outs)  # records the other stored meanwhile, learned from
     A, B, C = gemm(48)
     with kiln.tuning_db.open(db) as d:
         recs = d.records(kiln.tuner.make_task([A, B, C]).workload_key)

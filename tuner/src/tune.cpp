@@ -85,10 +85,13 @@ struct Session {
    * passed over (counted in res) and the search is asked again for others.
    */
   std::vector<Entry> claim_batch(EvolutionarySearch& search, int n, TuneResult* res);
-  /** Stores the batch, releases its claims, and trains the model on it and on what other sessions stored meanwhile. */
-  void store(const std::vector<Entry>& batch, const std::vector<MeasureResult>& results, const EvolutionarySearch& search);
-  /** Takes in the task's records stored by other sessions since the last look; their feature samples go to *samples. */
-  void learn_from_others(std::vector<Sample>* samples);
+  /**
+   * Stores the batch, releases its claims, and trains the model on it and on
+   * what other sessions stored meanwhile (counted in *from_others).
+   */
+  void store(const std::vector<Entry>& batch, const std::vector<MeasureResult>& results, const EvolutionarySearch& search, int* from_others);
+  /** Takes in the task's records stored by other sessions since the last look; their feature samples go to *samples. Returns how many. */
+  int learn_from_others(std::vector<Sample>* samples);
   std::vector<Entry> elite() const;
   /** The DB's best record for this task, verified (failures are re-stored as errors); nullopt if none. */
   std::optional<tuning_db::Record> verified_db_best();
@@ -170,7 +173,7 @@ bool Session::verify_improvements(const std::vector<Entry>& batch, std::vector<M
   return false;
 }
 
-void Session::store(const std::vector<Entry>& batch, const std::vector<MeasureResult>& results, const EvolutionarySearch& search) {
+void Session::store(const std::vector<Entry>& batch, const std::vector<MeasureResult>& results, const EvolutionarySearch& search, int* from_others) {
   std::vector<tuning_db::Record> records;
   std::vector<Sample> samples;
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -206,11 +209,11 @@ void Session::store(const std::vector<Entry>& batch, const std::vector<MeasureRe
     for (const Sample& x : samples) f.push_back(x.features), actual.push_back(x.throughput);
     model_quality = "model rank correlation on the batch " + std::to_string(rank_correlation(model->predict(f), actual)).substr(0, 5);
   }
-  learn_from_others(&samples);  // one retraining for both
+  *from_others += learn_from_others(&samples);  // one retraining for both
   if (!samples.empty()) model->update(samples);
 }
 
-void Session::learn_from_others(std::vector<Sample>* samples) {
+int Session::learn_from_others(std::vector<Sample>* samples) {
   tuning_db::RecordFilter f;
   f.workload_key = task.workload_key;
   f.after_id = last_record_id;
@@ -231,6 +234,7 @@ void Session::learn_from_others(std::vector<Sample>* samples) {
       samples->push_back({std::move(*feats), ok ? 1.0 / *r.median_time : 0.0, r.workload_key + "|" + r.target.target + "|" + r.target.cpu_model});
   }
   if (taken > 0 && debug_logging()) progress.note("took in " + std::to_string(taken) + " records other sessions stored meanwhile");
+  return taken;
 }
 
 std::vector<Entry> Session::claim_batch(EvolutionarySearch& search, int n, TuneResult* res) {
@@ -397,7 +401,7 @@ TuneResult tune(const Task& task, const TuneOptions& options) {
     auto t2 = std::chrono::steady_clock::now();
     bool improved = s.verify_improvements(batch, results);
     auto t3 = std::chrono::steady_clock::now();
-    s.store(batch, results, search);
+    s.store(batch, results, search, &res.records_from_others);
     if (debug_logging()) {
       auto sec = [](auto a, auto b) { return std::to_string(std::chrono::duration<double>(b - a).count()).substr(0, 5); };
       progress.note("round: search " + sec(t0, t1) + " s, build+measure " + sec(t1, t2) + " s, verify " + sec(t2, t3) + " s, store+learn " +

@@ -62,6 +62,8 @@ struct TuneResult {
   int trials_skipped = 0;           ///< already in the DB (stored by an earlier or a concurrent session)
   /** Candidates passed over because another live session had claimed them (it was measuring them); each trace once. */
   int trials_claimed_elsewhere = 0;
+  /** Records of the task that sessions running meanwhile stored, taken in between rounds (traces known, features learned). */
+  int records_from_others = 0;
   int errors = 0;                   ///< measured candidates that failed (recorded in the DB with their error kind)
   /** Points of the search space whose schedule did not apply (user errors): skipped before measuring, counted here. */
   int invalid_candidates = 0;
