@@ -37,6 +37,9 @@ class Module:
     def load(path, entry_name=None):
         """Loads an exported kernel library (a .so with kiln metadata)."""
         native = _kiln.Module.load(str(path))
+        if native.is_model_library:
+            raise KilnError(f"'{path}' is a model library (written by Executor.export_library): its kernels take the plan's "
+                            "arena and weights, so load it with kiln.runtime.load_model(path) and call the model")
         names = native.names()
         return Module(native, entry_name or (names[0] if names else "main"))
 

@@ -262,6 +262,8 @@ void define_runtime(py::module_& m) {
 
   py::class_<Module>(m, "Module", "Compiled kernels, callable by name. Use kiln.build, which wraps it.")
       .def_static("load", &Module::load, py::arg("path"), "Loads an exported kernel library (.so).")
+      .def_property_readonly("is_model_library", &Module::is_model_library,
+                             "Whether the library is a model (Executor.export_library), for kiln.runtime.load_model")
       .def("export_library", &Module::export_library, py::arg("path"),
            "Writes the kernels as a shared library that Module.load reads (linked by $CC, default cc).")
       .def("names", &Module::names)

@@ -252,6 +252,8 @@ Module Module::load(const std::string& so_path) {
 
 bool Module::has(const std::string& name) const { return state_ && state_->index.count(name) > 0; }
 
+bool Module::is_model_library() const { return state_ && state_->backing->lookup("kiln_model_plan") != nullptr; }
+
 const KernelInfo& Module::info(const std::string& name) const {
   KILN_USER_CHECK(state_) << "use of a null Module; create one with Module::load or a backend's build";
   return state_->kernels[state_->find(name)];

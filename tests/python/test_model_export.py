@@ -72,6 +72,9 @@ def test_errors(exe, tmp_path):
         exe.export_library(so, weights="nowhere")
     exe.export_library(so, weights="beside")
     m = kiln.runtime.load_model(so)
+    # A model library through the kernel loader: told which loader to use, not "expected 2 arguments".
+    with pytest.raises(kiln.KilnError, match=r"is a model library .*kiln.runtime.load_model"):
+        kiln.runtime.load(so)
     with pytest.raises(kiln.KilnError, match=r"has shape \[2, 3, 7, 6\]; the model was compiled for \[2, 3, 6, 6\]"):
         m(np.zeros((2, 3, 7, 6), "float32"))
     with pytest.raises(kiln.KilnError, match="dtype float64"):

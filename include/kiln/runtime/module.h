@@ -170,6 +170,9 @@ class Module {
 
   bool defined() const { return state_ != nullptr; }
   bool has(const std::string& name) const;
+  /** Whether this is a model library (Executor::export_library: a plan beside the kernels), which
+   * ModelRunner::load runs; its kernels alone take the plan's arena and weights as arguments. */
+  bool is_model_library() const;
   /** The kernel's metadata; throws kiln::Error listing the kernels when there is no such kernel. */
   const KernelInfo& info(const std::string& name) const;
   /** Kernel names, in metadata order. */
