@@ -568,3 +568,29 @@ def test_default_schedules(rng):
     want = ref_bilinear(np.take(a, i, axis=-1), (2, 3, 9, 8), [1, 1, 1.5, 2], "half_pixel")
     want = np.maximum(np.pad(want, [(0, 0), (0, 0), (2, 3), (1, 2)], mode="reflect"), 0)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_zero_width_slices_are_left_out():
+    # torch.roll by 0 (Swin's shifted windows) exports a zero-width Slice feeding a Concat: no kernel can
+    # run over an extent of 0, so the empty value is dropped, both on a graph input and on constants
+    # (which the importer folds as it builds).
+    import io
+    import torch
+
+    class Roll(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("table", torch.arange(12.0).reshape(3, 4))
+
+        def forward(self, x):
+            s = 0
+            rolled = torch.cat([x[:, x.shape[1] - s:], x[:, :x.shape[1] - s]], dim=1)
+            t = torch.cat([self.table[:, 4 - s:], self.table[:, :4 - s]], dim=1)
+            return rolled * 2 + t.sum()
+
+    x = torch.randn(3, 5)
+    buf = io.BytesIO()
+    torch.onnx.export(Roll(), (x,), buf, opset_version=14)
+    g = kiln.graph.from_onnx(buf.getvalue())
+    np.testing.assert_allclose(kiln.compile(g)(x.numpy())[0], Roll()(x).numpy(), rtol=1e-6)
+    assert "Concat" not in str(kiln.compile(g).graph)

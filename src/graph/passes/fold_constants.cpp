@@ -18,6 +18,15 @@ bool all_inputs_constant(const OpNode& n) {
 
 std::vector<Value> fold_node(const Ref<OpNode>& n, int64_t max_bytes) {
   if (n->body.defined()) return {};
+  // Empty values fold without a kernel (none can run over an extent of 0); a Concat rebuilt without its
+  // empty inputs may fold in turn.
+  if (std::vector<Value> rebuilt = remove_empty_node(n); !rebuilt.empty()) {
+    if (rebuilt.size() == 1 && rebuilt[0].node->kind == NodeKind::Op) {
+      std::vector<Value> folded = fold_node(Ref<OpNode>(static_cast<const OpNode*>(rebuilt[0].node.get())), max_bytes);
+      if (!folded.empty()) return folded;
+    }
+    return rebuilt;
+  }
   // An op with `evaluate` and no compute (Shape) needs only its input types.
   bool from_types = n->op->evaluate && !n->op->compute;
   if (!from_types && (!all_inputs_constant(*n) || n->inputs.empty())) return {};

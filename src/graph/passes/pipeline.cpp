@@ -19,6 +19,7 @@ Graph optimize(const Graph& g, const Target& target, const PipelineOptions& opti
   Graph out = g;
   if (dump && only.empty()) std::cerr << "// input graph\n" << g.str() << "\n";
   out = after("remove_identity", remove_identity(out));
+  out = after("remove_empty_values", remove_empty_values(out));
   out = after("fold_transposes", fold_transposes(out));
   bool bf16_dot = target.kind == Target::Kind::LLVM && (options.bf16_dot == 1 || (options.bf16_dot < 0 && target.has_feature("avx512bf16")));
   if (bf16_dot) out = after("use_bf16_dot", use_bf16_dot(out));
