@@ -594,3 +594,56 @@ def test_zero_width_slices_are_left_out():
     g = kiln.graph.from_onnx(buf.getvalue())
     np.testing.assert_allclose(kiln.compile(g)(x.numpy())[0], Roll()(x).numpy(), rtol=1e-6)
     assert "Concat" not in str(kiln.compile(g).graph)
+
+
+def _scatter_nd_model(data, indices, updates, reduction=None):
+    import onnx
+    from onnx import helper, numpy_helper
+    attrs = {"reduction": reduction} if reduction else {}
+    node = helper.make_node("ScatterND", ["d", "i", "u"], ["y"], **attrs)
+    out = helper.make_tensor_value_info("y", onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[data.dtype], list(data.shape))
+    g = helper.make_graph([node], "g", [], [out], [numpy_helper.from_array(a, n) for a, n in ((data, "d"), (indices, "i"), (updates, "u"))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)]).SerializeToString()
+
+
+def _scatter_nd_reference(data, indices, updates, reduction="none"):
+    out = data.copy()
+    for t in np.ndindex(indices.shape[:-1]):
+        at = tuple(indices[t])
+        if reduction == "add":
+            out[at] += updates[t]
+        elif reduction == "mul":
+            out[at] *= updates[t]
+        else:
+            out[at] = updates[t]
+    return out
+
+
+@pytest.mark.parametrize("reduction", [None, "add", "mul"])
+def test_scatter_nd_on_constants(reduction):
+    # Swin's shifted-window mask is built by slice assignment, which exports as ScatterND on constants.
+    pytest.importorskip("onnx")
+    rng = np.random.default_rng(5)
+    data = rng.standard_normal((4, 5, 3)).astype("float32")
+    indices = np.array([[[0, 1], [3, 4]], [[2, 0], [-1, 2]]], "int64")  # tuples of 2: whole rows of 3
+    updates = rng.standard_normal((2, 2, 3)).astype("float32")
+    g = kiln.graph.from_onnx(_scatter_nd_model(data, indices, updates, reduction))
+    want = _scatter_nd_reference(data, indices, updates, reduction or "none")
+    np.testing.assert_allclose(kiln.compile(g)()[0], want, rtol=1e-6)
+    # Element tuples (k = rank) on int64.
+    d, i, u = np.arange(12, dtype="int64").reshape(3, 4), np.array([[0, 0], [2, 3]], "int64"), np.array([-5, -7], "int64")
+    np.testing.assert_array_equal(kiln.compile(kiln.graph.from_onnx(_scatter_nd_model(d, i, u)))()[0], _scatter_nd_reference(d, i, u))
+
+
+def test_scatter_nd_errors():
+    pytest.importorskip("onnx")
+    data = np.zeros((3, 4), "float32")
+    with pytest.raises(kiln.KilnError, match="out of range for dimension 0"):
+        kiln.graph.from_onnx(_scatter_nd_model(data, np.array([[3]], "int64"), np.zeros((1, 4), "float32")))
+    with pytest.raises(kiln.KilnError, match=r"updates are float32\[2, 4\].*need shape \[1, 4\]"):
+        kiln.graph.from_onnx(_scatter_nd_model(data, np.array([[1]], "int64"), np.zeros((2, 4), "float32")))
+    b = G.Builder()
+    x = b.input("x", (3, 4), "float32")
+    with pytest.raises(kiln.KilnError, match="its data is computed at run time; kiln evaluates ScatterND at compile time only"):
+        kiln.compile(b.build(b.op("ScatterND", x, G.make_constant("i", np.array([[1]], "int64")),
+                                  G.make_constant("u", np.zeros((1, 4), "float32")))))

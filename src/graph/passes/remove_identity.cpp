@@ -7,12 +7,20 @@ namespace kiln::graph {
 
 namespace {
 
+// The constant scalar input i of n, if it is one.
+std::optional<double> constant_scalar(const OpNode& n, size_t i) {
+  if (n.inputs.size() <= i || !n.inputs[i].defined() || n.inputs[i].node->kind != NodeKind::Constant) return std::nullopt;
+  return scalar_of(static_cast<const ConstantNode&>(*n.inputs[i].node).data);
+}
+
 // A Dropout with a true constant training_mode input is no identity: it is
-// left for its compute to refuse (kiln.train rewrites it before this pass).
+// left for its compute to refuse (kiln.train rewrites it before this pass),
+// unless its ratio is a constant 0, which drops nothing in training either
+// (Swin's attention exports its dropout so, with training_mode true).
 bool training_dropout(const OpNode& n) {
-  if (n.op->name != "Dropout" || n.inputs.size() < 3 || !n.inputs[2].defined() || n.inputs[2].node->kind != NodeKind::Constant) return false;
-  std::optional<double> v = scalar_of(static_cast<const ConstantNode&>(*n.inputs[2].node).data);
-  return v && *v != 0;
+  if (n.op->name != "Dropout") return false;
+  std::optional<double> training = constant_scalar(n, 2), ratio = constant_scalar(n, 1);
+  return training && *training != 0 && !(ratio && *ratio == 0);
 }
 
 }  // namespace
