@@ -344,6 +344,16 @@ def test_dropout_training_mode_error():
         G.run_op("Dropout", [rand((3,)), np.float32(0.5), np.array(True)])
 
 
+def test_dropout_of_ratio_zero_in_training_mode_is_the_identity():
+    # Swin's attention exports F.dropout(p=0.0) with training_mode true: it drops nothing.
+    x = rand((3, 4))
+    b = G.Builder()
+    y = b.op("Dropout", b.input("x", x.shape), G.make_constant("r", np.array(0.0, "float32")), G.make_constant("t", np.array(True)))
+    exe = kiln.compile(b.build(y))
+    check(exe(x)[0], x)
+    assert "Dropout" not in str(exe.graph)
+
+
 # ---------------------------------------------------------------- BatchNormalization
 
 def _bn_ref(x, scale, b, mean, var, eps=1e-5):
