@@ -113,8 +113,14 @@ class NestBuilder {
   }
 
   // The body of s with root axes replaced by their values and tensor reads by buffer loads.
+  // Roots first: a region's min may name a loop of s, and an unsplit root axis is that loop's variable.
   Expr rewrite_reads(const Expr& body, const Stage& s) {
-    Expr e = replace_tensor_reads(body, [&](const TensorNode* t, const std::vector<Expr>& idx) -> Expr {
+    Expr valued = substitute(body, [&](const Variable* v) -> Expr {
+      for (const IterVar& root : s.root_iter_vars())
+        if (root.var().get() == v) return st_->values.at(root.get());
+      return Expr();
+    });
+    return replace_tensor_reads(valued, [&](const TensorNode* t, const std::vector<Expr>& idx) -> Expr {
       const OperationNode* op = t->op.get();
       auto b = st_->buffers.find(op);
       KILN_CHECK(b != st_->buffers.end()) << "no buffer for tensor " << op->name;
@@ -123,11 +129,6 @@ class NestBuilder {
         for (size_t d = 0; d < rel.size(); ++d)
           if (!is_zero(r->second[d].min)) rel[d] = rel[d] - r->second[d].min;
       return BufferLoad::make(b->second, rel);
-    });
-    return substitute(e, [&](const Variable* v) -> Expr {
-      for (const IterVar& root : s.root_iter_vars())
-        if (root.var().get() == v) return st_->values.at(root.get());
-      return Expr();
     });
   }
 

@@ -348,3 +348,22 @@ def test_compute_at_follows_later_splits_tiles_and_fuses():
         c = np.zeros((m, n), np.float32)
         kiln.build(s, [A, B, C])(a, b, c)
         np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+def test_compute_at_an_unsplit_axis_of_an_attached_stage():
+    # Q is computed at P's unsplit row axis, and P at a loop of C, so Q's region
+    # starts at a value that names P's loop variable (the row axis itself). The
+    # reads of Q in P were once rebased with that variable replaced too (reading
+    # Q at -4*io instead of 0 from the second tile on).
+    A = te.placeholder((16, 8), name="A")
+    P = te.compute((16, 8), lambda i, j: A[i, j] * 2.0, name="P")
+    C = te.compute((16, 8), lambda i, j: P[i, j] + 1.0, name="C")
+    s = te.create_schedule(C)
+    io, ii = s[C].split(C.op.axis[0], factor=4)
+    s[P].compute_at(s[C], io)
+    Q = s.cache_read(A, "global", [P])
+    s[Q].compute_at(s[P], s[P].op.axis[0])
+    a = np.random.default_rng(3).standard_normal((16, 8), dtype=np.float32)
+    c = np.zeros((16, 8), np.float32)
+    kiln.build(s, [A, C])(a, c)
+    np.testing.assert_allclose(c, a * 2 + 1, rtol=1e-6)
