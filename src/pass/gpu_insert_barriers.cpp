@@ -141,14 +141,12 @@ class BarrierPlanner {
   }
 
   // A write to x needs no barrier against the pending writes to x when those
-  // can only come from earlier iterations of the loops being walked and each
-  // of those loops writes x at different elements in different iterations.
-  bool exempt_from_waw(const Variable* x) const {
-    if (disjoint_.empty()) return false;
-    for (const BufferSet& d : disjoint_)
-      if (!d.count(x)) return false;
-    return true;
-  }
+  // can only come from earlier iterations of the innermost loop being walked
+  // (loop_alone starts each loop from an empty state, so the writes pending
+  // there are its own) and that loop writes x at different elements in
+  // different iterations. The loops around it need not: a fetch loop inside
+  // the reduction's loop fills its tile piece by piece in every iteration.
+  bool exempt_from_waw(const Variable* x) const { return !disjoint_.empty() && disjoint_.back().count(x); }
 
   // Shared buffers that iterations of `op` write at different elements: one
   // store in the body, whose index grows by a constant c per iteration while
