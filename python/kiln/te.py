@@ -200,6 +200,33 @@ def any(*conds):  # noqa: A001
     return out
 
 
+class ThreadAxis:
+    """A GPU index that ``s[T].bind(axis, thread)`` binds loops to, as TVM's
+    ``te.thread_axis``: ``thread_axis("threadIdx.x")``, ``thread_axis((0, 8),
+    "threadIdx.y")``, ``thread_axis((0, 2), "vthread", name="vx")``. Loops of
+    several stages bound to one tag run on the same index; their extents come
+    from the loops (``dom`` is kept for reading, not enforced)."""
+
+    def __init__(self, thread_tag, dom=None, name=None):
+        self.thread_tag = thread_tag
+        self.dom = dom
+        self.var = Var(name or thread_tag, "int32")
+
+    def __repr__(self):
+        return f"thread_axis({self.dom!r}, {self.thread_tag!r})" if self.dom else f"thread_axis({self.thread_tag!r})"
+
+
+def thread_axis(dom=None, tag="", name=""):
+    """A thread index to bind loops to (see :class:`ThreadAxis`); ``dom`` may be the tag itself."""
+    if isinstance(dom, str):
+        dom, tag = None, dom
+    if not tag:
+        raise KilnError("thread_axis needs a tag: blockIdx.x/y/z, threadIdx.x/y/z or vthread")
+    if dom is not None and not (isinstance(dom, (tuple, list)) and len(dom) == 2):
+        raise KilnError(f"thread_axis '{tag}': dom must be (begin, end), got {dom!r}")
+    return ThreadAxis(tag, tuple(dom) if dom is not None else None, name or None)
+
+
 def create_schedule(ops):
     """A schedule for the outputs ``ops``: a tensor, an operation, or a list of them."""
     return Schedule.create(ops)
@@ -210,5 +237,5 @@ __all__ = [
     "placeholder", "compute", "reduce_axis", "sum", "prod", "max", "min", "maximum", "minimum", "all", "any",
     "select", "if_then_else", "likely", "floordiv", "floormod", "truncdiv", "truncmod", "power", "logical_and",
     "logical_or", "logical_not", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "fabs", "abs", "floor",
-    "ceil", "round", "trunc", "sin", "cos", "pack_bf16x2", "dot_bf16x2", "create_schedule", "workload_key", "canonical_dag", "KilnError",
+    "ceil", "round", "trunc", "sin", "cos", "pack_bf16x2", "dot_bf16x2", "thread_axis", "ThreadAxis", "create_schedule", "workload_key", "canonical_dag", "KilnError",
 ]

@@ -91,6 +91,14 @@ te::Trace to_trace(py::handle trace) {
   throw_user_error("expected a trace (Schedule.trace()) or its JSON text");
 }
 
+// bind's thread: a tag, or anything with a thread_tag (te.thread_axis, as in TVM).
+std::string thread_tag_of(const PyStage& s, py::handle thread) {
+  if (py::isinstance<py::str>(thread)) return thread.cast<std::string>();
+  if (py::hasattr(thread, "thread_tag")) return py::str(thread.attr("thread_tag")).cast<std::string>();
+  throw_user_error("bind on stage '" + s.stage->name() + "': the thread must be a tag such as \"threadIdx.x\" or a te.thread_axis(\"threadIdx.x\"), not " +
+                   py::repr(thread).cast<std::string>());
+}
+
 std::string attach_name(te::AttachType t) {
   switch (t) {
     case te::AttachType::Root: return "root";
@@ -126,7 +134,8 @@ void define_stage(py::module_& m) {
       .def("vectorize", [](const PyStage& s, py::handle axis) { s.stage->vectorize(to_axis(s, axis, "vectorize")); }, py::arg("axis"))
       .def("unroll", [](const PyStage& s, py::handle axis) { s.stage->unroll(to_axis(s, axis, "unroll")); }, py::arg("axis"))
       .def("parallel", [](const PyStage& s, py::handle axis) { s.stage->parallel(to_axis(s, axis, "parallel")); }, py::arg("axis"))
-      .def("bind", [](const PyStage& s, py::handle axis, const std::string& tag) { s.stage->bind(to_axis(s, axis, "bind"), tag); }, py::arg("axis"), py::arg("thread_tag"))
+      .def("bind", [](const PyStage& s, py::handle axis, py::handle thread) { s.stage->bind(to_axis(s, axis, "bind"), thread_tag_of(s, thread)); }, py::arg("axis"), py::arg("thread"),
+           "Binds axis to a GPU index: a tag (\"blockIdx.x\", \"threadIdx.y\", \"vthread\") or a te.thread_axis.")
       .def("compute_at", [](const PyStage& s, py::handle parent, py::handle axis) {
         PyStage p = stage_of(s.sch, parent);
         if (p.sch.state() != s.sch.state()) throw_user_error("compute_at of stage '" + s.stage->name() + "': stage '" + p.stage->name() + "' belongs to another schedule");

@@ -34,6 +34,7 @@ PrimFunc lower_gpu(const te::Schedule& sch, const std::vector<te::Tensor>& args,
   };
   step("storage_flatten", pass::storage_flatten);
   step("gpu_storage_scope", pass::gpu_storage_scope);
+  step("split_thread_nests", pass::split_thread_nests);
   step("simplify", pass::simplify);
   step("remove_no_op", pass::remove_no_op);
   pass::verify_gpu_kernel(f);

@@ -81,7 +81,10 @@ void bind_known_loops(const LowerState& st, Analyzer* ana) {
 }
 
 // Adds to `region` what `reader` reads of `producer` while its loops inside `attach` run.
-static void add_reads(LowerState* st, const Stage& producer, const Stage& reader, const IterVar& attach, std::vector<IntervalSet>* region, std::vector<bool>* seen) {
+// `outer` relaxes the result further: the loops of the parent that enclose a reader
+// computed at a loop inside the producer's.
+static void add_reads(LowerState* st, const Stage& producer, const Stage& reader, const IterVar& attach, std::vector<IntervalSet>* region, std::vector<bool>* seen,
+                      const std::unordered_map<const Variable*, IntervalSet>& outer = {}) {
   Analyzer ana;
   bind_known_loops(*st, &ana);
   auto roots = relaxed_roots(*st, reader, attach, &ana);
@@ -90,10 +93,85 @@ static void add_reads(LowerState* st, const Stage& producer, const Stage& reader
     if (!t || static_cast<const TensorNode*>(t->producer.get())->op.get() != producer.op().get()) return;
     for (size_t d = 0; d < region->size(); ++d) {
       IntervalSet s = ana.eval_interval(t->indices[d], roots);
+      if (!outer.empty()) {
+        if (s.min.defined()) s.min = ana.eval_interval(s.min, outer).min;
+        if (s.max.defined()) s.max = ana.eval_interval(s.max, outer).max;
+      }
       (*region)[d] = (*seen)[d] ? arith::interval_union((*region)[d], s) : s;
       (*seen)[d] = true;
     }
   });
+}
+
+// GPU storage ranks, and the rank of the thread index a loop is bound to: memory of
+// rank r is one per unit of rank r, so the threads of every unit of a higher rank
+// share it (a block's shared memory is shared by its threads).
+enum { kRankGlobal = 0, kRankShared = 1, kRankLocal = 2 };
+
+static int thread_rank(const std::string& tag) {
+  if (tag.rfind("blockIdx.", 0) == 0) return kRankGlobal;
+  if (tag.rfind("threadIdx.", 0) == 0 || tag == "vthread") return kRankShared;
+  return -1;
+}
+
+// The thread-bound loops of the attach path of s: the loops of its parent down to and
+// including the one it is computed at, then the same for the parent, up to the root.
+static std::vector<std::pair<IterVar, int>> attach_path_threads(const Stage& s) {
+  std::vector<std::pair<IterVar, int>> out;
+  for (const Stage* cur = &s; cur->attach_type() == AttachType::Scope; cur = cur->attach_stage()) {
+    const Stage& parent = *cur->attach_stage();
+    IterVar attach = cur->attach_ivar();
+    for (const IterVar& leaf : parent.leaf_iter_vars()) {
+      const IterVarAttr* a = parent.attr(leaf);
+      if (a && a->kind == ForKind::ThreadBinding && thread_rank(a->thread_tag) >= 0) out.emplace_back(leaf, thread_rank(a->thread_tag));
+      if (leaf.same_as(attach)) break;
+    }
+  }
+  return out;
+}
+
+// The storage rank of s: its scope when explicit; "global", the default, takes the rank its
+// place implies (as gpu_storage_scope later does): inside thread loops local, else shared
+// inside block loops, else global.
+static int storage_rank(const Stage& s, const std::vector<std::pair<IterVar, int>>& path) {
+  if (s.scope() == "shared") return kRankShared;
+  if (s.scope() == "local") return kRankLocal;
+  int deepest = -1;
+  for (const auto& p : path) deepest = std::max(deepest, p.second);
+  return deepest + 1;
+}
+
+// One copy of a stage serves every thread whose index rank is at or above its storage
+// rank (a shared stage serves all threads of its block), so its region is the union of
+// what each of them needs: relaxed over the attach path's loops bound to those indices.
+static void relax_over_threads(const LowerState& st, const Stage& s, Analyzer* ana, std::vector<IntervalSet>* region) {
+  auto path = attach_path_threads(s);
+  int rank = storage_rank(s, path);
+  std::unordered_map<const Variable*, IntervalSet> dom;
+  for (const auto& [iv, r] : path)
+    if (r >= rank) dom[iv.var().get()] = IntervalSet::from_range(loop_range(st, iv));
+  if (dom.empty()) return;
+  for (IntervalSet& set : *region) {
+    if (set.min.defined()) set.min = ana->eval_interval(set.min, dom).min;
+    if (set.max.defined()) set.max = ana->eval_interval(set.max, dom).max;
+  }
+}
+
+// True when `reader` is computed at a loop of `parent` inside `attach` (a local cache of a
+// shared tile at the reduction's inner loop); *between gets the ranges of the parent's
+// loops after `attach` down to the reader's, which one iteration of `attach` runs through.
+static bool inner_loops_to(const LowerState& st, const Stage& reader, const Stage& parent, const IterVar& attach,
+                           std::unordered_map<const Variable*, IntervalSet>* between) {
+  if (reader.attach_type() != AttachType::Scope || reader.attach_stage() != &parent) return false;
+  IterVar at = reader.attach_ivar();
+  bool inside = false;
+  for (const IterVar& leaf : parent.leaf_iter_vars()) {
+    if (inside) (*between)[leaf.var().get()] = IntervalSet::from_range(loop_range(st, leaf));
+    if (inside && leaf.same_as(at)) return true;
+    if (leaf.same_as(attach)) inside = true;
+  }
+  between->clear();
+  return false;
 }
 
 // The region of `producer`, computed at loop `attach` of `parent`, that its readers need in
@@ -105,9 +183,11 @@ static std::vector<Range> required_region(LowerState* st, const Stage& producer,
   std::vector<bool> seen(ndim, false);
   for (const Stage* r : st->readers[producer.op().get()]) {
     bool sibling = r->attach_type() == AttachType::Scope && r->attach_stage() == &parent && r->attach_ivar().same_as(attach);
-    KILN_USER_CHECK(r == &parent || sibling) << "stage '" << producer.name() << "' is computed at '" << parent.name() << "' but is also read by '" << r->name()
-                                             << "', which is not computed inside that loop; compute it at a loop that encloses all its readers, or compute_root";
-    add_reads(st, producer, *r, r == &parent ? attach : IterVar(), &region, &seen);
+    std::unordered_map<const Variable*, IntervalSet> between;
+    bool nested = !sibling && r != &parent && inner_loops_to(*st, *r, parent, attach, &between);
+    KILN_USER_CHECK(r == &parent || sibling || nested) << "stage '" << producer.name() << "' is computed at '" << parent.name() << "' but is also read by '" << r->name()
+                                                       << "', which is not computed inside that loop; compute it at a loop that encloses all its readers, or compute_root";
+    add_reads(st, producer, *r, r == &parent ? attach : IterVar(), &region, &seen, between);
   }
   Analyzer ana;
   bind_known_loops(*st, &ana);
@@ -127,6 +207,7 @@ static std::vector<Range> required_region(LowerState* st, const Stage& producer,
       return it == single.end() ? Expr() : it->second;
     });
   };
+  relax_over_threads(*st, producer, &ana, &region);
   std::vector<Range> out;
   for (size_t d = 0; d < ndim; ++d) {
     const Expr& shape = producer.op()->shape[d];

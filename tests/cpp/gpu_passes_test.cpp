@@ -15,6 +15,7 @@
 #include "kiln/ops/nn.h"
 #include "kiln/runtime/cuda.h"
 #include "kiln/support/error.h"
+#include "kiln/te/lower.h"
 #include "reference_ops.h"
 #include "test_util.h"
 
@@ -182,6 +183,70 @@ TEST(GpuGemm, CudaSourceAndNvrtc) {
     EXPECT_GT(cubin.size(), 100u);
     EXPECT_EQ(cubin.compare(0, 4, "\x7f" "ELF"), 0);  // a cubin is an ELF image
   }
+}
+
+// The same GEMM as TVM schedules it: the accumulator computed at the thread
+// loops of C, the shared tiles at the reduction's outer loop inside them,
+// fetched by loops bound to the same thread indices.
+struct TvmGemm {
+  static constexpr int M = 64, N = 32, K = 24;
+  Tensor A = te::placeholder({M, K}, DataType::Float(32), "A");
+  Tensor B = te::placeholder({K, N}, DataType::Float(32), "B");
+  Tensor C = ops::matmul(A, B);
+  Schedule s = te::create_schedule({C});
+
+  TvmGemm() {
+    Tensor CL = s.cache_write(C, "local");
+    Tensor AS = s.cache_read(A, "shared", {CL});
+    Tensor BS = s.cache_read(B, "shared", {CL});
+    auto& c = s[C];
+    auto [by, yi] = c.split(c.axis("i"), 32);
+    auto [bx, xi] = c.split(c.axis("j"), 32);
+    auto [ty, yii] = c.split_nparts(yi, 8);
+    auto [tx, xii] = c.split_nparts(xi, 8);
+    c.reorder({by, bx, ty, tx, yii, xii});
+    c.bind(by, "blockIdx.y"), c.bind(bx, "blockIdx.x"), c.bind(ty, "threadIdx.y"), c.bind(tx, "threadIdx.x");
+    s[CL].compute_at(c, tx);
+    auto& cl = s[CL];
+    auto [ko, ki] = cl.split(cl.axis("k"), 8);
+    cl.reorder({ko, ki, cl.axis("i"), cl.axis("j")});
+    for (const Tensor& t : {AS, BS}) {
+      auto& st = s[t];
+      st.compute_at(cl, ko);
+      const auto& leaves = st.leaf_iter_vars();
+      IterVar f = st.fuse(leaves[0], leaves[1]);
+      auto [fy, rest] = st.split_nparts(f, 8);
+      auto [fx, fi] = st.split_nparts(rest, 8);
+      st.bind(fy, "threadIdx.y"), st.bind(fx, "threadIdx.x");
+    }
+  }
+};
+
+TEST(GpuTvmGemm, SharedTilesCoverTheBlockAndSimulateCorrectly) {
+  TvmGemm g;
+  // Bound inference alone (the CPU lowering shares it): the shared tile is the block's 32x8, not one thread's 4x8.
+  std::string raw = to_string(te::lower(g.s, {g.A, g.B, g.C}, "gemm"));
+  EXPECT_NE(raw.find("allocate A.shared.shared[float32 * 256]"), std::string::npos) << raw;
+  PrimFunc f = lower_gpu(g.s, {g.A, g.B, g.C}, "gemm");
+  std::string ir = to_string(f);
+  EXPECT_EQ(count(ir, "sync_threads"), 2) << ir;
+  // Allocated once per block, outside every thread loop; the accumulator has a 16-element part per thread.
+  post_order_visit(f.body(), [](const Expr&) {}, [&](const Stmt& st) {
+    const For* loop = st.as<For>();
+    if (!loop || pass::thread_dim_index(loop->thread_tag) < 0) return;
+    post_order_visit(loop->body, [](const Expr&) {}, [&](const Stmt& x) {
+      const Allocate* a = x.as<Allocate>();
+      EXPECT_FALSE(a && a->buffer.scope() == "shared") << a->buffer.name() << " inside " << loop->loop_var.name();
+    });
+  });
+  EXPECT_NE(ir.find("allocate C.local.local[float32 * 1024]"), std::string::npos) << ir;
+  std::vector<float> a = random_vector(TvmGemm::M * TvmGemm::K, 1), b = random_vector(TvmGemm::K * TvmGemm::N, 2), c(TvmGemm::M * TvmGemm::N, 1234.f);
+  GpuSimulation stats = simulate_gpu(f, {a.data(), b.data(), c.data()});
+  EXPECT_TRUE(all_close(c, testing::ref::matmul(a, b, TvmGemm::M, TvmGemm::N, TvmGemm::K)));
+  EXPECT_EQ(stats.blocks, 2);
+  EXPECT_EQ(stats.barriers, 2 * 3 * 2);  // 3 k steps of 2 barriers in each of 2 blocks
+  CudaModule m = build_cuda(g.s, {g.A, g.B, g.C}, Target::parse("cuda -arch=sm_90"), "gemm", {}, false);
+  EXPECT_NE(m.source.find("float C_local[16];"), std::string::npos) << m.source;
 }
 
 TEST(GpuElementwise, GuardWhenTheSplitDoesNotDivide) {

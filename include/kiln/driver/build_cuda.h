@@ -30,7 +30,7 @@ struct GpuLowerOptions {
 
 /**
  * Lowers the schedule to a GPU kernel: the loop nest, then storage_flatten,
- * gpu_storage_scope, simplify, remove_no_op, verify_gpu_kernel,
+ * gpu_storage_scope, split_thread_nests, simplify, remove_no_op, verify_gpu_kernel,
  * lower_thread_allreduce and insert_barriers (kiln/pass/gpu.h). Loops keep their kinds (no unrolling
  * or vectorizing passes: CUDA C says #pragma unroll, and codegen makes
  * float4 accesses itself). Throws kiln::Error for a schedule that is no

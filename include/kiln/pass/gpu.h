@@ -80,6 +80,26 @@ struct LaunchConfig {
 PrimFunc gpu_storage_scope(const PrimFunc& f);
 
 /**
+ * Makes a kernel whose thread loops enclose shared stages (as TVM's GPU
+ * schedules do: the shared tiles computed at the reduction's outer loop,
+ * inside the output's threadIdx loops) fit the shape of the file comment.
+ * Bound inference gives such a stage the region of the whole block (relaxed
+ * over the thread indices), so its allocation and fetch are block-level
+ * code: the thread loops are pushed inward through serial loops and
+ * conditions that do not depend on them, and distributed over sequences (a
+ * copy around each piece without block-level code; a piece that uses no
+ * thread index runs once, at block level). Local buffers the pushed loops
+ * enclose get one part per thread, indexed by the thread loops. A loop bound
+ * to a tag that an enclosing thread loop binds is the same index: a new
+ * thread nest (the cooperative fetch). Loops bound to "vthread" become
+ * unrolled loops inside the thread loops. Throws kiln::Error, naming the
+ * loop and the fix, when a shared stage sits under a condition or in a loop
+ * whose bounds depend on a thread index, or when a loop bound again to an
+ * enclosing tag uses the enclosing thread index.
+ */
+PrimFunc split_thread_nests(const PrimFunc& f);
+
+/**
  * Checks that f has the kernel shape of the file comment; throws kiln::Error
  * naming the offending loop or buffer and the fix: a loop outside every
  * blockIdx-bound loop, a threadIdx loop outside the block nest, a blockIdx
