@@ -168,6 +168,24 @@ def test_canonical_gemm_shared_and_local():
     compiles_for_sm90(s, args)
 
 
+def test_canonical_gemm_ragged_shapes():
+    # Tiles at the edge are cut to the matrix; the shared tiles and the
+    # per-thread copies keep the sizes of whole ones (not the matrix's extent:
+    # 1000 rows of A's tile at 8 columns would pass the 48 KiB of shared memory).
+    s, args = canonical_gemm(1000, 1000, 1000)
+    assert tvm.gpu.build(s, args, "cuda -arch=sm_90", compile=False).launch["shared_bytes"] == 2 * 64 * 8 * 4
+    M, N, K = 100, 72, 40
+    s, args = canonical_gemm(M, N, K)
+    mod = tvm.gpu.build(s, args, "cuda -arch=sm_90", compile=False)
+    src = mod.get_source()
+    assert "float A_shared[512];" in src and "float B_shared_local[4];" in src, src
+    a, b, want = gemm_operands(M, N, K)
+    c = np.full((M, N), np.nan, "float32")
+    mod.simulate(a, b, c)
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+    compiles_for_sm90(s, args)
+
+
 def test_canonical_gemm_barriers_are_needed():
     s, args = canonical_gemm(64, 64, 32)
     mod = tvm.gpu.build(s, args, "cuda -arch=sm_90", insert_barriers=False, compile=False)
