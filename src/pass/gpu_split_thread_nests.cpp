@@ -66,14 +66,15 @@ class PerThreadPart : public IRMutator {
     Expr e = IRMutator::visit(op);
     const BufferLoad* l = e.as<BufferLoad>();
     if (l->buffer->data.get() != data_) return e;
-    return BufferLoad::make(wide_, {offset_ + l->indices[0]});
+    return BufferLoad::make(wide_, {at(l->indices[0])});
   }
   Stmt visit(const BufferStore* op) override {
     Stmt s = IRMutator::visit(op);
     const BufferStore* w = s.as<BufferStore>();
     if (w->buffer->data.get() != data_) return s;
-    return BufferStore::make(wide_, w->value, {offset_ + w->indices[0]});
+    return BufferStore::make(wide_, w->value, {at(w->indices[0])});
   }
+  Expr at(const Expr& index) const { return is_zero(index) ? offset_ : offset_ + index; }
 
  private:
   const Variable* data_;
@@ -176,16 +177,19 @@ class NestSplitter : public IRMutator {
     const int64_t* n = b->shape.size() == 1 && b->strides.empty() ? as_const_int(b->shape[0]) : nullptr;
     KILN_USER_CHECK(n) << "kernel '" << name_ << "': " << b->scope << " buffer '" << b->name << "' is allocated in the thread loops " << group_names(g)
                        << " around a shared stage and has no constant flat size; give the stage constant bounds";
-    Expr offset = make_zero(DataType::Int(32));
+    // The thread's part: its index among the loops of g (outermost slowest) times the part's size.
+    Expr offset;
     int64_t parts = 1;
     for (const For* f : g) {
       const int64_t* e = as_const_int(f->extent);
       KILN_USER_CHECK(e) << "kernel '" << name_ << "': loop '" << f->loop_var.name() << "' bound to " << f->thread_tag << " has no constant extent";
-      offset = offset * IntImm::make(DataType::Int(32), *e) + (f->loop_var - f->min);
+      Expr v = is_zero(f->min) ? Expr(f->loop_var) : f->loop_var - f->min;
+      offset = offset.defined() ? offset * IntImm::make(DataType::Int(32), *e) + v : v;
       parts *= *e;
     }
+    if (*n != 1) offset = offset * IntImm::make(DataType::Int(32), *n);
     Buffer wide(new BufferNode(b->name, b->dtype, {IntImm::make(DataType::Int(32), *n * parts)}, {}, b->data, b->scope));
-    Stmt body = PerThreadPart(b->data.get(), wide, offset * IntImm::make(DataType::Int(32), *n)).mutate(op->body);
+    Stmt body = PerThreadPart(b->data.get(), wide, offset).mutate(op->body);
     return Allocate::make(wide, push(body, g));
   }
 

@@ -13,6 +13,7 @@
 #include "kiln/ir/op.h"
 #include "kiln/ir/printer.h"
 #include "kiln/ops/nn.h"
+#include "kiln/pass/passes.h"
 #include "kiln/runtime/cuda.h"
 #include "kiln/support/error.h"
 #include "kiln/te/lower.h"
@@ -247,6 +248,56 @@ TEST(GpuTvmGemm, SharedTilesCoverTheBlockAndSimulateCorrectly) {
   EXPECT_EQ(stats.barriers, 2 * 3 * 2);  // 3 k steps of 2 barriers in each of 2 blocks
   CudaModule m = build_cuda(g.s, {g.A, g.B, g.C}, Target::parse("cuda -arch=sm_90"), "gemm", {}, false);
   EXPECT_NE(m.source.find("float C_local[16];"), std::string::npos) << m.source;
+}
+
+// Hand-built, as lowering leaves TVM-style nests: per thread tx of block bx,
+// acc = sum over r of S[15 - tx], where S, the block's shared copy of
+// A[bx*64 + r*16 ..][16], is fetched inside the thread loop by a loop bound
+// to threadIdx.x again. `inner` wraps the shared stage (a condition, say).
+PrimFunc shared_inside_threads(Stmt (*inner)(const Var& tx, Stmt shared), bool fetch_uses_tx = false) {
+  DataType f32 = DataType::Float(32);
+  Buffer A = Buffer::make("A", f32, {128}), B = Buffer::make("B", f32, {32});
+  Buffer S = Buffer::make("S", f32, {16}, "shared"), acc = Buffer::make("acc", f32, {1}, "local");
+  Var bx("bx"), tx("tx"), r("r"), t1("t1"), base("base");
+  Expr from = fetch_uses_tx ? base + tx : base + t1;
+  Stmt fetch = For::make(t1, 0, 16, ForKind::ThreadBinding, BufferStore::make(S, BufferLoad::make(A, {min(from, 127)}), {t1}), "threadIdx.x");
+  Stmt add = BufferStore::make(acc, BufferLoad::make(acc, {0}) + BufferLoad::make(S, {15 - tx}), {0});
+  Stmt shared = LetStmt::make(base, bx * 64 + r * 16, Allocate::make(S, Seq::make({fetch, add})));
+  Stmt body = Allocate::make(acc, Seq::make({BufferStore::make(acc, 0.0f, {0}), For::make(r, 0, 4, ForKind::Serial, inner(tx, shared)),
+                                             BufferStore::make(B, BufferLoad::make(acc, {0}), {bx * 16 + tx})}));
+  Stmt nest = For::make(bx, 0, 2, ForKind::ThreadBinding, For::make(tx, 0, 16, ForKind::ThreadBinding, body, "threadIdx.x"), "blockIdx.x");
+  return PrimFunc::make("shared_inside", {Param{A->data, A}, Param{B->data, B}}, nest);
+}
+
+TEST(GpuSplitThreadNests, ThreadLoopsArePushedPastTheSharedStage) {
+  PrimFunc f = shared_inside_threads([](const Var&, Stmt s) { return s; });
+  expect_error([&] { pass::verify_gpu_kernel(f); }, {"shared buffer 'S' is allocated inside a threadIdx-bound loop"});
+  PrimFunc g = pass::insert_barriers(pass::split_thread_nests(f));
+  pass::verify_gpu_kernel(g);
+  std::string ir = to_string(g);
+  // acc gets one element per thread; S stays one per block, between two barriers.
+  EXPECT_NE(ir.find("allocate acc.local[float32 * 16]"), std::string::npos) << ir;
+  EXPECT_EQ(count(ir, "sync_threads"), 2) << ir;
+  std::vector<float> a = random_vector(128, 4), b(32, -1.f), want(32, 0.f);
+  for (int bx = 0; bx < 2; ++bx)
+    for (int tx = 0; tx < 16; ++tx)
+      for (int r = 0; r < 4; ++r) want[bx * 16 + tx] += a[bx * 64 + r * 16 + 15 - tx];
+  GpuSimulation run = simulate_gpu(g, {a.data(), b.data()});
+  EXPECT_TRUE(all_close(b, want, 1e-5f));
+  EXPECT_EQ(run.barriers, 2 * 4 * 2);
+  // Nests without shared stages are left as they are.
+  TiledGemm gemm;
+  te::LowerOptions raw;
+  raw.run_passes = false;
+  PrimFunc tiled = pass::gpu_storage_scope(pass::storage_flatten(te::lower(gemm.s, {gemm.A, gemm.B, gemm.C}, "gemm", raw)));
+  EXPECT_TRUE(pass::split_thread_nests(tiled).same_as(tiled));
+}
+
+TEST(GpuSplitThreadNests, BarriersWhereNotEveryThreadArrivesAreRefused) {
+  PrimFunc f = shared_inside_threads([](const Var& tx, Stmt s) { return IfThenElse::make(tx < 8, s); });
+  expect_error([&] { pass::split_thread_nests(f); }, {"a shared stage is computed under the condition", "depends on the thread loops 'tx' (threadIdx.x)", "would not all reach its barriers"});
+  PrimFunc g = shared_inside_threads([](const Var&, Stmt s) { return s; }, /*fetch_uses_tx=*/true);
+  expect_error([&] { pass::split_thread_nests(g); }, {"loop 't1' is bound to threadIdx.x inside loop 'tx'", "depends on the outer loop's index"});
 }
 
 TEST(GpuElementwise, GuardWhenTheSplitDoesNotDivide) {
