@@ -237,5 +237,6 @@ __all__ = [
     "placeholder", "compute", "reduce_axis", "sum", "prod", "max", "min", "maximum", "minimum", "all", "any",
     "select", "if_then_else", "likely", "floordiv", "floormod", "truncdiv", "truncmod", "power", "logical_and",
     "logical_or", "logical_not", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "fabs", "abs", "floor",
-    "ceil", "round", "trunc", "sin", "cos", "pack_bf16x2", "dot_bf16x2", "thread_axis", "ThreadAxis", "create_schedule", "workload_key", "canonical_dag", "KilnError",
+    "ceil", "round", "trunc", "sin", "cos", "pack_bf16x2", "dot_bf16x2", "thread_axis", "ThreadAxis", "create_schedule", "workload_key",
+    "canonical_dag", "KilnError",
 ]

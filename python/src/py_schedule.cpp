@@ -134,8 +134,8 @@ void define_stage(py::module_& m) {
       .def("vectorize", [](const PyStage& s, py::handle axis) { s.stage->vectorize(to_axis(s, axis, "vectorize")); }, py::arg("axis"))
       .def("unroll", [](const PyStage& s, py::handle axis) { s.stage->unroll(to_axis(s, axis, "unroll")); }, py::arg("axis"))
       .def("parallel", [](const PyStage& s, py::handle axis) { s.stage->parallel(to_axis(s, axis, "parallel")); }, py::arg("axis"))
-      .def("bind", [](const PyStage& s, py::handle axis, py::handle thread) { s.stage->bind(to_axis(s, axis, "bind"), thread_tag_of(s, thread)); }, py::arg("axis"), py::arg("thread"),
-           "Binds axis to a GPU index: a tag (\"blockIdx.x\", \"threadIdx.y\", \"vthread\") or a te.thread_axis.")
+      .def("bind", [](const PyStage& s, py::handle axis, py::handle thread) { s.stage->bind(to_axis(s, axis, "bind"), thread_tag_of(s, thread)); },
+           py::arg("axis"), py::arg("thread"), "Binds axis to a GPU index: a tag (\"blockIdx.x\", \"threadIdx.y\", \"vthread\") or a te.thread_axis.")
       .def("compute_at", [](const PyStage& s, py::handle parent, py::handle axis) {
         PyStage p = stage_of(s.sch, parent);
         if (p.sch.state() != s.sch.state()) throw_user_error("compute_at of stage '" + s.stage->name() + "': stage '" + p.stage->name() + "' belongs to another schedule");

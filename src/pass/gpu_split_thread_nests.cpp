@@ -136,8 +136,9 @@ class NestSplitter : public IRMutator {
     if (const Allocate* op = s.as<Allocate>()) return push_allocate(op, g);
     if (const Seq* op = s.as<Seq>()) return push_seq(op, g);
     if (const IfThenElse* op = s.as<IfThenElse>()) {
-      KILN_USER_CHECK(!uses_group(op->condition, g)) << "kernel '" << name_ << "': a shared stage is computed under the condition " << op->condition << ", which depends on the thread loops "
-                                                     << group_names(g) << ", so the threads of a block would not all reach its barriers; compute the stage outside that condition";
+      KILN_USER_CHECK(!uses_group(op->condition, g))
+          << "kernel '" << name_ << "': a shared stage is computed under the condition " << op->condition << ", which depends on the thread loops "
+          << group_names(g) << ", so the threads of a block would not all reach its barriers; compute the stage outside that condition";
       return IfThenElse::make(op->condition, push(op->then_case, g), op->else_case.defined() ? push(op->else_case, g) : Stmt());
     }
     if (const LetStmt* op = s.as<LetStmt>()) {
@@ -158,8 +159,9 @@ class NestSplitter : public IRMutator {
       for (const For* o : g)
         KILN_USER_CHECK(o->thread_tag != op->thread_tag || is_vthread(op))
             << "kernel '" << name_ << "': loop '" << op->loop_var.name() << "' is bound to " << op->thread_tag << " inside loop '" << o->loop_var.name()
-            << "', bound to the same index, and a shared stage is computed inside them, but it depends on the outer loop's index; the loops of a stage computed inside "
-            << "thread loops that are bound to the same index must not use the enclosing thread indices (bind them to another index, or compute the shared stage at a block-level loop)";
+            << "', bound to the same index, and a shared stage is computed inside them, but it depends on the outer loop's index; the loops of a stage "
+            << "computed inside thread loops that are bound to the same index must not use the enclosing thread indices (bind them to another index, "
+            << "or compute the shared stage at a block-level loop)";
       Group inner = g;
       inner.push_back(op);
       return push(op->body, inner);

@@ -83,8 +83,8 @@ void bind_known_loops(const LowerState& st, Analyzer* ana) {
 // Adds to `region` what `reader` reads of `producer` while its loops inside `attach` run.
 // `outer` relaxes the result further: the loops of the parent that enclose a reader
 // computed at a loop inside the producer's.
-static void add_reads(LowerState* st, const Stage& producer, const Stage& reader, const IterVar& attach, std::vector<IntervalSet>* region, std::vector<bool>* seen,
-                      const std::unordered_map<const Variable*, IntervalSet>& outer = {}) {
+static void add_reads(LowerState* st, const Stage& producer, const Stage& reader, const IterVar& attach, std::vector<IntervalSet>* region,
+                      std::vector<bool>* seen, const std::unordered_map<const Variable*, IntervalSet>& outer = {}) {
   Analyzer ana;
   bind_known_loops(*st, &ana);
   auto roots = relaxed_roots(*st, reader, attach, &ana);
@@ -185,8 +185,9 @@ static std::vector<Range> required_region(LowerState* st, const Stage& producer,
     bool sibling = r->attach_type() == AttachType::Scope && r->attach_stage() == &parent && r->attach_ivar().same_as(attach);
     std::unordered_map<const Variable*, IntervalSet> between;
     bool nested = !sibling && r != &parent && inner_loops_to(*st, *r, parent, attach, &between);
-    KILN_USER_CHECK(r == &parent || sibling || nested) << "stage '" << producer.name() << "' is computed at '" << parent.name() << "' but is also read by '" << r->name()
-                                                       << "', which is not computed inside that loop; compute it at a loop that encloses all its readers, or compute_root";
+    KILN_USER_CHECK(r == &parent || sibling || nested)
+        << "stage '" << producer.name() << "' is computed at '" << parent.name() << "' but is also read by '" << r->name()
+        << "', which is not computed inside that loop; compute it at a loop that encloses all its readers, or compute_root";
     add_reads(st, producer, *r, r == &parent ? attach : IterVar(), &region, &seen, between);
   }
   Analyzer ana;

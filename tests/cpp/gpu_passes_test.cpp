@@ -295,7 +295,8 @@ TEST(GpuSplitThreadNests, ThreadLoopsArePushedPastTheSharedStage) {
 
 TEST(GpuSplitThreadNests, BarriersWhereNotEveryThreadArrivesAreRefused) {
   PrimFunc f = shared_inside_threads([](const Var& tx, Stmt s) { return IfThenElse::make(tx < 8, s); });
-  expect_error([&] { pass::split_thread_nests(f); }, {"a shared stage is computed under the condition", "depends on the thread loops 'tx' (threadIdx.x)", "would not all reach its barriers"});
+  expect_error([&] { pass::split_thread_nests(f); },
+               {"a shared stage is computed under the condition", "depends on the thread loops 'tx' (threadIdx.x)", "would not all reach its barriers"});
   PrimFunc g = shared_inside_threads([](const Var&, Stmt s) { return s; }, /*fetch_uses_tx=*/true);
   expect_error([&] { pass::split_thread_nests(g); }, {"loop 't1' is bound to threadIdx.x inside loop 'tx'", "depends on the outer loop's index"});
 }

@@ -284,7 +284,8 @@ def test_shared_stage_in_a_loop_whose_extent_depends_on_the_thread_is_refused():
     s[P].compute_at(s[B], tx)
     AS = s.cache_read(A, "shared", [P])
     s[AS].compute_at(s[P], s[P].op.axis[0])
-    with pytest.raises(tvm.KilnError, match=r"shared stage is computed inside loop 'i', whose bounds depend on the thread loops 'i\.inner\.outer' \(threadIdx\.x\)"):
+    why = r"shared stage is computed inside loop 'i', whose bounds depend on the thread loops 'i\.inner\.outer' \(threadIdx\.x\)"
+    with pytest.raises(tvm.KilnError, match=why):
         tvm.gpu.lower(s, [A, B])
 
 
