@@ -5,6 +5,7 @@ forms, which is what TVM's ``indexdiv`` / ``indexmod`` mean for the
 non-negative indices of a loop nest.
 """
 from ._ffi import _kiln
+from . import te as _te
 
 floordiv = _kiln.floordiv
 floormod = _kiln.floormod
@@ -15,4 +16,13 @@ indexdiv = floordiv
 indexmod = floormod
 """``tvm.tir.indexmod(a, b)``: index modulo (floor), same as ``a % b``."""
 
-__all__ = ["floordiv", "floormod", "truncdiv", "truncmod", "indexdiv", "indexmod"]
+if_then_else = _te.if_then_else
+"""``tvm.tir.if_then_else(cond, a, b)``: ``a`` where cond holds, else ``b``."""
+all = _te.all  # noqa: A001 - TVM's name
+"""``tvm.tir.all(*conds)``: the logical and of bool expressions."""
+any = _te.any  # noqa: A001
+"""``tvm.tir.any(*conds)``: the logical or of bool expressions."""
+const = _te.const
+"""``tvm.tir.const(value, dtype)``: a constant."""
+
+__all__ = ["floordiv", "floormod", "truncdiv", "truncmod", "indexdiv", "indexmod", "if_then_else", "all", "any", "const"]

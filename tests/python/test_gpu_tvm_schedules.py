@@ -9,6 +9,8 @@ reduction's outer loop, inside the thread loops, and fetched cooperatively
 (their loops bound to threadIdx again), local copies at the inner loop. A
 shared stage is one copy per block: its region is relaxed over the thread
 indices and it becomes block-level code, with barriers around its writes.
+Also TVM's integration test_gemm (virtual threads) and its "How to optimize
+convolution on GPU" tutorial.
 """
 import numpy as np
 import pytest
@@ -143,6 +145,99 @@ def tvm_test_gemm(n, vthread=True):
     return s, [A, B, C]
 
 
+def tvm_conv2d_tutorial(batch, in_channel, out_channel, in_size, kernel, pad, stride):
+    """TVM's "How to optimize convolution on GPU" (HWCN layout, shared and
+    local caches, virtual threads), unchanged but for the sizes."""
+    A = te.placeholder((in_size, in_size, in_channel, batch), name="A")
+    W = te.placeholder((kernel, kernel, in_channel, out_channel), name="W")
+    out_size = (in_size - kernel + 2 * pad) // stride + 1
+    # Pad input
+    Apad = te.compute(
+        (in_size + 2 * pad, in_size + 2 * pad, in_channel, batch),
+        lambda yy, xx, cc, nn: tvm.tir.if_then_else(
+            tvm.tir.all(yy >= pad, yy - pad < in_size, xx >= pad, xx - pad < in_size),
+            A[yy - pad, xx - pad, cc, nn],
+            tvm.tir.const(0.0, "float32"),
+        ),
+        name="Apad",
+    )
+    rc = te.reduce_axis((0, in_channel), name="rc")
+    ry = te.reduce_axis((0, kernel), name="ry")
+    rx = te.reduce_axis((0, kernel), name="rx")
+    B = te.compute(
+        (out_size, out_size, out_channel, batch),
+        lambda yy, xx, ff, nn: te.sum(Apad[yy * stride + ry, xx * stride + rx, rc, nn] * W[ry, rx, rc, ff], axis=[ry, rx, rc]),
+        name="B",
+    )
+    s = te.create_schedule(B.op)
+    s[Apad].compute_inline()  # compute Apad inline
+    AA = s.cache_read(Apad, "shared", [B])
+    WW = s.cache_read(W, "shared", [B])
+    AL = s.cache_read(AA, "local", [B])
+    WL = s.cache_read(WW, "local", [B])
+    BL = s.cache_write(B, "local")
+
+    tile = 8
+    num_thread = 8
+    block_factor = tile * num_thread
+    step = 8
+    vthread = 2
+    block_x = te.thread_axis("blockIdx.x")
+    block_y = te.thread_axis("blockIdx.y")
+    block_z = te.thread_axis("blockIdx.z")
+    thread_x = te.thread_axis((0, num_thread), "threadIdx.x")
+    thread_y = te.thread_axis((0, num_thread), "threadIdx.y")
+    thread_xz = te.thread_axis((0, vthread), "vthread", name="vx")
+    thread_yz = te.thread_axis((0, vthread), "vthread", name="vy")
+
+    hi, wi, fi, ni = s[B].op.axis
+    bz = s[B].fuse(hi, wi)
+    by, fi = s[B].split(fi, factor=block_factor)
+    bx, ni = s[B].split(ni, factor=block_factor)
+    s[B].bind(bz, block_z)
+    s[B].bind(by, block_y)
+    s[B].bind(bx, block_x)
+    tyz, fi = s[B].split(fi, nparts=vthread)  # virtual thread split
+    txz, ni = s[B].split(ni, nparts=vthread)  # virtual thread split
+    ty, fi = s[B].split(fi, nparts=num_thread)
+    tx, ni = s[B].split(ni, nparts=num_thread)
+    s[B].reorder(bz, by, bx, tyz, txz, ty, tx, fi, ni)
+    s[B].bind(tyz, thread_yz)
+    s[B].bind(txz, thread_xz)
+    s[B].bind(ty, thread_y)
+    s[B].bind(tx, thread_x)
+
+    s[BL].compute_at(s[B], tx)
+    yi, xi, fi, ni = s[BL].op.axis
+    ry, rx, rc = s[BL].op.reduce_axis
+    rco, rci = s[BL].split(rc, factor=step)
+    s[BL].reorder(rco, ry, rx, rci, fi, ni)
+    s[AA].compute_at(s[BL], rx)
+    s[WW].compute_at(s[BL], rx)
+    s[AL].compute_at(s[BL], rci)
+    s[WL].compute_at(s[BL], rci)
+
+    # Schedule for A's shared memory load
+    yi, xi, ci, ni = s[AA].op.axis
+    ty, ci = s[AA].split(ci, nparts=num_thread)
+    tx, ni = s[AA].split(ni, nparts=num_thread)
+    _, ni = s[AA].split(ni, factor=4)
+    s[AA].reorder(ty, tx, yi, xi, ci, ni)
+    s[AA].bind(ty, thread_y)
+    s[AA].bind(tx, thread_x)
+    s[AA].vectorize(ni)  # vectorize memory load
+    # Schedule for W's shared memory load
+    yi, xi, ci, fi = s[WW].op.axis
+    ty, ci = s[WW].split(ci, nparts=num_thread)
+    tx, fi = s[WW].split(fi, nparts=num_thread)
+    _, fi = s[WW].split(fi, factor=4)
+    s[WW].reorder(ty, tx, yi, xi, ci, fi)
+    s[WW].bind(ty, thread_y)
+    s[WW].bind(tx, thread_x)
+    s[WW].vectorize(fi)  # vectorize memory load
+    return s, [A, W, B]
+
+
 def compiles_for_sm90(s, args):
     if not NVRTC_OK:
         pytest.skip(f"NVRTC cannot be loaded: {NVRTC_WHY}")
@@ -251,6 +346,24 @@ def test_tvm_test_gemm_with_virtual_threads(vthread):
     np.testing.assert_allclose(c, b.T @ a, rtol=1e-4, atol=1e-4)
     steps = (n // 8) * (1 if vthread else 4)
     assert run.barriers == run.blocks * 2 * steps
+    compiles_for_sm90(s, args)
+
+
+def test_tvm_conv2d_tutorial():
+    # Small sizes for the simulator (the tutorial's are batch 256, 256 -> 512 channels, 14x14).
+    batch, in_channel, out_channel, in_size, kernel, pad = 64, 8, 64, 2, 3, 1
+    s, args = tvm_conv2d_tutorial(batch, in_channel, out_channel, in_size, kernel, pad, 1)
+    mod = tvm.gpu.build(s, args, "cuda -arch=sm_90", compile=False)
+    # Per (ry, rx) step a 8-channel x 64-image tile of the input and a 8 x 64 tile of the weights.
+    assert mod.launch == {"grid": (1, 1, 4), "block": (8, 8, 1), "shared_bytes": 2 * 8 * 64 * 4}
+    a = rng.standard_normal((in_size, in_size, in_channel, batch), dtype="float32")
+    w = rng.standard_normal((kernel, kernel, in_channel, out_channel), dtype="float32")
+    b = np.full((in_size, in_size, out_channel, batch), np.nan, "float32")
+    run = mod.simulate(a, w, b)
+    ap = np.pad(a.astype("float64"), ((pad, pad), (pad, pad), (0, 0), (0, 0)))
+    want = sum(np.einsum("yxcn,cf->yxfn", ap[i:i + in_size, j:j + in_size], w[i, j]) for i in range(kernel) for j in range(kernel))
+    np.testing.assert_allclose(b, want, rtol=1e-4, atol=1e-4)
+    assert run.barriers == run.blocks * 2 * kernel * kernel
     compiles_for_sm90(s, args)
 
 
