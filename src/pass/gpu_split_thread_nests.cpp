@@ -147,7 +147,11 @@ class NestSplitter : public IRMutator {
       return push(substitute(op->body, [&](const Variable* v) { return v == op->var.get() ? op->value : Expr(); }), g);
     }
     if (const AttrStmt* op = s.as<AttrStmt>()) return AttrStmt::make(op->key, op->value, push(op->body, g));
-    if (const AssertStmt* op = s.as<AssertStmt>()) return AssertStmt::make(op->condition, op->message, push(op->body, g));
+    if (const AssertStmt* op = s.as<AssertStmt>()) {
+      KILN_USER_CHECK(!uses_group(op->condition, g)) << "kernel '" << name_ << "': a shared stage is computed under the assertion " << op->condition
+                                                     << ", which depends on the thread loops " << group_names(g) << "; compute the stage outside it";
+      return AssertStmt::make(op->condition, op->message, push(op->body, g));
+    }
     return wrap(s, g);
   }
 

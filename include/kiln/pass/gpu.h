@@ -93,7 +93,7 @@ PrimFunc gpu_storage_scope(const PrimFunc& f);
  * to a tag that an enclosing thread loop binds is the same index: a new
  * thread nest (the cooperative fetch). Loops bound to "vthread" become
  * unrolled loops inside the thread loops. Throws kiln::Error, naming the
- * loop and the fix, when a shared stage sits under a condition or in a loop
+ * loop and the fix, when a shared stage sits under a condition, an assertion or in a loop
  * whose bounds depend on a thread index, or when a loop bound again to an
  * enclosing tag uses the enclosing thread index.
  */
