@@ -151,37 +151,6 @@ std::vector<Expr> aligned_strides(const Stage& s, const std::vector<Expr>& shape
   return strides;
 }
 
-// A bound of e from above (upper) or below that drops one argument of each
-// min (from above) or max (from below): min(x + 3, 99) - x bounded by
-// x + 3 - x = 3, which the interval of the min alone cannot give. Bit i of
-// `pick` chooses the argument at the i-th such choice; *choices counts them.
-Expr one_sided(const Expr& e, bool upper, uint32_t pick, int* choices) {
-  auto choose = [&](const Expr& a, const Expr& b) {
-    bool second = *choices < 32 && (pick >> *choices & 1);
-    ++*choices;
-    return one_sided(second ? b : a, upper, pick, choices);
-  };
-  if (const Add* op = e.as<Add>()) return one_sided(op->a, upper, pick, choices) + one_sided(op->b, upper, pick, choices);
-  if (const Sub* op = e.as<Sub>()) return one_sided(op->a, upper, pick, choices) - one_sided(op->b, !upper, pick, choices);
-  if (const Mul* op = e.as<Mul>())
-    if (const int64_t* c = as_const_int(op->b)) return one_sided(op->a, *c >= 0 ? upper : !upper, pick, choices) * op->b;
-  if (const Min* op = e.as<Min>(); op && upper) return choose(op->a, op->b);
-  if (const Max* op = e.as<Max>(); op && !upper) return choose(op->a, op->b);
-  return e;
-}
-
-// The least constant upper bound of ext over the loops bound in ana, trying each choice of one_sided.
-int64_t max_over_loops(const Expr& ext, arith::Analyzer* ana) {
-  int64_t best = ana->const_int_bound(ext).max;
-  int choices = 0;
-  one_sided(ext, true, 0, &choices);
-  for (uint32_t pick = 0; pick < (1u << std::min(choices, 4)); ++pick) {
-    int n = 0;
-    best = std::min(best, ana->const_int_bound(ana->simplify(one_sided(ext, true, pick, &n))).max);
-  }
-  return best;
-}
-
 // Allocation extents: constant upper bounds of the region extents.
 std::vector<Expr> alloc_shape(const LowerState& st, const Stage& s) {
   const auto& region = st.regions.at(s.op().get());
@@ -193,7 +162,7 @@ std::vector<Expr> alloc_shape(const LowerState& st, const Stage& s) {
     if (!as_const_int(ext)) {
       // Bound the extent over all loop values (bind the loops once, when first needed).
       if (!bound) bind_known_loops(st, &ana), bound = true;
-      int64_t most = max_over_loops(ext, &ana);
+      int64_t most = arith::max_through_clamps(ext, &ana);
       const int64_t* full = as_const_int(s.op()->shape[d]);
       if (most == arith::ConstIntBound::kPosInf) ext = s.op()->shape[d];
       else ext = Expr(static_cast<int>(full ? std::min<int64_t>(most, *full) : most));

@@ -297,6 +297,23 @@ TEST_F(ArithTest, ConstIntBound) {
   expect_bound(an, Cast::make(DataType::Int(8), i), 0, 7);
 }
 
+TEST_F(ArithTest, MaxThroughClamps) {
+  Analyzer an;
+  an.bind(i, Range(0, 2));   // the block
+  an.bind(j, Range(0, 16));  // the thread
+  // A thread's 4 of 100 rows, the block's 64 from i*64, cut at the edge: at most 4, though the min alone reaches 99.
+  Expr start = i * 64 + j * 4;
+  Expr cut = an.simplify(min(start + 3, 99) - start + 1);
+  EXPECT_GT(an.const_int_bound(cut).max, 4) << cut;
+  EXPECT_EQ(arith::max_through_clamps(cut, &an), 4) << cut;
+  // The start clamped too (a max subtracted): still the tile.
+  EXPECT_EQ(arith::max_through_clamps(an.simplify(min(start + 3, 99) - max(start - 2, 0) + 1), &an), 6);
+  // A min that the expression falls with is kept: 10 - min(i, 5) reaches 10.
+  EXPECT_EQ(arith::max_through_clamps(10 - min(j, 5), &an), 10);
+  EXPECT_EQ(arith::max_through_clamps(min(j, 5) * -2 + 10, &an), 10);
+  EXPECT_EQ(arith::max_through_clamps(x + 1, &an), kPosInf);
+}
+
 TEST_F(ArithTest, ConstIntBoundSaturates) {
   Analyzer an;
   Var w("w", DataType::Int(64));

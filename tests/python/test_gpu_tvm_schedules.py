@@ -273,7 +273,7 @@ def test_canonical_gemm_ragged_shapes():
     s, args = canonical_gemm(M, N, K)
     mod = tvm.gpu.build(s, args, "cuda -arch=sm_90", compile=False)
     src = mod.get_source()
-    assert "float A_shared[512];" in src and "float B_shared_local[4];" in src, src
+    assert "float A_shared[512];" in src and "float B_shared_local[4];" in src and "float C_local[16];" in src, src
     a, b, want = gemm_operands(M, N, K)
     c = np.full((M, N), np.nan, "float32")
     mod.simulate(a, b, c)

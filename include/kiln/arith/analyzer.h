@@ -101,6 +101,15 @@ class Analyzer {
 /** Simplify with no facts. */
 Expr simplify(const Expr& e);
 
+/**
+ * A constant upper bound of the integer e under ana's facts, at least as
+ * tight as const_int_bound's: also tried with each min that e grows with
+ * (each max it falls with) replaced by one of its arguments, so an extent
+ * clamped at a domain's edge, min(x + 3, 99) - x + 1, is bounded by 4.
+ * ConstIntBound::kPosInf when unbounded.
+ */
+int64_t max_through_clamps(const Expr& e, Analyzer* ana);
+
 }  // namespace kiln::arith
 
 #endif  // KILN_ARITH_ANALYZER_H

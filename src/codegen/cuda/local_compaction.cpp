@@ -124,8 +124,12 @@ class Planner {
     }, [&](const Stmt& x) {
       const For* op = x.as<For>();
       if (!op) return;
-      ana_.bind(op->loop_var, Range(op->min, op->extent));
-      if (const int64_t* e = as_const_int(op->extent); e && is_zero(op->min)) extents_[op->loop_var.get()] = *e;
+      // An extent cut at a tile's edge (min(x + 4, n) - x) is bounded by the whole tile's.
+      Expr extent = op->extent;
+      if (!as_const_int(extent))
+        if (int64_t most = arith::max_through_clamps(extent, &ana_); most != arith::ConstIntBound::kPosInf) extent = IntImm::make(extent.dtype(), most);
+      ana_.bind(op->loop_var, Range(op->min, extent));
+      if (const int64_t* e = as_const_int(extent); e && is_zero(op->min)) extents_[op->loop_var.get()] = *e;
       if (op->kind == ForKind::ThreadBinding && pass::thread_dim_index(op->thread_tag) >= 0) {
         auto it = by_tag_.try_emplace(op->thread_tag, Var(op->thread_tag, op->loop_var.dtype())).first;
         canonical_[op->loop_var.get()] = it->second;
