@@ -1,15 +1,23 @@
 /** \file
- * A hand-written CPU schedule for fp32 GEMM on the plain matmul DAG: B is
- * packed (Schedule::pack) into panels of NR columns ([N/NR, K, NR],
- * contiguous per k), each MR x NR block of C is accumulated in registers
- * (cache_write to "local" + full unroll), the k loop is unrolled by KU, the
- * loop over column panels is outside the loop over row blocks (each packed
- * panel stays in cache while every row block passes), and the block loop is
- * parallel. The tile is sized from the target's vector lanes and register
- * file, so that it stays in registers (see register_tile.h). For few rows,
- * packing does not pay: a streaming schedule reads
- * each row of B once, contiguously. It shows what the code generator
- * reaches before any tuning; the benchmarks and the main job use it.
+ * A hand-written CPU schedule for fp32 GEMM on the plain matmul DAG, its
+ * form chosen by shape:
+ *  - packed (M of two register tiles or more, NR dividing N): B is packed
+ *    (Schedule::pack) into panels of NR columns ([N/NR, K, NR], contiguous
+ *    per k); K is cut into blocks of KC (rfactor over the block), so that
+ *    the KC x NR slice of the panel stays in L1 while the MR x NR register
+ *    tiles of a block of MC rows pass over it, each tile accumulated in
+ *    registers (a "local" stage, fully unrolled, native-width vectors) and
+ *    added into C once per K block. Loops: row blocks (MC), panels, K
+ *    blocks, register tiles; the row blocks and panels are fused into the
+ *    parallel loop, so threads split rows when there are MC-row blocks
+ *    enough for every thread and split columns (panels) otherwise (M = 128).
+ *  - GEMV (M = 1): no packing; blocks of columns in parallel, each row of
+ *    B read contiguously, K unrolled (see cpu_gemv.cpp).
+ *  - streaming (a few rows, or N no multiple of any NR): each row of B read
+ *    once, contiguously.
+ * Tiles, vector width and blocks come from the target (register file,
+ * lanes), never from the host. It shows what the code generator reaches
+ * before any tuning; the benchmarks and the main job use it.
  */
 #ifndef KILN_OPS_CPU_GEMM_H
 #define KILN_OPS_CPU_GEMM_H
@@ -25,8 +33,10 @@ struct GemmTiling {
   int NR = 0;  ///< columns of the register block, whole vectors; 0: from the target
   int KU = 4;  ///< unroll of the k loop
   bool parallel = true;
-  /** Loop over column panels outside row blocks. */
+  /** Without K blocks (KC = 0 or K): loop over column panels outside row blocks. */
   bool panel_outer = true;
+  int KC = -1;  ///< K block of the packed form; -1: from the target and K (see resolve_gemm_blocks); 0: no blocks
+  int MC = 0;   ///< rows per parallel block of the packed K-blocked form; 0: from the shape and the target's cores
 };
 
 /**
@@ -52,15 +62,36 @@ struct CpuGemm {
 };
 
 /**
+ * The K block and row block of the packed form for M x N x K (fields of `t`
+ * that are -1 / 0 filled in; MR and NR already resolved): KC a divisor of K
+ * (a K block that does not divide K would leave a guarded tail in the
+ * unrolled loop) near what keeps the KC x NR panel slice in half of a 32 KiB
+ * L1, or no blocks (KC = 0) when K is short or has no such divisor; MC a
+ * multiple of MR dividing M (up to 32 register tiles), and all of M when
+ * fewer row blocks than the target's cores would result.
+ */
+GemmTiling resolve_gemm_blocks(const GemmTiling& t, const Target& target, int M, int N, int K);
+
+/** Which schedule cpu_matmul takes for a shape. */
+enum class GemmForm { Packed, Gemv, Streaming };
+GemmForm gemm_form(int M, int N, const GemmTiling& resolved);
+
+/**
  * C[M, N] = A[M, K] x B[K, N] in fp32 with the schedule above (packed when
- * M >= 2*MR and NR divides N), its tile sized for `target` (build the kernel
- * for the same target).
+ * M >= 2*MR and NR divides N, GEMV when M = 1, else streaming), its tiles
+ * sized for `target` (build the kernel for the same target).
  */
 CpuGemm cpu_matmul(int M, int N, int K, const GemmTiling& t = {}, const Target& target = host_target());
 CpuGemm cpu_matmul(int M, int N, int K, const Target& target);
 
-/** The packed, register-blocked schedule of C = matmul(A, B) (2-D, NR divides N; MR and NR given). */
-te::Schedule schedule_packed_matmul(const te::Tensor& B, const te::Tensor& C, const GemmTiling& t);
+/**
+ * The packed, register-blocked schedule of C = matmul(A, B) (2-D, NR divides
+ * N; MR, NR and the blocks resolved) for `target`'s vector width.
+ */
+te::Schedule schedule_packed_matmul(const te::Tensor& B, const te::Tensor& C, const GemmTiling& t, const Target& target);
+
+/** The GEMV schedule of C[1, N] = A[1, K] x B[K, N] (cpu_gemv.cpp). */
+te::Schedule schedule_gemv(const te::Tensor& C, const GemmTiling& t, const Target& target);
 
 }  // namespace kiln::ops
 
