@@ -388,9 +388,37 @@ std::vector<int> tile_of(const SearchSpace& space, const Candidate& c, const std
   return out;
 }
 
-// The candidate equivalent to the hand GEMM (schedules/cpu_gemm.cpp) lowers
-// to the same loop nest: B packed by 32, 8x32 register tile accumulated in
-// C.local at the fused (column panel, row block) loop, k unrolled by 4.
+// The packed GEMM schedule, written out: B packed by 32, an 8x32 register
+// tile accumulated in C.local at the fused (column panel, row block) loop, k
+// unrolled by 4, the tile's rows unrolled and its 32 columns one vector.
+// (The hand GEMM, schedules/cpu_gemm.cpp, was this; it now also splits the
+// tile's columns into the target's vectors and blocks rows and K by shape.)
+te::Schedule packed_gemm_reference(const te::Tensor& B, const te::Tensor& C) {
+  te::Schedule s = te::create_schedule({C});
+  te::Tensor packed_B = s.pack(B, {C}, 1, 32);
+  te::Tensor CL = s.cache_write(C, "local");
+  te::Stage& c = s[C];
+  std::vector<IterVar> tiles = c.tile(c.axis("i"), c.axis("j"), 8, 32);
+  c.reorder({tiles[1], tiles[0]});
+  IterVar block = c.fuse(tiles[1], tiles[0]);
+  c.parallel(block);
+  c.unroll(tiles[2]);
+  c.vectorize(tiles[3]);
+  s[CL].compute_at(c, block);
+  te::Stage& cl = s[CL];
+  auto [ko, ki] = cl.split(cl.axis("k"), 4);
+  cl.reorder({ko, ki, cl.axis("i"), cl.axis("j")});
+  cl.unroll(ki);
+  cl.unroll(cl.axis("i"));
+  cl.vectorize(cl.axis("j"));
+  te::Stage& p = s[packed_B];
+  const auto& axes = p.leaf_iter_vars();  // [N/32, K, 32]
+  p.parallel(axes[0]);
+  p.vectorize(axes[2]);
+  return s;
+}
+
+// The candidate equivalent to the packed schedule above lowers to the same loop nest.
 TEST_P(TunerSketch, CpuGemmCandidate) {
   Case c = matmul_case(64, 64, 64);
   Task task = task_of(c);
@@ -401,10 +429,9 @@ TEST_P(TunerSketch, CpuGemmCandidate) {
   cand.decisions = {8, 1, 1, 8, 2, 1, 1, 32, 16, 4, /*parallel: fuse 2*/ 1, /*at S0*/ 1, /*panel-outer*/ 1, /*unroll 64*/ 2};
   ASSERT_EQ(space.describe_candidate(cand), "sketch 2: C.i=8x1x1x8 C.j=2x1x1x32 C.k=16x4 C.parallel=1 C.location=1 C.panel_outer=1 C.unroll=2");
   te::Schedule s = space.materialize(&cand);
-  // The hand schedule leaves the copy-out's row loop rolled; the candidate unrolls it.
-  ops::CpuGemm g = ops::cpu_matmul(64, 64, 64, ops::GemmTiling{8, 32, 4, true, true});
-  g.schedule[g.C].unroll(g.schedule[g.C].axis("i.inner"));
-  PrimFunc mine = te::lower(s, c.args, "gemm"), hand = te::lower(g.schedule, {g.A, g.B, g.C}, "gemm");
+  te::Tensor A = te::placeholder({64, 64}, DataType::Float(32), "A"), B = te::placeholder({64, 64}, DataType::Float(32), "B");
+  te::Tensor C = ops::matmul(A, B);
+  PrimFunc mine = te::lower(s, c.args, "gemm"), hand = te::lower(packed_gemm_reference(B, C), {A, B, C}, "gemm");
   EXPECT_TRUE(structural_equal(mine, hand)) << "candidate:\n" << to_string(mine) << "\nhand:\n" << to_string(hand);
   check_computes(c, space, cand, 9);
   // Row-outer instead: the fused parallel loop now takes the row block first.
