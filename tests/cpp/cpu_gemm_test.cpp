@@ -111,8 +111,8 @@ Vec run_gemm(const ops::CpuGemm& g, const Target& t, int M, int N, int K, const 
   return C;
 }
 
-// Packed with and without a tail block, with and without K blocks (one row
-// block, and row blocks with a tail), serial and parallel; the streaming
+// Packed with and without a tail block, with and without K blocks, one row
+// block and row blocks with a tail, serial and parallel; the streaming
 // form (N no multiple of a vector); the GEMV, with odd N and K.
 TEST_P(CpuGemmTarget, MatchesNaiveLoop) {
   Target t = target();
@@ -125,6 +125,7 @@ TEST_P(CpuGemmTarget, MatchesNaiveLoop) {
   const int lanes = t.natural_lanes(DataType::Float(32));
   for (Shape s : {Shape{64, 96, 40, true}, Shape{100, 64, 33, true}, Shape{50, 48, 17, false}, Shape{3, 80, 64, true}, Shape{64, 96, 512, true, 64},
                   Shape{100, 2 * lanes, 128, true, 64, 24, 6}, Shape{27, 2 * lanes, 96, false, 48},
+                  Shape{100, 2 * lanes, 40, true, 0, 0, 6},
                   Shape{128, 768, 3072, true}, Shape{127, 769, 3071, true}, Shape{1, 4095, 4097, true}, Shape{1, 4096, 4096, false}, Shape{1, 17, 5, true}}) {
     GemmTiling tiling;
     tiling.parallel = s.parallel;

@@ -3,14 +3,16 @@
  * form chosen by shape:
  *  - packed (M of two register tiles or more, NR dividing N): B is packed
  *    (Schedule::pack) into panels of NR columns ([N/NR, K, NR], contiguous
- *    per k); K is cut into blocks of KC (rfactor over the block), so that
- *    the KC x NR slice of the panel stays in L1 while the MR x NR register
- *    tiles of a block of MC rows pass over it, each tile accumulated in
- *    registers (a "local" stage, fully unrolled, native-width vectors) and
- *    added into C once per K block. Loops: row blocks (MC), panels, K
- *    blocks, register tiles; the row blocks and panels are fused into the
- *    parallel loop, so threads split rows when there are MC-row blocks
- *    enough for every thread and split columns (panels) otherwise (M = 128).
+ *    per k); each MR x NR tile of C is accumulated in registers (a "local"
+ *    stage, fully unrolled, in vectors of the target's width), k unrolled
+ *    by KU. Loops: row blocks (MC), column panels, register tiles; the row
+ *    blocks and panels are fused into the parallel loop, so threads split
+ *    rows when there is a row block per core and columns (panels) when
+ *    there is one (M = 128). Where a K x NR panel outgrows L2, K is cut
+ *    into blocks of KC (rfactor over the block): the tile then sums one
+ *    block and is added into C once per block, the K-block loop between
+ *    the panels and the tiles, so the KC x NR slice stays in cache while
+ *    the tiles of the row block pass over it.
  *  - GEMV (M = 1): no packing; blocks of columns in parallel, each row of
  *    B read contiguously, K unrolled (see cpu_gemv.cpp).
  *  - streaming (a few rows, or N no multiple of any NR): each row of B read
@@ -36,7 +38,7 @@ struct GemmTiling {
   /** Without K blocks (KC = 0 or K): loop over column panels outside row blocks. */
   bool panel_outer = true;
   int KC = -1;  ///< K block of the packed form; -1: from the target and K (see resolve_gemm_blocks); 0: no blocks
-  int MC = 0;   ///< rows per parallel block of the packed K-blocked form; 0: from the shape and the target's cores
+  int MC = 0;   ///< rows per block of the packed form (a multiple of MR); 0: from the shape and the target's cores
 };
 
 /**
@@ -63,12 +65,13 @@ struct CpuGemm {
 
 /**
  * The K block and row block of the packed form for M x N x K (fields of `t`
- * that are -1 / 0 filled in; MR and NR already resolved): KC a divisor of K
- * (a K block that does not divide K would leave a guarded tail in the
- * unrolled loop) near what keeps the KC x NR panel slice in half of a 32 KiB
- * L1, or no blocks (KC = 0) when K is short or has no such divisor; MC a
- * multiple of MR dividing M (up to 32 register tiles), and all of M when
- * fewer row blocks than the target's cores would result.
+ * that are -1 / 0 filled in; MR and NR already resolved). KC: no blocks (0)
+ * while a K x NR panel of B fits 256 KiB (half of a 512 KiB L2), else the
+ * largest divisor of K, a multiple of KU, whose KC x NR slice does (a block
+ * that does not divide K would leave a guarded tail in the unrolled loop),
+ * or none when no divisor lies within a factor 2 of it. MC: with several
+ * cores and A the larger operand (M >= N), M split into one block per core
+ * (threads split rows), else all of M (threads split the column panels).
  */
 GemmTiling resolve_gemm_blocks(const GemmTiling& t, const Target& target, int M, int N, int K);
 
