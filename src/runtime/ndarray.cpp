@@ -4,12 +4,36 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 #include "kiln/support/error.h"
 
 namespace kiln {
 
 namespace {
+
+// Arrays of 4 MiB or more may take transparent huge pages, as numpy's do
+// (numpy advises them itself where THP is "madvise", Debian's default):
+// a kernel that streams a large array then misses the TLB once per 2 MiB
+// instead of once per 4 KiB. Without it kiln's GEMV (1 x 4096 x 4096,
+// 64 MiB of B) took ~1.2x the time of OpenBLAS reading a numpy array, and
+// BERT's 128 x 768 x 3072 GEMM 3-13% longer than with it. The advice is a
+// hint: failure (no THP) changes nothing.
+void advise_huge_pages(void* p, int64_t bytes) {
+#ifdef __linux__
+  constexpr int64_t kMinBytes = 4 << 20, kPage = 4096;
+  if (bytes < kMinBytes) return;
+  auto begin = (reinterpret_cast<uintptr_t>(p) + kPage - 1) / kPage * kPage;
+  auto end = (reinterpret_cast<uintptr_t>(p) + bytes) / kPage * kPage;
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 constexpr int64_t kAllocAlign = 64;
 }  // namespace
 
@@ -151,6 +175,7 @@ NDArray NDArray::empty(const std::vector<int64_t>& shape, DataType dtype) {
   impl->owned = std::aligned_alloc(kAllocAlign, static_cast<size_t>(size));
   KILN_USER_CHECK(impl->owned) << "NDArray::empty: out of memory allocating " << bytes << " bytes for shape "
                                << shape_to_string(shape) << " of " << dtype.str();
+  advise_huge_pages(impl->owned, size);
   impl->tensor.data = impl->owned;
   impl->tensor.device = DLDevice{kDLCPU, 0};
   impl->tensor.dtype = to_dlpack_dtype(dtype);
