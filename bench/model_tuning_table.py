@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""How a model's speed grows with tuning trials: kiln after N trials against PyTorch's best, in one run.
+"""How a model's speed grows with tuning trials: kiln after N trials against the best peer (ONNX Runtime or PyTorch), in one run.
 
   bench/model_tuning_table.py [--model resnet18] [--checkpoints 500,1000,3000] [--threads 1,2] [--tune-threads 2]
                               [--image-size 224] [--db FILE] [--workdir DIR] [--build DIR] [--time-budget 60m]
@@ -11,7 +11,7 @@ model_bench's compile looks up. kiln-tune MODEL.onnx tunes it in stages, one
 per checkpoint (each stage resumes from the database: a stage's trials are
 the checkpoint minus the previous one), the wall time of each stage is kept,
 and the database is copied at every checkpoint (SQLite's backup API). Then
-model_bench times kiln compiled with each copy against PyTorch's best setup
+model_bench times kiln compiled with each copy against ONNX Runtime and PyTorch's best setup
 (interleaved, its own default threading), and the table gives per
 checkpoint: trials, cumulative tuning wall time, the tuner's estimate (sum of
 the best records) and model_bench's kiln min/median, peer median and ratio

@@ -258,7 +258,7 @@ def test_model_tuning_table_measures_what_tuning_bought(tmp_path, capfd):
               "--gain-rounds", "3", "--build", os.path.abspath(build)]
     assert table.main(common + ["--image-size", "32", "--workdir", str(tmp_path / "ok")]) == 0
     printed = capfd.readouterr().out
-    row = [line for line in printed.splitlines() if "PyTorch" in line and line.split()[0].isdigit()]
+    row = [line for line in printed.splitlines() if ("PyTorch" in line or "ONNX Runtime" in line) and line.split()[0].isdigit()]
     assert len(row) == 1, printed
     fields = row[0].split()  # trials, tune s, estimate, T, kiln min, kiln med, peer med, kiln/peer, its range, tuned/default
     assert fields[8].startswith("(") and not fields[9].startswith("("), row
