@@ -229,8 +229,12 @@ class Partitioner : public IRMutator {
       auto [lo, hi] = true_range(loop, first, cond, m, e);
       if (lo >= hi || !provable_at_all(loop, sites, cond, lo, hi)) continue;
       Stmt main = make_piece(loop, lo, hi, GuardReplacer(guard, guard->then_case).mutate(loop->body));
+      // The side pieces copy the body: their Allocates get buffers of their
+      // own (see fresh_allocations).
       Stmt before = side_piece(loop, guard, sites, cond, m, lo);
       Stmt after = side_piece(loop, guard, sites, cond, hi, m + e);
+      if (before.defined()) before = fresh_allocations(before);
+      if (after.defined()) after = fresh_allocations(after);
       return Seq::make({before, main, after});
     }
     return Stmt();

@@ -87,7 +87,11 @@ class Unroller : public IRMutator {
       Expr value = min ? IntImm::make(t, *min + i) : i == 0 ? cast(t, op->min) : Add::make(cast(t, op->min), IntImm::make(t, i));
       // Each copy is simplified at once: its indices fold to constants, and
       // the work stays proportional to the copies made.
-      copies.push_back(arith::simplify(substitute(body, [&](const Variable* x) { return x == v ? value : Expr(); })));
+      Stmt copy = arith::simplify(substitute(body, [&](const Variable* x) { return x == v ? value : Expr(); }));
+      // Each copy allocates its own buffers: storage_reuse and codegen key
+      // storage by data variable, and would otherwise see the copies'
+      // Allocates of one buffer as one (and nest them).
+      copies.push_back(i == 0 ? copy : fresh_allocations(copy));
     }
     return Seq::make(std::move(copies));
   }

@@ -319,6 +319,34 @@ TEST(GpuElementwise, GuardWhenTheSplitDoesNotDivide) {
   EXPECT_TRUE(all_close(b, want, 1e-5f));
 }
 
+// A thread's local stage attached inside an unrolled loop with a tail (the
+// schedule of issue 47 for the GPU): the cuda pipeline leaves unrolling to
+// nvcc (#pragma unroll) and does not partition, so the array is declared once
+// in the loop body, and the kernel computes the right values.
+TEST(GpuElementwise, UnrolledCopiesOfALocalStage) {
+  const int h = 64, w = 20;
+  Tensor A = te::placeholder({h, w}, DataType::Float(32), "A");
+  Tensor B = te::compute({h, w}, [&](const std::vector<Var>& i) { return A(i[0], i[1]) + 1.0f; }, "B");
+  Tensor C = te::compute({h, w}, [&](const std::vector<Var>& i) { return B(i[0], i[1]) * 2.0f; }, "C");
+  Schedule s = te::create_schedule({C});
+  auto [bx, tx] = s[C].split(s[C].axis("i"), 16);
+  auto [jo, ji] = s[C].split(s[C].axis("j"), 8);
+  s[C].bind(bx, "blockIdx.x"), s[C].bind(tx, "threadIdx.x");
+  s[B].compute_at(s[C], jo);
+  s[C].unroll(jo);
+  Target t = Target::parse("cuda -arch=sm_90");
+  CudaModule m = build_cuda(s, {A, C}, t, "unrolled_local", {}, false);
+  EXPECT_EQ(count(m.source, "float B["), 1) << m.source;
+  EXPECT_EQ(count(m.source, "#pragma unroll"), 1) << m.source;
+  std::vector<float> a = random_vector(h * w, 4), c(h * w, 0.f), want(h * w);
+  for (int i = 0; i < h * w; ++i) want[i] = (a[i] + 1.f) * 2.f;
+  simulate_gpu(m.func, {a.data(), c.data()});
+  EXPECT_TRUE(all_close(c, want));
+  std::string why;
+  if (!codegen::nvrtc_available(&why)) GTEST_SKIP() << "NVRTC cannot be loaded: " << why;
+  EXPECT_GT(codegen::nvrtc_compile(m.source, "unrolled_local", t).size(), 100u);
+}
+
 // Hand-built: per block, 4 rounds of "fetch 16 values into shared memory,
 // then each thread reads another thread's value". Each round needs a barrier
 // after its fetch (read after write) and one before the next fetch (write

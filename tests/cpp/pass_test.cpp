@@ -378,6 +378,32 @@ TEST(UnrollLoops, UnrolledLoopIsReplicated) {
   expect_same_results(f, g);
 }
 
+// Each copy of a body that allocates gets a buffer of its own (issue 47):
+// passes after unrolling and the code generators key storage by data variable.
+TEST(UnrollLoops, CopiesAllocateBuffersOfTheirOwn) {
+  Buffer A = buf("A", {3, 4}), C = buf("C", {3, 4}), T = buf("T", {4});
+  Var i("i"), j("j"), k("k");
+  Stmt body = Allocate::make(T, Seq::make({loop(j, 0, 4, st(T, ld(A, {i, j}) + 1.0f, {j})), loop(k, 0, 4, st(C, ld(T, {k}) * 2.0f, {i, k}))}));
+  PrimFunc f = PrimFunc::make("f", {arg(A), arg(C)}, loop(i, 0, 3, body, ForKind::Unrolled));
+  PrimFunc g = pass::unroll_loops(f);
+  std::vector<Stmt> copies = top_level(g.body());
+  ASSERT_EQ(copies.size(), 3u);
+  std::set<const Variable*> vars;
+  for (const Stmt& c : copies) {
+    const Allocate* a = c.as<Allocate>();
+    ASSERT_TRUE(a);
+    vars.insert(a->buffer->data.get());
+    // Inside a copy, every access to T names that copy's buffer.
+    post_order_visit(a->body, [&](const Expr& e) {
+      if (const BufferLoad* l = e.as<BufferLoad>(); l && l->buffer->name == "T") EXPECT_TRUE(l->buffer->data.same_as(a->buffer->data));
+    }, [&](const Stmt& s) {
+      if (const BufferStore* st = s.as<BufferStore>(); st && st->buffer->name == "T") EXPECT_TRUE(st->buffer->data.same_as(a->buffer->data));
+    });
+  }
+  EXPECT_EQ(vars.size(), 3u);
+  expect_same_results(f, g);
+}
+
 TEST(UnrollLoops, SymbolicExtentBecomesSerial) {
   Buffer A = buf("A", {16}), C = buf("C", {16});
   Var n("n"), i("i");

@@ -103,5 +103,57 @@ TEST(ComputeAt, LoopReplacingPrimitivesAfterItAreRefused) {
   EXPECT_TRUE(testing::throws_with([&] { s.cache_write(C, "local"); }, "apply cache_write before compute_at of 'P'"));
 }
 
+// A loop whose body allocates an attached stage's buffer and that is copied
+// (unrolled, or partitioned into a main part and a tail) must give each copy
+// its own buffer: storage_reuse merged the copies' Allocates of one data
+// variable into one that enclosed the others, and LLVM codegen raised
+// "buffer B is allocated twice" (issue 47; found again by schedule_fuzz_test).
+TEST(AttachedAllocation, UnrolledCopiesRunRight) {
+  auto elementwise = [](int h, int w, int factor, bool unroll_outer) {
+    Tensor A = te::placeholder({h, w}, DataType::Float(32), "A");
+    Tensor B = te::compute({h, w}, [&](const std::vector<Var>& i) { return A(i[0], i[1]) + FloatImm::make(DataType::Float(32), 1.0); }, "B");
+    Tensor C = te::compute({h, w}, [&](const std::vector<Var>& i) { return B(i[0], i[1]) * FloatImm::make(DataType::Float(32), 2.0); }, "C");
+    Schedule s = te::create_schedule({C});
+    auto [io, ii] = s[C].split(s[C].axis("i"), factor);
+    auto [jo, ji] = s[C].split(s[C].axis("j"), factor);
+    if (unroll_outer) {  // issue 47's schedule
+      s[C].reorder({jo, io, ii, ji});
+      s[B].compute_at(s[C], ii);
+      s[C].unroll(jo);
+    } else {  // j's tail is partitioned off, then every i is unrolled
+      s[C].reorder({io, ii, jo, ji});
+      s[B].compute_at(s[C], jo);
+      s[C].unroll(ii);
+    }
+    auto a = testing::random_vector(h * w, 7);
+    std::vector<float> c(h * w, 99.f), want(h * w);
+    for (int k = 0; k < h * w; ++k) want[k] = (a[k] + 1.f) * 2.f;
+    testing::run_backends(te::lower(s, {A, C}), {&a, &c});
+    EXPECT_TRUE(testing::all_close(c, want)) << h << "x" << w << " by " << factor << "\n" << s.trace().str();
+  };
+  elementwise(64, 64, 8, true);
+  elementwise(12, 20, 8, false);
+  elementwise(3, 64, 3, false);
+}
+
+// The first iteration of the loop P is attached to is partitioned off (the
+// others are guarded), so two copies of P's Allocate sat side by side.
+TEST(AttachedAllocation, PartitionedCopiesRunRight) {
+  const int m = 11, n = 13, k = 7;
+  Tensor A = te::placeholder({m, k}, DataType::Float(32), "A"), B = te::placeholder({k, n}, DataType::Float(32), "B");
+  Tensor P = te::compute({m, k}, [&](const std::vector<Var>& i) { return A(i[0], i[1]) * FloatImm::make(DataType::Float(32), 2.0) + FloatImm::make(DataType::Float(32), 1.0); }, "P");
+  Tensor C = ops::matmul(P, B);
+  Schedule s = te::create_schedule({C});
+  auto [io, ii] = s[C].split(s[C].axis("i"), 9);
+  auto [ioo, ioi] = s[C].split_nparts(io, 5);
+  s[P].compute_at(s[C], ioo);
+  auto a = testing::random_vector(m * k, 8), b = testing::random_vector(k * n, 9);
+  std::vector<float> p(a.size());
+  for (size_t i = 0; i < a.size(); ++i) p[i] = a[i] * 2.0f + 1.0f;
+  std::vector<float> c(m * n, 99.f);
+  testing::run_backends(te::lower(s, {A, B, C}), {&a, &b, &c});
+  EXPECT_TRUE(testing::all_close(c, testing::ref::matmul(p, b, m, n, k)));
+}
+
 }  // namespace
 }  // namespace kiln

@@ -53,6 +53,15 @@ void post_order_visit(const Stmt& s, const std::function<void(const Expr&)>& on_
 Expr substitute(const Expr& e, const std::function<Expr(const Variable*)>& f);
 Stmt substitute(const Stmt& s, const std::function<Expr(const Variable*)>& f);
 
+/**
+ * s with every Allocate in it given a fresh buffer (a new data variable; the
+ * same name, type, shape and scope) and the accesses inside renamed to it.
+ * Passes that copy a statement (unrolling, loop partitioning) rename the
+ * copies, so that each Allocate of a function keeps a data variable of its
+ * own: later passes and the code generators key storage by that variable.
+ */
+Stmt fresh_allocations(const Stmt& s);
+
 /** True when e reads any variable for which pred holds. */
 bool uses_var(const Expr& e, const std::function<bool(const Variable*)>& pred);
 bool uses_var(const Stmt& s, const std::function<bool(const Variable*)>& pred);
