@@ -155,5 +155,37 @@ TEST(AttachedAllocation, PartitionedCopiesRunRight) {
   EXPECT_TRUE(testing::all_close(c, testing::ref::matmul(p, b, m, n, k)));
 }
 
+// P computed at M's reduce loop, M at the inner part of C's split row loop:
+// P's region starts at a row given by M's loop variable i, which (i being
+// unsplit) is also M's root variable; reads of P replaced that variable by
+// its value a second time, so the offset into P counted M's row twice
+// (out-of-bounds reads; found by schedule_fuzz_test).
+TEST(ComputeAt, NestedAttachmentUnderAnUnsplitAxisReadsRight) {
+  const int m = 11, n = 13, k = 7;
+  Tensor A = te::placeholder({m, k}, DataType::Float(32), "A"), B = te::placeholder({k, n}, DataType::Float(32), "B");
+  Tensor P = te::compute({m, k}, [&](const std::vector<Var>& i) { return A(i[0], i[1]) * FloatImm::make(DataType::Float(32), 2.0) + FloatImm::make(DataType::Float(32), 1.0); }, "P");
+  Tensor M = ops::matmul(P, B, "M");
+  Tensor C = te::compute({m, n}, [&](const std::vector<Var>& i) { return M(i[0], i[1]) * FloatImm::make(DataType::Float(32), 0.5); }, "C");
+  auto a = testing::random_vector(m * k, 10), b = testing::random_vector(k * n, 11);
+  std::vector<float> p(a.size());
+  for (size_t i = 0; i < a.size(); ++i) p[i] = a[i] * 2.0f + 1.0f;
+  auto want = testing::ref::matmul(p, b, m, n, k);
+  for (float& x : want) x *= 0.5f;
+  for (bool split_first : {false, true}) {
+    Schedule s = te::create_schedule({C});
+    if (split_first) {
+      auto [o, i] = s[C].split(s[C].axis("i"), 3);
+      s[M].compute_at(s[C], i);
+    } else {
+      s[M].compute_at(s[C], s[C].axis("i"));
+      s[C].split(s[C].axis("i"), 3);
+    }
+    s[P].compute_at(s[M], s[M].axis("k"));
+    std::vector<float> c(m * n, 99.f);
+    testing::run_backends(te::lower(s, {A, B, C}), {&a, &b, &c});
+    EXPECT_TRUE(testing::all_close(c, want)) << s.trace().str();
+  }
+}
+
 }  // namespace
 }  // namespace kiln
