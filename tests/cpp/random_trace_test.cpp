@@ -103,6 +103,29 @@ TEST(ComputeAt, LoopReplacingPrimitivesAfterItAreRefused) {
   EXPECT_TRUE(testing::throws_with([&] { s.cache_write(C, "local"); }, "apply cache_write before compute_at of 'P'"));
 }
 
+// Past the tail of a split, the region a consumer's iteration needs is empty:
+// its extent was negative, and after a fuse of the producer's loops two
+// negative extents multiplied to a positive trip count of out-of-bounds reads
+// (found by schedule_fuzz_test).
+TEST(ComputeAt, FusedProducerPastASplitTailRunsNothing) {
+  const int h = 12, w = 20;
+  Tensor A = te::placeholder({h, w}, DataType::Float(32), "A");
+  Tensor B = te::compute({h, w}, [&](const std::vector<Var>& i) { return A(i[0], i[1]) + FloatImm::make(DataType::Float(32), 1.0); }, "B");
+  Tensor C = te::compute({h, w}, [&](const std::vector<Var>& i) { return B(i[0], i[1]) * FloatImm::make(DataType::Float(32), 2.0); }, "C");
+  Schedule s = te::create_schedule({C});
+  s[C].split(s[C].axis("i"), 9);  // i runs to 17
+  auto [jo, ji] = s[C].split(s[C].axis("j"), 7);  // j runs to 20
+  IterVar f = s[C].fuse(jo, ji);
+  auto [fo, fi] = s[C].split(f, 5);  // j runs to 24
+  s[B].compute_at(s[C], fi);
+  s[B].fuse(s[B].axis("i"), s[B].axis("j"));
+  auto a = testing::random_vector(h * w, 12);
+  std::vector<float> c(h * w, 99.f), want(h * w);
+  for (int k = 0; k < h * w; ++k) want[k] = (a[k] + 1.f) * 2.f;
+  testing::run_backends(te::lower(s, {A, C}), {&a, &c});
+  EXPECT_TRUE(testing::all_close(c, want)) << s.trace().str();
+}
+
 // A loop whose body allocates an attached stage's buffer and that is copied
 // (unrolled, or partitioned into a main part and a tail) must give each copy
 // its own buffer: storage_reuse merged the copies' Allocates of one data
