@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -53,6 +54,7 @@ TEST(ScheduleFuzz, RandomSchedulesMatchReference) {
   int printed = 0;
   int64_t refused_steps = 0, steps = 0;
   auto t0 = std::chrono::steady_clock::now();
+  std::clock_t cpu0 = std::clock();
   for (int64_t seed = first; seed < first + count; ++seed) {
     const auto& c = cases[seed % cases.size()];
     te::Trace trace;
@@ -71,7 +73,8 @@ TEST(ScheduleFuzz, RandomSchedulesMatchReference) {
       ADD_FAILURE() << "seed " << seed << " (" << c.name << "): " << r.message << "\nminimized trace:\n" << testing::fuzz::minimize(c, trace, r).str() << "full trace:\n" << trace.str();
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::cout << "schedule fuzz: seeds " << first << ".." << first + count - 1 << " in " << s << " s: " << counts[Outcome::Ok] << " ok, " << counts[Outcome::Refused]
+  double cpu_s = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
+  std::cout << "schedule fuzz: seeds " << first << ".." << first + count - 1 << " in " << s << " s (" << cpu_s << " s of CPU): " << counts[Outcome::Ok] << " ok, " << counts[Outcome::Refused]
             << " refused (user errors), " << counts[Outcome::Internal] << " internal errors, " << counts[Outcome::RunFailed] << " failed runs, " << counts[Outcome::Wrong]
             << " wrong results; " << refused_steps << " of " << steps << " primitives refused\n";
   for (const auto& [msg, n] : failure_classes) std::cout << "  failure x" << n << ": " << msg << "\n";
