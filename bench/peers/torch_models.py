@@ -5,6 +5,7 @@ weights (seeded: every process builds the same one) and its batch-1 input:
   resnet18, resnet50, mobilenet_v2   torchvision 0.14, [1, 3, S, S] input
   bert_layer                         nn.TransformerEncoderLayer(768, 12, 3072, batch_first, no dropout), [1, L, 768]
   tiny_cnn                           conv-bn-relu-pool-linear, for tests
+  TORCHVISION_MORE                   eleven more torchvision models (branches, shuffles, groups, SE, ViT, Swin), [1, 3, S, S]
 BatchNorm's running statistics are random too, so that folding them is
 tested rather than skipped as the identity.
 
@@ -36,7 +37,12 @@ import launcher  # noqa: E402
 import peer_kernels  # noqa: E402
 from peer_env import clean_env  # noqa: E402
 
-MODELS = ("resnet18", "resnet50", "mobilenet_v2", "bert_layer", "tiny_cnn")
+# Further torchvision models for the ONNX Runtime comparison: concatenated branches (squeezenet, googlenet,
+# densenet), channel shuffle (shufflenet), grouped convolutions (resnext, regnet), squeeze-excitation
+# (efficientnet, mobilenet_v3), vision transformers at sequence 197 (vit_b_16, image 224 only) and shifted windows (swin_t).
+TORCHVISION_MORE = ("squeezenet1_0", "shufflenet_v2_x1_0", "densenet121", "googlenet", "resnext50_32x4d", "regnet_y_400mf",
+                    "efficientnet_b0", "mobilenet_v3_small", "convnext_tiny", "vit_b_16", "swin_t")
+MODELS = ("resnet18", "resnet50", "mobilenet_v2", "bert_layer", "tiny_cnn") + TORCHVISION_MORE
 VARIANTS = ("eager_nchw", "eager_channels_last", "jit")
 VARIANT_TEXT = {"eager_nchw": "eager NCHW", "eager_channels_last": "eager channels_last",
                 "jit": "jit {how}+freeze+optimize_for_inference"}
@@ -56,9 +62,10 @@ def build(name, image_size=224, seq_len=128, seed=0):
     """(module in eval mode, input tensor) of a named model; the same in every process for a seed."""
     import torch
     torch.manual_seed(seed)
-    if name in ("resnet18", "resnet50", "mobilenet_v2"):
+    if name in ("resnet18", "resnet50", "mobilenet_v2") + TORCHVISION_MORE:
         import torchvision
-        module = getattr(torchvision.models, name)(weights=None)
+        kwargs = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
+        module = getattr(torchvision.models, name)(weights=None, **kwargs)
         shape = (1, 3, image_size, image_size)
     elif name == "bert_layer":
         module = torch.nn.TransformerEncoderLayer(d_model=768, nhead=12, dim_feedforward=3072, dropout=0.0, batch_first=True)
