@@ -13,27 +13,15 @@
 #include "kiln/tuner/features.h"
 #include "kiln/tuner/tune.h"
 #include "kiln/tuning_db/database.h"
+#include "tuner_test_util.h"
 
 namespace kiln::tuner {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDb {
-  fs::path dir;
-  TempDb() {
-    char tmpl[] = "/tmp/kiln_tune_test_XXXXXX";
-    dir = mkdtemp(tmpl);
-  }
-  ~TempDb() { fs::remove_all(dir); }
-  std::string path() const { return (dir / "tune.db").string(); }
-};
-
-Task gemm_task(int n) {
-  te::Tensor A = te::placeholder({n, n}, DataType::Float(32), "A");
-  te::Tensor B = te::placeholder({n, n}, DataType::Float(32), "B");
-  return make_task({A, B, ops::matmul(A, B, "C")}, Target::host(), "matmul_" + std::to_string(n));
-}
+using testing::gemm_task;
+using testing::TempDb;
 
 TuneOptions tiny(const std::string& db, int trials) {
   TuneOptions o;
