@@ -27,6 +27,10 @@ Expr one_sided(const Expr& e, bool upper, uint32_t pick, int* choices) {
     if (const int64_t* c = as_const_int(op->b)) return one_sided(op->a, *c >= 0 ? upper : !upper, pick, choices) * op->b;
   if (const Min* op = e.as<Min>(); op && upper) return choose(op->a, op->b);
   if (const Max* op = e.as<Max>(); op && !upper) return choose(op->a, op->b);
+  // A max bounded from above (a min from below) keeps both sides, each bounded in turn: a region's
+  // extent max(hi - lo + 1, 0) is at most the larger of the two bounds.
+  if (const Max* op = e.as<Max>(); op && upper) return max(one_sided(op->a, upper, pick, choices), one_sided(op->b, upper, pick, choices));
+  if (const Min* op = e.as<Min>(); op && !upper) return min(one_sided(op->a, upper, pick, choices), one_sided(op->b, upper, pick, choices));
   return e;
 }
 

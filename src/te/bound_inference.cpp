@@ -214,10 +214,11 @@ static std::vector<Range> required_region(LowerState* st, const Stage& producer,
     const Expr& shape = producer.op()->shape[d];
     Expr lo = region[d].min.defined() ? ana.simplify(max(fixed(region[d].min), 0)) : Expr(0);
     Expr hi = region[d].max.defined() ? ana.simplify(min(fixed(region[d].max), shape - 1)) : ana.simplify(shape - 1);
-    // Empty, not negative, where the readers' iteration lies outside the
-    // producer (a split tail): a fuse multiplies the extents, and two
-    // negative ones made a positive trip count of out-of-bounds reads.
-    out.emplace_back(lo, ana.simplify(max(hi - lo + 1, 0)));
+    // Negative where the readers' iteration lies outside the producer (a
+    // split tail): such a loop runs nothing, and Fuse clamps the factors it
+    // multiplies (iter_relations.cpp). Not clamped here, where a max would
+    // hide the extent's form from the tile-size bounds of the stages above.
+    out.emplace_back(lo, ana.simplify(hi - lo + 1));
   }
   return out;
 }

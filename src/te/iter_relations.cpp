@@ -25,7 +25,10 @@ void pass_down(const std::vector<IterVarRelation>& rels, IterRanges* ranges) {
     } else {
       const Range& o = ranges->at(r.outer.get());
       const Range& i = ranges->at(r.inner.get());
-      (*ranges)[r.parent.get()] = Range(0, arith::simplify(o.extent * i.extent));
+      // A loop past a split's tail may have a negative extent (it runs nothing); the product of two
+      // negative ones would run, so each factor counts as at least 0.
+      auto runs = [](const Expr& e) { return as_const_int(e) ? e : max(e, make_zero(e.dtype())); };
+      (*ranges)[r.parent.get()] = Range(0, arith::simplify(runs(o.extent) * runs(i.extent)));
     }
   }
 }
