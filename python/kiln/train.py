@@ -403,14 +403,10 @@ def _checkpointed(loss_graph, n_batch, m, optimizer, segments, target, seed_fn=N
 def _fit_memory(step, loss_graph, n_batch, m, optimizer, limit, target, seed_fn=None, scaler=None):
     """The fewest segments whose checkpointed step fits `limit` bytes (2, 3, ... 8, then doubling)."""
     tried = [(1, step.memory()["total"])]
+    num_ops = len(loss_graph.op_types())  # a segment holds at least one operator
     k = 2
-    while True:
-        try:
-            ck = _checkpointed(loss_graph, n_batch, m, optimizer, k, target, seed_fn, scaler)
-        except KilnError as e:
-            if "fewer than the" not in str(e):
-                raise
-            break  # more segments than operators
+    while k <= num_ops:
+        ck = _checkpointed(loss_graph, n_batch, m, optimizer, k, target, seed_fn, scaler)
         total = ck.memory()["total"]
         tried.append((k, total))
         if total <= limit:

@@ -2,8 +2,7 @@
 // kernel on the GPU or in the simulator.
 #include "kiln/driver/build_cuda.h"
 
-#include <cstdlib>
-#include <iostream>
+#include <sstream>
 
 #include "kiln/codegen/cuda.h"
 #include "kiln/codegen/kernel_metadata.h"
@@ -12,25 +11,23 @@
 #include "kiln/runtime/arg_binder.h"
 #include "kiln/runtime/cuda.h"
 #include "kiln/support/error.h"
+#include "kiln/support/ir_log.h"
 #include "kiln/te/lower.h"
 
 namespace kiln {
-
-namespace {
-bool dump_requested(const GpuLowerOptions& o) {
-  const char* v = std::getenv("KILN_DUMP_IR");
-  return o.dump_ir || (v && *v && std::string(v) != "0");
-}
-}  // namespace
 
 PrimFunc lower_gpu(const te::Schedule& sch, const std::vector<te::Tensor>& args, const std::string& name, const GpuLowerOptions& options) {
   te::LowerOptions raw;
   raw.run_passes = false;
   PrimFunc f = te::lower(sch, args, name, raw);
-  bool dump = dump_requested(options);
+  IrLog log(options.dump_ir);
   auto step = [&](const char* what, PrimFunc (*pass)(const PrimFunc&)) {
-    f = pass(f);
-    if (dump) std::cerr << "// ---- after " << what << "\n" << f << "\n";
+    f = log.run(what, [&] { return pass(f); }, [&](const PrimFunc& out) {
+      if (out.same_as(f)) return std::string();
+      std::ostringstream os;
+      os << out;
+      return os.str();
+    });
   };
   step("storage_flatten", pass::storage_flatten);
   step("gpu_storage_scope", pass::gpu_storage_scope);

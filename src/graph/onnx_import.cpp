@@ -234,8 +234,6 @@ Graph from_onnx(const std::string& path, const InputShapes& shapes) {
   KILN_USER_CHECK(!f.bad()) << "cannot read the ONNX file '" << path << "'";
   try {
     return from_onnx_bytes(s.str(), shapes);
-  } catch (const InternalError&) {
-    throw;
   } catch (const Error& e) {
     throw Error("ONNX file '" + path + "': " + e.what());
   }

@@ -177,7 +177,6 @@ void confirm_tasks(ModelTuneResult* r, const std::string& db, const ModelTuneOpt
     try {
       cr = tuner::confirm_best(t.task, db, c);
     } catch (const Error& e) {
-      if (is_internal(e)) throw;
       r->failures.push_back("confirming task " + std::to_string(i) + " (" + t.ops + "): " + e.what());
       continue;
     }
@@ -214,18 +213,24 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
     // Cache eviction is a CPU matter; a GPU kernel's inputs are in device memory.
     o.measure.cold_inputs = tune.cold_inputs && !gpu;
     o.measure.gpu_simulate = tune.gpu_simulate;
-    tuner::TuneResult tr;
-    try {
-      tr = tuner::tune(t.task, o);
-    } catch (const Error& e) {
-      // One task's failure (a kiln bug in lowering one of its candidates)
-      // must not cost the whole session: the task keeps what it has, and
-      // the failure is reported with the candidate that raised it.
+    // One task's failure must not cost the whole session: the task keeps
+    // what it has, and the failure is reported (a bug's message carries the
+    // candidate that raised it).
+    auto stop_task = [&](const Exception& e) {
       r.failures.push_back("task " + std::to_string(i) + " (" + t.ops + ", " + t.task.workload_key + "): " + e.what());
       std::fprintf(stderr, "[model] task %zu (%s) stopped: %s\n", i, t.ops.c_str(), e.what());
       done[i] = true;
       ++r.rounds;
-      return;
+    };
+    tuner::TuneResult tr;
+    try {
+      tr = tuner::tune(t.task, o);
+    } catch (const InternalError& e) {
+      // Caught on purpose: a kiln bug in lowering one task's candidates is
+      // reported in the result's failures, not raised, so the other tasks tune.
+      return stop_task(e);
+    } catch (const Error& e) {
+      return stop_task(e);
     }
     // The budget is measurements; a round that measured nothing (the search
     // found only what the DB has) ends the task rather than spin.

@@ -668,8 +668,8 @@ void interpret(const PrimFunc& f, const std::vector<void*>& args) {
   KILN_USER_CHECK(f.defined()) << "interpret of an undefined function";
   try {
     Interpreter(f, nullptr).run(args);
-  } catch (const Error& e) {
-    // Name the function: the oracle runs many of them in one test.
+  } catch (const Exception& e) {
+    // Name the function, for a user error and a kiln bug alike: the oracle runs many of them in one test.
     rethrow_as(e, "in function '" + f.name() + "': " + e.what());
   }
 }
@@ -685,7 +685,7 @@ void interpret_with_hooks(const PrimFunc& f, const std::vector<void*>& args, Gpu
   KILN_USER_CHECK(f.defined()) << "simulating an undefined function";
   try {
     Interpreter(f, hooks).run(args);
-  } catch (const Error& e) {
+  } catch (const Exception& e) {
     rethrow_as(e, "in function '" + f.name() + "': " + e.what());
   }
 }

@@ -56,7 +56,10 @@ int guard(const char* fn, int user_status, F&& body) {
     return e.status;
   } catch (const kiln::Error& e) {
     last_error = std::string(fn) + ": " + e.what();
-    return kiln::is_internal(e) ? KILN_ERR_INTERNAL : user_status;
+    return user_status;
+  } catch (const kiln::InternalError& e) {
+    last_error = std::string(fn) + ": " + e.what();
+    return KILN_ERR_INTERNAL;
   } catch (const std::bad_alloc&) {
     last_error = std::string(fn) + ": out of memory";
     return KILN_ERR_OUT_OF_MEMORY;
@@ -274,12 +277,9 @@ int kiln_model_load(const char* path, KilnModel** out) {
     auto model = std::make_unique<KilnModel>();
     try {
       model->runner = kiln::ModelRunner::load(path);
-    } catch (const kiln::Error& e) {
+    } catch (const kiln::MissingWeightsError& e) {
       // Weights kept beside the library but absent: a missing file, not a bad library.
-      std::string weights = std::string(path) + ".weights";
-      if (!kiln::is_internal(e) && std::string(e.what()).find(weights) != std::string::npos && access(weights.c_str(), R_OK) != 0)
-        fail(KILN_ERR_NOT_FOUND, e.what());
-      throw;
+      fail(KILN_ERR_NOT_FOUND, e.what());
     }
     model->inputs.resize(model->runner.inputs().size());
     *out = model.release();

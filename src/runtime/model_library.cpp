@@ -127,8 +127,9 @@ std::string printable(std::string text) {
 // that it belongs to this export (`record`: the plan's id and data hash) and is whole.
 NDArray read_weights_file(const std::string& so_path, const std::string& path, const WeightsRecord& record) {
   std::ifstream in(path, std::ios::binary);
-  KILN_USER_CHECK(in) << "ModelRunner::load: '" << so_path << "' keeps its weights beside it, but the weights file '" << path
-                      << "' is missing or unreadable; copy it next to the library (export with weights=\"embed\" for one file)";
+  if (!in)
+    throw MissingWeightsError("ModelRunner::load: '" + so_path + "' keeps its weights beside it, but the weights file '" + path +
+                              "' is missing or unreadable; copy it next to the library (export with weights=\"embed\" for one file)");
   char h[kWeightsHeader] = {};
   in.read(h, sizeof(h));
   bool whole_header = in.gcount() == kWeightsHeader;
@@ -231,7 +232,9 @@ ModelRunner ModelRunner::load(const std::string& path) {
   ModelPlan plan;
   try {
     plan = plan_from_json(json::parse(*plan_text), &weights, &consts, &offsets);
-  } catch (const std::exception& e) {
+  } catch (const json::exception& e) {  // not parsed, or a field missing or of the wrong type
+    KILN_USER_ERROR() << "ModelRunner::load: '" << path << "': corrupt model plan: " << e.what();
+  } catch (const Error& e) {  // a value out of range (a dtype, a buffer kind); a kiln bug passes
     KILN_USER_ERROR() << "ModelRunner::load: '" << path << "': corrupt model plan: " << e.what();
   }
   // The weights: a view of the library's embedded blob (alive with the Module), or the file beside it.

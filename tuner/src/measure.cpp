@@ -169,7 +169,12 @@ Built build_one(const Task& task, const te::Trace& trace, Fault fault = Fault::N
     if (task.target.kind == Target::Kind::CUDA) b.gpu = std::make_shared<CudaModule>(build_cuda(s, task.args, task.target, "main", {}, nvrtc));
     else b.mod = build(s, task.args, task.target, "main");
   } catch (const Error& e) {
-    if (is_internal(e)) b.failure = std::current_exception();
+    b.error = MeasureError::BuildError;
+    b.msg = e.what();
+  } catch (const InternalError& e) {
+    // Caught on purpose, to keep it: a kiln bug fails the session (below the
+    // build threads), with the message also on the trial.
+    b.failure = std::current_exception();
     b.error = MeasureError::BuildError;
     b.msg = e.what();
   } catch (...) {

@@ -133,8 +133,14 @@ std::string times_message(const std::vector<double>& times) {
   int code = 0;
   try {
     msg = times_message(body());
+  } catch (const InternalError& e) {
+    // Caught on purpose, so that the worker always answers: the parent learns
+    // it was a kiln bug ('I') and raises it as one, where a user error or a
+    // crash ('E', a signal) costs one error trial.
+    msg = std::string("I") + e.what();
+    code = 3;
   } catch (const std::exception& e) {
-    msg = std::string(is_internal(e) ? "I" : "E") + e.what();
+    msg = std::string("E") + e.what();  // a user error (or another exception): an error trial
     code = 3;
   }
   write_all(fd, msg);

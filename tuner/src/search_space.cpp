@@ -207,8 +207,6 @@ struct SearchSpace::Impl {
     try {
       pass::launch_config(lower_gpu(s, task.args, "fits"));
       return true;
-    } catch (const InternalError&) {
-      throw;
     } catch (const Error& e) {
       if (why) *why = e.what();
       return false;
@@ -325,8 +323,6 @@ Candidate SearchSpace::default_candidate() const {
         c.decisions = gpu_default_for(i);
         materialize(&c);
         return c;
-      } catch (const InternalError&) {
-        throw;
       } catch (const Error&) {
         if (i + 1 == num_sketches()) throw;
       }

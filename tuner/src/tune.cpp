@@ -144,8 +144,7 @@ bool Session::check(const Candidate& c, std::string* why) {
   if (!can_verify) return true;
   try {
     return measurer.check_correct(c, why);
-  } catch (const Error& e) {
-    if (is_internal(e)) throw;  // a kiln bug, not an unverifiable task
+  } catch (const Error& e) {  // a kiln bug (InternalError) propagates: not an unverifiable task
     can_verify = false;
     progress.note(std::string("warning: results cannot be verified (") + e.what() + "); reporting unverified timings");
     return true;
@@ -284,7 +283,6 @@ std::optional<tuning_db::Record> Session::verified_db_best() {
       c.trace = te::Trace::from_json(rec.trace);
       if (check(c, &why)) return rec;
     } catch (const Error& e) {
-      if (is_internal(e)) throw;
       why = std::string("the stored trace does not parse: ") + e.what();
     }
     // Re-store it as a failure under the same uid (delete first: uids are unique).

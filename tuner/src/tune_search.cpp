@@ -25,7 +25,6 @@ bool EvolutionarySearch::materialize(Candidate* c, std::string* key) {
   } catch (const Error& e) {
     // An invalid point of the space (a user error: the schedule step does not
     // apply) is counted and skipped; a kiln::InternalError is a bug: it propagates.
-    if (is_internal(e)) throw;
     ++invalid_;
     last_invalid_ = e.what();
     return false;
@@ -56,12 +55,14 @@ void EvolutionarySearch::featurize(const std::vector<Entry>& entries) {
         te::Schedule s = te::Schedule::from_trace(task_.outputs, todo[i]->cand.trace);
         out[i] = std::make_shared<Features>(candidate_features(s, task_.args));
         seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      } catch (const Error& e) {
+      } catch (const Error&) {
         out[i] = nullptr;  // it will not build either; never pick it
-        // The candidate's trace with the bug report: it is what reproduces it.
-        if (is_internal(e))
-          failures[i] = std::make_exception_ptr(InternalError(std::string(e.what()) + "\n  while lowering the candidate of task " +
-                                                              task_.name + ": " + todo[i]->key));
+      } catch (const InternalError& e) {
+        // Caught on purpose, to carry it off the thread: the candidate's trace
+        // goes with the bug report, since it is what reproduces it.
+        out[i] = nullptr;
+        failures[i] = std::make_exception_ptr(InternalError(std::string(e.what()) + "\n  while lowering the candidate of task " +
+                                                            task_.name + ": " + todo[i]->key));
       } catch (...) {
         failures[i] = std::current_exception();
       }

@@ -70,10 +70,8 @@ Database Database::open(const std::string& path, const OpenOptions& options) {
       try {
         conn.exec("PRAGMA journal_mode = WAL");
         return;
-      } catch (const Error& e) {
-        std::string msg = e.what();
-        bool busy = msg.find("lock") != std::string::npos || msg.find("busy") != std::string::npos;
-        if (!busy || std::chrono::steady_clock::now() >= deadline) throw;
+      } catch (const detail::SqliteError& e) {
+        if (!e.busy() || std::chrono::steady_clock::now() >= deadline) throw;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }

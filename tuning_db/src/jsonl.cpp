@@ -303,7 +303,7 @@ ImportResult Database::read_jsonl(std::istream& in) {
         ++result.added;
       else
         ++result.skipped;
-    } catch (const Error& err) {
+    } catch (const Exception& err) {
       rethrow_as(err, "import into '" + s.path + "': line " + std::to_string(line_no) + ": " + err.what() + "; nothing was imported");
     }
   }

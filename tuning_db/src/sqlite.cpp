@@ -57,9 +57,10 @@ void throw_sqlite(int rc, sqlite3* db, const std::string& path, const std::strin
   std::string hint = hint_for(rc);
   if (auto at = hint.find("FILE"); at != std::string::npos) hint.replace(at, 4, path);
   // Thrown directly (not through the streaming macro) so [[noreturn]] holds.
-  throw Error("tuning database '" + path + "': " + what + " failed: " + detail +
-              (hint.empty() ? "" : "; " + hint));
+  throw SqliteError("tuning database '" + path + "': " + what + " failed: " + detail + (hint.empty() ? "" : "; " + hint), rc);
 }
+
+bool SqliteError::busy() const { return (code_ & 0xff) == SQLITE_BUSY || (code_ & 0xff) == SQLITE_LOCKED; }
 
 // ---- Stmt ----
 

@@ -24,7 +24,7 @@ namespace kiln {
 struct GpuLowerOptions {
   /** Off: no barriers (a test hook: the simulator must then report the race). */
   bool insert_barriers = true;
-  /** Print the IR after each step to stderr (also KILN_DUMP_IR=1). */
+  /** Print the IR after each step to stderr (also KILN_DUMP_IR=1; a KILN_DUMP_IR pass name still filters). */
   bool dump_ir = false;
 };
 

@@ -2,7 +2,8 @@
  * Graph passes: each a free function (graph in, graph out) in its own file
  * of src/graph/passes/, and the pipeline that runs them in order. With the
  * environment variable KILN_DUMP_IR set, the pipeline prints the graph after
- * every pass to stderr (KILN_DUMP_IR=<pass name> prints only after that one).
+ * every pass to stderr (KILN_DUMP_IR=<pass name> prints only after that one),
+ * through the IR logger the loop and GPU passes share (kiln/support/ir_log.h).
  *
  * Dead code needs no pass: a graph holds what its outputs reach, so a node
  * nobody reads is gone with the next rebuild.

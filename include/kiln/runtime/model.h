@@ -31,6 +31,7 @@
 #include "kiln/ir/dtype.h"
 #include "kiln/runtime/module.h"
 #include "kiln/runtime/ndarray.h"
+#include "kiln/support/error.h"
 
 namespace kiln {
 
@@ -117,6 +118,16 @@ void check_model_inputs(const std::vector<ModelTensor>& want, const std::vector<
  * input's array itself. */
 std::vector<void*> bind_plan_buffers(const ModelPlan& plan, const std::vector<NDArray>& inputs, char* arena, std::vector<NDArray>* outputs,
                                      const std::vector<bool>* donated = nullptr);
+
+/**
+ * The user error ModelRunner::load throws when a library keeps its weights
+ * beside it and that file is missing or unreadable: typed, so that the C API
+ * answers KILN_ERR_NOT_FOUND without reading the message.
+ */
+class MissingWeightsError : public Error {
+ public:
+  using Error::Error;
+};
 
 /** After a run's steps: each output that no step wrote (an input or constant
  * returned as is, or one value returned twice) becomes a copy of its buffer. */

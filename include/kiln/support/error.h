@@ -8,9 +8,10 @@
  * failed condition and throw kiln::InternalError: a kiln bug, not misuse.
  * Python sees kiln.KilnError (a ValueError) for the first and
  * kiln.InternalError (a RuntimeError) for the second; nothing aborts the
- * process. Code that tolerates bad input (the tuner's search skipping an
- * invalid candidate) catches user errors only (see is_internal) and lets an
- * internal error through.
+ * process. The two are siblings under kiln::Exception (as Halide keeps its
+ * user and internal errors): code that tolerates bad input (the tuner's
+ * search skipping an invalid candidate) catches Error, and an internal error
+ * goes through it untouched.
  */
 #ifndef KILN_SUPPORT_ERROR_H
 #define KILN_SUPPORT_ERROR_H
@@ -22,30 +23,40 @@
 namespace kiln {
 
 /**
- * What kiln throws. An Error that is not an InternalError is a user error:
- * bad input, named in the message with the fix.
+ * The common base of kiln's two error kinds, for the few places that handle
+ * both alike (the C API's status codes, adding context with rethrow_as). Code
+ * that tolerates bad input catches Error, never this.
  */
-class Error : public std::runtime_error {
+class Exception : public std::runtime_error {
  public:
-  explicit Error(const std::string& msg) : std::runtime_error(msg) {}
+  explicit Exception(const std::string& msg) : std::runtime_error(msg) {}
 };
 
-/** A broken internal invariant: a bug in kiln, whatever the input was. */
-class InternalError : public Error {
+/** A user error: bad input, named in the message with the fix. */
+class Error : public Exception {
  public:
-  explicit InternalError(const std::string& msg) : Error(msg) {}
+  explicit Error(const std::string& msg) : Exception(msg) {}
 };
-
-/** True for kiln::InternalError: code that skips bad input must rethrow these. */
-inline bool is_internal(const std::exception& e) { return dynamic_cast<const InternalError*>(&e) != nullptr; }
 
 /**
- * Throws an error of the same kind as `e` (user or internal) with `msg`:
- * for catch sites that add context to a message without turning a kiln bug
- * into a user error.
+ * A broken internal invariant: a bug in kiln, whatever the input was. A
+ * sibling of Error, not a kind of it, so `catch (const Error&)` never
+ * swallows a bug; the rare site that must survive one (the tuner recording a
+ * candidate that hit a bug as a failed trial) catches InternalError by name.
+ */
+class InternalError : public Exception {
+ public:
+  explicit InternalError(const std::string& msg) : Exception(msg) {}
+};
+
+/**
+ * Throws an error of the same kind as `e` with `msg`: InternalError for an
+ * InternalError, else Error (any other exception carried into a user error
+ * with the context, as before). For catch sites that add context to a
+ * message without turning a kiln bug into a user error.
  */
 [[noreturn]] inline void rethrow_as(const std::exception& e, const std::string& msg) {
-  if (is_internal(e)) throw InternalError(msg);
+  if (dynamic_cast<const InternalError*>(&e)) throw InternalError(msg);
   throw Error(msg);
 }
 

@@ -1,7 +1,8 @@
 /** \file
  * Lowering: a schedule becomes a loop nest (a PrimFunc), then the pass
  * pipeline runs over it as a plain list of calls (see src/te/lower.cpp).
- * Set KILN_DUMP_IR=1 to print the IR after every pass (with its time).
+ * Set KILN_DUMP_IR=1 to print the IR after every pass (with its time), or
+ * KILN_DUMP_IR=<pass name> for one pass (kiln/support/ir_log.h).
  */
 #ifndef KILN_TE_LOWER_H
 #define KILN_TE_LOWER_H
@@ -17,7 +18,7 @@ namespace kiln::te {
 struct LowerOptions {
   /** Run the loop passes after building the loop nest (off: the raw nest, for tests). */
   bool run_passes = true;
-  /** Print the IR after each pass to stderr (also KILN_DUMP_IR=1). */
+  /** Print the IR after each pass to stderr (also KILN_DUMP_IR=1; a KILN_DUMP_IR pass name still filters). */
   bool dump_ir = false;
   /**
    * Expand the loops marked Unrolled and Vectorized (and run the passes after

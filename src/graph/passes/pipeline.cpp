@@ -1,33 +1,30 @@
 // optimize: the graph pass pipeline, a plain list of calls (passes.h).
-#include <cstdlib>
-#include <functional>
-#include <iostream>
 #include <utility>
 
 #include "kiln/graph/passes.h"
+#include "kiln/support/ir_log.h"
 
 namespace kiln::graph {
 
 Graph optimize(const Graph& g, const Target& target, const PipelineOptions& options) {
-  const char* env = std::getenv("KILN_DUMP_IR");
-  std::string only = env && *env && std::string(env) != "1" ? env : "";
-  bool dump = options.dump || (env && *env);
-  auto after = [&](const char* pass, const Graph& out) {
-    if (dump && (only.empty() || only == pass)) std::cerr << "// after " << pass << "\n" << out.str() << "\n";
-    return out;
-  };
+  IrLog log(options.dump);
   Graph out = g;
-  if (dump && only.empty()) std::cerr << "// input graph\n" << g.str() << "\n";
-  out = after("remove_identity", remove_identity(out));
-  out = after("remove_empty_values", remove_empty_values(out));
-  out = after("fold_transposes", fold_transposes(out));
+  // A graph pass is printed whole even when it changed nothing: the graph is short.
+  auto after = [&](const char* pass, auto&& run_pass) {
+    out = log.run(pass, [&] { return run_pass(out); }, [](const Graph& o) { return o.str(); });
+  };
+  log.heading("input graph", [&] { return g.str(); });
+  after("remove_identity", remove_identity);
+  after("remove_empty_values", remove_empty_values);
+  after("fold_transposes", fold_transposes);
   bool bf16_dot = target.kind == Target::Kind::LLVM && (options.bf16_dot == 1 || (options.bf16_dot < 0 && target.has_feature("avx512bf16")));
-  if (bf16_dot) out = after("use_bf16_dot", use_bf16_dot(out));
-  out = after("fold_constants", fold_constants(out));
-  out = after("fold_batch_norm", fold_batch_norm(out));
-  out = after("eliminate_common_subexpr", eliminate_common_subexpr(out));
-  if (options.layout) out = after("alter_conv_layout", alter_conv_layout(out, target, options.layout_plan));
-  out = options.fuse ? after("fuse_ops", fuse_ops(out)) : after("wrap_ops", wrap_ops(out));
+  if (bf16_dot) after("use_bf16_dot", use_bf16_dot);
+  after("fold_constants", [](const Graph& in) { return fold_constants(in); });
+  after("fold_batch_norm", fold_batch_norm);
+  after("eliminate_common_subexpr", eliminate_common_subexpr);
+  if (options.layout) after("alter_conv_layout", [&](const Graph& in) { return alter_conv_layout(in, target, options.layout_plan); });
+  if (options.fuse) after("fuse_ops", [](const Graph& in) { return fuse_ops(in); });
+  else after("wrap_ops", wrap_ops);
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/support/error.h"
 #include "kiln/tuning_db/types.h"
 
 struct sqlite3;
@@ -21,7 +22,23 @@ struct sqlite3_stmt;
 
 namespace kiln::tuning_db::detail {
 
-/** Throws kiln::Error for SQLite result code `rc`, naming the file and what failed. */
+/**
+ * The user error for a failed SQLite call, with its result code: callers that
+ * retry (a lock held by another process) test the code, not the message.
+ */
+class SqliteError : public Error {
+ public:
+  SqliteError(const std::string& msg, int code) : Error(msg), code_(code) {}
+  /** SQLite's result code (possibly extended: `code() & 0xff` is the primary one). */
+  int code() const { return code_; }
+  /** SQLITE_BUSY or SQLITE_LOCKED: another connection held a lock. */
+  bool busy() const;
+
+ private:
+  int code_;
+};
+
+/** Throws SqliteError for SQLite result code `rc`, naming the file and what failed. */
 [[noreturn]] void throw_sqlite(int rc, sqlite3* db, const std::string& path,
                                const std::string& what);
 
