@@ -64,17 +64,17 @@ TEST(DType, ParseErrors) {
 
 TEST(Nodes, MakeChecksItsInputs) {
   Var x("x"), f("f", f32);
-  EXPECT_THROW(Add::make(x, f), Error);
-  EXPECT_THROW(Select::make(x, x, x), Error);
-  EXPECT_THROW(Ramp::make(x, x, 1), Error);
-  EXPECT_THROW(Broadcast::make(Ramp::make(x, 1, 4), 4), Error);
-  EXPECT_THROW(Cast::make(DataType::Float(32, 4), x), Error);
-  EXPECT_THROW(For::make(x, 0, 8, ForKind::ThreadBinding, make_nop()), Error);
+  EXPECT_THROW(Add::make(x, f), InternalError);
+  EXPECT_THROW(Select::make(x, x, x), InternalError);
+  EXPECT_THROW(Ramp::make(x, x, 1), InternalError);
+  EXPECT_THROW(Broadcast::make(Ramp::make(x, 1, 4), 4), InternalError);
+  EXPECT_THROW(Cast::make(DataType::Float(32, 4), x), InternalError);
+  EXPECT_THROW(For::make(x, 0, 8, ForKind::ThreadBinding, make_nop()), InternalError);
   Buffer a = Buffer::make("A", f32, {16});
-  EXPECT_THROW(BufferStore::make(a, x, {x}), Error) << "int32 value into a float32 buffer";
-  EXPECT_THROW(BufferLoad::make(a, {x, x}), Error) << "two indices into a 1-d buffer";
-  EXPECT_THROW(BufferLoad::make(a, {f}), Error) << "float index";
-  EXPECT_THROW(TensorLoad::make(fake_tensor("T", {4, 4}), {x}), Error);
+  EXPECT_THROW(BufferStore::make(a, x, {x}), InternalError) << "int32 value into a float32 buffer";
+  EXPECT_THROW(BufferLoad::make(a, {x, x}), InternalError) << "two indices into a 1-d buffer";
+  EXPECT_THROW(BufferLoad::make(a, {f}), InternalError) << "float index";
+  EXPECT_THROW(TensorLoad::make(fake_tensor("T", {4, 4}), {x}), InternalError);
   EXPECT_EQ(Add::make(x, x).dtype(), i32);
   EXPECT_EQ(LT::make(f, f).dtype(), DataType::Bool());
   EXPECT_EQ(BufferLoad::make(a, {Ramp::make(x, 1, 8)}).dtype(), DataType::Float(32, 8));
