@@ -74,7 +74,7 @@ TEST(Nodes, MakeChecksItsInputs) {
   EXPECT_THROW(BufferStore::make(a, x, {x}), InternalError) << "int32 value into a float32 buffer";
   EXPECT_THROW(BufferLoad::make(a, {x, x}), InternalError) << "two indices into a 1-d buffer";
   EXPECT_THROW(BufferLoad::make(a, {f}), InternalError) << "float index";
-  EXPECT_THROW(TensorLoad::make(fake_tensor("T", {4, 4}), {x}), InternalError);
+  EXPECT_THROW(TensorLoad::make(fake_tensor("T", {4, 4}), {x}), Error);  // a user error: te reads are written by users
   EXPECT_EQ(Add::make(x, x).dtype(), i32);
   EXPECT_EQ(LT::make(f, f).dtype(), DataType::Bool());
   EXPECT_EQ(BufferLoad::make(a, {Ramp::make(x, 1, 8)}).dtype(), DataType::Float(32, 8));
