@@ -79,6 +79,12 @@ def build(name, image_size=224, seq_len=128, seed=0):
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         _randomize_batch_norm(module, torch, gen)
+        # torchvision starts ViT's classifier at zero, so its output would be all zeros and checking
+        # kiln's output against it would prove nothing: random (seeded) weights instead.
+        head = getattr(getattr(module, "heads", None), "head", None)
+        if head is not None:
+            head.weight.copy_(torch.randn(head.weight.shape, generator=gen) * 0.02)
+            head.bias.copy_(torch.randn(head.bias.shape, generator=gen) * 0.02)
     return module.eval(), torch.randn(*shape, generator=gen)
 
 
