@@ -22,12 +22,6 @@ namespace kiln::graph {
 /** Replaces the outputs of identity operators (Identity, inference Dropout: OpDef::is_identity) by their input. */
 Graph remove_identity(const Graph& g);
 
-/** Operators whose outputs have a zero dimension become empty constants, and a Concat leaves out its empty
- * inputs: no kernel is built over an extent of 0 (Swin's torch.roll exports zero-width slices). */
-Graph remove_empty_values(const Graph& g);
-/** remove_empty_values for one node: its replacement outputs, or {} to keep it (fold_node applies it first). */
-std::vector<Value> remove_empty_node(const Ref<OpNode>& n);
-
 /** A Transpose of a Transpose becomes one Transpose of the composed permutation, or its input when that is the identity. */
 Graph fold_transposes(const Graph& g);
 
@@ -36,7 +30,9 @@ Graph fold_transposes(const Graph& g);
  * follows from its input types alone, as Shape's) and replaces it with a
  * constant: the Shape -> Gather -> Concat -> Reshape chains exporters write
  * become a constant shape. Results larger than max_bytes stay computed
- * (folding would trade a cheap kernel for resident memory).
+ * (folding would trade a cheap kernel for resident memory). Values with a
+ * zero dimension fold to empty constants whatever their inputs, and a Concat
+ * leaves out its empty inputs: no kernel runs over an extent of 0.
  */
 Graph fold_constants(const Graph& g, int64_t max_bytes = int64_t(64) << 20);
 
@@ -96,7 +92,7 @@ struct PipelineOptions {
   int bf16_dot = -1;
 };
 
-/** The pipeline: remove_identity, remove_empty_values, fold_transposes, use_bf16_dot (see bf16_dot), fold_constants, fold_batch_norm, eliminate_common_subexpr, alter_conv_layout, then fuse_ops (or wrap_ops). */
+/** The pipeline: remove_identity, fold_transposes, use_bf16_dot (see bf16_dot), fold_constants, fold_batch_norm, eliminate_common_subexpr, alter_conv_layout, then fuse_ops (or wrap_ops). */
 Graph optimize(const Graph& g, const Target& target, const PipelineOptions& options = {});
 
 }  // namespace kiln::graph

@@ -8,6 +8,31 @@ namespace kiln::graph {
 
 namespace {
 
+bool is_empty(const Value& v) { return v.defined() && v.type().numel() == 0; }
+
+// Values with a zero dimension hold no elements, so no kernel may compute
+// them (an extent of 0 has no loop nest): an operator whose outputs are all
+// empty becomes empty constants, and a Concat leaves out its empty inputs
+// (torch.roll by 0, in Swin's shifted windows, exports a zero-width Slice).
+// Returns the replacement outputs, or {} to keep the node.
+std::vector<Value> without_empty_values(const Ref<OpNode>& n) {
+  bool all_empty = n->num_outputs() > 0;
+  for (int i = 0; i < n->num_outputs(); ++i) all_empty &= n->types[i].numel() == 0;
+  if (all_empty) {
+    std::vector<Value> outs;
+    for (int i = 0; i < n->num_outputs(); ++i)
+      outs.push_back(make_constant(n->name + ".empty" + std::to_string(i), NDArray::empty(n->types[i].shape, n->types[i].dtype))->output());
+    return outs;
+  }
+  if (n->op->name != "Concat") return {};
+  std::vector<Value> kept;
+  for (const Value& v : n->inputs)
+    if (!is_empty(v)) kept.push_back(v);
+  if (kept.size() == n->inputs.size()) return {};
+  if (kept.size() == 1) return {kept[0]};
+  return {with_inputs(*n, std::move(kept))->output()};
+}
+
 bool all_inputs_constant(const OpNode& n) {
   for (const Value& v : n.inputs)
     if (v.defined() && v.node->kind != NodeKind::Constant) return false;
@@ -18,9 +43,8 @@ bool all_inputs_constant(const OpNode& n) {
 
 std::vector<Value> fold_node(const Ref<OpNode>& n, int64_t max_bytes) {
   if (n->body.defined()) return {};
-  // Empty values fold without a kernel (none can run over an extent of 0); a Concat rebuilt without its
-  // empty inputs may fold in turn.
-  if (std::vector<Value> rebuilt = remove_empty_node(n); !rebuilt.empty()) {
+  // Empty values fold without a kernel; a Concat rebuilt without its empty inputs may fold in turn.
+  if (std::vector<Value> rebuilt = without_empty_values(n); !rebuilt.empty()) {
     if (rebuilt.size() == 1 && rebuilt[0].node->kind == NodeKind::Op) {
       std::vector<Value> folded = fold_node(Ref<OpNode>(static_cast<const OpNode*>(rebuilt[0].node.get())), max_bytes);
       if (!folded.empty()) return folded;

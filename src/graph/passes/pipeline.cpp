@@ -15,7 +15,6 @@ Graph optimize(const Graph& g, const Target& target, const PipelineOptions& opti
   };
   log.heading("input graph", [&] { return g.str(); });
   after("remove_identity", remove_identity);
-  after("remove_empty_values", remove_empty_values);
   after("fold_transposes", fold_transposes);
   bool bf16_dot = target.kind == Target::Kind::LLVM && (options.bf16_dot == 1 || (options.bf16_dot < 0 && target.has_feature("avx512bf16")));
   if (bf16_dot) after("use_bf16_dot", use_bf16_dot);
