@@ -54,14 +54,17 @@ class Peer:
 
     def __init__(self, kind, impl, args, threads, paths=None, timeout=300):
         spec = json.dumps({"kind": kind, "impl": impl, "args": list(args), "threads": int(threads), "paths": paths})
+        self._start([sys.executable, os.path.join(HERE, "launcher.py"), "serve", spec], None, f"peer {kind}/{impl}", timeout)
+
+    def _start(self, argv, env, what, timeout):
+        """Starts the worker `argv` (in `env`; None: this one's) and reads its hello line; PeerError naming `what` if it is not ready."""
         self.timeout = timeout
         self._err = tempfile.TemporaryFile(mode="w+")
-        self._proc = subprocess.Popen([sys.executable, os.path.join(HERE, "launcher.py"), "serve", spec], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=self._err, text=True, bufsize=1)
+        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True, bufsize=1, env=env)
         hello = self._read()
         if not hello.get("ready"):
             self.close()
-            raise PeerError(f"peer {kind}/{impl} did not start: {hello.get('error')}")
+            raise PeerError(f"{what} did not start: {hello.get('error')}")
         self.label, self.check_error, self.env = hello["label"], hello.get("check_error"), hello.get("env", {})
 
     def _read(self):

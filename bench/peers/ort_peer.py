@@ -15,7 +15,6 @@ and ONNX Runtime's default spinning, in the peers' clean environment.
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -69,7 +68,6 @@ class OrtPeer(launcher.Peer):
         why = unavailable()
         if why:
             raise launcher.PeerError(f"ONNX Runtime: {why}")
-        self.timeout = timeout
         self._dir = tempfile.TemporaryDirectory(prefix="kiln_ort_peer_")
         specs = []
         for i, (name, a) in enumerate(inputs.items()):
@@ -83,14 +81,7 @@ class OrtPeer(launcher.Peer):
             np.ascontiguousarray(reference, np.float32).tofile(ref["path"])
         spec = {"module": find_module(), "model": os.path.abspath(model_path), "inputs": specs, "reference": ref,
                 "threads": int(threads)}
-        self._err = tempfile.TemporaryFile(mode="w+")
-        self._proc = subprocess.Popen(["node", os.path.join(HERE, "ort_worker.js"), json.dumps(spec)], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=self._err, text=True, bufsize=1, env=clean_env(threads))
-        hello = self._read()
-        if not hello.get("ready"):
-            self.close()
-            raise launcher.PeerError(f"ONNX Runtime did not start: {hello.get('error')}")
-        self.label, self.check_error, self.env = hello["label"], hello.get("check_error"), hello.get("env", {})
+        self._start(["node", os.path.join(HERE, "ort_worker.js"), json.dumps(spec)], clean_env(threads), "ONNX Runtime", timeout)
         if reference is not None and not (self.check_error is not None and self.check_error < 1e-3):
             err = self.check_error
             self.close()

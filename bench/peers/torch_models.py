@@ -210,17 +210,8 @@ class ModelPeer(launcher.Peer):
     """A model variant's peer worker (launcher.Peer's protocol: .label, .time(), .close())."""
 
     def __init__(self, impl, name, image_size, seq_len, threads, timeout=600):
-        import tempfile
-        self.timeout = timeout
-        self._err = tempfile.TemporaryFile(mode="w+")
-        self._proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", _spec(impl, name, image_size, seq_len, threads)],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True, bufsize=1,
-                                      env=peer_env(threads))
-        hello = self._read()
-        if not hello.get("ready"):
-            self.close()
-            raise launcher.PeerError(f"peer {impl} did not start: {hello.get('error')}")
-        self.label, self.check_error, self.env = hello["label"], hello.get("check_error"), hello.get("env", {})
+        self._start([sys.executable, os.path.abspath(__file__), "serve", _spec(impl, name, image_size, seq_len, threads)],
+                    peer_env(threads), f"peer {impl}", timeout)
 
 
 def measure_peak_memory(impl, name, image_size, seq_len, threads, timeout=600):
