@@ -13,6 +13,7 @@
 namespace kiln::tuning_db {
 namespace {
 
+using testing::error_of;
 using testing::failed_record;
 using testing::sample_record;
 using testing::sample_target;
@@ -20,16 +21,6 @@ using testing::sample_workload;
 using testing::TempDir;
 
 /** Runs `fn` and returns the kiln::Error message it throws ("" when none). */
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 class TuningDbApi : public ::testing::Test {
  protected:
   TempDir dir;

@@ -18,6 +18,7 @@
 namespace kiln::tuning_db {
 namespace {
 
+using testing::error_of;
 using testing::sample_record;
 using testing::sample_target;
 using testing::sample_workload;
@@ -38,16 +39,6 @@ std::string statuses(const std::vector<ClaimStatus>& v) {
   std::string out;
   for (ClaimStatus s : v) out += (out.empty() ? "" : " ") + to_string(s);
   return out;
-}
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 class TuningDbClaims : public ::testing::Test {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/support/error.h"
 #include "kiln/tuning_db/database.h"
 
 namespace kiln::tuning_db::testing {
@@ -31,6 +32,17 @@ class TempDir {
  private:
   std::string path_;
 };
+
+/** The message of the user error fn() raises, or "" when it raises none. */
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 inline std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
