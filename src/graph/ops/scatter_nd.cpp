@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kiln/graph/op_registry.h"
+#include "kiln/runtime/ndarray.h"
 #include "kiln/support/error.h"
 #include "op_helpers.h"
 
@@ -65,7 +66,7 @@ std::vector<NDArray> evaluate_scatter_nd(const OpCall& call, const std::vector<N
                 "so data, indices and updates must be constants (fixed shapes make an exported mask constant)");
   const TensorType& data = call.input_types[0];
   NDArray out = NDArray::empty(data.shape, data.dtype);
-  const int64_t elem = in[0].nbytes() / std::max<int64_t>(data.numel(), 1);
+  const int64_t elem = dtype_storage_bytes(data.dtype);
   if (out.nbytes() > 0) std::memcpy(out.data(), in[0].data(), out.nbytes());
   std::vector<int64_t> idx = call.constant_ints(1, "indices");
   std::vector<int64_t> stride(s.k, s.slice);  // elements between consecutive values of each selected dim
