@@ -1,4 +1,4 @@
-// fp32 conv2d: kiln's hand-scheduled kernels (schedules/cpu_conv2d.cpp: the
+// fp32 conv2d: kiln's hand-scheduled kernels (ops/src/cpu_conv2d.cpp: the
 // blocked NCHWc form, and the GEMM form for 1x1 layers) against PyTorch's CPU
 // conv2d in one run, interleaved round by round. The kiln time includes
 // packing the NCHW input into channel blocks and writing NCHW output; it
@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
     else std::snprintf(tile, sizeof(tile), "%dx%dx%d", cv.tiling.OHB, cv.tiling.OWB, cv.tiling.KB);
     std::printf("%-24s %-10s %7.3fms %7.3fms %6.1f | %7.3fms %7.3fms %6.1f | %-19s %6.3fms %7.1e  %s\n", name, tile, kmin * 1e3, kmed * 1e3, s.flops() / kmin * 1e-9, pmin * 1e3,
                 pmed * 1e3, p ? s.flops() / pmin * 1e-9 : 0.0, bench::ratio_cell(c).c_str(), wt.min() * 1e3, err, p ? p->label.c_str() : "(no peer ran)");
-    json.add(bench::comparison_row(std::string("hand conv2d ") + name, threads, c, "", "schedules/cpu_conv2d.cpp"));
+    json.add(bench::comparison_row(std::string("hand conv2d ") + name, threads, c, "", "ops/src/cpu_conv2d.cpp"));
     std::fflush(stdout);
   }
   json.write();

@@ -1,4 +1,4 @@
-// fp32 GEMM: kiln's hand-scheduled kernel (schedules/cpu_gemm.cpp) against
+// fp32 GEMM: kiln's hand-scheduled kernel (ops/src/cpu_gemm.cpp) against
 // its peers in one run, interleaved round by round: OpenBLAS through numpy
 // (with the core type that is fastest and correct on this machine, see
 // bench/peers/blas_choice.py) and PyTorch's torch.matmul; the faster counts.
@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
     double kmin = bench::min_of(c.kiln), kmed = bench::median_of(c.kiln), pmin = p ? bench::min_of(p->times) : 0, pmed = p ? bench::median_of(p->times) : 0;
     std::printf("%-16s %8.3fms %8.3fms %8.3fms %8.3fms %9.1f %9.1f  %-19s %s\n", name, kmin * 1e3, kmed * 1e3, pmin * 1e3, pmed * 1e3, flop / kmin * 1e-9,
                 p ? flop / pmin * 1e-9 : 0.0, bench::ratio_cell(c).c_str(), p ? p->label.c_str() : "(no peer ran)");
-    json.add(bench::comparison_row(std::string("hand GEMM ") + name, threads, c, "", "schedules/cpu_gemm.cpp"));
+    json.add(bench::comparison_row(std::string("hand GEMM ") + name, threads, c, "", "ops/src/cpu_gemm.cpp"));
     std::fflush(stdout);
   }
   json.write();

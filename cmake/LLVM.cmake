@@ -1,4 +1,4 @@
-# The LLVM CPU backend: src/codegen/llvm, compiled into the core library.
+# The LLVM CPU backend: core/src/codegen/llvm, compiled into the core library.
 # LLVM is linked as its one shared library: static LLVM makes every link take
 # minutes on 2 cores.
 find_program(LLVM_CONFIG NAMES llvm-config-19 llvm-config REQUIRED)

@@ -20,24 +20,23 @@ set_target_properties(kiln_runtime_static PROPERTIES EXPORT_NAME runtime_static)
 install(TARGETS kiln_runtime kiln_runtime_static EXPORT kilnRuntimeTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
-install(DIRECTORY include/kiln/runtime DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln COMPONENT runtime)
-install(FILES include/kiln/ir/dtype.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/ir COMPONENT runtime)
-install(FILES include/kiln/support/error.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/support COMPONENT runtime)
+# runtime/include holds all of it: runtime/, support/error.h and ir/dtype.h.
+install(DIRECTORY runtime/include/kiln DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT runtime)
 install(EXPORT kilnRuntimeTargets NAMESPACE kiln:: DESTINATION ${KILN_CMAKE_DIR} COMPONENT runtime)
 
 # The compiler: every library that is built, under kiln:: names.
 set(KILN_DEV_TARGETS kiln)
 set_target_properties(kiln PROPERTIES EXPORT_NAME kiln)
-foreach(t schedules tuning_db tuner graph)
+foreach(t ops tuning_db tuner graph dist)
   if(TARGET kiln_${t})
     set_target_properties(kiln_${t} PROPERTIES EXPORT_NAME ${t})
     list(APPEND KILN_DEV_TARGETS kiln_${t})
   endif()
 endforeach()
 install(TARGETS ${KILN_DEV_TARGETS} EXPORT kilnTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
-install(DIRECTORY include/kiln DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev)
-foreach(d schedules/include tuner/include tuning_db/include)
-  install(DIRECTORY ${d}/kiln DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev)
+# Every library's headers, each from its own folder (runtime's come with the runtime component).
+foreach(d core ops tuning_db tuner graph dist)
+  install(DIRECTORY ${d}/include/kiln DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev)
 endforeach()
 install(EXPORT kilnTargets NAMESPACE kiln:: DESTINATION ${KILN_CMAKE_DIR} COMPONENT dev)
 

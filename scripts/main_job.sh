@@ -8,7 +8,7 @@
 #     each tuned kernel is then timed interleaved with its peers (OpenBLAS
 #     through numpy and torch.matmul; PyTorch conv2d in NCHW, channels_last
 #     and oneDNN's blocked layout), the fastest peer counting;
-#  2. the hand-scheduled GEMM (schedules/cpu_gemm.cpp) against the same GEMM
+#  2. the hand-scheduled GEMM (ops/src/cpu_gemm.cpp) against the same GEMM
 #     peers, on 1 and 2 threads;
 #  3. a whole model: torchvision's ResNet-18 (random weights, 64x64 images),
 #     exported to ONNX, tuned as a model (kiln-tune model.onnx: one task per

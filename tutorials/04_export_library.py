@@ -10,7 +10,7 @@ LLVM, no Python, no compiler). This script
   2. exports it: exe.export_library("model.so"), and runs the .so from
      Python with kiln.runtime.load_model (the runtime alone)
   3. compiles the C program tutorials/04_export_library.c against
-     libkiln_runtime only, through the C API (include/kiln/runtime/c_api.h):
+     libkiln_runtime only, through the C API (runtime/include/kiln/runtime/c_api.h):
      kiln_model_load, kiln_model_set_input, kiln_model_run,
      kiln_model_get_output, with kiln_last_error() after any failure
   4. runs it on the same input and compares its outputs with Python's
@@ -93,7 +93,7 @@ if libdir is None or shutil.which(cc) is None:
 
 # 3. Compile the C program: kiln's headers (plus DLPack's, in /usr/include), only -lkiln_runtime.
 exe_c = os.path.join(work, "run_model")
-cmd = [cc, "-std=c99", "-O2", "-Wall", "-Wextra", "-I" + os.path.join(root, "include"),
+cmd = [cc, "-std=c99", "-O2", "-Wall", "-Wextra", "-I" + os.path.join(root, "runtime", "include"),
        os.path.join(here, "04_export_library.c"), "-o", exe_c,
        "-L" + libdir, "-lkiln_runtime", "-Wl,-rpath," + libdir]
 print("$ " + " ".join(cmd))
@@ -122,6 +122,6 @@ deps = subprocess.run(["ldd", exe_c], check=True, capture_output=True, text=True
 names = [ln.split()[0] for ln in deps.splitlines() if ln.strip()]
 print("ldd:", ", ".join(os.path.basename(n) for n in names))
 assert any(n.startswith("libkiln_runtime.so") for n in names), deps
-for bad_dep in ("LLVM", "python", "libkiln.so", "libkiln_graph", "libkiln_tuner", "libkiln_schedules"):
+for bad_dep in ("LLVM", "python", "libkiln.so", "libkiln_graph", "libkiln_tuner", "libkiln_ops"):
     assert not any(bad_dep.lower() in n.lower() for n in names), f"the C program depends on {bad_dep}:\n{deps}"
 shutil.rmtree(work)

@@ -12,7 +12,7 @@ after splitting the reduce axis, or the rfactor axis of the final stage)
 reduces across the block's threads: each thread keeps a partial in a
 register, then warp shuffles (``__shfl_down_sync``) and, past 32 threads, a
 small shared array combine them; see ``lower_thread_allreduce`` in
-``include/kiln/pass/gpu.h`` for the order, which the simulator follows.
+``core/include/kiln/pass/gpu.h`` for the order, which the simulator follows.
 
 NVRTC (libnvrtc) and the driver (libcuda.so.1) are loaded when first needed;
 kiln itself needs neither. ``nvrtc_available()`` and ``driver_available()``

@@ -1,4 +1,4 @@
-// kiln.ops: the operator library's compute definitions (schedules/ops/nn.h).
+// kiln.ops: the operator library's compute definitions (ops/include/kiln/ops/nn.h).
 // Each returns the output tensor; schedule it like any other.
 #include "kiln/ops/nn.h"
 #include "kiln_py.h"

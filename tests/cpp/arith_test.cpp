@@ -1,4 +1,4 @@
-// Tests of src/arith: constant bounds, symbolic intervals, the expression and
+// Tests of core/src/arith: constant bounds, symbolic intervals, the expression and
 // statement simplifiers, provability; and a randomized check of all of them
 // against exhaustive evaluation.
 

@@ -1,4 +1,4 @@
-// The hand-written conv2d schedules (schedules/cpu_conv2d.cpp) for AVX2 and
+// The hand-written conv2d schedules (ops/src/cpu_conv2d.cpp) for AVX2 and
 // AVX-512 targets: each form (blocked NCHWc with NCHW or blocked output, the
 // pointwise GEMM) compiled through kiln::build for the target, its weight
 // packing kernel run first, and the result compared with a naive

@@ -1,4 +1,4 @@
-// The hand-written GEMM schedule (schedules/cpu_gemm.cpp, cpu_gemv.cpp) for
+// The hand-written GEMM schedule (ops/src/cpu_gemm.cpp, cpu_gemv.cpp) for
 // AVX2 and AVX-512 targets: its form, blocks and parallel axis follow the
 // shape, its register tile fits the target's register file (no vector spill
 // in the kernel's assembly), and the kernel, run where the host can execute

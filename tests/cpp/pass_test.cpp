@@ -1,4 +1,4 @@
-// Tests of the loop-level passes (include/kiln/pass/passes.h). Each pass is
+// Tests of the loop-level passes (core/include/kiln/pass/passes.h). Each pass is
 // run on hand-built functions; the tests check the shape of the result and
 // that the reference interpreter computes the same outputs before and after.
 #include <gtest/gtest.h>
@@ -706,7 +706,7 @@ TEST(Passes, LoweringOrderPreservesResults) {
   expect_same_results(f, g);
 }
 
-// The passes in the order of src/te/lower.cpp.
+// The passes in the order of core/src/te/lower.cpp.
 PrimFunc lower_passes(PrimFunc g) {
   g = pass::storage_flatten(g);
   g = pass::simplify(g);

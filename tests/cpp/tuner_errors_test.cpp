@@ -1,4 +1,4 @@
-// User errors against internal errors (include/kiln/support/error.h), and the
+// User errors against internal errors (runtime/include/kiln/support/error.h), and the
 // tuner's policy for them: a candidate that raises a user error is an invalid
 // candidate, counted and recorded as a build error; an internal error (a bug
 // in kiln) fails the session loudly instead of being counted as one more bad

@@ -391,7 +391,7 @@ std::vector<int> tile_of(const SearchSpace& space, const Candidate& c, const std
 // The packed GEMM schedule, written out: B packed by 32, an 8x32 register
 // tile accumulated in C.local at the fused (column panel, row block) loop, k
 // unrolled by 4, the tile's rows unrolled and its 32 columns one vector.
-// (The hand GEMM, schedules/cpu_gemm.cpp, was this; it now also splits the
+// (The hand GEMM, ops/src/cpu_gemm.cpp, was this; it now also splits the
 // tile's columns into the target's vectors and blocks rows and K by shape.)
 te::Schedule packed_gemm_reference(const te::Tensor& B, const te::Tensor& C) {
   te::Schedule s = te::create_schedule({C});

@@ -1,5 +1,5 @@
 """The elementwise / broadcast operator family of the graph compiler
-(src/graph/ops/elementwise.cpp, activation.cpp, logical.cpp, batch_norm.cpp)
+(graph/src/ops/elementwise.cpp, activation.cpp, logical.cpp, batch_norm.cpp)
 against numpy / torch: one op at a time with plain kernels (run_op), and small
 Builder graphs through kiln.compile so the fused path with default schedules
 is covered too."""

@@ -1,4 +1,4 @@
-"""Shape/transform operators (src/graph/ops/transform_*.cpp) against numpy and PyTorch.
+"""Shape/transform operators (graph/src/ops/transform_*.cpp) against numpy and PyTorch.
 
 Each op runs through a one-operator graph with plain kernels; inputs listed
 in `consts` become graph constants (compile-time inputs, or constant Gather
@@ -78,7 +78,7 @@ def test_reshape(rng, dtype):
     ((4, 6, 5), (8, 15)),            # no common boundary: one run
 ])
 def test_reshape_by_runs_of_axes(rng, src, dst):
-    # Reshape indexes each run of axes with equal counts on both sides alone (schedules/transform.cpp).
+    # Reshape indexes each run of axes with equal counts on both sides alone (ops/src/transform.cpp).
     x = rand(rng, src)
     check(run("Reshape", [x, np.array(dst, "int64")])[0], x.reshape(dst))
     # fused into a consumer that reads it transposed, as a gradient's A^T does

@@ -1,6 +1,6 @@
 // Seeds: for each multi-level-tiled sketch, a few complete candidates whose
 // decisions follow from the target the way the hand schedules' tiles do
-// (schedules/cpu_gemm.cpp, cpu_conv2d.cpp): a register tile of one or two
+// (ops/src/cpu_gemm.cpp, cpu_conv2d.cpp): a register tile of one or two
 // vectors of the innermost axis times as many rows as fit the vector
 // registers, the innermost reduce axis unrolled by up to one vector's
 // lanes, every outer tile level in S0, all S0 loops fused into the parallel

@@ -60,7 +60,7 @@ class SearchSpace {
    * multi-level-tiled sketch, a register tile of two (and one) vectors of the
    * innermost axis times the rows that fit the vector registers, the
    * innermost reduce axis unrolled, every outer tile parallel (the structure
-   * of the hand schedules in schedules/). The search measures them first.
+   * of the hand schedules in ops/src/). The search measures them first.
    * Traces set; empty when no sketch is tiled.
    */
   std::vector<Candidate> seeds() const;

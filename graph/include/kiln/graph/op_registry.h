@@ -1,0 +1,139 @@
+/** \file
+ * The operator registry: everything the graph level knows about an operator
+ * sits in its OpDef, registered once, in one file per operator family
+ * (graph/src/ops/). No pass keeps its own list of operators: passes ask the
+ * OpDef (its fusion pattern, whether it folds, its compute).
+ *
+ *   name          the ONNX op type ("Conv", "Relu"), or "kiln.*" for kiln's own
+ *   attrs         the attribute schema: kind, default (absent: required), check
+ *   infer         output types from input types, attributes and constant inputs
+ *   pattern       how the op fuses (see Pattern)
+ *   compute       the op in tensor expressions (from the operator library in
+ *                 ops/), used for every kernel the op ends up in
+ *   evaluate      optional: computes outputs from constant inputs directly
+ *                 (Shape needs only the input type; used by constant folding)
+ *   flops         optional cost estimate; absent: counted from the compute
+ *   gradient      optional: the gradients of the inputs from those of the
+ *                 outputs, built from other registered ops (autodiff.h);
+ *                 absent: the op cannot be differentiated through
+ *
+ * Default schedules come from the group, not the op: a fused group is one
+ * compute DAG, and its default schedule is made from that DAG by the rules
+ * the tuner's search space uses (seeded from the target's registers and
+ * lanes), so every group, fused or not, gets one.
+ */
+#ifndef KILN_GRAPH_OP_REGISTRY_H
+#define KILN_GRAPH_OP_REGISTRY_H
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/graph/graph.h"
+#include "kiln/te/operation.h"
+
+namespace kiln::graph {
+
+/** How an operator fuses, in the order of TVM's pattern kinds (a lower kind fuses more freely). */
+enum class Pattern : uint8_t {
+  Elementwise,    ///< out[i] = f(in[i]): same shape in and out
+  Broadcast,      ///< elementwise with broadcasting of inputs
+  Injective,      ///< each output element reads input elements at index maps (transpose, slice, concat)
+  Reduction,      ///< reduces some axes (ReduceSum, Softmax, LayerNorm)
+  OutputFusable,  ///< a heavy op whose elementwise consumers fuse into its output (Conv, MatMul)
+  Opaque,         ///< never fused (Shape, ops without a compute)
+};
+const char* pattern_name(Pattern p);
+
+enum class AttrKind : uint8_t { Int, Float, String, Ints, Floats };
+
+struct AttrSpec {
+  std::string name;
+  AttrKind kind = AttrKind::Int;
+  /** The value when the attribute is absent; nullopt means it is required. */
+  std::optional<AttrValue> default_value;
+};
+
+/** What an operator's functions see of one node. */
+struct OpCall {
+  const struct OpDef* op = nullptr;
+  std::string node_name;
+  Attrs attrs;
+  std::vector<TensorType> input_types;
+  /** Per input: the array when the input is a constant, else nullptr. */
+  std::vector<const NDArray*> constants;
+  /** The compute is for a GPU kernel: forms that only suit CPU vectors (conv's channels-last copy) are left out. */
+  bool gpu = false;
+
+  int num_inputs() const { return static_cast<int>(input_types.size()); }
+  /** Whether input i is given (optional ONNX inputs may be absent: an undefined Value). */
+  bool has_input(int i) const;
+  /** The constant array of input i; throws kiln::Error ("must be a constant") when it is not one. */
+  const NDArray& constant(int i, const char* what) const;
+  /** A constant integer input as a vector (int32 or int64 arrays). */
+  std::vector<int64_t> constant_ints(int i, const char* what) const;
+  /** Throws kiln::Error: "<Op> node '<name>': <message>". */
+  [[noreturn]] void fail(const std::string& message) const;
+  /** Throws unless the input has `rank` dimensions. */
+  void expect_rank(int i, int rank) const;
+};
+
+using InferFn = std::function<std::vector<TensorType>(const OpCall&)>;
+/** Input tensors (undefined for absent inputs and for those listed in OpDef::const_inputs) to output tensors. */
+using ComputeFn = std::function<std::vector<te::Tensor>(const OpCall&, const std::vector<te::Tensor>&)>;
+using EvaluateFn = std::function<std::vector<NDArray>(const OpCall&, const std::vector<NDArray>&)>;
+using FlopsFn = std::function<double(const OpCall&)>;
+class GradBuilder;
+/**
+ * Reverse mode of one node: `b` holds the node and makes the gradient's ops;
+ * `out_grads` has one gradient per output (undefined where an output does
+ * not reach the loss). Returns one Value per input, undefined for inputs
+ * without a gradient (integer inputs, shapes) or not wanted (b.wants(i)).
+ */
+using GradientFn = std::function<std::vector<Value>(GradBuilder& b, const std::vector<Value>& out_grads)>;
+
+struct OpDef {
+  std::string name;
+  std::string doc;
+  int min_inputs = 1;
+  int max_inputs = 1;
+  std::vector<AttrSpec> attrs;
+  Pattern pattern = Pattern::Opaque;
+  InferFn infer;
+  ComputeFn compute;
+  /** Inputs read at compile time (Reshape's shape, Slice's starts): must be constants, and are not kernel arguments. */
+  std::vector<int> const_inputs;
+  /** Whether input i is one of const_inputs. */
+  bool reads_at_compile_time(int i) const;
+  EvaluateFn evaluate;
+  FlopsFn flops;
+  GradientFn gradient;
+  /** Operators whose outputs are their first input (Identity, inference Dropout): removed by the graph passes. */
+  bool is_identity = false;
+};
+
+/** Registers an operator; throws kiln::InternalError if the name is taken. Returns the stored entry. */
+const OpDef& register_op(OpDef def);
+/** The entry, or nullptr. */
+const OpDef* find_op(const std::string& name);
+/** The entry; throws kiln::Error naming the op and listing the registered ones when there is none. */
+const OpDef& get_op(const std::string& name);
+/** Every registered op name, sorted. */
+std::vector<std::string> registered_ops();
+
+/** The dtype of an ONNX TensorProto.DataType code (1 float32, 7 int64, 9 bool, 16 bfloat16, ...); nullopt for strings, complex and float8. */
+std::optional<DataType> dtype_of_onnx_code(int64_t code);
+/** The value of a one-element array of any numeric dtype (bool: 0 or 1); nullopt for others. */
+std::optional<double> scalar_of(const NDArray& a);
+
+/** The OpCall of an operator node (its types and constant inputs). */
+OpCall op_call(const OpNode& node);
+OpCall op_call(const OpDef* op, const std::string& name, const Attrs& attrs, const std::vector<Value>& inputs);
+
+/** Checks attrs against op's schema and fills defaults; throws kiln::Error naming the node, the attribute and the problem. */
+Attrs normalize_attrs(const OpDef& op, const std::string& node_name, Attrs attrs);
+
+}  // namespace kiln::graph
+
+#endif  // KILN_GRAPH_OP_REGISTRY_H

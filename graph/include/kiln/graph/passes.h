@@ -1,0 +1,100 @@
+/** \file
+ * Graph passes: each a free function (graph in, graph out) in its own file
+ * of graph/src/passes/, and the pipeline that runs them in order. With the
+ * environment variable KILN_DUMP_IR set, the pipeline prints the graph after
+ * every pass to stderr (KILN_DUMP_IR=<pass name> prints only after that one),
+ * through the IR logger the loop and GPU passes share (kiln/support/ir_log.h).
+ *
+ * Dead code needs no pass: a graph holds what its outputs reach, so a node
+ * nobody reads is gone with the next rebuild.
+ */
+#ifndef KILN_GRAPH_PASSES_H
+#define KILN_GRAPH_PASSES_H
+
+#include <string>
+
+#include "kiln/codegen/target.h"
+#include "kiln/graph/graph.h"
+#include "kiln/graph/layout_plan.h"
+
+namespace kiln::graph {
+
+/** Replaces the outputs of identity operators (Identity, inference Dropout: OpDef::is_identity) by their input. */
+Graph remove_identity(const Graph& g);
+
+/** A Transpose of a Transpose becomes one Transpose of the composed permutation, or its input when that is the identity. */
+Graph fold_transposes(const Graph& g);
+
+/**
+ * Evaluates every operator whose inputs are all constants (or whose result
+ * follows from its input types alone, as Shape's) and replaces it with a
+ * constant: the Shape -> Gather -> Concat -> Reshape chains exporters write
+ * become a constant shape. Results larger than max_bytes stay computed
+ * (folding would trade a cheap kernel for resident memory). Values with a
+ * zero dimension fold to empty constants whatever their inputs, and a Concat
+ * leaves out its empty inputs: no kernel runs over an extent of 0.
+ */
+Graph fold_constants(const Graph& g, int64_t max_bytes = int64_t(64) << 20);
+
+/** fold_constants for one node: its outputs as constants when it folds, else {} (importers fold as they build). */
+std::vector<Value> fold_node(const Ref<OpNode>& node, int64_t max_bytes = int64_t(64) << 20);
+
+/** Folds an inference BatchNormalization that follows a Conv into the Conv's weights and bias. */
+Graph fold_batch_norm(const Graph& g);
+
+/**
+ * Convolutions in the blocked NCHWc layout (weights packed at compile time),
+ * elementwise operators between them blocked too, and layout transforms
+ * left only at the boundaries of the blocked region (and between
+ * convolutions the plan blocks differently); constant MatMul/Gemm weights
+ * packed into panels of two vectors' columns. CPU targets only.
+ */
+Graph alter_conv_layout(const Graph& g, const Target& target, const LayoutPlan& plan = {});
+
+/** Merges operator nodes with the same op, attributes and inputs (and constants with the same bytes). */
+Graph eliminate_common_subexpr(const Graph& g);
+
+/**
+ * Groups operators into fused kernels, in the manner of TVM: a group led by
+ * a conv/matmul (output-fusable) or a reduction takes the elementwise and
+ * broadcast operators after it, chains of injective operators become one
+ * group, and an elementwise chain may end in the reduction that reads it.
+ * A group extends from a node only to its immediate post-dominator, so no
+ * value inside a group is read outside it. Each group becomes one node of
+ * the op "kiln.fused" whose body is the subgraph it runs.
+ */
+Graph fuse_ops(const Graph& g, int max_group_size = 64);
+
+/** One node per operator, each wrapped as a group of one (what fuse_ops gives with fusion off). */
+Graph wrap_ops(const Graph& g);
+
+/**
+ * MatMul, Gemm, group-1 Conv (weights not constant) and Conv's gradients of
+ * operands that hold bfloat16 values (autocast's float32 Casts of them)
+ * become bfloat16 dot products over operands packed in pairs
+ * (kiln.PackBF16Pairs and the kiln.*BF16Pairs ops; see use_bf16_dot.cpp).
+ */
+Graph use_bf16_dot(const Graph& g);
+
+/** Whether `v` is an operand use_bf16_dot takes: float32 holding bfloat16 values (a float32 Cast
+ *  of a bfloat16 value, or a Reshape/Transpose/Squeeze/Unsqueeze/Flatten of one). */
+bool holds_bfloat16_values(const Value& v);
+
+struct PipelineOptions {
+  bool fuse = true;
+  /** Run alter_conv_layout (convolutions in NCHWc). */
+  bool layout = true;
+  /** Print the graph after each pass to stderr (also by KILN_DUMP_IR). */
+  bool dump = false;
+  /** The convolutions' channel blocking (alter_conv_layout). */
+  LayoutPlan layout_plan = {};
+  /** use_bf16_dot: -1 on llvm targets with AVX-512 BF16 (the default), 0 never, 1 on every llvm target (emulated without the instructions). */
+  int bf16_dot = -1;
+};
+
+/** The pipeline: remove_identity, fold_transposes, use_bf16_dot (see bf16_dot), fold_constants, fold_batch_norm, eliminate_common_subexpr, alter_conv_layout, then fuse_ops (or wrap_ops). */
+Graph optimize(const Graph& g, const Target& target, const PipelineOptions& options = {});
+
+}  // namespace kiln::graph
+
+#endif  // KILN_GRAPH_PASSES_H
