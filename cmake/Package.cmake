@@ -27,7 +27,7 @@ install(EXPORT kilnRuntimeTargets NAMESPACE kiln:: DESTINATION ${KILN_CMAKE_DIR}
 # The compiler: every library that is built, under kiln:: names.
 set(KILN_DEV_TARGETS kiln)
 set_target_properties(kiln PROPERTIES EXPORT_NAME kiln)
-foreach(t ops tuning_db tuner graph dist)
+foreach(t tuning_db ops graph tuner dist)
   if(TARGET kiln_${t})
     set_target_properties(kiln_${t} PROPERTIES EXPORT_NAME ${t})
     list(APPEND KILN_DEV_TARGETS kiln_${t})
@@ -35,8 +35,10 @@ foreach(t ops tuning_db tuner graph dist)
 endforeach()
 install(TARGETS ${KILN_DEV_TARGETS} EXPORT kilnTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
 # Every library's headers, each from its own folder (runtime's come with the runtime component).
-foreach(d core ops tuning_db tuner graph dist)
-  install(DIRECTORY ${d}/include/kiln DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev)
+foreach(d core tuning_db ops graph tuner dist)
+  if(d STREQUAL core OR TARGET kiln_${d})
+    install(DIRECTORY ${d}/include/kiln DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev)
+  endif()
 endforeach()
 install(EXPORT kilnTargets NAMESPACE kiln:: DESTINATION ${KILN_CMAKE_DIR} COMPONENT dev)
 

@@ -8,8 +8,8 @@
 #include "kiln/graph/passes.h"
 #include "kiln/graph/plan_builder.h"
 #include "kiln/interp/gpu_simulator.h"
+#include "kiln/ops/task.h"
 #include "kiln/support/error.h"
-#include "kiln/tuner/task.h"
 
 namespace kiln::graph {
 
@@ -28,7 +28,7 @@ GpuExecutor compile_gpu(const Graph& g, const GpuCompileOptions& options) {
   st->graph = optimize(g, target, PipelineOptions{options.fuse, false, options.dump, {}});
   st->planned = plan_graph(st->graph, [&](const GraphDag& dag, const std::string& name) {
     std::vector<te::Tensor> args = dag.args();
-    tuner::Task task = tuner::make_task(args, target, name);
+    ops::Task task = ops::make_task(args, target, name);
     GroupInfo info;
     info.flop = task.flop;
     ScheduleSource source;

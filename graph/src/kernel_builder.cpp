@@ -3,9 +3,9 @@
 
 #include "kiln/driver/build.h"
 #include "kiln/graph/op_registry.h"
+#include "kiln/ops/best_record.h"
+#include "kiln/ops/search_space.h"
 #include "kiln/support/error.h"
-#include "kiln/tuner/search_space.h"
-#include "kiln/tuner/tune.h"
 
 namespace kiln::graph {
 
@@ -18,23 +18,23 @@ const char* schedule_source_name(ScheduleSource s) {
   return "?";
 }
 
-te::Schedule group_schedule(const tuner::Task& task, const std::string& db_path, ScheduleSource* source, std::string* detail,
+te::Schedule group_schedule(const ops::Task& task, const std::string& db_path, ScheduleSource* source, std::string* detail,
                             std::string* records_only_for) {
   if (records_only_for) records_only_for->clear();
   if (!db_path.empty()) {
     std::string trace;
-    if (auto best = tuner::best_schedule(task, db_path, &trace)) {
+    if (auto best = ops::best_schedule(task, db_path, &trace)) {
       *source = ScheduleSource::Database;
       *detail = trace;
       return *best;
     }
     if (records_only_for) {
-      std::vector<std::string> others = tuner::other_core_count_targets(task, db_path);
+      std::vector<std::string> others = ops::other_core_count_targets(task, db_path);
       if (!others.empty()) *records_only_for = others.front();
     }
   }
-  tuner::SearchSpace space(task);
-  tuner::Candidate c = space.default_candidate();
+  ops::SearchSpace space(task);
+  ops::Candidate c = space.default_candidate();
   te::Schedule sch = space.materialize(&c);
   *source = ScheduleSource::Default;
   *detail = space.describe_sketch(c.sketch) + "; " + space.describe_candidate(c);
@@ -50,7 +50,7 @@ GroupKernel build_group_kernel(GraphDag dag, const Target& target, const std::st
   k.name = name;
   k.dag = std::move(dag);
   std::vector<te::Tensor> args = k.dag.args();
-  tuner::Task task = tuner::make_task(args, target, name);
+  ops::Task task = ops::make_task(args, target, name);
   k.workload_key = task.workload_key;
   k.flop = task.flop;
   te::Schedule sch;

@@ -10,8 +10,7 @@
 #include "kiln/graph/op_registry.h"
 #include "kiln/graph/passes.h"
 #include "kiln/graph/to_te.h"
-#include "kiln/tuner/task.h"
-#include "kiln/tuner/tune.h"
+#include "kiln/ops/best_record.h"
 
 namespace kiln::graph {
 
@@ -45,10 +44,10 @@ struct PlanTimes {
 // The best record of a group (0: none), through a cache by workload key.
 double group_time(const OpNode& node, const Target& target, const std::string& db, std::map<std::string, double>* cache) {
   GraphDag dag = to_te(Graph(node.body));
-  tuner::Task task = tuner::make_task(dag.args(), target, node.attrs.get_string("ops"));
+  ops::Task task = ops::make_task(dag.args(), target, node.attrs.get_string("ops"));
   auto it = cache->find(task.workload_key);
   if (it == cache->end()) {
-    auto best = tuner::best_record(task, db);
+    auto best = ops::best_record(task, db);
     it = cache->emplace(task.workload_key, best ? best->median_time : 0.0).first;
   }
   return it->second;

@@ -36,8 +36,9 @@ if hasattr(_kiln, "tuner"):  # built with the auto-scheduler (it needs XGBoost)
 if hasattr(_kiln, "graph"):  # built with the graph compiler
     from . import graph
     from .graph import compile
-    from .tune_model import tune_model
     from . import train
+if hasattr(_kiln, "graph") and hasattr(_kiln, "tuner"):  # tuning a model needs both
+    from .tune_model import tune_model
 
 Target = _kiln.Target
 PrimFunc = _kiln.PrimFunc
@@ -48,7 +49,9 @@ __all__ = ["KilnError", "InternalError", "te", "nd", "runtime", "ops", "tuning_d
 if hasattr(_kiln, "tuner"):
     __all__ += ["tuner", "tune"]
 if hasattr(_kiln, "graph"):
-    __all__ += ["graph", "compile", "tune_model"]
+    __all__ += ["graph", "compile"]
+if hasattr(_kiln, "graph") and hasattr(_kiln, "tuner"):
+    __all__ += ["tune_model"]
 if hasattr(_kiln, "dist"):  # built with the distribution pass
     from . import dist
     __all__ += ["dist"]

@@ -114,7 +114,7 @@ def tensor_core_schedule(C, block=(64, 64), warp=(32, 32), k_step=32, pad=8):
     (M by block[0], N by block[1], K by k_step; block by warp, warp and
     k_step by 16). Returns the schedule; build it with ``target="cuda ..."``.
     It is the GPU rules' tensor-core sketch with these tiles
-    (``tuner/src/sketch_rules_gpu_tensor_core.cpp``), which
+    (``ops/src/sketch_rules_gpu_tensor_core.cpp``), which
     :func:`default_schedule` takes with tiles of its own choice.
     """
     args = list(C.op.input_tensors) + [C]

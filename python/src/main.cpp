@@ -59,7 +59,9 @@ PYBIND11_MODULE(_kiln, m) {
 #endif
 #ifdef KILN_PY_WITH_GRAPH
   define_graph(m);
-  define_tune_model(m);
+#ifdef KILN_PY_WITH_TUNER
+  define_tune_model(m);  // the tuner's, on kiln.graph
+#endif
   define_onnx(m);
 #endif
 #ifdef KILN_PY_WITH_DIST

@@ -1,6 +1,7 @@
-// kiln.graph's model tuning bindings: task extraction and the task scheduler.
-#ifdef KILN_PY_WITH_GRAPH
-#include "kiln/graph/tune_model.h"
+// kiln.graph's model tuning bindings: task extraction and the task scheduler
+// (the tuner's, kiln/tuner/tune_model.h; built with it, which needs the graph).
+#ifdef KILN_PY_WITH_TUNER
+#include "kiln/tuner/tune_model.h"
 #include "kiln_py.h"
 
 namespace kiln::python {
@@ -82,4 +83,4 @@ void define_tune_model(py::module_& root) {
 }
 
 }  // namespace kiln::python
-#endif  // KILN_PY_WITH_GRAPH
+#endif  // KILN_PY_WITH_TUNER

@@ -1,4 +1,4 @@
-// The shape of the compute DAGs of the NN operators (what the tuner's rules
+// The shape of the compute DAGs of the NN operators (what the schedule rules
 // see: a padding stage only when padded, one reduction over the contraction,
 // the bias in its own stage after it) and their flops estimates. Numerics
 // are tested from Python against PyTorch (tests/python/test_graph_ops_nn.py).
@@ -10,8 +10,8 @@
 #include "kiln/graph/op_registry.h"
 #include "kiln/graph/to_te.h"
 #include "kiln/ir/functor.h"
-#include "kiln/tuner/search_space.h"
-#include "kiln/tuner/task.h"
+#include "kiln/ops/search_space.h"
+#include "kiln/ops/task.h"
 
 namespace kiln::graph {
 namespace {
@@ -85,7 +85,7 @@ TEST(GraphOpsNn, BiasAndReluFuseAsTheConvolutionsEpilogue) {
   auto x = make_input("x", TensorType{{1, 8, 10, 10}});
   auto c = conv(x, 8, 4, 3, Attrs({{"group", int64_t(2)}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}));
   Dag d(make_op("Relu", {c->output()}), {x});
-  tuner::SearchSpace space(tuner::make_task(d.g.args(), Target::host(), "conv"));
+  ops::SearchSpace space(ops::make_task(d.g.args(), Target::host(), "conv"));
   EXPECT_NE(space.describe_sketch(0).find("conv: tiled, at its consumer 'Relu'"), std::string::npos) << space.describe_sketch(0);
   EXPECT_NE(space.describe_sketch(0).find("conv.bias: inline"), std::string::npos) << space.describe_sketch(0);
 }
@@ -104,7 +104,7 @@ TEST(GraphOpsNn, WideConvIsComputedChannelsLastAndWrittenNchw) {
   EXPECT_EQ(*as_const_int(d.stage("conv.wT")->shape[3]), 16);
   ASSERT_TRUE(d.stage("conv.bias"));
   EXPECT_FALSE(d.stage("conv.bias")->is_reduction());
-  tuner::SearchSpace space(tuner::make_task(d.g.args(), Target::host(), "conv"));
+  ops::SearchSpace space(ops::make_task(d.g.args(), Target::host(), "conv"));
   EXPECT_NE(space.describe_sketch(0).find("conv.wT: simple"), std::string::npos) << space.describe_sketch(0);
 }
 

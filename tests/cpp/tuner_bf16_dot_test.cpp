@@ -14,7 +14,7 @@
 #include "kiln/ops/bf16_pairs.h"
 #include "kiln/ops/broadcast.h"
 #include "kiln/te/lower.h"
-#include "kiln/tuner/search_space.h"
+#include "kiln/tuner/schedule_rules.h"
 #include "target_params.h"
 #include "test_util.h"
 #ifdef KILN_WITH_LLVM

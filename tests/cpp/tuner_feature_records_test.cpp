@@ -19,8 +19,7 @@
 #include "kiln/tuner/cost_model.h"
 #include "kiln/tuner/feature_records.h"
 #include "kiln/tuner/features.h"
-#include "kiln/tuner/search_space.h"
-#include "kiln/tuner/task.h"
+#include "kiln/tuner/schedule_rules.h"
 #include "tuning_db_tools/test_util.h"
 
 namespace kiln {

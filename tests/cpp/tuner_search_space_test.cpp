@@ -22,7 +22,7 @@
 #include "kiln/ops/winograd.h"
 #include "kiln/te/lower.h"
 #include "kiln/te/workload_key.h"
-#include "kiln/tuner/search_space.h"
+#include "kiln/tuner/schedule_rules.h"
 #include "reference_ops.h"
 #include "target_params.h"
 #include "test_util.h"

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "kiln/ops/nn.h"
-#include "kiln/tuner/task.h"
+#include "kiln/tuner/schedule_rules.h"
 
 namespace kiln::tuner::testing {
 

@@ -7,7 +7,7 @@
 #include "kiln/support/error.h"
 #include "kiln/tuner/measure.h"
 #include "kiln/tuner/peer.h"  // median_of
-#include "kiln/tuner/search_space.h"
+#include "kiln/tuner/schedule_rules.h"
 #include "kiln/tuning_db/database.h"
 #include "tune_internal.h"
 

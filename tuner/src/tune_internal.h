@@ -20,42 +20,28 @@
 
 #include "kiln/tuner/cost_model.h"
 #include "kiln/tuner/features.h"
-#include "kiln/tuner/search_space.h"
+#include "kiln/tuner/schedule_rules.h"
 #include "kiln/tuner/tune.h"
 #include "kiln/tuning_db/database.h"
 
 namespace kiln::tuner::detail {
 
-/** The version written into the tuning DB's target facts (the project's version). */
-inline constexpr const char* kKilnVersion = "0.1.0";
-
 // ---------------------------------------------------------------- tune_db.cpp
 
-/**
- * The target facts the DB keys on: target string, CPU model (/proc/cpuinfo),
- * features, GPU arch. Records timed with cold inputs (MeasureOptions::cold_inputs)
- * carry kColdInputsSuffix on the target string: their times are not comparable
- * with warm ones, and the DB's target facts are where comparability lives.
- */
-tuning_db::TargetInfo target_info(const Target& target, bool cold_inputs = false, bool confirmed = false);
-inline constexpr const char* kColdInputsSuffix = " [cold inputs]";
+// The target facts records are keyed on (kiln/ops/best_record.h: the lookup
+// builds use reads what the tuner writes).
+using ops::detail::debug_logging;
+using ops::detail::kColdInputsSuffix;
+using ops::detail::kConfirmedSuffix;
+using ops::detail::kKilnVersion;
+using ops::detail::record_targets;
+using ops::detail::same_hardware;
+using ops::detail::target_info;
+
 /** Records of a GPU session run in the simulator (MeasureOptions::gpu_simulate): never a build's schedule. */
 inline constexpr const char* kSimulatedSuffix = " [simulated]";
-/**
- * Records of a confirmation (confirm.h: contenders measured side by side in
- * rounds) carry this after the timing's suffix: ranked among themselves, a
- * search's single lucky measurement of one contender cannot outrank them.
- */
-inline constexpr const char* kConfirmedSuffix = " [confirmed]";
-/**
- * The target facts a target's records carry, in the order best_record
- * prefers them: confirmed cold, confirmed warm, cold, warm.
- */
-std::vector<tuning_db::TargetInfo> record_targets(const Target& target);
 /** The canonical JSON of a trace: the DB's form, so equal schedules are equal strings. */
 std::string canonical_trace(const te::Trace& trace);
-/** Whether a stored record's target is the same hardware as `t` (TargetMatch::hardware). */
-bool same_hardware(const tuning_db::TargetInfo& a, const tuning_db::TargetInfo& b);
 tuning_db::ErrorKind to_error_kind(MeasureError e);
 /**
  * Cost-model samples from every record of the DB with features of this
@@ -63,8 +49,6 @@ tuning_db::ErrorKind to_error_kind(MeasureError e);
  * best / time, 0 for failures.
  */
 std::vector<Sample> training_samples(const tuning_db::Database& db);
-/** True when KILN_LOG=debug: debug messages go to stderr. */
-bool debug_logging();
 
 // ---------------------------------------------------------------- tune_claims.cpp
 

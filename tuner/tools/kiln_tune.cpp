@@ -35,11 +35,10 @@
 
 using namespace kiln;
 
-#ifdef KILN_TUNE_WITH_GRAPH
+// The model mode (kiln_tune_model.cpp).
 namespace kiln::tools {
 int run_model(int argc, char** argv);
 }
-#endif
 
 namespace {
 
@@ -165,9 +164,7 @@ int run(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   std::string kind = argv[1];
-#ifdef KILN_TUNE_WITH_GRAPH
   if (kind.size() > 5 && kind.substr(kind.size() - 5) == ".onnx") return kiln::tools::run_model(argc, argv);
-#endif
   std::vector<int> sizes;
   int i = 2;
   for (; i < argc && argv[i][0] != '-'; ++i) sizes.push_back(std::atoi(argv[i]));

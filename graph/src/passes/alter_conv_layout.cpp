@@ -338,7 +338,7 @@ int64_t channel_block_for(int64_t C, int64_t max_block, int64_t lanes) {
 namespace {
 
 // Output pixels in the register tile a convolution's default schedule takes
-// with `vectors` vectors of output channels (tuner/src/search_space_seeds.cpp:
+// with `vectors` vectors of output channels (ops/src/search_space_seeds.cpp:
 // rows of the output width first, then of its height, as fit the registers
 // less one spare).
 int64_t default_tile_rows(int64_t out_h, int64_t out_w, int registers, int vectors) {

@@ -2,7 +2,8 @@
  * From a graph (a fused group's body) to a compiled kernel: lowers it to
  * one compute DAG (to_te.h), schedules it (the tuning database's best record
  * for its workload key when a database is given and has one; otherwise the
- * default schedule the tuner's rules derive from the target; or none at all
+ * default schedule the schedule rules (kiln/ops/search_space.h) derive from
+ * the target; or none at all
  * for a quick reference kernel) and builds it.
  */
 #ifndef KILN_GRAPH_KERNEL_BUILDER_H
@@ -16,7 +17,7 @@
 #include "kiln/runtime/module.h"
 #include "kiln/te/schedule.h"
 
-namespace kiln::tuner {
+namespace kiln::ops {
 struct Task;
 }
 
@@ -24,7 +25,7 @@ namespace kiln::graph {
 
 enum class ScheduleSource : uint8_t {
   Plain,     ///< no schedule steps: serial loops (constant folding, reference runs)
-  Default,   ///< the tuner's rules seeded from the target
+  Default,   ///< the schedule rules (kiln_ops) seeded from the target
   Database,  ///< the database's best record
 };
 const char* schedule_source_name(ScheduleSource s);
@@ -44,14 +45,14 @@ struct GroupKernel {
 
 /**
  * The schedule of a group's task (any target): the database's best record
- * when `db_path` names one that has it, else the default of the tuner's
+ * when `db_path` names one that has it, else the default of the schedule
  * rules; *source and *detail say which (the record's trace, or the sketch
  * and decisions). Where the DB has no record of the task's target but has
  * some of the same target with another -num-cores, the nearest such target
  * goes to *records_only_for (empty otherwise): the build does not take them
- * (tuner::other_core_count_targets says why), it says so.
+ * (ops::other_core_count_targets says why), it says so.
  */
-te::Schedule group_schedule(const tuner::Task& task, const std::string& db_path, ScheduleSource* source, std::string* detail,
+te::Schedule group_schedule(const ops::Task& task, const std::string& db_path, ScheduleSource* source, std::string* detail,
                             std::string* records_only_for = nullptr);
 
 /**

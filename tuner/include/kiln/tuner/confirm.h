@@ -17,7 +17,7 @@
 
 #include <string>
 
-#include "kiln/tuner/task.h"
+#include "kiln/tuner/schedule_rules.h"
 
 namespace kiln::tuner {
 

@@ -19,7 +19,7 @@
 
 #include "kiln/tuner/cost_model.h"
 #include "kiln/tuner/features.h"
-#include "kiln/tuner/task.h"
+#include "kiln/tuner/schedule_rules.h"
 #include "kiln/tuning_db/database.h"
 
 namespace kiln::tuner {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/tuner/search_space.h"
+#include "kiln/tuner/schedule_rules.h"
 
 namespace kiln::tuner {
 

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 
+#include "kiln/ops/best_record.h"
 #include "kiln/tuner/measure.h"
 
 namespace kiln::tuner {
@@ -94,35 +95,11 @@ std::string write_curve_png(const TuneResult& result, const std::string& path, c
 
 TuneResult tune(const Task& task, const TuneOptions& options);
 
-/** The best record of the task in the DB with its schedule replayed (for callers that log what they apply). */
-struct BestRecord {
-  te::Schedule schedule;
-  std::string trace_json;
-  int64_t record_id = 0;
-  double median_time = 0;  ///< seconds
-};
-/**
- * The lowest median among valid records of the workload on the same
- * hardware (target string, CPU model and features), among the first kind of
- * records the workload has of: confirmed with cold inputs, confirmed warm
- * (confirm.h), cold inputs, warm; records that no longer replay are passed
- * over. No file: nullopt. With KILN_LOG=debug, says on stderr which record is used or why none.
- */
-std::optional<BestRecord> best_record(const Task& task, const std::string& db_path);
-
-/** The schedule of best_record, if any (its trace in *trace_json). */
-std::optional<te::Schedule> best_schedule(const Task& task, const std::string& db_path, std::string* trace_json = nullptr);
-
-/**
- * The targets that are the task's but for -num-cores, on the same hardware,
- * with valid records of its workload: the nearest count first, the larger
- * on ties. A build does not take their records: a schedule tuned for one
- * core count is not fitted to another (on ResNet-18, Zen 3, the records of
- * a 3000-trial session for 2 cores ran 1.02x slower at 1 core than the
- * default schedules). They tell a user whose build found no record of its
- * own what the database was tuned for. No file, or CUDA: empty.
- */
-std::vector<std::string> other_core_count_targets(const Task& task, const std::string& db_path);
+/** The best record of a task in the DB, which builds read too (kiln/ops/best_record.h). */
+using ops::best_record;
+using ops::best_schedule;
+using ops::BestRecord;
+using ops::other_core_count_targets;
 
 }  // namespace kiln::tuner
 

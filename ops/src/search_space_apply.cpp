@@ -8,7 +8,7 @@
 #include "kiln/support/error.h"
 #include "search_space_internal.h"
 
-namespace kiln::tuner::detail {
+namespace kiln::ops::detail {
 
 std::vector<Loop> split_into(te::Stage& st, IterVar iv, const int* f, int n) {
   std::vector<Loop> out;
@@ -474,4 +474,4 @@ void apply_sketch(const DagInfo& dag, const Sketch& sketch, const std::vector<in
   Applier(dag, sketch, decisions, s).run();
 }
 
-}  // namespace kiln::tuner::detail
+}  // namespace kiln::ops::detail

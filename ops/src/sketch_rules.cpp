@@ -12,7 +12,7 @@
 #include "kiln/support/error.h"
 #include "search_space_internal.h"
 
-namespace kiln::tuner::detail {
+namespace kiln::ops::detail {
 
 int64_t StageInfo::spatial_size() const {
   int64_t n = 1;
@@ -554,4 +554,4 @@ std::vector<Sketch> generate_sketches(const DagInfo& dag) {
   return sketches;
 }
 
-}  // namespace kiln::tuner::detail
+}  // namespace kiln::ops::detail

@@ -1,4 +1,4 @@
-// The best record of a task in a tuning database (tune.h): the lookup that
+// The best record of a task in a tuning database (best_record.h): the lookup that
 // builds (kiln.compile(db=), kernel_builder) and tuning sessions share; and
 // which other core counts of its target have records, for builds that find
 // none of their own.
@@ -7,11 +7,10 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "kiln/ops/best_record.h"
 #include "kiln/support/error.h"
-#include "kiln/tuner/tune.h"
-#include "tune_internal.h"
 
-namespace kiln::tuner {
+namespace kiln::ops {
 
 using detail::debug_logging;
 
@@ -121,4 +120,4 @@ std::optional<te::Schedule> best_schedule(const Task& task, const std::string& d
   return b->schedule;
 }
 
-}  // namespace kiln::tuner
+}  // namespace kiln::ops

@@ -19,8 +19,8 @@
  * invalid candidate. The space is fixed at construction and its const
  * methods may be called from several threads at once.
  */
-#ifndef KILN_TUNER_SEARCH_SPACE_H
-#define KILN_TUNER_SEARCH_SPACE_H
+#ifndef KILN_OPS_SEARCH_SPACE_H
+#define KILN_OPS_SEARCH_SPACE_H
 
 #include <memory>
 #include <random>
@@ -29,9 +29,9 @@
 #include <vector>
 
 #include "kiln/te/trace.h"
-#include "kiln/tuner/task.h"
+#include "kiln/ops/task.h"
 
-namespace kiln::tuner {
+namespace kiln::ops {
 
 /** One complete point of the space: a sketch and its decisions. */
 struct Candidate {
@@ -120,6 +120,6 @@ struct TensorCoreTiles {
  */
 te::Schedule tensor_core_schedule(const std::vector<te::Tensor>& args, const TensorCoreTiles& tiles);
 
-}  // namespace kiln::tuner
+}  // namespace kiln::ops
 
-#endif  // KILN_TUNER_SEARCH_SPACE_H
+#endif  // KILN_OPS_SEARCH_SPACE_H

@@ -2,8 +2,8 @@
  * A tuning task: one compute DAG on one target, keyed by the workload key.
  * Tuning the same task again resumes from its records in the database.
  */
-#ifndef KILN_TUNER_TASK_H
-#define KILN_TUNER_TASK_H
+#ifndef KILN_OPS_TASK_H
+#define KILN_OPS_TASK_H
 
 #include <string>
 #include <vector>
@@ -11,7 +11,7 @@
 #include "kiln/codegen/target.h"
 #include "kiln/te/schedule.h"
 
-namespace kiln::tuner {
+namespace kiln::ops {
 
 struct Task {
   /** The kernel's arguments in call order: inputs (placeholders) and outputs. */
@@ -35,6 +35,6 @@ Task make_task(const std::vector<te::Tensor>& args, const Target& target, const 
 /** Multiply-adds count as 2, other arithmetic and math calls as 1, per output element. */
 double count_flop(const std::vector<te::Tensor>& outputs);
 
-}  // namespace kiln::tuner
+}  // namespace kiln::ops
 
-#endif  // KILN_TUNER_TASK_H
+#endif  // KILN_OPS_TASK_H

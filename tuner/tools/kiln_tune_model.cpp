@@ -1,7 +1,6 @@
 // kiln-tune's model mode: `kiln-tune model.onnx --trials N --db FILE`.
 // Every fused group of the compiled model is a task; the task scheduler
-// (kiln/graph/tune_model.h) spreads the budget over them. Linked into
-// kiln-tune where the graph compiler is built (KILN_TUNE_WITH_GRAPH).
+// (kiln/tuner/tune_model.h) spreads the budget over them.
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -10,7 +9,7 @@
 #include <vector>
 
 #include "kiln/graph/onnx.h"
-#include "kiln/graph/tune_model.h"
+#include "kiln/tuner/tune_model.h"
 #include "kiln/support/error.h"
 #include "kiln/tuner/feature_records.h"
 #include "kiln/tuner/ranking_report.h"

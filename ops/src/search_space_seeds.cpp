@@ -14,7 +14,7 @@
 #include "kiln/ops/broadcast.h"
 #include "search_space_internal.h"
 
-namespace kiln::tuner::detail {
+namespace kiln::ops::detail {
 
 namespace {
 
@@ -430,4 +430,4 @@ std::vector<int> default_decisions(const DagInfo& dag, const Sketch& sk) {
   return d;
 }
 
-}  // namespace kiln::tuner::detail
+}  // namespace kiln::ops::detail

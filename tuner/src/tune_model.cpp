@@ -1,5 +1,5 @@
 // Task extraction and the task scheduler (tune_model.h).
-#include "kiln/graph/tune_model.h"
+#include "kiln/tuner/tune_model.h"
 
 #include <algorithm>
 #include <chrono>

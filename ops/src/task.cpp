@@ -1,5 +1,5 @@
 // Tasks: a compute DAG on a target, its workload key and its flop count.
-#include "kiln/tuner/task.h"
+#include "kiln/ops/task.h"
 
 #include <sstream>
 #include <unordered_set>
@@ -8,7 +8,7 @@
 #include "kiln/support/error.h"
 #include "kiln/te/workload_key.h"
 
-namespace kiln::tuner {
+namespace kiln::ops {
 
 namespace {
 
@@ -134,4 +134,4 @@ Task make_task(const std::vector<te::Tensor>& args, const Target& target, const 
   return task;
 }
 
-}  // namespace kiln::tuner
+}  // namespace kiln::ops

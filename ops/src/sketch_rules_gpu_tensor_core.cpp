@@ -12,10 +12,10 @@
 //   fragments per warp) for i and j, (outer steps, tiles per step) for k.
 #include "kiln/ir/dtype.h"
 #include "kiln/support/error.h"
-#include "kiln/tuner/search_space.h"
+#include "kiln/ops/search_space.h"
 #include "search_space_internal.h"
 
-namespace kiln::tuner::detail {
+namespace kiln::ops::detail {
 
 namespace {
 
@@ -121,9 +121,9 @@ void apply_tensor_core(te::Schedule& sch, const StageInfo& info, const int* ti, 
   }
 }
 
-}  // namespace kiln::tuner::detail
+}  // namespace kiln::ops::detail
 
-namespace kiln::tuner {
+namespace kiln::ops {
 
 te::Schedule tensor_core_schedule(const std::vector<te::Tensor>& args, const TensorCoreTiles& tiles) {
   using namespace detail;
@@ -157,4 +157,4 @@ te::Schedule tensor_core_schedule(const std::vector<te::Tensor>& args, const Ten
   return sch;
 }
 
-}  // namespace kiln::tuner
+}  // namespace kiln::ops

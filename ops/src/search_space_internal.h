@@ -1,4 +1,4 @@
-// Private to the search space (tuner/src/search_space*.cpp, sketch_rules.cpp):
+// Private to the search space (ops/src/search_space*.cpp, sketch_rules*.cpp):
 // what the sketch rules know about a DAG, the sketches they produce, and the
 // decision slots a candidate fills in.
 //
@@ -11,8 +11,8 @@
 // sketch's panel width is the innermost tile factor of the packed axis, and
 // that axis's slot only admits the allowed widths there, so the two cannot
 // disagree under mutation or crossover.
-#ifndef KILN_TUNER_SEARCH_SPACE_INTERNAL_H
-#define KILN_TUNER_SEARCH_SPACE_INTERNAL_H
+#ifndef KILN_OPS_SEARCH_SPACE_INTERNAL_H
+#define KILN_OPS_SEARCH_SPACE_INTERNAL_H
 
 #include <cstdint>
 #include <functional>
@@ -22,9 +22,9 @@
 
 #include "kiln/ops/register_tile.h"
 #include "kiln/te/schedule.h"
-#include "kiln/tuner/task.h"
+#include "kiln/ops/task.h"
 
-namespace kiln::tuner::detail {
+namespace kiln::ops::detail {
 
 /** One stage of the task's DAG as the rules see it. */
 struct StageInfo {
@@ -265,6 +265,6 @@ std::vector<int64_t> divisors(int64_t n);
 /** The largest divisor of extent that is at most cap (at least 1). */
 int64_t divisor_at_most(int64_t extent, int64_t cap);
 
-}  // namespace kiln::tuner::detail
+}  // namespace kiln::ops::detail
 
-#endif  // KILN_TUNER_SEARCH_SPACE_INTERNAL_H
+#endif  // KILN_OPS_SEARCH_SPACE_INTERNAL_H

@@ -6,15 +6,20 @@
  * tasks by the estimated gain in end-to-end time, with every record in the
  * tuning database, so a session resumes where an interrupted one stopped and
  * the records of one model serve every model with the same workloads.
+ *
+ * It is the graph compiler's entry point to tuning (namespace kiln::graph),
+ * built into the tuner because it needs the search and the cost model: the
+ * graph compiler itself needs neither (its default schedules come from the
+ * rules in kiln_ops).
  */
-#ifndef KILN_GRAPH_TUNE_MODEL_H
-#define KILN_GRAPH_TUNE_MODEL_H
+#ifndef KILN_TUNER_TUNE_MODEL_H
+#define KILN_TUNER_TUNE_MODEL_H
 
 #include <string>
 #include <vector>
 
 #include "kiln/graph/executor.h"
-#include "kiln/tuner/task.h"
+#include "kiln/tuner/schedule_rules.h"
 
 namespace kiln::graph {
 
@@ -97,4 +102,4 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
 
 }  // namespace kiln::graph
 
-#endif  // KILN_GRAPH_TUNE_MODEL_H
+#endif  // KILN_TUNER_TUNE_MODEL_H

@@ -29,7 +29,7 @@
 #include "kiln/support/error.h"
 #include "search_space_internal.h"
 
-namespace kiln::tuner::detail {
+namespace kiln::ops::detail {
 
 namespace {
 
@@ -482,4 +482,4 @@ void apply_gpu_sketch(const DagInfo& dag, const Sketch& sketch, const std::vecto
   GpuApplier(dag, sketch, decisions, s).run();
 }
 
-}  // namespace kiln::tuner::detail
+}  // namespace kiln::ops::detail

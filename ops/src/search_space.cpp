@@ -1,7 +1,7 @@
 // The search space: sketches from the rules (sketch_rules.cpp), random
 // annotation, mutation and crossover over decision slots, and
 // materialization (search_space_apply.cpp).
-#include "kiln/tuner/search_space.h"
+#include "kiln/ops/search_space.h"
 
 #include <algorithm>
 #include <charconv>
@@ -11,7 +11,7 @@
 #include "kiln/support/error.h"
 #include "search_space_internal.h"
 
-namespace kiln::tuner {
+namespace kiln::ops {
 
 namespace detail {
 
@@ -474,4 +474,4 @@ Candidate SearchSpace::parse_candidate(const std::string& description) const {
   return c;
 }
 
-}  // namespace kiln::tuner
+}  // namespace kiln::ops

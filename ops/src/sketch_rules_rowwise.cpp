@@ -16,7 +16,7 @@
 #include "kiln/support/error.h"
 #include "search_space_internal.h"
 
-namespace kiln::tuner::detail {
+namespace kiln::ops::detail {
 
 namespace {
 
@@ -148,4 +148,4 @@ void apply_row_reduce(const StageInfo& info, const Sketch& sk, const StagePlan& 
   if (step > 0 && f[1] >= 2 && f[1] <= step) folded.unroll(fl.back());
 }
 
-}  // namespace kiln::tuner::detail
+}  // namespace kiln::ops::detail
