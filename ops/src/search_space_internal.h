@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "kiln/ops/register_tile.h"
-#include "kiln/te/schedule.h"
 #include "kiln/ops/task.h"
+#include "kiln/te/schedule.h"
 
 namespace kiln::ops::detail {
 

@@ -11,8 +11,8 @@
 //   blockIdx.z. Each axis's decisions count 16-wide tiles: (blocks, warps,
 //   fragments per warp) for i and j, (outer steps, tiles per step) for k.
 #include "kiln/ir/dtype.h"
-#include "kiln/support/error.h"
 #include "kiln/ops/search_space.h"
+#include "kiln/support/error.h"
 #include "search_space_internal.h"
 
 namespace kiln::ops::detail {

@@ -93,6 +93,45 @@ def violations(root, allowed=ALLOWED, core_floors=CORE_FLOORS):
     return problems
 
 
+LINK_RE = re.compile(r"target_link_libraries\(\s*(kiln\w*)\s+([^)]*)\)")
+
+
+def _library_of_target(name):
+    """The folder of a library target (kiln: the core), or None for other targets."""
+    return "core" if name == "kiln" else name[len("kiln_"):] if name.startswith("kiln_") else None
+
+
+def link_violations(root, allowed=ALLOWED):
+    """Every kiln library a library's CMakeLists.txt links that it may not use."""
+    problems = []
+    for lib in allowed:
+        text = open(os.path.join(root, lib, "CMakeLists.txt"), encoding="utf-8").read()
+        for target, deps in LINK_RE.findall(text):
+            if _library_of_target(target) != lib:
+                continue  # an executable or helper of the folder
+            for dep in deps.split():
+                used = _library_of_target(dep)
+                if used in allowed and used != lib and used not in allowed[lib]:
+                    problems.append(f"{lib}/CMakeLists.txt: {target} links {dep}, a library above it")
+    return problems
+
+
+def test_no_library_links_a_higher_floor():
+    # The graph compiler in particular builds without the tuner (and XGBoost).
+    problems = link_violations(ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_check_finds_an_upward_link(tmp_path):
+    root = str(tmp_path)
+    _write(root, "core/CMakeLists.txt", "target_link_libraries(kiln PUBLIC kiln_runtime)\n")
+    _write(root, "graph/CMakeLists.txt", "target_link_libraries(kiln_graph PUBLIC kiln kiln_tuner PRIVATE onnx_proto)\n"
+                                         "target_link_libraries(kiln-tool PRIVATE kiln_tuner)\n")
+    _write(root, "tuner/CMakeLists.txt", "target_link_libraries(kiln_tuner PUBLIC kiln_graph)\n")
+    allowed = {"core": set(), "graph": {"core"}, "tuner": {"graph", "core"}}
+    assert link_violations(root, allowed) == ["graph/CMakeLists.txt: kiln_graph links kiln_tuner, a library above it"]
+
+
 def test_every_library_is_a_top_level_folder_with_include_and_src():
     for lib in ALLOWED:
         assert os.path.isfile(os.path.join(ROOT, lib, "CMakeLists.txt")), lib

@@ -28,8 +28,8 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/te/trace.h"
 #include "kiln/ops/task.h"
+#include "kiln/te/trace.h"
 
 namespace kiln::ops {
 
