@@ -19,9 +19,11 @@
  * a pass changes nothing).
  *
  * The estimate (estimate_plan), for one rank (ranks are symmetric):
- *   compute  MatMul/Gemm/Conv: 2 x local multiply-adds / flops_per_s (with
- *            few output rows, the rate moves toward few_rows_flops_per_s);
- *            every other op: the local bytes it reads and writes / memory_bytes_per_s;
+ *   compute  per op, its registry cost (OpDef::cost) on the rank's local
+ *            types: a contraction (OpCost::macs: MatMul, Gemm, Conv) takes
+ *            2 x local multiply-adds / flops_per_s (with few output rows,
+ *            the rate moves toward few_rows_flops_per_s); every other op
+ *            its bytes read and written (OpCost::bytes) / memory_bytes_per_s;
  *   comm     per collective, ring algorithms over its group of n ranks:
  *            all-reduce 2(n-1)/n of the bytes, all-gather and all-to-all
  *            (n-1)/n of the result, reduce-scatter (n-1)/n of the input;
