@@ -166,27 +166,22 @@ std::string spec_with(int ndim, int dim, const std::string& split) {
   return s;
 }
 
-// The 2-D values read as MatMul/Gemm weights get R / rows / columns per axis;
-// Conv weights [K, C/group, kernel...] R / output channels per axis and, for
-// groups of 1, input channels (partial sums); other graph inputs R / batch
-// split per axis / over all axes.
+// A weight an op's sharding rule names (ShardingRule::weight_splits: a
+// MatMul's 2-D B, a Conv's W) gets R / a split of each of its dims per axis;
+// other graph inputs R / batch split per axis / over all axes.
 std::vector<Choice> choices_of(const Graph& g, const Mesh& mesh) {
   std::vector<Choice> out;
   std::unordered_set<std::string> weights;
   for (const OpNode* op : g.op_nodes()) {
-    const std::string& n = op->op->name;
-    bool conv = n == "Conv";
-    if ((n != "MatMul" && n != "Gemm" && !conv) || op->inputs.size() < 2) continue;
-    const Value& w = op->inputs[1];
+    const WeightSplitsFn& splits = op->op->sharding.weight_splits;
+    WeightSplits ws = splits ? splits(*op) : WeightSplits{};
+    if (ws.dims.empty() || ws.input >= static_cast<int>(op->inputs.size()) || !op->inputs[ws.input].defined()) continue;
+    const Value& w = op->inputs[ws.input];
+    if (w.node->kind == NodeKind::Op || !weights.insert(w.node->name).second) continue;
     int nd = w.type().ndim();
-    if (w.node->kind == NodeKind::Op || (conv ? nd < 3 : nd != 2) || !weights.insert(w.node->name).second) continue;
-    bool dense = !conv || op->attrs.get_int_or("group", 1) == 1;
     Choice c{w.node->name, {spec_with(nd, -1, "")}, false};
-    for (int a = 0; a < mesh.ndim(); ++a) {
-      std::string s = "S(" + mesh.axis_name(a) + ")";
-      c.options.push_back(spec_with(nd, 0, s));
-      if (dense) c.options.push_back(spec_with(nd, 1, s));
-    }
+    for (int a = 0; a < mesh.ndim(); ++a)
+      for (int d : ws.dims) c.options.push_back(spec_with(nd, d, "S(" + mesh.axis_name(a) + ")"));
     out.push_back(c);
   }
   for (const auto& in : g.inputs()) {

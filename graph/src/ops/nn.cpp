@@ -155,7 +155,11 @@ void register_conv() {
     if (in.size() > 2 && in[2].defined()) y = ops::add_channel_bias(y, in[2], "conv.bias");
     return std::vector<te::Tensor>{y};
   };
-  d.sharding = {"conv", conv_propagate, nullptr};
+  // Weights [K, C/group, kernel...]: output channels, and for groups of 1 input channels (partial sums).
+  d.sharding = {"conv", conv_propagate, nullptr, [](const OpNode& n) {
+                  if (n.inputs[1].type().ndim() < 3) return WeightSplits{};
+                  return n.attrs.get_int_or("group", 1) == 1 ? WeightSplits{1, {0, 1}} : WeightSplits{1, {0}};
+                }};
   d.cost = conv_cost;
   d.gradient = conv_grad;
   register_op(std::move(d));
@@ -329,6 +333,9 @@ RuleOutput gemm_propagate(const RuleInput& r) {
   return matmul_like(r, {ta ? 1 : 0, ta ? 0 : 1, tb ? 1 : 0, tb ? 0 : 1}, 2);
 }
 
+// A 2-D B (a weight matrix): rows or columns.
+WeightSplits matrix_weight_splits(const OpNode& n) { return n.inputs[1].type().ndim() == 2 ? WeightSplits{1, {0, 1}} : WeightSplits{}; }
+
 // Every output element: k multiply-adds, plus `epilogue` ops (Gemm's beta * C); rows: all output dims but the last.
 OpCost contraction_cost(const TensorType& out, double k, double epilogue) {
   double outputs = static_cast<double>(out.numel());
@@ -356,7 +363,7 @@ void register_gemm() {
     return std::vector<te::Tensor>{ops::gemm(in[0], in[1], C, call.attrs.get_float("alpha"), call.attrs.get_float("beta"), call.attrs.get_int("transA") != 0,
                                              call.attrs.get_int("transB") != 0, "gemm")};
   };
-  d.sharding = {"gemm", gemm_propagate, nullptr};
+  d.sharding = {"gemm", gemm_propagate, nullptr, matrix_weight_splits};
   d.cost = [](const OpCall& call, const std::vector<TensorType>& out) {
     bool ta = call.attrs.get_int_or("transA", 0) != 0;
     const TensorType& a = call.input_types[0];
@@ -383,7 +390,7 @@ void register_matmul() {
   d.pattern = Pattern::OutputFusable;
   d.infer = [](const OpCall& call) { return std::vector<TensorType>{TensorType{matmul_out(call), call.input_types[0].dtype}}; };
   d.compute = [](const OpCall&, const std::vector<te::Tensor>& in) { return std::vector<te::Tensor>{ops::matmul_nd(in[0], in[1], "matmul")}; };
-  d.sharding = {"matmul", matmul_propagate, nullptr};
+  d.sharding = {"matmul", matmul_propagate, nullptr, matrix_weight_splits};
   d.cost = [](const OpCall& call, const std::vector<TensorType>& out) {
     return contraction_cost(out[0], static_cast<double>(call.input_types[0].shape.back()), 0.0);
   };

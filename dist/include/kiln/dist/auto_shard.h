@@ -9,9 +9,11 @@
  *   std::cout << r.report();                    // the plan, its estimate, the named strategies beside it
  *   Graph local = lower_to_rank(r.sharded, rank);
  *
- * The choices: every 2-D value read as a MatMul/Gemm weight (a constant, or
- * a graph input of a training step) is replicated or split by rows or by
- * columns over one mesh axis; every other graph input is replicated or split
+ * The choices: every weight an op's sharding rule names (ShardingRule::
+ * weight_splits; a constant, or a graph input of a training step: a
+ * MatMul/Gemm's 2-D B, a Conv's W) is replicated or split on one of the dims
+ * the rule lists (B's rows or columns; W's output or, for groups of 1, input
+ * channels) over one mesh axis; every other graph input is replicated or split
  * on its first (batch) dimension over one axis or over all. Everything else
  * follows by propagation (shard_graph). The search is exhaustive up to
  * max_plans complete choices; beyond, coordinate descent from the best named

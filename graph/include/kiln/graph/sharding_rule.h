@@ -11,6 +11,10 @@
  *   localize   optional: makes the rank's node from its local inputs, for ops
  *              whose attributes or compile-time inputs hold global sizes
  *              (Reshape's shape); absent: the same op and attributes
+ *   weight_splits
+ *              optional: the op's weight input and the dims of it worth a
+ *              split, the choices auto_shard searches over (MatMul's B: rows
+ *              or columns); absent: the op brings no choice of its own
  *
  * replicated_rule() (every input gathered) and elementwise_rule() are the two
  * rules most ops name; rules of one family live beside its ops.
@@ -47,12 +51,20 @@ using PropagateFn = std::function<RuleOutput(const RuleInput&)>;
 using LocalizeFn = std::function<Ref<OpNode>(const OpNode& global, std::vector<Value> local_inputs, const std::vector<ShardingSpec>& out_specs,
                                              const Mesh& mesh)>;
 
+/** A weight input of a node (used when it is a constant or a graph input) and the dims auto_shard tries to split it on. */
+struct WeightSplits {
+  int input = -1;
+  std::vector<int> dims;  ///< empty: no choice
+};
+using WeightSplitsFn = std::function<WeightSplits(const OpNode& node)>;
+
 struct ShardingRule {
   /** A short name ("elementwise", "matmul", "replicated"), for messages and tests. */
   std::string name;
   /** Required for the op to be distributed; empty: the pass refuses the op. */
   PropagateFn propagate;
   LocalizeFn localize;
+  WeightSplitsFn weight_splits;
 
   bool defined() const { return static_cast<bool>(propagate); }
 };
