@@ -1,5 +1,7 @@
 // The heavy operators: Conv, Gemm, MatMul (pattern OutputFusable: their
-// elementwise consumers fuse as the reduction's epilogue).
+// elementwise consumers fuse as the reduction's epilogue), with their
+// sharding rules (splits of the contracted dim leave partial sums) and
+// their multiply-add counts.
 #include <algorithm>
 
 #include "kiln/graph/autodiff.h"
