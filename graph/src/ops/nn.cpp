@@ -160,7 +160,7 @@ void register_conv() {
   // Weights [K, C/group, kernel...]: output channels, and for groups of 1 input channels (partial sums).
   d.sharding = {"conv", conv_propagate, nullptr, [](const OpNode& n) {
                   if (n.inputs[1].type().ndim() < 3) return WeightSplits{};
-                  return n.attrs.get_int_or("group", 1) == 1 ? WeightSplits{1, {0, 1}} : WeightSplits{1, {0}};
+                  return n.attrs.get_int_or("group", 1) == 1 ? WeightSplits{1, {0, 1}, 1} : WeightSplits{1, {0}, -1};
                 }};
   d.cost = conv_cost;
   d.gradient = conv_grad;
@@ -335,8 +335,11 @@ RuleOutput gemm_propagate(const RuleInput& r) {
   return matmul_like(r, {ta ? 1 : 0, ta ? 0 : 1, tb ? 1 : 0, tb ? 0 : 1}, 2);
 }
 
-// A 2-D B (a weight matrix): rows or columns.
-WeightSplits matrix_weight_splits(const OpNode& n) { return n.inputs[1].type().ndim() == 2 ? WeightSplits{1, {0, 1}} : WeightSplits{}; }
+// A 2-D B (a weight matrix): rows or columns; it contracts its rows (its columns when Gemm's transB).
+WeightSplits matrix_weight_splits(const OpNode& n) {
+  if (n.inputs[1].type().ndim() != 2) return {};
+  return {1, {0, 1}, n.attrs.get_int_or("transB", 0) != 0 ? 1 : 0};
+}
 
 // Every output element: k multiply-adds, plus `epilogue` ops (Gemm's beta * C); rows: all output dims but the last.
 OpCost contraction_cost(const TensorType& out, double k, double epilogue) {

@@ -72,7 +72,8 @@ ShardedGraph reshard_graph(const graph::TensorType& t, const Mesh& mesh, const s
 
 /**
  * Tensor parallel in the Megatron manner over mesh axis `axis`: the 2-D
- * weight (a constant, or a graph input: a training step's parameter) of each MatMul/Gemm split by columns, except where its activation
+ * weight (a constant, or a graph input: a training step's parameter) of each
+ * op that contracts one (ShardingRule::weight_splits: MatMul, Gemm) split by columns, except where its activation
  * comes from a column-split one, then by rows (so each pair costs one
  * all-reduce). Returns weight name -> spec, for shard_graph.
  */

@@ -14,7 +14,8 @@
  *   weight_splits
  *              optional: the op's weight input and the dims of it worth a
  *              split, the choices auto_shard searches over (MatMul's B: rows
- *              or columns); absent: the op brings no choice of its own
+ *              or columns), and which one it contracts (the Megatron
+ *              strategy's row split); absent: the op brings no choice
  *
  * replicated_rule() (every input gathered) and elementwise_rule() are the two
  * rules most ops name; rules of one family live beside its ops.
@@ -55,6 +56,8 @@ using LocalizeFn = std::function<Ref<OpNode>(const OpNode& global, std::vector<V
 struct WeightSplits {
   int input = -1;
   std::vector<int> dims;  ///< empty: no choice
+  /** The dim the op contracts (a split of it leaves partial sums), or -1: the Megatron strategy splits a matrix weight's contracted dim after an output-dim split. */
+  int contracted = -1;
 };
 using WeightSplitsFn = std::function<WeightSplits(const OpNode& node)>;
 
