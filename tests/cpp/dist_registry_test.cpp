@@ -8,6 +8,7 @@
 
 #include "kiln/dist/auto_shard.h"
 #include "kiln/graph/op_registry.h"
+#include "kiln/graph/passes.h"
 #include "kiln/support/error.h"
 
 using namespace kiln;
@@ -53,6 +54,10 @@ const OpDef& heavy_op() {
 
 TEST(DistRegistry, EveryRegisteredOpHasAShardingRule) {
   no_rule_op();  // registered by this test only, and refused below
+  // kiln.fused registers on fuse_ops' first call.
+  auto x = make_input("x", {{4}, DataType::Float(32)});
+  fuse_ops(Graph::make({x}, {make_op("Relu", {x->output()})->output()}));
+  ASSERT_NE(find_op("kiln.fused"), nullptr);
   for (const std::string& name : registered_ops()) {
     if (name == no_rule_op().name) continue;
     const OpDef& op = get_op(name);
