@@ -43,22 +43,14 @@ int64_t output_bytes(const ShardedGraph& sg, const OpNode& op) {
   return b;
 }
 
-int64_t product(const std::vector<int64_t>& v, size_t from = 0) {
-  int64_t p = 1;
-  for (size_t i = from; i < v.size(); ++i) p *= v[i];
-  return p;
-}
-
-// Multiply-adds of a rank's share of a MatMul/Gemm/Conv; -1 for other ops.
-double local_macs(const ShardedGraph& sg, const OpNode& op) {
-  const std::string& name = op.op->name;
-  if (name != "MatMul" && name != "Gemm" && name != "Conv") return -1;
-  std::vector<int64_t> out = local_dims(sg, op.output());
-  if (name == "Conv") return double(product(out)) * double(product(local_dims(sg, op.inputs[1]), 1));
-  // The contracted length: A's last dim (its first for a transposed Gemm A).
-  std::vector<int64_t> a = local_dims(sg, op.inputs[0]);
-  int64_t k = name == "Gemm" && op.attrs.get_int_or("transA", 0) != 0 ? a.front() : a.back();
-  return double(product(out)) * double(k);
+// The registry's cost of a rank's share of the op: its OpCost with local input and output types.
+OpCost local_cost(const ShardedGraph& sg, const OpNode& op) {
+  OpCall call = op_call(op);
+  for (size_t i = 0; i < op.inputs.size(); ++i)
+    if (op.inputs[i].defined()) call.input_types[i].shape = local_dims(sg, op.inputs[i]);
+  std::vector<TensorType> outs;
+  for (int o = 0; o < op.num_outputs(); ++o) outs.push_back(TensorType{local_dims(sg, op.output(o)), op.types[o].dtype});
+  return op_cost(call, outs);
 }
 
 // Seconds and bytes sent of one collective in a ring over its group.
@@ -74,35 +66,27 @@ std::pair<double, int64_t> collective_cost(const OpNode& op, const CostParams& c
   return {sent / (large ? c.large_link_bytes_per_s : c.link_bytes_per_s) + steps * c.latency_s + c.collective_s, static_cast<int64_t>(sent)};
 }
 
-// The GEMM rate for this op's output rows (all output dims but the last; a
-// conv's batch and spatial ones): flops_per_s, lowered toward
+// The GEMM rate for a contraction of this many output rows (OpCost::rows: a
+// matmul's M, a conv's batch and spatial dims): flops_per_s, lowered toward
 // few_rows_flops_per_s below many_rows rows.
-double gemm_rate(const ShardedGraph& sg, const OpNode& op, const CostParams& c) {
+double gemm_rate(double rows, const CostParams& c) {
   if (c.few_rows_flops_per_s <= 0 || c.many_rows <= c.few_rows) return c.flops_per_s;
-  std::vector<int64_t> out = local_dims(sg, op.output());
-  double rows = 1;
-  if (op.op->name == "Conv")
-    for (size_t k = 0; k < out.size(); ++k) rows *= k == 1 ? 1.0 : double(out[k]);  // N x H x W, not the channels
-  else
-    for (size_t k = 0; k + 1 < out.size(); ++k) rows *= double(out[k]);
   if (rows >= c.many_rows) return c.flops_per_s;
   if (rows <= c.few_rows) return c.few_rows_flops_per_s;
   double t = std::log(rows / c.few_rows) / std::log(c.many_rows / c.few_rows);
   return c.few_rows_flops_per_s + t * (c.flops_per_s - c.few_rows_flops_per_s);
 }
 
-// A rank's seconds for one non-collective op: its multiply-adds at the GEMM
-// rate, or the bytes it streams; plus the fixed cost of a kernel where it starts one.
+// A rank's seconds for one non-collective op (by its registry cost): its
+// multiply-adds at the GEMM rate, or else the bytes it streams; plus the
+// fixed cost of a kernel where it starts one.
 double op_seconds(const ShardedGraph& sg, const OpNode& op, const CostParams& c) {
   double s = 0;
   Pattern p = op.op->pattern;
   if (p != Pattern::Elementwise && p != Pattern::Broadcast && p != Pattern::Injective) s += c.kernel_s;
-  double macs = local_macs(sg, op);
-  if (macs >= 0) return s + 2 * macs / gemm_rate(sg, op, c);
-  int64_t moved = output_bytes(sg, op);
-  for (const Value& v : op.inputs)
-    if (v.defined()) moved += local_bytes(sg, v);
-  return s + double(moved) / c.memory_bytes_per_s;
+  OpCost cost = local_cost(sg, op);
+  if (cost.macs > 0) return s + 2 * cost.macs / gemm_rate(cost.rows, c);
+  return s + cost.bytes / c.memory_bytes_per_s;
 }
 
 }  // namespace
@@ -182,27 +166,22 @@ std::string spec_with(int ndim, int dim, const std::string& split) {
   return s;
 }
 
-// The 2-D values read as MatMul/Gemm weights get R / rows / columns per axis;
-// Conv weights [K, C/group, kernel...] R / output channels per axis and, for
-// groups of 1, input channels (partial sums); other graph inputs R / batch
-// split per axis / over all axes.
+// A weight an op's sharding rule names (ShardingRule::weight_splits: a
+// MatMul's 2-D B, a Conv's W) gets R / a split of each of its dims per axis;
+// other graph inputs R / batch split per axis / over all axes.
 std::vector<Choice> choices_of(const Graph& g, const Mesh& mesh) {
   std::vector<Choice> out;
   std::unordered_set<std::string> weights;
   for (const OpNode* op : g.op_nodes()) {
-    const std::string& n = op->op->name;
-    bool conv = n == "Conv";
-    if ((n != "MatMul" && n != "Gemm" && !conv) || op->inputs.size() < 2) continue;
-    const Value& w = op->inputs[1];
+    const WeightSplitsFn& splits = op->op->sharding.weight_splits;
+    WeightSplits ws = splits ? splits(*op) : WeightSplits{};
+    if (ws.dims.empty() || ws.input >= static_cast<int>(op->inputs.size()) || !op->inputs[ws.input].defined()) continue;
+    const Value& w = op->inputs[ws.input];
+    if (w.node->kind == NodeKind::Op || !weights.insert(w.node->name).second) continue;
     int nd = w.type().ndim();
-    if (w.node->kind == NodeKind::Op || (conv ? nd < 3 : nd != 2) || !weights.insert(w.node->name).second) continue;
-    bool dense = !conv || op->attrs.get_int_or("group", 1) == 1;
     Choice c{w.node->name, {spec_with(nd, -1, "")}, false};
-    for (int a = 0; a < mesh.ndim(); ++a) {
-      std::string s = "S(" + mesh.axis_name(a) + ")";
-      c.options.push_back(spec_with(nd, 0, s));
-      if (dense) c.options.push_back(spec_with(nd, 1, s));
-    }
+    for (int a = 0; a < mesh.ndim(); ++a)
+      for (int d : ws.dims) c.options.push_back(spec_with(nd, d, "S(" + mesh.axis_name(a) + ")"));
     out.push_back(c);
   }
   for (const auto& in : g.inputs()) {

@@ -35,6 +35,8 @@ void register_collective(const std::string& name, const std::string& doc, std::v
                {"bytes", AttrKind::Int, AttrValue(int64_t{0})}, {"local", AttrKind::Int, AttrValue(int64_t{0})}};
   def.attrs.insert(def.attrs.end(), extra.begin(), extra.end());
   def.pattern = Pattern::Opaque;
+  // A graph that already holds collectives (sharded again, or a mesh of one for op_times) keeps them whole.
+  def.sharding = replicated_rule();
   def.infer = [local_shape](const OpCall& call) {
     TensorType t = call.input_types[0];
     if (call.attrs.get_int("local") != 0 && local_shape) local_shape(call, t.shape, call.attrs.get_int("size"));

@@ -7,7 +7,6 @@
 #include "kiln/dist/shard.h"
 #include "kiln/graph/op_registry.h"
 #include "kiln/support/error.h"
-#include "propagation.h"
 
 namespace kiln::dist {
 
@@ -102,13 +101,13 @@ Graph lower_to_rank(const ShardedGraph& sg, int rank) {
       Ref<OpNode> made;
       std::vector<ShardingSpec> out_specs;
       for (int o = 0; o < op.num_outputs(); ++o) out_specs.push_back(spec_of(op.output(o)));
-      const ShardingRule& rule = sharding_rule(name);
+      const LocalizeFn& localize = op.op->sharding.localize;
       if (is_collective(name)) {
         Attrs a = op.attrs;
         a.set("local", int64_t{1});
         made = make_op(op.op, ins, a, op.name);
-      } else if (rule.localize) {
-        made = rule.localize(op, ins, out_specs, mesh);
+      } else if (localize) {
+        made = localize(op, ins, out_specs, mesh);
       } else {
         made = make_op(op.op, ins, op.attrs, op.name);
       }

@@ -10,13 +10,21 @@
 #include "kiln/graph/op_registry.h"
 #include "kiln/graph/rewrite.h"
 #include "kiln/support/error.h"
-#include "propagation.h"
 
 namespace kiln::dist {
 
 using namespace graph;
 
 namespace {
+
+// The node's rule from its registry entry; an op without one is refused, not guessed.
+const ShardingRule& rule_of(const OpNode& node) {
+  const ShardingRule& rule = node.op->sharding;
+  KILN_USER_CHECK(rule.defined()) << "kiln.dist.shard: " << node.op->name << " node '" << node.name << "' cannot be distributed: the operator " << node.op->name
+                                  << " has no sharding rule; register a sharding rule in its OpDef (OpDef::sharding, e.g. replicated_rule() to gather "
+                                     "its inputs, elementwise_rule(), or its own: kiln/graph/sharding_rule.h)";
+  return rule;
+}
 
 bool is_prefix(const std::vector<int>& p, const std::vector<int>& v) {
   return p.size() <= v.size() && std::equal(p.begin(), p.end(), v.begin());
@@ -137,7 +145,7 @@ ShardedGraph shard_graph(const Graph& g, const Mesh& mesh, const std::map<std::s
       ri.in.push_back(ins[i].defined() ? specs.at(ins[i]) : ShardingSpec{});
       ri.free.push_back(ins[i].defined() && free.count(ins[i].node.get()));
     }
-    RuleOutput ro = sharding_rule(node.op->name).propagate(ri);
+    RuleOutput ro = rule_of(node).propagate(ri);
     bool changed = false;
     for (size_t i = 0; i < ins.size(); ++i) {
       if (!ins[i].defined() || node.op->reads_at_compile_time(static_cast<int>(i))) continue;

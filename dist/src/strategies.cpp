@@ -22,14 +22,15 @@ std::map<std::string, std::string> megatron_specs(const Graph& g, const Mesh& me
     for (const Value& v : op->inputs)
       if (v.defined() && carries.count(v.node.get())) in = in || carries[v.node.get()];
     bool out = in;
-    bool matmul = op->op->name == "MatMul" || op->op->name == "Gemm";
-    // A weight is a constant, or a graph input (a training step's parameters are its inputs).
-    bool weight = op->inputs.size() >= 2 && op->inputs[1].node->kind != NodeKind::Op && op->inputs[1].type().ndim() == 2;
-    if (matmul && weight) {
-      bool trans_b = op->attrs.get_int_or("transB", 0) != 0;
-      // Row split: the contracted dim (0, or 1 when transposed); column split: the other.
-      int dim = in ? (trans_b ? 1 : 0) : (trans_b ? 0 : 1);
-      specs[op->inputs[1].node->name] = dim == 0 ? s + " R" : "R " + s;
+    // A matrix weight the op contracts (its sharding rule's weight_splits: MatMul's and Gemm's B); a weight is a
+    // constant, or a graph input (a training step's parameters are its inputs).
+    const WeightSplitsFn& splits = op->op->sharding.weight_splits;
+    WeightSplits ws = splits ? splits(*op) : WeightSplits{};
+    const Value* w = ws.contracted >= 0 && ws.input < static_cast<int>(op->inputs.size()) ? &op->inputs[ws.input] : nullptr;
+    if (w && w->defined() && w->node->kind != NodeKind::Op && w->type().ndim() == 2) {
+      // Row split: the contracted dim; column split: the other.
+      int dim = in ? ws.contracted : 1 - ws.contracted;
+      specs[w->node->name] = dim == 0 ? s + " R" : "R " + s;
       out = !in;
     }
     carries[op] = out;

@@ -213,4 +213,21 @@ OpCall op_call(const OpDef* op, const std::string& name, const Attrs& attrs, con
 
 OpCall op_call(const OpNode& node) { return op_call(node.op, node.name, node.attrs, node.inputs); }
 
+double traffic_bytes(const OpCall& call, const std::vector<TensorType>& outputs) {
+  // Compile-time inputs count too: they are a few bytes, and auto_shard's estimates have always included them.
+  double b = 0;
+  for (int i = 0; i < call.num_inputs(); ++i)
+    if (call.has_input(i)) b += static_cast<double>(call.input_types[i].bytes());
+  for (const TensorType& t : outputs) b += static_cast<double>(t.bytes());
+  return b;
+}
+
+OpCost op_cost(const OpCall& call, const std::vector<TensorType>& outputs) {
+  OpCost c = call.op && call.op->cost ? call.op->cost(call, outputs) : OpCost{};
+  if (c.bytes == 0) c.bytes = traffic_bytes(call, outputs);
+  return c;
+}
+
+OpCost op_cost(const OpNode& node) { return op_cost(op_call(node), node.types); }
+
 }  // namespace kiln::graph

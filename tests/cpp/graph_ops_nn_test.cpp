@@ -125,19 +125,19 @@ TEST(GraphOpsNn, MatMulWithConstantBIsOneReductionOverK) {
   EXPECT_TRUE(a_k_last);
 }
 
-TEST(GraphOpsNn, Flops) {
+TEST(GraphOpsNn, Cost) {
   auto x = make_input("x", TensorType{{2, 8, 10, 10}});
   auto c = conv(x, 6, 4, 3, Attrs({{"group", int64_t(2)}, {"strides", std::vector<int64_t>{2, 2}}}));
   // Output [2, 6, 4, 4]; each output 4 * 3 * 3 multiply-adds plus its bias.
-  EXPECT_DOUBLE_EQ(c->op->flops(op_call(*c)), 2.0 * 6 * 16 * (2.0 * 36 + 1));
+  EXPECT_DOUBLE_EQ(op_cost(*c).flops, 2.0 * 6 * 16 * (2.0 * 36 + 1));
   auto a = make_input("a", TensorType{{5, 3}});
   auto g = make_op("Gemm", {a->output(), make_constant("b", zeros({7, 5}))->output()}, Attrs({{"transA", int64_t(1)}, {"transB", int64_t(1)}}));
   EXPECT_EQ(g->types[0].shape, (std::vector<int64_t>{3, 7}));
-  EXPECT_DOUBLE_EQ(g->op->flops(op_call(*g)), 2.0 * 3 * 7 * 5);
+  EXPECT_DOUBLE_EQ(op_cost(*g).flops, 2.0 * 3 * 7 * 5);
   auto q = make_input("q", TensorType{{2, 1, 4, 8}});
   auto m = make_op("MatMul", {q->output(), make_constant("k", zeros({3, 8, 5}))->output()});
   EXPECT_EQ(m->types[0].shape, (std::vector<int64_t>{2, 3, 4, 5}));
-  EXPECT_DOUBLE_EQ(m->op->flops(op_call(*m)), 2.0 * 2 * 3 * 4 * 5 * 8);
+  EXPECT_DOUBLE_EQ(op_cost(*m).flops, 2.0 * 2 * 3 * 4 * 5 * 8);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // Conv's weights; elsewhere it is this broadcast compute. In a training
 // graph (lift_parameters with training) it normalises with batch statistics.
 #include "elementwise_helpers.h"
+#include "sharding_rules.h"
 
 namespace kiln::graph::ops_detail {
 namespace {
@@ -49,6 +50,9 @@ const bool registered = [] {
              {"momentum", AttrKind::Float, AttrValue(0.9)},  // training only
              {"training_mode", AttrKind::Int, AttrValue(int64_t{0})}};
   d.pattern = Pattern::Broadcast;
+  // Per channel: batch and channel splits carry, the parameters follow the channels.
+  d.sharding = channel_rule();
+  d.cost = per_element_cost(4);  // subtract, divide, scale, shift
   d.infer = infer;
   d.compute = compute;
   register_op(std::move(d));

@@ -40,6 +40,7 @@ const bool registered = [] {
   pack.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
     return std::vector<te::Tensor>{ops::pack_bf16_pairs(in[0], normalize_axis(c, c.attrs.get_int("axis"), c.input_types[0].ndim()))};
   };
+  pack.sharding = replicated_rule();
   register_op(pack);
 
   OpDef mm;
@@ -69,14 +70,15 @@ const bool registered = [] {
   mm.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
     return std::vector<te::Tensor>{ops::matmul_bf16_pairs(in[0], in[1], c.attrs.get_int("transA") != 0, c.attrs.get_int("transB") != 0)};
   };
-  // Two products per pair (the padded zero of an odd K counted too).
-  mm.flops = [](const OpCall& c) {
-    bool plain = c.attrs.get_int("transA") == 0 && c.attrs.get_int("transB") == 0;
-    PairDims d = pair_dims(c);
-    double outputs = 1;
-    for (int64_t s : plain ? ops::matmul_shape(c.input_types[0].shape, c.input_types[1].shape) : std::vector<int64_t>{d.M, d.N}) outputs *= static_cast<double>(s);
-    return 4.0 * outputs * static_cast<double>(pair_dims(c).K2);
+  // Two multiply-adds per pair (the padded zero of an odd K counted too).
+  mm.cost = [](const OpCall& c, const std::vector<TensorType>& out) {
+    OpCost k;
+    k.rows = static_cast<double>(out[0].numel() / std::max<int64_t>(out[0].shape.back(), 1));
+    k.macs = 2.0 * static_cast<double>(out[0].numel()) * static_cast<double>(pair_dims(c).K2);
+    k.flops = 2 * k.macs;
+    return k;
   };
+  mm.sharding = replicated_rule();
   register_op(mm);
 
   // A group-1 convolution over pairs of input channels, computed in the
@@ -105,11 +107,15 @@ const bool registered = [] {
   conv.compute = [windows](const OpCall& c, const std::vector<te::Tensor>& in) {
     return std::vector<te::Tensor>{ops::conv_channels_last(in[0], in[1], te::Tensor(), windows(c), "conv_bf16", dot_bf16x2)};
   };
-  conv.flops = [windows](const OpCall& c) {
-    double outputs = static_cast<double>(c.input_types[0].shape[0] * c.input_types[1].shape[0]);
-    for (const ops::WindowDim& d : windows(c)) outputs *= static_cast<double>(d.out);
-    return 4.0 * outputs * static_cast<double>(c.input_types[1].numel() / c.input_types[1].shape[0]);
+  conv.cost = [](const OpCall& c, const std::vector<TensorType>& out) {
+    double outputs = static_cast<double>(out[0].numel());
+    OpCost k;
+    k.macs = 2.0 * outputs * static_cast<double>(c.input_types[1].numel() / c.input_types[1].shape[0]);
+    k.flops = 2 * k.macs;
+    k.rows = outputs / static_cast<double>(std::max<int64_t>(out[0].shape[1], 1));
+    return k;
   };
+  conv.sharding = replicated_rule();
   register_op(conv);
   return true;
 }();

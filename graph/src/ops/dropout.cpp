@@ -59,6 +59,8 @@ const bool registered = [] {
   d.min_inputs = d.max_inputs = 2;
   d.attrs = {{"ratio", AttrKind::Float, AttrValue(0.5)}};
   d.pattern = Pattern::Broadcast;
+  d.sharding = elementwise_rule();
+  d.cost = per_element_cost();
   d.infer = infer;
   d.compute = compute;
   d.gradient = gradient;

@@ -52,6 +52,8 @@ OpDef pow_def() {
   d.doc = "x ** y, broadcast; x float, y float or integer (cast to x's dtype); output dtype of x";
   d.min_inputs = d.max_inputs = 2;
   d.pattern = Pattern::Broadcast;
+  d.sharding = elementwise_rule();
+  d.cost = per_element_cost();
   d.infer = [](const OpCall& call) {
     expect_dtype(call, 0, DTypes::Float, "the base (input 0)");
     expect_dtype(call, 1, DTypes::Numeric, "the exponent (input 1)");

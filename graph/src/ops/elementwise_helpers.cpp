@@ -69,6 +69,8 @@ OpDef unary_def(const std::string& name, const std::string& doc, DTypes dtypes, 
   d.doc = doc;
   d.attrs = std::move(attrs);
   d.pattern = Pattern::Elementwise;
+  d.sharding = elementwise_rule();
+  d.cost = per_element_cost();
   d.infer = [dtypes, out](const OpCall& call) {
     expect_dtype(call, 0, dtypes, "the input");
     TensorType t = call.input_types[0];
@@ -88,6 +90,8 @@ OpDef broadcast_def(const std::string& name, const std::string& doc, int min_inp
   d.min_inputs = min_inputs;
   d.max_inputs = max_inputs;
   d.pattern = Pattern::Broadcast;
+  d.sharding = elementwise_rule();
+  d.cost = per_element_cost();
   d.infer = [dtypes, out](const OpCall& call) {
     for (int i = 0; i < call.num_inputs(); ++i) {
       if (!call.has_input(i)) call.fail("input " + std::to_string(i) + " is missing");

@@ -39,10 +39,10 @@ double scalar_constant(const OpCall& call, int i, const char* what);
 using CallUnaryFn = std::function<Expr(const OpCall&, Expr)>;
 using CallNaryFn = std::function<Expr(const OpCall&, const std::vector<Expr>&)>;
 
-/** An Elementwise op out = f(x) of a dtype in `dtypes`; output dtype `out` (Void: the input's). */
+/** An Elementwise op out = f(x) of a dtype in `dtypes`; output dtype `out` (Void: the input's). Sharding: elementwise_rule; cost: one op per element. */
 OpDef unary_def(const std::string& name, const std::string& doc, DTypes dtypes, CallUnaryFn f, std::vector<AttrSpec> attrs = {},
                 DataType out = DataType::Void());
-/** A Broadcast op of min..max inputs of one dtype in `dtypes`: out = f(xs); output dtype `out` (Void: the inputs'). */
+/** A Broadcast op of min..max inputs of one dtype in `dtypes`: out = f(xs); output dtype `out` (Void: the inputs'). Sharding and cost as unary_def's. */
 OpDef broadcast_def(const std::string& name, const std::string& doc, int min_inputs, int max_inputs, DTypes dtypes, CallNaryFn f,
                     DataType out = DataType::Void());
 

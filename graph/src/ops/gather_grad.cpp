@@ -126,6 +126,7 @@ const bool registered = [] {
     return std::vector<TensorType>{TensorType{shape, call.input_types[1].dtype}};
   };
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) { return std::vector<te::Tensor>{gather_grad_compute(call, in[0], in[1])}; };
+  d.sharding = replicated_rule();
   register_op(std::move(d));
   return true;
 }();

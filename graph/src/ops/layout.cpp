@@ -31,6 +31,7 @@ OpDef blocked_conv_def(const std::string& name, const std::string& doc) {
              {"pads", AttrKind::Ints, std::vector<int64_t>{0, 0, 0, 0}},
              {"dilations", AttrKind::Ints, std::vector<int64_t>{1, 1}}};
   d.pattern = Pattern::OutputFusable;
+  d.sharding = replicated_rule();  // made after distribution (alter_conv_layout)
   return d;
 }
 
@@ -68,6 +69,7 @@ const bool registered = [] {
   lt.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
     return std::vector<te::Tensor>{ops::change_channel_block(in[0], static_cast<int>(c.attrs.get_int("src_block")), static_cast<int>(c.attrs.get_int("dst_block")))};
   };
+  lt.sharding = replicated_rule();
   register_op(lt);
 
   OpDef conv = blocked_conv_def("kiln.ConvNCHWc", "conv2d of [N, C/cb, H, W, cb] by packed weights [K/kb, C/cb, KH, KW, cb, kb] to [N, K/kb, OH, OW, kb]");
@@ -82,10 +84,15 @@ const bool registered = [] {
   conv.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
     return std::vector<te::Tensor>{ops::conv2d_nchwc_general(in[0], in[1], conv_params(c.attrs))};
   };
-  conv.flops = [](const OpCall& c) {
+  // Each output element: C x KH x KW multiply-adds (C = C/cb x cb of the packed weights).
+  conv.cost = [](const OpCall& c, const std::vector<TensorType>& out) {
     const auto& w = c.input_types[1].shape;
-    TensorType out = conv_out(c, w[0], w[5], w[2], w[3]);
-    return 2.0 * out.numel() * w[1] * w[2] * w[3] * w[4];
+    const auto& y = out[0].shape;
+    OpCost k;
+    k.macs = static_cast<double>(out[0].numel()) * w[1] * w[2] * w[3] * w[4];
+    k.flops = 2 * k.macs;
+    k.rows = static_cast<double>(y[0] * y[2] * y[3]);
+    return k;
   };
   register_op(conv);
 
@@ -118,7 +125,14 @@ const bool registered = [] {
     return std::vector<TensorType>{{out, c.input_types[0].dtype}};
   };
   mm.compute = [](const OpCall&, const std::vector<te::Tensor>& in) { return std::vector<te::Tensor>{ops::matmul_packed_b(in[0], in[1])}; };
-  mm.flops = [](const OpCall& c) { return 2.0 * (c.input_types[0].numel() / c.input_types[0].shape.back()) * c.input_types[1].numel(); };
+  mm.cost = [](const OpCall& c, const std::vector<TensorType>&) {
+    OpCost k;
+    k.rows = static_cast<double>(c.input_types[0].numel() / c.input_types[0].shape.back());
+    k.macs = k.rows * static_cast<double>(c.input_types[1].numel());
+    k.flops = 2 * k.macs;
+    return k;
+  };
+  mm.sharding = replicated_rule();
   register_op(mm);
   return true;
 }();

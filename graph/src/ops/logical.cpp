@@ -41,6 +41,8 @@ OpDef where_def() {
   d.doc = "cond ? X : Y, the three broadcast; cond bool, X and Y of one dtype";
   d.min_inputs = d.max_inputs = 3;
   d.pattern = Pattern::Broadcast;
+  d.sharding = elementwise_rule();
+  d.cost = per_element_cost();
   d.infer = [](const OpCall& call) {
     expect_dtype(call, 0, DTypes::Bool, "the condition (input 0)");
     expect_same_dtype(call, 1, 2);

@@ -1,10 +1,12 @@
 // Training losses, kiln's own ops (no ONNX counterpart in the inference
 // opsets): kiln.SoftmaxCrossEntropy and kiln.MeanSquaredError, both reduced
 // to a scalar (the mean), with their gradients. Pattern Reduction.
+#include <algorithm>
 #include <cmath>
 
 #include "elementwise_helpers.h"
 #include "kiln/support/error.h"
+#include "sharding_rules.h"
 
 namespace kiln::graph::ops_detail {
 namespace {
@@ -127,6 +129,43 @@ std::vector<Value> mse_grad(GradBuilder& b, const std::vector<Value>& g) {
   return {d, b.wants(1) ? b.neg(d) : Value()};
 }
 
+// ---- sharding: on split inputs each rank's mean, scaled by its share, is an
+// addend of the global mean, so the loss is a partial sum and the batch is
+// never gathered (the gradient ops scale by the global count).
+
+// batch_only: the cross entropy's logits keep a split of the batch only (its classes are gathered).
+RuleOutput mean_loss_propagate(const RuleInput& r, bool batch_only) {
+  ShardingSpec x = seen(r, 0);
+  if (batch_only)
+    for (int d = 1; d < x.ndim(); ++d) x.dims[d].clear();
+  RuleOutput o = with_inputs_default(r);
+  o.in[0] = x;
+  o.in[1] = batch_only ? ShardingSpec{{x.dims[0]}, {}} : x;
+  ShardingSpec out = R(r.node.types[0].ndim());
+  for (const auto& d : x.dims) out.partial.insert(out.partial.end(), d.begin(), d.end());
+  std::sort(out.partial.begin(), out.partial.end());
+  o.out.push_back(out);
+  return o;
+}
+
+// The rank's loss times its share (1 / the ranks it is split over).
+Ref<OpNode> mean_loss_localize(const OpNode& g, std::vector<Value> ins, const std::vector<ShardingSpec>& outs, const Mesh& mesh) {
+  Ref<OpNode> local = make_op(g.op, ins, g.attrs, g.name);
+  int64_t k = 1;
+  for (int a : outs[0].partial) k *= mesh.axis_size(a);
+  if (k == 1) return local;
+  DataType t = g.types[0].dtype;
+  NDArray c = NDArray::empty({}, t);
+  if (t == DataType::Float(64)) *static_cast<double*>(c.data()) = 1.0 / static_cast<double>(k);
+  else *static_cast<float*>(c.data()) = 1.0f / static_cast<float>(k);
+  return make_op("Mul", {local->output(), make_constant(g.name + ".share", c)->output()}, {}, g.name + ".share");
+}
+
+ShardingRule mean_loss_rule(bool batch_only) {
+  return {batch_only ? "mean_loss_batch" : "mean_loss", [batch_only](const RuleInput& r) { return mean_loss_propagate(r, batch_only); },
+          mean_loss_localize};
+}
+
 const bool registered = [] {
   OpDef ce;
   ce.name = "kiln.SoftmaxCrossEntropy";
@@ -136,6 +175,7 @@ const bool registered = [] {
   ce.infer = ce_infer;
   ce.compute = ce_compute;
   ce.gradient = ce_grad;
+  ce.sharding = mean_loss_rule(true);
   register_op(std::move(ce));
 
   OpDef mse;
@@ -146,6 +186,7 @@ const bool registered = [] {
   mse.infer = mse_infer;
   mse.compute = mse_compute;
   mse.gradient = mse_grad;
+  mse.sharding = mean_loss_rule(false);
   register_op(std::move(mse));
   return true;
 }();

@@ -1,5 +1,7 @@
 // The heavy operators: Conv, Gemm, MatMul (pattern OutputFusable: their
-// elementwise consumers fuse as the reduction's epilogue).
+// elementwise consumers fuse as the reduction's epilogue), with their
+// sharding rules (splits of the contracted dim leave partial sums) and
+// their multiply-add counts.
 #include <algorithm>
 
 #include "kiln/graph/autodiff.h"
@@ -7,6 +9,7 @@
 
 #include "kiln/support/error.h"
 #include "op_helpers.h"
+#include "sharding_rules.h"
 #include "window_attrs.h"
 #include "window_grad.h"
 
@@ -19,6 +22,14 @@ void same_dtype(const OpCall& call, int a, int b, const char* what) {
   if (call.has_input(b) && call.input_types[a].dtype != call.input_types[b].dtype)
     call.fail(std::string(what) + " has dtype " + call.input_types[b].dtype.str() + " but input " + std::to_string(a) + " has " +
               call.input_types[a].dtype.str() + "; they must agree (insert a Cast)");
+}
+
+// The product of the dims of `t` but dim `skip` (none when it is out of range).
+double rows_without(const TensorType& t, int skip) {
+  double rows = 1;
+  for (int k = 0; k < t.ndim(); ++k)
+    if (k != skip) rows *= static_cast<double>(t.shape[k]);
+  return rows;
 }
 
 // ---------------------------------------------------------------- Conv
@@ -82,6 +93,47 @@ std::vector<Value> conv_grad(GradBuilder& b, const std::vector<Value>& g) {
   return out;
 }
 
+// Conv: split on the batch (data parallel), on the output channels (the
+// weight's dim 0) and, for groups of 1, on the input channels, which are
+// contracted: partial sums (the bias then joins them, as Gemm's does). The
+// last also keeps a batch split through kiln.train's weight gradient when it
+// is a convolution of X and dY with batch and channels swapped.
+RuleOutput conv_propagate(const RuleInput& r) {
+  ShardingSpec x = seen(r, 0), w = seen(r, 1);
+  bool dense = r.node.attrs.get_int_or("group", 1) == 1;
+  Axes nb = x.dims[0], oc = dense ? w.dims[0] : Axes{}, ic = dense ? (!x.dims[1].empty() ? x.dims[1] : w.dims[1]) : Axes{};
+  dedupe({&nb, &oc, &ic});
+  if (!splits(input_type(r, 0).shape[1], ic, r.mesh)) ic.clear();
+  ShardingSpec out = R(r.node.types[0].ndim());
+  out.dims[0] = nb;
+  out.dims[1] = oc;
+  out = fit_to(out, r.node.types[0].shape, r.mesh);
+  RuleOutput o = with_inputs_default(r);
+  o.in[0].dims[0] = out.dims[0];
+  o.in[0].dims[1] = ic;
+  o.in[1].dims[0] = out.dims[1];
+  o.in[1].dims[1] = ic;
+  out.partial = ic;
+  std::sort(out.partial.begin(), out.partial.end());
+  if (has(r, 2)) {
+    o.in[2].dims[0] = out.dims[1];
+    o.in[2].partial = out.partial;
+  }
+  o.out.push_back(out);
+  return o;
+}
+
+// Each output element: one multiply-add per weight element of its group (W's elements / K), plus its bias.
+OpCost conv_cost(const OpCall& call, const std::vector<TensorType>& out) {
+  const TensorType& w = call.input_types[1];
+  double outputs = static_cast<double>(out[0].numel());
+  OpCost c;
+  c.macs = outputs * static_cast<double>(w.numel() / std::max<int64_t>(w.shape[0], 1));
+  c.flops = 2 * c.macs + (call.has_input(2) ? outputs : 0.0);
+  c.rows = rows_without(out[0], 1);  // N x spatial, not the channels
+  return c;
+}
+
 void register_conv() {
   OpDef d;
   d.name = "Conv";
@@ -105,14 +157,12 @@ void register_conv() {
     if (in.size() > 2 && in[2].defined()) y = ops::add_channel_bias(y, in[2], "conv.bias");
     return std::vector<te::Tensor>{y};
   };
-  d.flops = [](const OpCall& call) {
-    ConvGeometry g = conv_geometry(call);
-    const TensorType& w = call.input_types[1];
-    double outputs = static_cast<double>(call.input_types[0].shape[0] * w.shape[0]);
-    for (const ops::WindowDim& dim : g.dims) outputs *= static_cast<double>(dim.out);
-    double per_output = 2.0 * static_cast<double>(w.numel() / w.shape[0]);
-    return outputs * (per_output + (call.has_input(2) ? 1.0 : 0.0));
-  };
+  // Weights [K, C/group, kernel...]: output channels, and for groups of 1 input channels (partial sums).
+  d.sharding = {"conv", conv_propagate, nullptr, [](const OpNode& n) {
+                  if (n.inputs[1].type().ndim() < 3) return WeightSplits{};
+                  return n.attrs.get_int_or("group", 1) == 1 ? WeightSplits{1, {0, 1}, 1} : WeightSplits{1, {0}, -1};
+                }};
+  d.cost = conv_cost;
   d.gradient = conv_grad;
   register_op(std::move(d));
 }
@@ -210,6 +260,97 @@ std::vector<Value> matmul_grad(GradBuilder& b, const std::vector<Value>& g) {
   return out;
 }
 
+// MatMul and Gemm share this: A [batch.., M, K] x B [batch.., K, N]. Batch
+// and M splits of A and N splits of B carry to the output; a split of K (on
+// either operand; the other is sliced for free) leaves partial sums.
+struct MatmulDims {
+  int a_m, a_k, b_k, b_n;
+};
+
+// prefer_b: on a conflict (both operands split K differently, or M and N on
+// one axis) B's splits win instead of A's; the rule tries both.
+RuleOutput matmul_choice(const RuleInput& r, MatmulDims d, int bias_input, bool prefer_b) {
+  ShardingSpec a = seen(r, 0), b = seen(r, 1);
+  const auto& oshape = r.node.types[0].shape;
+  int ro = static_cast<int>(oshape.size()), ra = a.ndim(), rb = b.ndim();
+  ShardingSpec out = R(ro);
+  // Batch dims (MatMul only: Gemm is 2-D): from A where not broadcast, else from B.
+  for (int k = 0; k < ro - 2; ++k) {
+    int ia = k - (ro - ra), ib = k - (ro - rb);
+    if (ia >= 0 && input_type(r, 0).shape[ia] == oshape[k] && !a.dims[ia].empty()) out.dims[k] = a.dims[ia];
+    else if (ib >= 0 && input_type(r, 1).shape[ib] == oshape[k]) out.dims[k] = b.dims[ib];
+  }
+  const Axes &ka = a.dims[d.a_k], &kb = b.dims[d.b_k];
+  Axes m = a.dims[d.a_m], n = b.dims[d.b_n], kx = prefer_b ? (!kb.empty() ? kb : ka) : (!ka.empty() ? ka : kb);
+  std::vector<Axes*> groups;
+  for (int k = 0; k < ro - 2; ++k) groups.push_back(&out.dims[k]);
+  groups.push_back(prefer_b ? &n : &m);
+  groups.push_back(&kx);
+  groups.push_back(prefer_b ? &m : &n);
+  dedupe(groups);
+  if (!splits(input_type(r, 0).shape[d.a_k], kx, r.mesh)) kx.clear();
+  out.dims[ro - 2] = m;
+  out.dims[ro - 1] = n;
+  out = fit_to(out, oshape, r.mesh);
+  RuleOutput o = with_inputs_default(r);
+  auto operand = [&](int i, int row, int col, const Axes& rows, const Axes& cols) {
+    ShardingSpec s = project(out, oshape, input_type(r, i).shape);  // batch dims
+    s.dims[row] = rows;
+    s.dims[col] = cols;
+    return s;
+  };
+  o.in[0] = d.a_m < d.a_k ? operand(0, d.a_m, d.a_k, out.dims[ro - 2], kx) : operand(0, d.a_k, d.a_m, kx, out.dims[ro - 2]);
+  o.in[1] = d.b_k < d.b_n ? operand(1, d.b_k, d.b_n, kx, out.dims[ro - 1]) : operand(1, d.b_n, d.b_k, out.dims[ro - 1], kx);
+  out.partial = kx;
+  std::sort(out.partial.begin(), out.partial.end());
+  if (bias_input >= 0 && has(r, bias_input)) {
+    // The bias joins the partial sum: one rank of each K group adds it.
+    o.in[bias_input] = project(out, oshape, input_type(r, bias_input).shape);
+    o.in[bias_input].partial = out.partial;
+  }
+  o.out.push_back(out);
+  return o;
+}
+
+// Both conflict resolutions, the one whose operand resharding costs less (ties: A's).
+RuleOutput matmul_like(const RuleInput& r, MatmulDims d, int bias_input) {
+  auto cost = [&](const RuleOutput& o) {
+    double c = 0;
+    for (int i = 0; i < 2; ++i)
+      if (!r.free[i]) c += reshard_cost(r.in[i], o.in[i], input_type(r, i), r.mesh);
+    return c;
+  };
+  RuleOutput a = matmul_choice(r, d, bias_input, false), b = matmul_choice(r, d, bias_input, true);
+  return cost(b) < cost(a) ? b : a;
+}
+
+RuleOutput matmul_propagate(const RuleInput& r) {
+  int ra = input_type(r, 0).ndim(), rb = input_type(r, 1).ndim();
+  if (ra < 2 || rb < 2) return replicated_rule().propagate(r);  // vector products: rare, kept simple
+  return matmul_like(r, {ra - 2, ra - 1, rb - 2, rb - 1}, -1);
+}
+
+RuleOutput gemm_propagate(const RuleInput& r) {
+  bool ta = r.node.attrs.get_int_or("transA", 0) != 0, tb = r.node.attrs.get_int_or("transB", 0) != 0;
+  return matmul_like(r, {ta ? 1 : 0, ta ? 0 : 1, tb ? 1 : 0, tb ? 0 : 1}, 2);
+}
+
+// A 2-D B (a weight matrix): rows or columns; it contracts its rows (its columns when Gemm's transB).
+WeightSplits matrix_weight_splits(const OpNode& n) {
+  if (n.inputs[1].type().ndim() != 2) return {};
+  return {1, {0, 1}, n.attrs.get_int_or("transB", 0) != 0 ? 1 : 0};
+}
+
+// Every output element: k multiply-adds, plus `epilogue` ops (Gemm's beta * C); rows: all output dims but the last.
+OpCost contraction_cost(const TensorType& out, double k, double epilogue) {
+  double outputs = static_cast<double>(out.numel());
+  OpCost c;
+  c.macs = outputs * k;
+  c.flops = 2 * c.macs + epilogue * outputs;
+  c.rows = rows_without(out, out.ndim() - 1);
+  return c;
+}
+
 void register_gemm() {
   OpDef d;
   d.name = "Gemm";
@@ -227,10 +368,11 @@ void register_gemm() {
     return std::vector<te::Tensor>{ops::gemm(in[0], in[1], C, call.attrs.get_float("alpha"), call.attrs.get_float("beta"), call.attrs.get_int("transA") != 0,
                                              call.attrs.get_int("transB") != 0, "gemm")};
   };
-  d.flops = [](const OpCall& call) {
-    GemmDims g = gemm_dims(call);
-    double mn = static_cast<double>(g.M * g.N);
-    return 2.0 * mn * static_cast<double>(g.K) + (call.has_input(2) ? 2.0 * mn : 0.0);
+  d.sharding = {"gemm", gemm_propagate, nullptr, matrix_weight_splits};
+  d.cost = [](const OpCall& call, const std::vector<TensorType>& out) {
+    bool ta = call.attrs.get_int_or("transA", 0) != 0;
+    const TensorType& a = call.input_types[0];
+    return contraction_cost(out[0], static_cast<double>(ta ? a.shape.front() : a.shape.back()), call.has_input(2) ? 2.0 : 0.0);
   };
   d.gradient = gemm_grad;
   register_op(std::move(d));
@@ -253,10 +395,9 @@ void register_matmul() {
   d.pattern = Pattern::OutputFusable;
   d.infer = [](const OpCall& call) { return std::vector<TensorType>{TensorType{matmul_out(call), call.input_types[0].dtype}}; };
   d.compute = [](const OpCall&, const std::vector<te::Tensor>& in) { return std::vector<te::Tensor>{ops::matmul_nd(in[0], in[1], "matmul")}; };
-  d.flops = [](const OpCall& call) {
-    double outputs = 1;
-    for (int64_t s : matmul_out(call)) outputs *= static_cast<double>(s);
-    return 2.0 * outputs * static_cast<double>(call.input_types[0].shape.back());
+  d.sharding = {"matmul", matmul_propagate, nullptr, matrix_weight_splits};
+  d.cost = [](const OpCall& call, const std::vector<TensorType>& out) {
+    return contraction_cost(out[0], static_cast<double>(call.input_types[0].shape.back()), 0.0);
   };
   d.gradient = matmul_grad;
   register_op(std::move(d));

@@ -3,11 +3,13 @@
 // reach each input element (a transposed convolution), and the weights'
 // gradient as a reduction of input times output gradient over the batch and
 // the output positions. Groups (and so depthwise) are the forward's.
+#include <algorithm>
 #include <functional>
 
 #include "kiln/ir/op.h"
 #include "kiln/ops/broadcast.h"
 #include "op_helpers.h"
+#include "sharding_rules.h"
 #include "window_grad.h"
 
 namespace kiln::graph::ops_detail {
@@ -161,6 +163,32 @@ te::Tensor grad_weight_by_taps(const te::Tensor& X, const te::Tensor& dY, const 
   }, "conv_grad_weight");
 }
 
+// kiln.ConvGradInput(dY, W): dX keeps dY's batch split.
+RuleOutput grad_input_propagate(const RuleInput& r) {
+  ShardingSpec out = R(r.node.types[0].ndim());
+  out.dims[0] = seen(r, 0).dims[0];
+  out = fit_to(out, r.node.types[0].shape, r.mesh);
+  RuleOutput o = with_inputs_default(r);
+  o.in[0].dims[0] = out.dims[0];
+  o.out.push_back(out);
+  return o;
+}
+
+// kiln.ConvGradWeight(X, dY): the batch is contracted, so batch-split operands give a partial weight gradient.
+RuleOutput grad_weight_propagate(const RuleInput& r) {
+  Axes nb = seen(r, 0).dims[0];
+  if (nb.empty()) nb = seen(r, 1).dims[0];
+  if (!splits(input_type(r, 0).shape[0], nb, r.mesh)) nb.clear();
+  RuleOutput o = with_inputs_default(r);
+  o.in[0].dims[0] = nb;
+  o.in[1].dims[0] = nb;
+  ShardingSpec out = R(r.node.types[0].ndim());
+  out.partial = nb;
+  std::sort(out.partial.begin(), out.partial.end());
+  o.out.push_back(out);
+  return o;
+}
+
 // kiln.ConvGradInput(dY [N, K, out...], W [K, C/group, kernel...]) -> dX [input_shape].
 void register_grad_input() {
   OpDef d;
@@ -177,6 +205,7 @@ void register_grad_input() {
     return std::vector<TensorType>{TensorType{in, call.input_types[0].dtype}};
   };
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) { return std::vector<te::Tensor>{conv_grad_input(call, in[0], in[1], {})}; };
+  d.sharding = {"conv_grad_input", grad_input_propagate, input_shape_localize};
   register_op(std::move(d));
 
   // The same over bfloat16 pairs along K (made by use_bf16_dot), group 1, float32 out.
@@ -198,6 +227,7 @@ void register_grad_input() {
   p.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
     return std::vector<te::Tensor>{conv_grad_input(call, in[0], in[1], dot_bf16x2)};
   };
+  p.sharding = replicated_rule();  // made after distribution, by use_bf16_dot
   register_op(std::move(p));
 }
 
@@ -236,6 +266,7 @@ void register_grad_weight() {
       return guarded_sum(inside, dY(cat({n, k}, w.o)) * w.P(cat({n, c}, h)), w.axes);
     }, "conv_grad_weight")};
   };
+  d.sharding = {"conv_grad_weight", grad_weight_propagate, nullptr};
   register_op(std::move(d));
 
   // The same over bfloat16 pairs along the batch (made by use_bf16_dot), group 1, float32 out.
@@ -261,6 +292,7 @@ void register_grad_weight() {
     auto dims = grad_windows(call, spatial(call.input_types[0].shape), spatial(call.input_types[1].shape));
     return std::vector<te::Tensor>{grad_weight_by_taps(in[0], in[1], dims, pair_shape(call), dot_bf16x2)};
   };
+  p.sharding = replicated_rule();  // made after distribution, by use_bf16_dot
   register_op(std::move(p));
 }
 

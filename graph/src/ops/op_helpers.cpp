@@ -29,36 +29,12 @@ std::vector<TensorType> broadcast_types(const OpCall& call, bool mixed_dtypes) {
 
 Expr scalar(DataType t, double v) { return make_const(t, v); }
 
-void register_unary(const std::string& name, ops::UnaryFn f, const std::string& doc, std::vector<AttrSpec> attrs) {
-  register_unary_attrs(name, [f](const OpCall&, Expr x) { return f(x); }, doc, std::move(attrs));
-}
-
-void register_unary_attrs(const std::string& name, UnaryAttrFn f, const std::string& doc, std::vector<AttrSpec> attrs) {
-  OpDef d;
-  d.name = name;
-  d.doc = doc;
-  d.attrs = std::move(attrs);
-  d.pattern = Pattern::Elementwise;
-  d.infer = same_as_input;
-  d.compute = [f, name](const OpCall& call, const std::vector<te::Tensor>& in) {
-    return std::vector<te::Tensor>{ops::unary(in[0], [&](Expr x) { return f(call, x); }, name)};
+CostFn per_element_cost(double flops_per_element) {
+  return [flops_per_element](const OpCall&, const std::vector<TensorType>& outputs) {
+    OpCost c;
+    for (const TensorType& t : outputs) c.flops += flops_per_element * static_cast<double>(t.numel());
+    return c;
   };
-  register_op(std::move(d));
-}
-
-void register_binary(const std::string& name, ops::BinaryFn f, const std::string& doc, DataType out_dtype) {
-  OpDef d;
-  d.name = name;
-  d.doc = doc;
-  d.min_inputs = d.max_inputs = 2;
-  d.pattern = Pattern::Broadcast;
-  d.infer = [out_dtype](const OpCall& call) {
-    auto t = broadcast_types(call);
-    if (out_dtype.bits() != 0) t[0].dtype = out_dtype;
-    return t;
-  };
-  d.compute = [f, name](const OpCall&, const std::vector<te::Tensor>& in) { return std::vector<te::Tensor>{ops::binary(in[0], in[1], f, name)}; };
-  register_op(std::move(d));
 }
 
 }  // namespace kiln::graph::ops_detail

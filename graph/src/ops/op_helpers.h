@@ -1,7 +1,7 @@
 // Shared pieces of the operator entries (graph/src/ops/*.cpp): type
-// inference for the common shapes of operators, and registration of the
-// elementwise families. Each op is still registered once, in its family's
-// file; these only keep the entries short.
+// inference for the common shapes of operators, and the per-element cost.
+// Each op is still registered once, in its family's file; these only keep
+// the entries short.
 #ifndef KILN_GRAPH_OPS_OP_HELPERS_H
 #define KILN_GRAPH_OPS_OP_HELPERS_H
 
@@ -23,13 +23,8 @@ std::vector<TensorType> broadcast_types(const OpCall& call, bool mixed_dtypes = 
 /** A scalar constant of `t` with value v. */
 Expr scalar(DataType t, double v);
 
-/** Registers an elementwise op of one input: out = f(x). */
-void register_unary(const std::string& name, ops::UnaryFn f, const std::string& doc, std::vector<AttrSpec> attrs = {});
-/** As register_unary, with the node's attributes (Clip's bounds, LeakyRelu's alpha). */
-using UnaryAttrFn = std::function<Expr(const OpCall&, Expr)>;
-void register_unary_attrs(const std::string& name, UnaryAttrFn f, const std::string& doc, std::vector<AttrSpec> attrs);
-/** Registers a broadcast op of two inputs: out = f(a, b). */
-void register_binary(const std::string& name, ops::BinaryFn f, const std::string& doc, DataType out_dtype = DataType::Void());
+/** The cost of an op doing `flops_per_element` operations per output element (elementwise ops); traffic: the default. */
+CostFn per_element_cost(double flops_per_element = 1);
 
 }  // namespace kiln::graph::ops_detail
 

@@ -6,6 +6,7 @@
 #include "kiln/ops/graph_nn.h"
 
 #include "op_helpers.h"
+#include "sharding_rules.h"
 #include "window_attrs.h"
 #include "window_grad.h"
 
@@ -87,6 +88,7 @@ void register_max_pool() {
   d.infer = pool_infer;
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) { return std::vector<te::Tensor>{ops::max_pool(in[0], pool_windows(call), "maxpool")}; };
   d.gradient = max_pool_grad;
+  d.sharding = channel_rule();
   register_op(std::move(d));
 }
 
@@ -102,6 +104,7 @@ void register_avg_pool() {
     return std::vector<te::Tensor>{ops::avg_pool(in[0], pool_windows(call), call.attrs.get_int("count_include_pad") != 0, "avgpool")};
   };
   d.gradient = avg_pool_grad;
+  d.sharding = channel_rule();
   register_op(std::move(d));
 }
 
@@ -117,6 +120,7 @@ void register_global(const std::string& name, ops::ReduceOp op, const std::strin
     return std::vector<te::Tensor>{ops::reduce(in[0], op, axes, true, name)};
   };
   if (op == ops::ReduceOp::Mean) d.gradient = global_avg_grad;
+  d.sharding = channel_rule();
   register_op(std::move(d));
 }
 
@@ -142,6 +146,7 @@ void register_blocked(const std::string& plain_name) {
   OpDef d = get_op(plain_name);
   d.name = "kiln." + plain_name + "NCHWc";
   d.gradient = nullptr;  // made after differentiation; the plain op's gradient does not fit the blocked layout
+  d.sharding = replicated_rule();  // made after distribution; the channel rule does not know the blocks
   d.doc = plain_name + " of a blocked [N, C/b, H, W, b] tensor (made by alter_conv_layout)";
   d.infer = [infer = d.infer](const OpCall& call) { return blocked(call, infer(plain_view(call))); };
   d.compute = [plain_name](const OpCall& call, const std::vector<te::Tensor>& in) {

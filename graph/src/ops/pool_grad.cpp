@@ -6,6 +6,7 @@
 #include "kiln/ir/op.h"
 #include "kiln/ops/broadcast.h"
 #include "op_helpers.h"
+#include "sharding_rules.h"
 #include "window_grad.h"
 
 namespace kiln::graph::ops_detail {
@@ -66,6 +67,7 @@ void register_argmax() {
       return te::min(inside.defined() ? if_then_else(inside, v, none) : v, taps.axes);
     }, "maxpool_argmax")};
   };
+  d.sharding = channel_rule();
   register_op(std::move(d));
 }
 
@@ -88,6 +90,7 @@ void register_max_grad() {
       return sum_or_zero(valid, select(hit, dY(prefixed(i, o)), make_zero(dY.dtype())), taps.axes);
     }, "maxpool_grad")};
   };
+  d.sharding = channel_rule_with_input_shape();
   register_op(std::move(d));
 }
 
@@ -122,6 +125,7 @@ void register_avg_grad() {
       return sum_or_zero(valid, dY(prefixed(i, o)) / window_count(dims, o, include, dY.dtype()), taps.axes);
     }, "avgpool_grad")};
   };
+  d.sharding = channel_rule_with_input_shape();
   register_op(std::move(d));
 }
 

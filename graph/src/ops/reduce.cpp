@@ -6,6 +6,7 @@
 #include "kiln/ops/graph_nn.h"
 #include "kiln/support/error.h"
 #include "op_helpers.h"
+#include "sharding_rules.h"
 
 namespace kiln::graph::ops_detail {
 namespace {
@@ -94,6 +95,47 @@ Values layer_norm_grad(GradBuilder& b, const Values& g) {
   return out;
 }
 
+// Reductions: split reduced dims are gathered first, except for a sum, whose blocks sum to a partial result.
+RuleOutput reduce_propagate(const RuleInput& r, bool sum) {
+  ShardingSpec x = seen(r, 0);
+  int n = x.ndim();
+  std::vector<int64_t> axes;
+  if (has(r, 1)) axes = op_call(r.node).constant_ints(1, "axes");
+  else if (r.node.attrs.has("axes")) axes = r.node.attrs.get_ints("axes");
+  bool noop = axes.empty() && r.node.attrs.get_int_or("noop_with_empty_axes", 0) != 0;
+  std::vector<bool> reduced(n, axes.empty() && !noop);
+  for (int64_t a : axes) reduced[a < 0 ? a + n : a] = true;
+  bool keep = r.node.attrs.get_int_or("keepdims", 1) != 0;
+  ShardingSpec out{{}, {}};
+  for (int d = 0; d < n; ++d) {
+    if (!reduced[d]) {
+      out.dims.push_back(x.dims[d]);
+      continue;
+    }
+    if (sum) out.partial.insert(out.partial.end(), x.dims[d].begin(), x.dims[d].end());
+    else x.dims[d].clear();
+    if (keep) out.dims.push_back({});
+  }
+  std::sort(out.partial.begin(), out.partial.end());
+  RuleOutput o = with_inputs_default(r);
+  o.in[0] = x;
+  o.out.push_back(out);
+  return o;
+}
+
+// Softmax and LayerNormalization normalize over some axes (one, or axis..rank-1): those are gathered, the others keep their splits.
+RuleOutput normalize_propagate(const RuleInput& r, bool to_end) {
+  ShardingSpec x = seen(r, 0);
+  int n = x.ndim();
+  int axis = static_cast<int>(r.node.attrs.get_int_or("axis", -1));
+  if (axis < 0) axis += n;
+  for (int d = axis; d < (to_end ? n : axis + 1); ++d) x.dims[d].clear();
+  RuleOutput o = with_inputs_default(r);
+  o.in[0] = x;
+  for (const auto& t : r.node.types) o.out.push_back(project(x, input_type(r, 0).shape, t.shape));
+  return o;
+}
+
 void register_reduce(const std::string& name, ops::ReduceOp op, bool axes_input) {
   OpDef d;
   if (op == ops::ReduceOp::Sum || op == ops::ReduceOp::Mean) d.gradient = reduce_grad(axes_input, op == ops::ReduceOp::Mean);
@@ -124,6 +166,9 @@ void register_reduce(const std::string& name, ops::ReduceOp op, bool axes_input)
     ReduceSpec s = reduce_spec(call, axes_input);
     return std::vector<te::Tensor>{ops::reduce(in[0], op, s.axes, s.keepdims, name)};
   };
+  bool sum = op == ops::ReduceOp::Sum;
+  d.sharding = {sum ? "reduce_sum" : "reduce", [sum](const RuleInput& r) { return reduce_propagate(r, sum); }, nullptr};
+  d.cost = [](const OpCall& call, const std::vector<TensorType>&) { return OpCost{0, static_cast<double>(call.input_types[0].numel()), 0, 0}; };
   register_op(std::move(d));
 }
 
@@ -143,6 +188,8 @@ void register_softmax() {
     return std::vector<te::Tensor>{ops::softmax_axis(in[0], axis, "softmax")};
   };
   d.gradient = softmax_grad;
+  d.sharding = {"softmax", [](const RuleInput& r) { return normalize_propagate(r, false); }, nullptr};
+  d.cost = per_element_cost(4);  // max, exp, sum, divide
   register_op(std::move(d));
 }
 
@@ -181,6 +228,8 @@ void register_layer_norm() {
     return std::vector<te::Tensor>{ops::layer_norm_axes(in[0], in[1], bias, axis, call.attrs.get_float("epsilon"), "layernorm")};
   };
   d.gradient = layer_norm_grad;
+  d.sharding = {"layer_norm", [](const RuleInput& r) { return normalize_propagate(r, true); }, nullptr};
+  d.cost = per_element_cost(7);  // sum, subtract, square and sum, normalise, scale, shift
   register_op(std::move(d));
 }
 

@@ -102,6 +102,7 @@ const bool registered = [] {
     return std::vector<TensorType>{call.input_types[0]};
   };
   d.evaluate = evaluate_scatter_nd;
+  d.sharding = replicated_rule();
   register_op(std::move(d));
   return true;
 }();

@@ -7,6 +7,7 @@
 #include "kiln/ir/op.h"
 #include "kiln/support/error.h"
 #include "op_helpers.h"
+#include "sharding_rules.h"
 #include "transform_common.h"
 
 namespace kiln::graph::ops_detail {
@@ -64,6 +65,7 @@ void register_concat() {
     return std::vector<te::Tensor>{ops::concat(in, concat_axis(call), "concat")};
   };
   d.gradient = concat_grad;
+  d.sharding = replicated_rule();
   register_op(std::move(d));
 }
 
@@ -139,6 +141,7 @@ void register_split() {
     return ops::split(in[0], axis, sizes, "split");
   };
   d.gradient = split_grad;
+  d.sharding = replicated_rule();
   register_op(std::move(d));
 }
 
@@ -206,6 +209,7 @@ void register_slice_grad() {
       return hit.defined() ? if_then_else(hit, dY(at), make_zero(dY.dtype())) : dY(at);
     }, "slice_grad")};
   };
+  d.sharding = replicated_rule();
   register_op(std::move(d));
 }
 
@@ -236,6 +240,7 @@ void register_slice() {
     return std::vector<te::Tensor>{ops::strided_slice(in[0], slice_ranges(call), "slice")};
   };
   d.gradient = slice_grad;
+  d.sharding = replicated_rule();
   register_op(std::move(d));
 }
 
@@ -263,6 +268,25 @@ std::vector<Value> gather_grad(GradBuilder& b, const std::vector<Value>& g) {
   return {b.op("kiln.GatherGrad", {b.in(1), g[0]}, Attrs({{"axis", int64_t(axis)}, {"data_shape", b.in_type(0).shape}}))};
 }
 
+// Gather on axis 0 of a table (embedding): the indices' splits carry; the
+// table keeps a split of its last dim. Other gathers: replicated.
+RuleOutput gather_propagate(const RuleInput& r) {
+  if (r.node.attrs.get_int_or("axis", 0) != 0 || input_type(r, 0).ndim() != 2) return replicated_rule().propagate(r);
+  ShardingSpec table = seen(r, 0), idx = seen(r, 1);
+  ShardingSpec out{idx.dims, {}};
+  Axes last = table.dims[1];
+  std::vector<Axes*> groups;
+  for (auto& d : out.dims) groups.push_back(&d);
+  groups.push_back(&last);
+  dedupe(groups);
+  out.dims.push_back(last);
+  RuleOutput o = with_inputs_default(r);
+  o.in[0].dims[1] = last;
+  o.in[1] = ShardingSpec{std::vector<Axes>(out.dims.begin(), out.dims.end() - 1), {}};
+  o.out.push_back(out);
+  return o;
+}
+
 void register_gather() {
   OpDef d;
   d.name = "Gather";
@@ -282,6 +306,7 @@ void register_gather() {
     return std::vector<te::Tensor>{ops::gather(in[0], in[1], gather_axis(call), "gather")};
   };
   d.gradient = gather_grad;
+  d.sharding = {"gather", gather_propagate, nullptr};
   register_op(std::move(d));
 }
 
@@ -365,6 +390,7 @@ void register_pad() {
     return std::vector<te::Tensor>{ops::pad(in[0], p.before, p.after, p.mode, make_const(in_type(call).dtype, p.value), "pad")};
   };
   d.gradient = pad_grad;
+  d.sharding = replicated_rule();
   register_op(std::move(d));
 }
 

@@ -107,6 +107,7 @@ const bool registered = [] {
                               : ops::resize_nearest(in[0], s.out_shape, s.scales, s.coord, s.nearest, "resize");
     return std::vector<te::Tensor>{out};
   };
+  d.sharding = replicated_rule();
   register_op(std::move(d));
   return true;
 }();

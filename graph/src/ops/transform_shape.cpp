@@ -8,6 +8,7 @@
 #include "kiln/graph/autodiff.h"
 #include "kiln/support/error.h"
 #include "op_helpers.h"
+#include "sharding_rules.h"
 #include "transform_common.h"
 
 namespace kiln::graph::ops_detail {
@@ -75,6 +76,52 @@ ComputeFn reshape_to(std::function<std::vector<int64_t>(const OpCall&)> shape_of
   };
 }
 
+// Reshape-like ops. Dims of size > 1 are grouped where the element counts
+// before them agree on both sides; a group of one input dim and one output
+// dim keeps its split; one input dim cut into several output dims passes its
+// split to the outer one (heads out of a hidden dim); several input dims
+// merged into one pass the outer one's split (the others must be whole).
+RuleOutput reshape_propagate(const RuleInput& r) {
+  const auto& is = input_type(r, 0).shape;
+  const auto& os = r.node.types[0].shape;
+  ShardingSpec x = seen(r, 0), out = R(static_cast<int>(os.size()));
+  RuleOutput o = with_inputs_default(r);
+  std::vector<int> id, od;  // dims of size > 1
+  for (int i = 0; i < static_cast<int>(is.size()); ++i)
+    if (is[i] > 1) id.push_back(i);
+  for (int j = 0; j < static_cast<int>(os.size()); ++j)
+    if (os[j] > 1) od.push_back(j);
+  size_t a = 0, b = 0;
+  while (a < id.size() && b < od.size()) {
+    size_t a1 = a + 1, b1 = b + 1;
+    int64_t pi = is[id[a]], po = os[od[b]];
+    while (pi != po) {
+      if (pi < po && a1 < id.size()) pi *= is[id[a1++]];
+      else if (po < pi && b1 < od.size()) po *= os[od[b1++]];
+      else break;
+    }
+    if (pi != po) break;
+    // One side is a single dim: the outer dim of the other side carries the split.
+    const Axes& axes = x.dims[id[a]];
+    if ((a1 - a == 1 || b1 - b == 1) && splits(os[od[b]], axes, r.mesh)) {
+      out.dims[od[b]] = axes;
+      o.in[0].dims[id[a]] = axes;
+    }
+    a = a1;
+    b = b1;
+  }
+  o.out.push_back(out);
+  return o;
+}
+
+ShardingRule reshape_rule() { return {"reshape", reshape_propagate, nullptr}; }
+
+// The target shape holds global sizes: the rank's Reshape gets its block's.
+Ref<OpNode> reshape_localize(const OpNode& g, std::vector<Value> ins, const std::vector<ShardingSpec>& outs, const Mesh& mesh) {
+  ins[1] = int64_constant(g.name + ".local_shape", localized(op_call(g).constant_ints(1, "shape"), outs[0], mesh));
+  return make_op(g.op, ins, g.attrs, g.name);
+}
+
 void register_reshape() {
   OpDef d;
   d.name = "Reshape";
@@ -86,6 +133,7 @@ void register_reshape() {
   d.infer = [](const OpCall& call) { return one(with_shape(call, reshape_shape(call))); };
   d.compute = reshape_to(reshape_shape);
   d.gradient = reshape_back;
+  d.sharding = {"reshape", reshape_propagate, reshape_localize};
   register_op(std::move(d));
 }
 
@@ -111,6 +159,7 @@ void register_flatten() {
   d.infer = [](const OpCall& call) { return one(with_shape(call, flatten_shape(call))); };
   d.compute = reshape_to(flatten_shape);
   d.gradient = reshape_back;
+  d.sharding = reshape_rule();
   register_op(std::move(d));
 }
 
@@ -137,6 +186,21 @@ std::vector<int> transpose_perm(const OpCall& call) {
   return perm;
 }
 
+// Splits move with their dims.
+RuleOutput transpose_propagate(const RuleInput& r) {
+  ShardingSpec x = seen(r, 0);
+  int n = x.ndim();
+  std::vector<int64_t> perm(n);
+  if (r.node.attrs.has("perm") && !r.node.attrs.get_ints("perm").empty()) perm = r.node.attrs.get_ints("perm");
+  else for (int i = 0; i < n; ++i) perm[i] = n - 1 - i;
+  RuleOutput o = with_inputs_default(r);
+  o.in[0] = x;
+  ShardingSpec out = R(n);
+  for (int j = 0; j < n; ++j) out.dims[j] = x.dims[perm[j]];
+  o.out.push_back(out);
+  return o;
+}
+
 void register_transpose() {
   OpDef d;
   d.name = "Transpose";
@@ -152,6 +216,7 @@ void register_transpose() {
     return std::vector<te::Tensor>{ops::permute_dims(in[0], transpose_perm(call), "transpose")};
   };
   d.gradient = transpose_grad;
+  d.sharding = {"transpose", transpose_propagate, nullptr};
   register_op(std::move(d));
 }
 
@@ -191,6 +256,7 @@ void register_squeeze() {
     return std::vector<te::Tensor>{ops::squeeze(in[0], squeeze_axes(call), "squeeze")};
   };
   d.gradient = reshape_back;
+  d.sharding = reshape_rule();
   register_op(std::move(d));
 }
 
@@ -218,6 +284,7 @@ void register_unsqueeze() {
     return std::vector<te::Tensor>{ops::expand_dims(in[0], unsqueeze_axes(call), "unsqueeze")};
   };
   d.gradient = reshape_back;
+  d.sharding = reshape_rule();
   register_op(std::move(d));
 }
 
@@ -233,6 +300,31 @@ std::vector<int64_t> expand_shape(const OpCall& call) {
   }
 }
 
+// Expand: the input's whole (not broadcast) dims keep their splits.
+RuleOutput expand_propagate(const RuleInput& r) {
+  const auto& os = r.node.types[0].shape;
+  const auto& is = input_type(r, 0).shape;
+  ShardingSpec x = seen(r, 0), out = R(static_cast<int>(os.size()));
+  int off = static_cast<int>(os.size() - is.size());
+  for (int k = 0; k < x.ndim(); ++k)
+    if (is[k] == os[k + off] && is[k] > 1) out.dims[k + off] = x.dims[k];
+  RuleOutput o = with_inputs_default(r);
+  o.in[0] = project(out, os, is);
+  o.out.push_back(out);
+  return o;
+}
+
+// The target shape aligns to the output's trailing dims; its global sizes become the rank's.
+Ref<OpNode> expand_localize(const OpNode& g, std::vector<Value> ins, const std::vector<ShardingSpec>& outs, const Mesh& mesh) {
+  std::vector<int64_t> shape = op_call(g).constant_ints(1, "shape");
+  ShardingSpec tail = R(static_cast<int>(shape.size()));
+  int off = outs[0].ndim() - tail.ndim();
+  for (int k = 0; k < tail.ndim(); ++k)
+    if (k + off >= 0) tail.dims[k] = outs[0].dims[k + off];
+  ins[1] = int64_constant(g.name + ".local_shape", localized(shape, tail, mesh));
+  return make_op(g.op, ins, g.attrs, g.name);
+}
+
 void register_expand() {
   OpDef d;
   d.name = "Expand";
@@ -245,6 +337,7 @@ void register_expand() {
     return std::vector<te::Tensor>{ops::broadcast_to(in[0], expand_shape(call), "expand")};
   };
   d.gradient = expand_grad;
+  d.sharding = {"expand", expand_propagate, expand_localize};
   register_op(std::move(d));
 }
 
@@ -274,6 +367,7 @@ void register_shape() {
     for (int k = start; k < end; ++k) out.data_as<int64_t>()[k - start] = in_type(call).shape[k];
     return std::vector<NDArray>{out};
   };
+  d.sharding = replicated_rule();
   register_op(std::move(d));
 }
 
@@ -300,6 +394,7 @@ void register_constant_of_shape() {
     DataType t = onnx_dtype(call, call.attrs.get_int("dtype"));
     return std::vector<te::Tensor>{ops::fill(constant_of_shape_shape(call), make_const(t, call.attrs.get_float("value")), "constant_of_shape")};
   };
+  d.sharding = replicated_rule();
   register_op(std::move(d));
 }
 
@@ -333,6 +428,7 @@ void register_range() {
     RangeSpec r = range_spec(call);
     return std::vector<te::Tensor>{ops::arange(r.start, r.delta, r.n, call.input_types[0].dtype, "range")};
   };
+  d.sharding = replicated_rule();
   register_op(std::move(d));
 }
 

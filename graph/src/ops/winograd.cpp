@@ -37,6 +37,7 @@ const bool registered = [] {
     const auto& hw = c.attrs.get_ints("out_hw");
     return std::vector<te::Tensor>{ops::winograd_input_nchwc(t[0], static_cast<int>(pads[0]), static_cast<int>(pads[1]), hw[0], hw[1], tile_of(c))};
   };
+  in.sharding = replicated_rule();
   register_op(in);
 
   OpDef mm;
@@ -53,10 +54,16 @@ const bool registered = [] {
     return std::vector<TensorType>{{{v[0], u[1], v[2], u[4]}, c.input_types[0].dtype}};
   };
   mm.compute = [](const OpCall&, const std::vector<te::Tensor>& t) { return std::vector<te::Tensor>{ops::winograd_matmul(t[0], t[1])}; };
-  mm.flops = [](const OpCall& c) {
+  // Per transform point: a [tiles, C] x [C, K] product, C = v[1] * v[3] (blocked).
+  mm.cost = [](const OpCall& c, const std::vector<TensorType>& out) {
     const auto& v = c.input_types[0].shape;
-    return 2.0 * c.input_types[0].numel() / v[1] / v[3] * c.input_types[1].numel() / v[0];
+    OpCost k;
+    k.macs = static_cast<double>(c.input_types[0].numel()) / v[1] / v[3] * c.input_types[1].numel() / v[0];
+    k.flops = 2 * k.macs;
+    k.rows = static_cast<double>(v[2]);
+    return k;
   };
+  mm.sharding = replicated_rule();
   register_op(mm);
 
   OpDef out;
@@ -79,6 +86,7 @@ const bool registered = [] {
     const auto& nhw = c.attrs.get_ints("out_nhw");
     return std::vector<te::Tensor>{ops::winograd_output_nchwc(t[0], nhw[0], nhw[1], nhw[2], tile_of(c))};
   };
+  out.sharding = replicated_rule();
   register_op(out);
   return true;
 }();

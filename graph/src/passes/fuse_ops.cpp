@@ -34,6 +34,7 @@ const OpDef& fused_op() {
     d.min_inputs = 0;
     d.max_inputs = 1 << 20;
     d.pattern = Pattern::Opaque;
+    d.sharding = replicated_rule();  // made after distribution (each rank compiles its own graph)
     d.infer = [](const OpCall& call) -> std::vector<TensorType> { call.fail("kiln.fused nodes are made by fuse_ops, with their body"); };
     return d;
   }());

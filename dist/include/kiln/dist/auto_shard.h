@@ -9,9 +9,11 @@
  *   std::cout << r.report();                    // the plan, its estimate, the named strategies beside it
  *   Graph local = lower_to_rank(r.sharded, rank);
  *
- * The choices: every 2-D value read as a MatMul/Gemm weight (a constant, or
- * a graph input of a training step) is replicated or split by rows or by
- * columns over one mesh axis; every other graph input is replicated or split
+ * The choices: every weight an op's sharding rule names (ShardingRule::
+ * weight_splits; a constant, or a graph input of a training step: a
+ * MatMul/Gemm's 2-D B, a Conv's W) is replicated or split on one of the dims
+ * the rule lists (B's rows or columns; W's output or, for groups of 1, input
+ * channels) over one mesh axis; every other graph input is replicated or split
  * on its first (batch) dimension over one axis or over all. Everything else
  * follows by propagation (shard_graph). The search is exhaustive up to
  * max_plans complete choices; beyond, coordinate descent from the best named
@@ -19,9 +21,11 @@
  * a pass changes nothing).
  *
  * The estimate (estimate_plan), for one rank (ranks are symmetric):
- *   compute  MatMul/Gemm/Conv: 2 x local multiply-adds / flops_per_s (with
- *            few output rows, the rate moves toward few_rows_flops_per_s);
- *            every other op: the local bytes it reads and writes / memory_bytes_per_s;
+ *   compute  per op, its registry cost (OpDef::cost) on the rank's local
+ *            types: a contraction (OpCost::macs: MatMul, Gemm, Conv) takes
+ *            2 x local multiply-adds / flops_per_s (with few output rows,
+ *            the rate moves toward few_rows_flops_per_s); every other op
+ *            its bytes read and written (OpCost::bytes) / memory_bytes_per_s;
  *   comm     per collective, ring algorithms over its group of n ranks:
  *            all-reduce 2(n-1)/n of the bytes, all-gather and all-to-all
  *            (n-1)/n of the result, reduce-scatter (n-1)/n of the input;

@@ -7,8 +7,9 @@
  *   Graph local = lower_to_rank(sg, rank);  // local shapes, weights sliced, collectives kept as ops
  *
  * Propagation walks the graph producers first. Each operator asks its rule
- * (propagation.h, a table keyed by op name) which specs it needs of its
- * inputs and which its outputs get; where a producer's spec differs from what
+ * (OpDef::sharding, declared in its registry entry: kiln/graph/sharding_rule.h)
+ * which specs it needs of its inputs and which its outputs get; an op whose
+ * entry has no rule is refused with a kiln::Error naming it; where a producer's spec differs from what
  * a consumer needs, resharding ops are inserted (all-reduce for partial sums,
  * reduce-scatter, all-gather, all-to-all, or a free local slice). A graph
  * input or weight without a given spec takes the one its first consumer asks
@@ -29,10 +30,18 @@
 #include <string>
 #include <unordered_map>
 
-#include "kiln/dist/sharding.h"
 #include "kiln/graph/graph.h"
+#include "kiln/graph/sharding.h"
 
 namespace kiln::dist {
+
+// The spec vocabulary lives in the graph library (operators declare their rules with it); dist speaks it unqualified.
+using graph::divides;
+using graph::local_block;
+using graph::local_shape;
+using graph::Mesh;
+using graph::parse_spec;
+using graph::ShardingSpec;
 
 using SpecMap = std::unordered_map<graph::Value, ShardingSpec, graph::ValueHash>;
 
@@ -63,7 +72,8 @@ ShardedGraph reshard_graph(const graph::TensorType& t, const Mesh& mesh, const s
 
 /**
  * Tensor parallel in the Megatron manner over mesh axis `axis`: the 2-D
- * weight (a constant, or a graph input: a training step's parameter) of each MatMul/Gemm split by columns, except where its activation
+ * weight (a constant, or a graph input: a training step's parameter) of each
+ * op that contracts one (ShardingRule::weight_splits: MatMul, Gemm) split by columns, except where its activation
  * comes from a column-split one, then by rows (so each pair costs one
  * all-reduce). Returns weight name -> spec, for shard_graph.
  */

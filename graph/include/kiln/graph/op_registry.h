@@ -2,9 +2,15 @@
  * The operator registry: everything the graph level knows about an operator
  * sits in its OpDef, registered once, in one file per operator family
  * (graph/src/ops/). No pass keeps its own list of operators: passes ask the
- * OpDef (its fusion pattern, whether it folds, its compute).
+ * OpDef (its fusion pattern, whether it folds, its compute, its sharding
+ * rule, its cost).
  *
- *   name          the ONNX op type ("Conv", "Relu"), or "kiln.*" for kiln's own
+ *   name          the ONNX op type ("Conv", "Relu"), or "kiln.*" for kiln's own;
+ *                 the ONNX importer looks op types up here, so an ONNX op is
+ *                 imported once it is registered
+ *   doc           one line for error messages and listings
+ *   min/max_inputs, const_inputs
+ *                 the arity, and the inputs read at compile time
  *   attrs         the attribute schema: kind, default (absent: required), check
  *   infer         output types from input types, attributes and constant inputs
  *   pattern       how the op fuses (see Pattern)
@@ -12,10 +18,22 @@
  *                 ops/), used for every kernel the op ends up in
  *   evaluate      optional: computes outputs from constant inputs directly
  *                 (Shape needs only the input type; used by constant folding)
- *   flops         optional cost estimate; absent: counted from the compute
  *   gradient      optional: the gradients of the inputs from those of the
  *                 outputs, built from other registered ops (autodiff.h);
  *                 absent: the op cannot be differentiated through
+ *   sharding      the sharding rule (sharding_rule.h): the specs the op needs
+ *                 of its inputs and gives its outputs on a device mesh, and
+ *                 how a rank's node is made; absent: the distribution pass
+ *                 refuses the op, naming it (no rule is guessed)
+ *   cost          optional cost estimate (OpCost: multiply-adds, FLOPs,
+ *                 memory traffic) from the input and output types; absent: no
+ *                 arithmetic counted and the traffic of reading every input
+ *                 and writing every output (op_cost). auto_shard's estimate
+ *                 and the pipeline's stage cut weigh ops by it
+ *   is_identity   the op passes its first input through (removed by passes)
+ *
+ * A new operator is one entry in its family's file (or a new file there) and
+ * its tests.
  *
  * Default schedules come from the group, not the op: a fused group is one
  * compute DAG, and its default schedule is made from that DAG by the rules
@@ -31,6 +49,7 @@
 #include <vector>
 
 #include "kiln/graph/graph.h"
+#include "kiln/graph/sharding_rule.h"
 #include "kiln/te/operation.h"
 
 namespace kiln::graph {
@@ -83,7 +102,24 @@ using InferFn = std::function<std::vector<TensorType>(const OpCall&)>;
 /** Input tensors (undefined for absent inputs and for those listed in OpDef::const_inputs) to output tensors. */
 using ComputeFn = std::function<std::vector<te::Tensor>(const OpCall&, const std::vector<te::Tensor>&)>;
 using EvaluateFn = std::function<std::vector<NDArray>(const OpCall&, const std::vector<NDArray>&)>;
-using FlopsFn = std::function<double(const OpCall&)>;
+/** The work of one call of an operator, for estimates (not for the tuner: it counts from the compute DAG). */
+struct OpCost {
+  /** Multiply-adds of a contraction that runs at a GEMM's rate (MatMul, Gemm, Conv); 0 for memory-bound ops. */
+  double macs = 0;
+  /** Arithmetic operations: 2 per multiply-add, plus epilogues (bias) and per-element work. */
+  double flops = 0;
+  /** Memory traffic in bytes; 0 in a CostFn's answer means the default: every given input read once, every output written once. */
+  double bytes = 0;
+  /** The contraction's output rows (a GEMM's M, a conv's N x spatial): few rows run below the GEMM rate. 0 without macs. */
+  double rows = 0;
+};
+/**
+ * The cost of a call with these input (call.input_types) and output types.
+ * It is also asked with a rank's local types (a shard of a MatMul), which
+ * need not satisfy the op's global checks: count from the types, do not
+ * re-run inference.
+ */
+using CostFn = std::function<OpCost(const OpCall&, const std::vector<TensorType>& outputs)>;
 class GradBuilder;
 /**
  * Reverse mode of one node: `b` holds the node and makes the gradient's ops;
@@ -107,8 +143,10 @@ struct OpDef {
   /** Whether input i is one of const_inputs. */
   bool reads_at_compile_time(int i) const;
   EvaluateFn evaluate;
-  FlopsFn flops;
   GradientFn gradient;
+  /** The sharding rule (sharding_rule.h); required by the distribution pass. */
+  ShardingRule sharding;
+  CostFn cost;
   /** Operators whose outputs are their first input (Identity, inference Dropout): removed by the graph passes. */
   bool is_identity = false;
 };
@@ -130,6 +168,13 @@ std::optional<double> scalar_of(const NDArray& a);
 /** The OpCall of an operator node (its types and constant inputs). */
 OpCall op_call(const OpNode& node);
 OpCall op_call(const OpDef* op, const std::string& name, const Attrs& attrs, const std::vector<Value>& inputs);
+
+/** The cost of a call (OpDef::cost, with the default traffic filled in). */
+OpCost op_cost(const OpCall& call, const std::vector<TensorType>& outputs);
+/** The cost of an operator node with its own (global) types. */
+OpCost op_cost(const OpNode& node);
+/** Bytes of the given inputs and of the outputs: the default traffic. */
+double traffic_bytes(const OpCall& call, const std::vector<TensorType>& outputs);
 
 /** Checks attrs against op's schema and fills defaults; throws kiln::Error naming the node, the attribute and the problem. */
 Attrs normalize_attrs(const OpDef& op, const std::string& node_name, Attrs attrs);

@@ -1,5 +1,8 @@
 /** \file
- * Device meshes and sharding specs: the vocabulary of the distribution pass.
+ * Device meshes and sharding specs: the vocabulary of the distribution pass
+ * (kiln_dist). Pure data, no communicators: it sits in the graph library so
+ * that an operator's registry entry can declare its sharding rule
+ * (sharding_rule.h); kiln::dist names the same types.
  *
  *   Mesh          ranks laid out on named axes, row-major: Mesh({{"data", 2}, {"model", 2}})
  *                 puts rank 3 at (data=1, model=1).
@@ -13,14 +16,14 @@
  * Printed as one token per dimension, then the partial axes:
  * "S(data) R", "R S(model)", "R R partial(model)", "S(data,model) R".
  */
-#ifndef KILN_DIST_SHARDING_H
-#define KILN_DIST_SHARDING_H
+#ifndef KILN_GRAPH_SHARDING_H
+#define KILN_GRAPH_SHARDING_H
 
 #include <string>
 #include <utility>
 #include <vector>
 
-namespace kiln::dist {
+namespace kiln::graph {
 
 class Mesh {
  public:
@@ -80,6 +83,6 @@ std::vector<std::pair<int64_t, int64_t>> local_block(const std::vector<int64_t>&
 /** Whether every split of spec divides its dimension. */
 bool divides(const std::vector<int64_t>& shape, const ShardingSpec& spec, const Mesh& mesh);
 
-}  // namespace kiln::dist
+}  // namespace kiln::graph
 
-#endif  // KILN_DIST_SHARDING_H
+#endif  // KILN_GRAPH_SHARDING_H

@@ -1,5 +1,5 @@
 // Meshes and sharding specs: construction, printing, parsing, local shapes.
-#include "kiln/dist/sharding.h"
+#include "kiln/graph/sharding.h"
 
 #include <algorithm>
 #include <set>
@@ -7,7 +7,7 @@
 
 #include "kiln/support/error.h"
 
-namespace kiln::dist {
+namespace kiln::graph {
 
 Mesh::Mesh(std::vector<std::pair<std::string, int>> axes) {
   KILN_USER_CHECK(!axes.empty()) << "a Mesh needs at least one axis, e.g. Mesh((\"data\", 2))";
@@ -173,4 +173,4 @@ std::vector<std::pair<int64_t, int64_t>> local_block(const std::vector<int64_t>&
   return out;
 }
 
-}  // namespace kiln::dist
+}  // namespace kiln::graph
