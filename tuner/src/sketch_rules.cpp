@@ -486,7 +486,7 @@ void lay_out(const DagInfo& dag, Sketch* sk) {
         // With a pack, the last axis's innermost factor is the panel width.
         for (size_t k = 0; k < n; ++k) {
           bool last = k + 1 == n;
-          p.spatial_tiles.push_back(lay.tile(axis_label(s, k, false), s.spatial[k], 4, last, last && p.pack >= 0 ? s.pack_widths : std::vector<int>{}));
+          p.spatial_tiles.push_back(lay.tile(axis_label(s, k, false), tile_extent(dag, s, k, last && p.pack >= 0), 4, last, last && p.pack >= 0 ? s.pack_widths : std::vector<int>{}));
           // The rows of the register tile: at most what fits beside the narrowest panel (fit_rows_to_registers narrows it to the sampled one).
           if (p.pack >= 0 && !last) sk->slots[p.spatial_tiles.back()].sample_max = max_tile_rows(dag.registers, (s.pack_widths.front() + dag.lanes - 1) / dag.lanes);
         }
