@@ -583,6 +583,24 @@ TEST(VectorizeLoops, TooWideStaysSerial) {
   expect_same_results(f, g);
 }
 
+TEST(VectorizeLoops, OddWidthRunsAsWholeChunksAndARest) {
+  // 18 lanes (a tile's remainder panel): a vector of 16 and one of 2, never
+  // an <18 x float> that LLVM would split lane by lane.
+  Buffer A = buf("A", {20}), C = buf("C", {20});
+  Var v("v");
+  PrimFunc f = PrimFunc::make("f", {arg(A), arg(C)}, loop(v, 1, 18, st(C, ld(A, {v}) * 2.0f, {v}), ForKind::Vectorized));
+  PrimFunc g = pass::vectorize_loops(f);
+  EXPECT_EQ(count_fors(g.body()), 0) << g;
+  std::vector<Stmt> parts = top_level(g.body());
+  ASSERT_EQ(parts.size(), 2u) << g;
+  const BufferStore* head = parts[0].as<BufferStore>();
+  const BufferStore* rest = parts[1].as<BufferStore>();
+  ASSERT_TRUE(head && rest) << g;
+  EXPECT_EQ(head->value.dtype().lanes(), 16);
+  EXPECT_EQ(rest->value.dtype().lanes(), 2);
+  expect_same_results(f, g);
+}
+
 TEST(VectorizeLoops, ExtentOneSubstitutes) {
   Buffer A = buf("A", {8}), C = buf("C", {8});
   Var v("v");

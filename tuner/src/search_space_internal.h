@@ -95,7 +95,7 @@ struct Slot {
   enum class Kind : uint8_t { Tile, Choice } kind = Kind::Choice;
   int offset = 0;         ///< first position in Candidate::decisions
   int size = 1;           ///< tile: number of factors (outermost first); choice: 1
-  int64_t extent = 1;     ///< tile: the product of the factors
+  int64_t extent = 1;     ///< tile: the product of the factors (the axis's extent, or more where tile_extent pads it)
   int choices = 1;        ///< choice: the domain size
   bool vector_pref = false;  ///< tile: sample innermost factors that are multiples of the vector lanes
   /** Tile: when not empty, the innermost factor must be one of these (ascending). */
@@ -189,7 +189,8 @@ struct Loop {
   int64_t extent = 1;
 };
 /** Splits iv into loops of the given extents, outermost first; their product
- * must be iv's extent when bounds are inferred (so no split leaves a guard). */
+ * is iv's extent when bounds are inferred, or a padded one (tile_extent),
+ * whose last tile lowering guards and peels off. */
 std::vector<Loop> split_into(te::Stage& st, IterVar iv, const int* factors, int n);
 /** Panel-outer order of a tile level of n >= 2 loops: the position the
  * innermost axis's loop moves to (after the axes that index B). */
