@@ -95,3 +95,16 @@ def test_prime_columns_get_whole_vectors(rng, target):
     cols = tile(exe.groups()[0]["schedule_detail"], "j")
     lanes = 16 if target == AVX512 else 8
     assert cols[-1] == 2 * lanes, cols
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_prime_rows_along_a_batch_axis(rng, target):
+    """ViT's projections read [197, 1, 768] (sequence first): the 197 rows are
+    the batch axis, and they get the register tile, not the row axis of 1."""
+    x, w, bias = rng.standard_normal((197, 1, 64)).astype(np.float32), rng.standard_normal((64, 96)).astype(np.float32), rng.standard_normal(96).astype(np.float32)
+    b = Builder()
+    y = b.op("Add", b.op("MatMul", b.input("x", x.shape), b.constant("w", w)), b.constant("bias", bias))
+    exe = kiln.compile(b.build(y), target=target)
+    np.testing.assert_allclose(exe(x)[0], x.astype(np.float64) @ w + bias, rtol=1e-4, atol=1e-4)
+    rows = tile(exe.groups()[0]["schedule_detail"], "b0")
+    assert rows[-1] == 6 and rows[0] * rows[-1] == 198, rows

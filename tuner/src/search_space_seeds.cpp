@@ -368,9 +368,14 @@ int64_t tile_extent(const DagInfo& dag, const StageInfo& s, size_t axis, bool pa
   int64_t extent = s.spatial[axis];
   if (s.reduce.size() != 1 || packed) return extent;  // a matmul's axes only; a packed axis's panels must divide it
   if (axis + 1 == n) return ops::padded_vector_extent(extent, dag.lanes);
-  // The row axis: the one before the vector axis, when it shares the vector operand's loads.
+  // The row axis: the innermost one of more than one row that shares the
+  // vector operand's loads (ViT's projections read [197, 1, 768]: the batch
+  // axis of 197, not the row axis of 1).
   std::vector<bool> indexes = indexes_vector_operand(s);
-  if (axis + 2 != n || (axis < indexes.size() && indexes[axis])) return extent;
+  size_t rows = n;
+  for (size_t k = 0; k + 1 < n; ++k)
+    if (s.spatial[k] > 1 && !(k < indexes.size() && indexes[k])) rows = k;
+  if (axis != rows) return extent;
   int64_t fit = max_tile_rows(dag.registers - 1, 2);
   return ops::padded_rows_extent(extent, std::min(fit, kMaxMatmulRows), fit);
 }
