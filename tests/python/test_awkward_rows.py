@@ -108,3 +108,17 @@ def test_prime_rows_along_a_batch_axis(rng, target):
     np.testing.assert_allclose(exe(x)[0], x.astype(np.float64) @ w + bias, rtol=1e-4, atol=1e-4)
     rows = tile(exe.groups()[0]["schedule_detail"], "b0")
     assert rows[-1] == 6 and rows[0] * rows[-1] == 198, rows
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("S", [50, 77, 197])
+def test_softmax_over_awkward_rows(rng, target, S):
+    """Attention's softmax over S keys: whole vectors and a peeled rest (not one lane at a time at 197)."""
+    x = rng.standard_normal((1, 3, S, S)).astype(np.float32)
+    b = Builder()
+    exe = kiln.compile(b.build(b.op("Softmax", b.input("x", x.shape), axis=-1)), target=target)
+    e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(exe(x)[0], e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+    detail = exe.groups()[0]["schedule_detail"]
+    width = int(next(w for w in detail.split() if w.startswith("softmax.sum.k=")).split("x")[-1])
+    assert width % 8 == 0, detail
