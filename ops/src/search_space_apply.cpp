@@ -122,6 +122,18 @@ int transposed_read_axis(const StageInfo& info) {
   return found;
 }
 
+}  // namespace
+
+size_t panel_position(const StageInfo& info, size_t n) {
+  std::vector<bool> indexes = indexes_vector_operand(info);
+  size_t first_row = 0;
+  for (size_t k = 0; k + 1 < n; ++k)
+    if (k < indexes.size() && indexes[k]) first_row = k + 1;
+  return first_row == n - 1 ? n - 2 : first_row;  // every axis indexes B: the plain swap
+}
+
+namespace {
+
 class Applier {
  public:
   Applier(const DagInfo& dag, const Sketch& sk, const std::vector<int>& d, te::Schedule& s)
@@ -298,11 +310,7 @@ class Applier {
   void order_level(std::vector<Loop>* level, const StagePlan& p, const StageInfo& info) const {
     size_t n = level->size();
     if (n < 2 || choice(p.panel_order) != 1) return;
-    std::vector<bool> indexes = indexes_vector_operand(info);
-    size_t first_row = 0;
-    for (size_t k = 0; k + 1 < n; ++k)
-      if (k < indexes.size() && indexes[k]) first_row = k + 1;
-    if (first_row == n - 1) first_row = n - 2;  // every axis indexes B: the plain swap
+    size_t first_row = panel_position(info, n);
     std::rotate(level->begin() + static_cast<std::ptrdiff_t>(first_row), level->end() - 1, level->end());
   }
 

@@ -95,7 +95,7 @@ struct Slot {
   enum class Kind : uint8_t { Tile, Choice } kind = Kind::Choice;
   int offset = 0;         ///< first position in Candidate::decisions
   int size = 1;           ///< tile: number of factors (outermost first); choice: 1
-  int64_t extent = 1;     ///< tile: the product of the factors
+  int64_t extent = 1;     ///< tile: the product of the factors (the axis's extent, or more where tile_extent pads it)
   int choices = 1;        ///< choice: the domain size
   bool vector_pref = false;  ///< tile: sample innermost factors that are multiples of the vector lanes
   /** Tile: when not empty, the innermost factor must be one of these (ascending). */
@@ -189,8 +189,12 @@ struct Loop {
   int64_t extent = 1;
 };
 /** Splits iv into loops of the given extents, outermost first; their product
- * must be iv's extent when bounds are inferred (so no split leaves a guard). */
+ * is iv's extent when bounds are inferred, or a padded one (tile_extent),
+ * whose last tile lowering guards and peels off. */
 std::vector<Loop> split_into(te::Stage& st, IterVar iv, const int* factors, int n);
+/** Panel-outer order of a tile level of n >= 2 loops: the position the
+ * innermost axis's loop moves to (after the axes that index B). */
+size_t panel_position(const StageInfo& info, size_t n);
 /** Per spatial axis of a tiled stage: whether it indexes the operand read along the innermost axis (B of a matmul; search_space_seeds.cpp). */
 std::vector<bool> indexes_vector_operand(const StageInfo& st);
 
@@ -244,6 +248,12 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
 /** The decisions a schedule gets without measurement: the first seed, or
  * where there is none the seeds' structure with the widest tile that divides. */
 std::vector<int> default_decisions(const DagInfo& dag, const Sketch& sketch);
+/** The extent the tile slot of spatial axis `axis` of tiled stage s is laid
+ * out over (search_space_seeds.cpp): the axis's extent, or for a matmul's
+ * row axis or unpacked vector axis with no good divisor the next multiple of
+ * the register tile (kiln/ops/tile_padding.h); the factors then split the
+ * axis with a remainder, a guarded last tile that lowering peels off. */
+int64_t tile_extent(const DagInfo& dag, const StageInfo& s, size_t axis, bool packed);
 /** Whether the default packs stage s's pack operand: the copy is one pass
  * over the operand, paid back when enough rows of the output reuse each
  * panel (see search_space_seeds.cpp). */

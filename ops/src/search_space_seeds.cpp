@@ -12,6 +12,7 @@
 
 #include "kiln/ir/functor.h"
 #include "kiln/ops/broadcast.h"
+#include "kiln/ops/tile_padding.h"
 #include "search_space_internal.h"
 
 namespace kiln::ops::detail {
@@ -83,6 +84,21 @@ namespace {
 // and ran at 162 GFLOP/s on one core where 8 rows run at 199-200 (1.22x; 2
 // cores 1.29-1.32x: 283-296 against 364-383), Zen 5.
 constexpr int64_t kMaxMatmulRows = 6;
+
+// The S0 loops the default runs parallel, minus one: all of them, or where
+// a tile splits its axis with a remainder (tile_extent), those before the
+// first such axis in the S0 order (at least one). Fused with the others,
+// the remainder axis's index is a modulo of the parallel one and its last
+// tile cannot be peeled off; unfused, loop_partition peels it.
+int parallel_choice(const StageInfo& st, const Sketch& sk, const StagePlan& p) {
+  size_t n = p.spatial_tiles.size();
+  std::vector<size_t> order(n);
+  for (size_t k = 0; k < n; ++k) order[k] = k;
+  if (n >= 2 && p.panel_order >= 0) std::rotate(order.begin() + static_cast<std::ptrdiff_t>(panel_position(st, n)), order.end() - 1, order.end());
+  for (size_t pos = 0; pos < n; ++pos)
+    if (sk.slots[p.spatial_tiles[order[pos]]].extent != st.spatial[order[pos]]) return static_cast<int>(std::max<size_t>(pos, 1)) - 1;
+  return static_cast<int>(n) - 1;
+}
 
 // The divisor of `extent` nearest to `want` among those up to `limit`, the larger on a tie.
 int64_t divisor_near(int64_t extent, int64_t want, int64_t limit) {
@@ -163,7 +179,7 @@ bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const 
   auto set_choice = [&](int slot, int value) {
     if (slot >= 0) (*d)[sk.slots[slot].offset] = std::clamp(value, 0, sk.slots[slot].choices - 1);
   };
-  set_choice(p.parallel, static_cast<int>(n) - 1);  // every S0 loop
+  set_choice(p.parallel, parallel_choice(st, sk, p));  // every S0 loop, or those before a remainder
   set_choice(p.location, 0);                         // the accumulator at S1 (S1 is 1: the same tile as at S0, fewer loops of extent 1)
   // Panel-outer, as the hand GEMM: a panel of the packed operand stays in
   // cache while the rows of the other stream past it.
@@ -345,6 +361,23 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
     if (stream_seed(dag, sk, &d) && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(std::move(d));
   }
   return out;
+}
+
+int64_t tile_extent(const DagInfo& dag, const StageInfo& s, size_t axis, bool packed) {
+  size_t n = s.spatial.size();
+  int64_t extent = s.spatial[axis];
+  if (s.reduce.size() != 1 || packed) return extent;  // a matmul's axes only; a packed axis's panels must divide it
+  if (axis + 1 == n) return ops::padded_vector_extent(extent, dag.lanes);
+  // The row axis: the innermost one of more than one row that shares the
+  // vector operand's loads (ViT's projections read [197, 1, 768]: the batch
+  // axis of 197, not the row axis of 1).
+  std::vector<bool> indexes = indexes_vector_operand(s);
+  size_t rows = n;
+  for (size_t k = 0; k + 1 < n; ++k)
+    if (s.spatial[k] > 1 && !(k < indexes.size() && indexes[k])) rows = k;
+  if (axis != rows) return extent;
+  int64_t fit = max_tile_rows(dag.registers - 1, 2);
+  return ops::padded_rows_extent(extent, std::min(fit, kMaxMatmulRows), fit);
 }
 
 // FMAs per vector load or broadcast in one reduce step of the register

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "kiln/ir/functor.h"
+#include "kiln/ops/tile_padding.h"
 #include "kiln/support/error.h"
 #include "search_space_internal.h"
 
@@ -467,7 +468,7 @@ void lay_out(const DagInfo& dag, Sketch* sk) {
       case PlanKind::Simple:
         if (p.rows) {
           // Rule 7's output: a parallel (1) or serial (0) row loop.
-          p.vector_tile = lay.tile(axis_label(s, n - 1, false), s.spatial[n - 1], 2, true);
+          p.vector_tile = lay.tile(axis_label(s, n - 1, false), ops::padded_vector_extent(s.spatial[n - 1], dag.lanes), 2, true);
           p.parallel = lay.choice(s.name + ".parallel_rows", 2);
           p.unroll = lay.choice(s.name + ".unroll", kNumUnrollSteps);
           break;
@@ -486,7 +487,7 @@ void lay_out(const DagInfo& dag, Sketch* sk) {
         // With a pack, the last axis's innermost factor is the panel width.
         for (size_t k = 0; k < n; ++k) {
           bool last = k + 1 == n;
-          p.spatial_tiles.push_back(lay.tile(axis_label(s, k, false), s.spatial[k], 4, last, last && p.pack >= 0 ? s.pack_widths : std::vector<int>{}));
+          p.spatial_tiles.push_back(lay.tile(axis_label(s, k, false), tile_extent(dag, s, k, last && p.pack >= 0), 4, last, last && p.pack >= 0 ? s.pack_widths : std::vector<int>{}));
           // The rows of the register tile: at most what fits beside the narrowest panel (fit_rows_to_registers narrows it to the sampled one).
           if (p.pack >= 0 && !last) sk->slots[p.spatial_tiles.back()].sample_max = max_tile_rows(dag.registers, (s.pack_widths.front() + dag.lanes - 1) / dag.lanes);
         }
@@ -502,12 +503,13 @@ void lay_out(const DagInfo& dag, Sketch* sk) {
           if (sk->plans[o].rows && row_storable(dag, sk->plans, static_cast<int>(i), static_cast<int>(o))) {
             p.consumer = static_cast<int>(o);
             p.location = lay.choice(s.name + ".stored_per_row", 2);
-            p.vector_tile = lay.tile(axis_label(s, n - 1, false), s.spatial[n - 1], 2, true);
+            p.vector_tile = lay.tile(axis_label(s, n - 1, false), ops::padded_vector_extent(s.spatial[n - 1], dag.lanes), 2, true);
             break;
           }
         break;
+      // Rule 7's rows are vectorized over their padded extent (a softmax over 197 keys: whole vectors and a peeled rest).
       case PlanKind::RowReduce:
-        p.vector_tile = lay.tile(axis_label(s, 0, true), s.reduce[0], 2, true);
+        p.vector_tile = lay.tile(axis_label(s, 0, true), ops::padded_vector_extent(s.reduce[0], dag.lanes), 2, true);
         p.unroll = lay.choice(s.name + ".unroll", kNumUnrollSteps);
         break;
       case PlanKind::Rfactor:

@@ -347,6 +347,29 @@ TEST(LoopPartition, GuardOnlyOfAnInnerLoopVariable) {
   expect_same_results(f, g);
 }
 
+TEST(LoopPartition, OneGuardOverTwoAxesIsSettledPerAxis) {
+  // A 2-D tile's guard as one condition (`i < M && j < N`, as lowering
+  // writes it): the io loop peels its tail on the i conjunct and leaves the
+  // j conjunct to the jo loop inside, so the main nest has no guard at all.
+  const int M = 10, N = 13;
+  Buffer A = buf("A", {M, N}), C = buf("C", {M, N});
+  Var io("io"), ii("ii"), jo("jo"), ji("ji");
+  Expr i = io * 4 + ii, j = jo * 4 + ji;
+  Stmt store = IfThenElse::make(likely(i < M && j < N), st(C, ld(A, {i, j}) + 1.0f, {i, j}));
+  Stmt body = loop(io, 0, 3, loop(jo, 0, 4, loop(ii, 0, 4, loop(ji, 0, 4, store))));
+  PrimFunc f = PrimFunc::make("f2", {arg(A), arg(C)}, body);
+  PrimFunc g = pass::loop_partition(f);
+  std::vector<Stmt> pieces = top_level(g.body());
+  ASSERT_EQ(pieces.size(), 2u) << g;
+  const For* main_i = pieces[0].as<For>();
+  ASSERT_TRUE(main_i && is_const_int(main_i->extent, 2)) << g;
+  // Inside io in [0, 2): jo in [0, 3) is guard-free, jo = 3 keeps j's guard only.
+  std::vector<Stmt> inner = top_level(main_i->body);
+  ASSERT_EQ(inner.size(), 2u) << g;
+  EXPECT_EQ(count_ifs(inner[0]), 0) << g;
+  expect_same_results(f, g);
+}
+
 TEST(LoopPartition, SymbolicLoopIsLeftAlone) {
   Buffer A = buf("A", {64}), C = buf("C", {64});
   Var n("n"), i("i");
@@ -557,6 +580,24 @@ TEST(VectorizeLoops, TooWideStaysSerial) {
   PrimFunc f = PrimFunc::make("f", {arg(A), arg(C)}, loop(v, 0, 143, st(C, ld(A, {v}), {v}), ForKind::Vectorized));
   PrimFunc g = pass::vectorize_loops(f);
   EXPECT_EQ(count_loops(g.body(), ForKind::Serial), 1);
+  expect_same_results(f, g);
+}
+
+TEST(VectorizeLoops, OddWidthRunsAsWholeChunksAndARest) {
+  // 18 lanes (a tile's remainder panel): a vector of 16 and one of 2, never
+  // an <18 x float> that LLVM would split lane by lane.
+  Buffer A = buf("A", {20}), C = buf("C", {20});
+  Var v("v");
+  PrimFunc f = PrimFunc::make("f", {arg(A), arg(C)}, loop(v, 1, 18, st(C, ld(A, {v}) * 2.0f, {v}), ForKind::Vectorized));
+  PrimFunc g = pass::vectorize_loops(f);
+  EXPECT_EQ(count_fors(g.body()), 0) << g;
+  std::vector<Stmt> parts = top_level(g.body());
+  ASSERT_EQ(parts.size(), 2u) << g;
+  const BufferStore* head = parts[0].as<BufferStore>();
+  const BufferStore* rest = parts[1].as<BufferStore>();
+  ASSERT_TRUE(head && rest) << g;
+  EXPECT_EQ(head->value.dtype().lanes(), 16);
+  EXPECT_EQ(rest->value.dtype().lanes(), 2);
   expect_same_results(f, g);
 }
 

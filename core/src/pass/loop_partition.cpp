@@ -9,8 +9,12 @@
 // branch) and after (guard kept, or replaced by its else branch when the
 // condition is provably false there). Pieces are partitioned again for the
 // other guards; inner loops are partitioned with the outer range known.
+// Conjuncts that do not vary with the loop (a 2-D tile's guard on the other
+// axis, `i < M && j < N`) stay behind as a smaller guard in the main piece,
+// for the loop of their own axis to settle.
 #include "kiln/arith/analyzer.h"
 #include "kiln/ir/functor.h"
+#include "kiln/ir/op.h"
 #include "kiln/pass/passes.h"
 
 #include <unordered_set>
@@ -212,6 +216,21 @@ class Partitioner : public IRMutator {
     return For::make(loop->loop_var, IntImm::make(t, lo), IntImm::make(t, hi - lo), loop->kind, body, loop->thread_tag);
   }
 
+  // A guard's condition as {the conjuncts this loop may settle, the others}:
+  // the others neither use the loop's variable nor hold over all of it
+  // (true there, `a && b` is b). Each undefined when empty.
+  std::pair<Expr, Expr> split_by_loop(const For* loop, const GuardSite& site, const Expr& cond, int64_t m, int64_t e) {
+    std::vector<Expr> conjuncts;
+    split_conjuncts(cond, &conjuncts);
+    Expr varying, rest;
+    for (const Expr& c : conjuncts) {
+      bool uses = uses_var(c, [&](const Variable* v) { return v == loop->loop_var.get(); });
+      Expr& into = uses || provable(loop, site, c, m, m + e) ? varying : rest;
+      into = into.defined() ? (into && c) : c;
+    }
+    return {varying, rest};
+  }
+
   // Splits the loop on the first guard that allows it; undefined if none.
   Stmt partition(const For* loop, int64_t m, int64_t e) {
     GuardCollector collector;
@@ -225,14 +244,17 @@ class Partitioner : public IRMutator {
       for (const GuardSite& s : collector.sites) {
         if (s.guard == guard) sites.push_back(s);
       }
-      Expr cond = as_likely(guard->condition)->args[0];
+      Expr whole = as_likely(guard->condition)->args[0];
+      auto [cond, rest] = split_by_loop(loop, first, whole, m, e);
+      if (!cond.defined()) continue;
       auto [lo, hi] = true_range(loop, first, cond, m, e);
       if (lo >= hi || !provable_at_all(loop, sites, cond, lo, hi)) continue;
-      Stmt main = make_piece(loop, lo, hi, GuardReplacer(guard, guard->then_case).mutate(loop->body));
+      Stmt kept = rest.defined() ? IfThenElse::make(likely(rest), guard->then_case, guard->else_case) : guard->then_case;
+      Stmt main = make_piece(loop, lo, hi, GuardReplacer(guard, kept).mutate(loop->body));
       // The side pieces copy the body: their Allocates get buffers of their
       // own (see fresh_allocations).
-      Stmt before = side_piece(loop, guard, sites, cond, m, lo);
-      Stmt after = side_piece(loop, guard, sites, cond, hi, m + e);
+      Stmt before = side_piece(loop, guard, sites, whole, m, lo);
+      Stmt after = side_piece(loop, guard, sites, whole, hi, m + e);
       if (before.defined()) before = fresh_allocations(before);
       if (after.defined()) after = fresh_allocations(after);
       return Seq::make({before, main, after});
