@@ -26,9 +26,10 @@ Code written for TVM's tensor expressions runs with ``import kiln as tvm``:
 thin aliases of kiln's own calls.
 """
 from ._ffi import InternalError, KilnError, _kiln
-from . import te, nd, runtime, ops, tuning_db, tir, testing, gpu
+from . import te, runtime, ops, tuning_db, tir, testing, gpu
+from .runtime import ndarray as nd
 from .driver import build, lower
-from .nd import cpu, device
+from .runtime import cpu, device
 from .runtime import Module, TimeResult
 if hasattr(_kiln, "tuner"):  # built with the auto-scheduler (it needs XGBoost)
     from . import tuner
@@ -36,7 +37,7 @@ if hasattr(_kiln, "tuner"):  # built with the auto-scheduler (it needs XGBoost)
 if hasattr(_kiln, "graph"):  # built with the graph compiler
     from . import graph
     from .graph import compile
-    from .tune_model import tune_model
+    from .graph import tune_model
     from . import train
 
 Target = _kiln.Target

@@ -77,7 +77,7 @@ def build(s, args, target="llvm", name="main", db=None):
     if db is not None:
         if not hasattr(_kiln, "tuner"):
             raise KilnError("build(db=...): this kiln was built without the auto-scheduler (it needs XGBoost: libxgboost-dev)")
-        from . import tuner
+        from .tuner import session as tuner
         found = tuner._best(tuner.make_task(tensors, target), db)
         if found is not None:
             s = found[0]

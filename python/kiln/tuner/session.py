@@ -22,8 +22,8 @@ import logging
 import os
 import warnings
 
-from . import plot_curve as _plot
-from ._ffi import KilnError, _kiln
+from .. import plot_curve as _plot
+from .._ffi import KilnError, _kiln
 
 _log = logging.getLogger("kiln")
 
@@ -81,7 +81,7 @@ def make_task(args, target="llvm", name=""):
     """A tuning task from the kernel's arguments (input placeholders and outputs, in call order)."""
     if isinstance(args, Task):
         return args
-    from .driver import _arg_tensors
+    from ..driver import _arg_tensors
     return _kiln.tuner.make_task(_arg_tensors(args, "make_task"), target, name)
 
 

@@ -5,7 +5,7 @@ import time as _time
 
 import numpy as _np
 
-from ._ffi import KilnError, _kiln
+from .._ffi import KilnError, _kiln
 
 _d = _kiln.dist
 _kg = _kiln.graph
@@ -91,7 +91,7 @@ class PipelinePlan:
         if size() != len(self.stages):
             raise KilnError(f"the pipeline has {len(self.stages)} stages but {size()} process(es) run; "
                             f"start them with mpirun -np {len(self.stages)}")
-        from . import graph as _g
+        from .. import graph as _g
         return PipelineRunner(self, _g.compile(self.stages[rank()]["graph"], target=target))
 
 
@@ -146,7 +146,7 @@ def pipeline(model, micro_batches=4, num_stages=None, cost=None):
     cost model of strategy="auto"; `cost` overrides its machine, e.g. from ``calibrate()``).
     Each rank runs its stage on `micro_batches` micro-batches in a row, sending each one's
     boundary values to the next rank. Returns a PipelinePlan; ``plan.compile()`` on every rank."""
-    from .graph import Graph
+    from ..graph import Graph
     if not isinstance(model, Graph):
         raise KilnError(f"kiln.dist.pipeline takes a kiln.graph.Graph, got a {type(model).__name__}")
     if int(micro_batches) < 1:
@@ -186,7 +186,7 @@ def _vjp_graph(stage, param_names, rounded_grads=()):
 
 
 def _bf16_round(v):
-    from .train import _op
+    from ..train.step import _op
     return _op("Cast", _op("Cast", v, to=16), to=1)
 
 
@@ -247,7 +247,7 @@ class PipelineTrainStep:
         return out
 
     def _apply(self, grads):
-        from .train_checkpoint import apply_update
+        from ..train.checkpoint import apply_update
         apply_update(self._update, self.parameters, grads, self._states, self._scalars, self.steps)
 
     def all_parameters(self):
@@ -383,7 +383,7 @@ class PipelineTrainPlan:
                              f"ideal bubble (P-1)/(M+P-1) = {(p - 1) / (m + p - 1):.2f}")
 
     def compile(self, target="llvm"):
-        from . import train as _t
+        from ..train import step as _t
         if size() != len(self.stages):
             raise KilnError(f"the pipeline has {len(self.stages)} stages but {size()} process(es) run; "
                             f"start them with mpirun -np {len(self.stages)}")
@@ -399,7 +399,7 @@ class PipelineTrainPlan:
         state_names = self.optimizer.state_names()
         update, states, scalars = None, [], None
         if mine:
-            from .train_checkpoint import update_graph
+            from ..train.checkpoint import update_graph
             g, scalars = update_graph(self.optimizer, mine, [values[n] for n in mine])
             update = _kg.compile(g, target=target)
             states = [[_np.zeros(values[n].shape, values[n].dtype) for _ in state_names] for n in mine]
@@ -416,7 +416,7 @@ def pipeline_train(model, loss="cross_entropy", optimizer=None, micro_batches=4,
     Adam, AdamW). schedule="1f1b" (default) interleaves forwards and backwards so a stage keeps at most
     as many micro-batches as stages after it; "gpipe" runs all forwards first. Both give the same
     losses and parameters. Returns a PipelineTrainPlan; ``plan.compile()`` on every rank."""
-    from . import train as _t
+    from ..train import step as _t
     if not isinstance(model, _kg.Graph):
         raise KilnError(f"kiln.dist.pipeline_train takes a kiln.graph.Graph, got a {type(model).__name__}")
     if int(micro_batches) < 1:

@@ -20,9 +20,9 @@ losses.
 """
 import numpy as _np
 
-from ._ffi import KilnError, _kiln
-from . import graph as _kg
-from . import train_precision as _prec
+from .._ffi import KilnError, _kiln
+from .. import graph as _kg
+from . import precision as _prec
 
 __all__ = ["compile", "from_torch", "SGD", "Adam", "AdamW", "TrainStep"]
 
@@ -200,7 +200,7 @@ class TrainStep:
         """Bytes a step holds (dict by part: parameters, optimizer_state, inputs, running_graph (the one
         graph's planned arena of intermediates, kept activations and gradients included, and the new
         parameters and state it writes), total)."""
-        from .train_checkpoint import plain_step_memory
+        from .checkpoint import plain_step_memory
         return plain_step_memory(self)
 
     def __call__(self, *inputs):
@@ -394,7 +394,7 @@ def _step_gradients(loss_v, m, scaler):
 
 
 def _checkpointed(loss_graph, n_batch, m, optimizer, segments, target, seed_fn=None, scaler=None):
-    from . import train_checkpoint as _ck
+    from . import checkpoint as _ck
     if not hasattr(_kiln, "dist"):
         raise KilnError("recomputing activations needs kiln's distribution pass (its balanced cut); this kiln was built without it")
     return _ck.compile_checkpointed(loss_graph, n_batch, m, optimizer, segments, target, seed_fn, scaler)

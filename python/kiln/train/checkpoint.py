@@ -22,9 +22,9 @@ kept boundary values, and the updated parameters and state the step writes.
 """
 import numpy as _np
 
-from ._ffi import KilnError, _kiln
-from . import graph as _kg
-from . import train_precision as _prec
+from .._ffi import KilnError, _kiln
+from .. import graph as _kg
+from . import precision as _prec
 
 
 def apply_update(update, parameters, grads, states, scalars, step_number, extra_inputs=()):
@@ -49,7 +49,7 @@ def update_graph(optimizer, names, values, scaler=None):
     state, the step's scalars and, with a `scaler`, the loss scale in; new parameters and state out.
     Scaled, the gradients are of loss x scale: the update divides them by it, keeps everything as it
     was where they are not all finite, and gives that flag ("finite") last. Returns (graph, scalars)."""
-    from . import train as _t
+    from . import step as _t
     state_names = optimizer.state_names()
     pv = [_kg.make_input(n, list(v.shape), str(v.dtype)) for n, v in zip(names, values)]
     gv = [_kg.make_input(f"grad.{n}", list(v.shape), str(v.dtype)) for n, v in zip(names, values)]
@@ -92,7 +92,7 @@ class CheckpointedTrainStep:
     running statistics), ``state``, ``scaler`` (the loss scale, or None), ``memory()``."""
 
     def __init__(self, graph, stages, fwds, bwds, update, lifted, states, state_names, scalars, n_batch, seed_fn=None, scaler=None):
-        from .train import _Parameters
+        from .step import _Parameters
         self.graph, self.stages = graph, stages
         self._fwds, self._bwds, self._update = fwds, bwds, update
         self._param_names = list(lifted.names)
@@ -111,7 +111,7 @@ class CheckpointedTrainStep:
     def _feed(self, inputs):
         """Every input of the loss graph by name: the batch (converted and checked), the dropout seed,
         the parameters, the buffers and the loss scale."""
-        from .train import LOSS_SCALE_INPUT
+        from .step import LOSS_SCALE_INPUT
         names = self.graph.input_names
         if len(inputs) != self._n_batch:
             raise KilnError(f"the training step takes {self._n_batch} input(s) (the model's and the target), got {len(inputs)}")
@@ -132,7 +132,7 @@ class CheckpointedTrainStep:
         return feed
 
     def __call__(self, *inputs):
-        from .train import LOSS_SCALE_INPUT
+        from .step import LOSS_SCALE_INPUT
         feed = self._feed(inputs)
         kept, carried = [], []
         for st, fwd in zip(self.stages, self._fwds):
@@ -184,7 +184,7 @@ def compile_checkpointed(graph, n_batch, lifted, optimizer, segments, target, se
     """The checkpointed step of `graph` (train._Lifted.loss_graph's: the batch, the dropout seed when
     seed_fn is given, the parameters, the buffers and the loss scale when scaled, in; the objective,
     the loss when scaled and the buffers' new values out) in `segments` segments."""
-    from .dist_pipeline import _vjp_graph, bfloat16_grads
+    from ..dist.pipeline_parallel import _vjp_graph, bfloat16_grads
     names, values = lifted.names, lifted.values
     stages, _ = _kiln.dist.cut_pipeline(graph, int(segments), {})
     pset = set(names)

@@ -4,7 +4,7 @@
 ``.numpy()`` copies it back. ``kiln.nd.from_dlpack(t)`` and
 ``torch.utils.dlpack.from_dlpack(kiln_array)`` share memory without copies.
 """
-from ._ffi import KilnError, _kiln
+from .._ffi import KilnError, _kiln
 
 NDArray = _kiln.NDArray
 

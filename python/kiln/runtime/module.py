@@ -14,7 +14,7 @@ every other use must agree. The trailing scalar for ``n`` may be left out
 """
 import os
 
-from ._ffi import KilnError, _kiln
+from .._ffi import KilnError, _kiln
 
 TimeResult = _kiln.TimeResult
 

@@ -26,8 +26,8 @@ import sys
 
 import numpy as _np
 
-from ._ffi import KilnError, _kiln
-from .runtime import model_feed
+from .._ffi import KilnError, _kiln
+from ..runtime import model_feed
 
 _g = _kiln.graph
 Graph = _g.Graph
@@ -237,7 +237,7 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
     if str(target).split()[:1] == ["cuda"]:
         if plain:
             raise KilnError("kiln.compile for a cuda target has no plain kernels (a GPU kernel needs its loops bound to threads); drop plain=")
-        from . import gpu
+        from .. import gpu
         exe = GpuExecutor(_g.compile_gpu(model, str(target), fuse, gpu.nvrtc_available()[0], dump, os.fspath(db) if db else ""), model)
         if db and not quiet:
             tuned = sum(1 for g in exe.groups() if g["schedule"] == "database")

@@ -28,7 +28,7 @@ import time as _time
 
 import numpy as _np
 
-from ._ffi import KilnError, _kiln
+from .._ffi import KilnError, _kiln
 
 
 def _share_the_cores():
@@ -168,7 +168,7 @@ class Plan:
         return {"best_s": best, "median_s": median, "estimate_s": est, "best_over_estimate": best / est if est > 0 else float("nan")}
 
 
-from .dist_pipeline import PipelinePlan, PipelineRunner, pipeline, pipeline_train  # noqa: E402,F401
+from .pipeline_parallel import PipelinePlan, PipelineRunner, pipeline, pipeline_train  # noqa: E402,F401
 
 
 def _best_time(fn, reps):
@@ -215,7 +215,7 @@ def calibrate(gemm=384, stream_mb=16, reps=10):
     pays it). Each figure is the slowest rank's best
     of `reps`. Returns the cost dict ``shard(..., strategy="auto", cost=...)`` and
     ``Plan.estimate(**cost)`` take."""
-    from . import graph as _g
+    from .. import graph as _g
     rng = _np.random.default_rng(0)
 
     def matmul_time(rows, k):
@@ -293,7 +293,7 @@ def _link_rates(ranks, sizes, times):
 def _calibrate_runner(ranks, reps, cost):
     """The runner's fixed costs: plans of 1 and 4 tiny row-split matmuls (one all-reduce each) run
     through Plan.compile(); the slope is each collective's cost beyond the ring model, the rest the run's."""
-    from . import graph as _g
+    from .. import graph as _g
     mesh = Mesh(("c", ranks))
     times = []
     for k in (1, 4):
@@ -377,7 +377,7 @@ def shard(model, mesh, strategy=None, specs=None, keep_outputs_sharded=False, me
     the machine the estimate assumes (flops_per_s, memory_bytes_per_s, link_bytes_per_s, latency_s).
     ``print(plan.report)`` shows the choice beside the named strategies.
     """
-    from .graph import Graph
+    from ..graph import Graph
     if not isinstance(model, Graph):
         raise KilnError(f"kiln.dist.shard takes a kiln.graph.Graph, got a {type(model).__name__}")
     if strategy == "auto":
@@ -395,7 +395,7 @@ def shard(model, mesh, strategy=None, specs=None, keep_outputs_sharded=False, me
 def train(model, mesh, axis=None, bucket_mb=None, strategy="data", **train_options):
     """``kiln.train.compile(model, **train_options)`` made data parallel over `mesh` (see data_parallel),
     or with strategy="tensor" tensor parallel (see tensor_parallel)."""
-    from . import train as _train
+    from .. import train as _train
     step = _train.compile(model, **train_options)
     if strategy == "tensor":
         return tensor_parallel(step, mesh, axis)

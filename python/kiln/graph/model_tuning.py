@@ -11,7 +11,7 @@ serve another: the same workload key is the same task.
 import warnings
 import re
 
-from ._ffi import KilnError, _kiln
+from .._ffi import KilnError, _kiln
 
 
 def _seconds(budget):

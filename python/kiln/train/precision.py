@@ -10,8 +10,8 @@ halves the scale, and after ``growth_interval`` good steps in a row the scale do
 """
 import numpy as _np
 
-from ._ffi import KilnError
-from . import graph as _kg
+from .._ffi import KilnError
+from .. import graph as _kg
 
 
 def _op(name, *inputs, **attrs):
