@@ -1,25 +1,5 @@
-"""The graph compiler: whole models in, one compiled program out.
-
-Import a model, compile it, run it::
-
-    import kiln
-    model = kiln.graph.from_onnx("resnet18.onnx", shapes={"input": (1, 3, 224, 224)})
-    print(model)                      # the graph, one line per operator
-    exe = kiln.compile(model)         # passes, fusion, kernels, memory plan
-    (y,) = exe(x)                     # numpy in, numpy out
-    exe.profile(x); exe.memory()
-
-Without ONNX, build a graph with :class:`Builder`::
-
-    b = kiln.graph.Builder()
-    x = b.input("x", (1, 3, 32, 32))
-    w = b.constant("w", np.random.rand(8, 3, 3, 3).astype("float32"))
-    y = b.op("Relu", b.op("Conv", x, w, pads=[1, 1, 1, 1]))
-    model = b.build(y)
-
-Operators are ONNX's (``kiln.graph.registered_ops()`` lists them, with
-``op_info(name)`` for the attributes each takes).
-"""
+"""kiln.graph's operators and compiler: the native graph IR and passes, building a graph
+(Builder, make_op), running one operator (run_op) and compiling a whole graph (compile)."""
 import os
 
 import sys
@@ -27,7 +7,7 @@ import sys
 import numpy as _np
 
 from .._ffi import KilnError, _kiln
-from ..runtime import model_feed
+from .executor import Executor, GpuExecutor
 
 _g = _kiln.graph
 Graph = _g.Graph
@@ -105,107 +85,6 @@ def run_op(op, inputs, **attrs):
     return exe.run(feed)
 
 
-class _CompiledModel:
-    """What the CPU and the GPU executors share: inputs by position or name, the plan's memory and groups."""
-
-    def __init__(self, native, model):
-        self._exe = native
-        self.model = model
-
-    def __call__(self, *inputs):
-        return self.run(list(inputs))
-
-    def run(self, inputs, donate=None):
-        """Runs the model; `inputs` is a list in input order or a dict by input name. Returns a list of numpy arrays.
-        donate: positions of inputs whose arrays the run may overwrite (CPU executor): an output the plan lets
-        reuse one (``output_reuses_input``; a parameter's update) is written into it in place and returned as it."""
-        if donate:
-            return self._exe.run(self._order(inputs), [int(i) for i in donate])
-        return self._exe.run(self._order(inputs))
-
-    def memory(self):
-        """Bytes: arena_bytes (planned), naive_bytes (no reuse), peak_bytes (live at once), weight_bytes."""
-        return self._exe.memory()
-
-    def groups(self):
-        """One dict per fused group: name, ops, workload_key, schedule ("database", "default" or "plain"), schedule_detail,
-        records_only_for (for a group the DB has no record of on this build's target: the same target with another
-        -num-cores that it has records for, else ""; their schedules are not taken, see compile), flop."""
-        return self._exe.groups()
-
-    @property
-    def graph(self):
-        """The optimized, fused graph the executor runs."""
-        return self._exe.graph
-
-    @property
-    def num_kernels(self):
-        return self._exe.num_kernels
-
-    @property
-    def output_reuses_input(self):
-        """Per output, the input position whose array ``run(..., donate=)`` writes it into (the input
-        donated), or -1: outputs computed element by element from an input no later group reads."""
-        return list(getattr(self._exe, "output_reuses_input", [-1] * len(self.model.output_names)))
-
-    def _order(self, inputs):
-        return model_feed(self.model.input_names, inputs)
-
-
-class Executor(_CompiledModel):
-    """A compiled model: call it with arrays (numpy, torch, kiln) in input order."""
-
-    def profile(self, *inputs, repeats=10):
-        """Per-group times (median of `repeats` runs): a list of dicts with name, seconds, gflops, share."""
-        return self._exe.profile(self._order(list(inputs)), repeats)
-
-    def tuned_groups(self):
-        """(groups built from a tuning record, all groups)."""
-        groups = self._exe.groups()
-        return sum(1 for g in groups if g["schedule"] == "database"), len(groups)
-
-    def layout_decisions(self):
-        """Per convolution, the channel-block cap compiling with ``db=`` chose from the records:
-        conv, cap, conv_time and transform_time (s, the estimate it was chosen by), why. Empty without a db."""
-        return self._exe.layout_decisions()
-
-    def export_library(self, path, weights="embed", static_runtime=False):
-        """Writes the compiled model as one shared library that
-        :func:`kiln.runtime.load_model` runs without the compiler: every kernel,
-        the plan, and the weights, ``"embed"``-ded in the library or
-        ``"beside"`` it as ``<path>.weights``. Linked by ``$CC`` (default ``cc``).
-        With ``static_runtime=True`` the library carries kiln_runtime (and its C
-        API) itself and needs only libc, libm and libpthread."""
-        self._exe.export_library(os.fspath(path), weights, static_runtime)
-
-    @property
-    def compile_seconds(self):
-        return self._exe.compile_seconds
-
-    def __repr__(self):
-        return f"<kiln.graph.Executor: {self.num_kernels} kernels, arena {self.memory()['arena_bytes']} bytes>"
-
-
-class GpuExecutor(_CompiledModel):
-    """A model compiled for a cuda target: one CUDA kernel per fused group,
-    scheduled by the GPU rules (see ``kiln.gpu.default_schedule``).
-
-    ``exe(*inputs)`` runs on the GPU (a clear :class:`KilnError` without
-    one); ``exe.simulate(*inputs)`` runs every kernel in the GPU simulator on
-    the CPU, so a model's GPU kernels can be checked anywhere."""
-
-    def simulate(self, *inputs):
-        """Runs every kernel in the GPU simulator (on the CPU); returns numpy arrays as run() does."""
-        return self._exe.simulate(self._order(list(inputs)))
-
-    def kernels(self):
-        """One dict per kernel: name, source (the CUDA C), launch ("grid=(..) block=(..) shared=..B")."""
-        return self._exe.kernels()
-
-    def __repr__(self):
-        return f"<kiln.graph.GpuExecutor: {self.num_kernels} CUDA kernels, arena {self.memory()['arena_bytes']} bytes>"
-
-
 def _winograd_tile(winograd):
     """compile's `winograd` as the largest Winograd output tile (LayoutPlan::winograd)."""
     if winograd is True or winograd is False:
@@ -255,68 +134,3 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
             print(f"kiln.compile: {len(elsewhere)} of those have records only for {' / '.join(sorted(set(map(repr, elsewhere))))},"
                   f" not for this build's {str(target)!r}: tune for it (or compile for the core count tuned)", file=sys.stderr)
     return exe
-
-
-def _shape_dict(shapes):
-    if shapes is None:
-        return {}
-    if not isinstance(shapes, dict):
-        raise KilnError(f"shapes must be a dict of input name -> shape, got a {type(shapes).__name__}")
-    out = {}
-    for name, shape in shapes.items():
-        try:
-            out[str(name)] = [int(d) for d in (shape if hasattr(shape, "__iter__") else [shape])]
-        except (TypeError, ValueError):
-            raise KilnError(f"shapes['{name}'] must be a sequence of ints, got {shape!r}") from None
-    return out
-
-
-def from_onnx(model, shapes=None):
-    """Imports an ONNX model (opsets 11 to 17) as a :class:`Graph`.
-
-    `model` is a file path, an ``onnx.ModelProto`` or the serialised bytes
-    of one. `shapes` maps input names to static shapes; it is needed for
-    every input with a symbolic dimension (``{"input": (1, 3, 224, 224)}``).
-    """
-    import os
-
-    shape_map = _shape_dict(shapes)
-    if isinstance(model, (str, os.PathLike)):
-        return _g.from_onnx_file(os.fspath(model), shape_map)
-    if isinstance(model, (bytes, bytearray, memoryview)):
-        return _g.from_onnx_bytes(bytes(model), shape_map)
-    if hasattr(model, "SerializeToString"):
-        return _g.from_onnx_bytes(model.SerializeToString(), shape_map)
-    raise KilnError(f"from_onnx takes a file path, an onnx.ModelProto or its bytes, got a {type(model).__name__}")
-
-
-def from_torch(module, example_inputs, opset=13):
-    """Imports a PyTorch module through ONNX (exported in memory, in eval mode).
-
-    `example_inputs` is a tensor or a tuple of tensors (numpy arrays are
-    converted); the graph's inputs get their shapes and are named
-    ``input0``, ``input1``, ...
-    """
-    import io
-
-    import torch
-
-    if isinstance(example_inputs, (list, tuple)):
-        args = tuple(example_inputs)
-    else:
-        args = (example_inputs,)
-    args = tuple(torch.from_numpy(_np.ascontiguousarray(a)) if isinstance(a, _np.ndarray) else a for a in args)
-    for i, a in enumerate(args):
-        if not isinstance(a, torch.Tensor):
-            raise KilnError(f"from_torch: example input {i} is a {type(a).__name__}; pass tensors (or numpy arrays)")
-    names = [f"input{i}" for i in range(len(args))]
-    was_training = module.training
-    module.eval()
-    buf = io.BytesIO()
-    try:
-        with torch.no_grad():
-            torch.onnx.export(module, args, buf, opset_version=int(opset), input_names=names,
-                              training=torch.onnx.TrainingMode.EVAL, do_constant_folding=True)
-    finally:
-        module.train(was_training)
-    return from_onnx(buf.getvalue(), shapes={n: tuple(a.shape) for n, a in zip(names, args)})
