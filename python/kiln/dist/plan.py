@@ -1,68 +1,14 @@
-"""Distributed runs: a graph sharded over a mesh of ranks, collectives inserted, one graph per rank.
-
-Start the ranks with mpirun (``mpirun -np 4 python3 script.py``); every rank
-runs the same script::
-
-    import kiln
-    mesh = kiln.dist.Mesh(("data", 2), ("model", 2))
-    plan = kiln.dist.shard(model, mesh, strategy="tensor")   # or "data", or specs={...}
-    print(plan)                    # every value with its sharding spec, every collective with its bytes
-    runner = plan.compile()        # this rank's graph, compiled
-    (y,) = runner(x)               # the full inputs in; the full (gathered) outputs out
-
-Sharding specs are written one token per tensor dimension: ``R`` (replicated)
-or ``S(axis)`` / ``S(axis1,axis2)`` (split over mesh axes), then optionally
-``partial(axis)``; e.g. ``"S(data) R"`` for a batch split. Specs given on some
-inputs or weights flow through the graph; a weight without a spec is sliced
-the way its first consumer wants.
-
-Without mpirun one process runs a mesh of size 1. Ranks that die or hang
-make the others stop with an error after ``set_timeout`` seconds (default
-300, or $KILN_DIST_TIMEOUT). Ranks that share a host share its cores: unless
-$KILN_NUM_THREADS is set, each rank's kernels take its share of them (at
-least one thread).
-"""
-import atexit
-import os as _os
+"""Sharding plans: a graph sharded over a mesh of ranks by strategy or specs (shard), what it costs
+(Plan.estimate, Plan.measure), and this rank's compiled share of it (Plan.compile, Runner)."""
 import time as _time
 
 import numpy as _np
 
 from .._ffi import KilnError, _kiln
-
-
-def _share_the_cores():
-    """Each of the ranks mpirun starts on this host runs its kernels on its share of the cores the
-    rank may use. Without it every rank would start one thread per core, and on oversubscribed
-    cores a rank's idle threads spin where its peers need to run (a 4-rank step on 2 cores took
-    1.8 ms against 0.1 on 2 ranks). Read when kiln's thread pool starts, at the first kernel."""
-    local = _os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or _os.environ.get("MPI_LOCALNRANKS")
-    if not local or _os.environ.get("KILN_NUM_THREADS"):
-        return
-    cores = len(_os.sched_getaffinity(0))
-    # A rank bound to its own cores keeps them all; unbound, the host's are split among the ranks.
-    share = cores if cores < (_os.cpu_count() or cores) else cores // max(int(local), 1)
-    _os.environ["KILN_NUM_THREADS"] = str(max(1, share))
-
-
-_share_the_cores()
+from .. import graph as _kg
+from .comm import all_gather, barrier
 
 _d = _kiln.dist
-rank = _d.rank
-size = _d.size
-backend = _d.backend
-set_timeout = _d.set_timeout
-timeout = _d.timeout
-barrier = _d.barrier
-all_reduce = _d.all_reduce
-all_gather = _d.all_gather
-broadcast = _d.broadcast
-send = _d.send
-recv = _d.recv
-mpi_built = _d.mpi_built
-nccl_all_reduce = _d.nccl_all_reduce
-
-atexit.register(_d.finalize)
 
 
 def Mesh(*axes):
@@ -168,150 +114,6 @@ class Plan:
         return {"best_s": best, "median_s": median, "estimate_s": est, "best_over_estimate": best / est if est > 0 else float("nan")}
 
 
-from .pipeline_parallel import PipelinePlan, PipelineRunner, pipeline, pipeline_train  # noqa: E402,F401
-
-
-def _best_time(fn, reps):
-    fn()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = _time.perf_counter()
-        fn()
-        best = min(best, _time.perf_counter() - t0)
-    return best
-
-
-def _time_together(fn, reps):
-    """fn's time per call when every rank runs it at once, as the ranks of a step do: `reps` calls
-    back to back between two barriers, the span over reps. Ranks that share cores share them here
-    too: timing each call alone, a rank the scheduler held back before its clock started looked as
-    fast as one with a core of its own (4 ranks on 2 cores measured 53 GFLOP/s a rank, against 77
-    for 2, and the auto plans ran 1.15x to 1.65x their estimate); the closing barrier makes the
-    slowest rank's span every rank's. The best of three spans; one rank: its best time."""
-    if size() == 1:
-        return _best_time(fn, reps)
-    fn()
-    best = float("inf")
-    for _ in range(3):  # the best of three spans, as Plan.measure reports a plan's best run
-        barrier()
-        t0 = _time.perf_counter()
-        for _ in range(reps):
-            fn()
-        barrier()
-        best = min(best, (_time.perf_counter() - t0) / reps)
-    return best
-
-
-def calibrate(gemm=384, stream_mb=16, reps=10):
-    """Measures the machine under the auto-sharding estimate, on every rank (call it on all: it
-    runs collectives): a kiln-compiled [gemm]^3 MatMul (flops_per_s; with every rank running it at
-    once, so that ranks sharing cores are timed sharing them) and a [32, 1024] x [1024, 1024] one
-    (few_rows_flops_per_s: the rate of a small batch's slice), an elementwise Add over
-    `stream_mb` MB written in place (memory_bytes_per_s), and all-reduces of 1 KB to 4 MB over all
-    ranks (latency_s and link_bytes_per_s of the ring model, and the rate of large messages where it
-    differs: large_message_bytes, large_link_bytes_per_s), and tiny graphs of 1 and 8 kernels (run_s,
-    kernel_s: the fixed costs of a run and of each kernel, Python's call included); on several ranks,
-    sharded plans of 1 and 4 collectives through the runner (collective_s, and run_s as the runner
-    pays it). Each figure is the slowest rank's best
-    of `reps`. Returns the cost dict ``shard(..., strategy="auto", cost=...)`` and
-    ``Plan.estimate(**cost)`` take."""
-    from .. import graph as _g
-    rng = _np.random.default_rng(0)
-
-    def matmul_time(rows, k):
-        """A [rows, k] x [k, k] product's time, every rank running it at once."""
-        b = _g.Builder()
-        mm = _g.compile(b.build(b.op("MatMul", b.input("a", (rows, k)), b.constant("w", rng.standard_normal((k, k)).astype("float32")))))
-        av = rng.standard_normal((rows, k)).astype("float32")
-        return _time_together(lambda: mm(av), reps)
-
-    t_mm = matmul_time(gemm, gemm)
-    few, wide = 32, 1024  # few rows (a data-parallel rank's slice of a small batch) against a large weight
-    t_few = matmul_time(few, wide)
-    n = stream_mb * (1 << 20) // 12
-    b = _g.Builder()
-    x, y = b.input("x", (n,)), b.input("y", (n,))
-    add = _g.compile(b.build(b.op("Add", x, y)))
-    xv, yv = _np.ones(n, "float32"), _np.zeros(n, "float32")
-    # The sum goes into x's own array (donated), as a step's intermediates go into its planned arena:
-    # a fresh output array would time the kernel's first touch of new pages, not its streaming.
-    t_add = _time_together(lambda: add.run([xv, yv], donate=[0]), reps)
-    # Fixed costs: a run of one tiny kernel, and what each further (unfusable) kernel adds.
-    b = _g.Builder()
-    h = t0 = b.input("t", (4, 4))
-    eye = b.constant("i", _np.eye(4, dtype="float32"))
-    for _ in range(8):
-        h = b.op("MatMul", h, eye)
-    tiny1 = _g.compile(b.build(b.op("MatMul", t0, eye)))
-    tiny8 = _g.compile(b.build(h))
-    tv = _np.ones((4, 4), "float32")
-    t_run = _best_time(lambda: tiny1(tv), reps * 10)
-    t_kernel = max((_best_time(lambda: tiny8(tv), reps * 10) - t_run) / 7, 0.0)
-    ranks = size()
-    # All-reduces of 1 KB to 4 MB, each in its own array as a step's are in its planned buffers
-    # (all_reduce's copies in and out would time fresh pages: 4 MB took 33 ms so, 1.5 ms in place).
-    # MPI may send large messages by another protocol than small ones, at another rate.
-    sizes = [1 << 10, 1 << 16, 1 << 18, 1 << 20, 1 << 22]
-    t_ar = [0.0] * len(sizes)
-    if ranks > 1:
-        for k, nbytes in enumerate(sizes):
-            a = _np.zeros(nbytes // 4, "float32")
-            for _ in range(3):  # together first, past the kernels above
-                barrier()
-                _d.all_reduce_in_place(a)
-            t_ar[k] = _best_time(lambda: _d.all_reduce_in_place(a), max(reps, 10))
-    # The slowest rank sets the pace of a synchronous step.
-    times = _np.array([t_mm, t_few, t_add, t_run, t_kernel] + t_ar, "float64")
-    worst = all_gather(times).max(axis=0) if ranks > 1 else times
-    t_mm, t_few, t_add, t_run, t_kernel = (float(v) for v in worst[:5])
-    t_ar = [float(v) for v in worst[5:]]
-    flops = 2.0 * gemm ** 3 / t_mm
-    cost = {"flops_per_s": flops, "few_rows_flops_per_s": min(2.0 * few * wide * wide / t_few, flops), "few_rows": float(few),
-            "many_rows": float(gemm), "memory_bytes_per_s": 3 * 4 * n / t_add, "kernel_s": t_kernel, "run_s": max(t_run - t_kernel, 0.0)}
-    if ranks > 1:
-        cost.update(_link_rates(ranks, sizes, t_ar))
-        cost.update(_calibrate_runner(ranks, reps, cost))
-    return cost
-
-
-def _link_rates(ranks, sizes, times):
-    """The ring model's rates from all-reduce times of `sizes` bytes: latency and bandwidth from the
-    two smallest; the sizes up to the last one that model predicts within 2x move at that rate, and
-    beyond, at the rate of the largest (large_message_bytes, large_link_bytes_per_s)."""
-    share = 2.0 * (ranks - 1) / ranks  # a ring all-reduce: 2(n-1) steps, 2(n-1)/n of the bytes sent
-    bandwidth = share * (sizes[1] - sizes[0]) / max(times[1] - times[0], 1e-9)
-    latency = max((times[0] - share * sizes[0] / bandwidth) / (2 * (ranks - 1)), 0.0)
-    out = {"link_bytes_per_s": bandwidth, "latency_s": latency}
-    model = lambda b: share * b / bandwidth + 2 * (ranks - 1) * latency
-    fits = [b for b, t in zip(sizes, times) if t <= 2 * model(b)]
-    if times[-1] > 2 * model(sizes[-1]):
-        out["large_message_bytes"] = float(max([b for b in fits if b < sizes[-1]] or [sizes[1]]))
-        out["large_link_bytes_per_s"] = share * sizes[-1] / max(times[-1] - 2 * (ranks - 1) * latency, 1e-9)
-    return out
-
-
-def _calibrate_runner(ranks, reps, cost):
-    """The runner's fixed costs: plans of 1 and 4 tiny row-split matmuls (one all-reduce each) run
-    through Plan.compile(); the slope is each collective's cost beyond the ring model, the rest the run's."""
-    from .. import graph as _g
-    mesh = Mesh(("c", ranks))
-    times = []
-    for k in (1, 4):
-        b = _g.Builder()
-        h = b.input("x", (4, 4 * ranks))
-        for i in range(k):
-            h = b.op("MatMul", h, b.constant(f"w{i}", _np.eye(4 * ranks, dtype="float32")))
-        model = b.build(h)
-        runner = shard(model, mesh, specs={f"w{i}": "S(c) R" for i in range(k)}).compile()
-        xv = _np.ones((4, 4 * ranks), "float32")
-        barrier()
-        times.append(_best_time(lambda: runner(xv), reps * 10))
-    t1, t4 = (float(v) for v in all_gather(_np.array(times, "float64")).max(axis=0))
-    ring = 2 * (ranks - 1) * cost["latency_s"]
-    per = max((t4 - t1) / 3 - ring - cost["kernel_s"], 0.0)
-    return {"collective_s": per, "run_s": max(t1 - per - ring - cost["kernel_s"], cost["run_s"])}
-
-
 def _block(a, blocks):
     # np.ascontiguousarray would make a 0-d array 1-d.
     return _np.require(a[tuple(slice(o, o + n) for o, n in blocks)] if blocks else a, requirements="C")
@@ -377,8 +179,7 @@ def shard(model, mesh, strategy=None, specs=None, keep_outputs_sharded=False, me
     the machine the estimate assumes (flops_per_s, memory_bytes_per_s, link_bytes_per_s, latency_s).
     ``print(plan.report)`` shows the choice beside the named strategies.
     """
-    from ..graph import Graph
-    if not isinstance(model, Graph):
+    if not isinstance(model, _kg.Graph):
         raise KilnError(f"kiln.dist.shard takes a kiln.graph.Graph, got a {type(model).__name__}")
     if strategy == "auto":
         if specs:
@@ -390,60 +191,3 @@ def shard(model, mesh, strategy=None, specs=None, keep_outputs_sharded=False, me
     given = _strategy_specs(model, mesh, strategy) if strategy else {}
     given.update({str(k): _spec_text(v) for k, v in (specs or {}).items()})
     return Plan(_d.shard_graph(model, mesh, given, bool(keep_outputs_sharded)), model, given)
-
-
-def train(model, mesh, axis=None, bucket_mb=None, strategy="data", **train_options):
-    """``kiln.train.compile(model, **train_options)`` made data parallel over `mesh` (see data_parallel),
-    or with strategy="tensor" tensor parallel (see tensor_parallel)."""
-    from .. import train as _train
-    step = _train.compile(model, **train_options)
-    if strategy == "tensor":
-        return tensor_parallel(step, mesh, axis)
-    if strategy != "data":
-        raise KilnError(f"kiln.dist.train: strategy must be 'data' or 'tensor', got {strategy!r} "
-                        "(pipelines: kiln.dist.pipeline_train)")
-    return data_parallel(step, mesh, axis, bucket_mb)
-
-
-def tensor_parallel(step, mesh, axis=None):
-    """Makes a kiln.train step tensor parallel over `mesh` in the Megatron manner: each MatMul weight
-    (a parameter) split by columns, or by rows after a column-split one, with its gradient and
-    optimizer state split alike, so each rank computes its share of every layer; the batch is whole on
-    every rank. The new parameters come back whole (gathered) to the step, which feeds each rank its
-    block again at the next call. Call it on every rank; then call the step as before."""
-    axes = [n for n, _ in mesh.axes]
-    axis = axis or ("model" if "model" in axes else axes[-1])
-    g = step.graph
-    given = dict(_d.megatron_specs(g, mesh, axis))
-    if not given:
-        raise KilnError("tensor_parallel: the step has no 2-D MatMul/Gemm weight to split")
-    _shard_step(step, Plan(_d.shard_graph(g, mesh, given, False), g, given), None)
-    return step
-
-
-def _shard_step(step, plan, bucket_mb):
-    step._exe = plan.compile(bucket_mb=bucket_mb)
-    step.runner = step._exe  # its stats() say where each step's time went
-    # Every rank starts from rank 0's parameters and buffers (as DDP does), whatever each initialised.
-    for table in (step.parameters, step.buffers):
-        for name in list(table):
-            table[name] = broadcast(table[name], 0)
-    step.plan = plan
-
-
-def data_parallel(step, mesh, axis=None, bucket_mb=None):
-    """Makes a kiln.train step data parallel over `mesh`: each rank takes its block of the batch,
-    the step's graph is sharded (gradients come out as partial sums and are all-reduced before the
-    optimizer; the loss is the mean over the whole batch, so their sum is the average gradient),
-    parameters start as rank 0's, so every rank holds the same parameters after every step and the
-    loss is the full batch's. Call it on every rank; then call the step with the full batch as before.
-    bucket_mb: overlap the gradient all-reduces with the backward pass in buckets of that many MiB (see Plan.compile)."""
-    axes = [n for n, _ in mesh.axes]
-    axis = axis or ("data" if "data" in axes else axes[0])
-    g = step.graph
-    n_batch = step._n_data + (1 if step._has_target else 0)
-    given = {}
-    for name, t in list(zip(g.input_names, g.input_types))[:n_batch]:
-        given[name] = " ".join([f"S({axis})"] + ["R"] * (len(t[0]) - 1))
-    _shard_step(step, Plan(_d.shard_graph(g, mesh, given, False), g, given), bucket_mb)
-    return step
