@@ -2,10 +2,8 @@
 kiln.dist.pipeline_train), recomputing the segment's forward before differentiating it."""
 import numpy as _np
 
-from .._ffi import _kiln
+from .. import graph as _kg
 from .nodes import op
-
-_kg = _kiln.graph
 
 
 def backward_graph(stage, param_names, rounded_grads=()):
