@@ -184,6 +184,17 @@ def private_uses(package_dir, package="kiln"):
     return problems
 
 
+def _module_level(body):
+    """The statements that run at import, those under if/try/with included (not function bodies)."""
+    for node in body:
+        yield node
+        if isinstance(node, (ast.If, ast.Try, ast.With)):
+            for field in ("body", "orelse", "finalbody"):
+                yield from _module_level(getattr(node, field, []))
+            for handler in getattr(node, "handlers", []):
+                yield from _module_level(handler.body)
+
+
 def shadowed_submodules(package_dir, package="kiln"):
     """Names a package's __init__ binds to something other than its submodule of that name (``kiln.x``
     would be a module or a function depending on what ran first, as kiln.tune_model once was)."""
@@ -193,7 +204,7 @@ def shadowed_submodules(package_dir, package="kiln"):
         if not path.endswith("__init__.py"):
             continue
         tree = ast.parse(open(path, encoding="utf-8").read(), path)
-        for node in tree.body:
+        for node in _module_level(tree.body):
             bound = []
             if isinstance(node, ast.ImportFrom):
                 base = _base(name, node, modules)
@@ -252,8 +263,8 @@ def test_the_checks_find_a_deferred_cycle_and_a_private_use(tmp_path):
     problems = private_uses(pkg, "pkg")
     assert shadowed_submodules(pkg, "pkg") == []
     _write(pkg, "f.py", "def f():\n    pass\n")
-    _write(pkg, "__init__.py", "from . import a\nfrom .f import f\n")  # pkg.f: the module or the function?
-    assert shadowed_submodules(pkg, "pkg") == ["pkg.f is a module, but pkg/__init__.py:2 binds the name to something else"]
+    _write(pkg, "__init__.py", "from . import a\nif a:\n    from .f import f\n")  # pkg.f: the module or the function?
+    assert shadowed_submodules(pkg, "pkg") == ["pkg.f is a module, but pkg/__init__.py:3 binds the name to something else"]
     assert sorted(problems) == ["pkg/b.py:6: imports _helper, private to pkg.a",
                                 "pkg/c.py:4: uses ._helper, private to pkg.a",
                                 "pkg/c.py:4: uses ._state, private to pkg.b"], problems  # c's own _own is no problem
