@@ -15,7 +15,7 @@ from ..train.segments import backward_graph
 from .comm import rank, size
 
 _d = _kiln.dist
-_kg = _kiln.graph
+_kg = _kiln.graph  # the native graph API: a training stage runs native executors; an inference stage, kiln.graph's (_g)
 
 
 def _send(a, peer, tag):
