@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [os.path.join(ROOT, "python"), os.path.join(ROOT, "build", "python")]
 import kiln  # noqa: E402
-from kiln.tune_model import extract_tasks  # noqa: E402
+from kiln.tuner import extract_tasks  # noqa: E402
 from kiln._ffi import _kiln  # noqa: E402
 
 

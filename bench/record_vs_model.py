@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 import kiln
-from kiln.tune_model import extract_tasks
+from kiln.tuner import extract_tasks
 
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))

@@ -78,7 +78,7 @@ def main(argv=None):
     os.environ.setdefault("KILN_NUM_THREADS", str(args.threads))
     import torch
     import kiln
-    from kiln.tune_model import extract_tasks
+    from kiln.tuner import extract_tasks
 
     torch.set_num_threads(1)
     module, x = torch_models.build(args.model, args.image_size, args.seq_len)

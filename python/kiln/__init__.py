@@ -28,30 +28,23 @@ thin aliases of kiln's own calls.
 from ._ffi import InternalError, KilnError, _kiln
 from . import te, nd, runtime, ops, tuning_db, tir, testing, gpu
 from .driver import build, lower
-from .nd import cpu, device
-from .runtime import Module, TimeResult
-if hasattr(_kiln, "tuner"):  # built with the auto-scheduler (it needs XGBoost)
-    from . import tuner
-    from .tuner import tune
-if hasattr(_kiln, "graph"):  # built with the graph compiler
-    from . import graph
-    from .graph import compile
-    from . import train
-if hasattr(_kiln, "graph") and hasattr(_kiln, "tuner"):  # tuning a model needs both
-    from .tune_model import tune_model
+from .runtime import Module, TimeResult, cpu, device
 
 Target = _kiln.Target
 PrimFunc = _kiln.PrimFunc
 
 __version__ = "0.1.0"
 
-__all__ = ["KilnError", "InternalError", "te", "nd", "runtime", "ops", "tuning_db", "tir", "testing", "gpu", "build", "lower", "cpu", "device", "Module", "TimeResult", "Target", "PrimFunc"]
-if hasattr(_kiln, "tuner"):
-    __all__ += ["tuner", "tune"]
-if hasattr(_kiln, "graph"):
-    __all__ += ["graph", "compile"]
-if hasattr(_kiln, "graph") and hasattr(_kiln, "tuner"):
-    __all__ += ["tune_model"]
+__all__ = ["KilnError", "InternalError", "te", "nd", "runtime", "ops", "tuning_db", "tir", "testing", "gpu", "build", "lower",
+           "cpu", "device", "Module", "TimeResult", "Target", "PrimFunc"]
+if hasattr(_kiln, "graph"):  # built with the graph compiler
+    from . import graph, train
+    from .graph import compile
+    __all__ += ["graph", "compile", "train"]
+if hasattr(_kiln, "tuner"):  # built with the auto-scheduler (it needs XGBoost, and the graph compiler)
+    from . import tuner
+    from .tuner import tune, tune_model
+    __all__ += ["tuner", "tune", "tune_model"]
 if hasattr(_kiln, "dist"):  # built with the distribution pass
     from . import dist
     __all__ += ["dist"]

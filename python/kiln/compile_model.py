@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-from .run_model import _parse_shapes
+from .run_model import parse_shapes
 
 
 def main(argv=None):
@@ -30,7 +30,7 @@ def main(argv=None):
         raise SystemExit(f"kiln-compile: no such file: {args.model}")
     try:
         t0 = time.perf_counter()
-        model = kiln.graph.from_onnx(args.model, shapes=_parse_shapes(args.shape))
+        model = kiln.graph.from_onnx(args.model, shapes=parse_shapes(args.shape))
         exe = kiln.compile(model, target=args.target, db=args.db, quiet=True)
         t1 = time.perf_counter()
         exe.export_library(args.output, weights=args.weights)

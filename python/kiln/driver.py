@@ -1,9 +1,16 @@
 """kiln.lower and kiln.build: from a schedule to a loop nest or to a callable module."""
+import logging
+import os
+
 from ._ffi import KilnError, _kiln
 from .runtime import Module
 
+_log = logging.getLogger("kiln")
 
-def _arg_tensors(args, what):
+
+def arg_tensors(args, what):
+    """A kernel's arguments as tensors (an operation stands for its first output); `what` names the
+    caller in the error raised for anything else."""
     if isinstance(args, (_kiln.Tensor, _kiln.Operation)):
         args = [args]
     if not isinstance(args, (list, tuple)):
@@ -34,7 +41,7 @@ def lower(s, args, name="main", run_passes=True, dump_ir=False, simple_mode=Fals
     ``tvm.lower(s, args, simple_mode=True)``: kiln always prints the plain loop nest.
     """
     _check_schedule(s, "lower")
-    return _kiln.lower(s, _arg_tensors(args, "lower"), name, run_passes, dump_ir)
+    return _kiln.lower(s, arg_tensors(args, "lower"), name, run_passes, dump_ir)
 
 
 def _as_schedule(s, what):
@@ -69,7 +76,7 @@ def build(s, args, target="llvm", name="main", db=None):
     logger "kiln", or ``KILN_LOG=debug``).
     """
     s = _as_schedule(s, "build")
-    tensors = _arg_tensors(args, "build")
+    tensors = arg_tensors(args, "build")
     if _is_cuda(target):
         # A GPU kernel: kiln.gpu.CudaModule (get_source(), simulate(), call on a GPU).
         from . import gpu
@@ -77,11 +84,28 @@ def build(s, args, target="llvm", name="main", db=None):
     if db is not None:
         if not hasattr(_kiln, "tuner"):
             raise KilnError("build(db=...): this kiln was built without the auto-scheduler (it needs XGBoost: libxgboost-dev)")
-        from . import tuner
-        found = tuner._best(tuner.make_task(tensors, target), db)
+        found = best_record(_kiln.tuner.make_task(tensors, target, ""), db)
         if found is not None:
             s = found[0]
     native = _kiln.build(s, tensors, target, name)
     # The kernel writes the computed tensors: numpy arrays passed there must be writeable.
     written = [i for i, t in enumerate(tensors) if t.op.kind == "compute"]
     return Module(native, entry_name=name, written=written)
+
+
+def best_record(task, db):
+    """The best record of a tuning task (kiln.tuner.Task) in the database `db`: (schedule replayed on
+    the task's tensors, trace, record id, median seconds), or None. Which one is logged at debug level.
+    build(db=) applies it; kiln.tuner.best_schedule returns its schedule."""
+    found = _kiln.tuner.best_record(task, os.fspath(db))
+    if found is None:
+        _log.debug("kiln: no tuning record for %s (workload %s) on '%s' in %s", task.name, task.workload_key,
+                   task.target, db)
+        return None
+    sched, trace, record_id, median = found
+    _log.debug("kiln: using tuning record %d of %s for %s (workload %s) on '%s': median %.6g ms",
+               record_id, db, task.name, task.workload_key, task.target, median * 1e3)
+    return sched, trace, record_id, median
+
+
+__all__ = ["lower", "build", "arg_tensors", "best_record"]

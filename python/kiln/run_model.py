@@ -15,7 +15,8 @@ import sys
 import time
 
 
-def _parse_shapes(items):
+def parse_shapes(items):
+    """--shape NAME=D0xD1x... options as {name: shape} (kiln-run and kiln-compile)."""
     shapes = {}
     for item in items or []:
         name, sep, dims = item.rpartition("=")
@@ -76,7 +77,7 @@ def main(argv=None):
     if args.model.endswith(".so"):
         return _run_library(args)
     try:
-        model = kiln.graph.from_onnx(args.model, shapes=_parse_shapes(args.shape))
+        model = kiln.graph.from_onnx(args.model, shapes=parse_shapes(args.shape))
         exe = kiln.compile(model, target=args.target, db=args.db, quiet=True)
     except kiln.KilnError as e:
         print(f"kiln-run: {e}", file=sys.stderr)

@@ -71,7 +71,7 @@ pybind11::array ndarray_to_numpy(const NDArray& nd);
 NDArray numpy_to_ndarray(pybind11::handle obj);
 /** kiln.graph (py_graph.cpp): built with the graph compiler (KILN_PY_WITH_GRAPH). */
 void define_graph(py::module_& m);
-/** kiln.graph.extract_tasks / tune_model (py_tune_model.cpp): after define_graph, with the tuner (KILN_PY_WITH_TUNER). */
+/** kiln.tuner.extract_tasks / tune_model (py_tune_model.cpp): after define_graph, with the tuner (KILN_PY_WITH_TUNER). */
 void define_tune_model(py::module_& m);
 void define_onnx(py::module_& m);
 void define_dist(py::module_& m);

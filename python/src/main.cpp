@@ -60,7 +60,7 @@ PYBIND11_MODULE(_kiln, m) {
 #ifdef KILN_PY_WITH_GRAPH
   define_graph(m);
 #ifdef KILN_PY_WITH_TUNER
-  define_tune_model(m);  // the tuner's, on kiln.graph
+  define_tune_model(m);  // on kiln.tuner; it needs the graph bindings first
 #endif
   define_onnx(m);
 #endif

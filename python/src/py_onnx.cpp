@@ -1,5 +1,5 @@
 // kiln.graph's ONNX import: the bytes or the file of a model to a Graph.
-// kiln/graph.py's from_onnx and from_torch pick the entry point.
+// kiln/graph/importers.py's from_onnx and from_torch pick the entry point.
 #include "kiln_py.h"
 
 #ifdef KILN_PY_WITH_GRAPH

@@ -1,4 +1,4 @@
-// kiln.graph's model tuning bindings: task extraction and the task scheduler
+// kiln.tuner's model tuning bindings: task extraction and the task scheduler
 // (the tuner's, kiln/tuner/tune_model.h; built with it, which needs the graph).
 #ifdef KILN_PY_WITH_TUNER
 #include "kiln/tuner/tune_model.h"
@@ -40,7 +40,7 @@ CompileOptions compile_options(const std::string& target, const std::string& db,
 }  // namespace
 
 void define_tune_model(py::module_& root) {
-  py::module_ m = root.attr("graph").cast<py::module_>();
+  py::module_ m = root.attr("tuner").cast<py::module_>();
   m.def("extract_tasks", [](const Graph& g, const std::string& target, const std::string& db, bool layout) {
     std::vector<ModelTask> tasks;
     {

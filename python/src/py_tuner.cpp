@@ -1,5 +1,5 @@
 // The auto-scheduler (tuner/include/kiln/tuner/{task,tune}.h) as _kiln.tuner,
-// wrapped by python/kiln/tuner.py. A tuning session releases the GIL: it
+// wrapped by python/kiln/tuner/. A tuning session releases the GIL: it
 // touches no Python object, and its worker processes are forked from C++.
 #include "kiln/codegen/target.h"
 #include "kiln/support/error.h"
@@ -23,7 +23,7 @@ Target target_of(py::handle target) {
   throw_user_error("a target must be a string such as \"llvm\" or a kiln Target");
 }
 
-// Options arrive as one dict of the Python keywords, so kiln/tuner.py owns the defaults' spelling.
+// Options arrive as one dict of the Python keywords, so kiln/tuner/session.py owns the defaults' spelling.
 tuner::TuneOptions options_of(const py::dict& d) {
   tuner::TuneOptions o;
   auto get = [&](const char* key, auto* out) {

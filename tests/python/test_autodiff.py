@@ -7,6 +7,7 @@ import torch
 
 import kiln
 from kiln import graph as kg
+from kiln._ffi import _kiln
 
 RNG = np.random.default_rng(0)
 
@@ -33,7 +34,7 @@ def _graph(op, inputs, attrs, const_inputs):
 
 def check_grad(op, inputs, rtol=1e-5, atol=1e-7, eps=1e-6, **attrs):
     """Compares kiln's gradient of every float graph input with central differences."""
-    const_inputs = set(kg._g.op_const_inputs(op))
+    const_inputs = set(_kiln.graph.op_const_inputs(op))
     graph, wrt = _graph(op, inputs, attrs, const_inputs)
     feed = [a for i, a in enumerate(inputs) if a is not None and i not in const_inputs and np.issubdtype(a.dtype, np.floating)]
     grads = kiln.compile(kg.gradient_graph(graph, wrt))(*feed)[1:]

@@ -40,12 +40,12 @@ def test_link_rates_take_large_messages_apart():
     sizes = [1 << 10, 1 << 16, 1 << 18, 1 << 20, 1 << 22]
     model = lambda b: 2 * 10e-6 + b / 2e9
     times = [model(b) for b in sizes[:3]] + [10 * b / 2e9 for b in sizes[3:]]
-    r = kiln.dist._link_rates(2, sizes, times)
+    r = kiln.dist.calibration._link_rates(2, sizes, times)
     assert r["link_bytes_per_s"] == pytest.approx(2e9, rel=1e-6) and r["latency_s"] == pytest.approx(10e-6, rel=1e-6)
     assert r["large_message_bytes"] == 1 << 18  # the last size the small model still predicts within 2x
     assert r["large_link_bytes_per_s"] == pytest.approx(2e8, rel=0.01)
     # One rate for every size: no large rate.
-    assert "large_message_bytes" not in kiln.dist._link_rates(2, sizes, [model(b) for b in sizes])
+    assert "large_message_bytes" not in kiln.dist.calibration._link_rates(2, sizes, [model(b) for b in sizes])
 
 
 def test_auto_errors():

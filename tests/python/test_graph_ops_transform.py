@@ -10,6 +10,7 @@ import torch
 
 import kiln
 from kiln import graph as G
+from kiln._ffi import _kiln
 
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min
@@ -20,7 +21,7 @@ def run(op, inputs, consts=None, **attrs):
 
     Unlike G.run_op, keeps 0-d arrays 0-d (np.ascontiguousarray makes them 1-d).
     """
-    consts = set(G._g.op_const_inputs(op) if consts is None else consts)
+    consts = set(_kiln.graph.op_const_inputs(op) if consts is None else consts)
     b = G.Builder()
     vals, feed = [], []
     for i, a in enumerate(inputs):

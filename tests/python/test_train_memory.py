@@ -152,7 +152,7 @@ def test_float16_loss_scaling_under_recomputation_follows_the_plain_step():
     follow(ck, plain, rtol=1e-5)
     assert ck.scaler.scale == plain.scaler.scale and ck.steps == plain.steps == 4
     # 2^40 times the gradients overflows float16: the step changes nothing and halves the scale.
-    scaler = kiln.train_precision.LossScaler(init_scale=2.0 ** 40)
+    scaler = kiln.train.LossScaler(init_scale=2.0 ** 40)
     ck = kiln.train.compile(mlp(), optimizer=opt(), precision="float16", loss_scale=scaler, memory_limit=ck.memory()["total"])
     assert ck.memory()["segments"] > 1
     before = {n: v.copy() for n, v in ck.parameters.items()}

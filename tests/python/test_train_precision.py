@@ -72,7 +72,7 @@ def test_mixed_precision_trains_to_the_float32_loss(precision):
 
 def test_dynamic_loss_scale_skips_overflowing_steps():
     data = teacher_task(40)
-    scaler = kiln.train_precision.LossScaler(init_scale=2.0 ** 40, growth_interval=10)
+    scaler = kiln.train.LossScaler(init_scale=2.0 ** 40, growth_interval=10)
     step = kiln.train.compile(mlp(), optimizer=kiln.train.Adam(lr=0.01), precision="float16", loss_scale=scaler)
     before = {n: v.copy() for n, v in step.parameters.items()}
     step(*data[0])
@@ -150,7 +150,7 @@ def test_bf16_dot_products_train_as_the_rounded_matmuls(monkeypatch):
     real = kiln.graph.compile
     runs = {}
     for dot in (True, False):
-        monkeypatch.setattr(kiln.train._kg, "compile", lambda *a, dot=dot, **k: real(*a, bf16_dot=dot, **k))
+        monkeypatch.setattr(kiln.graph, "compile", lambda *a, dot=dot, **k: real(*a, bf16_dot=dot, **k))
         step = kiln.train.compile(mlp(), optimizer=kiln.train.SGD(lr=0.2, momentum=0.9), precision="bfloat16")
         ops = [gr["ops"] for gr in step._exe.groups()]
         assert (sum("kiln.MatMulBF16Pairs" in o for o in ops) == 5) == dot, ops  # 2 forward, 3 gradient products
@@ -203,7 +203,7 @@ def test_bf16_dot_convolutions_train_as_the_rounded_convolutions(monkeypatch):
     real = kiln.graph.compile
     runs = {}
     for dot in (True, False):
-        monkeypatch.setattr(kiln.train._kg, "compile", lambda *a, dot=dot, **k: real(*a, bf16_dot=dot, **k))
+        monkeypatch.setattr(kiln.graph, "compile", lambda *a, dot=dot, **k: real(*a, bf16_dot=dot, **k))
         step = kiln.train.compile(small_cnn(), optimizer=kiln.train.SGD(lr=0.1, momentum=0.9), precision="bfloat16")
         ops = " ".join(gr["ops"] for gr in step._exe.groups())
         assert (ops.count("kiln.ConvBF16Pairs"), ops.count("kiln.ConvGradInputBF16Pairs")) == ((3, 2) if dot else (0, 0)), ops

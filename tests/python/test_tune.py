@@ -210,7 +210,7 @@ def test_cold_input_records_are_kept_apart_and_preferred(tmp_path):
     with kiln.tuning_db.open(db) as d:
         targets = {r.target.target for r in d.records(warm.task.workload_key)}
     assert any(t.endswith(" [cold inputs]") for t in targets) and any(not t.endswith(" [cold inputs]") for t in targets), targets
-    found = kiln.tuner._best(kiln.tuner.make_task([A, B, C]), db)
+    found = kiln.driver.best_record(kiln.tuner.make_task([A, B, C]), db)
     assert found is not None
     assert found[1] == cold.best_trace  # the cold session's best, not the warm one's
 

@@ -9,7 +9,7 @@ import pytest
 
 import kiln
 import kiln._ffi as ffi
-from kiln.tune_model import extract_tasks
+from kiln.tuner import extract_tasks
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -145,7 +145,7 @@ def convs_of(tasks, conv):
 def test_remeasure_warm_records_cold(tmp_path):
     """A warm session's best records measured again with cold inputs become cold records, which
     compile then uses; the compiled model stays correct."""
-    from kiln.tune_model import remeasure
+    from kiln.tuner import remeasure
     db = str(tmp_path / "warm.db")
     model = kiln.graph.from_onnx(_model_proto())
     kiln.tune_model(model, trials=16, batch=8, db=db, progress=False, cold_inputs=False)

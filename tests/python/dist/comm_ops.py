@@ -16,10 +16,10 @@ check(np.array_equal(got, np.arange(6, dtype="float32").reshape(2, 3) + 10 * ((r
 check(np.array_equal(kiln.dist.broadcast(mine, 1), np.arange(6, dtype="float32").reshape(2, 3) + 10), "broadcast from rank 1")
 check(np.array_equal(kiln.dist.all_reduce(np.full(3, r, "int64")), np.full(3, n * (n - 1) // 2)), "all_reduce of int64")
 buf = np.full(5, r + 0.5, "float64")
-back = kiln.dist._d.all_reduce_in_place(buf)
+back = kiln._ffi._kiln.dist.all_reduce_in_place(buf)
 check(np.array_equal(buf, np.full(5, n * (n - 1) / 2 + 0.5 * n)) and back is buf, "all_reduce_in_place sums into the array itself")
 try:
-    kiln.dist._d.all_reduce_in_place(np.zeros((4, 4), "float32")[:, 1])  # a strided view
+    kiln._ffi._kiln.dist.all_reduce_in_place(np.zeros((4, 4), "float32")[:, 1])  # a strided view
     check(False, "all_reduce_in_place took a strided view")
 except kiln.KilnError as e:
     check("C-contiguous" in str(e), f"all_reduce_in_place's error names the layout: {e}")

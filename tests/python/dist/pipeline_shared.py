@@ -31,7 +31,7 @@ step = plan.compile()
 ref = kiln.train.compile(tied_mlp(micro * m_count), loss="cross_entropy", optimizer=opt())
 follow_one_process(step, ref, micro * m_count, width, classes)
 # The copies on the first and the later rank are bitwise equal.
-copy = kiln.dist._d.broadcast(np.ascontiguousarray(step.parameters["tied"] if r == holders[1] else np.empty((width, width), "float32")), holders[1])
+copy = kiln._ffi._kiln.dist.broadcast(np.ascontiguousarray(step.parameters["tied"] if r == holders[1] else np.empty((width, width), "float32")), holders[1])
 if r == 0:
     check(np.array_equal(copy, step.parameters["tied"]), "the copies of 'tied' differ between the first and the later rank")
 if r == 0:

@@ -51,7 +51,7 @@ def addend(a, partial, r):
 
 count = 0
 for src, dst in itertools.product(specs, specs):
-    sg = kiln.dist._d.reshard_graph([4, 8], "float32", mesh, src, dst)
+    sg = kiln._ffi._kiln.dist.reshard_graph([4, 8], "float32", mesh, src, dst)
     plan = kiln.dist.Plan(sg, sg.graph)
     sdims, spart = parse(src)
     (out,) = plan.compile().run([addend(block(G, sdims, rank), spart, rank)], local=True)

@@ -12,8 +12,8 @@
  * itself (`model_inputs`: every rank is given the model's inputs); it
  * returns the values later stages need (`send`: its own, and those it
  * passes on from earlier stages), and the last stage returns the model's
- * outputs. The runner (python/kiln/dist.py) feeds micro-batches through the
- * stages with send/recv between neighbouring ranks. A received value that
+ * outputs. The runner (python/kiln/dist/pipeline_parallel.py) feeds
+ * micro-batches through the stages with send/recv between neighbouring ranks. A received value that
  * holds bfloat16 values (autocast's) is rounded again where it arrives,
  * which changes no value but keeps the stage's products on bfloat16 dot
  * products (use_bf16_dot).

@@ -1,31 +1,10 @@
-"""The auto-scheduler: search schedules for a computation on this machine.
-
-::
-
-    import kiln
-    from kiln import te
-
-    A = te.placeholder((512, 512), name="A")
-    B = te.placeholder((512, 512), name="B")
-    C = kiln.ops.matmul(A, B)
-    result = kiln.tune([A, B, C], trials=64, db="kiln_tuning.db", curve_png="curve.png")
-    print(result)                       # best time, GFLOP/s, speed-up, where it is stored
-    mod = kiln.build(C, [A, B, C], db="kiln_tuning.db")   # applies the best record
-
-A session measures each candidate in a worker process with a time limit (a
-crash or a hang costs one trial), stores every measurement in the tuning
-database (an SQLite file), never measures a schedule the database already
-has, and learns a cost model from all records of the database. Progress is
-shown on stderr. Every error is a :class:`kiln.KilnError`.
-"""
-import logging
+"""A tuning session: kiln.tune searches schedules of one computation and returns a TuneResult."""
 import os
 import warnings
 
-from . import plot_curve as _plot
-from ._ffi import KilnError, _kiln
-
-_log = logging.getLogger("kiln")
+from .. import plot_curve as _plot
+from .._ffi import KilnError, _kiln
+from ..driver import arg_tensors
 
 
 class TuneResult:
@@ -81,8 +60,7 @@ def make_task(args, target="llvm", name=""):
     """A tuning task from the kernel's arguments (input placeholders and outputs, in call order)."""
     if isinstance(args, Task):
         return args
-    from .driver import _arg_tensors
-    return _kiln.tuner.make_task(_arg_tensors(args, "make_task"), target, name)
+    return _kiln.tuner.make_task(arg_tensors(args, "make_task"), target, name)
 
 
 def tune(args, target="llvm", trials=200, db="kiln_tuning.db", seed=0, timeout=10.0, curve_png=None,
@@ -148,85 +126,3 @@ def plot_curve(curve, path, title="tuning curve", trials=None, peer=None):
             _plot.write_png({"best": list(curve)}, path, title, peer=peer)
     except ImportError as err:
         raise KilnError("plot_curve: matplotlib is not installed (apt-get install python3-matplotlib)") from err
-
-
-def measure(args, traces, target="llvm", repeat=3, min_repeat_ms=20.0, number=1, timeout=10.0, cold_inputs=False):
-    """Measures schedules of a computation as a tuning session does, without recording them.
-
-    ``traces`` are schedule traces (JSON text, as records and ``Schedule.trace()``
-    give them). Each is built and timed in its own worker process; the result is
-    one dict per trace: ``run_times`` (seconds per call, one per repeat),
-    ``error`` ("none", "build_error", "run_error", "timeout") and ``error_msg``.
-    With ``cold_inputs`` every input but the first is evicted from the caches
-    before each call, as a layer's weights are inside a model run (the first
-    input, the activation just written, stays warm). Nothing is recorded.
-    """
-    task = make_task(args, target)
-    traces = [t if isinstance(t, str) else t.to_json() for t in traces]
-    options = dict(repeat=int(repeat), min_repeat_ms=float(min_repeat_ms), number=int(number), timeout_s=float(timeout),
-                   cold_inputs=bool(cold_inputs))
-    return _kiln.tuner.measure(task, traces, options)
-
-
-def default_decisions(args, target="llvm"):
-    """The decisions of the schedule a computation gets without tuning, as the tuner logs a candidate and a
-    compiled group's ``schedule_detail`` ends: ``"sketch 0: conv.y=7x1x1x2 ... conv.unroll=1"``. Edit it and
-    pass it to candidate_trace to time a variant by hand (with measure)."""
-    return _kiln.tuner.default_description(make_task(args, target))
-
-
-def candidate_trace(args, decisions, target="llvm"):
-    """The schedule trace (JSON) of a candidate written as default_decisions writes it. Slots the text leaves
-    out keep the default's decisions, and a slot named twice takes its last value, so
-    ``default_decisions(args) + " conv.unroll=0"`` is the default with one decision changed. Raises KilnError
-    naming a slot that is unknown, malformed or invalid."""
-    return _kiln.tuner.candidate_trace(make_task(args, target), str(decisions))
-
-
-def best_schedule(args, target="llvm", db="kiln_tuning.db"):
-    """The best recorded schedule of a computation (replayed on its tensors), or None."""
-    found = _best(make_task(args, target), db)
-    return found[0] if found else None
-
-
-def _best(task, db):
-    found = _kiln.tuner.best_record(task, os.fspath(db))
-    if found is None:
-        _log.debug("kiln: no tuning record for %s (workload %s) on '%s' in %s", task.name, task.workload_key,
-                   task.target, db)
-        return None
-    sched, trace, record_id, median = found
-    _log.debug("kiln: using tuning record %d of %s for %s (workload %s) on '%s': median %.6g ms",
-               record_id, db, task.name, task.workload_key, task.target, median * 1e3)
-    return sched, trace, record_id, median
-
-
-__all__ = ["tune", "make_task", "measure", "best_schedule", "default_decisions", "candidate_trace", "plot_curve", "Task", "TuneResult"]
-
-
-def migrate_features(db, task):
-    """Re-extracts, with this kiln's feature extractor, the cost-model features of `task`'s records in `db`
-    that an earlier extractor made (each record's schedule is replayed on the task); returns how many were
-    migrated. Tuning does this on its own for the task it tunes; call it before a ranking_report of an old
-    database so the report judges the features the tuner now uses."""
-    if not os.path.exists(db):
-        raise KilnError(f"migrate_features: no tuning database at {db!r}")
-    return _kiln.tuner.migrate_features(os.fspath(db), task)
-
-
-def ranking_report(db, workloads=None, holdout=0.25, tie=0.01, seed=0, cross=True, min_records=8, folds=1):
-    """How well the cost model ranks the candidates of each task in `db` (pairwise accuracy: the share of
-    pairs of one task, apart by more than `tie` in time, that it orders as they measured).
-
-    ``within``: a model trained on every task's records but a held-back share (`holdout`), scored on the
-    held-back ones (with ``folds`` > 1, k-fold: each record held back once by one of k models, a task's
-    pairs pooled over its folds, `holdout` unused); ``cross``: per task, a model trained on the other tasks
-    only, scored on all of its records (-1 where there is no pair or it was not run). Returns
-    ``{"tasks": [...], "within_mean", "cross_mean", "within_pooled", "cross_pooled"}`` (means: each task
-    once; pooled: over all pairs, a task weighing by its pairs); `workloads` limits the tasks reported
-    (workload keys)."""
-    if not os.path.exists(db):
-        raise KilnError(f"ranking_report: no tuning database at {db!r}")
-    return _kiln.tuner.ranking_report(os.fspath(db), list(workloads or []), float(holdout), float(tie), int(seed), bool(cross),
-                                      int(min_records), int(folds))
-

@@ -11,7 +11,7 @@ serve another: the same workload key is the same task.
 import warnings
 import re
 
-from ._ffi import KilnError, _kiln
+from .._ffi import KilnError, _kiln
 
 
 def _seconds(budget):
@@ -28,7 +28,7 @@ def _seconds(budget):
 
 def extract_tasks(model, target="llvm", db=None, layout=True):
     """The model's tuning tasks: a list of dicts (workload_key, ops, flop, weight, groups, records, best_time) and a printable table."""
-    tasks, table = _kiln.graph.extract_tasks(model, str(target), db or "", layout)
+    tasks, table = _kiln.tuner.extract_tasks(model, str(target), db or "", layout)
     return tasks, table
 
 
@@ -45,7 +45,7 @@ def tune_model(model, target="llvm", trials=1000, db="kiln_tuning.db", time_budg
     (``gpu_simulate=True``: in the GPU simulator, records kept apart; see ``kiln.tune``)."""
     if not db:
         raise KilnError("tune_model needs a tuning database (db=...) to keep its records")
-    result = _kiln.graph.tune_model(model, str(target), db, int(trials), int(batch), _seconds(time_budget),
+    result = _kiln.tuner.tune_model(model, str(target), db, int(trials), int(batch), _seconds(time_budget),
                                     int(early_stop_rounds), bool(progress), int(seed), layout, bool(cold_inputs),
                                     int(confirm_top), int(confirm_rounds), bool(gpu_simulate))
     for failure in result["failures"]:

@@ -22,9 +22,13 @@ kept boundary values, and the updated parameters and state the step writes.
 """
 import numpy as _np
 
-from ._ffi import KilnError, _kiln
-from . import graph as _kg
-from . import train_precision as _prec
+from .._ffi import KilnError, _kiln
+from .. import graph as _kg
+from . import precision as _prec
+from .nodes import Scalars
+from .parameters import Parameters, nbytes_of
+from .precision import LOSS_SCALE_INPUT
+from .segments import backward_graph, bfloat16_grads
 
 
 def apply_update(update, parameters, grads, states, scalars, step_number, extra_inputs=()):
@@ -49,15 +53,14 @@ def update_graph(optimizer, names, values, scaler=None):
     state, the step's scalars and, with a `scaler`, the loss scale in; new parameters and state out.
     Scaled, the gradients are of loss x scale: the update divides them by it, keeps everything as it
     was where they are not all finite, and gives that flag ("finite") last. Returns (graph, scalars)."""
-    from . import train as _t
     state_names = optimizer.state_names()
     pv = [_kg.make_input(n, list(v.shape), str(v.dtype)) for n, v in zip(names, values)]
     gv = [_kg.make_input(f"grad.{n}", list(v.shape), str(v.dtype)) for n, v in zip(names, values)]
     sv = [[_kg.make_input(f"{n}.{s}", list(v.shape), str(v.dtype)) for s in state_names] for n, v in zip(names, values)]
-    scalars = _t._Scalars(str(values[0].dtype))
+    scalars = Scalars(str(values[0].dtype))
     grads, finite, scale = gv, None, []
     if scaler is not None:
-        scale = [_kg.make_input(_t.LOSS_SCALE_INPUT, [], str(values[0].dtype))]
+        scale = [_kg.make_input(LOSS_SCALE_INPUT, [], str(values[0].dtype))]
         grads, finite = _prec.unscaled(gv, pv, names, scale[0])
     new_p, new_s = optimizer.build(pv, grads, sv, scalars)  # it adds the scalars it reads (lr, ...)
     if finite is not None:
@@ -68,36 +71,17 @@ def update_graph(optimizer, names, values, scaler=None):
     return _kg.make_graph(pv + gv + [x for per in sv for x in per] + scalars.values + scale, outs, out_names), scalars
 
 
-def _nbytes_of(types):
-    return sum(int(_np.prod(shape, dtype=_np.int64)) * _np.dtype(dtype).itemsize for shape, dtype in types)
-
-
-def plain_step_memory(step):
-    """The memory report of a plain kiln.train step (dict of bytes; see the module doc)."""
-    g = step.graph
-    params = sum(a.nbytes for a in step.parameters.values())
-    states = sum(a.nbytes for per in step._states for a in per)
-    inputs = _nbytes_of(g.input_types) - params - states
-    # Outputs written into their donated inputs (parameter and state updates) take no memory of their own.
-    reuses = getattr(step._exe, "output_reuses_input", [])
-    outputs = _nbytes_of([t for k, t in enumerate(g.output_types) if k >= len(reuses) or reuses[k] < 0])
-    running = step._exe.memory()["arena_bytes"] + outputs
-    return {"parameters": params, "optimizer_state": states, "inputs": inputs, "gradients": 0, "kept_boundaries": 0,
-            "running_graph": running, "total": params + states + inputs + running, "segments": 1}
-
-
 class CheckpointedTrainStep:
     """A training step that keeps only segment boundaries between its forward and backward passes.
     Called like kiln.train's step: ``loss = step(x, y)``; ``parameters``, ``buffers`` (batch-norm
     running statistics), ``state``, ``scaler`` (the loss scale, or None), ``memory()``."""
 
     def __init__(self, graph, stages, fwds, bwds, update, lifted, states, state_names, scalars, n_batch, seed_fn=None, scaler=None):
-        from .train import _Parameters
         self.graph, self.stages = graph, stages
         self._fwds, self._bwds, self._update = fwds, bwds, update
         self._param_names = list(lifted.names)
-        self.parameters = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(lifted.names, lifted.values))
-        self.buffers = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(lifted.buffer_names, lifted.buffer_values))
+        self.parameters = Parameters((n, _np.array(v, copy=True)) for n, v in zip(lifted.names, lifted.values))
+        self.buffers = Parameters((n, _np.array(v, copy=True)) for n, v in zip(lifted.buffer_names, lifted.buffer_values))
         self._state_names, self._states, self._scalars = state_names, states, scalars
         self._n_batch = n_batch
         self._seed_fn = seed_fn  # step number -> the dropout seed (the graph's input after the batch), or None
@@ -111,7 +95,6 @@ class CheckpointedTrainStep:
     def _feed(self, inputs):
         """Every input of the loss graph by name: the batch (converted and checked), the dropout seed,
         the parameters, the buffers and the loss scale."""
-        from .train import LOSS_SCALE_INPUT
         names = self.graph.input_names
         if len(inputs) != self._n_batch:
             raise KilnError(f"the training step takes {self._n_batch} input(s) (the model's and the target), got {len(inputs)}")
@@ -132,7 +115,6 @@ class CheckpointedTrainStep:
         return feed
 
     def __call__(self, *inputs):
-        from .train import LOSS_SCALE_INPUT
         feed = self._feed(inputs)
         kept, carried = [], []
         for st, fwd in zip(self.stages, self._fwds):
@@ -170,9 +152,9 @@ class CheckpointedTrainStep:
         largest of them (its arena and the outputs it writes) counts, beside what the step keeps."""
         params = sum(a.nbytes for a in self.parameters.values())
         states = sum(a.nbytes for per in self._states for a in per)
-        inputs = _nbytes_of(self.graph.input_types[:self._n_batch]) + sum(a.nbytes for a in self.buffers.values())
-        boundaries = sum(_nbytes_of(st["graph"].input_types[:len(st["recv"])]) for st in self.stages)
-        running = max(c.memory()["arena_bytes"] + _nbytes_of(c.graph.output_types)
+        inputs = nbytes_of(self.graph.input_types[:self._n_batch]) + sum(a.nbytes for a in self.buffers.values())
+        boundaries = sum(nbytes_of(st["graph"].input_types[:len(st["recv"])]) for st in self.stages)
+        running = max(c.memory()["arena_bytes"] + nbytes_of(c.graph.output_types)
                       for c in self._fwds + self._bwds + [self._update] if c is not None)
         grads = params  # the parameter gradients, summed over the segments until the update
         return {"parameters": params, "optimizer_state": states, "inputs": inputs, "gradients": grads,
@@ -181,16 +163,15 @@ class CheckpointedTrainStep:
 
 
 def compile_checkpointed(graph, n_batch, lifted, optimizer, segments, target, seed_fn=None, scaler=None):
-    """The checkpointed step of `graph` (train._Lifted.loss_graph's: the batch, the dropout seed when
+    """The checkpointed step of `graph` (step._Lifted.loss_graph's: the batch, the dropout seed when
     seed_fn is given, the parameters, the buffers and the loss scale when scaled, in; the objective,
     the loss when scaled and the buffers' new values out) in `segments` segments."""
-    from .dist_pipeline import _vjp_graph, bfloat16_grads
     names, values = lifted.names, lifted.values
     stages, _ = _kiln.dist.cut_pipeline(graph, int(segments), {})
     pset = set(names)
     fwds, bwds, rounded = [], [], set()
     for st in reversed(stages):  # last first: each backward tells the one before which gradients it gives rounded
-        bg, _ = _vjp_graph(st, pset, rounded)
+        bg, _ = backward_graph(st, pset, rounded)
         rounded = bfloat16_grads(st, bg)
         bwds.insert(0, _Compiled(_kiln.graph.compile(bg, target=target), bg))
     for st in stages:

@@ -10,12 +10,11 @@ halves the scale, and after ``growth_interval`` good steps in a row the scale do
 """
 import numpy as _np
 
-from ._ffi import KilnError
-from . import graph as _kg
+from .._ffi import KilnError
+from .. import graph as _kg
+from .nodes import op as _op
 
-
-def _op(name, *inputs, **attrs):
-    return _kg.make_op(name, list(inputs), **attrs)[0]
+LOSS_SCALE_INPUT = "train.loss_scale"  # the input a scaled step reads its loss scale from
 
 
 class LossScaler:

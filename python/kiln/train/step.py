@@ -1,167 +1,16 @@
-"""Training: a model's forward pass, loss, backward pass and optimizer update
-compiled into one graph, run one step per call.
-
-    step = kiln.train.compile(model, loss="cross_entropy", optimizer=kiln.train.SGD(lr=0.1, momentum=0.9))
-    for x, y in batches:
-        loss = step(x, y)
-    step.parameters["fc1.weight"]      # numpy arrays, readable and writable
-
-`model` is a :class:`kiln.graph.Graph` (from a Builder, ``from_onnx`` or
-``from_torch``) with one output. Its float constants of rank >= 1 that no
-operator reads at compile time (the initializers of an ONNX model, the
-weights of a Builder graph) are the trainable parameters: they become inputs
-of the training graph, whose outputs are the loss, the new parameters and
-the new optimizer state, fed back by the step object at the next call.
-Batch norms train on batch statistics (as torch.nn.BatchNorm in train mode);
-their running statistics are ``step.buffers``, updated at every step.
-Optimizers follow PyTorch's update rules (torch.optim.SGD, Adam, AdamW), so a
-model trained with the same initial weights and data follows PyTorch's
-losses.
-"""
+"""The plain training step: a model's forward pass, loss, backward pass and optimizer update
+in one compiled graph (kiln.train.compile), and PyTorch modules imported for training (from_torch)."""
 import numpy as _np
 
-from ._ffi import KilnError, _kiln
-from . import graph as _kg
-from . import train_precision as _prec
-
-__all__ = ["compile", "from_torch", "SGD", "Adam", "AdamW", "TrainStep"]
-
-
-def _op(name, *inputs, **attrs):
-    return _kg.make_op(name, list(inputs), **attrs)[0]
-
-
-class _Scalars:
-    """Per-step scalar inputs of the training graph (learning rate, bias corrections), fed at each call."""
-
-    def __init__(self, dtype):
-        self.dtype = dtype
-        self.values = []  # graph input Values
-        self.fns = []  # step number -> value
-
-    def add(self, name, fn):
-        v = _kg.make_input(f"train.{name}", [], self.dtype)
-        self.values.append(v)
-        self.fns.append(fn)
-        return v
-
-    def feed(self, step):
-        return [_np.asarray(f(step), v.dtype) for f, v in zip(self.fns, self.values)]
-
-
-def _const(value, like):
-    return _kg.make_constant("train.c", _np.asarray(value, like.dtype))
-
-
-class SGD:
-    """torch.optim.SGD's rule: d = g + weight_decay * p; with momentum,
-    buf = momentum * buf + (1 - dampening) * d (buf = d at the first step),
-    d = d + momentum * buf if nesterov else buf; p = p - lr * d.
-    ``lr`` may be changed between steps."""
-
-    def __init__(self, lr=0.01, momentum=0.0, weight_decay=0.0, dampening=0.0, nesterov=False):
-        if lr < 0 or momentum < 0 or weight_decay < 0:
-            raise KilnError(f"SGD: lr ({lr}), momentum ({momentum}) and weight_decay ({weight_decay}) must not be negative")
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise KilnError("SGD: nesterov needs a positive momentum and zero dampening (as torch.optim.SGD)")
-        self.lr, self.momentum, self.weight_decay, self.dampening, self.nesterov = lr, momentum, weight_decay, dampening, nesterov
-
-    def state_names(self):
-        return ["momentum_buffer"] if self.momentum else []
-
-    def build(self, params, grads, states, scalars):
-        lr = scalars.add("lr", lambda t: self.lr)
-        # The first step's buffer is d itself (no dampening), as in PyTorch.
-        damp = scalars.add("dampening", lambda t: 1.0 if t == 1 else 1.0 - self.dampening) if self.momentum else None
-        new_params, new_states = [], []
-        for p, g, st in zip(params, grads, states):
-            d = g
-            if self.weight_decay:
-                d = _op("Add", d, _op("Mul", p, _const(self.weight_decay, p)))
-            if self.momentum:
-                buf = _op("Add", _op("Mul", st[0], _const(self.momentum, p)), _op("Mul", d, damp))
-                new_states.append([buf])
-                d = _op("Add", d, _op("Mul", buf, _const(self.momentum, p))) if self.nesterov else buf
-            else:
-                new_states.append([])
-            new_params.append(_op("Sub", p, _op("Mul", d, lr)))
-        return new_params, new_states
-
-
-class Adam:
-    """torch.optim.Adam's rule: m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2,
-    p = p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps); weight_decay
-    adds weight_decay * p to g (L2). ``lr`` may be changed between steps."""
-
-    decoupled = False
-
-    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-        b1, b2 = betas
-        if lr < 0 or eps < 0 or weight_decay < 0 or not (0 <= b1 < 1 and 0 <= b2 < 1):
-            raise KilnError(f"{type(self).__name__}: lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}: "
-                            "lr, eps and weight_decay must not be negative and the betas must be in [0, 1)")
-        self.lr, self.betas, self.eps, self.weight_decay = lr, (b1, b2), eps, weight_decay
-
-    def state_names(self):
-        return ["exp_avg", "exp_avg_sq"]
-
-    def build(self, params, grads, states, scalars):
-        b1, b2 = self.betas
-        step_size = scalars.add("step_size", lambda t: self.lr / (1 - b1 ** t))
-        bc2_sqrt = scalars.add("bias_correction2_sqrt", lambda t: _np.sqrt(1 - b2 ** t))
-        decay = scalars.add("decay", lambda t: 1 - self.lr * self.weight_decay) if self.decoupled and self.weight_decay else None
-        new_params, new_states = [], []
-        for p, g, (m, v) in zip(params, grads, states):
-            if self.weight_decay and not self.decoupled:
-                g = _op("Add", g, _op("Mul", p, _const(self.weight_decay, p)))
-            if decay is not None:
-                p = _op("Mul", p, decay)  # AdamW: decay the weights apart from the gradient
-            m = _op("Add", _op("Mul", m, _const(b1, p)), _op("Mul", g, _const(1 - b1, p)))
-            v = _op("Add", _op("Mul", v, _const(b2, p)), _op("Mul", _op("Mul", g, g), _const(1 - b2, p)))
-            denom = _op("Add", _op("Div", _op("Sqrt", v), bc2_sqrt), _const(self.eps, p))
-            new_params.append(_op("Sub", p, _op("Mul", _op("Div", m, denom), step_size)))
-            new_states.append([m, v])
-        return new_params, new_states
-
-
-class AdamW(Adam):
-    """torch.optim.AdamW: Adam with the weight decay applied to the weights (p *= 1 - lr * weight_decay) instead of the gradient."""
-
-    decoupled = True
-
-    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
-        super().__init__(lr, betas, eps, weight_decay)
-
-
-def _loss_value(loss, out, n_batch_hint):
-    """The loss Value on the model's output and the target input it needs (None for loss=None)."""
-    shape, dtype = out.shape, out.dtype
-    if loss is None:
-        if shape != ():
-            raise KilnError(f"loss=None takes the model's output as the loss, so it must be a scalar; the output is {dtype}{list(shape)}")
-        return out, None
-    if loss == "cross_entropy":
-        if len(shape) != 2:
-            raise KilnError(f"loss='cross_entropy' needs the model's output to be logits [batch, classes]; it is {dtype}{list(shape)}")
-        y = _kg.make_input("labels", [shape[0]], "int64")
-        return _op("kiln.SoftmaxCrossEntropy", out, y), y
-    if loss == "mse":
-        y = _kg.make_input("target", list(n_batch_hint or shape), dtype)
-        return _op("kiln.MeanSquaredError", out, y), y
-    raise KilnError(f"loss must be 'cross_entropy', 'mse' or None (the model computes it), got {loss!r}")
-
-
-class _Parameters(dict):
-    """name -> numpy array; assigning checks the shape and copies (dtype converted)."""
-
-    def __setitem__(self, name, value):
-        if name not in self:
-            raise KilnError(f"no parameter '{name}'; the parameters are {sorted(self)}")
-        old = dict.__getitem__(self, name)
-        a = _np.array(value, dtype=old.dtype, order="C")
-        if a.shape != old.shape:
-            raise KilnError(f"parameter '{name}' has shape {old.shape}; cannot assign an array of shape {a.shape}")
-        dict.__setitem__(self, name, a)
+from .._ffi import KilnError, _kiln
+from .. import graph as _kg
+from . import checkpoint as _ck
+from . import precision as _prec
+from .loss import loss_value
+from .nodes import Scalars, op
+from .optimizers import SGD
+from .parameters import Parameters, nbytes_of
+from .precision import LOSS_SCALE_INPUT
 
 
 class TrainStep:
@@ -169,7 +18,7 @@ class TrainStep:
 
     def __init__(self, exe, graph, n_data, has_target, params, state_names, states, scalars, buffers, optimizer, scaler=None):
         self._exe, self.graph = exe, graph
-        self.scaler = scaler  # the loss scale (train_precision.LossScaler) or None
+        self.scaler = scaler  # the loss scale (a LossScaler) or None
         self.optimizer = optimizer  # its lr (and weight_decay for AdamW) are read at every step
         self._n_data, self._has_target = n_data, has_target
         self.parameters = params
@@ -196,16 +45,33 @@ class TrainStep:
         """The optimizer state: {parameter name: {state name: array}}."""
         return {n: dict(zip(self._state_names, s)) for n, s in zip(self.parameters, self._states)}
 
+    @property
+    def n_batch(self):
+        """How many arrays a call takes: the model's inputs and, with a loss, the target."""
+        return self._n_data + (1 if self._has_target else 0)
+
+    def run_with(self, runner):
+        """Runs the step's graph through `runner` from now on (kiln.dist's runner of this rank's share of
+        it), kept as ``step.runner`` for its stats()."""
+        self._exe = self.runner = runner
+
     def memory(self):
         """Bytes a step holds (dict by part: parameters, optimizer_state, inputs, running_graph (the one
         graph's planned arena of intermediates, kept activations and gradients included, and the new
         parameters and state it writes), total)."""
-        from .train_checkpoint import plain_step_memory
-        return plain_step_memory(self)
+        g = self.graph
+        params = sum(a.nbytes for a in self.parameters.values())
+        states = sum(a.nbytes for per in self._states for a in per)
+        inputs = nbytes_of(g.input_types) - params - states
+        # Outputs written into their donated inputs (parameter and state updates) take no memory of their own.
+        reuses = getattr(self._exe, "output_reuses_input", [])
+        outputs = nbytes_of([t for k, t in enumerate(g.output_types) if k >= len(reuses) or reuses[k] < 0])
+        running = self._exe.memory()["arena_bytes"] + outputs
+        return {"parameters": params, "optimizer_state": states, "inputs": inputs, "gradients": 0, "kept_boundaries": 0,
+                "running_graph": running, "total": params + states + inputs + running, "segments": 1}
 
     def __call__(self, *inputs):
-        want = self._n_data + (1 if self._has_target else 0)
-        if len(inputs) != want:
+        if len(inputs) != self.n_batch:
             raise KilnError(f"the training step takes {self._n_data} model input(s)" + (" and the target" if self._has_target else "")
                             + f", got {len(inputs)} argument(s)")
         feed = [_np.ascontiguousarray(a) for a in inputs[: self._n_data]]
@@ -296,11 +162,11 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     optimizer: SGD, Adam or AdamW (default SGD(lr=0.01)).
     seed: the dropout masks' seed (each step draws new masks from it and the step number).
     memory_limit: bytes a step may hold (``step.memory()`` reports them); over it, activations are
-    recomputed instead of kept (train_checkpoint.py): the fewest segments that fit are chosen, or a
+    recomputed instead of kept (kiln/train/checkpoint.py): the fewest segments that fit are chosen, or a
     KilnError says the least memory any segmentation reached. segments=K forces K segments.
     precision: "bfloat16" or "float16" runs MatMul/Gemm/Conv on values rounded to it with float32
-    accumulation, float32 master weights (train_precision.py). loss_scale: None ("dynamic" for
-    float16), "dynamic", a fixed number, or a train_precision.LossScaler; ``step.scaler`` holds it.
+    accumulation, float32 master weights (kiln/train/precision.py). loss_scale: None ("dynamic" for
+    float16), "dynamic", a fixed number, or a kiln.train.LossScaler; ``step.scaler`` holds it.
     db: a tuning database: each fused group of the step takes its best record, as kiln.compile's do.
     Tune a step with ``kiln.tune_model(step.graph, db=...)``: its forward, backward and update
     groups are tasks like any model's.
@@ -313,12 +179,12 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     precision = _prec.check_precision(precision)
     scaler = _prec.scaler_of(loss_scale, precision)
     m = _Lifted(model, precision)
-    loss_v, y = _loss_value(loss, m.lifted.output_values[0], target_shape)
+    loss_v, y = loss_value(loss, m.lifted.output_values[0], target_shape)
     batch = m.data + ([y] if y is not None else [])
     scale_v, grads, finite = _step_gradients(loss_v, m, scaler)
     state_names = optimizer.state_names()
     states = [[_kg.make_input(f"{n}.{s}", list(p.shape), p.dtype) for s in state_names] for n, p in zip(m.names, m.params)]
-    scalars = _Scalars(loss_v.dtype)
+    scalars = Scalars(loss_v.dtype)
     new_params, new_states = optimizer.build(m.params, grads, states, scalars)
     if finite is not None:  # a step with inf/NaN gradients leaves parameters and state as they were
         new_params, new_states = _prec.guarded_update(finite, new_params, m.params, new_states, states)
@@ -336,9 +202,9 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     if segments is not None and int(segments) > 1:
         return _checkpointed(m.loss_graph(batch, loss_v, scaler), len(batch), m, optimizer, int(segments), target, seed_fn, scaler)
     exe = _kg.compile(graph, target=target, db=db, quiet=True)
-    params_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(m.names, m.values))
+    params_d = Parameters((n, _np.array(v, copy=True)) for n, v in zip(m.names, m.values))
     state_arrays = [[_np.zeros(p.shape, p.dtype) for _ in state_names] for p in m.params]
-    buffers_d = _Parameters((n, _np.array(v, copy=True)) for n, v in zip(m.buffer_names, m.buffer_values))
+    buffers_d = Parameters((n, _np.array(v, copy=True)) for n, v in zip(m.buffer_names, m.buffer_values))
     step = TrainStep(exe, graph, len(m.data), y is not None, params_d, state_names, state_arrays, scalars, buffers_d, optimizer, scaler)
     if memory_limit is None or step.memory()["total"] <= memory_limit:
         return step
@@ -374,12 +240,9 @@ class _Lifted:
         names = ["loss"]
         if scaler is not None:
             scale_v = _kg.make_input(LOSS_SCALE_INPUT, [], loss_v.dtype)
-            ins, outs, names = ins + [scale_v], [_op("Mul", loss_v, scale_v), loss_v], ["scaled_loss", "loss"]
+            ins, outs, names = ins + [scale_v], [op("Mul", loss_v, scale_v), loss_v], ["scaled_loss", "loss"]
         new_buffers = self.lifted.output_values[1:]
         return _kg.make_graph(ins, outs + new_buffers, names + [f"new.{n}" for n in self.buffer_names])
-
-
-LOSS_SCALE_INPUT = "train.loss_scale"  # the input a scaled step reads its loss scale from
 
 
 def _step_gradients(loss_v, m, scaler):
@@ -394,7 +257,6 @@ def _step_gradients(loss_v, m, scaler):
 
 
 def _checkpointed(loss_graph, n_batch, m, optimizer, segments, target, seed_fn=None, scaler=None):
-    from . import train_checkpoint as _ck
     if not hasattr(_kiln, "dist"):
         raise KilnError("recomputing activations needs kiln's distribution pass (its balanced cut); this kiln was built without it")
     return _ck.compile_checkpointed(loss_graph, n_batch, m, optimizer, segments, target, seed_fn, scaler)

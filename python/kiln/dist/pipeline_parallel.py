@@ -5,18 +5,17 @@ import time as _time
 
 import numpy as _np
 
-from ._ffi import KilnError, _kiln
+from .._ffi import KilnError, _kiln
+from .. import graph as _g
+from ..train import SGD
+from ..train.checkpoint import apply_update, update_graph
+from ..train.loss import loss_value
+from ..train.parameters import Parameters
+from ..train.segments import backward_graph
+from .comm import rank, size
 
 _d = _kiln.dist
-_kg = _kiln.graph
-
-
-def rank():
-    return _d.rank()
-
-
-def size():
-    return _d.size()
+_kg = _kiln.graph  # the native graph API: a training stage runs native executors; an inference stage, kiln.graph's (_g)
 
 
 def _send(a, peer, tag):
@@ -91,7 +90,6 @@ class PipelinePlan:
         if size() != len(self.stages):
             raise KilnError(f"the pipeline has {len(self.stages)} stages but {size()} process(es) run; "
                             f"start them with mpirun -np {len(self.stages)}")
-        from . import graph as _g
         return PipelineRunner(self, _g.compile(self.stages[rank()]["graph"], target=target))
 
 
@@ -146,55 +144,12 @@ def pipeline(model, micro_batches=4, num_stages=None, cost=None):
     cost model of strategy="auto"; `cost` overrides its machine, e.g. from ``calibrate()``).
     Each rank runs its stage on `micro_batches` micro-batches in a row, sending each one's
     boundary values to the next rank. Returns a PipelinePlan; ``plan.compile()`` on every rank."""
-    from .graph import Graph
-    if not isinstance(model, Graph):
+    if not isinstance(model, _kg.Graph):
         raise KilnError(f"kiln.dist.pipeline takes a kiln.graph.Graph, got a {type(model).__name__}")
     if int(micro_batches) < 1:
         raise KilnError(f"micro_batches must be at least 1, got {micro_batches}")
     stages, text = _d.cut_pipeline(model, size() if num_stages is None else int(num_stages), {k: float(v) for k, v in (cost or {}).items()})
     return PipelinePlan(model, stages, text, int(micro_batches))
-
-
-def _vjp_graph(stage, param_names, rounded_grads=()):
-    """The stage's backward: its inputs and, except on the last stage, the gradients of what it sends
-    (``grad.<name>``) in; the gradients of what it received and of its parameters out (the last stage
-    puts its loss first, and its graph's other outputs last). It recomputes the stage's forward, so a
-    micro-batch keeps only its stage inputs between the two passes (GPipe's re-materialisation).
-    `rounded_grads`: the sent values whose incoming gradients hold bfloat16 values (the next stage's
-    backward gives them rounded, see bfloat16_grads); they are rounded again here, which changes no
-    value, so that the products reading them still take the bfloat16 dot products."""
-    g = stage["graph"]
-    ins, outs = g.input_values, g.output_values
-    n_recv = len(stage["recv"])
-    params = [ins[n_recv + i] for i, n in enumerate(stage["model_inputs"]) if n in param_names]
-    wrt = ins[:n_recv] + params
-    last = not stage["send"]
-    dys = [] if last else [_kg.make_input(f"grad.{n}", list(o.shape), o.dtype) for n, o in zip(stage["send"], outs)]
-    if last:
-        got = _kg.gradients(outs[0], wrt)
-    else:  # integer values sent on have no gradient
-        seeds = [(o, _bf16_round(d) if n in rounded_grads else d)
-                 for n, o, d in zip(stage["send"], outs, dys) if o.dtype.startswith("float")]
-        got = _kg.vjp([o for o, _ in seeds], [d for _, d in seeds], wrt)
-    grads = [gv if gv is not None else _kg.make_constant(f"zero_grad_{i}", _np.zeros(v.shape, v.dtype))
-             for i, (v, gv) in enumerate(zip(wrt, got))]
-    names = ([g.output_names[0]] if last else []) + [f"grad.{n}" for n in stage["recv"]] + \
-        [f"grad.{n}" for n in stage["model_inputs"] if n in param_names]
-    extras = list(outs[1:]) if last else []  # the last stage's other outputs, passed on (a checkpointed step's buffers)
-    return _kg.make_graph(list(ins) + dys, ([outs[0]] if last else []) + grads + extras,
-                          names + (list(g.output_names[1:]) if last else [])), len(params)
-
-
-def _bf16_round(v):
-    from .train import _op
-    return _op("Cast", _op("Cast", v, to=16), to=1)
-
-
-def bfloat16_grads(stage, vjp_graph):
-    """The names of the values `stage` received whose gradients its backward `vjp_graph` gives
-    holding bfloat16 values: the previous stage's rounded_grads."""
-    outs = vjp_graph.output_values[(0 if stage["send"] else 1):]
-    return {n for n, v in zip(stage["recv"], outs) if _kg.holds_bfloat16_values(v)}
 
 
 class PipelineTrainStep:
@@ -247,7 +202,6 @@ class PipelineTrainStep:
         return out
 
     def _apply(self, grads):
-        from .train_checkpoint import apply_update
         apply_update(self._update, self.parameters, grads, self._states, self._scalars, self.steps)
 
     def all_parameters(self):
@@ -383,7 +337,6 @@ class PipelineTrainPlan:
                              f"ideal bubble (P-1)/(M+P-1) = {(p - 1) / (m + p - 1):.2f}")
 
     def compile(self, target="llvm"):
-        from . import train as _t
         if size() != len(self.stages):
             raise KilnError(f"the pipeline has {len(self.stages)} stages but {size()} process(es) run; "
                             f"start them with mpirun -np {len(self.stages)}")
@@ -391,15 +344,14 @@ class PipelineTrainPlan:
         stage = self.stages[r]
         pset = set(self._names)
         fwd = _kg.compile(stage["graph"], target=target) if stage["send"] else None
-        bwd_graph, n_params = _vjp_graph(stage, pset)
+        bwd_graph, n_params = backward_graph(stage, pset)
         bwd = _kg.compile(bwd_graph, target=target)
         mine = self.stage_params[r]
         values = dict(zip(self._names, self._values))
-        params = _t._Parameters((n, _np.array(values[n], copy=True)) for n in mine)
+        params = Parameters((n, _np.array(values[n], copy=True)) for n in mine)
         state_names = self.optimizer.state_names()
         update, states, scalars = None, [], None
         if mine:
-            from .train_checkpoint import update_graph
             g, scalars = update_graph(self.optimizer, mine, [values[n] for n in mine])
             update = _kg.compile(g, target=target)
             states = [[_np.zeros(values[n].shape, values[n].dtype) for _ in state_names] for n in mine]
@@ -416,14 +368,13 @@ def pipeline_train(model, loss="cross_entropy", optimizer=None, micro_batches=4,
     Adam, AdamW). schedule="1f1b" (default) interleaves forwards and backwards so a stage keeps at most
     as many micro-batches as stages after it; "gpipe" runs all forwards first. Both give the same
     losses and parameters. Returns a PipelineTrainPlan; ``plan.compile()`` on every rank."""
-    from . import train as _t
     if not isinstance(model, _kg.Graph):
         raise KilnError(f"kiln.dist.pipeline_train takes a kiln.graph.Graph, got a {type(model).__name__}")
     if int(micro_batches) < 1:
         raise KilnError(f"micro_batches must be at least 1, got {micro_batches}")
     if schedule not in ("1f1b", "gpipe"):
         raise KilnError(f"schedule must be '1f1b' or 'gpipe', got {schedule!r}")
-    optimizer = optimizer or _t.SGD()
+    optimizer = optimizer or SGD()
     lifted, names, values, buffer_names, _, seed_input = _kg.lift_parameters(model, training=True)
     if buffer_names or seed_input:
         raise KilnError("pipeline_train does not handle batch-norm running statistics or dropout yet; "
@@ -433,7 +384,7 @@ def pipeline_train(model, loss="cross_entropy", optimizer=None, micro_batches=4,
     n_data = len(model.input_names)
     ins = lifted.input_values
     data, params = ins[:n_data], ins[n_data: n_data + len(names)]
-    loss_v, y = _t._loss_value(loss, lifted.output_values[0], None)
+    loss_v, y = loss_value(loss, lifted.output_values[0], None)
     batch = data + ([y] if y is not None else [])
     graph = _kg.make_graph(batch + params, [loss_v], ["loss"])
     n = size() if num_stages is None else int(num_stages)

@@ -1,0 +1,71 @@
+"""Models into kiln graphs: ONNX files and protos (from_onnx), PyTorch modules (from_torch, through ONNX)."""
+import numpy as _np
+
+from .._ffi import KilnError, _kiln
+
+_g = _kiln.graph
+
+
+def _shape_dict(shapes):
+    if shapes is None:
+        return {}
+    if not isinstance(shapes, dict):
+        raise KilnError(f"shapes must be a dict of input name -> shape, got a {type(shapes).__name__}")
+    out = {}
+    for name, shape in shapes.items():
+        try:
+            out[str(name)] = [int(d) for d in (shape if hasattr(shape, "__iter__") else [shape])]
+        except (TypeError, ValueError):
+            raise KilnError(f"shapes['{name}'] must be a sequence of ints, got {shape!r}") from None
+    return out
+
+
+def from_onnx(model, shapes=None):
+    """Imports an ONNX model (opsets 11 to 17) as a :class:`Graph`.
+
+    `model` is a file path, an ``onnx.ModelProto`` or the serialised bytes
+    of one. `shapes` maps input names to static shapes; it is needed for
+    every input with a symbolic dimension (``{"input": (1, 3, 224, 224)}``).
+    """
+    import os
+
+    shape_map = _shape_dict(shapes)
+    if isinstance(model, (str, os.PathLike)):
+        return _g.from_onnx_file(os.fspath(model), shape_map)
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return _g.from_onnx_bytes(bytes(model), shape_map)
+    if hasattr(model, "SerializeToString"):
+        return _g.from_onnx_bytes(model.SerializeToString(), shape_map)
+    raise KilnError(f"from_onnx takes a file path, an onnx.ModelProto or its bytes, got a {type(model).__name__}")
+
+
+def from_torch(module, example_inputs, opset=13):
+    """Imports a PyTorch module through ONNX (exported in memory, in eval mode).
+
+    `example_inputs` is a tensor or a tuple of tensors (numpy arrays are
+    converted); the graph's inputs get their shapes and are named
+    ``input0``, ``input1``, ...
+    """
+    import io
+
+    import torch
+
+    if isinstance(example_inputs, (list, tuple)):
+        args = tuple(example_inputs)
+    else:
+        args = (example_inputs,)
+    args = tuple(torch.from_numpy(_np.ascontiguousarray(a)) if isinstance(a, _np.ndarray) else a for a in args)
+    for i, a in enumerate(args):
+        if not isinstance(a, torch.Tensor):
+            raise KilnError(f"from_torch: example input {i} is a {type(a).__name__}; pass tensors (or numpy arrays)")
+    names = [f"input{i}" for i in range(len(args))]
+    was_training = module.training
+    module.eval()
+    buf = io.BytesIO()
+    try:
+        with torch.no_grad():
+            torch.onnx.export(module, args, buf, opset_version=int(opset), input_names=names,
+                              training=torch.onnx.TrainingMode.EVAL, do_constant_folding=True)
+    finally:
+        module.train(was_training)
+    return from_onnx(buf.getvalue(), shapes={n: tuple(a.shape) for n, a in zip(names, args)})
