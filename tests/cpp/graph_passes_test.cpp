@@ -183,8 +183,18 @@ TEST(GraphPasses, FoldBatchNormIntoConv) {
 // conv -> relu -> conv -> (+ x) in NCHW: after alter_conv_layout the convs,
 // the relu and the residual add run blocked, with one transform in and one out.
 // Whole vectors up to the cap; where none divides the channels, at most one
-// vector's part (24 channels on 16 lanes: 12 under both caps, not 24).
+// vector's part (24 channels on 16 lanes: 12 under both caps, not 24), or
+// whole vectors over the channels padded to a vector where that wastes
+// fewer lanes (58 channels: 64 in blocks of 16 or 32, not blocks of 2).
 TEST(GraphPasses, ChannelBlocksAreWholeVectorsOrAtMostOne) {
+  EXPECT_EQ(graph::channel_block_for(58, 32, 16), 32);
+  EXPECT_EQ(graph::channel_block_for(58, 16, 16), 16);
+  EXPECT_EQ(graph::channel_block_for(116, 32, 16), 32);
+  EXPECT_EQ(graph::channel_block_for(232, 32, 16), 16);  // 240: 15 vectors
+  EXPECT_EQ(graph::channel_block_for(116, 16, 8), 8);    // 120: 15 vectors
+  EXPECT_EQ(graph::channel_block_for(232, 16, 8), 8);    // divides: no padding
+  EXPECT_EQ(graph::padded_channels(58, 32), 64);
+  EXPECT_EQ(graph::padded_channels(232, 8), 232);
   EXPECT_EQ(graph::channel_block_for(64, 32, 16), 32);
   EXPECT_EQ(graph::channel_block_for(144, 32, 16), 16);
   EXPECT_EQ(graph::channel_block_for(96, 32, 16), 32);
