@@ -26,6 +26,11 @@ DEFAULT_SHAPES = ("58:58:28:1:1,64:64:28:1:1,116:116:14:1:1,128:128:14:1:1,232:2
                   "58:58:28:3:1,64:64:28:3:1,116:116:14:3:2,128:128:14:3:2,3:24:224:3:2,3:64:224:7:2")
 
 
+# Between the two sides: the other's idle threads stop spinning (kiln's pool
+# after microseconds, OpenMP's after up to 200 ms) before the timing starts.
+QUIET_S = 0.25
+
+
 def parse_shapes(text):
     out = []
     for item in text.split(","):
@@ -66,8 +71,10 @@ def bench_shape(kiln, torch, np, shape, args):
         rows = exe.profile(xn, repeats=args.repeat)
         conv_t.append(sum(r["seconds"] for r in rows if "Conv" in r["name"] or "Winograd" in r["name"]))
         call_t.append(median_call(lambda: exe(xn), args.repeat))
+        time.sleep(QUIET_S)
         with torch.no_grad():
             torch_t.append(median_call(lambda: net(x), args.repeat))
+        time.sleep(QUIET_S)
     gf = lambda t: flop / t / 1e9  # noqa: E731
     name = f"{C}->{K} {HW}x{HW} {R}x{R}/s{S}"
     print(f"{name:24s} {gf(min(conv_t)):8.1f} {gf(statistics.median(conv_t)):8.1f}   {gf(min(call_t)):8.1f} {gf(statistics.median(call_t)):8.1f}"

@@ -17,7 +17,11 @@
 // for the convolution, else default_conv_cap's: two vectors, or one where a
 // two-vector tile fits too few output pixels), so between convolutions under
 // one cap nothing is re-blocked; where the plan changes the cap, a
-// transform from one block to the other (b1 -> b2) remains.
+// transform from one block to the other (b1 -> b2) remains. Channels no
+// whole vector divides (ShuffleNetV2's 58, 116, 232) are padded to whole
+// vectors: the blocked tensor holds the last block full, the weights meet
+// the padding with zeros, the transform back to NCHW drops it, and only
+// elementwise operators that keep it finite (finite_on_finite) run over it.
 // MatMul/Gemm weights (constant, 2-D) are packed the same way, into panels
 // [N/nb, K, nb], the copy the tuner's pack rule would make at every call.
 #include <algorithm>
@@ -148,7 +152,8 @@ class LayoutRewriter {
     if ((n->op->name == "MatMul" || n->op->name == "Gemm") && n->inputs.size() >= 2) return rewrite_matmul(*n);
     if (n->op->name == "kiln.LayoutTransform") {
       // Transforms in a row collapse; relayout looks through the producer.
-      Value out = relayout(n->inputs[0], n->attrs.get_int("src_block"), n->attrs.get_int("dst_block"), n->types[0].ndim() == 4 ? n->types[0].shape[1] : n->attrs.get_int_or("channels", 0));
+      const int64_t channels = n->types[0].ndim() == 4 ? n->types[0].shape[1] : n->attrs.get_int_or("channels", 0);
+      Value out = relayout(n->inputs[0], n->attrs.get_int("src_block"), n->attrs.get_int("dst_block"), channels);
       return out == n->output() ? std::vector<Value>{} : std::vector<Value>{out};
     }
     if (auto pooled = rewrite_pool(*n); !pooled.empty()) return pooled;
