@@ -1,5 +1,7 @@
 #include "kiln/ops/layout.h"
 
+#include <algorithm>
+
 #include "kiln/ir/op.h"
 #include "kiln/ops/broadcast.h"
 #include "kiln/runtime/ndarray.h"
@@ -51,12 +53,15 @@ te::Tensor pad_hw(const te::Tensor& X, int top, int left, int bottom, int right,
   }, name, X.ndim() == 4 ? std::vector<std::string>{"n", "c", "h", "w"} : std::vector<std::string>{"n", "c", "h", "w", "cb"});
 }
 
-te::Tensor change_channel_block(const te::Tensor& X, int from, int to, const std::string& name) {
+te::Tensor change_channel_block(const te::Tensor& X, int from, int to, const std::string& name, int64_t channels) {
   std::vector<int64_t> s = const_shape(X);
   KILN_USER_CHECK((from == 0 && s.size() == 4) || (from > 0 && s.size() == 5 && s[4] == from))
       << "change_channel_block: '" << X.name() << "' " << shape_to_string(s) << " is not in the layout of block " << from;
-  int64_t C = from == 0 ? s[1] : s[1] * s[4];
-  KILN_USER_CHECK(to >= 0 && (to == 0 || C % to == 0)) << "change_channel_block: " << C << " channels do not split into blocks of " << to;
+  const int64_t held = from == 0 ? s[1] : s[1] * s[4];  // padding included
+  const int64_t C = channels > 0 ? channels : held;
+  KILN_USER_CHECK(to >= 0 && (to == 0 || channels > 0 || C % to == 0)) << "change_channel_block: " << C << " channels do not split into blocks of " << to;
+  KILN_USER_CHECK(C <= held && (from > 0 || C == held) && held - C < std::max(from, 1))
+      << "change_channel_block: '" << X.name() << "' " << shape_to_string(s) << " does not hold " << C << " channels in blocks of " << from;
   // The source element of channel c at pixel (n, h, w).
   auto read = [&](Expr n, Expr c, Expr h, Expr w) {
     if (from == 0) return X(n, c, h, w);
@@ -64,8 +69,15 @@ te::Tensor change_channel_block(const te::Tensor& X, int from, int to, const std
   };
   if (to == 0)
     return te::compute({E(s[0]), E(C), E(s[2]), E(s[3])}, [&](const std::vector<Var>& i) { return read(i[0], i[1], i[2], i[3]); }, name, {"n", "c", "h", "w"});
-  return te::compute({E(s[0]), E(C / to), E(s[2]), E(s[3]), E(to)},
-                     [&](const std::vector<Var>& i) { return read(i[0], i[1] * to + i[4], i[2], i[3]); }, name, {"n", "co", "h", "w", "ci"});
+  const int64_t blocks = (C + to - 1) / to;
+  return te::compute({E(s[0]), E(blocks), E(s[2]), E(s[3]), E(to)},
+                     [&](const std::vector<Var>& i) {
+                       Expr c = i[1] * to + i[4];
+                       // The padded tail of the last block reads as zero (a padded source holds no more than C).
+                       if (blocks * to == C) return read(i[0], c, i[2], i[3]);
+                       return if_then_else(c < E(C), read(i[0], c, i[2], i[3]), make_zero(X.dtype()));
+                     },
+                     name, {"n", "co", "h", "w", "ci"});
 }
 
 te::Tensor conv2d_nchwc_general(const te::Tensor& X, const te::Tensor& Wt, const Conv2dParams& p, const std::string& name) {

@@ -17,6 +17,7 @@
 #include "kiln/ops/nn.h"
 #include "kiln/support/error.h"
 #include "graph_test_util.h"
+#include "test_util.h"
 
 namespace kiln::graph {
 namespace {
@@ -183,8 +184,18 @@ TEST(GraphPasses, FoldBatchNormIntoConv) {
 // conv -> relu -> conv -> (+ x) in NCHW: after alter_conv_layout the convs,
 // the relu and the residual add run blocked, with one transform in and one out.
 // Whole vectors up to the cap; where none divides the channels, at most one
-// vector's part (24 channels on 16 lanes: 12 under both caps, not 24).
+// vector's part (24 channels on 16 lanes: 12 under both caps, not 24), or
+// whole vectors over the channels padded to a vector where that wastes
+// fewer lanes (58 channels: 64 in blocks of 16 or 32, not blocks of 2).
 TEST(GraphPasses, ChannelBlocksAreWholeVectorsOrAtMostOne) {
+  EXPECT_EQ(graph::channel_block_for(58, 32, 16), 32);
+  EXPECT_EQ(graph::channel_block_for(58, 16, 16), 16);
+  EXPECT_EQ(graph::channel_block_for(116, 32, 16), 32);
+  EXPECT_EQ(graph::channel_block_for(232, 32, 16), 16);  // 240: 15 vectors
+  EXPECT_EQ(graph::channel_block_for(116, 16, 8), 8);    // 120: 15 vectors
+  EXPECT_EQ(graph::channel_block_for(232, 16, 8), 8);    // divides: no padding
+  EXPECT_EQ(graph::padded_channels(58, 32), 64);
+  EXPECT_EQ(graph::padded_channels(232, 8), 232);
   EXPECT_EQ(graph::channel_block_for(64, 32, 16), 32);
   EXPECT_EQ(graph::channel_block_for(144, 32, 16), 16);
   EXPECT_EQ(graph::channel_block_for(96, 32, 16), 32);
@@ -192,6 +203,34 @@ TEST(GraphPasses, ChannelBlocksAreWholeVectorsOrAtMostOne) {
   EXPECT_EQ(graph::channel_block_for(24, 32, 16), 12);
   EXPECT_EQ(graph::channel_block_for(24, 16, 16), 12);
   EXPECT_EQ(graph::channel_block_for(3, 32, 16), 3);
+}
+
+// A blocked tensor may hold its last block padded: NCHW 58 -> blocks of 16
+// holds 64 channels, the last 6 zero, and back to NCHW gives the 58; without
+// `channels` a block that does not divide is refused with the fix named.
+TEST(GraphPasses, LayoutTransformPadsAndDropsTheLastBlock) {
+  auto x = make_input("x", {{1, 58, 2, 3}, DataType::Float(32)});
+  auto lt = [](Value v, int64_t from, int64_t to, int64_t channels) {
+    Attrs a;
+    a.set("src_block", from);
+    a.set("dst_block", to);
+    if (channels > 0) a.set("channels", channels);
+    return make_op("kiln.LayoutTransform", {v}, a, "lt")->output();
+  };
+  Value blocked = lt(x->output(), 0, 16, 58);
+  EXPECT_EQ(blocked.type().shape, (std::vector<int64_t>{1, 4, 2, 3, 16}));
+  Value reblocked = lt(blocked, 16, 8, 58);  // 64 held, 58 true: blocks of 8 hold 64 again
+  EXPECT_EQ(reblocked.type().shape, (std::vector<int64_t>{1, 8, 2, 3, 8}));
+  Value back = lt(reblocked, 8, 0, 58);
+  EXPECT_EQ(back.type().shape, (std::vector<int64_t>{1, 58, 2, 3}));
+  NDArray in = random_array({1, 58, 2, 3}, 3);
+  std::vector<NDArray> out = compile(Graph::make({x}, {back, blocked})).run({in});
+  for (int64_t i = 0; i < in.numel(); ++i) EXPECT_EQ(out[0].data_as<float>()[i], in.data_as<float>()[i]);
+  const float* b = out[1].data_as<float>();
+  for (int64_t c = 0; c < 64; ++c)
+    for (int64_t p = 0; p < 6; ++p) EXPECT_EQ(b[((c / 16) * 6 + p) * 16 + c % 16], c < 58 ? in.data_as<float>()[c * 6 + p] : 0.0f) << c << " " << p;
+  EXPECT_TRUE(kiln::testing::throws_with([&] { lt(x->output(), 0, 16, 0); }, "58 channels do not split into blocks of 16; give channels"));
+  EXPECT_TRUE(kiln::testing::throws_with([&] { lt(blocked, 16, 0, 40); }, "does not hold 40 channels"));
 }
 
 TEST(GraphPasses, AlterConvLayoutLeavesTransformsAtTheBoundary) {

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "kiln/codegen/llvm.h"
 #include "kiln/ir/op.h"
 #include "kiln/ir/printer.h"
 #include "kiln/ir/structural.h"
@@ -552,6 +553,28 @@ TEST_P(TunerSketch, DefaultInlinesTheDepthwisePadding) {
   // A plain NCHWc conv keeps its stored padding.
   SearchSpace conv(task_of(conv_nchwc_case(1)));
   EXPECT_NE(conv.describe_sketch(conv.default_candidate().sketch).find("conv.pad: simple"), std::string::npos) << conv.describe_sketch(conv.default_candidate().sketch);
+}
+
+// A 3-channel stem (3x3, stride 2) unrolls the channels of its block only,
+// not the kernel columns: unrolled, the columns' taps reread the inputs of
+// neighbouring pixels, which LLVM kept in registers beside the register tile
+// (175 vector spills and reloads per tile on AVX-512).
+TEST_P(TunerSketch, AStemConvUnrollsItsBlocksChannelsOnlyAndDoesNotSpill) {
+  const int lanes = rules_lanes();
+  te::Tensor X = te::placeholder({1, 1, 224, 224, 3}, DataType::Float(32), "X"), W = te::placeholder({2, 1, 3, 3, 3, lanes}, DataType::Float(32), "W");
+  ops::Conv2dParams p;
+  p.stride_h = p.stride_w = 2;
+  p.pad_top = p.pad_left = p.pad_bottom = p.pad_right = 1;
+  te::Tensor O = ops::conv2d_nchwc_general(X, W, p);
+  SearchSpace space(make_task({X, W, O}, rules_target()));
+  Candidate d = space.default_candidate();
+  const std::string text = space.describe_candidate(d);
+  EXPECT_NE(text.find("conv.rx=3x1"), std::string::npos) << text;
+  EXPECT_NE(text.find("conv.rci=1x3"), std::string::npos) << text;
+  te::Schedule sch = space.materialize(&d);
+  std::string assembly = codegen::emit_assembly({te::lower(sch, {X, W, O}, "stem")}, rules_target());
+  testing::SpillCount spills = testing::count_vector_spills(assembly, rules_target().vector_bits / 8);
+  EXPECT_LE(spills.total(), 24) << rules_target().str() << ": " << spills.first;
 }
 
 // A 1 x 1 conv whose weights for one output-channel block outgrow L1

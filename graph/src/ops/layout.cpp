@@ -54,20 +54,25 @@ TensorType conv_out(const OpCall& c, int64_t k_blocks, int64_t kb, int64_t KH, i
 const bool registered = [] {
   OpDef lt;
   lt.name = "kiln.LayoutTransform";
-  lt.doc = "changes the channel blocking: src_block/dst_block 0 is NCHW, b is [N, C/b, H, W, b]";
-  lt.attrs = {{"src_block", AttrKind::Int, std::nullopt}, {"dst_block", AttrKind::Int, std::nullopt}};
+  lt.doc = "changes the channel blocking: src_block/dst_block 0 is NCHW, b is [N, ceil(C/b), H, W, b]; "
+           "channels (0: all the input holds) is C where a blocked side pads its last block";
+  lt.attrs = {{"src_block", AttrKind::Int, std::nullopt}, {"dst_block", AttrKind::Int, std::nullopt}, {"channels", AttrKind::Int, int64_t{0}}};
   lt.pattern = Pattern::Injective;
   lt.infer = [](const OpCall& c) {
-    int64_t from = c.attrs.get_int("src_block"), to = c.attrs.get_int("dst_block");
+    int64_t from = c.attrs.get_int("src_block"), to = c.attrs.get_int("dst_block"), channels = c.attrs.get_int_or("channels", 0);
     const auto& s = c.input_types[0].shape;
     if (!((from == 0 && s.size() == 4) || (from > 0 && s.size() == 5 && s[4] == from))) c.fail("input " + c.input_types[0].str() + " is not in the layout of block " + std::to_string(from));
-    int64_t C = from == 0 ? s[1] : s[1] * s[4];
-    if (to < 0 || (to > 0 && C % to != 0)) c.fail(std::to_string(C) + " channels do not split into blocks of " + std::to_string(to));
-    std::vector<int64_t> out = to == 0 ? std::vector<int64_t>{s[0], C, s[2], s[3]} : std::vector<int64_t>{s[0], C / to, s[2], s[3], to};
+    const int64_t held = from == 0 ? s[1] : s[1] * s[4];
+    const int64_t C = channels > 0 ? channels : held;
+    if (channels < 0 || C > held || (from == 0 && C != held) || held - C >= std::max<int64_t>(from, 1))
+      c.fail("input " + c.input_types[0].str() + " does not hold " + std::to_string(C) + " channels; give channels of at most a block less than it holds");
+    if (to < 0 || (to > 0 && channels == 0 && C % to != 0)) c.fail(std::to_string(C) + " channels do not split into blocks of " + std::to_string(to) + "; give channels to pad the last block");
+    std::vector<int64_t> out = to == 0 ? std::vector<int64_t>{s[0], C, s[2], s[3]} : std::vector<int64_t>{s[0], (C + to - 1) / to, s[2], s[3], to};
     return std::vector<TensorType>{{out, c.input_types[0].dtype}};
   };
   lt.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
-    return std::vector<te::Tensor>{ops::change_channel_block(in[0], static_cast<int>(c.attrs.get_int("src_block")), static_cast<int>(c.attrs.get_int("dst_block")))};
+    return std::vector<te::Tensor>{ops::change_channel_block(in[0], static_cast<int>(c.attrs.get_int("src_block")), static_cast<int>(c.attrs.get_int("dst_block")), "layout",
+                                                             c.attrs.get_int_or("channels", 0))};
   };
   lt.sharding = replicated_rule();
   register_op(lt);

@@ -17,10 +17,15 @@
 // for the convolution, else default_conv_cap's: two vectors, or one where a
 // two-vector tile fits too few output pixels), so between convolutions under
 // one cap nothing is re-blocked; where the plan changes the cap, a
-// transform from one block to the other (b1 -> b2) remains.
+// transform from one block to the other (b1 -> b2) remains. Channels no
+// whole vector divides (ShuffleNetV2's 58, 116, 232) are padded to whole
+// vectors: the blocked tensor holds the last block full, the weights meet
+// the padding with zeros, the transform back to NCHW drops it, and only
+// elementwise operators that keep it finite (finite_on_finite) run over it.
 // MatMul/Gemm weights (constant, 2-D) are packed the same way, into panels
 // [N/nb, K, nb], the copy the tuner's pack rule would make at every call.
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <tuple>
 #include <optional>
@@ -67,7 +72,9 @@ std::vector<int64_t> ints_or(const Attrs& a, const char* name, std::vector<int64
 }
 
 // A [*, C, *, *]-broadcastable constant (rank <= 4, every dim but C of size 1)
-// in the blocked form [1, C/b, 1, 1, b] (or [1, 1, 1, 1, 1] for a scalar).
+// in the blocked form [1, ceil(C/b), 1, 1, b] (or [1, 1, 1, 1, 1] for a scalar).
+// A padded last block repeats the last channel: an operator on the padding
+// then sees values it sees anyway (no division by a padded zero).
 std::optional<Value> blocked_constant(const NDArray& c, int64_t C, int64_t b) {
   std::vector<int64_t> s = c.shape();
   while (s.size() < 4) s.insert(s.begin(), 1);
@@ -78,9 +85,23 @@ std::optional<Value> blocked_constant(const NDArray& c, int64_t C, int64_t b) {
     return make_constant("blocked", out)->output();
   }
   // Channel c sits at [c / b, c % b]: the plain order, as C/b x b.
-  NDArray out = NDArray::empty({1, C / b, 1, 1, b}, c.dtype());
-  out.copy_from(c.data(), c.nbytes());
+  const int64_t held = padded_channels(C, b), bytes = c.nbytes() / C;
+  NDArray out = NDArray::empty({1, held / b, 1, 1, b}, c.dtype());
+  auto* dst = static_cast<char*>(out.data());
+  const auto* src = static_cast<const char*>(c.data());
+  std::memcpy(dst, src, c.nbytes());
+  for (int64_t k = C; k < held; ++k) std::memcpy(dst + k * bytes, src + (C - 1) * bytes, bytes);
   return make_constant("blocked", out)->output();
+}
+
+// Whether an elementwise operator maps finite inputs to finite outputs, so
+// it may run over the padded channels of a blocked tensor: what it leaves
+// there meets zero weights in the next conv, or is dropped, and must not be
+// an inf or NaN (0 * inf is NaN). Log, Div, Reciprocal, Pow... may not.
+bool finite_on_finite(const std::string& op) {
+  static const char* ops[] = {"Add", "Sub", "Mul", "Neg", "Abs", "Relu", "LeakyRelu", "PRelu", "Clip", "Sigmoid", "HardSigmoid",
+                              "HardSwish", "Tanh", "Elu", "Selu", "Max", "Min", "Identity"};
+  return std::find(std::begin(ops), std::end(ops), op) != std::end(ops);
 }
 
 struct ConvShape {
@@ -131,7 +152,8 @@ class LayoutRewriter {
     if ((n->op->name == "MatMul" || n->op->name == "Gemm") && n->inputs.size() >= 2) return rewrite_matmul(*n);
     if (n->op->name == "kiln.LayoutTransform") {
       // Transforms in a row collapse; relayout looks through the producer.
-      Value out = relayout(n->inputs[0], n->attrs.get_int("src_block"), n->attrs.get_int("dst_block"));
+      const int64_t channels = n->types[0].ndim() == 4 ? n->types[0].shape[1] : n->attrs.get_int_or("channels", 0);
+      Value out = relayout(n->inputs[0], n->attrs.get_int("src_block"), n->attrs.get_int("dst_block"), channels);
       return out == n->output() ? std::vector<Value>{} : std::vector<Value>{out};
     }
     if (auto pooled = rewrite_pool(*n); !pooled.empty()) return pooled;
@@ -139,14 +161,16 @@ class LayoutRewriter {
   }
 
  private:
-  // A value in another channel blocking, looking through a transform that produced it.
-  Value relayout(const Value& v, int64_t from, int64_t to) {
+  // A value of C channels (0: all it holds) in another channel blocking,
+  // looking through a transform that produced it. A block that does not
+  // divide C pads the last block (the transform records C).
+  Value relayout(const Value& v, int64_t from, int64_t to, int64_t C) {
     if (from == to) return v;
     if (v.node->kind == NodeKind::Op) {
       const auto& op = static_cast<const OpNode&>(*v.node);
       if (op.op->name == "kiln.LayoutTransform") {
         int64_t src = op.attrs.get_int("src_block");
-        return src == to ? op.inputs[0] : relayout(op.inputs[0], src, to);
+        return src == to ? op.inputs[0] : relayout(op.inputs[0], src, to, C);
       }
     }
     auto key = std::make_tuple(v.node.get(), v.index, from, to);
@@ -155,6 +179,7 @@ class LayoutRewriter {
     Attrs a;
     a.set("src_block", from);
     a.set("dst_block", to);
+    if (C > 0 && ((from > 0 && C % from != 0) || (to > 0 && C % to != 0))) a.set("channels", C);
     Value out = make_op("kiln.LayoutTransform", {v}, a, v.node->name + ".layout")->output();
     transforms_.emplace(key, out);
     return out;
@@ -175,10 +200,12 @@ class LayoutRewriter {
     if (shape->group == 1) {
       int64_t cb = channel_block_for(C, cap, lanes());
       kb = channel_block_for(K, cap, lanes());
-      Value blocked = relayout(x, 0, cb);
+      Value blocked = relayout(x, 0, cb, C);
+      // Channels padded to their blocks meet zero weights.
+      NDArray padded = zero_padded_weights(*W, padded_channels(K, kb), padded_channels(C, cb));
       const int64_t tile = winograd_tile(conv, shape->p, KH, KW, cb, kb);
-      y = tile ? winograd_conv(conv, blocked, *W, cb, kb, shape->p, tile)
-                                                                          : direct_conv(conv, blocked, *W, cb, kb, shape->p);
+      y = tile ? winograd_conv(conv, blocked, padded, cb, kb, shape->p, tile)
+                                                                          : direct_conv(conv, blocked, padded, cb, kb, shape->p);
     } else if (shape->group == C && K == C && ws[1] == 1) {
       kb = channel_block_for(C, cap, lanes());
       // Unplanned, a depthwise conv keeps the block its input comes in: it
@@ -187,12 +214,13 @@ class LayoutRewriter {
       // 960-channel layers at 7 x 7, blocked by 8 for their 1x1 convs: 7
       // transforms, 0.2 ms of 6.4 at 2 threads on Zen 3).
       const int64_t in_block = block_behind(x);
-      if (!plan_.names(conv.name) && in_block > 0 && in_block % lanes() == 0 && C % in_block == 0 && in_block <= max_block_) kb = in_block;
-      NDArray packed = NDArray::empty({C / kb, KH, KW, kb}, DataType::Float(32));
+      if (!plan_.names(conv.name) && in_block > 0 && in_block % lanes() == 0 && padded_channels(C, in_block) - C < lanes() && in_block <= max_block_) kb = in_block;
+      NDArray packed = NDArray::empty({padded_channels(C, kb) / kb, KH, KW, kb}, DataType::Float(32));
       float* p = packed.data_as<float>();
+      std::fill(p, p + packed.numel(), 0.0f);
       for (int64_t c = 0; c < C; ++c)
         for (int64_t r = 0; r < KH * KW; ++r) p[((c / kb) * KH * KW + r) * kb + c % kb] = w[c * KH * KW + r];
-      y = make_op("kiln.DepthwiseConvNCHWc", {relayout(x, 0, kb), make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()},
+      y = make_op("kiln.DepthwiseConvNCHWc", {relayout(x, 0, kb, C), make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()},
                   conv_attrs(shape->p), conv.name)->output();
     } else {
       return {};
@@ -202,7 +230,20 @@ class LayoutRewriter {
       NDArray per_channel = NDArray::wrap(B->data(), {1, K, 1, 1}, B->dtype());
       y = make_op("Add", {y, *blocked_constant(per_channel, K, kb)}, {}, conv.name + ".bias")->output();
     }
-    return {relayout(y, kb, 0)};
+    return {relayout(y, kb, 0, K)};
+  }
+
+  // [K, C, KH, KW] weights with zeros for the channels their blocks pad (W itself where none is).
+  static NDArray zero_padded_weights(const NDArray& W, int64_t K, int64_t C) {
+    const auto& ws = W.shape();
+    if (ws[0] == K && ws[1] == C) return W;
+    NDArray out = NDArray::empty({K, C, ws[2], ws[3]}, DataType::Float(32));
+    float* o = out.data_as<float>();
+    std::fill(o, o + out.numel(), 0.0f);
+    const int64_t taps = ws[2] * ws[3];
+    for (int64_t k = 0; k < ws[0]; ++k)
+      std::memcpy(o + k * C * taps, W.data_as<float>() + k * ws[1] * taps, sizeof(float) * ws[1] * taps);
+    return out;
   }
 
   // ConvNCHWc with the weights packed [K/kb, C/cb, KH, KW, cb, kb].
@@ -285,8 +326,9 @@ class LayoutRewriter {
     if (std::find(std::begin(pools), std::end(pools), n.op->name) == std::end(pools)) return {};
     int64_t b = block_behind(n.inputs[0]);
     if (b == 0 || n.inputs[0].type().ndim() != 4 || n.num_outputs() != 1) return {};
-    Value y = make_op("kiln." + n.op->name + "NCHWc", {relayout(n.inputs[0], 0, b)}, n.attrs, n.name)->output();
-    return {relayout(y, b, 0)};
+    const int64_t C = n.inputs[0].type().shape[1];
+    Value y = make_op("kiln." + n.op->name + "NCHWc", {relayout(n.inputs[0], 0, b, C)}, n.attrs, n.name)->output();
+    return {relayout(y, b, 0, C)};
   }
 
   // An elementwise/broadcast op over values that come out of blocked transforms, run blocked instead.
@@ -296,14 +338,14 @@ class LayoutRewriter {
     for (const Value& v : n.inputs)
       if (v.defined() && block_behind(v) > 0) b = block_behind(v);
     int64_t C = n.types[0].shape[1];
-    if (b == 0 || C % b != 0) return {};
+    if (b == 0 || (C % b != 0 && !finite_on_finite(n.op->name))) return {};
     std::vector<Value> in;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       const Value& v = n.inputs[i];
       if (!v.defined() || n.op->reads_at_compile_time(static_cast<int>(i))) {
         in.push_back(v);
       } else if (v.type().shape == n.types[0].shape) {
-        in.push_back(relayout(v, 0, b));  // looks through a transform from b
+        in.push_back(relayout(v, 0, b, C));  // looks through a transform from b
       } else if (const NDArray* c = constant_of(v)) {
         auto bc = blocked_constant(*c, C, b);
         if (!bc) return {};
@@ -313,7 +355,7 @@ class LayoutRewriter {
       }
     }
     Ref<OpNode> blocked = make_op(n.op, std::move(in), n.attrs, n.name);
-    return {relayout(blocked->output(), b, 0)};
+    return {relayout(blocked->output(), b, 0, C)};
   }
 
   int64_t lanes() const { return max_block_ / 2; }
@@ -328,11 +370,16 @@ class LayoutRewriter {
 
 int64_t channel_block_for(int64_t C, int64_t max_block, int64_t lanes) {
   int64_t best = whole_vectors_block(C, max_block, lanes);
-  // No whole vector divides C: at most one vector's part. Under the two-vector
-  // cap, 24 channels on AVX-512 took blocks of 24 (a vector and a half in
-  // every register tile): MobileNetV2's 144 -> 24 projections then ran at 51
-  // GFLOP/s by default against 108 with blocks of 12 (1 thread, Zen 5).
-  return best > 0 ? best : ops::channel_block(static_cast<int>(C), static_cast<int>(std::min(max_block, lanes)));
+  if (best > 0) return best;
+  // No whole vector divides C: a part-vector divisor (24 channels on AVX-512
+  // took 12 over 24: MobileNetV2's 144 -> 24 projections ran at 108 GFLOP/s
+  // against 51, 1 thread, Zen 5), or whole vectors over C padded to a vector
+  // where that uses more of each vector (58 channels: blocks of 2 ran its 1x1
+  // convs at 30 GFLOP/s, 2 threads, AVX-512; see padded_channels).
+  const int64_t part = ops::channel_block(static_cast<int>(C), static_cast<int>(std::min(max_block, lanes)));
+  const int64_t padded = padded_channels(C, lanes);
+  if (max_block >= lanes && C * lanes > part * padded) return whole_vectors_block(padded, max_block, lanes);
+  return part;
 }
 
 namespace {

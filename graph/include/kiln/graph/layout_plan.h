@@ -44,11 +44,16 @@ struct LayoutPlan {
 /**
  * The block of `channels` under a cap: the largest divisor up to the cap
  * that is whole vectors of `lanes` (24 channels, cap 16, 8 lanes: 8, not 12,
- * which would leave a part-vector in every register tile), else the largest
- * divisor up to one vector (3 channels: 3; 24 channels on 16 lanes: 12
- * under either cap, not 24).
+ * which would leave a part-vector in every register tile). Where no whole
+ * vector divides, whole vectors over the channels padded to a vector
+ * (padded_channels) if they waste fewer lanes than the largest divisor up
+ * to one vector, else that divisor: 58 channels on 16 lanes run as 64 in
+ * blocks of 16 or 32 (not blocks of 2, an eighth of each vector); 3
+ * channels keep blocks of 3, and 24 on 16 lanes blocks of 12, not 24.
  */
 int64_t channel_block_for(int64_t channels, int64_t cap, int64_t lanes);
+/** The channels a blocked tensor of `channels` in blocks of `block` holds: rounded up to the block. */
+inline int64_t padded_channels(int64_t channels, int64_t block) { return (channels + block - 1) / block * block; }
 
 /**
  * The cap of a (dense) convolution that no plan names: two vectors, unless

@@ -25,10 +25,13 @@ struct Conv2dParams {
 te::Tensor pad_hw(const te::Tensor& X, int top, int left, int bottom, int right, const std::string& name = "pad");
 /**
  * Changes the channel blocking of a 4-D NCHW tensor (block 0) or a 5-D
- * blocked one: to_block 0 gives NCHW, b > 0 gives [N, C/b, H, W, b]. C must
- * be a multiple of every block involved.
+ * blocked one: to_block 0 gives NCHW, b > 0 gives [N, ceil(C/b), H, W, b].
+ * `channels` is the tensor's true channel count C (0: all the input holds,
+ * which must then split into blocks of to_block). A blocked tensor may hold
+ * more than C channels, the last block padded: blocking pads it with zeros
+ * and unblocking drops it, so 58 channels run as 64 in whole vectors.
  */
-te::Tensor change_channel_block(const te::Tensor& X, int from_block, int to_block, const std::string& name = "layout");
+te::Tensor change_channel_block(const te::Tensor& X, int from_block, int to_block, const std::string& name = "layout", int64_t channels = 0);
 /** conv2d of a blocked input [N, C/cb, H, W, cb] and weights [K/kb, C/cb, KH, KW, cb, kb] to [N, K/kb, OH, OW, kb]. */
 te::Tensor conv2d_nchwc_general(const te::Tensor& X, const te::Tensor& W, const Conv2dParams& p, const std::string& name = "conv");
 /** Depthwise conv2d of a blocked input [N, C/b, H, W, b] and weights [C/b, KH, KW, b] to [N, C/b, OH, OW, b]. */
