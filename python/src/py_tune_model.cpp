@@ -7,6 +7,7 @@
 namespace kiln::python {
 
 using namespace kiln::graph;
+using namespace kiln::tuner;
 
 namespace {
 

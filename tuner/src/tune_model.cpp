@@ -15,7 +15,10 @@
 #include "kiln/tuner/tune.h"
 #include "kiln/tuning_db/database.h"
 
-namespace kiln::graph {
+namespace kiln::tuner {
+
+// The graph compiler's passes and types, which this file drives.
+using namespace graph;
 
 namespace {
 
@@ -302,4 +305,4 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
   return r;
 }
 
-}  // namespace kiln::graph
+}  // namespace kiln::tuner

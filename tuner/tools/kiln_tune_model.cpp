@@ -86,15 +86,15 @@ std::string accuracy(double a, int64_t pairs) {
 }
 
 /** Pairwise ranking accuracy of the cost model on the model's tasks, from the DB's records. */
-int print_rank_report(const std::vector<graph::ModelTask>& tasks, const std::string& db_path) {
+int print_rank_report(const std::vector<tuner::ModelTask>& tasks, const std::string& db_path) {
   tuning_db::Database db = tuning_db::Database::open(db_path);
   // The report judges this kiln's features: records of an earlier extractor are re-extracted first.
   int64_t migrated = 0;
-  for (const graph::ModelTask& t : tasks) migrated += tuner::migrate_features(db, t.task);
+  for (const tuner::ModelTask& t : tasks) migrated += tuner::migrate_features(db, t.task);
   if (migrated) std::printf("re-extracted the features of %lld earlier records\n", static_cast<long long>(migrated));
   std::vector<tuner::Sample> samples = tuner::load_training_samples(db);
   std::vector<std::string> keys;
-  for (const graph::ModelTask& t : tasks) keys.push_back(t.task.workload_key);
+  for (const tuner::ModelTask& t : tasks) keys.push_back(t.task.workload_key);
   tuner::RankingOptions o;
   o.folds = 4;  // every record held back once: 4x the pairs of one 25% split, for 4 trainings
   tuner::RankingReport r = tuner::ranking_report(samples, o, keys);
@@ -103,7 +103,7 @@ int print_rank_report(const std::vector<graph::ModelTask>& tasks, const std::str
   std::printf("%-18s %-36s %8s %20s %20s\n", "workload", "operators", "records", "within (pairs)", "cross (pairs)");
   for (const tuner::TaskRanking& t : r.tasks) {
     std::string key = t.group.substr(0, t.group.find('|')), ops;
-    for (const graph::ModelTask& m : tasks)
+    for (const tuner::ModelTask& m : tasks)
       if (m.task.workload_key == key) ops = m.ops;
     std::printf("%-18s %-36s %8d %20s %20s\n", key.c_str(), ops.substr(0, 36).c_str(), t.records,
                 accuracy(t.within, t.within_pairs).c_str(), accuracy(t.cross, t.cross_pairs).c_str());
@@ -119,7 +119,7 @@ int run_model(int argc, char** argv) {
   std::string path = argv[1];
   graph::CompileOptions copt;
   copt.db = "kiln_tuning.db";
-  graph::ModelTuneOptions topt;
+  tuner::ModelTuneOptions topt;
   std::map<std::string, std::vector<int64_t>> shapes;
   bool list = false, rank_report = false;
   int threads = 0;
@@ -157,15 +157,15 @@ int run_model(int argc, char** argv) {
   setenv("KILN_NUM_THREADS", std::to_string(threads).c_str(), 1);
   copt.target = target.empty() ? "llvm -num-cores=" + std::to_string(threads) : target;
   graph::Graph model = graph::from_onnx(path, shapes);
-  if (rank_report) return print_rank_report(graph::extract_tasks(model, copt), copt.db);
+  if (rank_report) return print_rank_report(tuner::extract_tasks(model, copt), copt.db);
   if (list) {
-    std::fputs(graph::tasks_table(graph::extract_tasks(model, copt)).c_str(), stdout);
+    std::fputs(tuner::tasks_table(tuner::extract_tasks(model, copt)).c_str(), stdout);
     return 0;
   }
   std::printf("kiln-tune: %s on %s, %d thread(s), budget %d trials, db %s\n", path.c_str(), copt.target.c_str(), threads, topt.trials, copt.db.c_str());
   std::fflush(stdout);
-  graph::ModelTuneResult r = graph::tune_model(model, copt, topt);
-  std::fputs(graph::tasks_table(r.tasks).c_str(), stdout);
+  tuner::ModelTuneResult r = tuner::tune_model(model, copt, topt);
+  std::fputs(tuner::tasks_table(r.tasks).c_str(), stdout);
   std::printf("%d trials in %d rounds, %.1f s\n", r.trials, r.rounds, r.elapsed_s);
   for (const std::string& f : r.failures) std::printf("warning: not tuned further after an error (please report it): %s\n", f.c_str());
   return 0;

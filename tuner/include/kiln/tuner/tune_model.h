@@ -7,10 +7,10 @@
  * tuning database, so a session resumes where an interrupted one stopped and
  * the records of one model serve every model with the same workloads.
  *
- * It is the graph compiler's entry point to tuning (namespace kiln::graph),
- * built into the tuner because it needs the search and the cost model: the
- * graph compiler itself needs neither (its default schedules come from the
- * rules in kiln_ops).
+ * The tuner's entry point for a whole graph: it sits above the graph
+ * compiler because it needs the search and the cost model, which the graph
+ * compiler itself needs neither of (its default schedules come from the rules
+ * in kiln_ops).
  */
 #ifndef KILN_TUNER_TUNE_MODEL_H
 #define KILN_TUNER_TUNE_MODEL_H
@@ -21,10 +21,13 @@
 #include "kiln/graph/executor.h"
 #include "kiln/tuner/schedule_rules.h"
 
-namespace kiln::graph {
+namespace kiln::tuner {
+
+using graph::CompileOptions;
+using graph::Graph;
 
 struct ModelTask {
-  tuner::Task task;
+  Task task;
   int weight = 1;                   ///< groups of the model with this workload
   std::string ops;                  ///< "kiln.ConvNCHWc+Add+Relu"
   std::vector<std::string> groups;  ///< the groups' names
@@ -100,6 +103,6 @@ struct ModelTuneResult {
  */
 ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const ModelTuneOptions& tune);
 
-}  // namespace kiln::graph
+}  // namespace kiln::tuner
 
 #endif  // KILN_TUNER_TUNE_MODEL_H
