@@ -248,6 +248,26 @@ TEST_F(ArithTest, Select) {
   check(an, if_then_else(i < 8, floordiv(i, 8), j), if_then_else(i < 8, 0, j));
 }
 
+TEST_F(ArithTest, SelectKeepsItsLoadsInBounds) {
+  // Both values of a select are evaluated (a vector select loads every
+  // lane): a load's index must stay in bounds where the condition is false,
+  // so the clamp of A[max(i - 2, 0)] stays under `2 <= i`. Around the load,
+  // and in the lazy if_then_else, the condition still simplifies.
+  Analyzer an;
+  an.bind(i, Range(0, 64));
+  Buffer A = Buffer::make("A", DataType::Float(32), {64});
+  Expr clamped = BufferLoad::make(A, {max(i - 2, 0)});
+  Expr f0 = FloatImm::make(DataType::Float(32), 0.0);
+  check_same(an, select(2 <= i, clamped, f0));
+  check_same(an, select(x < 5 && 2 <= i, clamped, f0));
+  check(an, select(2 <= i, clamped * cast(DataType::Float(32), max(i - 2, 0)), f0),
+        select(2 <= i, clamped * cast(DataType::Float(32), i - 2), f0));
+  check(an, select(2 <= i, select(x < 5, clamped, f0), f0), select(2 <= i, select(x < 5, clamped, f0), f0));
+  check(an, if_then_else(2 <= i, clamped, f0), if_then_else(2 <= i, BufferLoad::make(A, {i - 2}), f0));
+  // A lazy branch inside a select value is still evaluated wherever the select is.
+  check_same(an, select(2 <= i, if_then_else(x < 5, clamped, f0), f0));
+}
+
 TEST_F(ArithTest, LetAndBoundValues) {
   Var v("v");
   check(Let::make(v, 3, v + 1), 4);

@@ -349,5 +349,31 @@ TEST(LowerOps, ElementwiseChain) {
   }
 }
 
+// A Hillis-Steele scan step as kiln.GatherGrad writes it: each element adds
+// the one `step` back when a condition holds, its index clamped at 0. With
+// the 2-long sum unrolled, the simplifier knows `2 <= i` in the added value;
+// the vector select still loads every lane, so the clamp must stay (it was
+// dropped: lanes 0 and 1 loaded A[-2] and A[-1], and LLVM, free to assume an
+// in-bounds load, miscompiled the whole row).
+TEST(LowerSelect, ClampedLoadUnderUnrolledConditionStaysInBounds) {
+  constexpr int n = 32, step = 2;
+  Tensor A = te::placeholder({n}, DataType::Float(32), "A");
+  Tensor B = te::compute({n}, [&](const std::vector<Var>& i) {
+    IterVar t = te::reduce_axis(Range(0, 2), "t");
+    Expr tv = t.var(), iv = i[0];
+    Expr take = tv == 0 || (iv >= step && A(max(iv - step, 0)) > 0.f);
+    return te::sum(select(take, A(max(iv - tv * step, 0)), make_zero(DataType::Float(32))), {t});
+  }, "B");
+  Schedule s = te::create_schedule({B});
+  auto& st = s[B];
+  st.reorder({st.axis("t"), st.axis("i")});
+  st.unroll(st.axis("t"));
+  st.vectorize(st.axis("i"));
+  std::vector<float> a = random_vector(n, 7), b(n), want(n);
+  for (int i = 0; i < n; ++i) want[i] = a[i] + (i >= step && a[i - step] > 0.f ? a[i - step] : 0.f);
+  run_backends(te::lower(s, {A, B}), {&a, &b});
+  EXPECT_TRUE(all_close(b, want));
+}
+
 }  // namespace
 }  // namespace kiln

@@ -22,6 +22,13 @@ ScopedFact::ScopedFact(Facts* facts, VarFact fact) : facts_(facts), key_(fact.va
   (*facts)[key_] = std::move(fact);
 }
 
+ScopedFact::ScopedFact(Facts* facts, const Variable* key, const std::optional<VarFact>& fact) : facts_(facts), key_(key) {
+  auto it = facts->find(key_);
+  if (it != facts->end()) old_ = it->second;
+  if (fact) (*facts)[key_] = *fact;
+  else facts->erase(key_);
+}
+
 ScopedFact::~ScopedFact() {
   if (old_) (*facts_)[key_] = std::move(*old_);
   else facts_->erase(key_);
@@ -286,7 +293,7 @@ Expr Simplifier::visit(const Cast* op) { return simplify_cast(op->dtype, mutate(
 Expr Simplifier::visit(const Call* op) {
   if (op->op == Intrinsic::IfThenElse) {
     Expr t, f;
-    Expr c = simplify_branches(op->args[0], op->args[1], op->args[2], &t, &f);
+    Expr c = simplify_branches(op->args[0], op->args[1], op->args[2], &t, &f, false);
     if (const IntImm* ci = c.as<IntImm>()) return ci->value ? t : f;
     if (expr_equal(t, f)) return t;
     if (c.same_as(op->args[0]) && t.same_as(op->args[1]) && f.same_as(op->args[2])) return op;
@@ -327,25 +334,33 @@ Expr Simplifier::simplify_select(const Expr& c, const Expr& t, const Expr& f) {
 }
 
 // Each value of a select only matters where the condition picks it, so it is
-// simplified knowing that.
-Expr Simplifier::simplify_branches(const Expr& cond, const Expr& t, const Expr& f, Expr* t_out, Expr* f_out) {
+// simplified knowing that. But a Select evaluates both values everywhere (a
+// vector select loads every lane): a load there must stay in bounds where
+// the condition is false too, so its indices are simplified without what
+// the condition told. Dropping the clamp of A[max(i - 2, 0)] under `2 <= i`
+// made lanes 0 and 1 load A[-2] and A[-1], which LLVM may assume never
+// happens (kiln.GatherGrad's scan got wrong rows).
+Expr Simplifier::simplify_branches(const Expr& cond, const Expr& t, const Expr& f, Expr* t_out, Expr* f_out, bool eager) {
   Expr c = mutate(cond);
-  {
+  auto branch = [&](bool truth, const Expr& value) {
     ScopedFacts facts;
-    learn(c, true, &facts);
-    *t_out = mutate(t);
-  }
-  {
-    ScopedFacts facts;
-    learn(c, false, &facts);
-    *f_out = mutate(f);
-  }
+    learn(c, truth, &facts);
+    if (!eager) return mutate(value);
+    eager_facts_.push_back(&facts);
+    struct Pop {  // also when mutate throws: the stack must not keep the dead scope
+      std::vector<const ScopedFacts*>* stack;
+      ~Pop() { stack->pop_back(); }
+    } pop{&eager_facts_};
+    return mutate(value);
+  };
+  *t_out = branch(true, t);
+  *f_out = branch(false, f);
   return c;
 }
 
 Expr Simplifier::visit(const Select* op) {
   Expr t, f;
-  Expr c = simplify_branches(op->condition, op->true_value, op->false_value, &t, &f);
+  Expr c = simplify_branches(op->condition, op->true_value, op->false_value, &t, &f, true);
   return simplify_select(c, t, f);
 }
 
@@ -373,6 +388,32 @@ Expr Simplifier::visit(const Reduce* op) {
   Expr source = mutate(op->source), cond = mutate(op->condition);
   if (source.same_as(op->source) && cond.same_as(op->condition)) return op;
   return Reduce::make(op->reduce_kind, source, op->axis, cond);
+}
+
+Expr Simplifier::without_eager_facts(const std::function<Expr()>& body) {
+  // Undo the eager facts, innermost first, so each variable ends with the
+  // fact it had outside the outermost eager select; selects inside the
+  // indices start a stack of their own.
+  ScopedFacts undo;
+  for (auto s = eager_facts_.rbegin(); s != eager_facts_.rend(); ++s)
+    for (auto f = (*s)->items().rbegin(); f != (*s)->items().rend(); ++f) undo.push_old(facts_, **f);
+  struct Restore {  // also when body throws
+    std::vector<const ScopedFacts*>* stack;
+    std::vector<const ScopedFacts*> outer;
+    ~Restore() { stack->swap(outer); }
+  } restore{&eager_facts_, {}};
+  restore.outer.swap(eager_facts_);
+  return body();
+}
+
+Expr Simplifier::visit(const BufferLoad* op) {
+  if (eager_facts_.empty()) return IRMutator::visit(op);
+  return without_eager_facts([&] { return IRMutator::visit(op); });
+}
+
+Expr Simplifier::visit(const TensorLoad* op) {
+  if (eager_facts_.empty()) return IRMutator::visit(op);
+  return without_eager_facts([&] { return IRMutator::visit(op); });
 }
 
 }  // namespace kiln::arith::detail

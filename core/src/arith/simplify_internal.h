@@ -48,8 +48,13 @@ class ScopedFact {
  public:
   ScopedFact(Facts* facts, const Var& var, ConstIntBound bound, Expr value = Expr());
   ScopedFact(Facts* facts, VarFact fact);
+  /** Sets var's fact to `fact`, or erases it when there is none. */
+  ScopedFact(Facts* facts, const Variable* key, const std::optional<VarFact>& fact);
   ~ScopedFact();
   ScopedFact(const ScopedFact&) = delete;
+  const Variable* key() const { return key_; }
+  /** The fact this one replaced (none: the variable had no fact). */
+  const std::optional<VarFact>& old() const { return old_; }
   ScopedFact& operator=(const ScopedFact&) = delete;
 
  private:
@@ -68,6 +73,8 @@ class ScopedFacts {
     while (!items_.empty()) items_.pop_back();
   }
   void push(Facts* facts, VarFact fact) { items_.push_back(std::make_unique<ScopedFact>(facts, std::move(fact))); }
+  void push_old(Facts* facts, const ScopedFact& f) { items_.push_back(std::make_unique<ScopedFact>(facts, f.key(), f.old())); }
+  const std::vector<std::unique_ptr<ScopedFact>>& items() const { return items_; }
 
  private:
   std::vector<std::unique_ptr<ScopedFact>> items_;
@@ -223,13 +230,23 @@ class Simplifier : public IRMutator {
   Expr visit(const Broadcast* op) override;
   Expr visit(const Let* op) override;
   Expr visit(const Reduce* op) override;
+  Expr visit(const BufferLoad* op) override;
+  Expr visit(const TensorLoad* op) override;
 
-  /** Simplifies cond, then t knowing cond and f knowing !cond; returns the simplified cond. */
-  Expr simplify_branches(const Expr& cond, const Expr& t, const Expr& f, Expr* t_out, Expr* f_out);
+  /**
+   * Simplifies cond, then t knowing cond and f knowing !cond; returns the
+   * simplified cond. `eager`: both values are evaluated (Select, not
+   * if_then_else), so the indices of their loads do not learn the condition.
+   */
+  Expr simplify_branches(const Expr& cond, const Expr& t, const Expr& f, Expr* t_out, Expr* f_out, bool eager);
 
   Facts* facts_;
 
  private:
+  /** The facts learned from the conditions of the enclosing eager selects, outermost first. */
+  std::vector<const ScopedFacts*> eager_facts_;
+  /** Runs body (a load's simplification) without the eager selects' facts (see simplify_branches). */
+  Expr without_eager_facts(const std::function<Expr()>& body);
   // Division helpers (simplify_div.cpp).
   Expr div_by_const(IRNodeKind kind, const Expr& a, int64_t c);
   Expr mod_by_const(IRNodeKind kind, const Expr& a, int64_t c);
