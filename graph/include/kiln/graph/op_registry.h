@@ -36,9 +36,10 @@
  * its tests.
  *
  * Default schedules come from the group, not the op: a fused group is one
- * compute DAG, and its default schedule is made from that DAG by the rules
- * the tuner's search space uses (seeded from the target's registers and
- * lanes), so every group, fused or not, gets one.
+ * compute DAG, and its default schedule is made from that DAG by the
+ * schedule rules of the operator library (kiln/ops/search_space.h, seeded
+ * from the target's registers and lanes; the tuner searches the same rules),
+ * so every group, fused or not, gets one.
  */
 #ifndef KILN_GRAPH_OP_REGISTRY_H
 #define KILN_GRAPH_OP_REGISTRY_H

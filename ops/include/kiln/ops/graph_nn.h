@@ -6,7 +6,7 @@
  * geometry the graph's type inference resolved (WindowDim), so the shapes
  * the compute produces are those inference announced.
  *
- * Every heavy compute is a DAG the tuner's rules tile: a padding stage
+ * Every heavy compute is a DAG the schedule rules tile: a padding stage
  * (only when some pad is positive), then one reduction whose reduce axes
  * are the contraction, then separate elementwise stages (bias, alpha/beta,
  * divisors) that the rules fuse as the reduction's epilogue.
