@@ -157,6 +157,7 @@ class LayoutRewriter {
       return out == n->output() ? std::vector<Value>{} : std::vector<Value>{out};
     }
     if (auto pooled = rewrite_pool(*n); !pooled.empty()) return pooled;
+    if (n->op->name == "Concat") return rewrite_concat(*n);
     return rewrite_elementwise(*n);
   }
 
@@ -329,6 +330,38 @@ class LayoutRewriter {
     const int64_t C = n.inputs[0].type().shape[1];
     Value y = make_op("kiln." + n.op->name + "NCHWc", {relayout(n.inputs[0], 0, b, C)}, n.attrs, n.name)->output();
     return {relayout(y, b, 0, C)};
+  }
+
+  // A Concat along the channels of 4-D values, some from blocked transforms,
+  // where one of their blocks b divides every input's channels: channel c of
+  // the output sits at [c / b, c % b] and the inputs' blocks follow one
+  // another, so the blocked output is the Concat of the blocked inputs along
+  // the block axis, with no relayout to NCHW and back (Inception's and
+  // Fire's joins of conv branches). Of the blocks that divide, the one most
+  // inputs come in; the rest are relayouted to it.
+  std::vector<Value> rewrite_concat(const OpNode& n) {
+    if (n.num_outputs() != 1 || n.types[0].ndim() != 4) return {};
+    int64_t axis = n.attrs.get_int("axis");
+    if (axis != 1 && axis != -3) return {};
+    int64_t b = 0, most = 0;
+    for (const Value& v : n.inputs) {
+      const int64_t cand = block_behind(v);
+      if (cand == 0) continue;
+      bool divides = true;
+      int64_t in_it = 0;
+      for (const Value& u : n.inputs) {
+        divides = divides && u.type().shape[1] % cand == 0;
+        in_it += block_behind(u) == cand;
+      }
+      if (divides && in_it > most) b = cand, most = in_it;
+    }
+    if (b == 0) return {};  // no blocked input, or channels no input block divides: NCHW
+    std::vector<Value> in;
+    for (const Value& v : n.inputs) in.push_back(relayout(v, 0, b, v.type().shape[1]));
+    Attrs a;
+    a.set("axis", int64_t{1});
+    Value y = make_op("Concat", std::move(in), a, n.name)->output();
+    return {relayout(y, b, 0, n.types[0].shape[1])};
   }
 
   // An elementwise/broadcast op over values that come out of blocked transforms, run blocked instead.
