@@ -129,3 +129,39 @@ def test_concat_with_a_plain_input_matches_pytorch(target):
     exe = _check(Net(), torch.randn(1, 32, 10, 10), target)
     # The input's, the Relu's into the join's block, the output's; none around the join.
     assert _transforms(exe) == 3, [g["ops"] for g in exe.groups()]
+
+
+class SplitJoin(nn.Module):
+    """A conv's channels split in two (Split), each half through its own conv, joined and read by a 1x1 conv;
+    beside it a Slice of the first conv's channels [lo, hi) added to the join."""
+
+    def __init__(self, c, lo, hi):
+        super().__init__()
+        self.lo, self.hi = lo, hi
+        self.first = nn.Sequential(nn.Conv2d(16, c, 1), nn.ReLU())
+        half = c // 2
+        self.halves = [half, c - half]
+        self.a = nn.Conv2d(half, hi - lo, 3, padding=1)
+        self.b = nn.Conv2d(c - half, hi - lo, 1)
+        self.out = nn.Conv2d(2 * (hi - lo), 32, 1)
+
+    def forward(self, x):
+        y = self.first(x)
+        p, q = torch.split(y, self.halves, 1)  # ONNX Split
+        s = y[:, self.lo:self.hi]
+        return self.out(torch.cat([self.a(p) + s, self.b(q)], 1))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_split_and_slice_of_whole_blocks_stay_blocked(target):
+    torch.manual_seed(13)
+    exe = _check(SplitJoin(128, 32, 96), torch.randn(1, 16, 12, 12), target)
+    assert _transforms(exe) == 2, [g["ops"] for g in exe.groups()]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("c,lo,hi", [(116, 0, 58), (64, 8, 40), (96, 5, 37)])
+def test_split_and_slice_of_part_blocks_match_pytorch(target, c, lo, hi):
+    # Pieces that are not whole blocks (ShuffleNetV2's 58-channel halves, an offset slice): NCHW, still right.
+    torch.manual_seed(c + lo)
+    _check(SplitJoin(c, lo, hi), torch.randn(1, 16, 9, 11), target)

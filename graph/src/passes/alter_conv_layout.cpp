@@ -37,6 +37,7 @@
 #include "kiln/ops/layout.h"
 #include "kiln/ops/nn.h"
 #include "kiln/ops/register_tile.h"
+#include "kiln/ops/transform.h"
 #include "kiln/ops/winograd.h"
 #include "kiln/support/error.h"
 
@@ -158,6 +159,8 @@ class LayoutRewriter {
     }
     if (auto pooled = rewrite_pool(*n); !pooled.empty()) return pooled;
     if (n->op->name == "Concat") return rewrite_concat(*n);
+    if (n->op->name == "Slice") return rewrite_slice(*n);
+    if (n->op->name == "Split") return rewrite_split(*n);
     return rewrite_elementwise(*n);
   }
 
@@ -362,6 +365,55 @@ class LayoutRewriter {
     a.set("axis", int64_t{1});
     Value y = make_op("Concat", std::move(in), a, n.name)->output();
     return {relayout(y, b, 0, n.types[0].shape[1])};
+  }
+
+  // A Slice of whole blocks of the channels of a blocked value (start and
+  // count multiples of its block, step 1, no other axis): the same Slice of
+  // the blocks, no relayout to NCHW and back.
+  std::vector<Value> rewrite_slice(const OpNode& n) {
+    const int64_t b = block_behind(n.inputs[0]);
+    if (b == 0 || n.types[0].ndim() != 4 || n.inputs.size() < 3) return {};
+    const NDArray *starts = constant_of(n.inputs[1]), *ends = constant_of(n.inputs[2]);
+    const NDArray* axes = n.inputs.size() > 3 && n.inputs[3].defined() ? constant_of(n.inputs[3]) : nullptr;
+    const NDArray* steps = n.inputs.size() > 4 && n.inputs[4].defined() ? constant_of(n.inputs[4]) : nullptr;
+    if (!starts || !ends || starts->numel() != 1 || ends->numel() != 1 || (axes && axes->numel() != 1)) return {};
+    if (starts->dtype() != DataType::Int(64) || ends->dtype() != DataType::Int(64)) return {};
+    if ((n.inputs.size() > 3 && n.inputs[3].defined() && (!axes || axes->dtype() != DataType::Int(64))) ||
+        (n.inputs.size() > 4 && n.inputs[4].defined() && (!steps || steps->dtype() != DataType::Int(64))))
+      return {};
+    const int64_t axis = axes ? axes->data_as<int64_t>()[0] : 0;
+    if ((axis != 1 && axis != -3) || (steps && steps->data_as<int64_t>()[0] != 1)) return {};
+    const int64_t C = n.inputs[0].type().shape[1];
+    ops::SliceRange r = ops::slice_range(C, starts->data_as<int64_t>()[0], ends->data_as<int64_t>()[0], 1);
+    if (r.start % b != 0 || r.count % b != 0 || r.count == 0) return {};
+    Value y = make_op("Slice", {relayout(n.inputs[0], 0, b, C), ints({r.start / b}, n.name + ".starts"), ints({(r.start + r.count) / b}, n.name + ".ends"),
+                                ints({1}, n.name + ".axes")}, {}, n.name)->output();
+    return {relayout(y, b, 0, r.count)};
+  }
+
+  // A Split of a blocked value's channels into pieces of whole blocks: the same Split of the blocks.
+  std::vector<Value> rewrite_split(const OpNode& n) {
+    const int64_t b = block_behind(n.inputs[0]);
+    const int64_t axis = n.attrs.get_int_or("axis", 0);
+    if (b == 0 || n.inputs[0].type().ndim() != 4 || (axis != 1 && axis != -3)) return {};
+    std::vector<int64_t> blocks;
+    for (const TensorType& t : n.types) {
+      if (t.shape[1] % b != 0 || t.shape[1] == 0) return {};
+      blocks.push_back(t.shape[1] / b);
+    }
+    Attrs a;
+    a.set("axis", int64_t{1});
+    a.set("num_outputs", static_cast<int64_t>(blocks.size()));
+    Ref<OpNode> split = make_op("Split", {relayout(n.inputs[0], 0, b, n.inputs[0].type().shape[1]), ints(blocks, n.name + ".split")}, a, n.name);
+    std::vector<Value> out;
+    for (int k = 0; k < split->num_outputs(); ++k) out.push_back(relayout(split->output(k), b, 0, n.types[k].shape[1]));
+    return out;
+  }
+
+  static Value ints(const std::vector<int64_t>& v, const std::string& name) {
+    NDArray a = NDArray::empty({static_cast<int64_t>(v.size())}, DataType::Int(64));
+    std::copy(v.begin(), v.end(), a.data_as<int64_t>());
+    return make_constant(name, a)->output();
   }
 
   // An elementwise/broadcast op over values that come out of blocked transforms, run blocked instead.
