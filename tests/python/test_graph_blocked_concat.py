@@ -165,3 +165,43 @@ def test_split_and_slice_of_part_blocks_match_pytorch(target, c, lo, hi):
     # Pieces that are not whole blocks (ShuffleNetV2's 58-channel halves, an offset slice): NCHW, still right.
     torch.manual_seed(c + lo)
     _check(SplitJoin(c, lo, hi), torch.randn(1, 16, 9, 11), target)
+
+
+class DenseLayers(nn.Module):
+    """DenseNet's layers: each joins every feature before it, then BatchNorm, ReLU, 1x1 conv, 3x3 conv."""
+
+    def __init__(self, c0, growth, layers):
+        super().__init__()
+        self.stem = nn.Conv2d(8, c0, 3, padding=1)
+        self.layers = nn.ModuleList()
+        for k in range(layers):
+            c = c0 + k * growth
+            self.layers.append(nn.Sequential(nn.BatchNorm2d(c), nn.ReLU(), nn.Conv2d(c, 2 * growth, 1), nn.Conv2d(2 * growth, growth, 3, padding=1)))
+        self.head = nn.Sequential(nn.BatchNorm2d(c0 + layers * growth), nn.ReLU())
+
+    def forward(self, x):
+        feats = [self.stem(x)]
+        for layer in self.layers:
+            feats.append(layer(torch.cat(feats, 1)))
+        return self.head(torch.cat(feats, 1))
+
+
+def _randomize_batch_norm(net, seed):
+    g = torch.Generator().manual_seed(seed)
+    for m in net.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("c0,growth", [(64, 32), (24, 20)])
+def test_dense_joins_and_their_batch_norms_match_pytorch(target, c0, growth):
+    torch.manual_seed(c0)
+    net = DenseLayers(c0, growth, 3)
+    _randomize_batch_norm(net, c0)
+    exe = _check(net, torch.randn(1, 8, 10, 10), target)
+    if c0 % 32 == 0:  # whole blocks on AVX2 and AVX-512: the joins and the BatchNorms stay blocked
+        assert _transforms(exe) == 2, [g["ops"] for g in exe.groups()]

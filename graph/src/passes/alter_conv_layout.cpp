@@ -25,6 +25,7 @@
 // MatMul/Gemm weights (constant, 2-D) are packed the same way, into panels
 // [N/nb, K, nb], the copy the tuner's pack rule would make at every call.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -161,6 +162,7 @@ class LayoutRewriter {
     if (n->op->name == "Concat") return rewrite_concat(*n);
     if (n->op->name == "Slice") return rewrite_slice(*n);
     if (n->op->name == "Split") return rewrite_split(*n);
+    if (n->op->name == "BatchNormalization") return rewrite_batch_norm(*n);
     return rewrite_elementwise(*n);
   }
 
@@ -408,6 +410,32 @@ class LayoutRewriter {
     std::vector<Value> out;
     for (int k = 0; k < split->num_outputs(); ++k) out.push_back(relayout(split->output(k), b, 0, n.types[k].shape[1]));
     return out;
+  }
+
+  // An inference BatchNormalization of a blocked value (constant statistics,
+  // none folded into a conv before it: DenseNet's after each join) as the
+  // per-channel x * scale + shift, blocked, so it fuses with the blocked
+  // join instead of bracketing it with relayouts.
+  std::vector<Value> rewrite_batch_norm(const OpNode& n) {
+    const int64_t b = block_behind(n.inputs[0]);
+    if (b == 0 || n.inputs.size() < 5 || n.num_outputs() != 1 || n.types[0].ndim() != 4 || n.attrs.get_int_or("training_mode", 0) != 0) return {};
+    const int64_t C = n.types[0].shape[1];
+    const NDArray* p[4];
+    for (int i = 0; i < 4; ++i) {
+      p[i] = constant_of(n.inputs[1 + i]);
+      if (!p[i] || p[i]->dtype() != DataType::Float(32) || p[i]->numel() != C) return {};
+    }
+    NDArray scale = NDArray::empty({1, C, 1, 1}, DataType::Float(32)), shift = NDArray::empty({1, C, 1, 1}, DataType::Float(32));
+    const double eps = n.attrs.get_float("epsilon");
+    for (int64_t c = 0; c < C; ++c) {
+      const double s = p[0]->data_as<float>()[c] / std::sqrt(double(p[3]->data_as<float>()[c]) + eps);
+      scale.data_as<float>()[c] = static_cast<float>(s);
+      shift.data_as<float>()[c] = static_cast<float>(p[1]->data_as<float>()[c] - p[2]->data_as<float>()[c] * s);
+    }
+    Value x = relayout(n.inputs[0], 0, b, C);
+    Value y = make_op("Mul", {x, *blocked_constant(scale, C, b)}, {}, n.name + ".scale")->output();
+    y = make_op("Add", {y, *blocked_constant(shift, C, b)}, {}, n.name)->output();
+    return {relayout(y, b, 0, C)};
   }
 
   static Value ints(const std::vector<int64_t>& v, const std::string& name) {
