@@ -168,7 +168,8 @@ def test_split_and_slice_of_part_blocks_match_pytorch(target, c, lo, hi):
 
 
 class DenseLayers(nn.Module):
-    """DenseNet's layers: each joins every feature before it, then BatchNorm, ReLU, 1x1 conv, 3x3 conv."""
+    """DenseNet's layers: each joins every feature before it, then BatchNorm, ReLU, 1x1 conv, 3x3 conv;
+    a transition's average pool (exported as a Pad of zeros and the pool) at the end."""
 
     def __init__(self, c0, growth, layers):
         super().__init__()
@@ -177,7 +178,7 @@ class DenseLayers(nn.Module):
         for k in range(layers):
             c = c0 + k * growth
             self.layers.append(nn.Sequential(nn.BatchNorm2d(c), nn.ReLU(), nn.Conv2d(c, 2 * growth, 1), nn.Conv2d(2 * growth, growth, 3, padding=1)))
-        self.head = nn.Sequential(nn.BatchNorm2d(c0 + layers * growth), nn.ReLU())
+        self.head = nn.Sequential(nn.BatchNorm2d(c0 + layers * growth), nn.ReLU(), nn.AvgPool2d(2, 2))
 
     def forward(self, x):
         feats = [self.stem(x)]

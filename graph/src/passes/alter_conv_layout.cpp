@@ -163,6 +163,7 @@ class LayoutRewriter {
     if (n->op->name == "Slice") return rewrite_slice(*n);
     if (n->op->name == "Split") return rewrite_split(*n);
     if (n->op->name == "BatchNormalization") return rewrite_batch_norm(*n);
+    if (n->op->name == "Pad" && block_behind(n->inputs[0]) > 0 && pads_nothing(*n)) return {n->inputs[0]};
     return rewrite_elementwise(*n);
   }
 
@@ -436,6 +437,16 @@ class LayoutRewriter {
     Value y = make_op("Mul", {x, *blocked_constant(scale, C, b)}, {}, n.name + ".scale")->output();
     y = make_op("Add", {y, *blocked_constant(shift, C, b)}, {}, n.name)->output();
     return {relayout(y, b, 0, C)};
+  }
+
+  // A Pad by zeros on every side (PyTorch exports AvgPool2d as one before
+  // the pool: DenseNet's transitions): nothing, so the pool behind it sees
+  // the blocked value and runs blocked.
+  static bool pads_nothing(const OpNode& n) {
+    const NDArray* pads = constant_of(n.inputs[1]);
+    if (!pads || pads->dtype() != DataType::Int(64) || n.types[0].shape != n.inputs[0].type().shape) return false;
+    const int64_t* p = pads->data_as<int64_t>();
+    return std::all_of(p, p + pads->numel(), [](int64_t x) { return x == 0; });
   }
 
   static Value ints(const std::vector<int64_t>& v, const std::string& name) {
