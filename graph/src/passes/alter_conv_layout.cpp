@@ -10,8 +10,14 @@
 // transforms move out of the way: an elementwise or broadcast operator whose
 // tensor inputs come out of such a transform runs on the blocked tensors
 // instead (constants it reads are repacked), and two transforms in a row
-// collapse (b -> NCHW -> b is nothing). What remains are transforms at the
-// boundaries of the blocked region: the model's input, pooling, reshapes.
+// collapse (b -> NCHW -> b is nothing). Joins and pieces along the channels
+// are index maps on the blocks where they cut at whole blocks: a Concat whose
+// inputs' channels one input block divides is the Concat of the blocks, a
+// Slice or Split of whole blocks the same of the blocks (where no block
+// divides, they stay in NCHW); an inference BatchNormalization runs as a
+// blocked scale and shift, and a Pad of zeros disappears. What remains are
+// transforms at the boundaries of the blocked region: the model's input,
+// reshapes, channel shuffles, joins of padded channels.
 // The block of C channels is the same for inputs and outputs
 // (channel_block_for: whole vectors up to the cap, which is the LayoutPlan's
 // for the convolution, else default_conv_cap's: two vectors, or one where a
