@@ -10,8 +10,14 @@
 // transforms move out of the way: an elementwise or broadcast operator whose
 // tensor inputs come out of such a transform runs on the blocked tensors
 // instead (constants it reads are repacked), and two transforms in a row
-// collapse (b -> NCHW -> b is nothing). What remains are transforms at the
-// boundaries of the blocked region: the model's input, pooling, reshapes.
+// collapse (b -> NCHW -> b is nothing). Joins and pieces along the channels
+// are index maps on the blocks where they cut at whole blocks: a Concat whose
+// inputs' channels one input block divides is the Concat of the blocks, a
+// Slice or Split of whole blocks the same of the blocks (where no block
+// divides, they stay in NCHW); an inference BatchNormalization runs as a
+// blocked scale and shift, and a Pad of zeros disappears. What remains are
+// transforms at the boundaries of the blocked region: the model's input,
+// reshapes, channel shuffles, joins of padded channels.
 // The block of C channels is the same for inputs and outputs
 // (channel_block_for: whole vectors up to the cap, which is the LayoutPlan's
 // for the convolution, else default_conv_cap's: two vectors, or one where a
@@ -25,6 +31,7 @@
 // MatMul/Gemm weights (constant, 2-D) are packed the same way, into panels
 // [N/nb, K, nb], the copy the tuner's pack rule would make at every call.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -37,6 +44,7 @@
 #include "kiln/ops/layout.h"
 #include "kiln/ops/nn.h"
 #include "kiln/ops/register_tile.h"
+#include "kiln/ops/transform.h"
 #include "kiln/ops/winograd.h"
 #include "kiln/support/error.h"
 
@@ -157,6 +165,11 @@ class LayoutRewriter {
       return out == n->output() ? std::vector<Value>{} : std::vector<Value>{out};
     }
     if (auto pooled = rewrite_pool(*n); !pooled.empty()) return pooled;
+    if (n->op->name == "Concat") return rewrite_concat(*n);
+    if (n->op->name == "Slice") return rewrite_slice(*n);
+    if (n->op->name == "Split") return rewrite_split(*n);
+    if (n->op->name == "BatchNormalization") return rewrite_batch_norm(*n);
+    if (n->op->name == "Pad" && block_behind(n->inputs[0]) > 0 && pads_nothing(*n)) return {n->inputs[0]};
     return rewrite_elementwise(*n);
   }
 
@@ -329,6 +342,123 @@ class LayoutRewriter {
     const int64_t C = n.inputs[0].type().shape[1];
     Value y = make_op("kiln." + n.op->name + "NCHWc", {relayout(n.inputs[0], 0, b, C)}, n.attrs, n.name)->output();
     return {relayout(y, b, 0, C)};
+  }
+
+  // A Concat along the channels of 4-D values, some from blocked transforms,
+  // where one of their blocks b divides every input's channels: channel c of
+  // the output sits at [c / b, c % b] and the inputs' blocks follow one
+  // another, so the blocked output is the Concat of the blocked inputs along
+  // the block axis, with no relayout to NCHW and back (Inception's and
+  // Fire's joins of conv branches). Of the blocks that divide, the one most
+  // inputs come in; the rest are relayouted to it.
+  std::vector<Value> rewrite_concat(const OpNode& n) {
+    if (n.num_outputs() != 1 || n.types[0].ndim() != 4) return {};
+    int64_t axis = n.attrs.get_int("axis");
+    if (axis != 1 && axis != -3) return {};
+    int64_t b = 0, most = 0;
+    for (const Value& v : n.inputs) {
+      const int64_t cand = block_behind(v);
+      if (cand == 0) continue;
+      bool divides = true;
+      int64_t in_it = 0;
+      for (const Value& u : n.inputs) {
+        divides = divides && u.type().shape[1] % cand == 0;
+        in_it += block_behind(u) == cand;
+      }
+      if (divides && in_it > most) b = cand, most = in_it;
+    }
+    if (b == 0) return {};  // no blocked input, or channels no input block divides: NCHW
+    std::vector<Value> in;
+    for (const Value& v : n.inputs) in.push_back(relayout(v, 0, b, v.type().shape[1]));
+    Attrs a;
+    a.set("axis", int64_t{1});
+    Value y = make_op("Concat", std::move(in), a, n.name)->output();
+    return {relayout(y, b, 0, n.types[0].shape[1])};
+  }
+
+  // A Slice of whole blocks of the channels of a blocked value (start and
+  // count multiples of its block, step 1, no other axis): the same Slice of
+  // the blocks, no relayout to NCHW and back.
+  std::vector<Value> rewrite_slice(const OpNode& n) {
+    const int64_t b = block_behind(n.inputs[0]);
+    if (b == 0 || n.types[0].ndim() != 4 || n.inputs.size() < 3) return {};
+    const NDArray *starts = constant_of(n.inputs[1]), *ends = constant_of(n.inputs[2]);
+    const NDArray* axes = n.inputs.size() > 3 && n.inputs[3].defined() ? constant_of(n.inputs[3]) : nullptr;
+    const NDArray* steps = n.inputs.size() > 4 && n.inputs[4].defined() ? constant_of(n.inputs[4]) : nullptr;
+    if (!starts || !ends || starts->numel() != 1 || ends->numel() != 1 || (axes && axes->numel() != 1)) return {};
+    if (starts->dtype() != DataType::Int(64) || ends->dtype() != DataType::Int(64)) return {};
+    if ((n.inputs.size() > 3 && n.inputs[3].defined() && (!axes || axes->dtype() != DataType::Int(64))) ||
+        (n.inputs.size() > 4 && n.inputs[4].defined() && (!steps || steps->dtype() != DataType::Int(64))))
+      return {};
+    const int64_t axis = axes ? axes->data_as<int64_t>()[0] : 0;
+    if ((axis != 1 && axis != -3) || (steps && steps->data_as<int64_t>()[0] != 1)) return {};
+    const int64_t C = n.inputs[0].type().shape[1];
+    ops::SliceRange r = ops::slice_range(C, starts->data_as<int64_t>()[0], ends->data_as<int64_t>()[0], 1);
+    if (r.start % b != 0 || r.count % b != 0 || r.count == 0) return {};
+    Value y = make_op("Slice", {relayout(n.inputs[0], 0, b, C), ints({r.start / b}, n.name + ".starts"), ints({(r.start + r.count) / b}, n.name + ".ends"),
+                                ints({1}, n.name + ".axes")}, {}, n.name)->output();
+    return {relayout(y, b, 0, r.count)};
+  }
+
+  // A Split of a blocked value's channels into pieces of whole blocks: the same Split of the blocks.
+  std::vector<Value> rewrite_split(const OpNode& n) {
+    const int64_t b = block_behind(n.inputs[0]);
+    const int64_t axis = n.attrs.get_int_or("axis", 0);
+    if (b == 0 || n.inputs[0].type().ndim() != 4 || (axis != 1 && axis != -3)) return {};
+    std::vector<int64_t> blocks;
+    for (const TensorType& t : n.types) {
+      if (t.shape[1] % b != 0 || t.shape[1] == 0) return {};
+      blocks.push_back(t.shape[1] / b);
+    }
+    Attrs a;
+    a.set("axis", int64_t{1});
+    a.set("num_outputs", static_cast<int64_t>(blocks.size()));
+    Ref<OpNode> split = make_op("Split", {relayout(n.inputs[0], 0, b, n.inputs[0].type().shape[1]), ints(blocks, n.name + ".split")}, a, n.name);
+    std::vector<Value> out;
+    for (int k = 0; k < split->num_outputs(); ++k) out.push_back(relayout(split->output(k), b, 0, n.types[k].shape[1]));
+    return out;
+  }
+
+  // An inference BatchNormalization of a blocked value (constant statistics,
+  // none folded into a conv before it: DenseNet's after each join) as the
+  // per-channel x * scale + shift, blocked, so it fuses with the blocked
+  // join instead of bracketing it with relayouts.
+  std::vector<Value> rewrite_batch_norm(const OpNode& n) {
+    const int64_t b = block_behind(n.inputs[0]);
+    if (b == 0 || n.inputs.size() < 5 || n.num_outputs() != 1 || n.types[0].ndim() != 4 || n.attrs.get_int_or("training_mode", 0) != 0) return {};
+    const int64_t C = n.types[0].shape[1];
+    const NDArray* p[4];
+    for (int i = 0; i < 4; ++i) {
+      p[i] = constant_of(n.inputs[1 + i]);
+      if (!p[i] || p[i]->dtype() != DataType::Float(32) || p[i]->numel() != C) return {};
+    }
+    NDArray scale = NDArray::empty({1, C, 1, 1}, DataType::Float(32)), shift = NDArray::empty({1, C, 1, 1}, DataType::Float(32));
+    const double eps = n.attrs.get_float("epsilon");
+    for (int64_t c = 0; c < C; ++c) {
+      const double s = p[0]->data_as<float>()[c] / std::sqrt(double(p[3]->data_as<float>()[c]) + eps);
+      scale.data_as<float>()[c] = static_cast<float>(s);
+      shift.data_as<float>()[c] = static_cast<float>(p[1]->data_as<float>()[c] - p[2]->data_as<float>()[c] * s);
+    }
+    Value x = relayout(n.inputs[0], 0, b, C);
+    Value y = make_op("Mul", {x, *blocked_constant(scale, C, b)}, {}, n.name + ".scale")->output();
+    y = make_op("Add", {y, *blocked_constant(shift, C, b)}, {}, n.name)->output();
+    return {relayout(y, b, 0, C)};
+  }
+
+  // A Pad by zeros on every side (PyTorch exports AvgPool2d as one before
+  // the pool: DenseNet's transitions): nothing, so the pool behind it sees
+  // the blocked value and runs blocked.
+  static bool pads_nothing(const OpNode& n) {
+    const NDArray* pads = constant_of(n.inputs[1]);
+    if (!pads || pads->dtype() != DataType::Int(64) || n.types[0].shape != n.inputs[0].type().shape) return false;
+    const int64_t* p = pads->data_as<int64_t>();
+    return std::all_of(p, p + pads->numel(), [](int64_t x) { return x == 0; });
+  }
+
+  static Value ints(const std::vector<int64_t>& v, const std::string& name) {
+    NDArray a = NDArray::empty({static_cast<int64_t>(v.size())}, DataType::Int(64));
+    std::copy(v.begin(), v.end(), a.data_as<int64_t>());
+    return make_constant(name, a)->output();
   }
 
   // An elementwise/broadcast op over values that come out of blocked transforms, run blocked instead.
