@@ -374,18 +374,39 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
 int64_t tile_extent(const DagInfo& dag, const StageInfo& s, size_t axis, bool packed) {
   size_t n = s.spatial.size();
   int64_t extent = s.spatial[axis];
-  if (s.reduce.size() != 1 || packed) return extent;  // a matmul's axes only; a packed axis's panels must divide it
-  if (axis + 1 == n) return ops::padded_vector_extent(extent, dag.lanes);
+  const bool matmul = s.reduce.size() == 1;
+  // A matmul's axes, or a blocked conv2d's (reduce axes: channel blocks,
+  // kernel rows and columns, the channels of a block) output columns; a
+  // packed axis's panels must divide it.
+  if (!(matmul || s.reduce.size() == 4) || packed) return extent;
+  if (axis + 1 == n) return matmul ? ops::padded_vector_extent(extent, dag.lanes) : extent;  // a conv's is its channel block
   // The row axis: the innermost one of more than one row that shares the
   // vector operand's loads (ViT's projections read [197, 1, 768]: the batch
-  // axis of 197, not the row axis of 1).
+  // axis of 197, not the row axis of 1; a blocked conv's output columns).
   std::vector<bool> indexes = indexes_vector_operand(s);
   size_t rows = n;
   for (size_t k = 0; k + 1 < n; ++k)
     if (s.spatial[k] > 1 && !(k < indexes.size() && indexes[k])) rows = k;
   if (axis != rows) return extent;
-  int64_t fit = max_tile_rows(dag.registers - 1, 2);
-  return ops::padded_rows_extent(extent, std::min(fit, kMaxMatmulRows), fit);
+  if (matmul) {
+    int64_t fit = max_tile_rows(dag.registers - 1, 2);
+    return ops::padded_rows_extent(extent, std::min(fit, kMaxMatmulRows), fit);
+  }
+  // A conv's rows: as many output pixels as fit beside the default's tile
+  // of two vectors of output channels (one where its block is one vector),
+  // columns first, then rows of the image (seed_plan). Padded only where the
+  // divisors give fewer than 2/3 of that: SqueezeNet's 7 x 7 stride-2 stem
+  // has 109 x 109 (prime) and ran one pixel a tile; 14 x 14 on AVX2 keeps
+  // its 2 x 2 of 6.
+  int vectors = s.spatial[n - 1] % (2 * int64_t(dag.lanes)) == 0 ? 2 : 1;
+  int64_t fit = max_tile_rows(dag.registers - 1, vectors), left = fit, pixels = 1;
+  for (size_t k = rows + 1; k-- > 0;)
+    if (!(k < indexes.size() && indexes[k])) {
+      int64_t r = divisor_at_most(s.spatial[k], left);
+      pixels *= r;
+      left = std::max<int64_t>(1, left / r);
+    }
+  return 3 * pixels >= 2 * fit ? extent : ops::padded_rows_extent(extent, fit, fit);
 }
 
 // FMAs per vector load or broadcast in one reduce step of the register
