@@ -58,9 +58,14 @@ def _conv_tile(exe, axis):
     raise AssertionError(f"no conv.{axis} tile in {[g['schedule_detail'] for g in exe.groups()]}")
 
 
+def _isa(target):
+    """'avx512' or 'avx2': the host target is the host's (these tests assume an x86 host with AVX2 at least)."""
+    return "avx512" if target == "llvm" and _host_has_avx512() else "avx2"
+
+
 def _fit(target):
-    """Pixels of the register tile beside two vectors of output channels: 16 or 32 vector registers."""
-    return 6 if target == AVX2 else 14
+    """Pixels of the register tile beside two vectors of output channels: 32 or 16 vector registers."""
+    return {"avx512": 14, "avx2": 6}[_isa(target)]
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -98,10 +103,23 @@ def test_prime_width_gets_a_register_tile(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("width,tile", [(56, {"llvm": 14, AVX2: 4}), (55, {"llvm": 11, AVX2: 5}), (14, {"llvm": 14, AVX2: 2})])
+@pytest.mark.parametrize("width,tile", [(56, {"avx512": 14, "avx2": 4}), (55, {"avx512": 11, "avx2": 5}), (14, {"avx512": 14, "avx2": 2}),
+                                        (27, {"avx512": 9})])
 def test_good_divisors_keep_their_tile(target, width, tile):
     """Widths with a good divisor (or a good 2-D tile: 14 x 14 on AVX2 takes
-    2 x 2) tile their own extent, as before."""
+    2 x 2; 27 on AVX-512 takes 9 of 14, near enough) tile their own extent, as before."""
+    if _isa(target) not in tile:
+        pytest.skip("padded on this target (test_poor_divisors_are_padded)")
     exe, _, _ = _conv(32, 64, 1, 1, 0, width, width, target, seed=3)
     x = _conv_tile(exe, "x")
-    assert x[-1] == tile[target] and x[0] * x[-1] == width, x
+    assert x[-1] == tile[_isa(target)] and x[0] * x[-1] == width, x
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_poor_divisors_are_padded(target):
+    """27 x 27 on AVX2: 3 columns of the 6 that fit (80% of the FMAs per load) -> 5 tiles of 6, the last partial."""
+    if _isa(target) != "avx2":
+        pytest.skip("27 keeps its 9 of 14 on AVX-512")
+    exe, y, ref = _conv(32, 64, 1, 1, 0, 27, 27, target, seed=4)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+    assert _conv_tile(exe, "x") == [5, 1, 1, 6]
