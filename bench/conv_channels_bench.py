@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Convolutions whose channels no vector divides, beside their padded neighbours, through kiln's graph compiler and PyTorch.
 
-  bench/conv_channels_bench.py [--threads 2] [--rounds 7] [--repeat 20] [--target llvm] [--shapes C:K:HW:R:S,...]
+  bench/conv_channels_bench.py [--threads 2] [--rounds 7] [--repeat 20] [--target llvm] [--shapes C:K:HW:R:S[:P],...]
 
-Each shape is Conv2d(C, K, R, stride S, padding R//2) + bias + ReLU on a
+Each shape is Conv2d(C, K, R, stride S, padding P (R//2 if not given)) + bias + ReLU on a
 1 x C x HW x HW input (random weights), exported to ONNX and compiled by
 kiln.compile (blocked layout, default schedules). Per round: kiln's conv
 group alone (exe.profile, median of --repeat runs: the model's view, where
@@ -35,10 +35,13 @@ def parse_shapes(text):
     out = []
     for item in text.split(","):
         try:
-            C, K, HW, R, S = (int(v) for v in item.split(":"))
+            values = [int(v) for v in item.split(":")]
+            if len(values) not in (5, 6):
+                raise ValueError
         except ValueError:
-            raise SystemExit(f"conv_channels_bench: shape {item!r} is not C:K:HW:R:S (five integers)")
-        out.append((C, K, HW, R, S))
+            raise SystemExit(f"conv_channels_bench: shape {item!r} is not C:K:HW:R:S[:P] (five integers, a sixth for the padding)")
+        C, K, HW, R, S = values[:5]
+        out.append((C, K, HW, R, S, values[5] if len(values) == 6 else R // 2))
     return out
 
 
@@ -52,9 +55,9 @@ def median_call(fn, repeat):
 
 
 def bench_shape(kiln, torch, np, shape, args):
-    C, K, HW, R, S = shape
+    C, K, HW, R, S, P = shape
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Conv2d(C, K, R, S, R // 2), torch.nn.ReLU()).eval()
+    net = torch.nn.Sequential(torch.nn.Conv2d(C, K, R, S, P), torch.nn.ReLU()).eval()
     x = torch.randn(1, C, HW, HW)
     buf = io.BytesIO()
     torch.onnx.export(net, x, buf, input_names=["input"], output_names=["output"], opset_version=13)
@@ -64,7 +67,7 @@ def bench_shape(kiln, torch, np, shape, args):
         ref = net(x).numpy()
     (y,) = exe(xn)
     err = float(np.max(np.abs(y - ref)) / np.max(np.abs(ref)))
-    OH = (HW + 2 * (R // 2) - R) // S + 1
+    OH = (HW + 2 * P - R) // S + 1
     flop = 2.0 * K * C * R * R * OH * OH
     conv_t, call_t, torch_t = [], [], []
     for _ in range(args.rounds):
@@ -76,18 +79,18 @@ def bench_shape(kiln, torch, np, shape, args):
             torch_t.append(median_call(lambda: net(x), args.repeat))
         time.sleep(QUIET_S)
     gf = lambda t: flop / t / 1e9  # noqa: E731
-    name = f"{C}->{K} {HW}x{HW} {R}x{R}/s{S}"
-    print(f"{name:24s} {gf(min(conv_t)):8.1f} {gf(statistics.median(conv_t)):8.1f}   {gf(min(call_t)):8.1f} {gf(statistics.median(call_t)):8.1f}"
+    name = f"{C}->{K} {HW}x{HW} {R}x{R}/s{S}" + ("" if P == R // 2 else f"/p{P}") + f" ->{OH}"
+    print(f"{name:32s} {gf(min(conv_t)):8.1f} {gf(statistics.median(conv_t)):8.1f}   {gf(min(call_t)):8.1f} {gf(statistics.median(call_t)):8.1f}"
           f"   {gf(min(torch_t)):8.1f} {gf(statistics.median(torch_t)):8.1f}   {err:.1e}", flush=True)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="conv_channels_bench.py", description=__doc__.split("\n\n")[0])
+def main(argv=None, prog="conv_channels_bench.py", doc=__doc__, default_shapes=DEFAULT_SHAPES):
+    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--target", default="llvm")
-    ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="C:K:HW:R:S items (in, out channels, image side, kernel, stride)")
+    ap.add_argument("--shapes", default=default_shapes, help="C:K:HW:R:S[:P] items (in, out channels, image side, kernel, stride, padding)")
     args = ap.parse_args(argv)
     if args.threads < 1 or args.rounds < 1 or args.repeat < 1:
         raise SystemExit("conv_channels_bench: --threads, --rounds and --repeat must be at least 1")
@@ -98,7 +101,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     shapes = parse_shapes(args.shapes)
     print(f"target {args.target!r}, {args.threads} threads, {args.rounds} rounds of {args.repeat} runs; GFLOP/s of the true channels, min / median")
-    print(f"{'conv':24s} {'kiln conv group':>17s}   {'kiln whole call':>17s}   {'torch eager':>17s}   rel.err")
+    print(f"{'conv':32s} {'kiln conv group':>17s}   {'kiln whole call':>17s}   {'torch eager':>17s}   rel.err")
     for shape in shapes:
         bench_shape(kiln, torch, np, shape, args)
     return 0

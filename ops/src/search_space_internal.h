@@ -250,8 +250,9 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
 std::vector<int> default_decisions(const DagInfo& dag, const Sketch& sketch);
 /** The extent the tile slot of spatial axis `axis` of tiled stage s is laid
  * out over (search_space_seeds.cpp): the axis's extent, or for a matmul's
- * row axis or unpacked vector axis with no good divisor the next multiple of
- * the register tile (kiln/ops/tile_padding.h); the factors then split the
+ * row axis or unpacked vector axis, or a blocked conv's output columns, with
+ * no good divisor the next multiple of the register tile
+ * (kiln/ops/tile_padding.h); the factors then split the
  * axis with a remainder, a guarded last tile that lowering peels off. */
 int64_t tile_extent(const DagInfo& dag, const StageInfo& s, size_t axis, bool packed);
 /** Whether the default packs stage s's pack operand: the copy is one pass

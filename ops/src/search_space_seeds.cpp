@@ -371,21 +371,52 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
   return out;
 }
 
+// A blocked conv's output columns are padded where the tile their divisors
+// allow does under this share of the full tile's FMAs per load. SqueezeNet
+// 1.0 (2 threads, interleaved in one run): its 109 x 109 stem (prime: one
+// pixel a tile) ran 2.4x faster padded to 8 tiles of 14 (AVX-512) and 1.5x
+// as 19 of 6 (AVX2); its 1 x 1 convs at 27 x 27 1.3-1.4x faster as 5 tiles
+// of 6 than 9 of 3 (AVX2, 80%), but 5-13% slower as 2 of 14 than 3 of 9
+// (AVX-512, 94%, as at 54 x 54). 14 x 14 on AVX2 keeps its 2 x 2 (89%).
+constexpr double kPaddedConvGain = 0.85;
+
 int64_t tile_extent(const DagInfo& dag, const StageInfo& s, size_t axis, bool packed) {
   size_t n = s.spatial.size();
   int64_t extent = s.spatial[axis];
-  if (s.reduce.size() != 1 || packed) return extent;  // a matmul's axes only; a packed axis's panels must divide it
-  if (axis + 1 == n) return ops::padded_vector_extent(extent, dag.lanes);
+  const bool matmul = s.reduce.size() == 1;
+  // A matmul's axes, or a blocked conv2d's (reduce axes: channel blocks,
+  // kernel rows and columns, the channels of a block) output columns; a
+  // packed axis's panels must divide it.
+  if (!(matmul || s.reduce.size() == 4) || packed) return extent;
+  if (axis + 1 == n) return matmul ? ops::padded_vector_extent(extent, dag.lanes) : extent;  // a conv's is its channel block
   // The row axis: the innermost one of more than one row that shares the
   // vector operand's loads (ViT's projections read [197, 1, 768]: the batch
-  // axis of 197, not the row axis of 1).
+  // axis of 197, not the row axis of 1; a blocked conv's output columns).
   std::vector<bool> indexes = indexes_vector_operand(s);
   size_t rows = n;
   for (size_t k = 0; k + 1 < n; ++k)
     if (s.spatial[k] > 1 && !(k < indexes.size() && indexes[k])) rows = k;
   if (axis != rows) return extent;
-  int64_t fit = max_tile_rows(dag.registers - 1, 2);
-  return ops::padded_rows_extent(extent, std::min(fit, kMaxMatmulRows), fit);
+  if (matmul) {
+    int64_t fit = max_tile_rows(dag.registers - 1, 2);
+    return ops::padded_rows_extent(extent, std::min(fit, kMaxMatmulRows), fit);
+  }
+  // A conv's rows: as many output pixels as fit beside the default's tile
+  // of two vectors of output channels (one where its block is one vector),
+  // columns first, then rows of the image (seed_plan). Padded only where the
+  // divisors' tile does under kPaddedConvGain of the full tile's FMAs per
+  // load (tile_intensity), as the remainder costs a little: see below.
+  int64_t vectors = s.spatial[n - 1] % (2 * int64_t(dag.lanes)) == 0 ? 2 : 1;
+  int64_t fit = max_tile_rows(dag.registers - 1, static_cast<int>(vectors)), left = fit, pixels = 1;
+  for (size_t k = rows + 1; k-- > 0;)
+    if (!(k < indexes.size() && indexes[k])) {
+      int64_t r = divisor_at_most(s.spatial[k], left);
+      pixels *= r;
+      left = std::max<int64_t>(1, left / r);
+    }
+  auto intensity = [&](int64_t p) { return double(p * vectors) / double(p + vectors); };
+  if (intensity(pixels) >= kPaddedConvGain * intensity(fit)) return extent;
+  return ops::padded_rows_extent(extent, fit, fit);
 }
 
 // FMAs per vector load or broadcast in one reduce step of the register

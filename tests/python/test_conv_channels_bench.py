@@ -27,3 +27,12 @@ def test_a_malformed_shape_is_refused():
     r = _run("--shapes", "58:58:8")
     assert r.returncode != 0
     assert "is not C:K:HW:R:S" in r.stderr
+
+
+def test_a_padding_field_sets_the_output_side():
+    """C:K:HW:R:S:P (conv_awkward_width_bench.py's unpadded stem): the row names the padding and the output side."""
+    r = _run("--rounds", "1", "--repeat", "2", "--shapes", "3:32:21:7:2:0")
+    assert r.returncode == 0, r.stderr
+    row = [line for line in r.stdout.splitlines() if line.startswith("3->32 21x21 7x7/s2/p0 ->8")]
+    assert len(row) == 1, r.stdout
+    assert float(row[0].split()[-1]) <= 1e-4
