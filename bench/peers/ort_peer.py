@@ -26,16 +26,29 @@ from peer_env import clean_env  # noqa: E402
 PACKAGE = os.path.join("third_party", "onnxruntime-node", "node_modules", "onnxruntime-node")
 
 
+def package_in(folder):
+    """The onnxruntime-node package at `folder`: the package itself, or the one npm installed under it
+    (folder/node_modules/onnxruntime-node); None when neither holds it."""
+    for cand in (folder, os.path.join(folder, "node_modules", "onnxruntime-node")):
+        try:
+            with open(os.path.join(cand, "package.json")) as f:
+                if json.load(f).get("name") == "onnxruntime-node":
+                    return cand
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def find_module():
     """The onnxruntime-node folder, or None: KILN_ORT_NODE_DIR, else third_party/ of this checkout
     (searched upwards from here, since the build copies bench/peers beside libkiln_tuner)."""
     given = os.environ.get("KILN_ORT_NODE_DIR")
     if given:
-        return given if os.path.isfile(os.path.join(given, "package.json")) else None
+        return package_in(given)
     d = HERE
     while True:
         cand = os.path.join(d, PACKAGE)
-        if os.path.isfile(os.path.join(cand, "package.json")):
+        if package_in(cand):
             return cand
         parent = os.path.dirname(d)
         if parent == d:
@@ -47,6 +60,10 @@ def unavailable():
     """Why ONNX Runtime cannot run here, or None when it can."""
     if not shutil.which("node"):
         return "node is not installed (scripts/setup.sh installs nodejs and onnxruntime-node)"
+    given = os.environ.get("KILN_ORT_NODE_DIR")
+    if given and not find_module():
+        return (f"KILN_ORT_NODE_DIR={given} holds no onnxruntime-node package (neither its package.json nor "
+                "node_modules/onnxruntime-node/package.json names it); point it at either, or unset it")
     if not find_module():
         return f"onnxruntime-node is not installed ({PACKAGE}; run scripts/setup.sh, or set KILN_ORT_NODE_DIR)"
     return None

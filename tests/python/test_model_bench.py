@@ -145,3 +145,19 @@ def test_a_row_against_onnx_runtime_and_torch(monkeypatch):
     assert "kiln/ORT (range)" in header and "kiln/torch (range)" in header
     with pytest.raises(SystemExit):
         model_bench.parse_args(["--peers", "tvm"])
+
+
+def test_onnx_runtime_folder_is_the_package_or_its_npm_prefix(tmp_path, monkeypatch):
+    # KILN_ORT_NODE_DIR may name the package or the folder npm installed it into; anything else is refused by name.
+    pkg = tmp_path / "prefix" / "node_modules" / "onnxruntime-node"
+    pkg.mkdir(parents=True)
+    (pkg / "package.json").write_text('{"name": "onnxruntime-node", "version": "9.9.9"}')
+    (tmp_path / "prefix" / "package.json").write_text('{"dependencies": {"onnxruntime-node": "9.9.9"}}')
+    for given in (pkg, tmp_path / "prefix"):
+        monkeypatch.setenv("KILN_ORT_NODE_DIR", str(given))
+        assert ort_peer.find_module() == str(pkg)
+        assert ort_peer.version() == "9.9.9"
+    monkeypatch.setenv("KILN_ORT_NODE_DIR", str(tmp_path))
+    assert ort_peer.find_module() is None
+    if ort_peer.shutil.which("node"):
+        assert "holds no onnxruntime-node package" in ort_peer.unavailable()
