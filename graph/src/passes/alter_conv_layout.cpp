@@ -1,7 +1,8 @@
 // alter_conv_layout (passes.h): convolutions in the blocked NCHWc layout,
 // and constant matmul weights packed into panels.
 //
-// Each 2-D Conv with constant weights (group 1, or depthwise) becomes
+// Each 2-D Conv with constant weights (group 1, depthwise, or grouped with
+// groups a block fits: grouped_fits) becomes
 //   LayoutTransform(NCHW -> b) -> ConvNCHWc(packed weights) [-> Add(bias)] -> LayoutTransform(b -> NCHW)
 // with the weights (and bias) repacked once, here, at compile time; a 3x3
 // stride-1 conv with many output pixels takes Winograd F(4x4, 3x3) or F(2x2, 3x3) instead
@@ -222,6 +223,10 @@ class LayoutRewriter {
         for (int64_t r = 0; r < KH * KW; ++r) p[((c / kb) * KH * KW + r) * kb + c % kb] = w[c * KH * KW + r];
       y = make_op("kiln.DepthwiseConvNCHWc", {relayout(x, 0, kb, C), make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()},
                   conv_attrs(shape->p), conv.name)->output();
+    } else if (shape->group > 1 && C % shape->group == 0 && K % shape->group == 0 && ws[1] == C / shape->group) {
+      kb = grouped_block(conv, C / shape->group, K / shape->group, C, K, cap, block_behind(x));
+      if (kb == 0) return {};  // no block fits its groups: it stays in NCHW
+      y = grouped_conv(conv, relayout(x, 0, kb, C), *W, shape->group, kb, shape->p);
     } else {
       return {};
     }
@@ -257,6 +262,49 @@ class LayoutRewriter {
       for (int64_t c = 0; c < C; ++c)
         for (int64_t r = 0; r < taps; ++r) out[((((k / kb) * (C / cb) + c / cb) * taps + r) * cb + c % cb) * kb + k % kb] = w[(k * C + c) * taps + r];
     return make_op("kiln.ConvNCHWc", {x, make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()}, conv_attrs(p), conv.name)->output();
+  }
+
+  // Whether a grouped conv (Cg input, Kg output channels per group) runs in
+  // blocks of b: b inside a group (divides Cg and Kg), or spanning whole
+  // groups (Cg == Kg divides b; the weights are block-diagonal, the products
+  // between groups zero), without padding C or K.
+  static bool grouped_fits(int64_t b, int64_t Cg, int64_t Kg, int64_t C, int64_t K) {
+    if (b <= 0 || C % b != 0 || K % b != 0) return false;
+    return (Cg % b == 0 && Kg % b == 0) || (Cg == Kg && b % Cg == 0);
+  }
+
+  // The block of a grouped conv: its input's where that fits (no relayout
+  // around it), unless a plan names the conv; else the largest block up to
+  // the cap that fits, whole vectors first; 0 where none does.
+  int64_t grouped_block(const OpNode& conv, int64_t Cg, int64_t Kg, int64_t C, int64_t K, int64_t cap, int64_t in_block) const {
+    if (!plan_.names(conv.name) && in_block <= max_block_ && grouped_fits(in_block, Cg, Kg, C, K)) return in_block;
+    for (int64_t b = cap / lanes() * lanes(); b >= lanes(); b -= lanes())
+      if (grouped_fits(b, Cg, Kg, C, K)) return b;
+    for (int64_t b = std::min(cap, lanes()); b > 1; --b)
+      if (grouped_fits(b, Cg, Kg, C, K)) return b;
+    return 0;
+  }
+
+  // ConvNCHWc of a grouped conv in blocks of b: weights [K/b, R, KH, KW, b, b]
+  // where output block k reads the R input blocks from (k / F) * R on
+  // (F: output blocks per group, R: input blocks per group; both 1 where a
+  // block spans groups, its weights zero between them).
+  Value grouped_conv(const OpNode& conv, const Value& x, const NDArray& W, int64_t G, int64_t b, const ops::Conv2dParams& p) {
+    const auto& ws = W.shape();
+    const int64_t K = ws[0], Cg = ws[1], Kg = K / G, taps = ws[2] * ws[3];
+    const int64_t F = Kg % b == 0 ? Kg / b : 1, R = Cg % b == 0 ? Cg / b : 1;
+    NDArray packed = NDArray::empty({K / b, R, ws[2], ws[3], b, b}, DataType::Float(32));
+    float* out = packed.data_as<float>();
+    const float* w = W.data_as<float>();
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t rc = 0; rc < R * b; ++rc) {
+        const int64_t c = (k / b / F) * R * b + rc, g = k / Kg;  // the input channel, the output's group
+        for (int64_t r = 0; r < taps; ++r)
+          out[((((k / b) * R + rc / b) * taps + r) * b + rc % b) * b + k % b] = c / Cg == g ? w[(k * Cg + c - g * Cg) * taps + r] : 0.0f;
+      }
+    Attrs a = conv_attrs(p);
+    a.set("group_blocks", F);
+    return make_op("kiln.ConvNCHWc", {x, make_constant(conv.inputs[1].node->name + ".nchwc", packed)->output()}, a, conv.name)->output();
   }
 
   // A 3x3 stride-1 conv runs as Winograd F(m x m, 3x3) where its batched
