@@ -68,6 +68,18 @@ def test_grouped_conv_stays_blocked_between_blocked_convs(target, groups, per_gr
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("groups", [13, 55])
+def test_regnet_widths_stay_blocked_with_a_padded_last_block(target, groups):
+    # RegNetY-400MF: 104 and 440 channels in groups of 8; on AVX-512 their 1x1 convs pad them to
+    # whole vectors of 16 (112, 448), and the grouped conv takes that block, spanning two groups.
+    torch.manual_seed(groups)
+    channels = groups * 8
+    exe = _check(_bottleneck(channels, groups, 1), torch.randn(1, channels, 7, 7), target)
+    ops = [g["ops"] for g in exe.groups()]
+    assert sum(o.count("kiln.LayoutTransform") for o in ops) == 2, ops
+
+
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("cin,cout,groups", [(64, 128, 4), (128, 64, 8), (24, 48, 3)])
 def test_grouped_conv_with_other_channel_counts_matches_pytorch(target, cin, cout, groups):
     # Input and output channels per group differ; 24 / 3 = 8 input channels per group.
