@@ -280,7 +280,6 @@ class LayoutRewriter {
   // around it), unless a plan names the conv; else the largest block up to
   // the cap that fits, whole vectors first; 0 where none does.
   int64_t grouped_block(const OpNode& conv, int64_t Cg, int64_t Kg, int64_t C, int64_t K, int64_t cap, int64_t in_block) const {
-    if (getenv("KILN_GB_CAP")) { cap = atoi(getenv("KILN_GB_CAP")); in_block = 0; if (Cg >= atoi(getenv("KILN_GB_MINCG"))) in_block = block_behind(conv.inputs[0]); }
     if (!plan_.names(conv.name) && in_block <= max_block_ && grouped_fits(in_block, Cg, Kg, C, K)) return in_block;
     for (int64_t b = cap / lanes() * lanes(); b >= lanes(); b -= lanes())
       if (grouped_fits(b, Cg, Kg, C, K)) return b;
