@@ -95,3 +95,25 @@ def test_grouped_conv_no_block_fits_stays_correct(target):
     net = torch.nn.Sequential(torch.nn.Conv2d(15, 10, 3, 1, 1, groups=5), torch.nn.ReLU())
     exe = _check(net, torch.randn(1, 15, 6, 6), target)
     assert not any(g["ops"].startswith("kiln.ConvNCHWc") for g in exe.groups())
+
+
+def test_grouped_conv_is_tuned_under_each_cap_and_runs_its_record(tmp_path):
+    # The tuner's layout variants reach the grouped conv too: under cap 8 its block of 8 is one
+    # group, under 16 a block spans two groups; compiled with the records it runs them, correctly.
+    tuner = pytest.importorskip("kiln.tuner")
+    db, target = str(tmp_path / "grouped.db"), "llvm -mcpu=znver3 -num-cores=2"
+    torch.manual_seed(8)
+    net, x = _bottleneck(32, 4, 1), torch.randn(1, 32, 10, 10)
+    buf = io.BytesIO()
+    torch.onnx.export(net.eval(), x, buf, input_names=["input"], output_names=["output"], opset_version=13)
+    model = kiln.graph.from_onnx(buf.getvalue(), shapes={"input": tuple(x.shape)})
+    tasks, _ = tuner.extract_tasks(model, target=target, db=db)
+    grouped = [t for t in tasks if t["groups"] == ["/2/Conv"]]
+    assert sorted(t["layout_cap"] for t in grouped) == [8, 16] and all(t["ops"].startswith("kiln.ConvNCHWc") for t in grouped), grouped
+    kiln.tune_model(model, target=target, trials=16, batch=8, db=db, progress=False)
+    exe = kiln.compile(model, target=target, db=db, quiet=True)
+    assert any(g["name"].endswith("/2/Conv") and g["schedule"] == "database" for g in exe.groups()), exe.groups()
+    (y,) = exe(x.numpy())
+    with torch.no_grad():
+        ref = net(x).numpy()
+    assert np.max(np.abs(y - ref)) <= 1e-4 * np.max(np.abs(ref))
