@@ -80,16 +80,19 @@ te::Tensor change_channel_block(const te::Tensor& X, int from, int to, const std
                      name, {"n", "co", "h", "w", "ci"});
 }
 
-te::Tensor conv2d_nchwc_general(const te::Tensor& X, const te::Tensor& Wt, const Conv2dParams& p, const std::string& name) {
+te::Tensor conv2d_nchwc_general(const te::Tensor& X, const te::Tensor& Wt, const Conv2dParams& p, const std::string& name, int64_t group_blocks) {
   std::vector<int64_t> xs = const_shape(X), ws = const_shape(Wt);
-  KILN_USER_CHECK(xs.size() == 5 && ws.size() == 6 && xs[1] == ws[1] && xs[4] == ws[4])
-      << "conv2d_nchwc: input " << shape_to_string(xs) << " and weights " << shape_to_string(ws) << " do not match";
+  // Grouped: every group_blocks output blocks read their own ws[1] input blocks.
+  const int64_t chunks = group_blocks > 0 && ws.size() == 6 && ws[0] % group_blocks == 0 ? ws[0] / group_blocks : 1;
+  KILN_USER_CHECK(group_blocks >= 0 && xs.size() == 5 && ws.size() == 6 && xs[1] == chunks * ws[1] && xs[4] == ws[4] && (group_blocks == 0 || ws[0] % group_blocks == 0))
+      << "conv2d_nchwc: input " << shape_to_string(xs) << " and weights " << shape_to_string(ws) << " do not match (group_blocks " << group_blocks << ")";
   auto [P, OH, OW] = pad_for_kernel(X, p, ws[2], ws[3], name, "conv2d_nchwc");
-  IterVar rco = te::reduce_axis(Range(0, E(xs[1])), "rco"), ry = te::reduce_axis(Range(0, E(ws[2])), "ry"),
+  IterVar rco = te::reduce_axis(Range(0, E(ws[1])), "rco"), ry = te::reduce_axis(Range(0, E(ws[2])), "ry"),
           rx = te::reduce_axis(Range(0, E(ws[3])), "rx"), rci = te::reduce_axis(Range(0, E(xs[4])), "rci");
   return te::compute({E(xs[0]), E(ws[0]), E(OH), E(OW), E(ws[5])},
                      [&](const std::vector<Var>& i) {
-                       Expr in = P(std::vector<Expr>{i[0], rco.var(), tap(i[2], ry, p.stride_h, p.dilation_h), tap(i[3], rx, p.stride_w, p.dilation_w), rci.var()});
+                       Expr block = group_blocks > 0 ? floordiv(i[1], E(group_blocks)) * E(ws[1]) + rco.var() : Expr(rco.var());
+                       Expr in = P(std::vector<Expr>{i[0], block, tap(i[2], ry, p.stride_h, p.dilation_h), tap(i[3], rx, p.stride_w, p.dilation_w), rci.var()});
                        return te::sum(in * Wt(std::vector<Expr>{i[1], rco.var(), ry.var(), rx.var(), rci.var(), i[4]}), {rco, ry, rx, rci});
                      },
                      name, {"n", "fo", "y", "x", "fi"});

@@ -77,17 +77,22 @@ const bool registered = [] {
   lt.sharding = replicated_rule();
   register_op(lt);
 
-  OpDef conv = blocked_conv_def("kiln.ConvNCHWc", "conv2d of [N, C/cb, H, W, cb] by packed weights [K/kb, C/cb, KH, KW, cb, kb] to [N, K/kb, OH, OW, kb]");
+  OpDef conv = blocked_conv_def("kiln.ConvNCHWc", "conv2d of [N, C/cb, H, W, cb] by packed weights [K/kb, C/cb, KH, KW, cb, kb] to [N, K/kb, OH, OW, kb]; "
+                                                  "grouped where group_blocks > 0: each group_blocks output blocks read their own C/cb input blocks");
+  conv.attrs.push_back({"group_blocks", AttrKind::Int, int64_t(0)});
   conv.infer = [](const OpCall& c) {
     c.expect_rank(0, 5);
     c.expect_rank(1, 6);
     const auto& x = c.input_types[0].shape;
     const auto& w = c.input_types[1].shape;
-    if (x[1] != w[1] || x[4] != w[4]) c.fail("input " + c.input_types[0].str() + " and weights " + c.input_types[1].str() + " do not match");
+    const int64_t gb = c.attrs.get_int_or("group_blocks", 0);
+    if (gb < 0 || (gb > 0 && w[0] % gb != 0)) c.fail("group_blocks " + std::to_string(gb) + " does not divide the " + std::to_string(w[0]) + " output blocks");
+    const int64_t chunks = gb > 0 ? w[0] / gb : 1;
+    if (x[1] != chunks * w[1] || x[4] != w[4]) c.fail("input " + c.input_types[0].str() + " and weights " + c.input_types[1].str() + " do not match");
     return std::vector<TensorType>{conv_out(c, w[0], w[5], w[2], w[3])};
   };
   conv.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
-    return std::vector<te::Tensor>{ops::conv2d_nchwc_general(in[0], in[1], conv_params(c.attrs))};
+    return std::vector<te::Tensor>{ops::conv2d_nchwc_general(in[0], in[1], conv_params(c.attrs), "conv", c.attrs.get_int_or("group_blocks", 0))};
   };
   // Each output element: C x KH x KW multiply-adds (C = C/cb x cb of the packed weights).
   conv.cost = [](const OpCall& c, const std::vector<TensorType>& out) {

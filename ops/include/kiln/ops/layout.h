@@ -32,8 +32,14 @@ te::Tensor pad_hw(const te::Tensor& X, int top, int left, int bottom, int right,
  * and unblocking drops it, so 58 channels run as 64 in whole vectors.
  */
 te::Tensor change_channel_block(const te::Tensor& X, int from_block, int to_block, const std::string& name = "layout", int64_t channels = 0);
-/** conv2d of a blocked input [N, C/cb, H, W, cb] and weights [K/kb, C/cb, KH, KW, cb, kb] to [N, K/kb, OH, OW, kb]. */
-te::Tensor conv2d_nchwc_general(const te::Tensor& X, const te::Tensor& W, const Conv2dParams& p, const std::string& name = "conv");
+/**
+ * conv2d of a blocked input [N, C/cb, H, W, cb] and weights [K/kb, C/cb, KH, KW, cb, kb] to [N, K/kb, OH, OW, kb].
+ * Grouped (group_blocks > 0): weights [K/kb, R, KH, KW, cb, kb], and output block k reads the R input blocks
+ * from (k / group_blocks) * R on (input [N, (K/kb / group_blocks) * R, H, W, cb]): a block inside a group
+ * (R = group's C / cb, group_blocks = group's K / kb), or one spanning whole groups (R = group_blocks = 1,
+ * the weights zero between groups).
+ */
+te::Tensor conv2d_nchwc_general(const te::Tensor& X, const te::Tensor& W, const Conv2dParams& p, const std::string& name = "conv", int64_t group_blocks = 0);
 /** Depthwise conv2d of a blocked input [N, C/b, H, W, b] and weights [C/b, KH, KW, b] to [N, C/b, OH, OW, b]. */
 te::Tensor depthwise_conv2d_nchwc(const te::Tensor& X, const te::Tensor& W, const Conv2dParams& p, const std::string& name = "dwconv");
 

@@ -1,0 +1,129 @@
+"""Grouped convolutions (ResNeXt's 3x3 convs of 32 groups, RegNet's) through
+the graph compiler against PyTorch: alter_conv_layout runs them blocked
+(kiln.ConvNCHWc with group_blocks), a block inside one group or spanning
+several groups with block-diagonal weights, so between blocked neighbours
+no LayoutTransform is left around them. On the host target and, on an
+AVX-512 host, an AVX2 one (8 lanes: other blocks)."""
+import io
+
+import numpy as np
+import pytest
+
+import kiln
+
+torch = pytest.importorskip("torch")
+
+
+def _host_has_avx512():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " avx512f" in f.read()
+    except OSError:
+        return False
+
+
+TARGETS = ["llvm"] + (["llvm -mcpu=znver3"] if _host_has_avx512() else [])
+
+
+def _compile(net, x, target):
+    buf = io.BytesIO()
+    torch.onnx.export(net.eval(), x, buf, input_names=["input"], output_names=["output"], opset_version=13)
+    model = kiln.graph.from_onnx(buf.getvalue(), shapes={"input": tuple(x.shape)})
+    return kiln.compile(model, target=target)
+
+
+def _check(net, x, target):
+    exe = _compile(net, x, target)
+    (y,) = exe(x.numpy())
+    with torch.no_grad():
+        ref = net(x).numpy()
+    assert y.shape == ref.shape
+    err = np.max(np.abs(y - ref)) / np.max(np.abs(ref))
+    assert err <= 1e-4, f"relative error {err:.2e}"
+    return exe
+
+
+def _relayouts_around_grouped_conv(target, channels, per_group, stride):
+    # Where the neighbours' block is two vectors and the groups are narrower, a stride-1 grouped
+    # conv takes one vector (fewer zero products between groups), relayouting in and out.
+    lanes = 16 if target == "llvm" and _host_has_avx512() else 8
+    return 2 if stride == 1 and -(-channels // lanes) * lanes % (2 * lanes) == 0 and per_group < 2 * lanes else 0
+
+
+def _bottleneck(channels, groups, stride):
+    # ResNeXt's middle: 1x1 conv + relu, grouped 3x3 conv + bias + relu, 1x1 conv.
+    return torch.nn.Sequential(torch.nn.Conv2d(channels, channels, 1), torch.nn.ReLU(),
+                               torch.nn.Conv2d(channels, channels, 3, stride, 1, groups=groups), torch.nn.ReLU(),
+                               torch.nn.Conv2d(channels, channels, 1))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("groups", [2, 4, 32])
+@pytest.mark.parametrize("per_group", [4, 8, 16])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_grouped_conv_stays_blocked_between_blocked_convs(target, groups, per_group, stride):
+    torch.manual_seed(groups * 100 + per_group * 10 + stride)
+    channels = groups * per_group
+    exe = _check(_bottleneck(channels, groups, stride), torch.randn(1, channels, 9, 10), target)
+    ops = [g["ops"] for g in exe.groups()]
+    # Blocked from the model's input to its output: one transform at each edge, none around the grouped
+    # conv unless a smaller block spares it zero products.
+    assert sum(o.count("kiln.LayoutTransform") for o in ops) == 2 + _relayouts_around_grouped_conv(target, channels, per_group, stride), ops
+    # All three convs blocked, the grouped one with its bias and relu fused.
+    assert sum(o.startswith("kiln.ConvNCHWc") for o in ops) == 3, ops
+    assert sum(o.startswith("kiln.ConvNCHWc") and o.endswith("Relu") for o in ops) == 2, ops
+    assert not any(o.startswith("Conv") for o in ops), ops
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("groups", [13, 55])
+def test_regnet_widths_stay_blocked_with_a_padded_last_block(target, groups):
+    # RegNetY-400MF: 104 and 440 channels in groups of 8; on AVX-512 their 1x1 convs pad them to
+    # whole vectors (112 in blocks of 16; 448 in blocks of 32, where the grouped conv takes 16),
+    # and the grouped conv takes a padded block of 16, spanning two groups.
+    torch.manual_seed(groups)
+    channels = groups * 8
+    exe = _check(_bottleneck(channels, groups, 1), torch.randn(1, channels, 7, 7), target)
+    ops = [g["ops"] for g in exe.groups()]
+    assert sum(o.count("kiln.LayoutTransform") for o in ops) == 2 + _relayouts_around_grouped_conv(target, channels, 8, 1), ops
+    assert sum(o.startswith("kiln.ConvNCHWc") for o in ops) == 3, ops
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("cin,cout,groups", [(64, 128, 4), (128, 64, 8), (24, 48, 3)])
+def test_grouped_conv_with_other_channel_counts_matches_pytorch(target, cin, cout, groups):
+    # Input and output channels per group differ; 24 / 3 = 8 input channels per group.
+    torch.manual_seed(cin + cout + groups)
+    net = torch.nn.Sequential(torch.nn.Conv2d(cin, cout, 3, 1, 1, groups=groups), torch.nn.ReLU())
+    _check(net, torch.randn(2, cin, 7, 8), target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_grouped_conv_no_block_fits_stays_correct(target):
+    # 3 input and 2 output channels per group: no block fits both, the conv stays in NCHW.
+    torch.manual_seed(3)
+    net = torch.nn.Sequential(torch.nn.Conv2d(15, 10, 3, 1, 1, groups=5), torch.nn.ReLU())
+    exe = _check(net, torch.randn(1, 15, 6, 6), target)
+    assert not any(g["ops"].startswith("kiln.ConvNCHWc") for g in exe.groups())
+
+
+def test_grouped_conv_is_tuned_under_each_cap_and_runs_its_record(tmp_path):
+    # The tuner's layout variants reach the grouped conv too: under cap 8 its block of 8 is one
+    # group, under 16 a block spans two groups; compiled with the records it runs them, correctly.
+    tuner = pytest.importorskip("kiln.tuner")
+    db, target = str(tmp_path / "grouped.db"), "llvm -mcpu=znver3 -num-cores=2"
+    torch.manual_seed(8)
+    net, x = _bottleneck(32, 4, 1), torch.randn(1, 32, 10, 10)
+    buf = io.BytesIO()
+    torch.onnx.export(net.eval(), x, buf, input_names=["input"], output_names=["output"], opset_version=13)
+    model = kiln.graph.from_onnx(buf.getvalue(), shapes={"input": tuple(x.shape)})
+    tasks, _ = tuner.extract_tasks(model, target=target, db=db)
+    grouped = [t for t in tasks if t["groups"] == ["/2/Conv"]]
+    assert sorted(t["layout_cap"] for t in grouped) == [8, 16] and all(t["ops"].startswith("kiln.ConvNCHWc") for t in grouped), grouped
+    kiln.tune_model(model, target=target, trials=16, batch=8, db=db, progress=False)
+    exe = kiln.compile(model, target=target, db=db, quiet=True)
+    assert any(g["name"].endswith("/2/Conv") and g["schedule"] == "database" for g in exe.groups()), exe.groups()
+    (y,) = exe(x.numpy())
+    with torch.no_grad():
+        ref = net(x).numpy()
+    assert np.max(np.abs(y - ref)) <= 1e-4 * np.max(np.abs(ref))
