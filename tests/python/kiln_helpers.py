@@ -86,3 +86,45 @@ def flip_bytes(path, offset, count=64):
         chunk = f.read(count)
         f.seek(offset)
         f.write(bytes(b ^ 0xFF for b in chunk))
+
+
+AVX2 = "llvm -mcpu=znver3"
+
+
+def host_has_avx512():
+    """Whether this CPU runs AVX-512 code (then AVX2 code can be tested on it too)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " avx512f" in f.read()
+    except OSError:
+        return False
+
+
+def cpu_targets():
+    """The host target and, on an AVX-512 host, an AVX2 one (8 lanes: other blocks, other padding)."""
+    return ["llvm"] + ([AVX2] if host_has_avx512() else [])
+
+
+def compile_torch(net, x, target, **compile_args):
+    """`net` exported to ONNX (opset 13) at x's shape, imported and compiled by kiln for `target`."""
+    import io
+
+    import torch
+    buf = io.BytesIO()
+    torch.onnx.export(net.eval(), x, buf, input_names=["input"], output_names=["output"], opset_version=13)
+    model = kiln.graph.from_onnx(buf.getvalue(), shapes={"input": tuple(x.shape)})
+    return kiln.compile(model, target=target, **compile_args)
+
+
+def check_against_torch(net, x, target, tol=1e-4, **compile_args):
+    """Compiles `net`, runs it on x and asserts kiln's output is PyTorch's within `tol`
+    (relative to the largest reference value); returns the executable."""
+    import torch
+    exe = compile_torch(net, x, target, **compile_args)
+    (y,) = exe(x.numpy())
+    with torch.no_grad():
+        ref = net(x).numpy()
+    assert y.shape == ref.shape
+    err = np.max(np.abs(y - ref)) / np.max(np.abs(ref))
+    assert err <= tol, f"relative error {err:.2e}"
+    return exe

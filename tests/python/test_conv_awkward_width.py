@@ -5,34 +5,17 @@ pixels as fit the registers plus a guarded remainder that lowering peels,
 and must give PyTorch's results with the bias and ReLU fused, on the host
 target and, on an AVX-512 host, an AVX2 one. Widths with a good divisor
 keep their tile."""
-import io
 import re
 
 import numpy as np
 import pytest
 
-import kiln
+from kiln_helpers import compile_torch, cpu_targets, host_has_avx512
 
 torch = pytest.importorskip("torch")
 
-AVX2 = "llvm -mcpu=znver3"
+TARGETS = cpu_targets()
 
-
-def _host_has_avx512():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return " avx512f" in f.read()
-    except OSError:
-        return False
-
-
-TARGETS = ["llvm"] + ([AVX2] if _host_has_avx512() else [])
-
-
-def _compile(net, x, target):
-    buf = io.BytesIO()
-    torch.onnx.export(net.eval(), x, buf, input_names=["input"], output_names=["output"], opset_version=13)
-    return kiln.compile(kiln.graph.from_onnx(buf.getvalue(), shapes={"input": tuple(x.shape)}), target=target)
 
 
 def _conv(cin, cout, kernel, stride, padding, out_h, out_w, target, seed):
@@ -41,7 +24,7 @@ def _conv(cin, cout, kernel, stride, padding, out_h, out_w, target, seed):
     net = torch.nn.Sequential(torch.nn.Conv2d(cin, cout, kernel, stride, padding), torch.nn.ReLU())
     side = lambda out: (out - 1) * stride + kernel - 2 * padding  # noqa: E731
     x = torch.randn(1, cin, side(out_h), side(out_w))
-    exe = _compile(net, x, target)
+    exe = compile_torch(net, x, target)
     (y,) = exe(x.numpy())
     with torch.no_grad():
         ref = net(x).numpy()
@@ -60,7 +43,7 @@ def _conv_tile(exe, axis):
 
 def _isa(target):
     """'avx512' or 'avx2': the host target is the host's (these tests assume an x86 host with AVX2 at least)."""
-    return "avx512" if target == "llvm" and _host_has_avx512() else "avx2"
+    return "avx512" if target == "llvm" and host_has_avx512() else "avx2"
 
 
 def _fit(target):

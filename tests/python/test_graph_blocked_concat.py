@@ -4,26 +4,16 @@ divides every branch's channels, the blocked inputs join along the block
 axis with no relayout to NCHW and back. Where none does (channels padded to
 whole vectors, part-vector blocks), the join falls back to NCHW. Either way
 equal to PyTorch, on the host target and, on an AVX-512 host, an AVX2 one."""
-import io
 
-import numpy as np
 import pytest
 
-import kiln
+from kiln_helpers import check_against_torch, cpu_targets
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
 
-def _host_has_avx512():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return " avx512f" in f.read()
-    except OSError:
-        return False
-
-
-TARGETS = ["llvm"] + (["llvm -mcpu=znver3"] if _host_has_avx512() else [])
+TARGETS = cpu_targets()
 
 
 class Fire(nn.Module):
@@ -60,22 +50,6 @@ class Inception(nn.Module):
         return self.pool(torch.cat([self.b1(x), self.b2(x), self.b3(x), self.b4(x)], 1))
 
 
-def _compile(net, x, target):
-    buf = io.BytesIO()
-    torch.onnx.export(net.eval(), x, buf, input_names=["input"], output_names=["output"], opset_version=13)
-    model = kiln.graph.from_onnx(buf.getvalue(), shapes={"input": tuple(x.shape)})
-    return kiln.compile(model, target=target)
-
-
-def _check(net, x, target):
-    exe = _compile(net, x, target)
-    (y,) = exe(x.numpy())
-    with torch.no_grad():
-        ref = net(x).numpy()
-    assert y.shape == ref.shape
-    err = np.max(np.abs(y - ref)) / np.max(np.abs(ref))
-    assert err <= 1e-4, f"relative error {err:.2e}"
-    return exe
 
 
 def _transforms(exe):
@@ -91,7 +65,7 @@ def _blocked_concat(exe):
 @pytest.mark.parametrize("squeeze,e1,e3", [(16, 64, 64), (32, 128, 128), (48, 32, 96)])
 def test_fire_concat_stays_blocked(target, squeeze, e1, e3):
     torch.manual_seed(squeeze + e1)
-    exe = _check(Fire(24, squeeze, e1, e3, 64), torch.randn(1, 24, 13, 13), target)
+    exe = check_against_torch(Fire(24, squeeze, e1, e3, 64), torch.randn(1, 24, 13, 13), target)
     # Only the model's boundaries: the input into the blocks, the output out of them.
     assert _transforms(exe) == 2, [g["ops"] for g in exe.groups()]
     assert _blocked_concat(exe)
@@ -100,7 +74,7 @@ def test_fire_concat_stays_blocked(target, squeeze, e1, e3):
 @pytest.mark.parametrize("target", TARGETS)
 def test_inception_concat_stays_blocked(target):
     torch.manual_seed(3)
-    exe = _check(Inception(64, 64, 96, 128, 16, 32, 32), torch.randn(1, 16, 14, 14), target)
+    exe = check_against_torch(Inception(64, 64, 96, 128, 16, 32, 32), torch.randn(1, 16, 14, 14), target)
     assert _transforms(exe) == 2, [g["ops"] for g in exe.groups()]
     assert _blocked_concat(exe)
 
@@ -110,7 +84,7 @@ def test_inception_concat_stays_blocked(target):
 def test_concat_of_channels_no_block_divides_matches_pytorch(target, squeeze, e1, e3):
     # Padded (58) or part-vector blocks (24, 3, 5): the join runs in NCHW, still right.
     torch.manual_seed(e1 + e3)
-    _check(Fire(24, squeeze, e1, e3, 32), torch.randn(1, 24, 11, 9), target)
+    check_against_torch(Fire(24, squeeze, e1, e3, 32), torch.randn(1, 24, 11, 9), target)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -126,7 +100,7 @@ def test_concat_with_a_plain_input_matches_pytorch(target):
             return self.out(torch.cat([self.a(x), torch.relu(x)], 1))
 
     torch.manual_seed(11)
-    exe = _check(Net(), torch.randn(1, 32, 10, 10), target)
+    exe = check_against_torch(Net(), torch.randn(1, 32, 10, 10), target)
     # The input's, the Relu's into the join's block, the output's; none around the join.
     assert _transforms(exe) == 3, [g["ops"] for g in exe.groups()]
 
@@ -155,7 +129,7 @@ class SplitJoin(nn.Module):
 @pytest.mark.parametrize("target", TARGETS)
 def test_split_and_slice_of_whole_blocks_stay_blocked(target):
     torch.manual_seed(13)
-    exe = _check(SplitJoin(128, 32, 96), torch.randn(1, 16, 12, 12), target)
+    exe = check_against_torch(SplitJoin(128, 32, 96), torch.randn(1, 16, 12, 12), target)
     assert _transforms(exe) == 2, [g["ops"] for g in exe.groups()]
 
 
@@ -164,7 +138,7 @@ def test_split_and_slice_of_whole_blocks_stay_blocked(target):
 def test_split_and_slice_of_part_blocks_match_pytorch(target, c, lo, hi):
     # Pieces that are not whole blocks (ShuffleNetV2's 58-channel halves, an offset slice): NCHW, still right.
     torch.manual_seed(c + lo)
-    _check(SplitJoin(c, lo, hi), torch.randn(1, 16, 9, 11), target)
+    check_against_torch(SplitJoin(c, lo, hi), torch.randn(1, 16, 9, 11), target)
 
 
 class DenseLayers(nn.Module):
@@ -203,6 +177,6 @@ def test_dense_joins_and_their_batch_norms_match_pytorch(target, c0, growth):
     torch.manual_seed(c0)
     net = DenseLayers(c0, growth, 3)
     _randomize_batch_norm(net, c0)
-    exe = _check(net, torch.randn(1, 8, 10, 10), target)
+    exe = check_against_torch(net, torch.randn(1, 8, 10, 10), target)
     if c0 % 32 == 0:  # whole blocks on AVX2 and AVX-512: the joins and the BatchNorms stay blocked
         assert _transforms(exe) == 2, [g["ops"] for g in exe.groups()]

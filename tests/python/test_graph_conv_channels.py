@@ -4,43 +4,18 @@ PyTorch: the blocked layout pads such channels to whole vectors (zero
 weights, a zero-padded input block, sliced outputs), and what runs over the
 padding must never leak into the true channels. On the host target and, on
 an AVX-512 host, an AVX2 one (8 lanes: other blocks and other padding)."""
-import io
 
 import numpy as np
 import pytest
 
-import kiln
+from kiln_helpers import check_against_torch, compile_torch, cpu_targets
 
 torch = pytest.importorskip("torch")
 
 
-def _host_has_avx512():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return " avx512f" in f.read()
-    except OSError:
-        return False
+TARGETS = cpu_targets()
 
 
-TARGETS = ["llvm"] + (["llvm -mcpu=znver3"] if _host_has_avx512() else [])
-
-
-def _compile(net, x, target, **compile_args):
-    buf = io.BytesIO()
-    torch.onnx.export(net.eval(), x, buf, input_names=["input"], output_names=["output"], opset_version=13)
-    model = kiln.graph.from_onnx(buf.getvalue(), shapes={"input": tuple(x.shape)})
-    return kiln.compile(model, target=target, **compile_args)
-
-
-def _check(net, x, target, **compile_args):
-    exe = _compile(net, x, target, **compile_args)
-    (y,) = exe(x.numpy())
-    with torch.no_grad():
-        ref = net(x).numpy()
-    assert y.shape == ref.shape
-    err = np.max(np.abs(y - ref)) / np.max(np.abs(ref))
-    assert err <= 1e-4, f"relative error {err:.2e}"
-    return exe
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -49,7 +24,7 @@ def _check(net, x, target, **compile_args):
 def test_conv_bias_relu_matches_pytorch(target, cin, cout, kernel, stride):
     torch.manual_seed(cin * 1000 + cout)
     net = torch.nn.Sequential(torch.nn.Conv2d(cin, cout, kernel, stride, kernel // 2), torch.nn.ReLU())
-    exe = _check(net, torch.randn(1, cin, 9, 10), target)
+    exe = check_against_torch(net, torch.randn(1, cin, 9, 10), target)
     # The bias and relu fuse into the conv even over padded channels.
     assert any(g["ops"].startswith("kiln.ConvNCHWc") and g["ops"].endswith("Relu") for g in exe.groups())
 
@@ -58,7 +33,7 @@ def test_conv_bias_relu_matches_pytorch(target, cin, cout, kernel, stride):
 def test_stem_7x7_stride_2_matches_pytorch(target):
     torch.manual_seed(7)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 7, 2, 3), torch.nn.ReLU())
-    _check(net, torch.randn(1, 3, 30, 30), target)
+    check_against_torch(net, torch.randn(1, 3, 30, 30), target)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -76,7 +51,7 @@ def test_padded_channels_stay_blocked_through_a_shufflenet_branch(target):
         if isinstance(m, torch.nn.BatchNorm2d):
             m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
             m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-    exe = _check(net, torch.randn(1, 58, 16, 16), target)
+    exe = check_against_torch(net, torch.randn(1, 58, 16, 16), target)
     ops = [g["ops"] for g in exe.groups()]
     # Blocked from the model's input to its output: one transform at each edge.
     assert sum(o.count("kiln.LayoutTransform") for o in ops) == 2, ops
@@ -102,7 +77,7 @@ def test_an_op_that_makes_inf_of_zero_never_runs_over_padding(target):
     torch.manual_seed(6)
     net = _ReciprocalBetweenConvs()
     x = torch.randn(1, 58, 6, 6)
-    exe = _compile(net, x, target)
+    exe = compile_torch(net, x, target)
     (y,) = exe(x.numpy())
     assert np.isfinite(y).all()
     with torch.no_grad():

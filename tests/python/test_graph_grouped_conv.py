@@ -10,43 +10,20 @@ import numpy as np
 import pytest
 
 import kiln
+from kiln_helpers import check_against_torch, cpu_targets, host_has_avx512
 
 torch = pytest.importorskip("torch")
 
 
-def _host_has_avx512():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return " avx512f" in f.read()
-    except OSError:
-        return False
+TARGETS = cpu_targets()
 
 
-TARGETS = ["llvm"] + (["llvm -mcpu=znver3"] if _host_has_avx512() else [])
-
-
-def _compile(net, x, target):
-    buf = io.BytesIO()
-    torch.onnx.export(net.eval(), x, buf, input_names=["input"], output_names=["output"], opset_version=13)
-    model = kiln.graph.from_onnx(buf.getvalue(), shapes={"input": tuple(x.shape)})
-    return kiln.compile(model, target=target)
-
-
-def _check(net, x, target):
-    exe = _compile(net, x, target)
-    (y,) = exe(x.numpy())
-    with torch.no_grad():
-        ref = net(x).numpy()
-    assert y.shape == ref.shape
-    err = np.max(np.abs(y - ref)) / np.max(np.abs(ref))
-    assert err <= 1e-4, f"relative error {err:.2e}"
-    return exe
 
 
 def _relayouts_around_grouped_conv(target, channels, per_group, stride):
     # Where the neighbours' block is two vectors and the groups are narrower, a stride-1 grouped
     # conv takes one vector (fewer zero products between groups), relayouting in and out.
-    lanes = 16 if target == "llvm" and _host_has_avx512() else 8
+    lanes = 16 if target == "llvm" and host_has_avx512() else 8
     return 2 if stride == 1 and -(-channels // lanes) * lanes % (2 * lanes) == 0 and per_group < 2 * lanes else 0
 
 
@@ -64,7 +41,7 @@ def _bottleneck(channels, groups, stride):
 def test_grouped_conv_stays_blocked_between_blocked_convs(target, groups, per_group, stride):
     torch.manual_seed(groups * 100 + per_group * 10 + stride)
     channels = groups * per_group
-    exe = _check(_bottleneck(channels, groups, stride), torch.randn(1, channels, 9, 10), target)
+    exe = check_against_torch(_bottleneck(channels, groups, stride), torch.randn(1, channels, 9, 10), target)
     ops = [g["ops"] for g in exe.groups()]
     # Blocked from the model's input to its output: one transform at each edge, none around the grouped
     # conv unless a smaller block spares it zero products.
@@ -83,7 +60,7 @@ def test_regnet_widths_stay_blocked_with_a_padded_last_block(target, groups):
     # and the grouped conv takes a padded block of 16, spanning two groups.
     torch.manual_seed(groups)
     channels = groups * 8
-    exe = _check(_bottleneck(channels, groups, 1), torch.randn(1, channels, 7, 7), target)
+    exe = check_against_torch(_bottleneck(channels, groups, 1), torch.randn(1, channels, 7, 7), target)
     ops = [g["ops"] for g in exe.groups()]
     assert sum(o.count("kiln.LayoutTransform") for o in ops) == 2 + _relayouts_around_grouped_conv(target, channels, 8, 1), ops
     assert sum(o.startswith("kiln.ConvNCHWc") for o in ops) == 3, ops
@@ -95,7 +72,7 @@ def test_grouped_conv_with_other_channel_counts_matches_pytorch(target, cin, cou
     # Input and output channels per group differ; 24 / 3 = 8 input channels per group.
     torch.manual_seed(cin + cout + groups)
     net = torch.nn.Sequential(torch.nn.Conv2d(cin, cout, 3, 1, 1, groups=groups), torch.nn.ReLU())
-    _check(net, torch.randn(2, cin, 7, 8), target)
+    check_against_torch(net, torch.randn(2, cin, 7, 8), target)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -103,7 +80,7 @@ def test_grouped_conv_no_block_fits_stays_correct(target):
     # 3 input and 2 output channels per group: no block fits both, the conv stays in NCHW.
     torch.manual_seed(3)
     net = torch.nn.Sequential(torch.nn.Conv2d(15, 10, 3, 1, 1, groups=5), torch.nn.ReLU())
-    exe = _check(net, torch.randn(1, 15, 6, 6), target)
+    exe = check_against_torch(net, torch.randn(1, 15, 6, 6), target)
     assert not any(g["ops"].startswith("kiln.ConvNCHWc") for g in exe.groups())
 
 
