@@ -60,13 +60,13 @@ def unavailable():
     """Why ONNX Runtime cannot run here, or None when it can."""
     if not shutil.which("node"):
         return "node is not installed (scripts/setup.sh installs nodejs and onnxruntime-node)"
+    if find_module():
+        return None
     given = os.environ.get("KILN_ORT_NODE_DIR")
-    if given and not find_module():
+    if given:
         return (f"KILN_ORT_NODE_DIR={given} holds no onnxruntime-node package (neither its package.json nor "
                 "node_modules/onnxruntime-node/package.json names it); point it at either, or unset it")
-    if not find_module():
-        return f"onnxruntime-node is not installed ({PACKAGE}; run scripts/setup.sh, or set KILN_ORT_NODE_DIR)"
-    return None
+    return f"onnxruntime-node is not installed ({PACKAGE}; run scripts/setup.sh, or set KILN_ORT_NODE_DIR)"
 
 
 def version():
