@@ -100,6 +100,11 @@ def main(argv=None, prog="conv_channels_bench.py", doc=__doc__, default_shapes=D
     import kiln
     torch.set_num_threads(args.threads)
     shapes = parse_shapes(args.shapes)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
+    import blas_choice
+    cpu, flags = blas_choice.cpu_info()
+    print(f"# {cpu} ({blas_choice.vector_isa(flags)}); peer: PyTorch {torch.__version__} eager, NCHW, torch.set_num_threads({args.threads}), "
+          f"warmed up, in kiln's process")
     print(f"target {args.target!r}, {args.threads} threads, {args.rounds} rounds of {args.repeat} runs; GFLOP/s of the true channels, min / median")
     print(f"{'conv':32s} {'kiln conv group':>17s}   {'kiln whole call':>17s}   {'torch eager':>17s}   rel.err")
     for shape in shapes:
