@@ -14,7 +14,7 @@ using namespace graph;
 namespace {
 
 // dim attribute -> the output's local shape, given the group size n.
-using LocalShapeFn = std::function<void(const OpCall&, std::vector<int64_t>&, int64_t n)>;
+using LocalShapeFn = std::function<void(const OpCall&, graph::Shape&, int64_t n)>;
 
 int norm_dim(const OpCall& call, const char* attr, int ndim) {
   int64_t d = call.attrs.get_int(attr);
@@ -22,9 +22,9 @@ int norm_dim(const OpCall& call, const char* attr, int ndim) {
   return static_cast<int>(d);
 }
 
-void divide(const OpCall& call, std::vector<int64_t>& shape, int d, int64_t n) {
+void divide(const OpCall& call, graph::Shape& shape, int d, int64_t n) {
   if (shape[d] % n != 0) call.fail("dimension " + std::to_string(d) + " (" + std::to_string(shape[d]) + ") does not split into " + std::to_string(n) + " pieces");
-  shape[d] /= n;
+  shape[d] = shape[d] / n;
 }
 
 void register_collective(const std::string& name, const std::string& doc, std::vector<AttrSpec> extra, LocalShapeFn local_shape) {
@@ -49,12 +49,12 @@ const bool registered = [] {
   AttrSpec dim{"dim", AttrKind::Int, AttrValue(int64_t{0})};
   register_collective("kiln.AllReduce", "Sums the value over the ranks of a mesh axis.", {}, nullptr);
   register_collective("kiln.AllGather", "Concatenates the ranks' blocks along `dim` over a mesh axis.", {dim},
-                      [](const OpCall& c, std::vector<int64_t>& s, int64_t n) { s[norm_dim(c, "dim", static_cast<int>(s.size()))] *= n; });
+                      [](const OpCall& c, graph::Shape& s, int64_t n) { s[norm_dim(c, "dim", static_cast<int>(s.size()))] *= n; });
   register_collective("kiln.ReduceScatter", "Sums over a mesh axis and leaves each rank its block along `dim`.", {dim},
-                      [](const OpCall& c, std::vector<int64_t>& s, int64_t n) { divide(c, s, norm_dim(c, "dim", static_cast<int>(s.size())), n); });
+                      [](const OpCall& c, graph::Shape& s, int64_t n) { divide(c, s, norm_dim(c, "dim", static_cast<int>(s.size())), n); });
   register_collective("kiln.AllToAll", "Moves a mesh axis's split from `concat_dim` to `split_dim`.",
                       {{"split_dim", AttrKind::Int, std::nullopt}, {"concat_dim", AttrKind::Int, std::nullopt}},
-                      [](const OpCall& c, std::vector<int64_t>& s, int64_t n) {
+                      [](const OpCall& c, graph::Shape& s, int64_t n) {
                         int nd = static_cast<int>(s.size());
                         divide(c, s, norm_dim(c, "split_dim", nd), n);
                         s[norm_dim(c, "concat_dim", nd)] *= n;

@@ -9,11 +9,7 @@
 
 namespace kiln::graph {
 
-int64_t TensorType::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+int64_t TensorType::numel() const { return shape.numel().value(); }
 
 int64_t TensorType::bytes() const { return numel() * dtype_storage_bytes(dtype); }
 

@@ -46,7 +46,31 @@ Attrs to_attrs(const py::dict& d) {
   return a;
 }
 
-py::tuple type_tuple(const TensorType& t) { return py::make_tuple(py::tuple(py::cast(t.shape)), t.dtype.str()); }
+// A shape as Python sees it: an int per static dim, the expression's text ("seq", "seq + 1") per symbolic one.
+py::tuple shape_tuple(const Shape& shape) {
+  py::tuple out(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i)
+    out[i] = shape[i].is_static() ? py::object(py::int_(shape[i].value())) : py::object(py::str(shape[i].str()));
+  return out;
+}
+
+// A shape from Python: ints, and names of shape variables ("batch") for symbolic dims.
+Shape to_shape(const py::sequence& dims) {
+  Shape shape;
+  for (py::handle d : dims) {
+    if (py::isinstance<py::str>(d)) {
+      shape.push_back(Dim::var(d.cast<std::string>()));
+    } else if (py::isinstance<py::int_>(d)) {
+      shape.push_back(Dim(d.cast<int64_t>()));
+    } else {
+      throw_user_error("a dimension must be an int or the name of a shape variable (a str such as \"batch\"), got a " +
+                       std::string(py::str(d.get_type().attr("__name__"))));
+    }
+  }
+  return shape;
+}
+
+py::tuple type_tuple(const TensorType& t) { return py::make_tuple(shape_tuple(t.shape), t.dtype.str()); }
 
 // Inputs as NDArray views of C-contiguous numpy arrays (or the kiln arrays
 // given). keep[i] is the object whose memory input i views, kept alive by it.
@@ -151,7 +175,7 @@ void define_graph(py::module_& root) {
   py::module_ m = root.def_submodule("graph", "The graph compiler: graph IR, operator registry, passes, executor.");
 
   py::class_<Value>(m, "Value", "An edge of a graph: one output of a node.")
-      .def_property_readonly("shape", [](const Value& v) { return py::tuple(py::cast(v.type().shape)); })
+      .def_property_readonly("shape", [](const Value& v) { return shape_tuple(v.type().shape); })
       .def_property_readonly("dtype", [](const Value& v) { return v.type().dtype.str(); })
       .def_property_readonly("name", [](const Value& v) { return v.node->name; })
       .def_property_readonly("is_constant", [](const Value& v) { return v.node->kind == NodeKind::Constant; })
@@ -190,8 +214,8 @@ void define_graph(py::module_& root) {
       .def("structural_equal", [](const Graph& a, const Graph& b) { return structural_equal(a, b); })
       .def("structural_hash", [](const Graph& a) { return structural_hash(a); });
 
-  m.def("make_input", [](const std::string& name, std::vector<int64_t> shape, py::handle dtype) {
-    return make_input(name, TensorType{std::move(shape), to_dtype(dtype)})->output();
+  m.def("make_input", [](const std::string& name, py::sequence shape, py::handle dtype) {
+    return make_input(name, TensorType{to_shape(shape), to_dtype(dtype)})->output();
   }, py::arg("name"), py::arg("shape"), py::arg("dtype") = "float32");
   m.def("make_constant", [](const std::string& name, py::handle array) { return make_constant(name, numpy_to_ndarray(array))->output(); },
         py::arg("name"), py::arg("array"), "A constant holding a copy of `array` (numpy or anything numpy converts).");

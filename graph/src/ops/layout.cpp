@@ -62,7 +62,7 @@ const bool registered = [] {
     int64_t from = c.attrs.get_int("src_block"), to = c.attrs.get_int("dst_block"), channels = c.attrs.get_int_or("channels", 0);
     const auto& s = c.input_types[0].shape;
     if (!((from == 0 && s.size() == 4) || (from > 0 && s.size() == 5 && s[4] == from))) c.fail("input " + c.input_types[0].str() + " is not in the layout of block " + std::to_string(from));
-    const int64_t held = from == 0 ? s[1] : s[1] * s[4];
+    const int64_t held = from == 0 ? int64_t(s[1]) : s[1] * s[4];
     const int64_t C = channels > 0 ? channels : held;
     if (channels < 0 || C > held || (from == 0 && C != held) || held - C >= std::max<int64_t>(from, 1))
       c.fail("input " + c.input_types[0].str() + " does not hold " + std::to_string(C) + " channels; give channels of at most a block less than it holds");

@@ -277,7 +277,7 @@ void register_unsqueeze() {
     std::vector<int64_t> shape;
     size_t next = 0;
     for (int k = 0; k < in_type(call).ndim() + static_cast<int>(axes.size()); ++k)
-      shape.push_back(std::find(axes.begin(), axes.end(), k) != axes.end() ? 1 : in_type(call).shape[next++]);
+      shape.push_back(std::find(axes.begin(), axes.end(), k) != axes.end() ? Dim(1) : in_type(call).shape[next++]);
     return one(with_shape(call, shape));
   };
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {

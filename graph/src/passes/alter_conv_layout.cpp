@@ -161,7 +161,7 @@ class LayoutRewriter {
     if ((n->op->name == "MatMul" || n->op->name == "Gemm") && n->inputs.size() >= 2) return rewrite_matmul(*n);
     if (n->op->name == "kiln.LayoutTransform") {
       // Transforms in a row collapse; relayout looks through the producer.
-      const int64_t channels = n->types[0].ndim() == 4 ? n->types[0].shape[1] : n->attrs.get_int_or("channels", 0);
+      const int64_t channels = n->types[0].ndim() == 4 ? int64_t(n->types[0].shape[1]) : n->attrs.get_int_or("channels", 0);
       Value out = relayout(n->inputs[0], n->attrs.get_int("src_block"), n->attrs.get_int("dst_block"), channels);
       return out == n->output() ? std::vector<Value>{} : std::vector<Value>{out};
     }

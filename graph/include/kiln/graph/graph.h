@@ -16,10 +16,8 @@
  * node of the op "kiln.fused" whose `body` is the subgraph it runs (its
  * inputs are the group's inputs).
  *
- * Room left for what follows: a dimension is an int64 today; a symbolic batch
- * dimension becomes a ShapeExpr in TensorType without touching the nodes; a
- * sharding spec (the distribution pass) is one more optional field per value
- * of TensorType.
+ * A dimension is a Dim (dim.h): a known extent or an expression over named
+ * shape variables ("batch", "seq"), for models compiled once for every shape.
  */
 #ifndef KILN_GRAPH_GRAPH_H
 #define KILN_GRAPH_GRAPH_H
@@ -30,22 +28,26 @@
 #include <variant>
 #include <vector>
 
+#include "kiln/graph/dim.h"
 #include "kiln/ir/dtype.h"
 #include "kiln/ir/object.h"
 #include "kiln/runtime/ndarray.h"
 
 namespace kiln::graph {
 
-/** The static type of a value: its shape and element type. */
+/** The type of a value: its shape (each dim static or symbolic, dim.h) and element type. */
 struct TensorType {
-  std::vector<int64_t> shape;
+  Shape shape;
   DataType dtype = DataType::Float(32);
 
   int ndim() const { return static_cast<int>(shape.size()); }
+  /** The element count (throws naming a symbolic dim; numel_dim() is the symbolic form). */
   int64_t numel() const;
-  /** Bytes of a compact array of this type. */
+  Dim numel_dim() const { return shape.numel(); }
+  /** Bytes of a compact array of this type (static shapes). */
   int64_t bytes() const;
-  /** "float32[1, 64, 56, 56]". */
+  bool is_static() const { return shape.is_static(); }
+  /** "float32[1, 64, 56, 56]", "float32[batch, seq, 768]". */
   std::string str() const;
   bool operator==(const TensorType& o) const { return shape == o.shape && dtype == o.dtype; }
 };
