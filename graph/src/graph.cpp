@@ -156,7 +156,16 @@ Ref<OpNode> make_op(const OpDef* op, std::vector<Value> inputs, Attrs attrs, std
   attrs = normalize_attrs(*op, name, std::move(attrs));
   OpCall call = op_call(op, name, attrs, inputs);
   KILN_CHECK(op->infer) << "op " << op->name << " has no type inference";
-  std::vector<TensorType> types = op->infer(call);
+  std::vector<TensorType> types;
+  try {
+    types = op->infer(call);
+  } catch (const Error& e) {
+    // Errors raised below the op's own checks (a symbolic dim where the op
+    // needs a number) get the node's name, as call.fail's do.
+    std::string prefix = op->name + " node '" + name + "'";
+    if (std::string(e.what()).rfind(prefix, 0) == 0) throw;
+    throw Error(prefix + ": " + e.what());
+  }
   return Ref<OpNode>(new OpNode(std::move(name), op, std::move(attrs), std::move(inputs), std::move(types)));
 }
 
@@ -165,9 +174,9 @@ Ref<OpNode> make_op(const std::string& op_name, std::vector<Value> inputs, Attrs
 }
 
 Ref<InputNode> make_input(std::string name, TensorType type) {
-  for (int64_t d : type.shape)
-    KILN_USER_CHECK(d >= 0) << "input '" << name << "' has shape " << shape_to_string(type.shape)
-                            << ": every dimension must be known (give the input's shape)";
+  for (const Dim& d : type.shape)
+    KILN_USER_CHECK(d.is_symbolic() || d.value() >= 0) << "input '" << name << "' has shape " << shape_to_string(type.shape)
+                                                       << ": a dimension is a size (>= 0) or a shape variable";
   return Ref<InputNode>(new InputNode(std::move(name), std::move(type)));
 }
 

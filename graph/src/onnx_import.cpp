@@ -98,32 +98,36 @@ class Importer {
     t.dtype = dtype_from_onnx(tt.elem_type(), what);
     auto given = shapes_.find(in.name());
     if (given != shapes_.end()) {
-      for (int64_t d : given->second)
-        KILN_USER_CHECK(d >= 0) << "shapes['" << in.name() << "'] = " << shape_to_string(given->second) << " has a negative dimension";
-      KILN_USER_CHECK(!tt.has_shape() || tt.shape().dim_size() == static_cast<int>(given->second.size()))
-          << "shapes['" << in.name() << "'] = " << shape_to_string(given->second) << " has " << given->second.size()
+      const Shape& want = given->second;
+      for (const Dim& d : want)
+        KILN_USER_CHECK(d.is_symbolic() || d.value() >= 0)
+            << "shapes['" << in.name() << "'] = " << shape_to_string(want) << " has a negative dimension";
+      KILN_USER_CHECK(!tt.has_shape() || tt.shape().dim_size() == static_cast<int>(want.size()))
+          << "shapes['" << in.name() << "'] = " << shape_to_string(want) << " has " << want.size()
           << " dimensions, but the model's input '" << in.name() << "' has " << tt.shape().dim_size() << " (" << declared_shape(tt) << ")";
       // A static dimension is baked into the model (reshape constants, weights): only symbolic or unknown ones can be set.
       for (int i = 0; tt.has_shape() && i < tt.shape().dim_size(); ++i) {
         const auto& d = tt.shape().dim(i);
-        KILN_USER_CHECK(!d.has_dim_value() || d.dim_value() == given->second[i])
-            << "shapes['" << in.name() << "'] = " << shape_to_string(given->second) << " sets axis " << i << " to "
-            << given->second[i] << ", but the model declares that axis static as " << d.dim_value() << " (" << declared_shape(tt)
+        KILN_USER_CHECK(!d.has_dim_value() || want[i] == d.dim_value())
+            << "shapes['" << in.name() << "'] = " << shape_to_string(want) << " sets axis " << i << " to " << want[i].str()
+            << ", but the model declares that axis static as " << d.dim_value() << " (" << declared_shape(tt)
             << "); only symbolic or unknown dimensions can be set: pass " << d.dim_value()
             << " there, or export the model with that axis dynamic (torch.onnx.export(..., dynamic_axes=...))";
       }
-      t.shape = given->second;
+      t.shape = want;
       return t;
     }
-    KILN_USER_CHECK(tt.has_shape()) << what << " has no declared shape; kiln compiles static shapes: pass it, e.g. shapes={\""
-                                    << in.name() << "\": [...]}";
+    KILN_USER_CHECK(tt.has_shape()) << what << " has no declared shape (not even its rank): pass it, e.g. shapes={\"" << in.name()
+                                    << "\": (\"batch\", 3, 224, 224)} with ints for static axes and names for symbolic ones";
     for (int i = 0; i < tt.shape().dim_size(); ++i) {
       const auto& d = tt.shape().dim(i);
-      KILN_USER_CHECK(d.has_dim_value() && d.dim_value() >= 0)
-          << what << " has " << (d.has_dim_param() ? "the symbolic dimension '" + d.dim_param() + "'" : std::string("an unknown dimension"))
-          << " at axis " << i << " (shape " << declared_shape(tt) << "); kiln compiles static shapes: pass the shape, e.g. shapes={\""
-          << in.name() << "\": " << example_shape(tt) << "}";
-      t.shape.push_back(d.dim_value());
+      if (d.has_dim_value()) {
+        KILN_USER_CHECK(d.dim_value() >= 0) << what << " declares axis " << i << " as " << d.dim_value() << " (shape " << declared_shape(tt) << ")";
+        t.shape.push_back(d.dim_value());
+      } else {
+        // Symbolic: the model's name for it, so inputs sharing "batch" share one variable.
+        t.shape.push_back(Dim::var(d.has_dim_param() && !d.dim_param().empty() ? d.dim_param() : in.name() + "_dim" + std::to_string(i)));
+      }
     }
     return t;
   }
@@ -134,16 +138,6 @@ class Importer {
     for (int i = 0; i < tt.shape().dim_size(); ++i) {
       const auto& d = tt.shape().dim(i);
       s += (i ? ", " : "") + (d.has_dim_value() ? std::to_string(d.dim_value()) : d.has_dim_param() ? d.dim_param() : std::string("?"));
-    }
-    return s + "]";
-  }
-
-  // "[1, 3, 224, 224]": the declared shape with 1 for every unknown dimension.
-  static std::string example_shape(const onnx::TypeProto::Tensor& tt) {
-    std::string s = "[";
-    for (int i = 0; i < tt.shape().dim_size(); ++i) {
-      const auto& d = tt.shape().dim(i);
-      s += (i ? ", " : "") + std::to_string(d.has_dim_value() && d.dim_value() >= 0 ? d.dim_value() : 1);
     }
     return s + "]";
   }
@@ -162,7 +156,8 @@ class Importer {
     std::string reader = node.op_type() + " node '" + name + "'";
     for (const std::string& in : node.input()) n.inputs.push_back(in.empty() ? Value() : lookup(in, reader));
     n.attrs = attrs_from_onnx(node, name, opset_);
-    std::vector<Value> outs = emit_node(std::move(n));
+    std::optional<std::vector<Value>> symbolic = shape_values_.emit(n, emit_node);
+    std::vector<Value> outs = symbolic ? *symbolic : emit_node(std::move(n));
     for (int i = 0; i < node.output_size(); ++i) {
       const std::string& out = node.output(i);
       if (out.empty()) continue;  // an optional output the model does not ask for
@@ -213,6 +208,7 @@ class Importer {
   // Outputs ONNX nodes list but their kiln nodes lack, with why.
   std::unordered_map<std::string, std::string> absent_;
   std::vector<Ref<InputNode>> inputs_;
+  ShapeValues shape_values_;
 };
 
 }  // namespace

@@ -7,6 +7,9 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
+#include <functional>
+#include <optional>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -38,6 +41,32 @@ Attrs attrs_from_onnx(const onnx::NodeProto& node, const std::string& name, int6
  * (as many as the kiln node has: possibly fewer than the ONNX node lists).
  */
 std::vector<Value> emit_node(OnnxNode node);
+
+/**
+ * The integer tensors an exporter computes shapes with (Shape -> Gather ->
+ * Concat -> Reshape) when they hold symbolic dimensions: their elements as
+ * dims, node by node (onnx_shape_values.cpp).
+ */
+class ShapeValues {
+ public:
+  /**
+   * Handles a node that makes or reads a symbolic shape value: a Shape of a
+   * value with a symbolic dim, arithmetic on one (the node is emitted by
+   * `emit_plain`, and a result that turns out static becomes a constant), or
+   * Reshape/Expand reading one (its target is rewritten in place to a
+   * constant with 0 / -1 / 1 where the dims are symbolic; returns nullopt so
+   * the caller emits it). nullopt: not such a node, emit it as usual.
+   */
+  std::optional<std::vector<Value>> emit(OnnxNode& n, const std::function<std::vector<Value>(OnnxNode)>& emit_plain);
+
+ private:
+  std::optional<std::vector<Dim>> elements(const Value& v) const;
+  bool reads_symbolic(const OnnxNode& n) const;
+  std::optional<std::vector<Dim>> compute(const OnnxNode& n) const;
+  Value target_constant(const OnnxNode& n) const;
+
+  std::unordered_map<Value, std::vector<Dim>, ValueHash> known_;
+};
 
 /** "Add, Conv, Relu": the registered ops without kiln's own ("kiln.*"). */
 std::string supported_ops();

@@ -20,16 +20,18 @@ std::vector<te::Tensor> GraphDag::args() const {
 
 namespace {
 
-std::vector<Expr> const_dims(const TensorType& t) {
+// The tensor's extents: immediates, or expressions of the shape variables
+// (the kernel then takes each variable as a scalar bound from its arrays).
+std::vector<Expr> dim_exprs(const TensorType& t) {
   std::vector<Expr> dims;
-  for (int64_t d : t.shape) dims.push_back(Expr(static_cast<int>(d)));
+  for (const Dim& d : t.shape) dims.push_back(d.expr());
   return dims;
 }
 
 // A tensor whose every element is the constant's one value.
 te::Tensor immediate(const ConstantNode& c) {
   Expr v = make_const(c.types[0].dtype, *scalar_of(c.data));
-  return te::compute(const_dims(c.types[0]), [v](const std::vector<Var>&) { return v; }, "const");
+  return te::compute(dim_exprs(c.types[0]), [v](const std::vector<Var>&) { return v; }, "const");
 }
 
 }  // namespace
@@ -38,7 +40,7 @@ GraphDag to_te(const Graph& g, bool gpu) {
   GraphDag dag;
   std::unordered_map<const NodeObj*, std::vector<te::Tensor>> tensors;
   for (const auto& in : g.inputs()) {
-    dag.inputs.push_back(te::placeholder(const_dims(in->types[0]), in->types[0].dtype, in->name));
+    dag.inputs.push_back(te::placeholder(dim_exprs(in->types[0]), in->types[0].dtype, in->name));
     tensors[in.get()] = {dag.inputs.back()};
   }
   // Constants become tensors when a kernel reads them: one read only at
@@ -52,7 +54,7 @@ GraphDag to_te(const Graph& g, bool gpu) {
       tensors[&c] = {immediate(c)};
     } else {
       dag.constants.push_back(Ref<ConstantNode>(&c));
-      dag.constant_tensors.push_back(te::placeholder(const_dims(c.types[0]), c.types[0].dtype, "w" + std::to_string(dag.constants.size() - 1)));
+      dag.constant_tensors.push_back(te::placeholder(dim_exprs(c.types[0]), c.types[0].dtype, "w" + std::to_string(dag.constants.size() - 1)));
       tensors[&c] = {dag.constant_tensors.back()};
     }
     return tensors[&c][0];
@@ -72,8 +74,8 @@ GraphDag to_te(const Graph& g, bool gpu) {
     std::vector<te::Tensor> out = op.op->compute(call, in);
     KILN_CHECK(out.size() == op.types.size()) << op.op->name << "'s compute gave " << out.size() << " tensors for " << op.types.size() << " outputs";
     for (size_t i = 0; i < out.size(); ++i) {
-      std::vector<int64_t> shape;
-      for (const Expr& d : out[i].shape()) shape.push_back(as_const_int(d) ? *as_const_int(d) : -1);
+      Shape shape;
+      for (const Expr& d : out[i].shape()) shape.push_back(Dim(d));
       KILN_CHECK(shape == op.types[i].shape && out[i].dtype() == op.types[i].dtype)
           << op.op->name << " node '" << op.name << "': compute gives " << out[i].dtype().str() << shape_to_string(shape)
           << " but type inference says " << op.types[i].str();

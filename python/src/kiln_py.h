@@ -15,6 +15,9 @@
 #include <vector>
 
 #include "kiln/ir/expr.h"
+#ifdef KILN_PY_WITH_GRAPH
+#include "kiln/graph/dim.h"
+#endif
 #include "kiln/runtime/ndarray.h"
 #include "kiln/te/operation.h"
 #include "kiln/te/schedule.h"
@@ -45,6 +48,12 @@ Expr to_expr(py::handle value);
 
 /** A dtype given as a string ("float32"), a numpy dtype or type, or a torch dtype. */
 DataType to_dtype(py::handle dtype);
+#ifdef KILN_PY_WITH_GRAPH
+/** A graph shape from Python: ints for static dims, str names of shape variables ("batch") for symbolic ones. */
+graph::Shape to_graph_shape(const py::sequence& dims);
+/** The reverse: an int per static dim, the expression's text per symbolic one. */
+py::tuple shape_tuple(const graph::Shape& shape);
+#endif
 
 /** A shape given as a tuple or list of ints / expressions, or one int. */
 std::vector<Expr> to_shape(py::handle shape);

@@ -46,6 +46,8 @@ Attrs to_attrs(const py::dict& d) {
   return a;
 }
 
+}  // namespace
+
 // A shape as Python sees it: an int per static dim, the expression's text ("seq", "seq + 1") per symbolic one.
 py::tuple shape_tuple(const Shape& shape) {
   py::tuple out(shape.size());
@@ -55,7 +57,7 @@ py::tuple shape_tuple(const Shape& shape) {
 }
 
 // A shape from Python: ints, and names of shape variables ("batch") for symbolic dims.
-Shape to_shape(const py::sequence& dims) {
+Shape to_graph_shape(const py::sequence& dims) {
   Shape shape;
   for (py::handle d : dims) {
     if (py::isinstance<py::str>(d)) {
@@ -69,6 +71,8 @@ Shape to_shape(const py::sequence& dims) {
   }
   return shape;
 }
+
+namespace {
 
 py::tuple type_tuple(const TensorType& t) { return py::make_tuple(shape_tuple(t.shape), t.dtype.str()); }
 
@@ -215,7 +219,7 @@ void define_graph(py::module_& root) {
       .def("structural_hash", [](const Graph& a) { return structural_hash(a); });
 
   m.def("make_input", [](const std::string& name, py::sequence shape, py::handle dtype) {
-    return make_input(name, TensorType{to_shape(shape), to_dtype(dtype)})->output();
+    return make_input(name, TensorType{to_graph_shape(shape), to_dtype(dtype)})->output();
   }, py::arg("name"), py::arg("shape"), py::arg("dtype") = "float32");
   m.def("make_constant", [](const std::string& name, py::handle array) { return make_constant(name, numpy_to_ndarray(array))->output(); },
         py::arg("name"), py::arg("array"), "A constant holding a copy of `array` (numpy or anything numpy converts).");

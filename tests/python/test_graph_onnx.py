@@ -198,10 +198,12 @@ def test_attribute_the_op_does_not_take():
 
 # --- input shapes ------------------------------------------------------------
 
-def test_symbolic_dimension_needs_shapes():
+def test_symbolic_dimension_stays_symbolic():
+    # A dim_param becomes the shape variable of that name; shapes= can fix it or rename it.
     m = relu_add(x_shape=("batch", 3))
-    msg = error("ONNX input 'x' has the symbolic dimension 'batch' at axis 0", kiln.graph.from_onnx, m)
-    assert 'shapes={"x": [1, 3]}' in msg
+    g = kiln.graph.from_onnx(m)
+    assert g.input_types == [(("batch", 3), "float32")] and g.output_types == [(("batch", 3), "float32")]
+    assert kiln.graph.from_onnx(m, shapes={"x": ("n", 3)}).output_types == [(("n", 3), "float32")]
     g = kiln.graph.from_onnx(m, shapes={"x": (4, 3)})
     assert g.input_types == [((4, 3), "float32")]
     x = rand(4, 3)
@@ -210,9 +212,9 @@ def test_symbolic_dimension_needs_shapes():
 
 def test_unknown_dimension_and_rank():
     x = helper.make_tensor_value_info("x", F, [2, 3])
-    x.type.tensor_type.shape.dim[1].Clear()  # neither a value nor a name
+    x.type.tensor_type.shape.dim[1].Clear()  # neither a value nor a name: named after the input and axis
     m = model([helper.make_node("Relu", ["x"], ["y"])], [x], [("y", None)])
-    error("'x' has an unknown dimension at axis 1 \\(shape \\[2, \\?\\]\\).*shapes=", kiln.graph.from_onnx, m)
+    assert kiln.graph.from_onnx(m).output_types == [((2, "x_dim1"), "float32")]
     assert kiln.graph.from_onnx(m, shapes={"x": [2, 5]}).output_types == [((2, 5), "float32")]
     no_rank = model([helper.make_node("Relu", ["x"], ["y"])], [("x", None)], [("y", None)])
     error("'x' has no declared shape", kiln.graph.from_onnx, no_rank)
@@ -241,7 +243,8 @@ def test_bad_shape_overrides():
     # A static dimension cannot be replaced: both values are named.
     error(r"shapes\['x'\] = \[2, 4\] sets axis 1 to 4, but the model declares that axis static as 3 \(\[2, 3\]\)",
           kiln.graph.from_onnx, m, shapes={"x": [2, 4]})
-    error("must be a sequence of ints", kiln.graph.from_onnx, m, shapes={"x": ["a", 3]})
+    error(r"sets axis 0 to a, but the model declares that axis static as 2", kiln.graph.from_onnx, m, shapes={"x": ["a", 3]})
+    error("must be a sequence of ints and shape-variable names", kiln.graph.from_onnx, m, shapes={"x": [1.5, 3]})
 
 
 # --- initializers, Constant nodes, attributes --------------------------------

@@ -120,7 +120,7 @@ int run_model(int argc, char** argv) {
   graph::CompileOptions copt;
   copt.db = "kiln_tuning.db";
   tuner::ModelTuneOptions topt;
-  std::map<std::string, std::vector<int64_t>> shapes;
+  graph::InputShapes shapes;
   bool list = false, rank_report = false;
   int threads = 0;
   std::string target;

@@ -8,7 +8,9 @@ namespace kiln::graph {
 
 namespace {
 
-bool is_empty(const Value& v) { return v.defined() && v.type().numel() == 0; }
+// A symbolic dimension is taken as non-zero: a shape variable's smallest size is 1.
+bool is_empty(const TensorType& t) { return t.is_static() && t.numel() == 0; }
+bool is_empty(const Value& v) { return v.defined() && is_empty(v.type()); }
 
 // Values with a zero dimension hold no elements, so no kernel may compute
 // them (an extent of 0 has no loop nest): an operator whose outputs are all
@@ -17,7 +19,7 @@ bool is_empty(const Value& v) { return v.defined() && v.type().numel() == 0; }
 // Returns the replacement outputs, or {} to keep the node.
 std::vector<Value> without_empty_values(const Ref<OpNode>& n) {
   bool all_empty = n->num_outputs() > 0;
-  for (int i = 0; i < n->num_outputs(); ++i) all_empty &= n->types[i].numel() == 0;
+  for (int i = 0; i < n->num_outputs(); ++i) all_empty &= is_empty(n->types[i]);
   if (all_empty) {
     std::vector<Value> outs;
     for (int i = 0; i < n->num_outputs(); ++i)
@@ -54,6 +56,9 @@ std::vector<Value> fold_node(const Ref<OpNode>& n, int64_t max_bytes) {
   // An op with `evaluate` and no compute (Shape) needs only its input types.
   bool from_types = n->op->evaluate && !n->op->compute;
   if (!from_types && (!all_inputs_constant(*n) || n->inputs.empty())) return {};
+  // Shape of a value with a symbolic dimension is known only at run time.
+  for (const Value& v : n->inputs)
+    if (from_types && v.defined() && !v.type().is_static()) return {};
   if (!n->op->evaluate && !n->op->compute) return {};
   int64_t bytes = 0;
   for (const TensorType& t : n->types) bytes += t.bytes();

@@ -1,4 +1,6 @@
 """Models into kiln graphs: ONNX files and protos (from_onnx), PyTorch modules (from_torch, through ONNX)."""
+import numbers as _numbers
+
 import numpy as _np
 
 from .._ffi import KilnError, _kiln
@@ -7,16 +9,17 @@ _g = _kiln.graph
 
 
 def _shape_dict(shapes):
+    """Input name -> a list of ints (static axes) and strs (shape variables)."""
     if shapes is None:
         return {}
     if not isinstance(shapes, dict):
         raise KilnError(f"shapes must be a dict of input name -> shape, got a {type(shapes).__name__}")
     out = {}
     for name, shape in shapes.items():
-        try:
-            out[str(name)] = [int(d) for d in (shape if hasattr(shape, "__iter__") else [shape])]
-        except (TypeError, ValueError):
-            raise KilnError(f"shapes['{name}'] must be a sequence of ints, got {shape!r}") from None
+        dims = list(shape) if hasattr(shape, "__iter__") and not isinstance(shape, str) else [shape]
+        if not all(isinstance(d, (str, _numbers.Integral)) for d in dims):
+            raise KilnError(f"shapes['{name}'] must be a sequence of ints and shape-variable names (str), got {shape!r}")
+        out[str(name)] = [d if isinstance(d, str) else int(d) for d in dims]
     return out
 
 
@@ -24,8 +27,11 @@ def from_onnx(model, shapes=None):
     """Imports an ONNX model (opsets 11 to 17) as a :class:`Graph`.
 
     `model` is a file path, an ``onnx.ModelProto`` or the serialised bytes
-    of one. `shapes` maps input names to static shapes; it is needed for
-    every input with a symbolic dimension (``{"input": (1, 3, 224, 224)}``).
+    of one. A dimension the model leaves symbolic (an ONNX ``dim_param``)
+    stays symbolic, as the shape variable of that name. `shapes` maps input
+    names to shapes that override the model's: an int fixes an axis, a str
+    makes it the shape variable of that name
+    (``{"input": ("batch", 3, 224, 224)}``).
     """
     import os
 

@@ -30,8 +30,14 @@
 
 namespace kiln::graph {
 
-/** Input shapes by input name, overriding (or completing) those the model declares. */
-using InputShapes = std::map<std::string, std::vector<int64_t>>;
+/**
+ * Input shapes by input name, overriding (or completing) those the model
+ * declares: a static extent, or a shape variable (Dim::var("batch")) to make
+ * that axis symbolic. A dimension the model leaves symbolic (an ONNX
+ * dim_param) and the caller does not set becomes the shape variable of that
+ * name; an unknown one (neither value nor name) becomes "<input>_dim<axis>".
+ */
+using InputShapes = std::map<std::string, Shape>;
 
 /** Imports the ONNX model in the file at `path`. */
 Graph from_onnx(const std::string& path, const InputShapes& shapes = {});
