@@ -8,6 +8,9 @@
 #ifndef KILN_CODEGEN_KERNEL_METADATA_H
 #define KILN_CODEGEN_KERNEL_METADATA_H
 
+#include <functional>
+#include <string>
+
 #include "kiln/ir/function.h"
 #include "kiln/runtime/module.h"
 
@@ -20,6 +23,14 @@ namespace kiln::codegen {
  * not a parameter, throws kiln::Error: the call boundary could not check it.
  */
 KernelInfo kernel_info(const PrimFunc& func);
+
+/**
+ * An integer expression as the runtime's ShapeExpr: constants, variables
+ * (`param_of` gives a variable's parameter index, or throws its own error),
+ * and +, -, *, /, %, floordiv, floormod, min, max of them, integer casts
+ * looked through. Anything else throws kiln::Error starting with `what`.
+ */
+ShapeExpr to_shape_expr(const Expr& e, const std::function<int64_t(const Variable*)>& param_of, const std::string& what);
 
 }  // namespace kiln::codegen
 
