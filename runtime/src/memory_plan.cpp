@@ -2,20 +2,18 @@
 // values placed first at the lowest free offset among the values they
 // overlap in time. Sizes are aligned so every buffer starts on a cache line
 // (the kernels' vector loads prefer it).
-#include "kiln/graph/memory_plan.h"
+#include "kiln/runtime/memory_plan.h"
 
 #include <algorithm>
 #include <numeric>
 
 #include "kiln/support/error.h"
 
-namespace kiln::graph {
+namespace kiln {
 
 namespace {
 
 int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
-
-
 
 }  // namespace
 
@@ -96,4 +94,4 @@ MemoryPlanStats plan_memory(std::vector<PlannedValue>* values, int64_t alignment
   return st;
 }
 
-}  // namespace kiln::graph
+}  // namespace kiln
