@@ -69,18 +69,19 @@ void check_constraints(const ModelPlan& plan, const std::vector<int64_t>& values
   for (const ShapeConstraint& c : plan.constraints) {
     std::string head = "the input shapes break the model's constraint '" + c.text + "': ";
     int64_t lhs = eval_or_throw(plan, c.lhs, values, origins, head + "its left side");
-    std::string with = " with " + bindings_of(plan, c.lhs, values, origins);
     if (c.kind == ShapeConstraint::Kind::Divisible) {
       if (c.divisor != 0 && lhs % c.divisor == 0) continue;
       throw ShapeError(head + c.lhs.str(plan.shape_vars) + " = " + std::to_string(lhs) + " is not a multiple of " +
-                       std::to_string(c.divisor) + with + "; pass shapes that satisfy it");
+                       std::to_string(c.divisor) + " with " + bindings_of(plan, c.lhs, values, origins) +
+                       "; pass shapes that satisfy it");
     }
     int64_t rhs = eval_or_throw(plan, c.rhs, values, origins, head + "its right side");
     if (lhs == rhs) continue;
-    std::string rhs_with = bindings_of(plan, c.rhs, values, origins);
-    throw ShapeError(head + c.lhs.str(plan.shape_vars) + " = " + std::to_string(lhs) + " but " +
-                     c.rhs.str(plan.shape_vars) + " = " + std::to_string(rhs) + with +
-                     (rhs_with.empty() ? "" : ", " + rhs_with) + "; pass shapes that satisfy it");
+    // Each variable once: those of the right side that the left does not read.
+    std::string all = bindings_of(plan, ShapeExpr::binary(ShapeExpr::Op::Add, c.lhs, c.rhs), values, origins);
+    std::string rhs_text = c.rhs.str(plan.shape_vars) + (c.rhs.is_const() ? "" : " = " + std::to_string(rhs));
+    throw ShapeError(head + c.lhs.str(plan.shape_vars) + " = " + std::to_string(lhs) + " differs from " + rhs_text +
+                     (all.empty() ? "" : " with " + all) + "; pass shapes that satisfy it");
   }
 }
 
