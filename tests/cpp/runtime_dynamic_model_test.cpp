@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -421,6 +422,100 @@ TEST_F(DynamicModelRun, PerCallOverheadAtASeenShape) {
               static_cast<long>(b), static_cast<long>(n), best_static, best_dynamic, best_dynamic - best_static);
   // Generous: a seen shape must not re-plan (planning and binding cost tens of microseconds).
   EXPECT_LT(best_dynamic, best_static + 5.0);
+}
+
+// A temporary directory, removed with its files.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "kiln_dyn_XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// Writes `plan` over the kernels as a model library with (no) embedded weights, as Executor::export_library does.
+void export_model(const ModelPlan& plan, const std::vector<Module>& kernels, const std::string& so, const TempDir& dir) {
+  codegen::LibraryExtras extras;
+  extras.export_id = new_export_id();
+  WeightsLayout layout = layout_weights(plan.constants);
+  std::string blob = (dir.path / "weights.bin").string();
+  write_weights(blob, plan.constants, layout, "");
+  extras.strings.push_back({"kiln_model_plan", plan.to_json(layout.offsets, WeightsRecord{"embed", layout.bytes, extras.export_id, ""})});
+  extras.blobs.push_back({"kiln_model_weights", blob});
+  codegen::export_modules_library(kernels, so, extras);
+}
+
+DLTensor dl(const NDArray& a) { return a.dltensor(); }
+
+TEST_F(DynamicModelRun, ExportedLibraryRunsThroughTheCApi) {
+  TempDir dir;
+  std::string so = (dir.path / "dyn.so").string();
+  ModelPlan plan = dynamic_plan(true);
+  export_model(plan, *kernels_, so, dir);
+  ModelRunner loaded = ModelRunner::load(so);
+  EXPECT_EQ(loaded.plan().shape_vars, plan.shape_vars);
+  for (auto [b, n] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 3}, {129, 31}}) {
+    NDArray x = random_array({b, n}, &rng_), y = random_array({n}, &rng_);
+    expect_matches_reference(loaded.run({x, y})[0], x, y, "loaded, b=" + std::to_string(b));
+  }
+  KilnModel* m = nullptr;
+  ASSERT_EQ(kiln_model_load(so.c_str(), &m), KILN_OK) << kiln_last_error();
+  int nvars = 0;
+  ASSERT_EQ(kiln_model_num_shape_vars(m, &nvars), KILN_OK);
+  EXPECT_EQ(nvars, 2);
+  const char* name = nullptr;
+  int64_t lo = 0, hi = 0;
+  ASSERT_EQ(kiln_model_shape_var(m, 0, &name, &lo, &hi), KILN_OK);
+  EXPECT_EQ(std::string(name) + " " + std::to_string(lo) + " " + std::to_string(hi), "b 1 5000");
+  ASSERT_EQ(kiln_model_shape_var(m, 1, &name, &lo, &hi), KILN_OK);
+  EXPECT_EQ(std::string(name) + " " + std::to_string(lo) + " " + std::to_string(hi), "n -1 -1");
+  EXPECT_EQ(kiln_model_shape_var(m, 2, &name, &lo, &hi), KILN_ERR_BAD_ARGUMENT);
+  int ndim = 0;
+  const int64_t* shape = nullptr;
+  ASSERT_EQ(kiln_model_input_info(m, 0, nullptr, &ndim, &shape, nullptr), KILN_OK);
+  EXPECT_EQ(std::vector<int64_t>(shape, shape + ndim), (std::vector<int64_t>{-1, -1}));
+  for (auto [b, n] : std::vector<std::pair<int64_t, int64_t>>{{2, 3}, {37, 11}, {2, 3}}) {
+    NDArray x = random_array({b, n}, &rng_), y = random_array({n}, &rng_);
+    DLTensor xt = dl(x), yt = dl(y);
+    ASSERT_EQ(kiln_model_set_input(m, 0, &xt), KILN_OK) << kiln_last_error();
+    ASSERT_EQ(kiln_model_set_input_by_name(m, "Y", &yt), KILN_OK) << kiln_last_error();
+    ASSERT_EQ(kiln_model_run(m), KILN_OK) << kiln_last_error();
+    const DLTensor* out = nullptr;
+    ASSERT_EQ(kiln_model_output(m, 0, &out), KILN_OK);
+    ASSERT_EQ(out->ndim, 1);
+    EXPECT_EQ(out->shape[0], 2 * b) << "the output's shape of this run";
+    NDArray copy = NDArray::empty({2 * b}, f32);
+    DLTensor ct = dl(copy);
+    ASSERT_EQ(kiln_model_get_output(m, 0, &ct), KILN_OK) << kiln_last_error();
+    expect_matches_reference(copy, x, y, "C API, b=" + std::to_string(b));
+    NDArray wrong = NDArray::empty({2 * b + 1}, f32);
+    DLTensor wt = dl(wrong);
+    EXPECT_EQ(kiln_model_get_output(m, 0, &wt), KILN_ERR_MISMATCH);
+  }
+  // Shapes that disagree pass set_input (any size goes there) and are refused by the run, by name.
+  NDArray x = random_array({4, 5}, &rng_), y = random_array({6}, &rng_), x1 = random_array({4}, &rng_);
+  DLTensor xt = dl(x), yt = dl(y), x1t = dl(x1);
+  EXPECT_EQ(kiln_model_set_input(m, 0, &x1t), KILN_ERR_MISMATCH) << "rank 1 for rank 2";
+  ASSERT_EQ(kiln_model_set_input(m, 0, &xt), KILN_OK);
+  ASSERT_EQ(kiln_model_set_input(m, 1, &yt), KILN_OK);
+  EXPECT_EQ(kiln_model_run(m), KILN_ERR_MISMATCH);
+  EXPECT_NE(std::string(kiln_last_error()).find("input 'Y' has 6 in dimension 0 (shape [6]); the model expects n = 5 there"), std::string::npos)
+      << kiln_last_error();
+  int64_t bytes = 0;
+  int64_t values[2] = {100, 10};
+  ASSERT_EQ(kiln_model_memory(m, values, 2, &bytes), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(bytes, (2 * 100 * 10 * 4 + 63) / 64 * 64) << "T2 in place of T1: one buffer";
+  values[0] = 5001;
+  EXPECT_EQ(kiln_model_memory(m, values, 2, &bytes), KILN_ERR_MISMATCH);
+  EXPECT_NE(std::string(kiln_last_error()).find("'b' = 5001, outside its range [1, 5000]"), std::string::npos) << kiln_last_error();
+  EXPECT_EQ(kiln_model_memory(m, values, 1, &bytes), KILN_ERR_BAD_ARGUMENT);
+  EXPECT_EQ(kiln_model_memory_bound(m, &bytes), KILN_ERR_NOT_FOUND) << "n has no range";
+  kiln_model_free(m);
 }
 
 }  // namespace
