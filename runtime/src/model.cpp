@@ -92,6 +92,8 @@ void check_model_inputs(const std::vector<ModelTensor>& want, const std::vector<
 
 std::vector<void*> bind_plan_buffers(const ModelPlan& plan, const std::vector<NDArray>& inputs, char* arena, std::vector<NDArray>* outputs,
                                      const std::vector<bool>* donated) {
+  KILN_USER_CHECK(!plan.is_dynamic()) << "bind_plan_buffers takes a static plan; a plan with shape variables places its buffers "
+                                      << "per shape (ModelRunner::run, model_shapes.h: bind_plan_shapes)";
   outputs->assign(plan.outputs.size(), NDArray());
   std::vector<void*> ptr(plan.buffers.size());
   for (size_t b = 0; b < plan.buffers.size(); ++b) {

@@ -35,6 +35,16 @@ void check_lifetimes(const ModelPlan& plan) {
     const ModelBuffer& pb = plan.buffers[b];
     if (pb.dims.size() != pb.shape.size() && !pb.dims.empty()) corrupt("buffer " + std::to_string(b) + " has dims of another rank than its shape");
     if (pb.kind != ModelBuffer::Kind::Arena) continue;
+    if (pb.view_of >= 0) {  // a view of an arena buffer with bytes of its own, maybe through views (no cycle)
+      int src = pb.view_of;
+      for (size_t hops = 0; src >= 0 && hops <= plan.buffers.size(); ++hops) {
+        if (static_cast<size_t>(src) >= plan.buffers.size() || plan.buffers[src].kind != ModelBuffer::Kind::Arena) src = -2;
+        else if (plan.buffers[src].view_of < 0) break;
+        else src = plan.buffers[src].view_of;
+      }
+      if (src < 0 || plan.buffers[src].view_of >= 0) corrupt("arena buffer " + std::to_string(b) + " views no arena buffer with bytes of its own");
+      continue;
+    }
     if (pb.first_step < 0 || pb.first_step > pb.last_step || pb.last_step >= std::max(steps, 1))
       corrupt("arena buffer " + std::to_string(b) + " lives from step " + std::to_string(pb.first_step) + " to " +
               std::to_string(pb.last_step) + " of " + std::to_string(steps));

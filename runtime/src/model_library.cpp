@@ -58,6 +58,7 @@ json buffer_json(const ModelBuffer& b, bool dynamic) {
     j["first_step"] = b.first_step;
     j["last_step"] = b.last_step;
     j["inplace_of"] = b.inplace_of;
+    j["view_of"] = b.view_of;
   }
   return j;
 }
@@ -277,6 +278,7 @@ ModelPlan plan_from_json(const json& j, WeightsRecord* weights, std::vector<Mode
       mb.first_step = b.at("first_step").get<int>();
       mb.last_step = b.at("last_step").get<int>();
       mb.inplace_of = b.at("inplace_of").get<int>();
+      mb.view_of = b.at("view_of").get<int>();
     }
     p.buffers.push_back(std::move(mb));
   }

@@ -116,6 +116,22 @@ int64_t storage_bytes(DataType dtype, const std::vector<int64_t>& shape) {
   return n;
 }
 
+// A view takes its source's offset (following views of views); it must fit in the source's bytes.
+void place_view(const ModelPlan& plan, size_t b, const std::vector<int>& value_of, const std::vector<PlannedValue>& arena,
+                BoundShapes* out) {
+  const ModelBuffer& pb = plan.buffers[b];
+  if (pb.kind != ModelBuffer::Kind::Arena || pb.view_of < 0) return;
+  int src = pb.view_of;
+  while (plan.buffers[src].view_of >= 0) src = plan.buffers[src].view_of;
+  out->offsets[b] = out->offsets[src];
+  int64_t bytes = storage_bytes(pb.dtype, out->shapes[b]);
+  if (bytes > arena[value_of[src]].bytes) {
+    throw ShapeError("at these shapes, " + describe_buffer(plan, b) + " of shape " + shape_to_string(out->shapes[b]) +
+                     " views " + describe_buffer(plan, src) + " of shape " + shape_to_string(out->shapes[src]) +
+                     ", which is smaller; the model lacks a constraint that makes their sizes agree");
+  }
+}
+
 // Every buffer's shape at `values`, and the arena laid out for them; no range or constraint checks.
 BoundShapes evaluate(const ModelPlan& plan, const std::vector<int64_t>& values) {
   BoundShapes out;
@@ -139,6 +155,7 @@ BoundShapes evaluate(const ModelPlan& plan, const std::vector<int64_t>& values) 
     if (pb.kind != ModelBuffer::Kind::Arena) continue;
     int64_t bytes = storage_bytes(pb.dtype, shape);
     if (bytes < 0) throw ShapeError("at these shapes, " + describe_buffer(plan, b) + " of shape " + shape_to_string(shape) + " overflows int64 bytes; pass smaller shapes");
+    if (pb.view_of >= 0) continue;  // placed with its source
     value_of[b] = static_cast<int>(arena.size());
     PlannedValue v;
     v.bytes = bytes;
@@ -148,11 +165,13 @@ BoundShapes evaluate(const ModelPlan& plan, const std::vector<int64_t>& values) 
   }
   for (size_t b = 0; b < plan.buffers.size(); ++b) {
     int src = plan.buffers[b].inplace_of;
+    while (src >= 0 && plan.buffers[src].view_of >= 0) src = plan.buffers[src].view_of;  // in place of a view: of its bytes
     if (value_of[b] >= 0 && src >= 0) arena[value_of[b]].inplace_of = value_of[src];
   }
   out.memory = plan_memory(&arena);
   for (size_t b = 0; b < plan.buffers.size(); ++b)
     if (value_of[b] >= 0) out.offsets[b] = arena[value_of[b]].offset;
+  for (size_t b = 0; b < plan.buffers.size(); ++b) place_view(plan, b, value_of, arena, &out);
   return out;
 }
 

@@ -159,6 +159,28 @@ TEST(DynamicModelPlan, RandomPlansNeverOverlapLiveBuffers) {
   }
 }
 
+TEST(DynamicModelPlan, ViewsShareTheirSourcesBytes) {
+  // T1 [2b, n] seen as V [n, 2b] (a reshape), then W [2b * n] of V; a wrong view size is named.
+  ModelPlan p = dynamic_plan(false);
+  ShapeExpr two_b = mul(C(2), P(0));
+  p.buffers.push_back(buffer(ModelBuffer::Kind::Arena, 0, {P(1), two_b}));
+  p.buffers.back().view_of = 2;
+  p.buffers.push_back(buffer(ModelBuffer::Kind::Arena, 0, {mul(two_b, P(1))}));
+  p.buffers.back().view_of = 5;
+  BoundShapes bound = bind_plan_shapes(p, {3, 7});
+  EXPECT_EQ(bound.offsets[5], bound.offsets[2]);
+  EXPECT_EQ(bound.offsets[6], bound.offsets[2]);
+  EXPECT_EQ(bound.shapes[5], (std::vector<int64_t>{7, 6}));
+  EXPECT_EQ(bound.memory.arena_bytes, 2 * ((6 * 7 * 4 + 63) / 64 * 64)) << "a view adds no bytes";
+  p.buffers[6].dims = {add(mul(two_b, P(1)), C(1))};
+  std::string msg = error_of([&] { bind_plan_shapes(p, {3, 7}); });
+  EXPECT_NE(msg.find("views intermediate buffer 2 (of step 'dup2') of shape [6, 7], which is smaller"), std::string::npos) << msg;
+  WeightsRecord w{"embed", 0, new_export_id(), ""}, w2;
+  std::vector<ModelTensor> specs;
+  std::vector<int64_t> offsets;
+  EXPECT_EQ(ModelPlan::from_json(p.to_json({}, w), &w2, &specs, &offsets).buffers[6].view_of, 5);
+}
+
 TEST(DynamicModelPlan, MemoryQueryAndBound) {
   ModelPlan p = dynamic_plan(false);
   // T1 and T2 are live together at step 1: 2 * 2b*n*4 bytes, each rounded up to 64.
@@ -299,10 +321,10 @@ TEST_F(DynamicModelRun, ManyShapesMatchNaiveLoops) {
   for (bool inplace : {false, true}) {
     ModelPlan plan = dynamic_plan(inplace);
     ModelRunner runner(plan, combine(*kernels_));
-    // 1, primes, large; more than the cache's 16 entries, then the first ones again (planned anew).
+    // 1, primes, large, empty rows; more than the cache's 16 entries, then the first ones again (planned anew).
     std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1}, {1, 7}, {2, 3}, {3, 5}, {7, 13}, {13, 1}, {31, 37}, {64, 3},
                                                        {257, 129}, {1000, 61}, {4999, 3}, {5000, 2}, {17, 19}, {23, 29},
-                                                       {41, 43}, {53, 59}, {61, 67}, {71, 2}, {1, 1}, {1, 7}, {3, 5}, {3, 5}};
+                                                       {41, 43}, {53, 59}, {61, 67}, {71, 2}, {9, 0}, {1, 1}, {1, 7}, {3, 5}, {3, 5}};
     for (auto [b, n] : shapes) {
       std::string at = "b=" + std::to_string(b) + ", n=" + std::to_string(n) + (inplace ? " (in place)" : "");
       NDArray x = random_array({b, n}, &rng_), y = random_array({n}, &rng_);

@@ -73,6 +73,12 @@ struct ModelBuffer {
   int first_step = 0;
   int last_step = 0;
   int inplace_of = -1;
+  /**
+   * Arena buffers of a dynamic plan: the arena buffer whose bytes this one
+   * views (a reshape: same bytes, another shape; its lifetime is the
+   * source's, which its readers extend), or -1 for bytes of its own.
+   */
+  int view_of = -1;
   int64_t bytes() const;  ///< of `shape`; a dynamic plan's sizes come from model_shapes.h
 };
 
@@ -146,7 +152,7 @@ struct ModelPlan {
    *   "constraints": [{"kind": "equal", "lhs": E, "rhs": E, "text": "..."},
    *                   {"kind": "divisible", "lhs": E, "divisor": 4, "text": "..."}],
    * "dims": [E, ...] on inputs, outputs and buffers that have them, and
-   * "first_step", "last_step", "inplace_of" on arena buffers; E is a
+   * "first_step", "last_step", "inplace_of", "view_of" on arena buffers; E is a
    * ShapeExpr as in kernel metadata (module.h): an integer, {"param": i}
    * or {"op": "mul", "a": E, "b": E}.
    */
@@ -176,7 +182,7 @@ std::string write_weights(const std::string& path, const std::vector<NDArray>& c
 
 /** Refuses inputs that do not match the plan's (count, dtype, shape, host memory, compact layout), naming the input and the fix. */
 void check_model_inputs(const std::vector<ModelTensor>& want, const std::vector<NDArray>& inputs);
-/** The address of each of the plan's buffers for one run: the inputs', the
+/** A static plan only: the address of each of the plan's buffers for one run: the inputs', the
  * constants', the arena's (at `arena`) and fresh output arrays (into *outputs),
  * or for an output that may reuse a donated input (donated[i] true), that
  * input's array itself. */
