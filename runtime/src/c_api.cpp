@@ -120,8 +120,8 @@ void check_tensor(const DLTensor* t, const kiln::ModelTensor& want, const std::s
   bool fits = true;
   for (size_t d = 0; d < shape.size(); ++d) fits &= shape[d] == want.shape[d] || (want.shape[d] < 0 && shape[d] >= 0);
   if (!fits) {
-    fail(KILN_ERR_MISMATCH, who + " has shape " + kiln::shape_to_string(shape) + "; the model was compiled for " +
-                                kiln::shape_to_string(want.shape) + (want.dims.empty() ? "" : " (-1: any size)"));
+    fail(KILN_ERR_MISMATCH, who + " has shape " + kiln::shape_to_string(shape) + "; the model was compiled for " + kiln::shape_to_string(want.shape) +
+                                (want.dims.empty() ? "" : " (-1: any size)"));
   }
   if (!kiln::is_contiguous(*t)) fail(KILN_ERR_MISMATCH, who + " is not compact row-major; pass a contiguous tensor");
   int64_t numel = 1;
@@ -412,8 +412,8 @@ int kiln_model_shape_var(const KilnModel* model, int index, const char** name, i
     check_arg(model != nullptr, "the model is null");
     const kiln::ModelPlan& plan = model->runner.plan();
     if (index < 0 || static_cast<size_t>(index) >= plan.shape_vars.size()) {
-      fail(KILN_ERR_BAD_ARGUMENT, "shape variable index " + std::to_string(index) + " is out of range; the model has " +
-                                      std::to_string(plan.shape_vars.size()));
+      fail(KILN_ERR_BAD_ARGUMENT,
+           "shape variable index " + std::to_string(index) + " is out of range; the model has " + std::to_string(plan.shape_vars.size()));
     }
     bool ranged = static_cast<size_t>(index) < plan.shape_ranges.size() && plan.shape_ranges[index];
     if (name) *name = plan.shape_vars[index].c_str();
@@ -424,11 +424,10 @@ int kiln_model_shape_var(const KilnModel* model, int index, const char** name, i
 
 int kiln_model_memory(const KilnModel* model, const int64_t* values, int num_values, int64_t* arena_bytes) {
   return guard(__func__, KILN_ERR_MISMATCH, [&] {
-    check_arg(model && arena_bytes && num_values >= 0 && (values || num_values == 0),
-              "the model or arena_bytes is null, or the values are missing");
+    check_arg(model && arena_bytes && num_values >= 0 && (values || num_values == 0), "the model or arena_bytes is null, or the values are missing");
     if (static_cast<size_t>(num_values) != model->runner.plan().shape_vars.size()) {
-      fail(KILN_ERR_BAD_ARGUMENT, "the model has " + std::to_string(model->runner.plan().shape_vars.size()) +
-                                      " shape variables, got " + std::to_string(num_values) + " values");
+      fail(KILN_ERR_BAD_ARGUMENT,
+           "the model has " + std::to_string(model->runner.plan().shape_vars.size()) + " shape variables, got " + std::to_string(num_values) + " values");
     }
     *arena_bytes = model->runner.memory(std::vector<int64_t>(values, values + num_values)).arena_bytes;
   });

@@ -33,15 +33,13 @@ ShapeExpr shape_expr_from_json(const json& j, const std::string& where) {
                                  << "; a dimension is an integer, {\"param\": i} or {\"op\": ..., \"a\": ..., \"b\": ...}";
   if (j.contains("param")) {
     const json& i = j["param"];
-    KILN_USER_CHECK(i.is_number_integer()) << "corrupt kernel metadata: " << where << " has " << j.dump()
-                                           << "; \"param\" is a parameter index";
+    KILN_USER_CHECK(i.is_number_integer()) << "corrupt kernel metadata: " << where << " has " << j.dump() << "; \"param\" is a parameter index";
     return ShapeExpr::param(i.get<int64_t>());
   }
   std::string name = string_field(j, "op", where);
   std::optional<ShapeExpr::Op> op = ShapeExpr::parse_op(name);
   KILN_USER_CHECK(op) << "corrupt kernel metadata: " << where << " has unknown op \"" << name << "\"";
-  return ShapeExpr::binary(*op, shape_expr_from_json(field(j, "a", where), where),
-                           shape_expr_from_json(field(j, "b", where), where));
+  return ShapeExpr::binary(*op, shape_expr_from_json(field(j, "a", where), where), shape_expr_from_json(field(j, "b", where), where));
 }
 
 }  // namespace detail

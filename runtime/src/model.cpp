@@ -79,8 +79,8 @@ void check_model_inputs(const std::vector<ModelTensor>& want, const std::vector<
     KILN_USER_CHECK(inputs[i].dtype() == t.dtype) << "input '" << name << "' has dtype " << inputs[i].dtype().str() << "; the model expects " << t.dtype.str();
     if (!t.dims.empty()) {  // symbolic: the rank here, the values when the shape variables are bound
       KILN_USER_CHECK(inputs[i].shape().size() == t.dims.size())
-          << "input '" << name << "' has shape " << shape_to_string(inputs[i].shape()) << " of rank " << inputs[i].shape().size()
-          << "; the model expects rank " << t.dims.size() << " (shape " << shape_to_string(t.shape) << ", -1 where any size goes)";
+          << "input '" << name << "' has shape " << shape_to_string(inputs[i].shape()) << " of rank " << inputs[i].shape().size() << "; the model expects rank "
+          << t.dims.size() << " (shape " << shape_to_string(t.shape) << ", -1 where any size goes)";
     } else {
       KILN_USER_CHECK(inputs[i].shape() == t.shape) << "input '" << name << "' has shape " << shape_to_string(inputs[i].shape())
                                                     << "; the model was compiled for " << shape_to_string(t.shape)
@@ -174,6 +174,12 @@ std::vector<NDArray> ModelRunner::run(const std::vector<NDArray>& inputs, std::v
 MemoryPlanStats ModelRunner::memory(const std::vector<int64_t>& shape_values) const { return plan_memory_at(plan(), shape_values); }
 
 std::optional<MemoryPlanStats> ModelRunner::memory_bound() const { return plan_memory_bound(plan()); }
+
+size_t ModelRunner::cached_shapes() const {
+  plan();  // refuses a null runner
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->dynamic ? state_->dynamic->cache.size() : 0;
+}
 
 void copy_unwritten_outputs(const ModelPlan& plan, const std::vector<void*>& ptr, std::vector<NDArray>* outputs) {
   for (size_t i = 0; i < plan.output_buffers.size(); ++i) {

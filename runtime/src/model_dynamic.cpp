@@ -23,9 +23,9 @@ void check_step_kernel(const ModelStep& step, const KernelInfo& k) {
   for (size_t i = 0; i < k.params.size(); ++i) {
     bool buffer = i < step.args.size();
     if (k.params[i].is_buffer != buffer)
-      corrupt("kernel '" + k.name + "' parameter " + std::to_string(i) + " '" + k.params[i].name + "' is a " +
-              (k.params[i].is_buffer ? "buffer" : "scalar") + " where step '" + step.name + "' puts " +
-              (buffer ? "a buffer" : "a shape scalar") + " (kernels take their buffers first, then their shape scalars)");
+      corrupt("kernel '" + k.name + "' parameter " + std::to_string(i) + " '" + k.params[i].name + "' is a " + (k.params[i].is_buffer ? "buffer" : "scalar") +
+              " where step '" + step.name + "' puts " + (buffer ? "a buffer" : "a shape scalar") +
+              " (kernels take their buffers first, then their shape scalars)");
   }
 }
 
@@ -34,22 +34,29 @@ void check_lifetimes(const ModelPlan& plan) {
   for (size_t b = 0; b < plan.buffers.size(); ++b) {
     const ModelBuffer& pb = plan.buffers[b];
     if (pb.dims.size() != pb.shape.size() && !pb.dims.empty()) corrupt("buffer " + std::to_string(b) + " has dims of another rank than its shape");
+    const ModelTensor* t = pb.kind == ModelBuffer::Kind::Input    ? &plan.inputs[pb.index]
+                           : pb.kind == ModelBuffer::Kind::Output ? &plan.outputs[pb.index]
+                                                                  : nullptr;
+    if (t && (t->dims != pb.dims || t->shape != pb.shape))
+      corrupt("buffer " + std::to_string(b) + " differs in shape from " + (pb.kind == ModelBuffer::Kind::Input ? "input '" : "output '") + t->name + "'");
     if (pb.kind != ModelBuffer::Kind::Arena) continue;
     if (pb.view_of >= 0) {  // a view of an arena buffer with bytes of its own, maybe through views (no cycle)
       int src = pb.view_of;
       for (size_t hops = 0; src >= 0 && hops <= plan.buffers.size(); ++hops) {
-        if (static_cast<size_t>(src) >= plan.buffers.size() || plan.buffers[src].kind != ModelBuffer::Kind::Arena) src = -2;
-        else if (plan.buffers[src].view_of < 0) break;
-        else src = plan.buffers[src].view_of;
+        if (static_cast<size_t>(src) >= plan.buffers.size() || plan.buffers[src].kind != ModelBuffer::Kind::Arena)
+          src = -2;
+        else if (plan.buffers[src].view_of < 0)
+          break;
+        else
+          src = plan.buffers[src].view_of;
       }
       if (src < 0 || plan.buffers[src].view_of >= 0) corrupt("arena buffer " + std::to_string(b) + " views no arena buffer with bytes of its own");
       continue;
     }
     if (pb.first_step < 0 || pb.first_step > pb.last_step || pb.last_step >= std::max(steps, 1))
-      corrupt("arena buffer " + std::to_string(b) + " lives from step " + std::to_string(pb.first_step) + " to " +
-              std::to_string(pb.last_step) + " of " + std::to_string(steps));
-    if (pb.inplace_of >= 0 && (static_cast<size_t>(pb.inplace_of) >= plan.buffers.size() ||
-                               plan.buffers[pb.inplace_of].kind != ModelBuffer::Kind::Arena))
+      corrupt("arena buffer " + std::to_string(b) + " lives from step " + std::to_string(pb.first_step) + " to " + std::to_string(pb.last_step) + " of " +
+              std::to_string(steps));
+    if (pb.inplace_of >= 0 && (static_cast<size_t>(pb.inplace_of) >= plan.buffers.size() || plan.buffers[pb.inplace_of].kind != ModelBuffer::Kind::Arena))
       corrupt("arena buffer " + std::to_string(b) + " is in place of buffer " + std::to_string(pb.inplace_of) + ", not an arena buffer");
   }
 }
@@ -64,8 +71,7 @@ std::vector<uint64_t> step_scalars(const ModelPlan& plan, size_t s, const Kernel
   for (size_t i = 0; i < step.args.size(); ++i) {
     const ModelBuffer& pb = plan.buffers[step.args[i]];
     std::vector<int64_t>& shape = shapes[i] = bound.shapes[step.args[i]];
-    tensors[i] = DLTensor{placeholder, DLDevice{kDLCPU, 0}, static_cast<int32_t>(shape.size()), to_dlpack_dtype(pb.dtype),
-                          shape.data(), nullptr, 0};
+    tensors[i] = DLTensor{placeholder, DLDevice{kDLCPU, 0}, static_cast<int32_t>(shape.size()), to_dlpack_dtype(pb.dtype), shape.data(), nullptr, 0};
     args.emplace_back(&tensors[i]);
   }
   std::vector<uint64_t> out;
@@ -74,10 +80,8 @@ std::vector<uint64_t> step_scalars(const ModelPlan& plan, size_t s, const Kernel
     for (size_t i = step.args.size(); i < k.params.size(); ++i) out.push_back(*static_cast<const uint64_t*>(packed.data()[i]));
   } catch (const Error& e) {
     std::string values;
-    for (size_t v = 0; v < plan.shape_vars.size(); ++v)
-      values += (v ? ", " : "") + plan.shape_vars[v] + " = " + std::to_string(bound.values[v]);
-    throw ShapeError("at " + values + ", step '" + step.name + "' cannot call its kernel: " + e.what() +
-                     "; pass shapes the model's operators accept");
+    for (size_t v = 0; v < plan.shape_vars.size(); ++v) values += (v ? ", " : "") + plan.shape_vars[v] + " = " + std::to_string(bound.values[v]);
+    throw ShapeError("at " + values + ", step '" + step.name + "' cannot call its kernel: " + e.what() + "; pass shapes the model's operators accept");
   }
   return out;
 }
@@ -88,8 +92,7 @@ ShapeEntry* add_entry(ModelRunner::State& st, const std::vector<NDArray>& inputs
   DynamicState& dyn = *st.dynamic;
   auto e = std::make_unique<ShapeEntry>();
   e->bound = bind_plan_shapes(plan, bind_shape_values(plan, dyn.sources, inputs));
-  for (size_t s = 0; s < plan.steps.size(); ++s)
-    e->scalars.push_back(step_scalars(plan, s, *dyn.infos[plan.steps[s].kernel], e->bound));
+  for (size_t s = 0; s < plan.steps.size(); ++s) e->scalars.push_back(step_scalars(plan, s, *dyn.infos[plan.steps[s].kernel], e->bound));
   if (e->bound.memory.arena_bytes > st.arena.nbytes()) st.arena = NDArray::empty({e->bound.memory.arena_bytes}, DataType::UInt(8));
   if (dyn.cache.size() >= DynamicState::kCacheEntries) {
     auto oldest = std::min_element(dyn.cache.begin(), dyn.cache.end(), [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
@@ -118,7 +121,8 @@ void init_dynamic(const ModelPlan& plan, const Module& module, DynamicState* dyn
   if (!plan.shape_ranges.empty() && plan.shape_ranges.size() != plan.shape_vars.size())
     corrupt(std::to_string(plan.shape_ranges.size()) + " ranges for " + std::to_string(plan.shape_vars.size()) + " shape variables");
   for (const auto& r : plan.shape_ranges)
-    if (r && (r->lo < 0 || r->lo > r->hi)) corrupt("a shape variable's range [" + std::to_string(r->lo) + ", " + std::to_string(r->hi) + "] is empty or negative");
+    if (r && (r->lo < 0 || r->lo > r->hi))
+      corrupt("a shape variable's range [" + std::to_string(r->lo) + ", " + std::to_string(r->hi) + "] is empty or negative");
   for (const ModelTensor& t : plan.inputs)
     if (!t.dims.empty() && t.dims.size() != t.shape.size()) corrupt("input '" + t.name + "' has dims of another rank than its shape");
   check_lifetimes(plan);
@@ -146,9 +150,15 @@ std::vector<NDArray> run_dynamic(ModelRunner::State& st, const std::vector<NDArr
   for (size_t b = 0; b < plan.buffers.size(); ++b) {
     const ModelBuffer& pb = plan.buffers[b];
     switch (pb.kind) {
-      case ModelBuffer::Kind::Input: ptr[b] = inputs[pb.index].data(); break;
-      case ModelBuffer::Kind::Constant: ptr[b] = plan.constants[pb.index].data(); break;
-      case ModelBuffer::Kind::Arena: ptr[b] = arena + bound.offsets[b]; break;
+      case ModelBuffer::Kind::Input:
+        ptr[b] = inputs[pb.index].data();
+        break;
+      case ModelBuffer::Kind::Constant:
+        ptr[b] = plan.constants[pb.index].data();
+        break;
+      case ModelBuffer::Kind::Arena:
+        ptr[b] = arena + bound.offsets[b];
+        break;
       case ModelBuffer::Kind::Output: {
         int reuse = pb.index < static_cast<int>(plan.output_reuses_input.size()) ? plan.output_reuses_input[pb.index] : -1;
         bool take = reuse >= 0 && donated && (*donated)[reuse] && inputs[reuse].shape() == bound.shapes[b];

@@ -77,8 +77,10 @@ void shape_vars_json(const ModelPlan& p, json* j) {
   json cs = json::array();
   for (const ShapeConstraint& c : p.constraints) {
     json cj{{"kind", constraint_kind_name(c.kind)}, {"lhs", detail::shape_expr_to_json(c.lhs)}, {"text", c.text}};
-    if (c.kind == ShapeConstraint::Kind::Equal) cj["rhs"] = detail::shape_expr_to_json(c.rhs);
-    else cj["divisor"] = c.divisor;
+    if (c.kind == ShapeConstraint::Kind::Equal)
+      cj["rhs"] = detail::shape_expr_to_json(c.rhs);
+    else
+      cj["divisor"] = c.divisor;
     cs.push_back(std::move(cj));
   }
   (*j)["constraints"] = std::move(cs);
@@ -251,8 +253,10 @@ void shape_vars_of(const json& j, ModelPlan* p) {
     sc.kind = kind == "equal" ? ShapeConstraint::Kind::Equal : ShapeConstraint::Kind::Divisible;
     sc.text = c.at("text").get<std::string>();
     sc.lhs = detail::shape_expr_from_json(c.at("lhs"), "constraint '" + sc.text + "'");
-    if (sc.kind == ShapeConstraint::Kind::Equal) sc.rhs = detail::shape_expr_from_json(c.at("rhs"), "constraint '" + sc.text + "'");
-    else sc.divisor = c.at("divisor").get<int64_t>();
+    if (sc.kind == ShapeConstraint::Kind::Equal)
+      sc.rhs = detail::shape_expr_from_json(c.at("rhs"), "constraint '" + sc.text + "'");
+    else
+      sc.divisor = c.at("divisor").get<int64_t>();
     p->constraints.push_back(std::move(sc));
   }
 }

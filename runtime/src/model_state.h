@@ -24,9 +24,9 @@ struct ShapeEntry {
 /** What a dynamic plan adds to the runner: where its variables come from and its shapes seen lately. */
 struct DynamicState {
   static constexpr size_t kCacheEntries = 16;
-  std::vector<ShapeVarSource> sources;           // per shape variable
-  std::vector<const KernelInfo*> infos;          // per plan kernel
-  std::vector<int> input_buffer;                 // per model input: its buffer (-1 if none)
+  std::vector<ShapeVarSource> sources;   // per shape variable
+  std::vector<const KernelInfo*> infos;  // per plan kernel
+  std::vector<int> input_buffer;         // per model input: its buffer (-1 if none)
   std::vector<std::unique_ptr<ShapeEntry>> cache;
   uint64_t clock = 0;
   // Scratch reused by every run (under State::mu), so a seen shape allocates nothing but its outputs.
@@ -44,7 +44,7 @@ struct ModelRunner::State {
   Module module;
   std::vector<KilnKernel> kernels;  // per plan kernel
   NDArray arena;
-  std::mutex mu;  // the arena is shared by the calls: one run at a time
+  std::mutex mu;                                  // the arena is shared by the calls: one run at a time
   std::unique_ptr<detail::DynamicState> dynamic;  // a dynamic plan only
 };
 

@@ -27,6 +27,16 @@
  * arena buffers by their lifetimes for those values (model_shapes.h),
  * cached per tuple of values. Its JSON is "format" 2 (see to_json); a static
  * plan's JSON is format 1, unchanged.
+ *
+ * What a producer of a dynamic plan (the graph's plan_graph) sets, beyond a
+ * static plan: shape_vars, shape_ranges (one per variable, or none),
+ * constraints; `dims` (and -1 in `shape` where a dimension is not a
+ * constant) on every input, output and buffer with a symbolic dimension,
+ * Input/Output buffers with their tensor's dims; each shape variable a plain
+ * dimension of some input; on arena buffers first_step, last_step,
+ * inplace_of (a buffer id) and view_of, in place of offset and arena_bytes.
+ * Each step's kernel takes the step's buffers first, then only shape
+ * scalars that its binder infers from those arrays (arg_binder.h).
  */
 #ifndef KILN_RUNTIME_MODEL_H
 #define KILN_RUNTIME_MODEL_H
@@ -162,8 +172,7 @@ struct ModelPlan {
    * (shape, dtype) and offsets into the weights come out beside it. Throws
    * kiln::Error ("corrupt model plan: ...") naming what is wrong.
    */
-  static ModelPlan from_json(const std::string& text, WeightsRecord* weights, std::vector<ModelTensor>* constant_specs,
-                             std::vector<int64_t>* constant_offsets);
+  static ModelPlan from_json(const std::string& text, WeightsRecord* weights, std::vector<ModelTensor>* constant_specs, std::vector<int64_t>* constant_offsets);
 };
 
 /** The weights layout of an export: 64-byte aligned offsets per constant and the total. */
@@ -245,6 +254,8 @@ class ModelRunner {
   MemoryPlanStats memory(const std::vector<int64_t>& shape_values) const;
   /** memory() at the largest values (model_shapes.h: plan_memory_bound); nullopt when a variable has no range. */
   std::optional<MemoryPlanStats> memory_bound() const;
+  /** A dynamic plan: how many shapes are planned and cached now (at most 16, least recently used out); 0 for a static plan. */
+  size_t cached_shapes() const;
 
   struct State;
 

@@ -50,12 +50,10 @@ std::vector<ShapeVarSource> shape_var_sources(const ModelPlan& plan);
  * and rank): read at `sources`, then every input dimension, range and
  * constraint checked. Throws ShapeError.
  */
-std::vector<int64_t> bind_shape_values(const ModelPlan& plan, const std::vector<ShapeVarSource>& sources,
-                                       const std::vector<NDArray>& inputs);
+std::vector<int64_t> bind_shape_values(const ModelPlan& plan, const std::vector<ShapeVarSource>& sources, const std::vector<NDArray>& inputs);
 
 /** Checks values (one per variable) against the ranges and constraints; throws ShapeError naming each value as "from ...". */
-void check_shape_values(const ModelPlan& plan, const std::vector<int64_t>& values,
-                        const std::vector<std::string>& origins = {});
+void check_shape_values(const ModelPlan& plan, const std::vector<int64_t>& values, const std::vector<std::string>& origins = {});
 
 /** A dynamic plan at one tuple of shape values. */
 struct BoundShapes {
