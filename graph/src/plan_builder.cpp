@@ -78,7 +78,7 @@ struct Planner {
   std::map<std::pair<const NodeObj*, int>, int> value_buffer;
 
   int add(ModelBuffer::Kind kind, int index, const TensorType& t) {
-    plan.buffers.push_back({kind, index, 0, t.shape, t.dtype});
+    plan.buffers.push_back({kind, index, 0, t.shape, t.dtype, {}});
     return static_cast<int>(plan.buffers.size()) - 1;
   }
   int constant(const Ref<ConstantNode>& c) {
@@ -102,10 +102,10 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
   Planner p;
   for (size_t i = 0; i < g.inputs().size(); ++i)
     p.value_buffer[{g.inputs()[i].get(), 0}] = p.add(ModelBuffer::Kind::Input, static_cast<int>(i), g.inputs()[i]->types[0]);
-  for (const auto& in : g.inputs()) p.plan.inputs.push_back({in->name, in->types[0].shape, in->types[0].dtype});
+  for (const auto& in : g.inputs()) p.plan.inputs.push_back({in->name, in->types[0].shape, in->types[0].dtype, {}});
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const std::string& name = g.output_names()[i];
-    p.plan.outputs.push_back({name.empty() ? "output" + std::to_string(i) : name, g.outputs()[i].type().shape, g.outputs()[i].type().dtype});
+    p.plan.outputs.push_back({name.empty() ? "output" + std::to_string(i) : name, g.outputs()[i].type().shape, g.outputs()[i].type().dtype, {}});
   }
   // Graph outputs computed by a step get Output buffers (fresh arrays per run, handed to the caller).
   std::map<std::pair<const NodeObj*, int>, int> output_of;

@@ -16,6 +16,7 @@
 #include "kiln/runtime/arg_binder.h"
 #include "kiln/runtime/library_info.h"
 #include "kiln/runtime/model.h"
+#include "kiln/runtime/model_shapes.h"
 #include "kiln/runtime/module.h"
 #include "kiln/support/error.h"
 
@@ -115,12 +116,17 @@ void check_tensor(const DLTensor* t, const kiln::ModelTensor& want, const std::s
                                 std::to_string(want.shape.size()) + " " + kiln::shape_to_string(want.shape));
   }
   std::vector<int64_t> shape(t->shape, t->shape + t->ndim);
-  if (shape != want.shape) {
-    fail(KILN_ERR_MISMATCH, who + " has shape " + kiln::shape_to_string(shape) + "; the model was compiled for " +
-                                kiln::shape_to_string(want.shape));
+  // A dynamic model's -1 dimensions take any size here; the run checks them against each other.
+  bool fits = true;
+  for (size_t d = 0; d < shape.size(); ++d) fits &= shape[d] == want.shape[d] || (want.shape[d] < 0 && shape[d] >= 0);
+  if (!fits) {
+    fail(KILN_ERR_MISMATCH, who + " has shape " + kiln::shape_to_string(shape) + "; the model was compiled for " + kiln::shape_to_string(want.shape) +
+                                (want.dims.empty() ? "" : " (-1: any size)"));
   }
   if (!kiln::is_contiguous(*t)) fail(KILN_ERR_MISMATCH, who + " is not compact row-major; pass a contiguous tensor");
-  check_arg(t->data != nullptr || want.bytes() == 0, (who + " has null data").c_str());
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  check_arg(t->data != nullptr || numel == 0, (who + " has null data").c_str());
 }
 
 int info_of(const std::vector<kiln::ModelTensor>& v, int index, const char* what, const char** name, int* ndim,
@@ -333,7 +339,7 @@ void set_input(KilnModel* model, int index, const DLTensor* tensor) {
   check_arg(model != nullptr, "the model is null");
   const kiln::ModelTensor& want = tensor_at(model->runner.inputs(), index, "input");
   check_tensor(tensor, want, "input '" + want.name + "'");
-  NDArray copy = NDArray::empty(want.shape, want.dtype);
+  NDArray copy = NDArray::empty(std::vector<int64_t>(tensor->shape, tensor->shape + tensor->ndim), want.dtype);
   if (copy.nbytes() > 0) copy.copy_from(NDArray::view(tensor));
   model->inputs[index] = std::move(copy);
 }
@@ -357,7 +363,11 @@ int kiln_model_run(KilnModel* model) {
                                  "') is not set; set every input with kiln_model_set_input before running");
       }
     }
-    model->outputs = model->runner.run(model->inputs);
+    try {
+      model->outputs = model->runner.run(model->inputs);
+    } catch (const kiln::ShapeError& e) {  // inputs whose shapes disagree (a dynamic model)
+      fail(KILN_ERR_MISMATCH, e.what());
+    }
   });
 }
 
@@ -373,7 +383,9 @@ const NDArray& output_of(const KilnModel* model, int index) {
 int kiln_model_get_output(const KilnModel* model, int index, DLTensor* out) {
   return guard(__func__, KILN_ERR_MISMATCH, [&] {
     const NDArray& result = output_of(model, index);
-    const kiln::ModelTensor& want = model->runner.outputs()[index];
+    kiln::ModelTensor want = model->runner.outputs()[index];
+    want.shape = result.shape();  // a dynamic model's output has the shape of the last run
+    want.dims.clear();
     check_tensor(out, want, "the tensor for output '" + want.name + "'");
     if (result.nbytes() > 0) NDArray::view(out).copy_from(result);
   });
@@ -383,6 +395,50 @@ int kiln_model_output(const KilnModel* model, int index, const DLTensor** out) {
   return guard(__func__, KILN_ERR_BAD_ARGUMENT, [&] {
     check_arg(out != nullptr, "out is null");
     *out = &output_of(model, index).dltensor();
+  });
+}
+
+// --------------------------------------------------------- shape variables
+
+int kiln_model_num_shape_vars(const KilnModel* model, int* num_shape_vars) {
+  return guard(__func__, KILN_ERR_BAD_ARGUMENT, [&] {
+    check_arg(model && num_shape_vars, "the model or num_shape_vars is null");
+    *num_shape_vars = static_cast<int>(model->runner.plan().shape_vars.size());
+  });
+}
+
+int kiln_model_shape_var(const KilnModel* model, int index, const char** name, int64_t* lo, int64_t* hi) {
+  return guard(__func__, KILN_ERR_BAD_ARGUMENT, [&] {
+    check_arg(model != nullptr, "the model is null");
+    const kiln::ModelPlan& plan = model->runner.plan();
+    if (index < 0 || static_cast<size_t>(index) >= plan.shape_vars.size()) {
+      fail(KILN_ERR_BAD_ARGUMENT,
+           "shape variable index " + std::to_string(index) + " is out of range; the model has " + std::to_string(plan.shape_vars.size()));
+    }
+    bool ranged = static_cast<size_t>(index) < plan.shape_ranges.size() && plan.shape_ranges[index];
+    if (name) *name = plan.shape_vars[index].c_str();
+    if (lo) *lo = ranged ? plan.shape_ranges[index]->lo : -1;
+    if (hi) *hi = ranged ? plan.shape_ranges[index]->hi : -1;
+  });
+}
+
+int kiln_model_memory(const KilnModel* model, const int64_t* values, int num_values, int64_t* arena_bytes) {
+  return guard(__func__, KILN_ERR_MISMATCH, [&] {
+    check_arg(model && arena_bytes && num_values >= 0 && (values || num_values == 0), "the model or arena_bytes is null, or the values are missing");
+    if (static_cast<size_t>(num_values) != model->runner.plan().shape_vars.size()) {
+      fail(KILN_ERR_BAD_ARGUMENT,
+           "the model has " + std::to_string(model->runner.plan().shape_vars.size()) + " shape variables, got " + std::to_string(num_values) + " values");
+    }
+    *arena_bytes = model->runner.memory(std::vector<int64_t>(values, values + num_values)).arena_bytes;
+  });
+}
+
+int kiln_model_memory_bound(const KilnModel* model, int64_t* arena_bytes) {
+  return guard(__func__, KILN_ERR_BAD_ARGUMENT, [&] {
+    check_arg(model && arena_bytes, "the model or arena_bytes is null");
+    std::optional<kiln::MemoryPlanStats> m = model->runner.memory_bound();
+    if (!m) fail(KILN_ERR_NOT_FOUND, "a shape variable of the model has no range, so its memory has no bound; pass values to kiln_model_memory");
+    *arena_bytes = m->arena_bytes;
   });
 }
 

@@ -5,12 +5,20 @@
 
 #include "kiln/runtime/module.h"
 #include "kiln/support/error.h"
+#include "shape_expr_json.h"
 
 namespace kiln {
 
+using nlohmann::json;
+
 namespace {
 
-using nlohmann::json;
+const json& field(const json& obj, const char* key, const std::string& where);
+std::string string_field(const json& obj, const char* key, const std::string& where);
+
+}  // namespace
+
+namespace detail {
 
 json shape_expr_to_json(const ShapeExpr& e) {
   if (e.is_const()) return e.value;
@@ -18,6 +26,28 @@ json shape_expr_to_json(const ShapeExpr& e) {
   return json{{"op", ShapeExpr::op_name(e.op)}, {"a", shape_expr_to_json(e.operands.at(0))},
               {"b", shape_expr_to_json(e.operands.at(1))}};
 }
+
+ShapeExpr shape_expr_from_json(const json& j, const std::string& where) {
+  if (j.is_number_integer()) return ShapeExpr::constant(j.get<int64_t>());
+  KILN_USER_CHECK(j.is_object()) << "corrupt kernel metadata: " << where << " has " << j.dump()
+                                 << "; a dimension is an integer, {\"param\": i} or {\"op\": ..., \"a\": ..., \"b\": ...}";
+  if (j.contains("param")) {
+    const json& i = j["param"];
+    KILN_USER_CHECK(i.is_number_integer()) << "corrupt kernel metadata: " << where << " has " << j.dump() << "; \"param\" is a parameter index";
+    return ShapeExpr::param(i.get<int64_t>());
+  }
+  std::string name = string_field(j, "op", where);
+  std::optional<ShapeExpr::Op> op = ShapeExpr::parse_op(name);
+  KILN_USER_CHECK(op) << "corrupt kernel metadata: " << where << " has unknown op \"" << name << "\"";
+  return ShapeExpr::binary(*op, shape_expr_from_json(field(j, "a", where), where), shape_expr_from_json(field(j, "b", where), where));
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::shape_expr_from_json;
+using detail::shape_expr_to_json;
 
 json exprs_to_json(const std::vector<ShapeExpr>& exprs) {
   json arr = json::array();
@@ -49,23 +79,6 @@ std::string string_field(const json& obj, const char* key, const std::string& wh
   const json& v = field(obj, key, where);
   KILN_USER_CHECK(v.is_string()) << "corrupt kernel metadata: \"" << key << "\" of " << where << " is not a string";
   return v.get<std::string>();
-}
-
-ShapeExpr shape_expr_from_json(const json& j, const std::string& where) {
-  if (j.is_number_integer()) return ShapeExpr::constant(j.get<int64_t>());
-  KILN_USER_CHECK(j.is_object()) << "corrupt kernel metadata: " << where << " has " << j.dump()
-                                 << "; a dimension is an integer, {\"param\": i} or {\"op\": ..., \"a\": ..., \"b\": ...}";
-  if (j.contains("param")) {
-    const json& i = j["param"];
-    KILN_USER_CHECK(i.is_number_integer()) << "corrupt kernel metadata: " << where << " has " << j.dump()
-                                           << "; \"param\" is a parameter index";
-    return ShapeExpr::param(i.get<int64_t>());
-  }
-  std::string name = string_field(j, "op", where);
-  std::optional<ShapeExpr::Op> op = ShapeExpr::parse_op(name);
-  KILN_USER_CHECK(op) << "corrupt kernel metadata: " << where << " has unknown op \"" << name << "\"";
-  return ShapeExpr::binary(*op, shape_expr_from_json(field(j, "a", where), where),
-                           shape_expr_from_json(field(j, "b", where), where));
 }
 
 // Optional "dims" / "strides": absent in metadata written before they existed.

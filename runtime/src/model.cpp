@@ -8,6 +8,7 @@
 
 #include "kiln/runtime/c_runtime_api.h"
 #include "kiln/support/error.h"
+#include "model_state.h"
 
 namespace kiln {
 
@@ -23,14 +24,6 @@ int64_t ModelBuffer::bytes() const {
   return n;
 }
 
-struct ModelRunner::State {
-  ModelPlan plan;
-  Module module;
-  std::vector<KilnKernel> kernels;  // per plan kernel
-  NDArray arena;
-  std::mutex mu;  // the arena is shared by the calls: one run at a time
-};
-
 ModelRunner::ModelRunner(ModelPlan plan, Module kernels) : state_(std::make_shared<State>()) {
   KILN_USER_CHECK(kernels.defined()) << "ModelRunner: the kernel module is null";
   for (const std::string& name : plan.kernel_names) state_->kernels.push_back(kernels.get_kernel(name));
@@ -41,8 +34,9 @@ ModelRunner::ModelRunner(ModelPlan plan, Module kernels) : state_(std::make_shar
                    : b.kind == ModelBuffer::Kind::Constant ? plan.constants.size()
                                                            : 1;
     if (b.index < 0 || static_cast<size_t>(b.index) >= limit) bad("a buffer's index is out of range");
-    if (b.kind == ModelBuffer::Kind::Arena && (b.offset < 0 || b.offset + b.bytes() > plan.arena_bytes))
+    if (b.kind == ModelBuffer::Kind::Arena && !plan.is_dynamic() && (b.offset < 0 || b.offset + b.bytes() > plan.arena_bytes))
       bad("an arena buffer lies outside the arena");
+    if (b.kind == ModelBuffer::Kind::Constant && !b.dims.empty()) bad("a constant has symbolic dims");
     if (b.kind == ModelBuffer::Kind::Constant && plan.constants[b.index].nbytes() != b.bytes())
       bad("a constant's size differs from its buffer's");
   }
@@ -54,7 +48,13 @@ ModelRunner::ModelRunner(ModelPlan plan, Module kernels) : state_(std::make_shar
   if (plan.output_buffers.size() != plan.outputs.size()) bad("outputs and their buffers differ in number");
   for (int b : plan.output_buffers)
     if (b < 0 || static_cast<size_t>(b) >= plan.buffers.size()) bad("an output names no buffer");
-  state_->arena = NDArray::empty({std::max<int64_t>(plan.arena_bytes, 1)}, DataType::UInt(8));
+  if (plan.is_dynamic()) {
+    state_->dynamic = std::make_unique<detail::DynamicState>();
+    detail::init_dynamic(plan, kernels, state_->dynamic.get());
+  }
+  // A dynamic plan's arena grows with the shapes it meets.
+  int64_t arena = plan.is_dynamic() ? 1 : std::max<int64_t>(plan.arena_bytes, 1);
+  state_->arena = NDArray::empty({arena}, DataType::UInt(8));
   state_->module = std::move(kernels);
   state_->plan = std::move(plan);
 }
@@ -77,15 +77,23 @@ void check_model_inputs(const std::vector<ModelTensor>& want, const std::vector<
     KILN_USER_CHECK(inputs[i].defined()) << "input '" << name << "' is missing";
     KILN_USER_CHECK(inputs[i].device().device_type == kDLCPU) << "input '" << name << "' is on " << device_to_string(inputs[i].device()) << "; the model runs on the CPU";
     KILN_USER_CHECK(inputs[i].dtype() == t.dtype) << "input '" << name << "' has dtype " << inputs[i].dtype().str() << "; the model expects " << t.dtype.str();
-    KILN_USER_CHECK(inputs[i].shape() == t.shape) << "input '" << name << "' has shape " << shape_to_string(inputs[i].shape())
-                                                  << "; the model was compiled for " << shape_to_string(t.shape)
-                                                  << " (compile again with that shape to run it)";
+    if (!t.dims.empty()) {  // symbolic: the rank here, the values when the shape variables are bound
+      KILN_USER_CHECK(inputs[i].shape().size() == t.dims.size())
+          << "input '" << name << "' has shape " << shape_to_string(inputs[i].shape()) << " of rank " << inputs[i].shape().size() << "; the model expects rank "
+          << t.dims.size() << " (shape " << shape_to_string(t.shape) << ", -1 where any size goes)";
+    } else {
+      KILN_USER_CHECK(inputs[i].shape() == t.shape) << "input '" << name << "' has shape " << shape_to_string(inputs[i].shape())
+                                                    << "; the model was compiled for " << shape_to_string(t.shape)
+                                                    << " (compile again with that shape to run it)";
+    }
     KILN_USER_CHECK(inputs[i].is_contiguous()) << "input '" << name << "' is not compact row-major; pass a contiguous array";
   }
 }
 
 std::vector<void*> bind_plan_buffers(const ModelPlan& plan, const std::vector<NDArray>& inputs, char* arena, std::vector<NDArray>* outputs,
                                      const std::vector<bool>* donated) {
+  KILN_USER_CHECK(!plan.is_dynamic()) << "bind_plan_buffers takes a static plan; a plan with shape variables places its buffers "
+                                      << "per shape (ModelRunner::run, model_shapes.h: bind_plan_shapes)";
   outputs->assign(plan.outputs.size(), NDArray());
   std::vector<void*> ptr(plan.buffers.size());
   for (size_t b = 0; b < plan.buffers.size(); ++b) {
@@ -112,6 +120,8 @@ std::vector<void*> bind_plan_buffers(const ModelPlan& plan, const std::vector<ND
 
 std::vector<NDArray> ModelRunner::run(const std::vector<NDArray>& inputs) const { return run(inputs, nullptr); }
 
+namespace detail {
+
 // A donated input is written over: no other input may see its bytes.
 void check_donations(const ModelPlan& plan, const std::vector<NDArray>& inputs, const std::vector<bool>& donated) {
   KILN_USER_CHECK(donated.size() == inputs.size()) << "donate has " << donated.size() << " flags for " << inputs.size() << " inputs";
@@ -127,31 +137,48 @@ void check_donations(const ModelPlan& plan, const std::vector<NDArray>& inputs, 
   }
 }
 
-std::vector<NDArray> ModelRunner::run(const std::vector<NDArray>& inputs, std::vector<double>* step_seconds, const std::vector<bool>* donated) const {
+void call_step(const ModelRunner::State& st, size_t s, const std::vector<void*>& args, std::vector<double>* step_seconds) {
   using Clock = std::chrono::steady_clock;
+  const ModelStep& step = st.plan.steps[s];
+  auto t0 = step_seconds ? Clock::now() : Clock::time_point();
+  int32_t rc = st.kernels[step.kernel](args.data());
+  if (step_seconds) (*step_seconds)[s] += std::chrono::duration<double>(Clock::now() - t0).count();
+  if (rc != 0) {
+    const char* msg = kiln_get_last_error();
+    KILN_USER_ERROR() << "kernel of group " << step.name << " failed: " << (msg ? msg : "no message");
+  }
+}
+
+}  // namespace detail
+
+std::vector<NDArray> ModelRunner::run(const std::vector<NDArray>& inputs, std::vector<double>* step_seconds, const std::vector<bool>* donated) const {
   KILN_USER_CHECK(state_) << "use of a null ModelRunner; load one with ModelRunner::load";
   const ModelPlan& plan = state_->plan;
   check_model_inputs(plan.inputs, inputs);
-  if (donated) check_donations(plan, inputs, *donated);
+  if (donated) detail::check_donations(plan, inputs, *donated);
   if (step_seconds && step_seconds->size() < plan.steps.size()) step_seconds->resize(plan.steps.size(), 0.0);
+  if (plan.is_dynamic()) return detail::run_dynamic(*state_, inputs, step_seconds, donated);
   std::lock_guard<std::mutex> lock(state_->mu);
   std::vector<NDArray> outputs;
   std::vector<void*> ptr = bind_plan_buffers(plan, inputs, static_cast<char*>(state_->arena.data()), &outputs, donated);
   std::vector<void*> args;
   for (size_t s = 0; s < plan.steps.size(); ++s) {
-    const ModelStep& step = plan.steps[s];
     args.clear();
-    for (int b : step.args) args.push_back(ptr[b]);
-    auto t0 = step_seconds ? Clock::now() : Clock::time_point();
-    int32_t rc = state_->kernels[step.kernel](args.data());
-    if (step_seconds) (*step_seconds)[s] += std::chrono::duration<double>(Clock::now() - t0).count();
-    if (rc != 0) {
-      const char* msg = kiln_get_last_error();
-      KILN_USER_ERROR() << "kernel of group " << step.name << " failed: " << (msg ? msg : "no message");
-    }
+    for (int b : plan.steps[s].args) args.push_back(ptr[b]);
+    detail::call_step(*state_, s, args, step_seconds);
   }
   copy_unwritten_outputs(plan, ptr, &outputs);
   return outputs;
+}
+
+MemoryPlanStats ModelRunner::memory(const std::vector<int64_t>& shape_values) const { return plan_memory_at(plan(), shape_values); }
+
+std::optional<MemoryPlanStats> ModelRunner::memory_bound() const { return plan_memory_bound(plan()); }
+
+size_t ModelRunner::cached_shapes() const {
+  plan();  // refuses a null runner
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->dynamic ? state_->dynamic->cache.size() : 0;
 }
 
 void copy_unwritten_outputs(const ModelPlan& plan, const std::vector<void*>& ptr, std::vector<NDArray>* outputs) {

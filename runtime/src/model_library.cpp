@@ -10,6 +10,7 @@
 #include "kiln/runtime/library_seal.h"
 #include "kiln/runtime/model.h"
 #include "kiln/support/error.h"
+#include "shape_expr_json.h"
 
 namespace kiln {
 
@@ -38,17 +39,65 @@ json tensor_json(const std::string& name, const std::vector<int64_t>& shape, Dat
   return json{{"name", name}, {"shape", shape}, {"dtype", dtype.str()}};
 }
 
+json exprs_json(const std::vector<ShapeExpr>& exprs) {
+  json arr = json::array();
+  for (const ShapeExpr& e : exprs) arr.push_back(detail::shape_expr_to_json(e));
+  return arr;
+}
+
+json model_tensor_json(const ModelTensor& t) {
+  json j = tensor_json(t.name, t.shape, t.dtype);
+  if (!t.dims.empty()) j["dims"] = exprs_json(t.dims);
+  return j;
+}
+
+json buffer_json(const ModelBuffer& b, bool dynamic) {
+  json j{{"kind", kind_name(b.kind)}, {"index", b.index}, {"offset", b.offset}, {"shape", b.shape}, {"dtype", b.dtype.str()}};
+  if (!b.dims.empty()) j["dims"] = exprs_json(b.dims);
+  if (dynamic && b.kind == ModelBuffer::Kind::Arena) {
+    j["first_step"] = b.first_step;
+    j["last_step"] = b.last_step;
+    j["inplace_of"] = b.inplace_of;
+    j["view_of"] = b.view_of;
+  }
+  return j;
+}
+
+const char* constraint_kind_name(ShapeConstraint::Kind k) { return k == ShapeConstraint::Kind::Equal ? "equal" : "divisible"; }
+
+// A dynamic plan's shape variables, ranges and constraints (model.h: ModelPlan::to_json).
+void shape_vars_json(const ModelPlan& p, json* j) {
+  json vars = json::array();
+  for (size_t v = 0; v < p.shape_vars.size(); ++v) {
+    json var{{"name", p.shape_vars[v]}};
+    if (v < p.shape_ranges.size() && p.shape_ranges[v]) var["range"] = {p.shape_ranges[v]->lo, p.shape_ranges[v]->hi};
+    vars.push_back(std::move(var));
+  }
+  (*j)["shape_vars"] = std::move(vars);
+  json cs = json::array();
+  for (const ShapeConstraint& c : p.constraints) {
+    json cj{{"kind", constraint_kind_name(c.kind)}, {"lhs", detail::shape_expr_to_json(c.lhs)}, {"text", c.text}};
+    if (c.kind == ShapeConstraint::Kind::Equal)
+      cj["rhs"] = detail::shape_expr_to_json(c.rhs);
+    else
+      cj["divisor"] = c.divisor;
+    cs.push_back(std::move(cj));
+  }
+  (*j)["constraints"] = std::move(cs);
+}
+
 }  // namespace
 
 std::string ModelPlan::to_json(const std::vector<int64_t>& constant_offsets, const WeightsRecord& weights) const {
   KILN_CHECK(constant_offsets.size() == constants.size()) << "ModelPlan::to_json: one offset per constant";
   json j;
-  j["format"] = 1;
-  for (const ModelTensor& t : inputs) j["inputs"].push_back(tensor_json(t.name, t.shape, t.dtype));
-  for (const ModelTensor& t : outputs) j["outputs"].push_back(tensor_json(t.name, t.shape, t.dtype));
+  // A static plan writes what it always did (format 1); a runtime that predates shape variables refuses format 2 by its number.
+  j["format"] = is_dynamic() ? 2 : 1;
+  for (const ModelTensor& t : inputs) j["inputs"].push_back(model_tensor_json(t));
+  for (const ModelTensor& t : outputs) j["outputs"].push_back(model_tensor_json(t));
   j["buffers"] = json::array();
-  for (const ModelBuffer& b : buffers)
-    j["buffers"].push_back({{"kind", kind_name(b.kind)}, {"index", b.index}, {"offset", b.offset}, {"shape", b.shape}, {"dtype", b.dtype.str()}});
+  for (const ModelBuffer& b : buffers) j["buffers"].push_back(buffer_json(b, is_dynamic()));
+  if (is_dynamic()) shape_vars_json(*this, &j);
   j["steps"] = json::array();
   for (const ModelStep& s : steps) j["steps"].push_back({{"name", s.name}, {"kernel", s.kernel}, {"args", s.args}, {"flop", s.flop}});
   j["kernel_names"] = kernel_names;
@@ -173,15 +222,52 @@ ModelBuffer::Kind kind_of(const std::string& s) {
   return ModelBuffer::Kind::Arena;
 }
 
+std::vector<ShapeExpr> dims_of(const json& j, const std::string& where) {
+  std::vector<ShapeExpr> out;
+  auto it = j.find("dims");
+  if (it == j.end()) return out;
+  for (const json& d : it->get_ref<const json::array_t&>()) out.push_back(detail::shape_expr_from_json(d, "dims of " + where));
+  return out;
+}
+
 ModelTensor tensor_of(const json& t) {
-  return ModelTensor{t.at("name").get<std::string>(), t.at("shape").get<std::vector<int64_t>>(),
-                     DataType::parse(t.at("dtype").get<std::string>())};
+  ModelTensor m;
+  m.name = t.at("name").get<std::string>();
+  m.shape = t.at("shape").get<std::vector<int64_t>>();
+  m.dtype = DataType::parse(t.at("dtype").get<std::string>());
+  m.dims = dims_of(t, "tensor '" + m.name + "'");
+  return m;
+}
+
+void shape_vars_of(const json& j, ModelPlan* p) {
+  for (const json& v : j.at("shape_vars")) {
+    p->shape_vars.push_back(v.at("name").get<std::string>());
+    std::optional<ShapeRange> range;
+    if (v.contains("range")) range = ShapeRange{v.at("range").at(0).get<int64_t>(), v.at("range").at(1).get<int64_t>()};
+    p->shape_ranges.push_back(range);
+  }
+  for (const json& c : j.at("constraints")) {
+    ShapeConstraint sc;
+    std::string kind = c.at("kind").get<std::string>();
+    KILN_USER_CHECK(kind == "equal" || kind == "divisible") << "unknown shape constraint kind '" << kind << "'";
+    sc.kind = kind == "equal" ? ShapeConstraint::Kind::Equal : ShapeConstraint::Kind::Divisible;
+    sc.text = c.at("text").get<std::string>();
+    sc.lhs = detail::shape_expr_from_json(c.at("lhs"), "constraint '" + sc.text + "'");
+    if (sc.kind == ShapeConstraint::Kind::Equal)
+      sc.rhs = detail::shape_expr_from_json(c.at("rhs"), "constraint '" + sc.text + "'");
+    else
+      sc.divisor = c.at("divisor").get<int64_t>();
+    p->constraints.push_back(std::move(sc));
+  }
 }
 
 // The plan without its constants; sets mode, weights bytes and constant specs.
 ModelPlan plan_from_json(const json& j, WeightsRecord* weights, std::vector<ModelTensor>* consts, std::vector<int64_t>* offsets) {
-  KILN_USER_CHECK(j.at("format").get<int>() == 1) << "plan format " << j.at("format").dump() << " is not 1";
+  int format = j.at("format").get<int>();
+  KILN_USER_CHECK(format == 1 || format == 2) << "plan format " << j.at("format").dump()
+                                              << " is not 1 or 2 (2: shape variables); load it with the kiln that exported it";
   ModelPlan p;
+  if (format == 2) shape_vars_of(j, &p);
   for (const json& t : j.at("inputs")) p.inputs.push_back(tensor_of(t));
   for (const json& t : j.at("outputs")) p.outputs.push_back(tensor_of(t));
   for (const json& b : j.at("buffers")) {
@@ -191,6 +277,13 @@ ModelPlan plan_from_json(const json& j, WeightsRecord* weights, std::vector<Mode
     mb.offset = b.at("offset").get<int64_t>();
     mb.shape = b.at("shape").get<std::vector<int64_t>>();
     mb.dtype = DataType::parse(b.at("dtype").get<std::string>());
+    mb.dims = dims_of(b, "buffer " + std::to_string(p.buffers.size()));
+    if (format == 2 && mb.kind == ModelBuffer::Kind::Arena) {
+      mb.first_step = b.at("first_step").get<int>();
+      mb.last_step = b.at("last_step").get<int>();
+      mb.inplace_of = b.at("inplace_of").get<int>();
+      mb.view_of = b.at("view_of").get<int>();
+    }
     p.buffers.push_back(std::move(mb));
   }
   for (const json& s : j.at("steps"))
@@ -198,7 +291,7 @@ ModelPlan plan_from_json(const json& j, WeightsRecord* weights, std::vector<Mode
   p.kernel_names = j.at("kernel_names").get<std::vector<std::string>>();
   for (const json& c : j.at("constants")) {
     offsets->push_back(c.at("offset").get<int64_t>());
-    consts->push_back({"", c.at("shape").get<std::vector<int64_t>>(), DataType::parse(c.at("dtype").get<std::string>())});
+    consts->push_back({"", c.at("shape").get<std::vector<int64_t>>(), DataType::parse(c.at("dtype").get<std::string>()), {}});
   }
   p.output_buffers = j.at("output_buffers").get<std::vector<int>>();
   p.arena_bytes = j.at("arena_bytes").get<int64_t>();
@@ -211,6 +304,18 @@ ModelPlan plan_from_json(const json& j, WeightsRecord* weights, std::vector<Mode
 }
 
 }  // namespace
+
+ModelPlan ModelPlan::from_json(const std::string& text, WeightsRecord* weights, std::vector<ModelTensor>* constant_specs,
+                               std::vector<int64_t>* constant_offsets) {
+  try {
+    return plan_from_json(json::parse(text), weights, constant_specs, constant_offsets);
+  } catch (const json::exception& e) {  // not parsed, or a field missing or of the wrong type
+    KILN_USER_ERROR() << "corrupt model plan: " << e.what();
+  } catch (const Error& e) {  // a value out of range (a dtype, a buffer kind); a kiln bug passes
+    KILN_USER_ERROR() << "corrupt model plan: " << e.what();
+  }
+  return {};
+}
 
 ModelRunner ModelRunner::load(const std::string& path) {
   Module module = Module::load(path);
@@ -231,11 +336,9 @@ ModelRunner ModelRunner::load(const std::string& path) {
   std::vector<int64_t> offsets;
   ModelPlan plan;
   try {
-    plan = plan_from_json(json::parse(*plan_text), &weights, &consts, &offsets);
-  } catch (const json::exception& e) {  // not parsed, or a field missing or of the wrong type
-    KILN_USER_ERROR() << "ModelRunner::load: '" << path << "': corrupt model plan: " << e.what();
-  } catch (const Error& e) {  // a value out of range (a dtype, a buffer kind); a kiln bug passes
-    KILN_USER_ERROR() << "ModelRunner::load: '" << path << "': corrupt model plan: " << e.what();
+    plan = ModelPlan::from_json(*plan_text, &weights, &consts, &offsets);
+  } catch (const Error& e) {
+    KILN_USER_ERROR() << "ModelRunner::load: '" << path << "': " << e.what();
   }
   // The weights: a view of the library's embedded blob (alive with the Module), or the file beside it.
   NDArray blob;

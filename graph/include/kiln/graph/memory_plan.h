@@ -1,43 +1,18 @@
 /** \file
- * Memory planning: every intermediate value of a graph (an output of one
- * kernel read by later kernels) gets an offset in one arena. Two values
- * share bytes only when their lifetimes, over the execution order, do not
- * overlap. An elementwise group may write its output over an input that
- * dies at that group (in place) when the shapes match.
+ * The graph's names for the arena planner, which lives in kiln_runtime
+ * (kiln/runtime/memory_plan.h) because ModelRunner plans models with shape
+ * variables once per new shape at run time.
  */
 #ifndef KILN_GRAPH_MEMORY_PLAN_H
 #define KILN_GRAPH_MEMORY_PLAN_H
 
-#include <cstdint>
-#include <string>
-#include <vector>
+#include "kiln/runtime/memory_plan.h"
 
 namespace kiln::graph {
 
-/** One value to place: its size and the steps that write and last read it. */
-struct PlannedValue {
-  int64_t bytes = 0;
-  int first_step = 0;  ///< the step that writes it
-  int last_step = 0;   ///< the last step that reads it (first_step when never read)
-  /** A value this one may overwrite in place (-1: none): it must die at first_step and be as large. */
-  int inplace_of = -1;
-  int64_t offset = -1;  ///< set by plan_memory
-};
-
-struct MemoryPlanStats {
-  int64_t arena_bytes = 0;  ///< the arena's size
-  int64_t naive_bytes = 0;  ///< the sum of all values (no reuse)
-  int64_t peak_bytes = 0;   ///< the most bytes live at one step: no plan can do better
-  int inplace = 0;          ///< values that took their input's bytes
-};
-
-/**
- * Places `values` in one arena (offsets aligned to `alignment` bytes):
- * largest first, each at the lowest offset that no value alive at the same
- * time occupies (a best fit over the gaps). Fills `offset`; returns the
- * arena size and the figures to compare it with.
- */
-MemoryPlanStats plan_memory(std::vector<PlannedValue>* values, int64_t alignment = 64);
+using kiln::MemoryPlanStats;
+using kiln::plan_memory;
+using kiln::PlannedValue;
 
 }  // namespace kiln::graph
 

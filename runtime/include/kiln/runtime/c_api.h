@@ -150,8 +150,9 @@ int kiln_model_num_outputs(const KilnModel* model, int* num_outputs);
 
 /**
  * What input `index` is: its name, rank, shape (ndim entries) and dtype.
- * Any of the out pointers may be null (not wanted). Borrowed; valid until
- * the model is freed. Errors: BAD_ARGUMENT (null model, bad index).
+ * A model with shape variables has -1 where a dimension takes any size (see
+ * kiln_model_shape_var). Any of the out pointers may be null (not wanted).
+ * Borrowed; valid until the model is freed. Errors: BAD_ARGUMENT (null model, bad index).
  */
 int kiln_model_input_info(const KilnModel* model, int index, const char** name, int* ndim, const int64_t** shape,
                           DLDataType* dtype);
@@ -165,9 +166,9 @@ int kiln_model_input_index(const KilnModel* model, const char* name, int* index)
 
 /**
  * Sets input `index` to a copy of `tensor`, which must be a CPU, compact
- * row-major tensor of exactly the input's shape and dtype; the caller's
- * memory is not used after the call. The input keeps its value for later
- * runs until set again.
+ * row-major tensor of exactly the input's shape (any size where it is -1)
+ * and dtype; the caller's memory is not used after the call. The input
+ * keeps its value (and shape) for later runs until set again.
  * Errors: BAD_ARGUMENT (null, bad index, null data), MISMATCH (shape, dtype,
  * device, layout; the message names the input and both values).
  */
@@ -178,14 +179,19 @@ int kiln_model_set_input_by_name(KilnModel* model, const char* name, const DLTen
 
 /**
  * Runs the model on its inputs; the outputs are kept until the next run.
+ * A model with shape variables binds them from the inputs' shapes here and
+ * its outputs take the shapes they give (read them with kiln_model_output).
  * Errors: BAD_ARGUMENT, STATE (an input was never set; the message names
- * it), KERNEL (a kernel failed). On failure the previous outputs are gone.
+ * it), MISMATCH (the inputs' shapes disagree with each other, or break a
+ * range or constraint; the message names the input, dimension, variable and
+ * value), KERNEL (a kernel failed). On failure the previous outputs are gone.
  */
 int kiln_model_run(KilnModel* model);
 
 /**
  * Copies output `index` of the last run into `out`, a CPU, compact row-major
- * tensor with the output's shape and dtype (see kiln_model_output_info).
+ * tensor with the output's shape in that run (kiln_model_output_info's, or
+ * kiln_model_output's for a model with shape variables) and dtype.
  * Errors: BAD_ARGUMENT, STATE (no successful run yet), MISMATCH.
  */
 int kiln_model_get_output(const KilnModel* model, int index, DLTensor* out);
@@ -197,6 +203,31 @@ int kiln_model_get_output(const KilnModel* model, int index, DLTensor* out);
  * Errors: BAD_ARGUMENT, STATE (no successful run yet).
  */
 int kiln_model_output(const KilnModel* model, int index, const DLTensor** out);
+
+/* ------------------------------------------------------ shape variables */
+
+/** The number of the model's shape variables (0: its shapes are fixed). Errors: BAD_ARGUMENT. */
+int kiln_model_num_shape_vars(const KilnModel* model, int* num_shape_vars);
+
+/**
+ * Shape variable `index`: its name and inclusive range (lo, hi; both -1
+ * when it has none). Out pointers may be null. Errors: BAD_ARGUMENT.
+ */
+int kiln_model_shape_var(const KilnModel* model, int index, const char** name, int64_t* lo, int64_t* hi);
+
+/**
+ * The arena bytes a run with these shape values (one per variable, in order)
+ * uses; a model without shape variables takes none. Errors: BAD_ARGUMENT
+ * (null, a wrong count), MISMATCH (a value out of range or breaking a constraint).
+ */
+int kiln_model_memory(const KilnModel* model, const int64_t* values, int num_values, int64_t* arena_bytes);
+
+/**
+ * The arena bytes at every shape variable's range maximum: the most a run
+ * uses when the sizes grow with the variables (model_shapes.h says when it
+ * is a bound). Errors: BAD_ARGUMENT, NOT_FOUND (a variable has no range).
+ */
+int kiln_model_memory_bound(const KilnModel* model, int64_t* arena_bytes);
 
 #ifdef __cplusplus
 }

@@ -19,16 +19,36 @@
  *    (32 ASCII hex digits) and the XXH3-128 of the data (16 canonical bytes),
  *    then the data. ModelRunner::load refuses a file of another export (its
  *    id differs from the plan's) or with damaged data (its hash differs).
+ *
+ * Dynamic shapes. A plan with shape variables (ModelPlan::shape_vars) gives
+ * its tensors' and buffers' dimensions as ShapeExprs over them (Param i is
+ * shape_vars[i]); a static plan is the case with none. Each run binds the
+ * variables from the inputs, checks ranges and constraints, and places the
+ * arena buffers by their lifetimes for those values (model_shapes.h),
+ * cached per tuple of values. Its JSON is "format" 2 (see to_json); a static
+ * plan's JSON is format 1, unchanged.
+ *
+ * What a producer of a dynamic plan (the graph's plan_graph) sets, beyond a
+ * static plan: shape_vars, shape_ranges (one per variable, or none),
+ * constraints; `dims` (and -1 in `shape` where a dimension is not a
+ * constant) on every input, output and buffer with a symbolic dimension,
+ * Input/Output buffers with their tensor's dims; each shape variable a plain
+ * dimension of some input; on arena buffers first_step, last_step,
+ * inplace_of (a buffer id) and view_of, in place of offset and arena_bytes.
+ * Each step's kernel takes the step's buffers first, then only shape
+ * scalars that its binder infers from those arrays (arg_binder.h).
  */
 #ifndef KILN_RUNTIME_MODEL_H
 #define KILN_RUNTIME_MODEL_H
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/ir/dtype.h"
+#include "kiln/runtime/memory_plan.h"
 #include "kiln/runtime/module.h"
 #include "kiln/runtime/ndarray.h"
 #include "kiln/support/error.h"
@@ -38,9 +58,11 @@ namespace kiln {
 /** A model input or output: its name, shape and dtype. */
 struct ModelTensor {
   std::string name;
-  std::vector<int64_t> shape;
+  std::vector<int64_t> shape;  ///< -1 where the dimension is not a constant (a dynamic plan)
   DataType dtype;
-  int64_t bytes() const;
+  /** A dynamic plan: every dimension over ModelPlan::shape_vars; empty: `shape` is all there is. */
+  std::vector<ShapeExpr> dims;
+  int64_t bytes() const;  ///< of `shape`; a dynamic plan's sizes come from model_shapes.h
 };
 
 /** Where a plan's buffer lives. */
@@ -48,10 +70,45 @@ struct ModelBuffer {
   enum class Kind : uint8_t { Input, Constant, Arena, Output };
   Kind kind = Kind::Arena;
   int index = 0;       ///< Input/Output: the model's input/output number; Constant: into ModelPlan::constants
-  int64_t offset = 0;  ///< Arena: byte offset
-  std::vector<int64_t> shape;
+  int64_t offset = 0;  ///< Arena: byte offset (a static plan; a dynamic plan places them per shape)
+  std::vector<int64_t> shape;  ///< -1 where the dimension is not a constant (a dynamic plan)
   DataType dtype;
-  int64_t bytes() const;
+  /** A dynamic plan: every dimension over ModelPlan::shape_vars; empty: `shape` is all there is. */
+  std::vector<ShapeExpr> dims;
+  /**
+   * Arena buffers of a dynamic plan: the step that writes it, the last step
+   * that reads it, and the buffer it may overwrite in place (-1: none), as
+   * plan_memory takes them (memory_plan.h).
+   */
+  int first_step = 0;
+  int last_step = 0;
+  int inplace_of = -1;
+  /**
+   * Arena buffers of a dynamic plan: the arena buffer whose bytes this one
+   * views (a reshape: same bytes, another shape; its lifetime is the
+   * source's, which its readers extend), or -1 for bytes of its own.
+   */
+  int view_of = -1;
+  int64_t bytes() const;  ///< of `shape`; a dynamic plan's sizes come from model_shapes.h
+};
+
+/** The inclusive range a shape variable must lie in. */
+struct ShapeRange {
+  int64_t lo = 0;
+  int64_t hi = 0;
+  bool operator==(const ShapeRange&) const = default;
+};
+
+/** A relation between shape variables that every run checks (a reshape's equal sizes, a split's divisibility). */
+struct ShapeConstraint {
+  enum class Kind : uint8_t { Equal, Divisible };
+  Kind kind = Kind::Equal;
+  ShapeExpr lhs;
+  ShapeExpr rhs;        ///< Equal: lhs == rhs
+  int64_t divisor = 1;  ///< Divisible: lhs % divisor == 0
+  /** Where it comes from, quoted by the error: "Reshape 'r1': batch * seq == 4 * n". */
+  std::string text;
+  bool operator==(const ShapeConstraint&) const = default;
 };
 
 /** One kernel call. */
@@ -86,14 +143,36 @@ struct ModelPlan {
    * Not part of the exported form: an exported model allocates its outputs.
    */
   std::vector<int> output_reuses_input;
-  int64_t arena_bytes = 0;
+  int64_t arena_bytes = 0;  ///< a static plan's arena; unused by a dynamic plan
+
+  /** Names of the shape variables (ShapeExpr::param(i) is shape_vars[i]); empty: a static plan. */
+  std::vector<std::string> shape_vars;
+  /** Per shape variable (or empty for none): the range it must lie in, if declared. */
+  std::vector<std::optional<ShapeRange>> shape_ranges;
+  /** Checked at every new tuple of shape values. */
+  std::vector<ShapeConstraint> constraints;
+
+  bool is_dynamic() const { return !shape_vars.empty(); }
 
   /**
    * The plan as JSON; constants are recorded by `constant_offsets` (byte
    * offsets into the weights, one per constant), dtype and shape, and the
-   * weights as `weights` says.
+   * weights as `weights` says. A dynamic plan is "format": 2 and adds
+   *   "shape_vars": [{"name": "batch", "range": [1, 64]}, {"name": "seq"}],
+   *   "constraints": [{"kind": "equal", "lhs": E, "rhs": E, "text": "..."},
+   *                   {"kind": "divisible", "lhs": E, "divisor": 4, "text": "..."}],
+   * "dims": [E, ...] on inputs, outputs and buffers that have them, and
+   * "first_step", "last_step", "inplace_of", "view_of" on arena buffers; E is a
+   * ShapeExpr as in kernel metadata (module.h): an integer, {"param": i}
+   * or {"op": "mul", "a": E, "b": E}.
    */
   std::string to_json(const std::vector<int64_t>& constant_offsets, const WeightsRecord& weights) const;
+  /**
+   * Parses to_json's text: the plan without its constants, whose specs
+   * (shape, dtype) and offsets into the weights come out beside it. Throws
+   * kiln::Error ("corrupt model plan: ...") naming what is wrong.
+   */
+  static ModelPlan from_json(const std::string& text, WeightsRecord* weights, std::vector<ModelTensor>* constant_specs, std::vector<int64_t>* constant_offsets);
 };
 
 /** The weights layout of an export: 64-byte aligned offsets per constant and the total. */
@@ -112,7 +191,7 @@ std::string write_weights(const std::string& path, const std::vector<NDArray>& c
 
 /** Refuses inputs that do not match the plan's (count, dtype, shape, host memory, compact layout), naming the input and the fix. */
 void check_model_inputs(const std::vector<ModelTensor>& want, const std::vector<NDArray>& inputs);
-/** The address of each of the plan's buffers for one run: the inputs', the
+/** A static plan only: the address of each of the plan's buffers for one run: the inputs', the
  * constants', the arena's (at `arena`) and fresh output arrays (into *outputs),
  * or for an output that may reuse a donated input (donated[i] true), that
  * input's array itself. */
@@ -147,7 +226,12 @@ class ModelRunner {
    */
   static ModelRunner load(const std::string& path);
 
-  /** Runs the model; inputs in order, checked for count, dtype, shape, device and layout. */
+  /**
+   * Runs the model; inputs in order, checked for count, dtype, shape, device
+   * and layout. A dynamic plan binds its shape variables from the inputs'
+   * shapes (model_shapes.h; a bad shape throws ShapeError) and returns
+   * outputs of the shapes they give.
+   */
   std::vector<NDArray> run(const std::vector<NDArray>& inputs) const;
   /** The same, adding each step's seconds to (*step_seconds)[step] (sized to the steps).
    * With `donated` (one flag per input), a donated input's array may be
@@ -161,6 +245,17 @@ class ModelRunner {
   const std::vector<ModelTensor>& inputs() const { return plan().inputs; }
   const std::vector<ModelTensor>& outputs() const { return plan().outputs; }
   const Module& module() const;
+
+  /**
+   * The arena a run at these shape values (one per plan.shape_vars) plans,
+   * with the figures to compare it with (memory_plan.h); a static plan's
+   * with no values. Throws ShapeError for values out of range or breaking a constraint.
+   */
+  MemoryPlanStats memory(const std::vector<int64_t>& shape_values) const;
+  /** memory() at the largest values (model_shapes.h: plan_memory_bound); nullopt when a variable has no range. */
+  std::optional<MemoryPlanStats> memory_bound() const;
+  /** A dynamic plan: how many shapes are planned and cached now (at most 16, least recently used out); 0 for a static plan. */
+  size_t cached_shapes() const;
 
   struct State;
 

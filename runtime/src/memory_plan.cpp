@@ -2,20 +2,18 @@
 // values placed first at the lowest free offset among the values they
 // overlap in time. Sizes are aligned so every buffer starts on a cache line
 // (the kernels' vector loads prefer it).
-#include "kiln/graph/memory_plan.h"
+#include "kiln/runtime/memory_plan.h"
 
 #include <algorithm>
 #include <numeric>
 
 #include "kiln/support/error.h"
 
-namespace kiln::graph {
+namespace kiln {
 
 namespace {
 
 int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
-
-
 
 }  // namespace
 
@@ -35,15 +33,19 @@ MemoryPlanStats plan_memory(std::vector<PlannedValue>* values, int64_t alignment
 
   // In place: a value takes its input's bytes when that input dies at the
   // step that writes it; the pair is one allocation spanning both lifetimes.
+  // One value per source: every value that passes the check is written at
+  // the source's last step, so two of them would be live in the same bytes.
   std::vector<int> root(vs.size());
+  std::vector<bool> taken(vs.size(), false);
   std::iota(root.begin(), root.end(), 0);
   for (size_t i = 0; i < vs.size(); ++i) {
     int src = vs[i].inplace_of;
     if (src < 0) continue;
     KILN_CHECK(src < static_cast<int>(vs.size())) << "in-place source out of range";
     while (root[src] != src) src = root[src];
-    if (vs[src].last_step == vs[i].first_step && vs[src].bytes >= vs[i].bytes && root[i] == static_cast<int>(i)) {
+    if (vs[src].last_step == vs[i].first_step && vs[src].bytes >= vs[i].bytes && root[i] == static_cast<int>(i) && !taken[src]) {
       root[i] = src;
+      taken[src] = true;
       ++st.inplace;
     }
   }
@@ -96,4 +98,4 @@ MemoryPlanStats plan_memory(std::vector<PlannedValue>* values, int64_t alignment
   return st;
 }
 
-}  // namespace kiln::graph
+}  // namespace kiln
