@@ -56,6 +56,24 @@ ModelRunner make_runner(ModelPlan plan, const std::vector<Module>& modules) {
   return ModelRunner(std::move(plan), Module(node, std::move(infos)));
 }
 
+// CompileOptions::dims into the plan, refusing names the model does not have.
+void apply_dim_ranges(const std::map<std::string, ShapeRange>& dims, ModelPlan* plan) {
+  for (const auto& [name, range] : dims) {
+    auto it = std::find(plan->shape_vars.begin(), plan->shape_vars.end(), name);
+    std::string known;
+    for (const std::string& v : plan->shape_vars) known += (known.empty() ? "" : ", ") + v;
+    KILN_USER_CHECK(it != plan->shape_vars.end()) << "dims names the shape variable '" << name << "', which the model does not have (its shape variables: "
+                                                  << (known.empty() ? "none; it is static" : known) << ")";
+    KILN_USER_CHECK(range.lo >= 0 && range.lo <= range.hi)
+        << "dims['" << name << "'] = (" << range.lo << ", " << range.hi << ") is not a range of sizes: give (lo, hi) with 0 <= lo <= hi";
+    plan->shape_ranges[it - plan->shape_vars.begin()] = range;
+  }
+}
+
+MemoryReport report_of(const MemoryPlanStats& m, int64_t weight_bytes) {
+  return MemoryReport{m.arena_bytes, m.naive_bytes, m.peak_bytes, weight_bytes, m.inplace};
+}
+
 }  // namespace
 
 Executor compile(const Graph& g, const CompileOptions& options) {
@@ -77,6 +95,7 @@ Executor compile(const Graph& g, const CompileOptions& options) {
     info.flop = k.flop;
     return info;
   });
+  apply_dim_ranges(options.dims, &pg.plan);
   st->groups = std::move(pg.groups);
   st->memory = pg.memory;
   st->weight_bytes = pg.weight_bytes;
@@ -184,9 +203,35 @@ void Executor::export_library(const std::string& path, const std::string& weight
 
 MemoryReport Executor::memory() const {
   KILN_USER_CHECK(state_) << "this executor was not compiled";
-  const MemoryPlanStats& m = state_->memory;
-  return MemoryReport{m.arena_bytes, m.naive_bytes, m.peak_bytes, state_->weight_bytes, m.inplace};
+  KILN_USER_CHECK(!state_->runner.plan().is_dynamic()) << "this model has shape variables (" << state_->runner.plan().shape_vars.size()
+                                                       << "); its memory depends on their values: call memory(shape_values)";
+  return report_of(state_->memory, state_->weight_bytes);
 }
+
+MemoryReport Executor::memory(const std::map<std::string, int64_t>& shape_values) const {
+  KILN_USER_CHECK(state_) << "this executor was not compiled";
+  const std::vector<std::string>& vars = state_->runner.plan().shape_vars;
+  std::vector<int64_t> values;
+  for (const std::string& v : vars) {
+    auto it = shape_values.find(v);
+    KILN_USER_CHECK(it != shape_values.end()) << "memory: no value for the shape variable '" << v << "'; give every one of the model's";
+    values.push_back(it->second);
+  }
+  for (const auto& [name, value] : shape_values)
+    KILN_USER_CHECK(std::find(vars.begin(), vars.end(), name) != vars.end()) << "memory: the model has no shape variable '" << name << "'";
+  if (vars.empty()) return memory();
+  return report_of(state_->runner.memory(values), state_->weight_bytes);
+}
+
+std::optional<MemoryReport> Executor::memory_bound() const {
+  KILN_USER_CHECK(state_) << "this executor was not compiled";
+  if (!state_->runner.plan().is_dynamic()) return memory();
+  std::optional<MemoryPlanStats> m = state_->runner.memory_bound();
+  if (!m) return std::nullopt;
+  return report_of(*m, state_->weight_bytes);
+}
+
+const std::vector<std::string>& Executor::shape_vars() const { return state_->runner.plan().shape_vars; }
 
 const ModelPlan& Executor::plan() const { return state_->runner.plan(); }
 const Graph& Executor::graph() const { return state_->graph; }

@@ -8,6 +8,7 @@
 
 #include "kiln/graph/op_registry.h"
 #include "kiln/support/error.h"
+#include "kiln/codegen/kernel_metadata.h"
 #include "kiln/te/workload_key.h"
 
 namespace kiln::graph {
@@ -76,10 +77,56 @@ struct Planner {
   ModelPlan plan;
   std::unordered_map<const NodeObj*, int> constant_buffer;
   std::map<std::pair<const NodeObj*, int>, int> value_buffer;
+  std::vector<const Variable*> vars;  ///< plan.shape_vars, as the graph's Vars
+
+  // A model with symbolic dims: its shape variables in the order the inputs
+  // first use them, each a plain dimension of some input (where a run binds it).
+  void collect_shape_vars(const Graph& g) {
+    std::set<const Variable*> bound;
+    for (const auto& in : g.inputs())
+      for (const Dim& d : in->types[0].shape)
+        if (Var v = d.as_var(); v.defined() && bound.insert(v.get()).second) {
+          vars.push_back(v.get());
+          plan.shape_vars.push_back(v.name());
+        }
+    for (const auto& in : g.inputs())
+      for (const Var& v : in->types[0].shape.vars())
+        KILN_USER_CHECK(bound.count(v.get())) << "input '" << in->name << "' has shape " << shape_to_string(in->types[0].shape)
+                                              << ", but no input has the shape variable '" << v.name()
+                                              << "' as a dimension of its own, so a run could not tell its value; give some input that dimension";
+    plan.shape_ranges.assign(vars.size(), std::nullopt);
+  }
+
+  // `shape` with -1 at symbolic dims, and `dims` over the shape variables (a dynamic plan's tensors).
+  void set_dims(const Shape& s, std::vector<int64_t>* shape, std::vector<ShapeExpr>* dims) const {
+    shape->clear();
+    dims->clear();
+    for (const Dim& d : s) shape->push_back(d.is_static() ? d.value() : -1);
+    if (s.is_static()) return;
+    auto param_of = [&](const Variable* v) -> int64_t {
+      auto it = std::find(vars.begin(), vars.end(), v);
+      KILN_USER_CHECK(it != vars.end()) << "the shape variable '" << v->name << "' (in " << shape_to_string(s)
+                                        << ") is no dimension of any model input, so a run could not tell its value";
+      return it - vars.begin();
+    };
+    for (const Dim& d : s) dims->push_back(codegen::to_shape_expr(d.expr(), param_of, "dimension '" + d.str() + "'"));
+  }
 
   int add(ModelBuffer::Kind kind, int index, const TensorType& t) {
-    plan.buffers.push_back({kind, index, 0, t.shape, t.dtype, {}});
+    ModelBuffer b;
+    b.kind = kind;
+    b.index = index;
+    b.dtype = t.dtype;
+    set_dims(t.shape, &b.shape, &b.dims);
+    plan.buffers.push_back(std::move(b));
     return static_cast<int>(plan.buffers.size()) - 1;
+  }
+  ModelTensor tensor(const std::string& name, const TensorType& t) const {
+    ModelTensor m;
+    m.name = name;
+    m.dtype = t.dtype;
+    set_dims(t.shape, &m.shape, &m.dims);
+    return m;
   }
   int constant(const Ref<ConstantNode>& c) {
     auto it = constant_buffer.find(c.get());
@@ -100,12 +147,14 @@ struct Planner {
 PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
   PlannedGraph out;
   Planner p;
+  p.collect_shape_vars(g);
+  const bool dynamic = p.plan.is_dynamic();
   for (size_t i = 0; i < g.inputs().size(); ++i)
     p.value_buffer[{g.inputs()[i].get(), 0}] = p.add(ModelBuffer::Kind::Input, static_cast<int>(i), g.inputs()[i]->types[0]);
-  for (const auto& in : g.inputs()) p.plan.inputs.push_back({in->name, in->types[0].shape, in->types[0].dtype, {}});
+  for (const auto& in : g.inputs()) p.plan.inputs.push_back(p.tensor(in->name, in->types[0]));
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const std::string& name = g.output_names()[i];
-    p.plan.outputs.push_back({name.empty() ? "output" + std::to_string(i) : name, g.outputs()[i].type().shape, g.outputs()[i].type().dtype, {}});
+    p.plan.outputs.push_back(p.tensor(name.empty() ? "output" + std::to_string(i) : name, g.outputs()[i].type()));
   }
   // Graph outputs computed by a step get Output buffers (fresh arrays per run, handed to the caller).
   std::map<std::pair<const NodeObj*, int>, int> output_of;
@@ -207,7 +256,7 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
       } else {
         b = p.add(ModelBuffer::Kind::Arena, 0, node->types[k]);
         PlannedValue pv;
-        pv.bytes = node->types[k].bytes();
+        pv.bytes = dynamic ? 0 : node->types[k].bytes();  // a dynamic plan is placed per shape at run time
         pv.first_step = pv.last_step = step;
         if (elementwise_group(*node))
           for (const Value& v : node->inputs) {
@@ -228,6 +277,19 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
     out.groups.push_back(std::move(info));
   }
   for (const Value& v : g.outputs()) p.plan.output_buffers.push_back(p.value(v));
+  if (dynamic) {
+    // The runtime places the arena per shape from these lifetimes (ModelBuffer's contract).
+    for (size_t i = 0; i < lifetimes.size(); ++i) {
+      ModelBuffer& b = p.plan.buffers[arena_ids[i]];
+      b.first_step = lifetimes[i].first_step;
+      b.last_step = lifetimes[i].last_step;
+      b.inplace_of = lifetimes[i].inplace_of < 0 ? -1 : arena_ids[lifetimes[i].inplace_of];
+    }
+    for (auto [b, lifetime] : views) p.plan.buffers[b].view_of = arena_ids[lifetime];
+    for (const NDArray& c : p.plan.constants) out.weight_bytes += c.nbytes();
+    out.plan = std::move(p.plan);
+    return out;
+  }
   out.memory = plan_memory(&lifetimes);
   for (size_t i = 0; i < lifetimes.size(); ++i) p.plan.buffers[arena_ids[i]].offset = lifetimes[i].offset;
   for (auto [b, lifetime] : views) p.plan.buffers[b].offset = lifetimes[lifetime].offset;

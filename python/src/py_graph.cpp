@@ -323,7 +323,14 @@ void define_graph(py::module_& root) {
         }
         return out;
       }, py::arg("inputs"), py::arg("repeats") = 10)
-      .def("memory", [](const Executor& exe) { return memory_dict(exe.memory()); })
+      .def("memory", [](const Executor& exe, std::optional<std::map<std::string, int64_t>> shapes) {
+        return memory_dict(shapes ? exe.memory(*shapes) : exe.memory());
+      }, py::arg("shapes") = std::nullopt, "The arena and weights in bytes; a model with shape variables needs their values (shapes={\"seq\": 128}).")
+      .def("memory_bound", [](const Executor& exe) -> py::object {
+        std::optional<MemoryReport> m = exe.memory_bound();
+        return m ? py::object(memory_dict(*m)) : py::object(py::none());
+      }, "The largest arena any run plans when every shape variable has a range (compile's dims=), else None.")
+      .def_property_readonly("shape_vars", &Executor::shape_vars)
       .def("export_library", [](const Executor& exe, const std::string& path, const std::string& weights, bool static_runtime) {
         py::gil_scoped_release release;
         exe.export_library(path, weights, static_runtime);
@@ -374,8 +381,10 @@ void define_graph(py::module_& root) {
   }, py::arg("graph"), py::arg("target") = "cuda -arch=sm_90", py::arg("fuse") = true, py::arg("nvrtc") = true, py::arg("dump") = false,
      py::arg("db") = "");
 
-  m.def("compile", [](const Graph& g, const std::string& target, const std::string& db, bool fuse, bool plain, bool dump, bool layout, int bf16_dot, int winograd) {
+  m.def("compile", [](const Graph& g, const std::string& target, const std::string& db, bool fuse, bool plain, bool dump, bool layout, int bf16_dot, int winograd,
+                      const std::map<std::string, std::pair<int64_t, int64_t>>& dims) {
     CompileOptions o;
+    for (const auto& [name, range] : dims) o.dims[name] = ShapeRange{range.first, range.second};
     o.layout_plan.winograd = winograd;
     o.bf16_dot = bf16_dot;
     o.layout = layout;
@@ -387,7 +396,7 @@ void define_graph(py::module_& root) {
     py::gil_scoped_release release;
     return compile(g, o);
   }, py::arg("graph"), py::arg("target") = "llvm", py::arg("db") = "", py::arg("fuse") = true, py::arg("plain") = false, py::arg("dump") = false, py::arg("layout") = true,
-     py::arg("bf16_dot") = -1, py::arg("winograd") = 4);
+     py::arg("bf16_dot") = -1, py::arg("winograd") = 4, py::arg("dims") = std::map<std::string, std::pair<int64_t, int64_t>>{});
 }
 
 }  // namespace kiln::python

@@ -27,6 +27,11 @@ class _CompiledModel:
         """Bytes: arena_bytes (planned), naive_bytes (no reuse), peak_bytes (live at once), weight_bytes."""
         return self._exe.memory()
 
+    @property
+    def shape_vars(self):
+        """The model's shape variables ("batch", "seq"), in the order its inputs first use them; [] for a static model."""
+        return list(getattr(self._exe, "shape_vars", []))
+
     def groups(self):
         """One dict per fused group: name, ops, workload_key, schedule ("database", "default" or "plain"), schedule_detail,
         records_only_for (for a group the DB has no record of on this build's target: the same target with another
@@ -54,6 +59,16 @@ class _CompiledModel:
 
 class Executor(_CompiledModel):
     """A compiled model: call it with arrays (numpy, torch, kiln) in input order."""
+
+    def memory(self, shapes=None):
+        """Bytes: arena_bytes (planned), naive_bytes (no reuse), peak_bytes (live at once), weight_bytes.
+        A model with shape variables plans its arena per shape: give their values (``shapes={"seq": 128}``)."""
+        return self._exe.memory(dict(shapes) if shapes is not None else None)
+
+    def memory_bound(self):
+        """The largest arena a run can plan (same keys as memory()) when compile's ``dims=`` gave every shape
+        variable a range; None otherwise."""
+        return self._exe.memory_bound()
 
     def profile(self, *inputs, repeats=10):
         """Per-group times (median of `repeats` runs): a list of dicts with name, seconds, gflops, share."""
@@ -83,6 +98,8 @@ class Executor(_CompiledModel):
         return self._exe.compile_seconds
 
     def __repr__(self):
+        if self.shape_vars:
+            return f"<kiln.graph.Executor: {self.num_kernels} kernels, shape variables {', '.join(self.shape_vars)}>"
         return f"<kiln.graph.Executor: {self.num_kernels} kernels, arena {self.memory()['arena_bytes']} bytes>"
 
 

@@ -45,12 +45,15 @@ def from_onnx(model, shapes=None):
     raise KilnError(f"from_onnx takes a file path, an onnx.ModelProto or its bytes, got a {type(model).__name__}")
 
 
-def from_torch(module, example_inputs, opset=13):
+def from_torch(module, example_inputs, opset=13, shapes=None):
     """Imports a PyTorch module through ONNX (exported in memory, in eval mode).
 
     `example_inputs` is a tensor or a tuple of tensors (numpy arrays are
     converted); the graph's inputs get their shapes and are named
-    ``input0``, ``input1``, ...
+    ``input0``, ``input1``, ... `shapes` makes axes symbolic, as in
+    :func:`from_onnx`: ``shapes={"input0": ("batch", "seq")}`` exports those
+    axes dynamic and names their shape variables (an int must equal the
+    example's extent there).
     """
     import io
 
@@ -65,13 +68,31 @@ def from_torch(module, example_inputs, opset=13):
         if not isinstance(a, torch.Tensor):
             raise KilnError(f"from_torch: example input {i} is a {type(a).__name__}; pass tensors (or numpy arrays)")
     names = [f"input{i}" for i in range(len(args))]
+    given = _shape_dict(shapes)
+    final = {n: tuple(a.shape) for n, a in zip(names, args)}
+    dynamic_axes = {}
+    for name, dims in given.items():
+        if name not in final:
+            raise KilnError(f"shapes names '{name}', which is not an input of the module (its inputs: {', '.join(names)})")
+        example = final[name]
+        if len(dims) != len(example):
+            raise KilnError(f"shapes['{name}'] has {len(dims)} dimensions, but the example input has {len(example)} ({tuple(example)})")
+        for axis, (d, e) in enumerate(zip(dims, example)):
+            if not isinstance(d, str) and d != e:
+                raise KilnError(f"shapes['{name}'] sets axis {axis} to {d}, but the example input has {e} there; "
+                                "give a name (a str) to make the axis symbolic, or the example's extent")
+        axes = {axis: d for axis, d in enumerate(dims) if isinstance(d, str)}
+        if axes:
+            dynamic_axes[name] = axes
+        final[name] = tuple(dims)
     was_training = module.training
     module.eval()
     buf = io.BytesIO()
     try:
         with torch.no_grad():
             torch.onnx.export(module, args, buf, opset_version=int(opset), input_names=names,
-                              training=torch.onnx.TrainingMode.EVAL, do_constant_folding=True)
+                              training=torch.onnx.TrainingMode.EVAL, do_constant_folding=True,
+                              dynamic_axes=dynamic_axes or None)
     finally:
         module.train(was_training)
-    return from_onnx(buf.getvalue(), shapes={n: tuple(a.shape) for n, a in zip(names, args)})
+    return from_onnx(buf.getvalue(), shapes=final)

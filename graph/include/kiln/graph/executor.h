@@ -14,7 +14,9 @@
 #ifndef KILN_GRAPH_EXECUTOR_H
 #define KILN_GRAPH_EXECUTOR_H
 
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,12 @@ struct CompileOptions {
   bool dump = false;
   /** bfloat16 dot products for autocast's matmuls and convolutions: PipelineOptions::bf16_dot (-1: where the target has AVX-512 BF16). */
   int bf16_dot = -1;
+  /**
+   * A model with symbolic dims: per shape variable, the inclusive range of
+   * sizes a run may give it ({"batch", {1, 32}}), checked at every call
+   * and bounding memory_bound(). Variables without one take any size >= 0.
+   */
+  std::map<std::string, ShapeRange> dims;
 };
 
 struct GroupInfo {
@@ -89,6 +97,12 @@ class Executor {
   /** Runs `repeats` times and times each kernel (median per kernel). */
   std::vector<ProfileRow> profile(const std::vector<NDArray>& inputs, int repeats = 10) const;
   MemoryReport memory() const;
+  /** A model with symbolic dims: the arena a run at these shape values plans (by name; every variable of the model). */
+  MemoryReport memory(const std::map<std::string, int64_t>& shape_values) const;
+  /** The largest arena any run plans, when every shape variable has a range (CompileOptions::dims); nullopt otherwise. */
+  std::optional<MemoryReport> memory_bound() const;
+  /** The model's shape variables, in the order the inputs first use them (empty for a static model). */
+  const std::vector<std::string>& shape_vars() const;
   /** The plan the executor runs (kiln_runtime's form, the same an exported library carries). */
   const ModelPlan& plan() const;
   /** The optimized (fused) graph the plan runs. */
