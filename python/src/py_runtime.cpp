@@ -10,6 +10,7 @@
 // from the arrays (arg_binder.h) and reports mismatches as kiln::Error; this
 // file only adds the checks that need Python: numpy alignment and
 // writability, and unsupported Python types.
+#include <map>
 #include <pybind11/numpy.h>
 
 #include <cstring>
@@ -289,12 +290,16 @@ void define_runtime(py::module_& m) {
       });
 
   // An exported model (Executor::export_library) run by kiln_runtime alone.
-  auto tensors = [](const std::vector<ModelTensor>& ts) {
+  // A dynamic model's symbolic dims read as their expressions ("seq", "seq + 1").
+  auto tensors = [](const ModelPlan& plan, const std::vector<ModelTensor>& ts) {
     py::list out;
     for (const ModelTensor& t : ts) {
       py::dict d;
       d["name"] = t.name;
-      d["shape"] = py::tuple(py::cast(t.shape));
+      py::tuple shape(t.shape.size());
+      for (size_t i = 0; i < t.shape.size(); ++i)
+        shape[i] = t.dims.empty() || t.dims[i].is_const() ? py::object(py::int_(t.shape[i])) : py::object(py::str(t.dims[i].str(plan.shape_vars)));
+      d["shape"] = shape;
       d["dtype"] = t.dtype.str();
       out.append(d);
     }
@@ -327,8 +332,27 @@ void define_runtime(py::module_& m) {
         for (const NDArray& a : out) result.append(to_numpy(a));
         return result;
       }, py::arg("inputs"))
-      .def_property_readonly("inputs", [tensors](const ModelRunner& r) { return tensors(r.inputs()); })
-      .def_property_readonly("outputs", [tensors](const ModelRunner& r) { return tensors(r.outputs()); })
+      .def_property_readonly("inputs", [tensors](const ModelRunner& r) { return tensors(r.plan(), r.inputs()); })
+      .def_property_readonly("outputs", [tensors](const ModelRunner& r) { return tensors(r.plan(), r.outputs()); })
+      .def_property_readonly("shape_vars", [](const ModelRunner& r) {
+        py::dict out;  // name -> (lo, hi) or None, in the plan's order
+        const ModelPlan& p = r.plan();
+        for (size_t i = 0; i < p.shape_vars.size(); ++i) {
+          const auto& range = i < p.shape_ranges.size() ? p.shape_ranges[i] : std::nullopt;
+          out[py::str(p.shape_vars[i])] = range ? py::object(py::make_tuple(range->lo, range->hi)) : py::object(py::none());
+        }
+        return out;
+      }, "A dynamic model's shape variables: name -> its (lo, hi) range, or None without one.")
+      .def("arena_bytes", [](const ModelRunner& r, const std::map<std::string, int64_t>& shapes) {
+        const ModelPlan& p = r.plan();
+        std::vector<int64_t> values;
+        for (const std::string& v : p.shape_vars) {
+          auto it = shapes.find(v);
+          if (it == shapes.end()) throw_user_error("arena_bytes: no value for the shape variable '" + v + "'; give every one of the model's");
+          values.push_back(it->second);
+        }
+        return r.memory(values).arena_bytes;
+      }, py::arg("shapes") = std::map<std::string, int64_t>{}, "The arena a run at these shape values plans, in bytes.")
       .def_property_readonly("num_kernels", [](const ModelRunner& r) { return r.plan().kernel_names.size(); })
       .def_property_readonly("num_steps", [](const ModelRunner& r) { return r.plan().steps.size(); });
 }

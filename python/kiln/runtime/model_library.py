@@ -54,6 +54,16 @@ class LoadedModel:
     def num_kernels(self):
         return self._native.num_kernels
 
+    @property
+    def shape_vars(self):
+        """A model compiled with symbolic dims: its shape variables, name -> (lo, hi) range or None ({} if static).
+        Its inputs' shapes name them where a dimension is symbolic (``("batch", 3, 224, 224)``)."""
+        return self._native.shape_vars
+
+    def arena_bytes(self, shapes=None):
+        """The working memory (bytes) a run at these shape values plans (``{"seq": 128}``; none for a static model)."""
+        return self._native.arena_bytes(dict(shapes or {}))
+
     def __call__(self, *inputs):
         return self.run(list(inputs))
 

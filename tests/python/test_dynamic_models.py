@@ -1,0 +1,90 @@
+"""Models compiled once for every shape (issue 49): symbolic dims from make_input, ONNX dim_params and
+from_torch(shapes=), run at many shapes (1, primes, larger) against numpy and PyTorch, with named errors
+for shapes that break the model's constraints, and the per-shape memory report."""
+import numpy as np
+import pytest
+import torch
+
+import kiln
+import kiln.graph as kg
+
+RNG = np.random.default_rng(49)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def elementwise_model():
+    x = kg.make_input("x", ("batch", 8))
+    y = kg.make_input("y", ("batch", 8))
+    s, = kg.make_op("Add", [x, y])
+    r, = kg.make_op("Relu", [s])
+    e, = kg.make_op("Exp", [r])
+    return kg.make_graph([x, y], [e])
+
+
+def test_elementwise_model_runs_at_every_batch():
+    exe = kiln.compile(elementwise_model())
+    assert exe.shape_vars == ["batch"]
+    for b in (1, 2, 3, 17, 64, 255):
+        x, y = rand(b, 8), rand(b, 8)
+        out = exe.run([x, y])[0]
+        assert out.shape == (b, 8)
+        np.testing.assert_allclose(out, np.exp(np.maximum(x + y, 0)), rtol=1e-5)
+
+
+def test_shapes_that_disagree_are_named():
+    exe = kiln.compile(elementwise_model(), dims={"batch": (1, 32)})
+    with pytest.raises(kiln.KilnError, match="batch"):
+        exe.run([rand(3, 8), rand(4, 8)])  # one variable, two values
+    with pytest.raises(kiln.KilnError, match="dimension 1"):
+        exe.run([rand(3, 9), rand(3, 9)])  # a static dim
+    with pytest.raises(kiln.KilnError, match="batch.*33|33.*batch"):
+        exe.run([rand(33, 8), rand(33, 8)])  # outside the declared range
+    with pytest.raises(kiln.KilnError, match="'seq', which the model does not have"):
+        kiln.compile(elementwise_model(), dims={"seq": (1, 8)})
+
+
+def test_memory_is_reported_per_shape():
+    exe = kiln.compile(elementwise_model(), dims={"batch": (1, 64)})
+    small, large = exe.memory({"batch": 2}), exe.memory({"batch": 64})
+    assert 0 <= small["arena_bytes"] <= large["arena_bytes"]
+    assert exe.memory_bound()["arena_bytes"] >= large["arena_bytes"]
+    with pytest.raises(kiln.KilnError, match="memory"):
+        exe.memory()
+    assert kiln.compile(elementwise_model()).memory_bound() is None  # no range: no bound
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(64, 96)
+        self.b = torch.nn.Linear(96, 10)
+
+    def forward(self, x):
+        return self.b(torch.nn.functional.gelu(self.a(x)))
+
+
+def test_mlp_with_a_dynamic_batch_matches_torch():
+    torch.manual_seed(0)
+    m = Mlp().eval()
+    g = kg.from_torch(m, torch.randn(4, 64), shapes={"input0": ("batch", 64)})
+    assert g.input_types == [(("batch", 64), "float32")]
+    exe = kiln.compile(g)
+    for b in (1, 5, 31, 128):
+        x = torch.randn(b, 64)
+        np.testing.assert_allclose(exe.run([x.numpy()])[0], m(x).detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_bert_layer_compiled_once_for_every_sequence_length():
+    torch.manual_seed(0)
+    m = torch.nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, dropout=0.0, batch_first=True).eval()
+    g = kg.from_torch(m, torch.randn(1, 16, 128), shapes={"input0": ("batch", "seq", 128)})
+    exe = kiln.compile(g)
+    assert sorted(exe.shape_vars) == ["batch", "seq"]
+    for b, s in ((1, 1), (1, 7), (2, 33), (1, 64), (3, 100)):
+        x = torch.randn(b, s, 128)
+        with torch.no_grad():
+            want = m(x).numpy()
+        np.testing.assert_allclose(exe.run([x.numpy()])[0], want, rtol=1e-4, atol=2e-4)
