@@ -120,7 +120,7 @@ IterVar apply_row_output(const StageInfo& info, const Sketch& sk, const StagePla
   if (f[1] >= 2 && f[1] <= kMaxVectorExtent) st.vectorize(ci);
   int step = kUnrollSteps[choice_of(sk, d, p.unroll)];
   if (step > 0) st.pragma(row, "auto_unroll_max_step", step);
-  if (step > 0 && f[0] > 1 && f[0] <= step) st.unroll(co);
+  if (step > 0 && f[0] > 1 && f[0] <= step && !info.spatial_var[n - 1]) st.unroll(co);
   return row;
 }
 
