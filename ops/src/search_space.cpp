@@ -249,6 +249,9 @@ SearchSpace::SearchSpace(const Task& task) : impl_(std::make_unique<Impl>()) {
   impl_->task = task;
   impl_->gpu = task.target.kind == Target::Kind::CUDA;
   impl_->dag = detail::analyze_dag(task);
+  for (const detail::StageInfo& st : impl_->dag.stages)
+    KILN_USER_CHECK(!impl_->gpu || !st.any_var()) << "search space of task '" << task.name << "': stage '" << st.name
+                                                  << "' has a symbolic extent; the GPU rules need constant shapes (compile a static shape for cuda)";
   impl_->sketches = impl_->gpu ? detail::generate_gpu_sketches(impl_->dag) : detail::generate_sketches(impl_->dag);
 }
 

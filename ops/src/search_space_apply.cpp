@@ -10,17 +10,17 @@
 
 namespace kiln::ops::detail {
 
-std::vector<Loop> split_into(te::Stage& st, IterVar iv, const int* f, int n) {
+std::vector<Loop> split_into(te::Stage& st, IterVar iv, const int* f, int n, bool var) {
   std::vector<Loop> out;
   int64_t rest = 1;
   for (int l = 0; l < n; ++l) rest *= f[l];
   for (int l = 0; l + 1 < n; ++l) {
     rest /= f[l];
     auto [o, i] = st.split(iv, static_cast<int>(rest));
-    out.push_back({o, f[l]});
+    out.push_back({o, f[l], var && l == 0});
     iv = i;
   }
-  out.push_back({iv, f[n - 1]});
+  out.push_back({iv, f[n - 1], var && n == 1});
   return out;
 }
 
@@ -38,7 +38,9 @@ Loop fuse_prefix(te::Stage& st, std::vector<Loop>* order, int count) {
     ivs.push_back((*order)[k].iv);
     extent *= (*order)[k].extent;
   }
-  Loop fused{st.fuse(ivs), extent};
+  bool var = false;
+  for (int k = 0; k < count; ++k) var = var || (*order)[k].var;
+  Loop fused{st.fuse(ivs), extent, var};
   order->erase(order->begin(), order->begin() + count);
   order->insert(order->begin(), fused);
   return fused;
@@ -195,6 +197,7 @@ class Applier {
     for (size_t k = loops.size(); k-- > first;) {
       const Loop& l = loops[k];
       if (vectorized.defined() && l.iv.same_as(vectorized)) continue;
+      if (l.var) break;  // a symbolic extent: neither it nor the loops around it unroll
       if (l.extent <= 1) continue;
       steps *= l.extent;
       if (steps > step) break;
@@ -219,7 +222,7 @@ class Applier {
     std::vector<IterVar> roots = st.leaf_iter_vars();
     if (n == 0) {
       std::vector<Loop> loops;
-      for (size_t k = 0; k < roots.size(); ++k) loops.push_back({roots[k], info.reduce[k]});
+      for (size_t k = 0; k < roots.size(); ++k) loops.push_back({roots[k], info.reduce[k], info.reduce_var[k]});
       annotate_unroll(st, loops, 0, unroll_step(p), IterVar());
       if (!roots.empty()) outer_loop_[i] = st.leaf_iter_vars()[0];
       return;
@@ -245,9 +248,9 @@ class Applier {
         tables.push_back(split[1]);
         continue;
       }
-      int64_t f = static_cast<int>(k) == across ? divisor_at_most(info.spatial[k], kTransposeTile) : 1;
+      int64_t f = static_cast<int>(k) == across && !info.spatial_var[k] ? divisor_at_most(info.spatial[k], kTransposeTile) : 1;
       if (f == 1) {
-        lead.push_back({roots[k], info.spatial[k]});
+        lead.push_back({roots[k], info.spatial[k], info.spatial_var[k]});
         continue;
       }
       const int factors[2] = {static_cast<int>(info.spatial[k] / f), static_cast<int>(f)};
@@ -255,13 +258,13 @@ class Applier {
       lead.push_back(split[0]);
       across_inner = split[1];
     }
-    std::vector<Loop> parts = split_into(st, roots[n - 1], tile(p.vector_tile), 2);
+    std::vector<Loop> parts = split_into(st, roots[n - 1], tile(p.vector_tile), 2, info.spatial_var[n - 1]);
     lead.push_back(parts[0]);
     Loop inner = parts[1];
     std::vector<Loop> order = lead;
     if (across_inner.iv.defined()) order.push_back(across_inner);
     order.insert(order.end(), tables.begin(), tables.end());
-    for (size_t k = 0; k < info.reduce.size(); ++k) order.push_back({roots[n + k], info.reduce[k]});
+    for (size_t k = 0; k < info.reduce.size(); ++k) order.push_back({roots[n + k], info.reduce[k], info.reduce_var[k]});
     order.push_back(inner);
     // A reduction keeps the vector loop innermost, inside its reduce loops.
     if (info.reduction || across_inner.iv.defined() || !tables.empty()) reorder_loops(st, order);
@@ -272,8 +275,12 @@ class Applier {
       attached_at_[i] = p.consumer;
       first = 0;
     } else {
-      int depth = choice(p.parallel) + 1;
-      Loop fused = fuse_prefix(st, &order, std::min<int>(depth, static_cast<int>(lead.size())));
+      int depth = std::min<int>(choice(p.parallel) + 1, static_cast<int>(lead.size()));
+      // The vector axis's outer loop over a symbolic extent has a remainder
+      // (a guard on its last tile): fused with the loops before it, the guard
+      // could not be peeled off.
+      if (info.spatial_var[n - 1] && tile(p.vector_tile)[1] > 1 && depth == static_cast<int>(lead.size()) && depth > 1) --depth;
+      Loop fused = fuse_prefix(st, &order, depth);
       st.parallel(fused.iv);
     }
     IterVar vec;
@@ -341,11 +348,12 @@ class Applier {
     S->assign(4, {});
     R->assign(2, {});
     for (size_t k = 0; k < n; ++k) {
-      std::vector<Loop> l = split_into(st, roots[k], tile(p.spatial_tiles[k]) + first, 4 - first);
+      // At a consumer's tile (first > 0), the stage's extents are that tile's, not symbolic.
+      std::vector<Loop> l = split_into(st, roots[k], tile(p.spatial_tiles[k]) + first, 4 - first, first == 0 && info.spatial_var[k]);
       for (int v = first; v < 4; ++v) (*S)[v].push_back(l[v - first]);
     }
     for (size_t k = 0; k < m; ++k) {
-      std::vector<Loop> l = split_into(st, roots[n + k], tile(p.reduce_tiles[k]), 2);
+      std::vector<Loop> l = split_into(st, roots[n + k], tile(p.reduce_tiles[k]), 2, info.reduce_var[k]);
       for (int v = 0; v < 2; ++v) (*R)[v].push_back(l[v]);
     }
   }
@@ -402,7 +410,7 @@ class Applier {
     for (int k = 0; k < n; ++k) {
       const int* f = tile(p.spatial_tiles[k]);
       int levels[3] = {f[0], f[1], f[2] * f[3]};
-      std::vector<Loop> l = split_into(outer, roots[k], levels, 3);
+      std::vector<Loop> l = split_into(outer, roots[k], levels, 3, info.spatial_var[k]);
       O0.push_back(l[0]);
       O1.push_back(l[1]);
       IN.push_back(l[2]);
@@ -452,9 +460,11 @@ class Applier {
     te::Stage& rf = s_[rf_t];
     std::vector<IterVar> leaves = rf.leaf_iter_vars();  // [ki, spatial..., ko]
     auto [kio, kii] = rf.split(leaves[0], f[2]);
+    bool reduce_var = false;
+    for (bool v : info.reduce_var) reduce_var = reduce_var || v;
     std::vector<Loop> order{{kio, f[1]}};
-    for (size_t d = 0; d < n; ++d) order.push_back({leaves[1 + d], info.spatial[d]});
-    order.push_back({leaves.back(), f[0]});
+    for (size_t d = 0; d < n; ++d) order.push_back({leaves[1 + d], info.spatial[d], info.spatial_var[d]});
+    order.push_back({leaves.back(), f[0], reduce_var});
     order.push_back({kii, f[2]});
     reorder_loops(rf, order);
     fuse_prefix(rf, &order, std::min<int>(choice(p.parallel) + 1, static_cast<int>(n) + 1));

@@ -40,7 +40,17 @@ struct StageInfo {
   bool may_materialize = false;
   std::vector<int> pad_readers;              ///< the reuse stages whose bodies read this inlined stage (rule 1's exception)
   bool has_reuse = false;                    ///< some input element is read by several output elements
-  std::vector<int64_t> spatial, reduce;      ///< constant extents of the data-parallel and reduce axes
+  std::vector<int64_t> spatial, reduce;      ///< extents of the data-parallel and reduce axes (symbolic ones at the task's size hints)
+  /** Per axis: the extent is an expression of shape variables (dynamic
+   * shapes). Such an axis is tiled as for its hinted extent, its last tile a
+   * remainder that lowering guards and peels off; it is never unrolled, and
+   * never fused with other loops where a guard must stay partitionable. */
+  std::vector<bool> spatial_var, reduce_var;
+  bool any_var() const {
+    for (bool v : spatial_var) if (v) return true;
+    for (bool v : reduce_var) if (v) return true;
+    return false;
+  }
   Expr body;                                 ///< with inlined producers substituted
   std::vector<int> reads;                    ///< stored (non-inlined) stages the body reads
   std::vector<int> readers;                  ///< stored stages whose (inlined) bodies read this one
@@ -78,7 +88,7 @@ struct DagInfo {
  */
 int64_t max_rows_loads_folded(const DagInfo& dag, int vectors);
 
-/** Analyses the task's DAG; throws kiln::Error for symbolic shapes (the tuner needs constants). */
+/** Analyses the task's DAG; symbolic extents are taken at the task's size hints (StageInfo::spatial_var). */
 DagInfo analyze_dag(const Task& task);
 
 /** Innermost loops longer than this are not vectorized (the vectorizer's limit). */
@@ -186,12 +196,13 @@ void apply_sketch(const DagInfo& dag, const Sketch& sketch, const std::vector<in
 /** A loop made by a sketch's primitives, with its extent (the stage API does not know extents before lowering). */
 struct Loop {
   IterVar iv;
-  int64_t extent = 1;
+  int64_t extent = 1;  ///< at the size hints where `var`
+  bool var = false;    ///< its extent is symbolic: never unrolled
 };
 /** Splits iv into loops of the given extents, outermost first; their product
  * is iv's extent when bounds are inferred, or a padded one (tile_extent),
  * whose last tile lowering guards and peels off. */
-std::vector<Loop> split_into(te::Stage& st, IterVar iv, const int* factors, int n);
+std::vector<Loop> split_into(te::Stage& st, IterVar iv, const int* factors, int n, bool var = false);
 /** Panel-outer order of a tile level of n >= 2 loops: the position the
  * innermost axis's loop moves to (after the axes that index B). */
 size_t panel_position(const StageInfo& info, size_t n);

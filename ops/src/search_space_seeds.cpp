@@ -90,13 +90,18 @@ constexpr int64_t kMaxMatmulRows = 6;
 // first such axis in the S0 order (at least one). Fused with the others,
 // the remainder axis's index is a modulo of the parallel one and its last
 // tile cannot be peeled off; unfused, loop_partition peels it.
-int parallel_choice(const StageInfo& st, const Sketch& sk, const StagePlan& p) {
+// A symbolic axis split by more than 1 always has a remainder.
+int parallel_choice(const StageInfo& st, const Sketch& sk, const StagePlan& p, const std::vector<int>& d) {
   size_t n = p.spatial_tiles.size();
   std::vector<size_t> order(n);
   for (size_t k = 0; k < n; ++k) order[k] = k;
   if (n >= 2 && p.panel_order >= 0) std::rotate(order.begin() + static_cast<std::ptrdiff_t>(panel_position(st, n)), order.end() - 1, order.end());
-  for (size_t pos = 0; pos < n; ++pos)
-    if (sk.slots[p.spatial_tiles[order[pos]]].extent != st.spatial[order[pos]]) return static_cast<int>(std::max<size_t>(pos, 1)) - 1;
+  for (size_t pos = 0; pos < n; ++pos) {
+    const Slot& s = sk.slots[p.spatial_tiles[order[pos]]];
+    bool remainder = s.extent != st.spatial[order[pos]];
+    if (st.spatial_var[order[pos]]) remainder = d[s.offset] != s.extent;  // split below S0
+    if (remainder) return static_cast<int>(std::max<size_t>(pos, 1)) - 1;
+  }
   return static_cast<int>(n) - 1;
 }
 
@@ -157,6 +162,11 @@ bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const 
         rows_left = std::min<int64_t>(rows_left, std::max(1, (dag.registers - 2) / (vectors * (static_cast<int>(rows) + 1))));
       const Slot& s = sk.slots[p.spatial_tiles[k]];
       int64_t r = matmul && sharing ? divisor_near(s.extent, rows_left, fit_left) : divisor_at_most(s.extent, rows_left);
+      // A symbolic axis (a batch of images, the heads' rows) takes rows only
+      // as the first row axis (a sequence's rows); elsewhere a remainder
+      // would guard a tile of the static axes inside it, so it stays whole
+      // in S0, an outer loop.
+      if (k < st.spatial_var.size() && st.spatial_var[k] && rows > 1) r = 1;
       put_tile(s, r, d);
       rows *= r;
       rows_left = std::max<int64_t>(1, rows_left / r);
@@ -187,7 +197,7 @@ bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const 
   auto set_choice = [&](int slot, int value) {
     if (slot >= 0) (*d)[sk.slots[slot].offset] = std::clamp(value, 0, sk.slots[slot].choices - 1);
   };
-  set_choice(p.parallel, parallel_choice(st, sk, p));  // every S0 loop, or those before a remainder
+  set_choice(p.parallel, parallel_choice(st, sk, p, *d));  // every S0 loop, or those before a remainder
   set_choice(p.location, 0);                         // the accumulator at S1 (S1 is 1: the same tile as at S0, fewer loops of extent 1)
   // Panel-outer, as the hand GEMM: a panel of the packed operand stays in
   // cache while the rows of the other stream past it.
@@ -387,6 +397,8 @@ int64_t tile_extent(const DagInfo& dag, const StageInfo& s, size_t axis, bool pa
   // A matmul's axes, or a blocked conv2d's (reduce axes: channel blocks,
   // kernel rows and columns, the channels of a block) output columns; a
   // packed axis's panels must divide it.
+  // A symbolic vector axis is tiled as its hint in whole vectors (the rest a tail).
+  if (s.spatial_var[axis] && axis + 1 == n && !packed) return ops::padded_vector_extent(extent, dag.lanes);
   if (!(matmul || s.reduce.size() == 4) || packed) return extent;
   if (axis + 1 == n) return matmul ? ops::padded_vector_extent(extent, dag.lanes) : extent;  // a conv's is its channel block
   // The row axis: the innermost one of more than one row that shares the
@@ -458,7 +470,13 @@ bool pack_pays(const DagInfo& dag, const StageInfo& s) {
   std::vector<bool> indexes = indexes_vector_operand(s);
   int64_t rows = 1;
   for (size_t k = 0; k + 1 < s.spatial.size(); ++k)
-    if (k >= indexes.size() || !indexes[k]) rows *= s.spatial[k];
+    if (k >= indexes.size() || !indexes[k]) {
+      // Symbolic rows may be few (a sequence of 1): the copy of B, paid at
+      // every call, would then cost more than the product (a 768 x 768 B
+      // against one row is 2.3 MB copied for 1.2 MFLOP).
+      if (s.spatial_var[k]) return false;
+      rows *= s.spatial[k];
+    }
   const te::Tensor& b = dag.stages[s.pack_operand].tensor;
   if (s.pack_dim + 1 != b.ndim()) return rows >= 8;
   int64_t bytes = b.dtype().bytes();

@@ -52,10 +52,10 @@ const char* plan_kind_name(PlanKind k) {
 
 namespace {
 
-int64_t const_extent(const Expr& e, const std::string& what) {
+int64_t const_extent(const Task& task, const Expr& e, const std::string& what) {
   const int64_t* v = as_const_int(e);
-  KILN_USER_CHECK(v && *v > 0) << "search space: " << what << " has a symbolic extent; tuning needs constant shapes";
-  return *v;
+  KILN_USER_CHECK(!v || *v > 0) << "search space: " << what << " has extent " << *v << "; extents must be positive";
+  return v ? *v : hinted_extent(e, task.size_hints);
 }
 
 // Reuse (Ansor's condition for multi-level tiling): some read leaves out a
@@ -146,8 +146,13 @@ void find_pack_operand(const DagInfo& dag, const std::unordered_map<const te::Op
     if (fresh) order.push_back(p);
     it->second.second = it->second.second && ok && strided && dim >= 0 && dim == it->second.first;
   });
+  auto constant_shape = [&](int p) {
+    for (const Expr& e : dag.stages[p].tensor.shape())
+      if (is_symbolic_extent(e)) return false;
+    return true;
+  };
   for (int p : order)
-    if (seen[p].second && !already_panels(dag.stages[p], seen[p].first, dag.lanes)) {
+    if (seen[p].second && constant_shape(p) && !already_panels(dag.stages[p], seen[p].first, dag.lanes)) {
       s.pack_operand = p;
       s.pack_dim = seen[p].first;
       return;
@@ -225,6 +230,7 @@ std::vector<int64_t> find_inner_parts(const StageInfo& s) {
   std::vector<int64_t> out;
   if (!s.op || s.reduction) return out;
   for (size_t k = 0; k + 1 < s.spatial.size(); ++k) {
+    if (s.spatial_var[k]) continue;  // a part must divide the extent
     ConditionUses uses(s.op->axis[k].var().get());
     uses.visit_expr(s.body);
     int64_t part = 1;
@@ -263,10 +269,14 @@ DagInfo analyze_dag(const Task& task) {
     s.op = static_cast<const te::ComputeOpNode*>(ops[i].get());
     s.reduction = s.op->is_reduction();
     s.inlined = !s.output && !s.reduction;
-    for (size_t d = 0; d < s.op->axis.size(); ++d) s.spatial.push_back(const_extent(s.op->shape[d], "dimension " + std::to_string(d) + " of '" + s.name + "'"));
+    for (size_t d = 0; d < s.op->axis.size(); ++d) {
+      s.spatial.push_back(const_extent(task, s.op->shape[d], "dimension " + std::to_string(d) + " of '" + s.name + "'"));
+      s.spatial_var.push_back(is_symbolic_extent(s.op->shape[d]));
+    }
     for (const IterVar& r : s.op->reduce_axis) {
       KILN_USER_CHECK(is_zero(r.dom().min)) << "search space: reduce axis '" << r.name() << "' of '" << s.name << "' must start at 0";
-      s.reduce.push_back(const_extent(r.dom().extent, "reduce axis '" + r.name() + "' of '" + s.name + "'"));
+      s.reduce.push_back(const_extent(task, r.dom().extent, "reduce axis '" + r.name() + "' of '" + s.name + "'"));
+      s.reduce_var.push_back(is_symbolic_extent(r.dom().extent));
     }
     // Substitute inlined producers (already expanded: producers come first).
     s.body = te::replace_tensor_reads(s.op->body, [&](const te::TensorNode* t, const std::vector<Expr>& idx) -> Expr {
@@ -474,7 +484,9 @@ void lay_out(const DagInfo& dag, Sketch* sk) {
           break;
         }
         if (n > 0) {
-          p.vector_tile = lay.tile(axis_label(s, n - 1, false), s.spatial[n - 1], 2, !s.reduction);
+          // A symbolic innermost axis is tiled as its hint rounded up to whole vectors; the rest is a tail.
+          int64_t inner = s.spatial_var[n - 1] ? ops::padded_vector_extent(s.spatial[n - 1], dag.lanes) : s.spatial[n - 1];
+          p.vector_tile = lay.tile(axis_label(s, n - 1, false), inner, 2, !s.reduction);
           p.parallel = lay.choice(s.name + ".parallel", static_cast<int>(n));
         }
         p.consumer = targets[i];

@@ -113,14 +113,22 @@ IterVar apply_row_output(const StageInfo& info, const Sketch& sk, const StagePla
   std::vector<IterVar> roots = st.leaf_iter_vars();
   size_t n = info.spatial.size();
   std::vector<IterVar> rows(roots.begin(), roots.begin() + static_cast<long>(n - 1));
-  IterVar row = rows.size() == 1 ? rows[0] : st.fuse(rows);
+  // Rows over a symbolic extent are not fused: inside a fused loop the
+  // reductions' bounds would be divisions by the shape variable that bound
+  // inference cannot pin to one row, so they would be sized and strided by
+  // it. The outermost row loop is then the parallel one, the innermost the
+  // one the reductions run at.
+  bool var_rows = false;
+  for (size_t k = 0; k + 1 < n; ++k) var_rows = var_rows || info.spatial_var[k];
+  IterVar row = rows.size() == 1 ? rows[0] : var_rows ? rows.back() : st.fuse(rows);
+  IterVar outer = var_rows ? rows.front() : row;
   const int* f = tile_of(sk, d, p.vector_tile);
   auto [co, ci] = st.split(roots[n - 1], f[1]);
-  if (choice_of(sk, d, p.parallel) == 1) st.parallel(row);
+  if (choice_of(sk, d, p.parallel) == 1) st.parallel(outer);
   if (f[1] >= 2 && f[1] <= kMaxVectorExtent) st.vectorize(ci);
   int step = kUnrollSteps[choice_of(sk, d, p.unroll)];
-  if (step > 0) st.pragma(row, "auto_unroll_max_step", step);
-  if (step > 0 && f[0] > 1 && f[0] <= step) st.unroll(co);
+  if (step > 0) st.pragma(outer, "auto_unroll_max_step", step);
+  if (step > 0 && f[0] > 1 && f[0] <= step && !info.spatial_var[n - 1]) st.unroll(co);
   return row;
 }
 

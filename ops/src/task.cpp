@@ -1,10 +1,13 @@
 // Tasks: a compute DAG on a target, its workload key and its flop count.
 #include "kiln/ops/task.h"
 
+#include <algorithm>
 #include <sstream>
 #include <unordered_set>
 
+#include "kiln/arith/analyzer.h"
 #include "kiln/ir/functor.h"
+#include "kiln/ir/printer.h"
 #include "kiln/support/error.h"
 #include "kiln/te/workload_key.h"
 
@@ -18,6 +21,7 @@ namespace {
 // copies cost 0.
 class FlopCounter : public IRVisitor {
  public:
+  explicit FlopCounter(const std::map<std::string, int64_t>& hints) : hints_(hints) {}
   double count = 0;
 
  protected:
@@ -40,10 +44,10 @@ class FlopCounter : public IRVisitor {
   }
   void visit(const Reduce* op) override {
     // Source per reduce element plus one combine (a multiply-add counts 2).
-    FlopCounter inner;
+    FlopCounter inner(hints_);
     inner.visit_expr(op->source);
     double extent = 1;
-    for (const IterVar& r : op->axis) extent *= static_cast<double>(constant(r.dom().extent, "reduce axis '" + r.name() + "'"));
+    for (const IterVar& r : op->axis) extent *= static_cast<double>(hinted_extent(r.dom().extent, hints_));
     count += (inner.count + 1) * extent;
   }
 #define KILN_COUNT_ONE(T)               \
@@ -71,12 +75,8 @@ class FlopCounter : public IRVisitor {
   KILN_COUNT_ONE(Not)
 #undef KILN_COUNT_ONE
 
- public:
-  static int64_t constant(const Expr& e, const std::string& what) {
-    const int64_t* v = as_const_int(e);
-    KILN_USER_CHECK(v) << "count_flop: " << what << " has a symbolic extent; tuning tasks need constant shapes";
-    return *v;
-  }
+ private:
+  const std::map<std::string, int64_t>& hints_;
 };
 
 std::string shape_text(const te::Tensor& t) {
@@ -92,21 +92,35 @@ std::string shape_text(const te::Tensor& t) {
 
 }  // namespace
 
-double count_flop(const std::vector<te::Tensor>& outputs) {
+int64_t hinted_extent(const Expr& extent, const std::map<std::string, int64_t>& size_hints) {
+  if (const int64_t* v = as_const_int(extent)) return std::max<int64_t>(*v, 1);
+  Expr at = substitute(extent, [&](const Variable* v) -> Expr {
+    auto it = size_hints.find(v->name);
+    return IntImm::make(v->dtype, it != size_hints.end() ? it->second : kDefaultSizeHint);
+  });
+  Expr folded = arith::simplify(at);
+  const int64_t* v = as_const_int(folded);
+  KILN_USER_CHECK(v) << "extent " << to_string(extent) << " is not an integer expression of shape variables";
+  return std::max<int64_t>(*v, 1);
+}
+
+bool is_symbolic_extent(const Expr& extent) { return !as_const_int(extent); }
+
+double count_flop(const std::vector<te::Tensor>& outputs, const std::map<std::string, int64_t>& size_hints) {
   double total = 0;
   for (const te::Operation& op : te::topo_sort(outputs)) {
     if (op->kind != te::OpKind::Compute) continue;
     const auto* c = static_cast<const te::ComputeOpNode*>(op.get());
     double elements = 1;
-    for (size_t d = 0; d < c->shape.size(); ++d) elements *= static_cast<double>(FlopCounter::constant(c->shape[d], "dimension " + std::to_string(d) + " of '" + c->name + "'"));
-    FlopCounter counter;
+    for (size_t d = 0; d < c->shape.size(); ++d) elements *= static_cast<double>(hinted_extent(c->shape[d], size_hints));
+    FlopCounter counter(size_hints);
     counter.visit_expr(c->body);
     total += counter.count * elements;
   }
   return total;
 }
 
-Task make_task(const std::vector<te::Tensor>& args, const Target& target, const std::string& name) {
+Task make_task(const std::vector<te::Tensor>& args, const Target& target, const std::string& name, const std::map<std::string, int64_t>& size_hints) {
   KILN_USER_CHECK(!args.empty()) << "make_task: no arguments; pass the input placeholders and the output tensors in call order";
   Task task;
   task.args = args;
@@ -122,7 +136,10 @@ Task make_task(const std::vector<te::Tensor>& args, const Target& target, const 
         << "make_task: input '" << op->name << "' is read by the computation but is not among the arguments; add it";
   task.target = target;
   task.workload_key = te::workload_key(task.outputs);
-  task.flop = count_flop(task.outputs);
+  for (const auto& [var, value] : size_hints)
+    KILN_USER_CHECK(value > 0) << "make_task: the size hint of '" << var << "' is " << value << "; hints are likely extents, so they must be positive";
+  task.size_hints = size_hints;
+  task.flop = count_flop(task.outputs, size_hints);
   if (!name.empty()) {
     task.name = name;
   } else {

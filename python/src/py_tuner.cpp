@@ -1,6 +1,8 @@
 // The auto-scheduler (tuner/include/kiln/tuner/{task,tune}.h) as _kiln.tuner,
 // wrapped by python/kiln/tuner/. A tuning session releases the GIL: it
 // touches no Python object, and its worker processes are forked from C++.
+#include <map>
+
 #include "kiln/codegen/target.h"
 #include "kiln/support/error.h"
 #include "kiln/te/trace.h"
@@ -90,11 +92,12 @@ void define_tuner(py::module_& m) {
       .def_readonly("workload_key", &tuner::Task::workload_key)
       .def_readonly("name", &tuner::Task::name)
       .def_readonly("flop", &tuner::Task::flop)
+      .def_readonly("size_hints", &tuner::Task::size_hints)
       .def("__repr__", [](const tuner::Task& k) { return "Task(" + k.name + ", key=" + k.workload_key + ", target=\"" + k.target.str() + "\")"; });
 
-  t.def("make_task", [](py::handle args, py::handle target, const std::string& name) {
-    return tuner::make_task(to_tensor_list(args, "make_task args"), target_of(target), name);
-  }, py::arg("args"), py::arg("target") = "llvm", py::arg("name") = "");
+  t.def("make_task", [](py::handle args, py::handle target, const std::string& name, const std::map<std::string, int64_t>& size_hints) {
+    return tuner::make_task(to_tensor_list(args, "make_task args"), target_of(target), name, size_hints);
+  }, py::arg("args"), py::arg("target") = "llvm", py::arg("name") = "", py::arg("size_hints") = std::map<std::string, int64_t>{});
 
   t.def("tensor_core_schedule", [](py::handle args, std::pair<int64_t, int64_t> block, std::pair<int64_t, int64_t> warp, int64_t k_step, int pad) {
     tuner::TensorCoreTiles tiles;

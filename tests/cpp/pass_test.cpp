@@ -312,14 +312,32 @@ TEST(LoopPartition, PaddingGuardMakesThreePieces) {
   expect_same_results(f, g);
 }
 
-TEST(LoopPartition, UnprovableGuardIsKept) {
-  // The bound is a runtime scalar: nothing can be proven, nothing changes.
+// Whether s has a likely() guard anywhere.
+bool has_guard(const Stmt& s) {
+  bool found = false;
+  post_order_visit(s, [](const Expr&) {}, [&](const Stmt& x) {
+    const IfThenElse* g = x.as<IfThenElse>();
+    const Call* c = g ? g->condition.as<Call>() : nullptr;
+    found = found || (c && c->op == Intrinsic::Likely);
+  });
+  return found;
+}
+
+TEST(LoopPartition, RuntimeBoundSplitsAtTheLastFullTile) {
+  // The bound is a runtime scalar (a dynamic shape's tiles): the tiles below
+  // floordiv(n, 8) run without the guard, the rest keeps it, for every n.
   Buffer A = buf("A", {64}), C = buf("C", {64});
   Var n("n"), io("io"), ii("ii");
   Expr j = io * 8 + ii;
   Stmt body = loop(io, 0, 8, loop(ii, 0, 8, IfThenElse::make(likely(j < n), st(C, ld(A, {j}), {j}))));
   PrimFunc f = PrimFunc::make("f", {arg(A), arg(C), scalar(n)}, body);
-  EXPECT_TRUE(pass::loop_partition(f).same_as(f));
+  PrimFunc g = pass::loop_partition(f);
+  std::vector<Stmt> pieces = top_level(g.body());
+  ASSERT_EQ(pieces.size(), 2u) << g;
+  const For* main = pieces[0].as<For>();
+  ASSERT_TRUE(main) << g;
+  EXPECT_FALSE(has_guard(main->body)) << g;
+  for (int32_t v : {0, 1, 7, 8, 13, 63, 64}) expect_same_results(f, g, {v});
 }
 
 TEST(LoopPartition, GuardOnlyOfAnInnerLoopVariable) {
@@ -370,12 +388,30 @@ TEST(LoopPartition, OneGuardOverTwoAxesIsSettledPerAxis) {
   expect_same_results(f, g);
 }
 
-TEST(LoopPartition, SymbolicLoopIsLeftAlone) {
+TEST(LoopPartition, SymbolicLoopSplitsWhereTheGuardEnds) {
+  // i in [0, n) guarded by i < 64: the guard holds up to 64 and fails after,
+  // so one guard-free loop of min(n, 64) iterations is left.
   Buffer A = buf("A", {64}), C = buf("C", {64});
   Var n("n"), i("i");
   Stmt body = loop(i, 0, n, IfThenElse::make(likely(i < 64), st(C, ld(A, {i}), {i})));
   PrimFunc f = PrimFunc::make("f", {arg(A), arg(C), scalar(n)}, body);
-  EXPECT_TRUE(pass::loop_partition(f).same_as(f));
+  PrimFunc g = pass::loop_partition(f);
+  EXPECT_FALSE(has_guard(g.body())) << g;
+  for (int32_t v : {0, 1, 63, 64, 65, 100}) expect_same_results(f, g, {v});
+}
+
+TEST(LoopPartition, TilesOfASymbolicExtent) {
+  // A split of a dynamic extent n by 6: io in [0, ceildiv(n, 6)), the guard
+  // io*6 + ii < n. The main piece (io < floordiv(n, 6)) is guard-free, and in
+  // the last tile the rows loop stops at the extent instead of testing each row.
+  Buffer A = buf("A", {64}), C = buf("C", {64});
+  Var n("n"), io("io"), ii("ii");
+  Expr j = io * 6 + ii;
+  Stmt body = loop(io, 0, floordiv(n + 5, 6), loop(ii, 0, 6, IfThenElse::make(likely(j < n), st(C, ld(A, {j}) * 2.0f, {j}))));
+  PrimFunc f = PrimFunc::make("f", {arg(A), arg(C), scalar(n)}, body);
+  PrimFunc g = pass::loop_partition(f);
+  EXPECT_FALSE(has_guard(g.body())) << g;
+  for (int32_t v : {0, 1, 5, 6, 7, 13, 60, 64}) expect_same_results(f, g, {v});
 }
 
 // ============================================================ unroll_loops

@@ -62,6 +62,32 @@ bool merge_div_mod(LinearForm* f) {
   }
   return false;
 }
+
+// x*k - floordiv(x, c)*(k*c) == floormod(x, c)*k (and the same for truncating
+// div/mod): the remainder, whose bounds [0, c) are known where x's are not.
+// With i in [0, floordiv(n, 6)) the last full tile ends at
+// n - floordiv(n, 6)*6 - 1 + ... : the remainder is what proves i*6 + 5 < n
+// for a symbolic n (loop partitioning of a tiled dynamic axis).
+bool split_remainder(LinearForm* f) {
+  for (size_t j = 0; j < f->terms.size(); ++j) {
+    const Expr& d = f->terms[j].atom;
+    Expr x, divisor;
+    if (const FloorDiv* fd = d.as<FloorDiv>()) x = fd->a, divisor = fd->b;
+    else if (const Div* td = d.as<Div>()) x = td->a, divisor = td->b;
+    const IntImm* c = divisor.defined() ? divisor.as<IntImm>() : nullptr;
+    if (!c || c->value <= 1) continue;
+    for (size_t i = 0; i < f->terms.size(); ++i) {
+      int64_t k = f->terms[i].coeff;
+      if (i == j || f->terms[j].coeff != wneg(f->dtype, wmul(f->dtype, k, c->value)) || !expr_equal(f->terms[i].atom, x)) continue;
+      Expr rem = d->kind == IRNodeKind::FloorDiv ? Expr(FloorMod::make(x, divisor)) : Expr(Mod::make(x, divisor));
+      f->terms.erase(f->terms.begin() + std::max(i, j));
+      f->terms.erase(f->terms.begin() + std::min(i, j));
+      f->terms.push_back({rem, k});
+      return true;
+    }
+  }
+  return false;
+}
 }  // namespace
 
 int64_t wrap_int(DataType t, int64_t v) {
@@ -102,7 +128,7 @@ void linear_normalize(LinearForm* f) {
   }
   std::erase_if(merged, [](const Term& t) { return t.coeff == 0; });
   f->terms = std::move(merged);
-  if (merge_div_mod(f)) linear_normalize(f);
+  if (merge_div_mod(f) || split_remainder(f)) linear_normalize(f);
 }
 
 LinearForm linear_form(const Expr& e) {

@@ -118,13 +118,28 @@ Expr Simplifier::mutate(const Expr& e) {
 namespace {
 // Replaces each variable with a symbolic range by the end of the range that
 // bounds f from above (upper) or below, by the sign of its coefficient.
-bool substitute_range_ends(const Facts& facts, LinearForm* f, bool upper) {
+// With `dependent_only`, only the variables whose end reads another
+// variable of f that has a symbolic range itself: an inner loop's range over an outer one's (ii in [0, n - io*6)) is
+// substituted first, so that io cancels before it is replaced by its own
+// (looser) end.
+bool substitute_range_ends(const Facts& facts, LinearForm* f, bool upper, bool dependent_only = false) {
   LinearForm out{f->dtype, {}, f->constant};
   bool changed = false;
+  auto reads_other = [&](const Expr& end, const Variable* self) {
+    return uses_var(end, [&](const Variable* u) {
+      if (u == self) return false;
+      auto it = facts.find(u);
+      if (it == facts.end() || !it->second.sym_min.defined()) return false;  // a parameter (n), not a loop
+      for (const Term& t : f->terms)
+        if (t.atom.as<Variable>() == u) return true;
+      return false;
+    });
+  };
   for (const Term& t : f->terms) {
     const Variable* v = t.atom.as<Variable>();
     auto it = v ? facts.find(v) : facts.end();
-    if (it != facts.end() && it->second.sym_min.defined() && it->second.sym_min.dtype() == f->dtype) {
+    if (it != facts.end() && it->second.sym_min.defined() && it->second.sym_min.dtype() == f->dtype &&
+        (!dependent_only || reads_other((t.coeff > 0) == upper ? it->second.sym_max : it->second.sym_min, v))) {
       linear_accumulate(&out, (t.coeff > 0) == upper ? it->second.sym_max : it->second.sym_min, t.coeff);
       changed = true;
     } else {
@@ -146,7 +161,7 @@ ConstIntBound Simplifier::linear_bound_sym(const LinearForm& f) const {
   // every round yields a sound bound; nested loops need a few rounds.
   for (bool upper : {true, false}) {
     LinearForm g = f;
-    for (int round = 0; round < 4 && substitute_range_ends(*facts_, &g, upper); ++round) {
+    for (int round = 0; round < 4 && (substitute_range_ends(*facts_, &g, upper, true) || substitute_range_ends(*facts_, &g, upper)); ++round) {
       ConstIntBound b = linear_bound(g, atom_bound);
       if (upper) r.max = std::min(r.max, b.max);
       else r.min = std::max(r.min, b.min);

@@ -17,6 +17,8 @@
 #include "kiln/ir/op.h"
 #include "kiln/pass/passes.h"
 
+#include <set>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace kiln::pass {
@@ -120,6 +122,10 @@ class Partitioner : public IRMutator {
     if (min && extent && *extent > 0 && op->kind != ForKind::ThreadBinding) {
       Stmt pieces = partition(op, *min, *extent);
       // Each piece is a For again: partition it for the remaining guards.
+      if (pieces.defined()) return mutate(pieces);
+    }
+    if (op->kind != ForKind::ThreadBinding && op->loop_var.dtype().is_int()) {
+      Stmt pieces = partition_symbolic(op);
       if (pieces.defined()) return mutate(pieces);
     }
     outer_.push_back({op->loop_var, Range(op->min, op->extent), Expr()});
@@ -262,7 +268,140 @@ class Partitioner : public IRMutator {
     return Stmt();
   }
 
+  // ---- symbolic split points (loops over a shape variable's tiles)
+
+  // The guard's conjunct c as `d < 0` with d = a*v + rest, a a positive
+  // constant (c holds on a prefix of v); false otherwise.
+  static bool prefix_form(const Expr& c, const Variable* v, int64_t* a, Expr* rest) {
+    Expr d;
+    if (const LT* x = c.as<LT>()) d = x->a - x->b;
+    else if (const LE* x = c.as<LE>()) d = x->a - x->b - 1;
+    else if (const GT* x = c.as<GT>()) d = x->b - x->a;
+    else if (const GE* x = c.as<GE>()) d = x->b - x->a - 1;
+    else return false;
+    if (!d.dtype().is_int() || !d.dtype().is_scalar()) return false;
+    auto at = [&](int64_t k) { return arith::simplify(substitute(d, [&](const Variable* u) { return u == v ? IntImm::make(d.dtype(), k) : Expr(); })); };
+    Expr d0 = at(0), d1 = at(1), d2 = at(2);
+    Expr step1 = arith::simplify(d1 - d0), step2 = arith::simplify(d2 - d1);
+    const int64_t* k1 = as_const_int(step1);
+    const int64_t* k2 = as_const_int(step2);
+    if (!k1 || !k2 || *k1 != *k2 || *k1 <= 0) return false;
+    *a = *k1;
+    *rest = d0;
+    return true;
+  }
+
+  // The end of the prefix of the loop on which every conjunct of cond that
+  // uses v holds at the site: floordiv(-max(rest) - 1, a) + 1, the least
+  // over the conjuncts; undefined when a conjunct is of no such form.
+  Expr prefix_end(const For* loop, const GuardSite& site, const Expr& cond) {
+    std::vector<Expr> conjuncts;
+    split_conjuncts(cond, &conjuncts);
+    arith::Analyzer an;
+    for (const Fact& f : outer_) bind_fact(&an, f);
+    std::unordered_map<const Variable*, arith::IntervalSet> dom;
+    for (const Fact& f : site.inner) {
+      if (f.value.defined()) return Expr();  // a let between: keep it simple
+      dom[f.var.get()] = arith::IntervalSet::from_range(f.range);
+    }
+    Expr end;
+    for (const Expr& c : conjuncts) {
+      if (!uses_var(c, [&](const Variable* u) { return u == loop->loop_var.get(); })) continue;
+      int64_t a = 0;
+      Expr rest;
+      if (!prefix_form(c, loop->loop_var.get(), &a, &rest)) return Expr();
+      arith::IntervalSet r = an.eval_interval(rest, dom);
+      if (!r.max.defined()) return Expr();
+      DataType t = rest.dtype();
+      Expr e = an.simplify(floordiv(IntImm::make(t, -1) - r.max, IntImm::make(t, a)) + IntImm::make(t, 1));
+      end = end.defined() ? min(end, e) : e;
+    }
+    return end;
+  }
+
+  // Whether cond holds at every site for v in [lo, hi) (symbolic ends).
+  bool provable_symbolic(const For* loop, const std::vector<GuardSite>& sites, const Expr& cond, const Expr& lo, const Expr& hi) {
+    for (const GuardSite& site : sites) {
+      arith::Analyzer an;
+      for (const Fact& f : outer_) bind_fact(&an, f);
+      an.bind(loop->loop_var, Range(lo, arith::simplify(hi - lo)));
+      for (const Fact& f : site.inner) bind_fact(&an, f);
+      if (!an.can_prove(cond)) return false;
+    }
+    return true;
+  }
+
+  // A loop over the tiles of a symbolic extent (or one whose guard has a
+  // symbolic bound, the rows of the last tile): split at the end of the
+  // prefix where a guard provably holds, found from the guard's linear form
+  // rather than by search. The main piece loses the guard and is simplified
+  // knowing v < end (its clamped extents become constants again, so it
+  // unrolls and vectorizes); the rest keeps the guard, and is not split on
+  // this guard again.
+  Stmt partition_symbolic(const For* loop) {
+    GuardCollector collector;
+    collector.visit_stmt(loop->body);
+    for (const GuardSite& first : collector.sites) {
+      const IfThenElse* guard = first.guard;
+      if (!symbolic_done_.insert({loop->loop_var.get(), guard->condition.get()}).second) continue;
+      std::vector<GuardSite> sites;
+      for (const GuardSite& s : collector.sites)
+        if (s.guard == guard) sites.push_back(s);
+      Expr whole = as_likely(guard->condition)->args[0];
+      std::vector<Expr> conjuncts;
+      split_conjuncts(whole, &conjuncts);
+      Expr cond, rest;
+      for (const Expr& c : conjuncts) {
+        bool uses = uses_var(c, [&](const Variable* u) { return u == loop->loop_var.get(); });
+        Expr& into = uses ? cond : rest;
+        into = into.defined() ? (into && c) : c;
+      }
+      if (!cond.defined()) continue;
+      Expr end;
+      for (const GuardSite& s : sites) {
+        Expr e = prefix_end(loop, s, cond);
+        if (!e.defined()) {
+          end = Expr();
+          break;
+        }
+        end = end.defined() ? min(end, e) : e;
+      }
+      if (!end.defined() || !provable_symbolic(loop, sites, cond, loop->min, end)) continue;
+      arith::Analyzer an;
+      for (const Fact& f : outer_) bind_fact(&an, f);
+      Expr stop = loop->min + loop->extent;
+      Expr split = an.simplify(max(loop->min, min(end, stop)));
+      Stmt kept = rest.defined() ? IfThenElse::make(likely(rest), guard->then_case, guard->else_case) : guard->then_case;
+      // The main piece, simplified with v in [min, end): a superset of its range, so every fact holds.
+      an.bind(loop->loop_var, Range(loop->min, an.simplify(end - loop->min)));
+      Stmt main_body = an.simplify(GuardReplacer(guard, kept).mutate(loop->body));
+      Stmt main = For::make(loop->loop_var, loop->min, an.simplify(split - loop->min), loop->kind, main_body, loop->thread_tag);
+      // The rest, [split, stop), lies in [end, stop): where the guard is provably false there, its else branch.
+      Stmt rest_body = loop->body;
+      bool never = true;
+      for (const GuardSite& s : sites) {
+        arith::Analyzer neg;
+        for (const Fact& f : outer_) bind_fact(&neg, f);
+        neg.bind(loop->loop_var, Range(end, arith::simplify(stop - end)));
+        for (const Fact& f : s.inner) bind_fact(&neg, f);
+        std::vector<Expr> cs;
+        split_conjuncts(cond, &cs);
+        bool one = false;
+        for (const Expr& c : cs) one = one || neg.can_prove(negate(c));
+        never = never && one;
+      }
+      if (never) rest_body = GuardReplacer(guard, guard->else_case.defined() ? guard->else_case : make_nop()).mutate(rest_body);
+      if (is_nop(rest_body)) return main;
+      Stmt after = For::make(loop->loop_var, split, arith::simplify(stop - split), loop->kind, rest_body, loop->thread_tag);
+      return Seq::make({main, fresh_allocations(after)});
+    }
+    return Stmt();
+  }
+
   std::vector<Fact> outer_;
+  // (loop variable, guard condition) pairs split already: the rest keeps the guard (its
+  // statements rebuilt by fresh_allocations, the condition the same node).
+  std::set<std::pair<const Variable*, const Object*>> symbolic_done_;
 };
 
 }  // namespace

@@ -21,7 +21,7 @@ struct ReduceLoops {
   std::vector<Expr> guards;
   int extent(const IterVar& iv) const {
     const int64_t* e = as_const_int(ranges.at(iv.get()).extent);
-    KILN_CHECK(e) << "rfactor: loop '" << iv.name() << "' has no constant extent";
+    KILN_USER_CHECK(e) << "rfactor: loop '" << iv.name() << "' has a symbolic extent; factor a loop of constant extent (split the axis by a constant first)";
     return static_cast<int>(*e);
   }
 };
@@ -29,8 +29,8 @@ struct ReduceLoops {
 ReduceLoops reduce_loops(const Stage& s, const ComputeOpNode* c) {
   ReduceLoops rl;
   for (const IterVar& r : c->reduce_axis) {
-    const int64_t* e = as_const_int(r.dom().extent);
-    KILN_USER_CHECK(e && is_zero(r.dom().min)) << "rfactor on '" << s.name() << "': reduce axis '" << r.name() << "' needs a constant range starting at 0";
+    // A symbolic extent (a dynamic shape's row) is fine: only the factored loop must be constant.
+    KILN_USER_CHECK(is_zero(r.dom().min)) << "rfactor on '" << s.name() << "': reduce axis '" << r.name() << "' needs a range starting at 0";
     rl.ranges[r.get()] = r.dom();
   }
   for (const IterVar& a : c->axis) rl.ranges[a.get()] = a.dom();
@@ -73,7 +73,7 @@ Tensor Schedule::rfactor(const Tensor& tensor, const IterVar& axis, int factor_a
   std::unordered_map<const Variable*, Expr> leaf_sub = {{axis.var().get(), k_axis.var()}};
   for (const IterVar& l : s.leaf_iter_vars()) {
     if (l.kind() != IterVarKind::Reduce || l.same_as(axis)) continue;
-    IterVar nr(Var(l.name()), Range(0, rl.extent(l)), IterVarKind::Reduce);
+    IterVar nr(Var(l.name()), Range(make_zero(rl.ranges.at(l.get()).extent.dtype()), rl.ranges.at(l.get()).extent), IterVarKind::Reduce);
     rf_reduce.push_back(nr);
     leaf_sub[l.var().get()] = nr.var();
   }

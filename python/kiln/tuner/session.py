@@ -56,11 +56,14 @@ class TuneResult:
 Task = _kiln.tuner.Task
 
 
-def make_task(args, target="llvm", name=""):
-    """A tuning task from the kernel's arguments (input placeholders and outputs, in call order)."""
+def make_task(args, target="llvm", name="", size_hints=None):
+    """A tuning task from the kernel's arguments (input placeholders and outputs, in call order).
+
+    ``size_hints`` (dynamic shapes): the likely value of each shape variable by name,
+    ``{"seq": 128}``; the rules tile a symbolic extent as for that size (128 when not given)."""
     if isinstance(args, Task):
         return args
-    return _kiln.tuner.make_task(arg_tensors(args, "make_task"), target, name)
+    return _kiln.tuner.make_task(arg_tensors(args, "make_task"), target, name, dict(size_hints or {}))
 
 
 def tune(args, target="llvm", trials=200, db="kiln_tuning.db", seed=0, timeout=10.0, curve_png=None,
