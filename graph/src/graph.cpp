@@ -165,8 +165,8 @@ Ref<OpNode> make_op(const std::string& op_name, std::vector<Value> inputs, Attrs
 }
 
 Ref<InputNode> make_input(std::string name, TensorType type) {
-  for (int64_t d : type.shape)
-    KILN_USER_CHECK(d >= 0) << "input '" << name << "' has shape " << shape_to_string(type.shape)
+  for (const Dim& d : type.shape)
+    KILN_USER_CHECK(d.is_symbolic() || d.value() >= 0) << "input '" << name << "' has shape " << shape_to_string(type.shape)
                             << ": every dimension must be known (give the input's shape)";
   return Ref<InputNode>(new InputNode(std::move(name), std::move(type)));
 }

@@ -22,7 +22,7 @@ namespace {
 
 std::vector<Expr> const_dims(const TensorType& t) {
   std::vector<Expr> dims;
-  for (int64_t d : t.shape) dims.push_back(Expr(static_cast<int>(d)));
+  for (const Dim& d : t.shape) dims.push_back(d.expr());
   return dims;
 }
 
@@ -72,8 +72,8 @@ GraphDag to_te(const Graph& g, bool gpu) {
     std::vector<te::Tensor> out = op.op->compute(call, in);
     KILN_CHECK(out.size() == op.types.size()) << op.op->name << "'s compute gave " << out.size() << " tensors for " << op.types.size() << " outputs";
     for (size_t i = 0; i < out.size(); ++i) {
-      std::vector<int64_t> shape;
-      for (const Expr& d : out[i].shape()) shape.push_back(as_const_int(d) ? *as_const_int(d) : -1);
+      Shape shape;  // a symbolic extent must be the same expression as inference's (Dim ==)
+      for (const Expr& d : out[i].shape()) shape.push_back(Dim(d));
       KILN_CHECK(shape == op.types[i].shape && out[i].dtype() == op.types[i].dtype)
           << op.op->name << " node '" << op.name << "': compute gives " << out[i].dtype().str() << shape_to_string(shape)
           << " but type inference says " << op.types[i].str();
