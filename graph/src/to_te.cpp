@@ -74,7 +74,7 @@ GraphDag to_te(const Graph& g, bool gpu) {
     std::vector<te::Tensor> out = op.op->compute(call, in);
     KILN_CHECK(out.size() == op.types.size()) << op.op->name << "'s compute gave " << out.size() << " tensors for " << op.types.size() << " outputs";
     for (size_t i = 0; i < out.size(); ++i) {
-      Shape shape;
+      Shape shape;  // a symbolic extent must be the same expression as inference's (Dim ==)
       for (const Expr& d : out[i].shape()) shape.push_back(Dim(d));
       KILN_CHECK(shape == op.types[i].shape && out[i].dtype() == op.types[i].dtype)
           << op.op->name << " node '" << op.name << "': compute gives " << out[i].dtype().str() << shape_to_string(shape)

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 
+#include "kiln/arith/analyzer.h"
 #include "kiln/ir/op.h"
+#include "kiln/ir/printer.h"
 #include "kiln/ops/broadcast.h"
 #include "kiln/runtime/ndarray.h"
 #include "kiln/support/error.h"
@@ -40,9 +42,34 @@ AutoPad parse_auto_pad(const std::string& s) {
   return AutoPad::NotSet;  // not reached: the line above throws
 }
 
+Expr WindowDim::in_extent() const { return in_symbolic.defined() ? in_symbolic : index_imm(in); }
+Expr WindowDim::out_extent() const { return out_symbolic.defined() ? out_symbolic : index_imm(out); }
+
+namespace {
+
+// resolve_window of a symbolic input extent: the static pads give out = floor(room / stride) + 1.
+void resolve_symbolic_window(WindowDim* d, AutoPad mode, bool ceil_mode) {
+  KILN_USER_CHECK(!ceil_mode) << "window: ceil_mode is not supported on the symbolic spatial dimension '" << d->in_symbolic
+                              << "'; give it a size, or use floor rounding";
+  if (mode == AutoPad::SameUpper || mode == AutoPad::SameLower) {
+    KILN_USER_CHECK(d->stride == 1) << "window: SAME padding with stride " << d->stride << " on the symbolic spatial dimension '" << d->in_symbolic
+                                    << "' would pad by an amount known only at run time; give the dimension a size, or use explicit pads";
+    int64_t total = d->span() - 1, small = total / 2;
+    d->pad_begin = mode == AutoPad::SameUpper ? small : total - small;
+    d->pad_end = total - d->pad_begin;
+  } else if (mode == AutoPad::Valid) {
+    d->pad_begin = d->pad_end = 0;
+  }
+  Expr room = d->in_symbolic + index_imm(d->pad_begin + d->pad_end - d->span());
+  d->out_symbolic = arith::simplify(floordiv(room, index_imm(d->stride)) + 1);
+}
+
+}  // namespace
+
 void resolve_window(WindowDim* d, AutoPad mode, bool ceil_mode) {
   KILN_USER_CHECK(d->kernel >= 1 && d->stride >= 1 && d->dilation >= 1)
       << "window: kernel, stride and dilation must be positive, got " << d->kernel << ", " << d->stride << ", " << d->dilation;
+  if (d->is_symbolic()) return resolve_symbolic_window(d, mode, ceil_mode);
   switch (mode) {
     case AutoPad::SameUpper:
     case AutoPad::SameLower: {
@@ -75,13 +102,17 @@ void resolve_window(WindowDim* d, AutoPad mode, bool ceil_mode) {
 }
 
 Tensor pad_spatial(const Tensor& X, const std::vector<WindowDim>& dims, double value, const std::string& name) {
-  std::vector<int64_t> shape = const_shape(X);
+  std::vector<Expr> shape = X.shape();
   KILN_USER_CHECK(shape.size() == dims.size() + 2) << "pad_spatial: '" << X.name() << "' has rank " << shape.size() << " for " << dims.size() << " spatial dims";
-  for (size_t j = 0; j < dims.size(); ++j) shape[j + 2] += dims[j].pad_begin + dims[j].pad_end;
+  for (size_t j = 0; j < dims.size(); ++j) {
+    int64_t pads = dims[j].pad_begin + dims[j].pad_end;
+    const int64_t* c = as_const_int(shape[j + 2]);
+    shape[j + 2] = c ? imm(*c + pads) : arith::simplify(shape[j + 2] + imm(pads));
+  }
   Expr fill = make_const(X.dtype(), value);
   std::vector<std::string> names = {"n", "c"};
   for (const std::string& s : spatial_names(dims.size(), kOutNames)) names.push_back(s);
-  return compute(dims_of(shape), [&](const std::vector<Var>& i) {
+  return compute(shape, [&](const std::vector<Var>& i) {
     std::vector<Expr> idx(i.begin(), i.end());
     Expr inside;
     auto both = [&](Expr c) { inside = inside.defined() ? (inside && c) : c; };
@@ -91,7 +122,7 @@ Tensor pad_spatial(const Tensor& X, const std::vector<WindowDim>& dims, double v
       Expr h = i[j + 2] - imm(d.pad_begin);
       idx[j + 2] = h;
       if (d.pad_begin > 0) both(h >= 0);
-      if (d.pad_end > 0) both(h < imm(d.in));
+      if (d.pad_end > 0) both(h < d.in_extent());
     }
     return inside.defined() ? if_then_else(inside, X(idx), fill) : X(idx);
   }, name, names);
@@ -108,6 +139,20 @@ struct ConvReduce {
   Expr rc;
   std::vector<Expr> kidx;
 };
+// X's channel count: static (the weights fix it), while batch and spatial extents may be symbolic.
+int64_t channels_of(const Tensor& X) {
+  const int64_t* c = as_const_int(X.shape()[1]);
+  KILN_USER_CHECK(c) << "conv: the channels of '" << X.name() << "' (" << X.shape()[1] << ") must be static; only the batch and spatial dims may be symbolic";
+  return *c;
+}
+
+// [N, K, out...] of a convolution.
+std::vector<Expr> conv_out_shape(const Tensor& X, int64_t K, const std::vector<WindowDim>& dims) {
+  std::vector<Expr> out = {X.shape()[0], imm(K)};
+  for (const WindowDim& d : dims) out.push_back(d.out_extent());
+  return out;
+}
+
 ConvReduce conv_reduce_axes(int64_t channels, const std::vector<int64_t>& ws, size_t r) {
   ConvReduce c{{}, imm(0), std::vector<Expr>(r, imm(0))};
   if (channels > 1) {
@@ -133,8 +178,8 @@ Tensor conv_nchw(const Tensor& X, const Tensor& Wt, const std::vector<WindowDim>
   size_t r = dims.size();
   KILN_USER_CHECK(r >= 1 && r <= 3 && X.ndim() == static_cast<int>(r) + 2 && Wt.ndim() == X.ndim())
       << "conv: needs X [N, C, spatial...] and W [K, C/group, kernel...] of 1 to 3 spatial dims, got ranks " << X.ndim() << " and " << Wt.ndim();
-  std::vector<int64_t> xs = const_shape(X), ws = const_shape(Wt);
-  int64_t C = xs[1], K = ws[0], cg = ws[1];
+  std::vector<int64_t> ws = const_shape(Wt);
+  int64_t C = channels_of(X), K = ws[0], cg = ws[1];
   KILN_USER_CHECK(group >= 1 && cg * group == C && K % group == 0)
       << "conv: X has " << C << " channels, W expects " << cg << " per group x " << group << " groups, and " << K << " output channels";
   bool any_pad = false;
@@ -144,11 +189,10 @@ Tensor conv_nchw(const Tensor& X, const Tensor& Wt, const std::vector<WindowDim>
   int64_t kg = K / group;
   // Reduce axes of extent 1 would only add loops; keep rc when nothing else is left.
   auto [axes, rc, kidx] = conv_reduce_axes(cg, ws, r);
-  std::vector<int64_t> out = {xs[0], K};
-  for (const WindowDim& d : dims) out.push_back(d.out);
+  std::vector<Expr> out = conv_out_shape(X, K, dims);
   std::vector<std::string> names = {"n", "f"};
   for (const std::string& s : spatial_names(r, kOutNames)) names.push_back(s);
-  return compute(dims_of(out), [&](const std::vector<Var>& i) {
+  return compute(out, [&](const std::vector<Var>& i) {
     // Input channel of (output channel k, rc): group g(k) = k / (K/group) starts at g(k) * C/group.
     Expr k = i[1];
     Expr ch = rc;
@@ -174,8 +218,8 @@ Tensor conv_channels_last(const Tensor& X, const Tensor& Wt, const Tensor& B, co
   size_t r = dims.size();
   KILN_USER_CHECK(r >= 1 && r <= 3 && X.ndim() == static_cast<int>(r) + 2 && Wt.ndim() == X.ndim())
       << "conv: needs X [N, C, spatial...] and W [K, C, kernel...] of 1 to 3 spatial dims, got ranks " << X.ndim() << " and " << Wt.ndim();
-  std::vector<int64_t> xs = const_shape(X), ws = const_shape(Wt);
-  int64_t C = xs[1], K = ws[0];
+  std::vector<int64_t> ws = const_shape(Wt);
+  int64_t C = channels_of(X), K = ws[0];
   KILN_USER_CHECK(ws[1] == C) << "conv: X has " << C << " channels but W expects " << ws[1];
   bool any_pad = false;
   for (const WindowDim& d : dims) any_pad = any_pad || d.pad_begin > 0 || d.pad_end > 0;
@@ -195,13 +239,13 @@ Tensor conv_channels_last(const Tensor& X, const Tensor& Wt, const Tensor& B, co
     return te::sum(Wt(idx), {one});
   }, name + ".wT");
   auto [axes, rc, kidx] = conv_reduce_axes(C, ws, r);
-  std::vector<int64_t> tshape = {xs[0]};
-  for (const WindowDim& d : dims) tshape.push_back(d.out);
-  tshape.push_back(K);
+  std::vector<Expr> tshape = {X.shape()[0]};
+  for (const WindowDim& d : dims) tshape.push_back(d.out_extent());
+  tshape.push_back(imm(K));
   std::vector<std::string> tnames = {"n"};
   for (const std::string& s : spatial_names(r, kOutNames)) tnames.push_back(s);
   tnames.push_back("f");
-  Tensor T = compute(dims_of(tshape), [&](const std::vector<Var>& i) {
+  Tensor T = compute(tshape, [&](const std::vector<Var>& i) {
     std::vector<Expr> xi = {i[0], rc}, wi = {rc};
     for (size_t j = 0; j < r; ++j) {
       Expr pos = times(i[j + 1], dims[j].stride);
@@ -212,11 +256,10 @@ Tensor conv_channels_last(const Tensor& X, const Tensor& Wt, const Tensor& B, co
     wi.push_back(i.back());
     return te::sum(product ? product(P(xi), WT(wi)) : P(xi) * WT(wi), axes);
   }, name, tnames);
-  std::vector<int64_t> out = {xs[0], K};
-  for (const WindowDim& d : dims) out.push_back(d.out);
+  std::vector<Expr> out = conv_out_shape(X, K, dims);
   std::vector<std::string> names = {"n", "f"};
   for (const std::string& s : spatial_names(r, kOutNames)) names.push_back(s);
-  return compute(dims_of(out), [&](const std::vector<Var>& i) {
+  return compute(out, [&](const std::vector<Var>& i) {
     std::vector<Expr> ti = {i[0]};
     for (size_t j = 0; j < r; ++j) ti.push_back(i[j + 2]);
     ti.push_back(i[1]);
@@ -247,27 +290,46 @@ std::vector<int64_t> matmul_shape(const std::vector<int64_t>& a, const std::vect
   return out;
 }
 
+std::vector<Expr> matmul_shape(const std::vector<Expr>& a, const std::vector<Expr>& b) {
+  KILN_USER_CHECK(!a.empty() && !b.empty()) << "matmul: operands must have rank 1 or more, got shapes " << extents_to_string(a) << " and "
+                                            << extents_to_string(b);
+  Expr ka = a.back(), kb = b.size() == 1 ? b[0] : b[b.size() - 2];
+  KILN_USER_CHECK(same_extent(ka, kb)) << "matmul: shapes " << extents_to_string(a) << " and " << extents_to_string(b)
+                                       << " do not fit: A's last dimension is " << ka << " but B's "
+                                       << (b.size() == 1 ? "only" : "second-to-last") << " dimension is " << kb;
+  std::vector<Expr> ba(a.begin(), a.end() - std::min<size_t>(a.size(), 2)), bb(b.begin(), b.end() - std::min<size_t>(b.size(), 2));
+  std::vector<Expr> out;
+  try {
+    out = broadcast_shape(ba, bb);
+  } catch (const Error&) {
+    KILN_USER_ERROR() << "matmul: the batch dimensions of " << extents_to_string(a) << " and " << extents_to_string(b) << " do not broadcast";
+  }
+  if (a.size() > 1) out.push_back(a[a.size() - 2]);
+  if (b.size() > 1) out.push_back(b.back());
+  return out;
+}
+
 Tensor matmul_nd(const Tensor& A, const Tensor& B, const std::string& name) {
   return matmul_nd(A, B, name, [](Expr a, Expr b) { return a * b; });
 }
 
 Tensor matmul_nd(const Tensor& A, const Tensor& B, const std::string& name, const std::function<Expr(Expr, Expr)>& product) {
-  std::vector<int64_t> as = const_shape(A), bs = const_shape(B), out = matmul_shape(as, bs);
+  std::vector<Expr> as = A.shape(), bs = B.shape(), out = matmul_shape(as, bs);
   bool a1 = as.size() == 1, b1 = bs.size() == 1;
   size_t nb = out.size() - (a1 ? 0 : 1) - (b1 ? 0 : 1);
-  IterVar k = reduce_axis(Range(0, imm(as.back())), "k");
+  IterVar k = reduce_axis(Range(0, as.back()), "k");
   std::vector<std::string> names;
   for (size_t t = 0; t < nb; ++t) names.push_back(nb == 1 ? "b" : "b" + std::to_string(t));
   if (!a1) names.push_back("i");
   if (!b1) names.push_back("j");
   // The batch indices of an operand with `rank - 2` batch dims, aligned at the last (numpy broadcasting).
-  auto batch = [&](const std::vector<int64_t>& s, const std::vector<Var>& i) {
+  auto batch = [&](const std::vector<Expr>& s, const std::vector<Var>& i) {
     std::vector<Expr> idx;
     size_t own = s.size() - 2;
-    for (size_t t = 0; t < own; ++t) idx.push_back(s[t] == 1 ? imm(0) : Expr(i[nb - own + t]));
+    for (size_t t = 0; t < own; ++t) idx.push_back(is_one(s[t]) ? imm(0) : Expr(i[nb - own + t]));  // a symbolic dim is never 1 (broadcast.h)
     return idx;
   };
-  return compute(dims_of(out), [&](const std::vector<Var>& i) {
+  return compute(out, [&](const std::vector<Var>& i) {
     std::vector<Expr> ai, bi;
     if (!a1) {
       ai = batch(as, i);
@@ -284,22 +346,24 @@ Tensor matmul_nd(const Tensor& A, const Tensor& B, const std::string& name, cons
 Tensor gemm(const Tensor& A, const Tensor& B, const Tensor& C, double alpha, double beta, bool trans_a, bool trans_b, const std::string& name,
             const std::function<Expr(Expr, Expr)>& product) {
   KILN_USER_CHECK(A.ndim() == 2 && B.ndim() == 2) << "gemm: A and B must be 2-D, got ranks " << A.ndim() << " and " << B.ndim();
-  std::vector<int64_t> as = const_shape(A), bs = const_shape(B);
-  int64_t M = trans_a ? as[1] : as[0], K = trans_a ? as[0] : as[1];
-  int64_t K2 = trans_b ? bs[1] : bs[0], N = trans_b ? bs[0] : bs[1];
-  KILN_USER_CHECK(K == K2) << "gemm: A" << (trans_a ? "^T" : "") << " is " << M << "x" << K << " but B" << (trans_b ? "^T" : "") << " is " << K2 << "x" << N;
+  const std::vector<Expr>&as = A.shape(), &bs = B.shape();
+  Expr M = trans_a ? as[1] : as[0], K = trans_a ? as[0] : as[1];
+  Expr K2 = trans_b ? bs[1] : bs[0], N = trans_b ? bs[0] : bs[1];
+  KILN_USER_CHECK(same_extent(K, K2)) << "gemm: A" << (trans_a ? "^T" : "") << " is " << M << "x" << K << " but B" << (trans_b ? "^T" : "") << " is "
+                                      << K2 << "x" << N;
   bool scale = alpha != 1.0, add_c = C.defined() && beta != 0.0;
-  IterVar k = reduce_axis(Range(0, imm(K)), "k");
-  Tensor S = compute({imm(M), imm(N)}, [&](const std::vector<Var>& i) {
+  IterVar k = reduce_axis(Range(0, K), "k");
+  Tensor S = compute({M, N}, [&](const std::vector<Var>& i) {
     Expr a = trans_a ? A(k.var(), i[0]) : A(i[0], k.var());
     Expr b = trans_b ? B(i[1], k.var()) : B(k.var(), i[1]);
     return te::sum(product ? product(a, b) : a * b, {k});
   }, scale || add_c ? name + ".mm" : name, {"i", "j"});
   if (!scale && !add_c) return S;
   if (add_c) {
-    std::vector<int64_t> cs = const_shape(C);
-    KILN_USER_CHECK(cs.size() <= 2 && broadcast_shape(cs, {M, N}) == std::vector<int64_t>({M, N}))
-        << "gemm: C of shape " << shape_to_string(cs) << " does not broadcast to [" << M << ", " << N << "]";
+    const std::vector<Expr>& cs = C.shape();
+    bool fits = cs.size() <= 2;
+    for (size_t t = 0; fits && t < cs.size(); ++t) fits = is_one(cs[t]) || same_extent(cs[t], t + cs.size() == 2 ? M : N);
+    KILN_USER_CHECK(fits) << "gemm: C of shape " << extents_to_string(cs) << " does not broadcast to [" << M << ", " << N << "]";
   }
   Expr a = make_const(S.dtype(), alpha), b = make_const(S.dtype(), beta);
   return compute(S.shape(), [&](const std::vector<Var>& i) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kiln/ir/op.h"
+#include "kiln/ir/printer.h"
 #include "kiln/ops/broadcast.h"
 #include "kiln/ops/graph_nn.h"
 #include "kiln/runtime/ndarray.h"
@@ -21,14 +22,14 @@ std::vector<Expr> dims_of(const std::vector<int64_t>& shape) { return shape_expr
 std::vector<Expr> as_exprs(const std::vector<Var>& i) { return std::vector<Expr>(i.begin(), i.end()); }
 
 // The pooled shape [N, C, out...], checking X's rank against the window.
-std::vector<int64_t> pooled_shape(const Tensor& X, const std::vector<WindowDim>& dims, const char* what) {
-  std::vector<int64_t> s = const_shape(X);
+std::vector<Expr> pooled_shape(const Tensor& X, const std::vector<WindowDim>& dims, const char* what) {
+  std::vector<Expr> s = X.shape();
   // [N, C, spatial...], or blocked [N, C/b, spatial..., b]: the trailing block passes through.
   KILN_USER_CHECK(!dims.empty() && (s.size() == dims.size() + 2 || s.size() == dims.size() + 3))
       << what << ": X of rank " << s.size() << " for a window of " << dims.size() << " dims";
   for (size_t j = 0; j < dims.size(); ++j) {
-    KILN_USER_CHECK(dims[j].out >= 1) << what << ": the window is larger than the padded input in spatial dim " << j;
-    s[j + 2] = dims[j].out;
+    KILN_USER_CHECK(dims[j].is_symbolic() || dims[j].out >= 1) << what << ": the window is larger than the padded input in spatial dim " << j;
+    s[j + 2] = dims[j].out_extent();
   }
   return s;
 }
@@ -63,7 +64,9 @@ struct PoolWindow {
       // Conditions only where a window can leave X.
       Expr c;
       if (d.pad_begin > 0) c = h >= 0;
-      if ((d.out - 1) * d.stride + d.span() - d.pad_begin > d.in) c = c.defined() ? (c && h < imm(d.in)) : (h < imm(d.in));
+      // A symbolic extent (floor rounding) can overhang only into a positive end pad.
+      bool overhang = d.is_symbolic() ? d.pad_end > 0 : (d.out - 1) * d.stride + d.span() - d.pad_begin > d.in;
+      if (overhang) c = c.defined() ? (c && h < d.in_extent()) : (h < d.in_extent());
       if (c.defined()) inside = inside.defined() ? (inside && c) : c;
       idx.push_back(h);
     }
@@ -93,10 +96,10 @@ std::vector<std::string> nc_names(size_t r, bool blocked = false) {
 }  // namespace
 
 Tensor max_pool(const Tensor& X, const std::vector<WindowDim>& dims, const std::string& name) {
-  std::vector<int64_t> out = pooled_shape(X, dims, "max_pool");
+  std::vector<Expr> out = pooled_shape(X, dims, "max_pool");
   PoolWindow w(dims);
   Expr lowest = reduce_identity(ReduceKind::Max, X.dtype());
-  return compute(dims_of(out), [&](const std::vector<Var>& i) {
+  return compute(out, [&](const std::vector<Var>& i) {
     auto [idx, inside] = w.read(dims, i);
     Expr v = inside.defined() ? if_then_else(inside, X(idx), lowest) : X(idx);
     return reduce_or_plain(ReduceOp::Max, v, w.axes);
@@ -104,10 +107,10 @@ Tensor max_pool(const Tensor& X, const std::vector<WindowDim>& dims, const std::
 }
 
 Tensor avg_pool(const Tensor& X, const std::vector<WindowDim>& dims, bool count_include_pad, const std::string& name) {
-  std::vector<int64_t> out = pooled_shape(X, dims, "avg_pool");
+  std::vector<Expr> out = pooled_shape(X, dims, "avg_pool");
   for (const WindowDim& d : dims) KILN_USER_CHECK(d.dilation == 1) << "avg_pool: dilations are not supported";
   PoolWindow w(dims);
-  Tensor S = compute(dims_of(out), [&](const std::vector<Var>& i) {
+  Tensor S = compute(out, [&](const std::vector<Var>& i) {
     auto [idx, inside] = w.read(dims, i);
     Expr v = inside.defined() ? if_then_else(inside, X(idx), make_zero(X.dtype())) : X(idx);
     return reduce_or_plain(ReduceOp::Sum, v, w.axes);
@@ -119,14 +122,18 @@ Tensor avg_pool(const Tensor& X, const std::vector<WindowDim>& dims, bool count_
     Expr varying;
     for (size_t j = 0; j < dims.size(); ++j) {
       const WindowDim& d = dims[j];
-      int64_t lo_limit = count_include_pad ? -d.pad_begin : 0, hi_limit = count_include_pad ? d.in + d.pad_end : d.in;
-      bool clip_lo = -d.pad_begin < lo_limit, clip_hi = (d.out - 1) * d.stride - d.pad_begin + d.kernel > hi_limit;
+      int64_t lo_limit = count_include_pad ? -d.pad_begin : 0;
+      Expr hi_limit = count_include_pad ? (d.is_symbolic() ? d.in_symbolic + imm(d.pad_end) : imm(d.in + d.pad_end)) : d.in_extent();
+      // A symbolic extent (floor rounding) clips at the end only into a positive end pad that is not counted.
+      bool clip_lo = -d.pad_begin < lo_limit;
+      bool clip_hi = d.is_symbolic() ? !count_include_pad && d.pad_end > 0
+                                     : (d.out - 1) * d.stride - d.pad_begin + d.kernel > d.in + (count_include_pad ? d.pad_end : 0);
       if (!clip_lo && !clip_hi) {
         constant *= d.kernel;
         continue;
       }
       Expr start = i[j + 2] * imm(d.stride) - imm(d.pad_begin);
-      Expr hi = clip_hi ? min(start + imm(d.kernel), imm(hi_limit)) : start + imm(d.kernel);
+      Expr hi = clip_hi ? min(start + imm(d.kernel), hi_limit) : start + imm(d.kernel);
       Expr lo = clip_lo ? max(start, imm(lo_limit)) : start;
       varying = varying.defined() ? varying * (hi - lo) : hi - lo;
     }
@@ -137,7 +144,7 @@ Tensor avg_pool(const Tensor& X, const std::vector<WindowDim>& dims, bool count_
 }
 
 Tensor reduce(const Tensor& X, ReduceOp op, const std::vector<int>& axes, bool keepdims, const std::string& name) {
-  std::vector<int64_t> s = const_shape(X);
+  const std::vector<Expr>& s = X.shape();
   int rank = static_cast<int>(s.size());
   std::vector<bool> reduced(rank, false);
   for (int a : axes) {
@@ -145,21 +152,20 @@ Tensor reduce(const Tensor& X, ReduceOp op, const std::vector<int>& axes, bool k
     reduced[a] = true;
   }
   if (axes.empty()) return compute(X.shape(), [&](const std::vector<Var>& i) { return X(as_exprs(i)); }, name);
-  std::vector<int64_t> out;
+  std::vector<Expr> out, counted;
   std::vector<IterVar> raxes(rank);
   std::vector<IterVar> order;
-  int64_t count = 1;
   for (int d = 0; d < rank; ++d) {
     if (reduced[d]) {
-      raxes[d] = reduce_axis(Range(0, imm(s[d])), axes.size() == 1 ? "k" : "k" + std::to_string(order.size()));
+      raxes[d] = reduce_axis(Range(0, s[d]), axes.size() == 1 ? "k" : "k" + std::to_string(order.size()));
       order.push_back(raxes[d]);
-      count *= s[d];
-      if (keepdims) out.push_back(1);
+      counted.push_back(s[d]);
+      if (keepdims) out.push_back(imm(1));
     } else {
       out.push_back(s[d]);
     }
   }
-  Tensor R = compute(dims_of(out), [&](const std::vector<Var>& i) {
+  Tensor R = compute(out, [&](const std::vector<Var>& i) {
     std::vector<Expr> idx;
     size_t o = 0;
     for (int d = 0; d < rank; ++d) {
@@ -173,18 +179,22 @@ Tensor reduce(const Tensor& X, ReduceOp op, const std::vector<int>& axes, bool k
     return reduce_or_plain(op, X(idx), order);
   }, op == ReduceOp::Mean ? name + ".sum" : name);
   if (op != ReduceOp::Mean) return R;
-  Expr n = X.dtype().is_float() ? make_const(X.dtype(), 1.0 / static_cast<double>(count)) : make_const(X.dtype(), static_cast<double>(count));
+  Expr count = extent_product(counted);
+  const int64_t* c = as_const_int(count);
+  // A static count multiplies by its reciprocal; a symbolic one (known at run time) divides.
+  Expr n = !c ? cast(X.dtype(), count)
+              : X.dtype().is_float() ? make_const(X.dtype(), 1.0 / static_cast<double>(*c)) : make_const(X.dtype(), static_cast<double>(*c));
   return compute(R.shape(), [&](const std::vector<Var>& i) {
     Expr v = R(as_exprs(i));
-    return X.dtype().is_float() ? v * n : v / n;
+    return X.dtype().is_float() && c ? v * n : v / n;
   }, name);
 }
 
 Tensor softmax_axis(const Tensor& X, int axis, const std::string& name) {
-  std::vector<int64_t> s = const_shape(X);
+  const std::vector<Expr>& s = X.shape();
   int rank = static_cast<int>(s.size());
   KILN_USER_CHECK(axis >= 0 && axis < rank) << "softmax: axis " << axis << " out of range for rank " << rank;
-  std::vector<int64_t> rows = s;
+  std::vector<Expr> rows = s;
   rows.erase(rows.begin() + axis);
   // X's indices at a row position `r` (the axis left out) and position k along the axis.
   auto at = [&](const std::vector<Var>& r, Expr k) {
@@ -197,32 +207,35 @@ Tensor softmax_axis(const Tensor& X, int axis, const std::string& name) {
     r.erase(r.begin() + axis);
     return r;
   };
-  IterVar k1 = reduce_axis(Range(0, imm(s[axis])), "k");
-  Tensor mx = compute(dims_of(rows), [&](const std::vector<Var>& r) { return te::max(X(at(r, k1.var())), {k1}); }, name + ".max");
+  IterVar k1 = reduce_axis(Range(0, s[axis]), "k");
+  Tensor mx = compute(rows, [&](const std::vector<Var>& r) { return te::max(X(at(r, k1.var())), {k1}); }, name + ".max");
   Tensor ex = compute(X.shape(), [&](const std::vector<Var>& i) { return exp(X(as_exprs(i)) - mx(row_of(i))); }, name + ".exp");
-  IterVar k2 = reduce_axis(Range(0, imm(s[axis])), "k");
-  Tensor sm = compute(dims_of(rows), [&](const std::vector<Var>& r) { return te::sum(ex(at(r, k2.var())), {k2}); }, name + ".sum");
+  IterVar k2 = reduce_axis(Range(0, s[axis]), "k");
+  Tensor sm = compute(rows, [&](const std::vector<Var>& r) { return te::sum(ex(at(r, k2.var())), {k2}); }, name + ".sum");
   return compute(X.shape(), [&](const std::vector<Var>& i) { return ex(as_exprs(i)) / sm(row_of(i)); }, name);
 }
 
 Tensor layer_norm_axes(const Tensor& X, const Tensor& scale, const Tensor& bias, int axis, double eps, const std::string& name) {
-  std::vector<int64_t> s = const_shape(X);
+  const std::vector<Expr>& s = X.shape();
   int rank = static_cast<int>(s.size());
   KILN_USER_CHECK(axis >= 0 && axis < rank) << "layer_norm: axis " << axis << " out of range for rank " << rank;
-  std::vector<int64_t> rows(s.begin(), s.begin() + axis), normalized(s.begin() + axis, s.end());
+  std::vector<Expr> rows(s.begin(), s.begin() + axis), normalized(s.begin() + axis, s.end());
   for (const Tensor& t : {scale, bias}) {
     if (!t.defined()) continue;
-    std::vector<int64_t> ts = const_shape(t);
-    KILN_USER_CHECK(ts.size() <= normalized.size() && broadcast_shape(ts, normalized) == normalized)
-        << "layer_norm: '" << t.name() << "' of shape " << shape_to_string(ts) << " does not broadcast to the normalised shape " << shape_to_string(normalized);
+    const std::vector<Expr>& ts = t.shape();
+    bool fits = ts.size() <= normalized.size();
+    for (size_t k = 0; fits && k < ts.size(); ++k) fits = is_one(ts[k]) || same_extent(ts[k], normalized[normalized.size() - ts.size() + k]);
+    KILN_USER_CHECK(fits) << "layer_norm: '" << t.name() << "' of shape " << extents_to_string(ts) << " does not broadcast to the normalised shape "
+                          << extents_to_string(normalized);
   }
-  int64_t count = 1;
-  for (int64_t d : normalized) count *= d;
-  Expr inv_n = make_const(X.dtype(), 1.0 / static_cast<double>(count));
+  Expr count = extent_product(normalized);
+  const int64_t* c = as_const_int(count);
+  // 1 / count: a constant when static, computed once per element from the run-time extents otherwise.
+  Expr inv_n = c ? make_const(X.dtype(), 1.0 / static_cast<double>(*c)) : make_const(X.dtype(), 1.0) / cast(X.dtype(), count);
   // Reads of X at row r and reduce axes ks.
   auto reduce_axes = [&]() {
     std::vector<IterVar> ks;
-    for (int d = axis; d < rank; ++d) ks.push_back(reduce_axis(Range(0, imm(s[d])), rank - axis == 1 ? "k" : "k" + std::to_string(d - axis)));
+    for (int d = axis; d < rank; ++d) ks.push_back(reduce_axis(Range(0, s[d]), rank - axis == 1 ? "k" : "k" + std::to_string(d - axis)));
     return ks;
   };
   auto at = [&](const std::vector<Var>& r, const std::vector<IterVar>& ks) {
@@ -232,9 +245,9 @@ Tensor layer_norm_axes(const Tensor& X, const Tensor& scale, const Tensor& bias,
   };
   auto row_of = [&](const std::vector<Var>& i) { return std::vector<Expr>(i.begin(), i.begin() + axis); };
   std::vector<IterVar> k1 = reduce_axes();
-  Tensor sum = compute(dims_of(rows), [&](const std::vector<Var>& r) { return te::sum(X(at(r, k1)), k1); }, name + ".sum");
+  Tensor sum = compute(rows, [&](const std::vector<Var>& r) { return te::sum(X(at(r, k1)), k1); }, name + ".sum");
   std::vector<IterVar> k2 = reduce_axes();
-  Tensor var = compute(dims_of(rows), [&](const std::vector<Var>& r) {
+  Tensor var = compute(rows, [&](const std::vector<Var>& r) {
     Expr d = X(at(r, k2)) - sum(as_exprs(r)) * inv_n;
     return te::sum(d * d, k2);
   }, name + ".var");

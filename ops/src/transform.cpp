@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kiln/arith/analyzer.h"
 #include "kiln/ir/op.h"
+#include "kiln/ir/printer.h"
 #include "kiln/ops/broadcast.h"
 #include "kiln/runtime/ndarray.h"
 #include "kiln/support/error.h"
@@ -27,6 +29,11 @@ std::vector<int64_t> strides_of(const std::vector<int64_t>& shape) {
   return s;
 }
 
+// A run of reshape's: output axes [out_begin, out_end) hold the elements of input axes [in_begin, in_end).
+struct ReshapeRun {
+  size_t out_begin, out_end, in_begin, in_end;
+};
+
 int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -38,6 +45,7 @@ Expr clamp_index(Expr i, int64_t n) { return max(min(i, int_imm(n - 1)), Expr(0)
 }  // namespace
 
 Tensor reshape(const Tensor& X, const std::vector<int64_t>& shape, const std::string& name) {
+  if (!all_const(X.shape())) return reshape(X, shape_exprs(shape), name);
   std::vector<int64_t> in = const_shape(X);
   KILN_USER_CHECK(numel_of(in) == numel_of(shape)) << "reshape of '" << X.name() << "' from " << shape_to_string(in) << " ("
                                                   << numel_of(in) << " elements) to " << shape_to_string(shape) << " (" << numel_of(shape)
@@ -92,12 +100,69 @@ Tensor reshape(const Tensor& X, const std::vector<int64_t>& shape, const std::st
   }, name);
 }
 
+// Runs of axes whose extent products are provably equal, each as short as
+// it can be (the symbolic form of the static runs above), the rest one run.
+static std::vector<ReshapeRun> symbolic_runs(const std::vector<Expr>& out, const std::vector<Expr>& in) {
+  auto part = [](const std::vector<Expr>& v, size_t b, size_t e) { return std::vector<Expr>(v.begin() + b, v.begin() + e); };
+  std::vector<ReshapeRun> runs;
+  size_t o = 0, i = 0;
+  while (o < out.size() || i < in.size()) {
+    bool found = false;
+    for (size_t len = 1; !found && len <= out.size() - o + in.size() - i; ++len) {
+      for (size_t a = 0; !found && a <= len; ++a) {
+        size_t b = len - a;
+        if (o + a > out.size() || i + b > in.size() || !same_product(part(out, o, o + a), part(in, i, i + b))) continue;
+        runs.push_back({o, o + a, i, i + b});
+        o += a, i += b, found = true;
+      }
+    }
+    if (!found) {
+      runs.push_back({o, out.size(), i, in.size()});
+      break;
+    }
+  }
+  return runs;
+}
+
+Tensor reshape(const Tensor& X, const std::vector<Expr>& shape, const std::string& name) {
+  std::vector<int64_t> static_shape;
+  if (all_const(X.shape()) && all_const(shape, &static_shape)) return reshape(X, static_shape, name);
+  const std::vector<Expr>& in = X.shape();
+  KILN_USER_CHECK(same_product(in, shape)) << "reshape of '" << X.name() << "' from " << extents_to_string(in) << " to " << extents_to_string(shape)
+                                           << ": the element counts cannot be proven equal (a symbolic dimension must appear on both sides)";
+  std::vector<ReshapeRun> runs = symbolic_runs(shape, in);
+  auto product_after = [](const std::vector<Expr>& v, size_t k, size_t end) { return extent_product(std::vector<Expr>(v.begin() + k + 1, v.begin() + end)); };
+  return compute(shape, [&](const std::vector<Var>& i) {
+    std::vector<Expr> idx;
+    for (const ReshapeRun& r : runs) {
+      Expr flat;  // the row-major position within the run
+      for (size_t k = r.out_begin; k < r.out_end; ++k) {
+        if (is_one(shape[k])) continue;
+        Expr stride = product_after(shape, k, r.out_end);
+        Expr term = is_one(stride) ? Expr(i[k]) : i[k] * stride;
+        flat = flat.defined() ? flat + term : term;
+      }
+      if (!flat.defined()) flat = Expr(0);
+      for (size_t k = r.in_begin; k < r.in_end; ++k) {
+        if (is_one(in[k])) {
+          idx.push_back(Expr(0));
+          continue;
+        }
+        Expr stride = product_after(in, k, r.in_end);
+        Expr q = is_one(stride) ? flat : floordiv(flat, stride);
+        idx.push_back(k == r.in_begin ? q : floormod(q, in[k]));
+      }
+    }
+    return X(idx);
+  }, name);
+}
+
 Tensor permute_dims(const Tensor& X, const std::vector<int>& perm, const std::string& name) {
-  std::vector<int64_t> in = const_shape(X);
+  const std::vector<Expr>& in = X.shape();
   KILN_USER_CHECK(perm.size() == in.size()) << "transpose of the " << in.size() << "-D tensor '" << X.name() << "' with " << perm.size() << " axes";
-  std::vector<int64_t> out;
+  std::vector<Expr> out;
   for (int p : perm) out.push_back(in.at(p));
-  return compute(shape_exprs(out), [&](const std::vector<Var>& i) {
+  return compute(out, [&](const std::vector<Var>& i) {
     std::vector<Expr> idx(in.size());
     for (size_t k = 0; k < perm.size(); ++k) idx[perm[k]] = i[k];
     return X(idx);
@@ -105,10 +170,11 @@ Tensor permute_dims(const Tensor& X, const std::vector<int>& perm, const std::st
 }
 
 Tensor squeeze(const Tensor& X, const std::vector<int>& axes, const std::string& name) {
-  std::vector<int64_t> in = const_shape(X), out;
+  const std::vector<Expr>& in = X.shape();
+  std::vector<Expr> out;
   for (size_t k = 0; k < in.size(); ++k)
     if (std::find(axes.begin(), axes.end(), static_cast<int>(k)) == axes.end()) out.push_back(in[k]);
-  return compute(shape_exprs(out), [&](const std::vector<Var>& i) {
+  return compute(out, [&](const std::vector<Var>& i) {
     std::vector<Expr> idx;
     size_t o = 0;
     for (size_t k = 0; k < in.size(); ++k) idx.push_back(std::find(axes.begin(), axes.end(), static_cast<int>(k)) != axes.end() ? Expr(0) : Expr(i[o++]));
@@ -117,10 +183,11 @@ Tensor squeeze(const Tensor& X, const std::vector<int>& axes, const std::string&
 }
 
 Tensor expand_dims(const Tensor& X, const std::vector<int>& axes, const std::string& name) {
-  std::vector<int64_t> in = const_shape(X), out;
+  const std::vector<Expr>& in = X.shape();
+  std::vector<Expr> out;
   size_t rank = in.size() + axes.size(), next = 0;
-  for (size_t k = 0; k < rank; ++k) out.push_back(std::find(axes.begin(), axes.end(), static_cast<int>(k)) != axes.end() ? 1 : in.at(next++));
-  return compute(shape_exprs(out), [&](const std::vector<Var>& i) {
+  for (size_t k = 0; k < rank; ++k) out.push_back(std::find(axes.begin(), axes.end(), static_cast<int>(k)) != axes.end() ? int_imm(1) : in.at(next++));
+  return compute(out, [&](const std::vector<Var>& i) {
     std::vector<Expr> idx;
     for (size_t k = 0; k < rank; ++k)
       if (std::find(axes.begin(), axes.end(), static_cast<int>(k)) == axes.end()) idx.push_back(i[k]);
@@ -130,31 +197,33 @@ Tensor expand_dims(const Tensor& X, const std::vector<int>& axes, const std::str
 
 Tensor concat(const std::vector<Tensor>& Xs, int axis, const std::string& name) {
   KILN_USER_CHECK(!Xs.empty()) << "concat of no tensors";
-  std::vector<int64_t> out = const_shape(Xs[0]);
+  std::vector<Expr> out = Xs[0].shape();
   KILN_USER_CHECK(axis >= 0 && axis < static_cast<int>(out.size())) << "concat: axis " << axis << " of rank " << out.size();
-  // Inputs of extent 0 on the axis add nothing; the others start at offsets[k].
+  // Inputs of extent 0 on the axis add nothing; the others start at offsets[k]
+  // (a sum of the extents before, symbolic when one of them is: a KV cache's past + 1).
   std::vector<Tensor> parts;
-  std::vector<int64_t> offsets;
-  int64_t total = 0;
+  std::vector<Expr> offsets;
+  Expr total = int_imm(0);
   for (const Tensor& X : Xs) {
-    std::vector<int64_t> s = const_shape(X);
+    const std::vector<Expr>& s = X.shape();
     KILN_USER_CHECK(X.dtype() == Xs[0].dtype() && s.size() == out.size()) << "concat: '" << X.name() << "' differs from '" << Xs[0].name() << "' in rank or dtype";
-    if (s[axis] == 0) continue;
+    if (is_const_int(s[axis], 0)) continue;
     parts.push_back(X);
     offsets.push_back(total);
-    total += s[axis];
+    const int64_t *a = as_const_int(total), *b = as_const_int(s[axis]);
+    total = a && b ? int_imm(*a + *b) : arith::simplify(total + s[axis]);
   }
   out[axis] = total;
-  if (parts.empty()) parts.push_back(Xs[0]), offsets.push_back(0);
-  return compute(shape_exprs(out), [&](const std::vector<Var>& i) {
+  if (parts.empty()) parts.push_back(Xs[0]), offsets.push_back(int_imm(0));
+  return compute(out, [&](const std::vector<Var>& i) {
     auto read = [&](size_t k) {
       std::vector<Expr> idx = as_exprs(i);
-      idx[axis] = offsets[k] == 0 ? idx[axis] : idx[axis] - int_imm(offsets[k]);
+      idx[axis] = is_const_int(offsets[k], 0) ? idx[axis] : idx[axis] - offsets[k];
       return parts[k](idx);
     };
     // if_then_else, not select: each branch reads only inside its own input.
     Expr v = read(parts.size() - 1);
-    for (size_t k = parts.size() - 1; k-- > 0;) v = if_then_else(Expr(i[axis]) < int_imm(offsets[k + 1]), read(k), v);
+    for (size_t k = parts.size() - 1; k-- > 0;) v = if_then_else(Expr(i[axis]) < offsets[k + 1], read(k), v);
     return v;
   }, name);
 }
@@ -205,20 +274,36 @@ Tensor strided_slice(const Tensor& X, const std::vector<SliceRange>& ranges, con
   }, name);
 }
 
+Tensor strided_slice(const Tensor& X, const std::vector<SliceExtent>& ranges, const std::string& name) {
+  KILN_USER_CHECK(static_cast<int>(ranges.size()) == X.ndim()) << "slice of the " << X.ndim() << "-D '" << X.name() << "' with " << ranges.size() << " ranges";
+  std::vector<Expr> out;
+  for (const SliceExtent& r : ranges) out.push_back(r.count);
+  return compute(out, [&](const std::vector<Var>& i) {
+    std::vector<Expr> idx;
+    for (size_t k = 0; k < ranges.size(); ++k) {
+      Expr e = ranges[k].step == 1 ? Expr(i[k]) : i[k] * int_imm(ranges[k].step);
+      idx.push_back(is_const_int(ranges[k].start, 0) ? e : e + ranges[k].start);
+    }
+    return X(idx);
+  }, name);
+}
+
 Tensor gather(const Tensor& X, const Tensor& I, int axis, const std::string& name) {
-  std::vector<int64_t> xs = const_shape(X), is = const_shape(I);
+  const std::vector<Expr>&xs = X.shape(), &is = I.shape();
   KILN_USER_CHECK(axis >= 0 && axis < static_cast<int>(xs.size())) << "gather: axis " << axis << " of the " << xs.size() << "-D '" << X.name() << "'";
   KILN_USER_CHECK(I.dtype().is_integer()) << "gather: indices '" << I.name() << "' must be integers, not " << I.dtype().str();
-  std::vector<int64_t> out(xs.begin(), xs.begin() + axis);
+  std::vector<Expr> out(xs.begin(), xs.begin() + axis);
   out.insert(out.end(), is.begin(), is.end());
   out.insert(out.end(), xs.begin() + axis + 1, xs.end());
   int q = static_cast<int>(is.size());
-  int64_t n = xs[axis];
-  return compute(shape_exprs(out), [&](const std::vector<Var>& i) {
+  Expr n = xs[axis];
+  return compute(out, [&](const std::vector<Var>& i) {
     Expr j = I(std::vector<Expr>(i.begin() + axis, i.begin() + axis + q));
-    j = select(j < make_zero(j.dtype()), j + make_const(j.dtype(), static_cast<double>(n)), j);
+    const int64_t* c = as_const_int(n);
+    j = select(j < make_zero(j.dtype()), j + (c ? make_const(j.dtype(), static_cast<double>(*c)) : cast(j.dtype(), n)), j);
     std::vector<Expr> idx(i.begin(), i.begin() + axis);
-    idx.push_back(clamp_index(cast(DataType::Int(32), j), n));
+    Expr k = cast(DataType::Int(32), j);
+    idx.push_back(c ? clamp_index(k, *c) : max(min(k, n - 1), Expr(0)));
     idx.insert(idx.end(), i.begin() + axis + q, i.end());
     return X(idx);
   }, name);
@@ -228,6 +313,16 @@ Tensor broadcast_to(const Tensor& X, const std::vector<int64_t>& shape, const st
   KILN_USER_CHECK(broadcast_shape(const_shape(X), shape) == shape)
       << "'" << X.name() << "' " << shape_to_string(const_shape(X)) << " does not broadcast to " << shape_to_string(shape);
   return compute(shape_exprs(shape), [&](const std::vector<Var>& i) { return X(broadcast_index(X, i)); }, name);
+}
+
+Tensor broadcast_to(const Tensor& X, const std::vector<Expr>& shape, const std::string& name) {
+  std::vector<int64_t> s;
+  if (all_const(X.shape()) && all_const(shape, &s)) return broadcast_to(X, s, name);
+  std::vector<Expr> b = broadcast_shape(X.shape(), shape);
+  bool same = b.size() == shape.size();
+  for (size_t k = 0; same && k < b.size(); ++k) same = same_extent(b[k], shape[k]);
+  KILN_USER_CHECK(same) << "'" << X.name() << "' " << extents_to_string(X.shape()) << " does not broadcast to " << extents_to_string(shape);
+  return compute(shape, [&](const std::vector<Var>& i) { return X(broadcast_index(X, i)); }, name);
 }
 
 Tensor pad(const Tensor& X, const std::vector<int64_t>& before, const std::vector<int64_t>& after, PadMode mode, Expr value,

@@ -10,6 +10,7 @@
 #include "kiln/graph/kernel_builder.h"
 #include "kiln/graph/op_registry.h"
 #include "kiln/graph/passes.h"
+#include "kiln/graph/to_te.h"
 #include "kiln/support/error.h"
 #include "kiln_py.h"
 
@@ -240,6 +241,14 @@ void define_graph(py::module_& root) {
     return Graph::make(std::move(in), outputs, std::move(names));
   }, py::arg("inputs"), py::arg("outputs"), py::arg("output_names") = std::vector<std::string>{});
 
+  m.def("to_te", [](const Graph& g) {
+    GraphDag d = to_te(g);
+    std::vector<NDArray> constants;
+    for (const auto& c : d.constants) constants.push_back(c->data);
+    return py::make_tuple(d.inputs, d.constant_tensors, to_numpy_list(constants), d.outputs);
+  }, py::arg("graph"),
+        "The graph as one tensor-expression DAG (what its kernels compute, before fusion and schedules): (input placeholders, constant "
+        "placeholders, the constants' values, output tensors). Symbolic dims are te shape variables: a kernel built from it takes any size.");
   m.def("registered_ops", &registered_ops);
   m.def("op_const_inputs", [](const std::string& name) { return get_op(name).const_inputs; });
   m.def("op_info", [](const std::string& name) {

@@ -88,3 +88,18 @@ def test_bert_layer_compiled_once_for_every_sequence_length():
         with torch.no_grad():
             want = m(x).numpy()
         np.testing.assert_allclose(exe.run([x.numpy()])[0], want, rtol=1e-4, atol=2e-4)
+
+
+def test_exported_dynamic_model_keeps_its_shape_variables(tmp_path):
+    exe = kiln.compile(elementwise_model(), dims={"batch": (1, 100)})
+    path = tmp_path / "dyn.so"
+    exe.export_library(path)
+    m = kiln.runtime.load_model(path)
+    assert m.shape_vars == {"batch": (1, 100)}
+    assert m.input_types == [(("batch", 8), "float32"), (("batch", 8), "float32")]
+    for b in (1, 7, 100):
+        x, y = rand(b, 8), rand(b, 8)
+        np.testing.assert_allclose(m.run([x, y])[0], np.exp(np.maximum(x + y, 0)), rtol=1e-5)
+        assert m.arena_bytes({"batch": b}) == exe.memory({"batch": b})["arena_bytes"]
+    with pytest.raises(kiln.KilnError, match="batch"):
+        m.run([rand(101, 8), rand(101, 8)])

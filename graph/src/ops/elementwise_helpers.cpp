@@ -39,18 +39,14 @@ void expect_same_dtype(const OpCall& call, int i, int j) {
               "; they must agree (insert a Cast)");
 }
 
-std::vector<int64_t> broadcast_inputs(const OpCall& call, const std::vector<int>& which) {
+Shape broadcast_inputs(const OpCall& call, const std::vector<int>& which) {
   std::vector<int> idx = which;
   if (idx.empty())
     for (int i = 0; i < call.num_inputs(); ++i) idx.push_back(i);
-  std::vector<int64_t> shape;
+  Shape shape;
   for (int i : idx) {
     if (!call.has_input(i)) continue;
-    try {
-      shape = ops::broadcast_shape(shape, call.input_types[i].shape);
-    } catch (const Error& e) {
-      call.fail(e.what());
-    }
+    shape = broadcast_dims(call, shape, call.input_types[i].shape);
   }
   return shape;
 }

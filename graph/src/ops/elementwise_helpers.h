@@ -31,7 +31,7 @@ void expect_dtype(const OpCall& call, int i, DTypes k, const std::string& what);
 /** Fails unless inputs i and j (both present) have one dtype; the message names both. */
 void expect_same_dtype(const OpCall& call, int i, int j);
 /** The broadcast shape of the present inputs listed (all present inputs when `which` is empty). */
-std::vector<int64_t> broadcast_inputs(const OpCall& call, const std::vector<int>& which = {});
+Shape broadcast_inputs(const OpCall& call, const std::vector<int>& which = {});
 /** The one value of a constant input of any numeric or bool dtype; fails unless it has one element. */
 double scalar_constant(const OpCall& call, int i, const char* what);
 

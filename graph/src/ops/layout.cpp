@@ -19,7 +19,10 @@ ops::Conv2dParams conv_params(const Attrs& a) {
   return c;
 }
 
-int64_t out_extent(int64_t in, int64_t pad, int64_t kernel, int64_t dilation, int64_t stride) { return (in + pad - dilation * (kernel - 1) - 1) / stride + 1; }
+// floor((in + pad - span) / stride) + 1; symbolic when `in` is (a dynamic image size).
+Dim out_extent(const Dim& in, int64_t pad, int64_t kernel, int64_t dilation, int64_t stride) {
+  return dim_add(dim_floordiv(dim_add(in, pad - dilation * (kernel - 1) - 1), stride), 1);
+}
 
 // What the blocked convolutions share: two inputs, resolved window attributes, output-fusable.
 OpDef blocked_conv_def(const std::string& name, const std::string& doc) {
@@ -45,9 +48,9 @@ TensorType conv_out(const OpCall& c, int64_t k_blocks, int64_t kb, int64_t KH, i
   check_conv_attrs(c);
   const auto& x = c.input_types[0].shape;
   ops::Conv2dParams p = conv_params(c.attrs);
-  int64_t OH = out_extent(x[2], p.pad_top + p.pad_bottom, KH, p.dilation_h, p.stride_h);
-  int64_t OW = out_extent(x[3], p.pad_left + p.pad_right, KW, p.dilation_w, p.stride_w);
-  if (OH <= 0 || OW <= 0) c.fail("the kernel is larger than the padded input");
+  Dim OH = out_extent(x[2], p.pad_top + p.pad_bottom, KH, p.dilation_h, p.stride_h);
+  Dim OW = out_extent(x[3], p.pad_left + p.pad_right, KW, p.dilation_w, p.stride_w);
+  if ((OH.is_static() && OH.value() <= 0) || (OW.is_static() && OW.value() <= 0)) c.fail("the kernel is larger than the padded input");
   return TensorType{{x[0], k_blocks, OH, OW, kb}, c.input_types[0].dtype};
 }
 
@@ -67,7 +70,7 @@ const bool registered = [] {
     if (channels < 0 || C > held || (from == 0 && C != held) || held - C >= std::max<int64_t>(from, 1))
       c.fail("input " + c.input_types[0].str() + " does not hold " + std::to_string(C) + " channels; give channels of at most a block less than it holds");
     if (to < 0 || (to > 0 && channels == 0 && C % to != 0)) c.fail(std::to_string(C) + " channels do not split into blocks of " + std::to_string(to) + "; give channels to pad the last block");
-    std::vector<int64_t> out = to == 0 ? std::vector<int64_t>{s[0], C, s[2], s[3]} : std::vector<int64_t>{s[0], (C + to - 1) / to, s[2], s[3], to};
+    Shape out = to == 0 ? Shape{s[0], C, s[2], s[3]} : Shape{s[0], (C + to - 1) / to, s[2], s[3], to};  // batch, H and W may be symbolic
     return std::vector<TensorType>{{out, c.input_types[0].dtype}};
   };
   lt.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
@@ -130,8 +133,8 @@ const bool registered = [] {
     const auto& a = c.input_types[0].shape;
     const auto& b = c.input_types[1].shape;
     if (a.size() < 2 || a.back() != b[1]) c.fail("A " + c.input_types[0].str() + " and panels " + c.input_types[1].str() + " do not match");
-    std::vector<int64_t> out(a.begin(), a.end() - 1);
-    out.push_back(b[0] * b[2]);
+    Shape out(a.begin(), a.end() - 1);
+    out.push_back(dim_mul(b[0], b[2]));
     return std::vector<TensorType>{{out, c.input_types[0].dtype}};
   };
   mm.compute = [](const OpCall&, const std::vector<te::Tensor>& in) { return std::vector<te::Tensor>{ops::matmul_packed_b(in[0], in[1])}; };

@@ -69,8 +69,8 @@ ConvGeometry conv_geometry(const OpCall& call) {
 std::vector<TensorType> conv_infer(const OpCall& call) {
   ConvGeometry g = conv_geometry(call);
   const TensorType& x = call.input_types[0];
-  std::vector<int64_t> out = {x.shape[0], call.input_types[1].shape[0]};
-  for (const ops::WindowDim& d : g.dims) out.push_back(d.out);
+  Shape out = {x.shape[0], call.input_types[1].shape[0]};
+  for (const ops::WindowDim& d : g.dims) out.push_back(out_dim(d));
   return {TensorType{out, x.dtype}};
 }
 
@@ -170,7 +170,7 @@ void register_conv() {
 // ---------------------------------------------------------------- Gemm, MatMul
 
 struct GemmDims {
-  int64_t M, K, N;
+  Dim M, K, N;
 };
 
 GemmDims gemm_dims(const OpCall& call) {
@@ -179,21 +179,18 @@ GemmDims gemm_dims(const OpCall& call) {
   same_dtype(call, 0, 1, "B");
   bool ta = call.attrs.get_int("transA") != 0, tb = call.attrs.get_int("transB") != 0;
   GemmDims g{ta ? a.shape[1] : a.shape[0], ta ? a.shape[0] : a.shape[1], tb ? b.shape[0] : b.shape[1]};
-  int64_t kb = tb ? b.shape[1] : b.shape[0];
-  if (g.K != kb)
-    call.fail(std::string("A") + (ta ? "^T" : "") + " is " + std::to_string(g.M) + "x" + std::to_string(g.K) + " but B" + (tb ? "^T" : "") + " is " +
-              std::to_string(kb) + "x" + std::to_string(g.N) + " (A " + shape_str(a) + ", B " + shape_str(b) + ", transA=" + std::to_string(ta) +
-              ", transB=" + std::to_string(tb) + ")");
+  Dim kb = tb ? b.shape[1] : b.shape[0];
+  if (!(g.K == kb))
+    call.fail(std::string("A") + (ta ? "^T" : "") + " is " + g.M.str() + "x" + g.K.str() + " but B" + (tb ? "^T" : "") + " is " + kb.str() + "x" +
+              g.N.str() + " (A " + shape_str(a) + ", B " + shape_str(b) + ", transA=" + std::to_string(ta) + ", transB=" + std::to_string(tb) + ")" +
+              same_name_hint(g.K, kb));
   if (call.has_input(2)) {
     const TensorType& c = call.input_types[2];
     same_dtype(call, 0, 2, "C");
+    // C broadcasts to [M, N] without growing it: each of its dims is 1 or the output's (a symbolic one is not 1).
     bool ok = c.ndim() <= 2;
-    try {
-      ok = ok && ops::broadcast_shape(c.shape, {g.M, g.N}) == std::vector<int64_t>{g.M, g.N};
-    } catch (const Error&) {
-      ok = false;
-    }
-    if (!ok) call.fail("C " + shape_str(c) + " does not broadcast to the output [" + std::to_string(g.M) + ", " + std::to_string(g.N) + "]");
+    for (int t = 0; ok && t < c.ndim(); ++t) ok = c.shape[t] == 1 || c.shape[t] == (t + c.ndim() == 2 ? g.M : g.N);
+    if (!ok) call.fail("C " + shape_str(c) + " does not broadcast to the output [" + g.M.str() + ", " + g.N.str() + "]");
   }
   return g;
 }
@@ -378,10 +375,25 @@ void register_gemm() {
   register_op(std::move(d));
 }
 
-std::vector<int64_t> matmul_out(const OpCall& call) {
+// numpy matmul over dims that may be symbolic: K must agree (provably), batch dims broadcast (broadcast_dims).
+Shape symbolic_matmul_out(const OpCall& call, const Shape& a, const Shape& b) {
+  if (a.empty() || b.empty()) call.fail("matmul: operands must have rank 1 or more, got shapes " + shape_to_string(a) + " and " + shape_to_string(b));
+  Dim ka = a.back(), kb = b.size() == 1 ? b[0] : b[b.size() - 2];
+  if (!(ka == kb))
+    call.fail("matmul: shapes " + shape_to_string(a) + " and " + shape_to_string(b) + " do not fit: A's last dimension is " + ka.str() + " but B's " +
+              (b.size() == 1 ? "only" : "second-to-last") + " dimension is " + kb.str() + same_name_hint(ka, kb));
+  Shape out = broadcast_dims(call, Shape(a.begin(), a.end() - std::min<size_t>(a.size(), 2)), Shape(b.begin(), b.end() - std::min<size_t>(b.size(), 2)));
+  if (a.size() > 1) out.push_back(a[a.size() - 2]);
+  if (b.size() > 1) out.push_back(b.back());
+  return out;
+}
+
+Shape matmul_out(const OpCall& call) {
   same_dtype(call, 0, 1, "B");
+  const Shape &a = call.input_types[0].shape, &b = call.input_types[1].shape;
+  if (!a.is_static() || !b.is_static()) return symbolic_matmul_out(call, a, b);
   try {
-    return ops::matmul_shape(call.input_types[0].shape, call.input_types[1].shape);
+    return ops::matmul_shape(a.values(), b.values());
   } catch (const Error& e) {
     call.fail(e.what());
   }

@@ -12,17 +12,44 @@ int normalize_axis(const OpCall& call, int64_t axis, int rank) {
 
 std::vector<TensorType> same_as_input(const OpCall& call) { return {call.input_types[0]}; }
 
+std::string same_name_hint(const Dim& a, const Dim& b) {
+  if (a.is_static() && b.is_static()) return "";
+  return " ('" + a.str() + "' and '" + b.str() + "' cannot be proven equal: if they are one size, give them the same shape-variable name)";
+}
+
+void expect_same_dim(const OpCall& call, const Dim& a, const Dim& b, const std::string& what) {
+  if (!(a == b)) call.fail(what + ": " + a.str() + " vs " + b.str() + same_name_hint(a, b));
+}
+
+Shape broadcast_dims(const OpCall& call, const Shape& a, const Shape& b) {
+  if (a.is_static() && b.is_static()) {
+    try {
+      return ops::broadcast_shape(a.values(), b.values());
+    } catch (const Error& e) {
+      call.fail(e.what());
+    }
+  }
+  size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t k = 0; k < n; ++k) {
+    Dim x = k < n - a.size() ? Dim(1) : a[k - (n - a.size())];
+    Dim y = k < n - b.size() ? Dim(1) : b[k - (n - b.size())];
+    // A symbolic dim is never 1 here (x == 1 is false for it): it broadcasts only against 1 or itself.
+    if (!(x == y || x == 1 || y == 1))
+      call.fail("shapes " + shape_to_string(a) + " and " + shape_to_string(b) + " do not broadcast (dimension " + std::to_string(k) + ": " +
+                x.str() + " vs " + y.str() + ")" + same_name_hint(x, y));
+    out[k] = x == 1 ? y : x;
+  }
+  return out;
+}
+
 std::vector<TensorType> broadcast_types(const OpCall& call, bool mixed_dtypes) {
-  std::vector<int64_t> shape = call.input_types[0].shape;
+  Shape shape = call.input_types[0].shape;
   for (int i = 1; i < call.num_inputs(); ++i) {
     if (!call.has_input(i)) continue;
     if (!mixed_dtypes && call.input_types[i].dtype != call.input_types[0].dtype)
       call.fail("inputs have dtypes " + call.input_types[0].dtype.str() + " and " + call.input_types[i].dtype.str() + "; they must agree (insert a Cast)");
-    try {
-      shape = ops::broadcast_shape(shape, call.input_types[i].shape);
-    } catch (const Error& e) {
-      call.fail(e.what());
-    }
+    shape = broadcast_dims(call, shape, call.input_types[i].shape);
   }
   return {TensorType{shape, call.input_types[0].dtype}};
 }

@@ -20,6 +20,18 @@ int normalize_axis(const OpCall& call, int64_t axis, int rank);
 std::vector<TensorType> same_as_input(const OpCall& call);
 /** Inputs (all present ones) broadcast; dtype of input 0 (all must agree unless `mixed_dtypes`). */
 std::vector<TensorType> broadcast_types(const OpCall& call, bool mixed_dtypes = false);
+/**
+ * numpy broadcasting of two shapes whose dims may be symbolic. A symbolic
+ * dim is treated as not 1 (its size is unknown until the model runs, and a
+ * kernel cannot broadcast by a run-time choice): it must equal the other
+ * side's dim (Dim ==, provably) or meet a 1. Static shapes behave (and fail)
+ * as ops::broadcast_shape; a mismatch fails naming both dims.
+ */
+Shape broadcast_dims(const OpCall& call, const Shape& a, const Shape& b);
+/** Fails unless dims a and b are equal (provably, when symbolic): "<what>: <a> vs <b>", with the fix for two symbols. */
+void expect_same_dim(const OpCall& call, const Dim& a, const Dim& b, const std::string& what);
+/** The sentence added to a mismatch of symbolic dims: give them one shape-variable name. */
+std::string same_name_hint(const Dim& a, const Dim& b);
 /** A scalar constant of `t` with value v. */
 Expr scalar(DataType t, double v);
 

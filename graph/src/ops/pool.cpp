@@ -31,7 +31,7 @@ std::vector<ops::WindowDim> pool_windows(const OpCall& call) {
 std::vector<TensorType> pool_infer(const OpCall& call) {
   std::vector<ops::WindowDim> dims = pool_windows(call);
   TensorType t = call.input_types[0];
-  for (size_t j = 0; j < dims.size(); ++j) t.shape[j + 2] = dims[j].out;
+  for (size_t j = 0; j < dims.size(); ++j) t.shape[j + 2] = out_dim(dims[j]);
   return {t};
 }
 

@@ -26,10 +26,11 @@ int concat_axis(const OpCall& call) {
     const TensorType& t = call.input_types[i];
     if (t.dtype != first.dtype) call.fail("input " + std::to_string(i) + " is " + t.str() + " but input 0 is " + first.str() + "; dtypes must agree");
     bool same = t.ndim() == first.ndim();
-    for (int k = 0; same && k < t.ndim(); ++k) same = k == axis || t.shape[k] == first.shape[k];
+    int k = 0;
+    for (; same && k < t.ndim(); ++k) same = k == axis || t.shape[k] == first.shape[k];
     if (!same)
       call.fail("input " + std::to_string(i) + " is " + t.str() + " but input 0 is " + first.str() + "; all dimensions but axis " +
-                std::to_string(axis) + " must agree");
+                std::to_string(axis) + " must agree" + (t.ndim() == first.ndim() ? same_name_hint(t.shape[k - 1], first.shape[k - 1]) : ""));
   }
   return axis;
 }
@@ -147,7 +148,41 @@ void register_split() {
 
 // ---- Slice ----------------------------------------------------------------
 
-std::vector<ops::SliceRange> slice_ranges(const OpCall& call) {
+// One axis of a slice whose extent may be symbolic; the bounds are constants.
+struct DimSlice {
+  Dim start;
+  int64_t step = 1;
+  Dim count;
+};
+
+// A constant bound on an axis of symbolic extent n, as ONNX's rules resolve
+// it: negative counts from the end, then clamped to [lo, n + hi_offset].
+// Bounds past int32 (INT64_MAX as "to the end") are the end: dims are int32.
+Dim clamp_bound(int64_t b, const Dim& n, int64_t lo, int64_t hi_offset) {
+  constexpr int64_t kBig = std::numeric_limits<int32_t>::max();
+  Dim hi = dim_add(n, hi_offset);
+  if (b >= kBig) return hi;
+  if (b <= -kBig) return Dim(lo);
+  // With a step > 0 (lo 0, hi n) one side of the clamp always holds, as n >= 0: min(b, n) or max(0, n + b).
+  if (lo == 0 && hi_offset == 0) return b == 0 ? Dim(0) : b > 0 ? dim_min(Dim(b), n) : dim_max(Dim(0), dim_add(n, b));
+  Dim v = b < 0 ? dim_add(n, b) : Dim(b);
+  return dim_max(Dim(lo), dim_min(v, hi));
+}
+
+// slice_range on a symbolic axis (step != 0): the count is max(0, ceil(span / |step|)).
+DimSlice symbolic_slice(const Dim& n, int64_t start, int64_t end, int64_t step) {
+  constexpr int64_t kBig = std::numeric_limits<int32_t>::max();
+  if (step > 0) {
+    Dim s = clamp_bound(start, n, 0, 0), e = clamp_bound(end, n, 0, 0);
+    Dim count = dim_floordiv(dim_add(dim_sub(e, s), step - 1), step);
+    return {s, step, end >= kBig ? count : dim_max(Dim(0), count)};  // to the end: s <= n, so the count is >= 0 already
+  }
+  Dim s = clamp_bound(start, n, 0, -1), e = clamp_bound(end, n, -1, -1);
+  // min with n: an empty axis (n = 0) clamps s to 0 and e to -1, which would count 1.
+  return {s, step, dim_min(n, dim_max(Dim(0), dim_floordiv(dim_add(dim_sub(s, e), -step - 1), -step)))};
+}
+
+std::vector<DimSlice> slice_ranges(const OpCall& call) {
   const TensorType& in = in_type(call);
   std::vector<int64_t> starts = call.constant_ints(1, "starts"), ends = call.constant_ints(2, "ends");
   if (starts.size() != ends.size())
@@ -162,13 +197,18 @@ std::vector<ops::SliceRange> slice_ranges(const OpCall& call) {
   if (axes.size() != starts.size() || steps.size() != starts.size())
     call.fail("starts, ends, axes and steps must have one entry per sliced axis; got " + std::to_string(starts.size()) + ", " +
               std::to_string(ends.size()) + ", " + std::to_string(axes.size()) + " and " + std::to_string(steps.size()));
-  std::vector<ops::SliceRange> ranges;
-  for (int64_t d : in.shape) ranges.push_back({0, 1, d});
+  std::vector<DimSlice> ranges;
+  for (const Dim& d : in.shape) ranges.push_back({0, 1, d});
   normalize_axes(call, axes, in.ndim());  // checks range and repeats; it sorts, so pair axes and bounds one at a time
   for (size_t k = 0; k < axes.size(); ++k) {
     int a = normalize_axis(call, axes[k], in.ndim());
     if (steps[k] == 0) call.fail("steps " + shape_to_string(steps) + " has a 0 (axis " + std::to_string(a) + ")");
-    ranges[a] = ops::slice_range(in.shape[a], starts[k], ends[k], steps[k]);
+    if (in.shape[a].is_symbolic()) {
+      ranges[a] = symbolic_slice(in.shape[a], starts[k], ends[k], steps[k]);
+      continue;
+    }
+    ops::SliceRange r = ops::slice_range(in.shape[a], starts[k], ends[k], steps[k]);
+    ranges[a] = {r.start, r.step, r.count};
   }
   return ranges;
 }
@@ -215,7 +255,7 @@ void register_slice_grad() {
 
 std::vector<Value> slice_grad(GradBuilder& b, const std::vector<Value>& g) {
   std::vector<int64_t> starts, steps;
-  for (const ops::SliceRange& r : slice_ranges(b.call())) {
+  for (const DimSlice& r : slice_ranges(b.call())) {
     starts.push_back(r.start);
     steps.push_back(r.step);
   }
@@ -232,12 +272,20 @@ void register_slice() {
   d.const_inputs = {1, 2, 3, 4};
   d.infer = [](const OpCall& call) {
     TensorType t = in_type(call);
-    std::vector<ops::SliceRange> r = slice_ranges(call);
+    std::vector<DimSlice> r = slice_ranges(call);
     for (size_t k = 0; k < r.size(); ++k) t.shape[k] = r[k].count;
     return std::vector<TensorType>{t};
   };
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
-    return std::vector<te::Tensor>{ops::strided_slice(in[0], slice_ranges(call), "slice")};
+    std::vector<DimSlice> r = slice_ranges(call);
+    if (in_type(call).is_static()) {
+      std::vector<ops::SliceRange> ranges;
+      for (const DimSlice& s : r) ranges.push_back({s.start, s.step, s.count});
+      return std::vector<te::Tensor>{ops::strided_slice(in[0], ranges, "slice")};
+    }
+    std::vector<ops::SliceExtent> ranges;
+    for (const DimSlice& s : r) ranges.push_back({s.start.expr(), s.step, s.count.expr()});
+    return std::vector<te::Tensor>{ops::strided_slice(in[0], ranges, "slice")};
   };
   d.gradient = slice_grad;
   d.sharding = replicated_rule();
@@ -252,7 +300,7 @@ int gather_axis(const OpCall& call) {
   if (data.ndim() == 0) call.fail("cannot gather from the scalar " + data.str());
   int axis = normalize_axis(call, call.attrs.get_int("axis"), data.ndim());
   if (!idx.dtype.is_integer()) call.fail("indices are " + idx.str() + "; they must be int32 or int64");
-  if (call.constants[1]) {  // constant indices: check them now (a kernel cannot report them)
+  if (call.constants[1] && data.shape[axis].is_static()) {  // constant indices: check them now (a kernel cannot report them; a symbolic axis clamps)
     int64_t n = data.shape[axis];
     for (int64_t i : call.constant_ints(1, "indices"))
       if (i < -n || i >= n)
@@ -297,7 +345,7 @@ void register_gather() {
   d.infer = [](const OpCall& call) {
     int axis = gather_axis(call);
     const TensorType& data = in_type(call);
-    std::vector<int64_t> shape(data.shape.begin(), data.shape.begin() + axis);
+    Shape shape(data.shape.begin(), data.shape.begin() + axis);
     shape.insert(shape.end(), call.input_types[1].shape.begin(), call.input_types[1].shape.end());
     shape.insert(shape.end(), data.shape.begin() + axis + 1, data.shape.end());
     return std::vector<TensorType>{TensorType{shape, data.dtype}};

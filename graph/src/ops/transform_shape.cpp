@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kiln/graph/autodiff.h"
+#include "kiln/ops/broadcast.h"
 #include "kiln/support/error.h"
 #include "op_helpers.h"
 #include "sharding_rules.h"
@@ -16,7 +17,7 @@ namespace {
 
 const TensorType& in_type(const OpCall& call) { return call.input_types[0]; }
 
-TensorType with_shape(const OpCall& call, std::vector<int64_t> shape) { return TensorType{std::move(shape), in_type(call).dtype}; }
+TensorType with_shape(const OpCall& call, Shape shape) { return TensorType{std::move(shape), in_type(call).dtype}; }
 
 std::vector<TensorType> one(TensorType t) { return {std::move(t)}; }
 
@@ -34,45 +35,77 @@ std::vector<Value> transpose_grad(GradBuilder& b, const std::vector<Value>& g) {
 
 // ---- Reshape -------------------------------------------------------------
 
+// The dims' extents as IR expressions (ops/ computes take these; symbolic dims stay symbolic).
+std::vector<Expr> dim_exprs(const Shape& s) {
+  std::vector<Expr> e;
+  for (const Dim& d : s) e.push_back(d.expr());
+  return e;
+}
+
+// Reshape of a symbolic input: the -1 is the input's element count over the
+// other entries' with common factors cancelled ([batch, seq, 768] to
+// [0, 0, -1] gives 768), and the counts must be provably equal.
+Shape symbolic_reshape(const OpCall& call, Shape shape, int inferred) {
+  const TensorType& in = in_type(call);
+  if (inferred >= 0) {
+    Shape known;
+    for (size_t k = 0; k < shape.size(); ++k)
+      if (static_cast<int>(k) != inferred) known.push_back(shape[k]);
+    Expr q = ops::exact_quotient(dim_exprs(in.shape), dim_exprs(known));
+    if (!q.defined())
+      call.fail("cannot infer the -1 of " + shape_to_string(shape) + " for " + in.str() + ": the element count " + in.numel_dim().str() +
+                " is not provably a multiple of the other entries' " + known.numel().str() +
+                " (each symbolic dimension of the target must be one of the input's; give dims that must agree the same shape-variable name)");
+    shape[inferred] = Dim(q);
+  }
+  if (!ops::same_product(dim_exprs(in.shape), dim_exprs(shape)))
+    call.fail("cannot reshape " + in.str() + " (" + in.numel_dim().str() + " elements) to " + shape_to_string(shape) + " (" + shape.numel().str() +
+              " elements): the counts cannot be proven equal (give dims that must agree the same shape-variable name)");
+  return shape;
+}
+
 // ONNX's shape rules: 0 copies the input's dimension (unless allowzero), -1 is inferred.
-std::vector<int64_t> reshape_shape(const OpCall& call) {
+Shape reshape_shape(const OpCall& call) {
   const TensorType& in = in_type(call);
   if (call.input_types[1].ndim() != 1) call.fail("the shape input must be 1-D, got " + call.input_types[1].str());
-  std::vector<int64_t> shape = call.constant_ints(1, "shape");
+  std::vector<int64_t> entries = call.constant_ints(1, "shape");
+  Shape shape(entries);
   bool allowzero = call.attrs.get_int("allowzero") != 0;
   int inferred = -1;
   for (size_t k = 0; k < shape.size(); ++k) {
-    if (shape[k] == 0 && !allowzero) {
+    if (entries[k] == 0 && !allowzero) {
       if (static_cast<int>(k) >= in.ndim())
         call.fail("shape " + shape_to_string(shape) + ": entry " + std::to_string(k) + " is 0 (copy the input's dimension), but the input " +
                   in.str() + " has only " + std::to_string(in.ndim()) + " dimensions");
       shape[k] = in.shape[k];
-    } else if (shape[k] == -1) {
+    } else if (entries[k] == -1) {
       if (inferred >= 0) call.fail("shape " + shape_to_string(shape) + " has more than one -1 (at most one dimension can be inferred)");
       inferred = static_cast<int>(k);
-    } else if (shape[k] < 0) {
-      call.fail("shape " + shape_to_string(shape) + " has the invalid entry " + std::to_string(shape[k]) + " (entries are >= 0, or -1 to infer)");
+    } else if (entries[k] < 0) {
+      call.fail("shape " + shape_to_string(shape) + " has the invalid entry " + std::to_string(entries[k]) + " (entries are >= 0, or -1 to infer)");
     }
   }
+  if (!in.is_static() || !shape.is_static()) return symbolic_reshape(call, shape, inferred);
+  std::vector<int64_t> out = shape;
   if (inferred >= 0) {
     int64_t known = 1;
-    for (size_t k = 0; k < shape.size(); ++k)
-      if (static_cast<int>(k) != inferred) known *= shape[k];
+    for (size_t k = 0; k < out.size(); ++k)
+      if (static_cast<int>(k) != inferred) known *= out[k];
     if (known == 0 || in.numel() % known != 0)
-      call.fail("cannot reshape " + in.str() + " (" + std::to_string(in.numel()) + " elements) to " + shape_to_string(shape) +
+      call.fail("cannot reshape " + in.str() + " (" + std::to_string(in.numel()) + " elements) to " + shape_to_string(out) +
                 ": the other dimensions hold " + std::to_string(known) + " elements, which do not divide " + std::to_string(in.numel()));
-    shape[inferred] = in.numel() / known;
+    out[inferred] = in.numel() / known;
   }
-  if (numel_of(shape) != in.numel())
-    call.fail("cannot reshape " + in.str() + " (" + std::to_string(in.numel()) + " elements) to " + shape_to_string(shape) + " (" +
-              std::to_string(numel_of(shape)) + " elements)");
-  return shape;
+  if (numel_of(out) != in.numel())
+    call.fail("cannot reshape " + in.str() + " (" + std::to_string(in.numel()) + " elements) to " + shape_to_string(out) + " (" +
+              std::to_string(numel_of(out)) + " elements)");
+  return out;
 }
 
 // Every reshaping op is the same index remap once its output shape is known.
-ComputeFn reshape_to(std::function<std::vector<int64_t>(const OpCall&)> shape_of) {
+ComputeFn reshape_to(std::function<Shape(const OpCall&)> shape_of) {
   return [shape_of](const OpCall& call, const std::vector<te::Tensor>& in) {
-    return std::vector<te::Tensor>{ops::reshape(in[0], shape_of(call), call.op->name)};
+    return std::vector<te::Tensor>{ops::reshape(in[0], dim_exprs(shape_of(call)), call.op->name)};
   };
 }
 
@@ -139,13 +172,13 @@ void register_reshape() {
 
 // ---- Flatten ------------------------------------------------------------
 
-std::vector<int64_t> flatten_shape(const OpCall& call) {
+Shape flatten_shape(const OpCall& call) {
   const TensorType& in = in_type(call);
   int64_t axis = call.attrs.get_int("axis");
   if (axis < -in.ndim() || axis > in.ndim())
     call.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(in.ndim()) + " (Flatten takes -rank to rank)");
   if (axis < 0) axis += in.ndim();
-  int64_t outer = 1, inner = 1;
+  Dim outer = 1, inner = 1;
   for (int k = 0; k < in.ndim(); ++k) (k < axis ? outer : inner) *= in.shape[k];
   return {outer, inner};
 }
@@ -208,7 +241,7 @@ void register_transpose() {
   d.attrs = {{"perm", AttrKind::Ints, AttrValue(std::vector<int64_t>{})}};
   d.pattern = Pattern::Injective;
   d.infer = [](const OpCall& call) {
-    std::vector<int64_t> shape;
+    Shape shape;
     for (int p : transpose_perm(call)) shape.push_back(in_type(call).shape[p]);
     return one(with_shape(call, shape));
   };
@@ -228,10 +261,10 @@ std::vector<int> squeeze_axes(const OpCall& call) {
   if (input_given(call, 1)) {
     axes = normalize_axes(call, call.constant_ints(1, "axes"), in.ndim());
     for (int a : axes)
-      if (in.shape[a] != 1)
-        call.fail("cannot squeeze axis " + std::to_string(a) + " of " + in.str() + ": its extent is " + std::to_string(in.shape[a]) + ", not 1");
+      if (!(in.shape[a] == 1))
+        call.fail("cannot squeeze axis " + std::to_string(a) + " of " + in.str() + ": its extent is " + in.shape[a].str() + ", not 1");
   } else {
-    for (int k = 0; k < in.ndim(); ++k)
+    for (int k = 0; k < in.ndim(); ++k)  // a symbolic dim is not taken for 1: it stays
       if (in.shape[k] == 1) axes.push_back(k);
   }
   return axes;
@@ -247,7 +280,7 @@ void register_squeeze() {
   d.const_inputs = {1};
   d.infer = [](const OpCall& call) {
     std::vector<int> axes = squeeze_axes(call);
-    std::vector<int64_t> shape;
+    Shape shape;
     for (int k = 0; k < in_type(call).ndim(); ++k)
       if (std::find(axes.begin(), axes.end(), k) == axes.end()) shape.push_back(in_type(call).shape[k]);
     return one(with_shape(call, shape));
@@ -274,7 +307,7 @@ void register_unsqueeze() {
   d.const_inputs = {1};
   d.infer = [](const OpCall& call) {
     std::vector<int> axes = unsqueeze_axes(call);
-    std::vector<int64_t> shape;
+    Shape shape;
     size_t next = 0;
     for (int k = 0; k < in_type(call).ndim() + static_cast<int>(axes.size()); ++k)
       shape.push_back(std::find(axes.begin(), axes.end(), k) != axes.end() ? Dim(1) : in_type(call).shape[next++]);
@@ -290,9 +323,11 @@ void register_unsqueeze() {
 
 // ---- Expand --------------------------------------------------------------
 
-std::vector<int64_t> expand_shape(const OpCall& call) {
+Shape expand_shape(const OpCall& call) {
   if (call.input_types[1].ndim() != 1) call.fail("the shape input must be 1-D, got " + call.input_types[1].str());
   std::vector<int64_t> shape = call.constant_ints(1, "shape");
+  // A symbolic input broadcasts against the constant shape (its 1s keep the input's dim; a symbolic dim is never 1).
+  if (!in_type(call).is_static()) return broadcast_dims(call, in_type(call).shape, Shape(shape));
   try {
     return ops::broadcast_shape(in_type(call).shape, shape);  // bidirectional, as ONNX's Expand
   } catch (const Error& e) {
@@ -334,7 +369,7 @@ void register_expand() {
   d.const_inputs = {1};
   d.infer = [](const OpCall& call) { return one(with_shape(call, expand_shape(call))); };
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
-    return std::vector<te::Tensor>{ops::broadcast_to(in[0], expand_shape(call), "expand")};
+    return std::vector<te::Tensor>{ops::broadcast_to(in[0], dim_exprs(expand_shape(call)), "expand")};
   };
   d.gradient = expand_grad;
   d.sharding = {"expand", expand_propagate, expand_localize};

@@ -13,6 +13,8 @@ std::string list_str(const std::vector<int64_t>& v) { return attr_to_string(v); 
 
 }  // namespace
 
+Dim out_dim(const ops::WindowDim& d) { return d.is_symbolic() ? Dim(d.out_symbolic) : Dim(d.out); }
+
 std::vector<int64_t> spatial_attr(const OpCall& call, const char* name, size_t n, int64_t fallback, size_t per_dim) {
   if (!call.attrs.has(name)) return std::vector<int64_t>(n * per_dim, fallback);
   const std::vector<int64_t>& v = call.attrs.get_ints(name);
@@ -38,7 +40,9 @@ std::vector<ops::WindowDim> resolve_windows(const OpCall& call, const std::vecto
   std::vector<ops::WindowDim> dims(n);
   for (size_t j = 0; j < n; ++j) {
     ops::WindowDim& d = dims[j];
-    d.in = x.shape[j + 2];
+    const Dim& in = x.shape[j + 2];
+    if (in.is_symbolic()) d.in_symbolic = in.expr();  // out becomes an expression of it (ops::resolve_window)
+    else d.in = in.value();
     d.kernel = kernel[j];
     d.stride = strides[j];
     d.dilation = dilations[j];
@@ -49,8 +53,12 @@ std::vector<ops::WindowDim> resolve_windows(const OpCall& call, const std::vecto
     if (d.stride < 1) call.fail("stride " + std::to_string(d.stride) + where + " must be positive");
     if (d.dilation < 1) call.fail("dilation " + std::to_string(d.dilation) + where + " must be positive");
     if (d.pad_begin < 0 || d.pad_end < 0) call.fail("pads " + list_str(pads) + " must not be negative");
-    ops::resolve_window(&d, mode, ceil_mode);
-    if (d.out < 1)
+    try {
+      ops::resolve_window(&d, mode, ceil_mode);
+    } catch (const Error& e) {
+      call.fail(e.what() + where);
+    }
+    if (!d.is_symbolic() && d.out < 1)
       call.fail("the kernel (" + std::to_string(d.span()) + " wide with dilation " + std::to_string(d.dilation) + ") is larger than the input (" +
                 std::to_string(d.in) + " plus pads " + std::to_string(d.pad_begin) + " + " + std::to_string(d.pad_end) + ")" + where +
                 "; shrink the kernel or pad the input");

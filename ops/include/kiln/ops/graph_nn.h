@@ -41,9 +41,19 @@ struct WindowDim {
   int64_t pad_begin = 0;
   int64_t pad_end = 0;
   int64_t out = 0;  ///< output extent (filled by resolve_window)
-
+  /**
+   * A symbolic input extent (a dynamic image size): `in` is then unused and
+   * resolve_window sets out_symbolic, an expression of it; the kernel,
+   * stride, dilation and pads stay static.
+   */
+  Expr in_symbolic;
+  Expr out_symbolic;
   /** The extent the dilated kernel spans: (kernel - 1) * dilation + 1. */
   int64_t span() const { return (kernel - 1) * dilation + 1; }
+  bool is_symbolic() const { return in_symbolic.defined(); }
+  /** in and out as index expressions (symbolic or constant). */
+  Expr in_extent() const;
+  Expr out_extent() const;
 };
 
 /**
@@ -53,6 +63,9 @@ struct WindowDim {
  * or (ceil_mode) ceil rounding, where a last window that would start in the
  * end padding is dropped (as PyTorch does). out may come out <= 0 when the
  * kernel is larger than the padded input: the caller reports that.
+ * A symbolic input (in_symbolic) gets out_symbolic = floor((in + pads -
+ * span) / stride) + 1; SAME padding only with stride 1 (its pads are then
+ * static) and no ceil_mode: kiln::Error names what is refused.
  */
 void resolve_window(WindowDim* d, AutoPad mode, bool ceil_mode);
 
@@ -92,6 +105,8 @@ Tensor add_channel_bias(const Tensor& Y, const Tensor& B, const std::string& nam
 
 /** The output shape of numpy matmul of shapes a and b; throws kiln::Error naming both shapes when they do not fit. */
 std::vector<int64_t> matmul_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
+/** The same over extents that may be symbolic (broadcast.h's rules: a symbolic extent must match provably). */
+std::vector<Expr> matmul_shape(const std::vector<Expr>& a, const std::vector<Expr>& b);
 /**
  * numpy matmul: 1-D operands are promoted (and the promoted dimension
  * dropped from the result), batch dimensions broadcast. One reduction over

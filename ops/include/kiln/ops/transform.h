@@ -4,7 +4,9 @@
  * output element reads input elements at an index map, so every compute
  * here works for any dtype (float, int64 shape vectors, bool).
  *
- * Shapes and parameters are static and already normalised (non-negative
+ * Extents may be symbolic (te.var shape variables) where an overload takes
+ * Exprs, and in the computes that read their input's shape (permute_dims,
+ * squeeze, expand_dims, concat, gather). Parameters are already normalised (non-negative
  * axes, clamped slice bounds): the ONNX rules live with the graph's type
  * inference, which must agree with these shapes anyway. The pure helpers
  * below (slice_range, resize_source_coord) are shared by both.
@@ -23,6 +25,8 @@ namespace kiln::ops {
 
 /** X reinterpreted as `shape` in row-major order (element counts must agree). */
 te::Tensor reshape(const te::Tensor& X, const std::vector<int64_t>& shape, const std::string& name = "reshape");
+/** The same to extents that may be symbolic; their product must provably be X's (same_product), else kiln::Error naming both shapes. */
+te::Tensor reshape(const te::Tensor& X, const std::vector<Expr>& shape, const std::string& name = "reshape");
 /** out[i_0..i_{r-1}] = X[j] with j[perm[k]] = i_k (numpy's transpose(perm); nn.h's transpose is the 2-D one). */
 te::Tensor permute_dims(const te::Tensor& X, const std::vector<int>& perm, const std::string& name = "transpose");
 /** Drops the dimensions `axes` (sorted, distinct, each of extent 1). */
@@ -44,6 +48,13 @@ struct SliceRange {
 SliceRange slice_range(int64_t dim, int64_t start, int64_t end, int64_t step);
 /** out[i] = X[r_k.start + i_k * r_k.step] with one range per dimension. */
 te::Tensor strided_slice(const te::Tensor& X, const std::vector<SliceRange>& ranges, const std::string& name = "slice");
+/** A SliceRange whose start and count may be symbolic (a slice of a dynamic axis: its bounds clamp at run time). */
+struct SliceExtent {
+  Expr start;
+  int64_t step = 1;
+  Expr count;
+};
+te::Tensor strided_slice(const te::Tensor& X, const std::vector<SliceExtent>& ranges, const std::string& name = "slice");
 
 /**
  * numpy's take(X, I, axis): out has shape X[:axis] + I + X[axis+1:]. Indices
@@ -53,6 +64,7 @@ te::Tensor strided_slice(const te::Tensor& X, const std::vector<SliceRange>& ran
 te::Tensor gather(const te::Tensor& X, const te::Tensor& I, int axis, const std::string& name = "gather");
 /** X broadcast (numpy rules) to `shape`; `shape` must be the broadcast of X's shape and itself. */
 te::Tensor broadcast_to(const te::Tensor& X, const std::vector<int64_t>& shape, const std::string& name = "expand");
+te::Tensor broadcast_to(const te::Tensor& X, const std::vector<Expr>& shape, const std::string& name = "expand");
 
 enum class PadMode : uint8_t { Constant, Reflect, Edge };
 /**
