@@ -23,7 +23,8 @@ const char* kind_name(const AttrValue& v) {
     case 1: return "a float";
     case 2: return "a string";
     case 3: return "a list of integers";
-    default: return "a list of floats";
+    case 4: return "a list of floats";
+    default: return "a shape";
   }
 }
 
@@ -46,6 +47,7 @@ const std::vector<int64_t>& Attrs::get_ints(const std::string& name) const {
 const std::vector<double>& Attrs::get_floats(const std::string& name) const {
   return get_as<std::vector<double>>(values_, name, "a list of floats");
 }
+const Shape& Attrs::get_shape(const std::string& name) const { return get_as<Shape>(values_, name, "a shape"); }
 double Attrs::get_float(const std::string& name) const {
   auto it = values_.find(name);
   if (it != values_.end())
@@ -67,7 +69,8 @@ std::string attr_to_string(const AttrValue& v) {
     case 1: os << std::get<double>(v); break;
     case 2: os << '"' << std::get<std::string>(v) << '"'; break;
     case 3: list(std::get<std::vector<int64_t>>(v)); break;
-    default: list(std::get<std::vector<double>>(v)); break;
+    case 4: list(std::get<std::vector<double>>(v)); break;
+    default: os << shape_to_string(std::get<Shape>(v)); break;
   }
   return os.str();
 }

@@ -63,7 +63,7 @@ class ShapeValues {
   std::optional<std::vector<Dim>> elements(const Value& v) const;
   bool reads_symbolic(const OnnxNode& n) const;
   std::optional<std::vector<Dim>> compute(const OnnxNode& n) const;
-  Value target_constant(const OnnxNode& n) const;
+  Value target_constant(OnnxNode& n) const;
 
   std::unordered_map<Value, std::vector<Dim>, ValueHash> known_;
 };

@@ -138,7 +138,7 @@ std::optional<std::vector<Value>> ShapeValues::emit(OnnxNode& n, const std::func
 
 // Reshape's or Expand's target as a constant: static entries as they are,
 // and each symbolic one as ONNX's word for "the input's dimension here".
-Value ShapeValues::target_constant(const OnnxNode& n) const {
+Value ShapeValues::target_constant(OnnxNode& n) const {
   std::vector<Dim> target = *elements(n.inputs[1]);
   const Shape& in = n.inputs[0].type().shape;
   std::vector<int64_t> encoded;
@@ -157,10 +157,14 @@ Value ShapeValues::target_constant(const OnnxNode& n) const {
     } else if (reshape && !used_rest) {
       encoded.push_back(-1);
       used_rest = true;
+    } else if (reshape) {
+      // Beyond ONNX's words: the node carries the whole target as dims (Reshape's `target`).
+      n.attrs.set("target", Shape(target));
+      return int64_array(n.name + "/target", std::vector<int64_t>(target.size(), -1), false);
     } else {
-      KILN_USER_ERROR() << n.op_type << " node '" << n.name << "' reshapes " << n.inputs[0].type().str() << " to "
+      KILN_USER_ERROR() << n.op_type << " node '" << n.name << "' expands " << n.inputs[0].type().str() << " to "
                         << dims_text(target) << ", whose symbolic dimension '" << t.str()
-                        << "' kiln cannot express yet (only dims equal to the input's at the same axis, plus one more); give the "
+                        << "' kiln cannot express yet (only dims equal to the input's at the same axis); give the "
                            "symbolic dimensions sizes (shapes={...}) to import this model";
     }
   }

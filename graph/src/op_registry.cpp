@@ -42,6 +42,7 @@ const char* attr_kind_name(AttrKind k) {
     case AttrKind::String: return "a string";
     case AttrKind::Ints: return "a list of integers";
     case AttrKind::Floats: return "a list of floats";
+    case AttrKind::Shape: return "a shape";
   }
   return "?";
 }
@@ -62,6 +63,9 @@ bool coerce(AttrKind want, AttrValue* v) {
       if (auto* is = std::get_if<std::vector<int64_t>>(v)) *v = std::vector<double>(is->begin(), is->end());
       if (auto* f = std::get_if<double>(v)) *v = std::vector<double>{*f};
       return std::holds_alternative<std::vector<double>>(*v);
+    case AttrKind::Shape:
+      if (auto* is = std::get_if<std::vector<int64_t>>(v)) *v = Shape(*is);
+      return std::holds_alternative<Shape>(*v);
   }
   return false;
 }

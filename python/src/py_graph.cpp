@@ -38,7 +38,11 @@ AttrValue to_attr(py::handle v, const std::string& name) {
 }
 
 py::object from_attr(const AttrValue& v) {
-  return std::visit([](const auto& x) -> py::object { return py::cast(x); }, v);
+  if (const Shape* s = std::get_if<Shape>(&v)) return shape_tuple(*s);
+  return std::visit([](const auto& x) -> py::object {
+    if constexpr (std::is_same_v<std::decay_t<decltype(x)>, Shape>) return py::none();  // handled above
+    else return py::cast(x);
+  }, v);
 }
 
 Attrs to_attrs(const py::dict& d) {

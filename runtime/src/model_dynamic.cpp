@@ -74,6 +74,14 @@ std::vector<uint64_t> step_scalars(const ModelPlan& plan, size_t s, const Kernel
     tensors[i] = DLTensor{placeholder, DLDevice{kDLCPU, 0}, static_cast<int32_t>(shape.size()), to_dlpack_dtype(pb.dtype), shape.data(), nullptr, 0};
     args.emplace_back(&tensors[i]);
   }
+  // Shape scalars named after the model's shape variables get their values
+  // (a kernel over [batch * 12, seq, 32] has no array with batch as a plain
+  // dimension); the binder checks them against the arrays and infers the rest.
+  for (size_t i = step.args.size(); i < k.params.size(); ++i) {
+    auto it = std::find(plan.shape_vars.begin(), plan.shape_vars.end(), k.params[i].name);
+    if (k.params[i].is_buffer || it == plan.shape_vars.end()) break;
+    args.emplace_back(bound.values[it - plan.shape_vars.begin()]);
+  }
   std::vector<uint64_t> out;
   try {
     PackedArgs packed(k, args);

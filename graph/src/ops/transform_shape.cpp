@@ -67,6 +67,8 @@ Shape symbolic_reshape(const OpCall& call, Shape shape, int inferred) {
 // ONNX's shape rules: 0 copies the input's dimension (unless allowzero), -1 is inferred.
 Shape reshape_shape(const OpCall& call) {
   const TensorType& in = in_type(call);
+  // A target over shape variables that ONNX's 0/-1 cannot say ([batch*seq, 128] -> [seq, batch, 128]).
+  if (const Shape& target = call.attrs.get_shape("target"); !target.empty()) return symbolic_reshape(call, target, -1);
   if (call.input_types[1].ndim() != 1) call.fail("the shape input must be 1-D, got " + call.input_types[1].str());
   std::vector<int64_t> entries = call.constant_ints(1, "shape");
   Shape shape(entries);
@@ -160,7 +162,8 @@ void register_reshape() {
   d.name = "Reshape";
   d.doc = "Reshape(data, shape): row-major reshape; in `shape`, 0 copies the input dimension (allowzero=0) and -1 is inferred";
   d.min_inputs = d.max_inputs = 2;
-  d.attrs = {{"allowzero", AttrKind::Int, AttrValue(int64_t(0))}};
+  // target: the output shape when it has symbolic dims ONNX's encoding cannot express (the importer sets it); empty: use `shape`.
+  d.attrs = {{"allowzero", AttrKind::Int, AttrValue(int64_t(0))}, {"target", AttrKind::Shape, AttrValue(Shape{})}};
   d.pattern = Pattern::Injective;
   d.const_inputs = {1};
   d.infer = [](const OpCall& call) { return one(with_shape(call, reshape_shape(call))); };

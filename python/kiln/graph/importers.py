@@ -89,10 +89,10 @@ def from_torch(module, example_inputs, opset=13, shapes=None):
     module.eval()
     buf = io.BytesIO()
     try:
-        with torch.no_grad():
-            torch.onnx.export(module, args, buf, opset_version=int(opset), input_names=names,
-                              training=torch.onnx.TrainingMode.EVAL, do_constant_folding=True,
-                              dynamic_axes=dynamic_axes or None)
+        # Gradients stay on: under no_grad nn.TransformerEncoderLayer takes a fused fast path that ONNX cannot express.
+        torch.onnx.export(module, args, buf, opset_version=int(opset), input_names=names,
+                          training=torch.onnx.TrainingMode.EVAL, do_constant_folding=True,
+                          dynamic_axes=dynamic_axes or None)
     finally:
         module.train(was_training)
     return from_onnx(buf.getvalue(), shapes=final)

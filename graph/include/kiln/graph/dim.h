@@ -113,6 +113,10 @@ class Shape : public std::vector<Dim> {
 /** "[1, seq, 768]". */
 std::string shape_to_string(const Shape& shape);
 
+/** Dim by Dim (symbolic dims compare as simplified expressions); exact overloads keep overload resolution unambiguous. */
+inline bool operator==(const Shape& a, const Shape& b) {
+  return static_cast<const std::vector<Dim>&>(a) == static_cast<const std::vector<Dim>&>(b);
+}
 inline bool operator==(const Shape& a, const std::vector<int64_t>& b) { return a == Shape(b); }
 
 }  // namespace kiln::graph

@@ -52,8 +52,12 @@ struct TensorType {
   bool operator==(const TensorType& o) const { return shape == o.shape && dtype == o.dtype; }
 };
 
-/** An attribute value: an integer, a float, a string or a list of integers or floats. */
-using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>>;
+/**
+ * An attribute value: an integer, a float, a string, a list of integers or
+ * floats, or a shape (dims that may be symbolic: a Reshape's target computed
+ * from the input's shape variables).
+ */
+using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>, Shape>;
 
 /** An operator's attributes by name (sorted, so printing and hashing are deterministic). */
 class Attrs {
@@ -68,6 +72,7 @@ class Attrs {
   const std::string& get_string(const std::string& name) const;
   const std::vector<int64_t>& get_ints(const std::string& name) const;
   const std::vector<double>& get_floats(const std::string& name) const;
+  const Shape& get_shape(const std::string& name) const;
   /** get_int when present, else `fallback`. */
   int64_t get_int_or(const std::string& name, int64_t fallback) const;
   double get_float_or(const std::string& name, double fallback) const;

@@ -66,7 +66,7 @@ enum class Pattern : uint8_t {
 };
 const char* pattern_name(Pattern p);
 
-enum class AttrKind : uint8_t { Int, Float, String, Ints, Floats };
+enum class AttrKind : uint8_t { Int, Float, String, Ints, Floats, Shape };
 
 struct AttrSpec {
   std::string name;
