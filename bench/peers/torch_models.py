@@ -88,6 +88,34 @@ def build(name, image_size=224, seq_len=128, seed=0):
     return module.eval(), torch.randn(*shape, generator=gen)
 
 
+def decoder_block(d=768, heads=12, seed=0):
+    """A GPT-2-style decoder block for one generation step, in eval mode: forward(x [b, 1, d], past_k, past_v
+    [b, heads, past, d/heads]) returns (y [b, 1, d], k, v [b, heads, past + 1, d/heads]); the new position
+    attends to every cached one and itself (no mask is needed for the last position)."""
+    import torch
+
+    class DecoderBlock(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+            self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+            self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+        def forward(self, x, past_k, past_v):
+            b, hd = x.shape[0], d // heads
+            q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+            q = q.reshape(b, 1, heads, hd).transpose(1, 2)
+            k = torch.cat([past_k, k.reshape(b, 1, heads, hd).transpose(1, 2)], dim=2)
+            v = torch.cat([past_v, v.reshape(b, 1, heads, hd).transpose(1, 2)], dim=2)
+            att = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * (hd ** -0.5), dim=-1)
+            y = torch.matmul(att, v).transpose(1, 2).reshape(b, 1, d)
+            x = x + self.proj(y)
+            return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x)))), k, v
+
+    torch.manual_seed(seed)
+    return DecoderBlock().eval()
+
+
 def variants_of(name):
     """The VARIANTS that apply to a model: channels_last only where the input is an image."""
     return tuple(v for v in VARIANTS if v != "eager_channels_last" or name != "bert_layer")

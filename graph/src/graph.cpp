@@ -77,7 +77,11 @@ std::string attr_to_string(const AttrValue& v) {
 
 std::string Attrs::str() const {
   std::string s;
-  for (const auto& [k, v] : values_) s += (s.empty() ? "" : ", ") + k + "=" + attr_to_string(v);
+  for (const auto& [k, v] : values_) {
+    // An empty shape is an optional shape attribute left unset (Reshape's `target`): not worth a word.
+    if (const Shape* shape = std::get_if<Shape>(&v); shape && shape->empty()) continue;
+    s += (s.empty() ? "" : ", ") + k + "=" + attr_to_string(v);
+  }
   return s;
 }
 

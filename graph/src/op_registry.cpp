@@ -58,6 +58,8 @@ bool coerce(AttrKind want, AttrValue* v) {
     case AttrKind::String: return std::holds_alternative<std::string>(*v);
     case AttrKind::Ints:
       if (auto* i = std::get_if<int64_t>(v)) *v = std::vector<int64_t>{*i};
+      // A static shape given where a list of integers is expected (autodiff's input_shape from a TensorType).
+      if (auto* s = std::get_if<Shape>(v); s && s->is_static()) *v = s->values();
       return std::holds_alternative<std::vector<int64_t>>(*v);
     case AttrKind::Floats:
       if (auto* is = std::get_if<std::vector<int64_t>>(v)) *v = std::vector<double>(is->begin(), is->end());

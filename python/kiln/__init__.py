@@ -27,7 +27,7 @@ thin aliases of kiln's own calls.
 """
 from ._ffi import InternalError, KilnError, _kiln
 from . import te, nd, runtime, ops, tuning_db, tir, testing, gpu
-from .driver import build, lower
+from .driver import build, build_count, lower
 from .runtime import Module, TimeResult, cpu, device
 
 Target = _kiln.Target
@@ -35,7 +35,7 @@ PrimFunc = _kiln.PrimFunc
 
 __version__ = "0.1.0"
 
-__all__ = ["KilnError", "InternalError", "te", "nd", "runtime", "ops", "tuning_db", "tir", "testing", "gpu", "build", "lower",
+__all__ = ["KilnError", "InternalError", "te", "nd", "runtime", "ops", "tuning_db", "tir", "testing", "gpu", "build", "build_count", "lower",
            "cpu", "device", "Module", "TimeResult", "Target", "PrimFunc"]
 if hasattr(_kiln, "graph"):  # built with the graph compiler
     from . import graph, train

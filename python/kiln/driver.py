@@ -109,3 +109,9 @@ def best_record(task, db):
 
 
 __all__ = ["lower", "build", "arg_tensors", "best_record"]
+
+
+def build_count():
+    """How many kernels kiln has compiled in this process (kiln.build, kiln.compile's groups, tuning measurements):
+    a model compiled with symbolic dimensions compiles none when new shapes arrive."""
+    return _kiln.build_count()

@@ -75,6 +75,7 @@ void define_lower(py::module_& m) {
     py::gil_scoped_release release;
     return build(sch, tensors, t, name);
   }, py::arg("schedule"), py::arg("args"), py::arg("target") = "llvm", py::arg("name") = "main");
+  m.def("build_count", &build_count, "How many kernels kiln has compiled in this process (every path: kiln.build, kiln.compile, tuning).");
 }
 
 }  // namespace kiln::python

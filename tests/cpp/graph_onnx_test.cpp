@@ -132,8 +132,10 @@ TEST(GraphOnnx, BadBytes) {
   expect_error([&] { from_onnx_bytes(std::string("\xff\xff\xff\xff garbage", 12)); }, "not an ONNX model");
   expect_error([&] { from_onnx_bytes(""); }, "hold no ONNX graph");
   expect_error([&] { from_onnx("/nonexistent/model.onnx"); }, "cannot open the ONNX file '/nonexistent/model.onnx'");
-  // The symbolic batch without a shape for it.
-  expect_error([&] { from_onnx_bytes(good); }, "symbolic dimension 'batch'");
+  // The symbolic batch without a shape for it stays the shape variable "batch".
+  Graph g = from_onnx_bytes(good);
+  EXPECT_EQ(g.inputs()[0]->types[0].str(), "float32[batch, 3]");
+  EXPECT_EQ(g.outputs()[0].type().str(), "float32[batch, 3]");
 }
 
 }  // namespace

@@ -103,3 +103,36 @@ def test_exported_dynamic_model_keeps_its_shape_variables(tmp_path):
         assert m.arena_bytes({"batch": b}) == exe.memory({"batch": b})["arena_bytes"]
     with pytest.raises(kiln.KilnError, match="batch"):
         m.run([rand(101, 8), rand(101, 8)])
+
+
+def test_decoder_step_with_a_growing_kv_cache():
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "peers"))
+    from torch_models import decoder_block
+    d, heads = 64, 4
+    block = decoder_block(d, heads)
+    hd = d // heads
+    example = (torch.randn(2, 1, d), torch.randn(2, heads, 5, hd), torch.randn(2, heads, 5, hd))
+    g = kg.from_torch(block, example, shapes={"input0": ("batch", 1, d), "input1": ("batch", heads, "past", hd),
+                                               "input2": ("batch", heads, "past", hd)})
+    exe = kiln.compile(g)
+    builds = kiln.build_count()
+    for batch in (1, 3):
+        k = torch.randn(batch, heads, 1, hd)
+        v = torch.randn(batch, heads, 1, hd)
+        for step in range(6):  # the cache grows 1, 2, ... positions, fed back as the next step's input
+            x = torch.randn(batch, 1, d)
+            with torch.no_grad():
+                want = block(x, k, v)
+            got = exe.run([x.numpy(), k.numpy(), v.numpy()])
+            for g_, w_ in zip(got, want):
+                np.testing.assert_allclose(g_, w_.numpy(), rtol=1e-4, atol=1e-4)
+            assert got[1].shape == (batch, heads, 2 + step, hd)
+            k, v = torch.from_numpy(got[1]), torch.from_numpy(got[2])
+    past = 257  # a long cache at once
+    x, k, v = torch.randn(2, 1, d), torch.randn(2, heads, past, hd), torch.randn(2, heads, past, hd)
+    with torch.no_grad():
+        want = block(x, k, v)[0].numpy()
+    np.testing.assert_allclose(exe.run([x.numpy(), k.numpy(), v.numpy()])[0], want, rtol=1e-4, atol=1e-4)
+    assert kiln.build_count() == builds  # no kernel compiled for any new shape

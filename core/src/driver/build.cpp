@@ -1,5 +1,7 @@
 #include "kiln/driver/build.h"
 
+#include <atomic>
+
 #include "kiln/support/error.h"
 #include "kiln/te/lower.h"
 #ifdef KILN_WITH_LLVM
@@ -8,11 +10,18 @@
 
 namespace kiln {
 
+namespace {
+std::atomic<uint64_t> builds{0};
+}  // namespace
+
+uint64_t build_count() { return builds.load(); }
+
 Module build(const te::Schedule& sch, const std::vector<te::Tensor>& args, const std::string& target, const std::string& name) {
   return build(sch, args, Target::parse(target), name);
 }
 
 Module build(const te::Schedule& sch, const std::vector<te::Tensor>& args, const Target& target, const std::string& name) {
+  builds.fetch_add(1);
   PrimFunc f = te::lower(sch, args, name);
 #ifdef KILN_WITH_LLVM
   KILN_USER_CHECK(target.kind == Target::Kind::LLVM) << "build for target '" << target.str() << "': only llvm targets build into a Module; for cuda use kiln::build_cuda (kiln/driver/build_cuda.h), or kiln.build in Python";

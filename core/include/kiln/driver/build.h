@@ -6,6 +6,7 @@
 #ifndef KILN_DRIVER_BUILD_H
 #define KILN_DRIVER_BUILD_H
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,9 @@ namespace kiln {
 /** Lowers and compiles; target "llvm" (host) or "llvm -mcpu=... -num-cores=..."; throws kiln::Error. */
 Module build(const te::Schedule& sch, const std::vector<te::Tensor>& args, const std::string& target = "llvm", const std::string& name = "main");
 Module build(const te::Schedule& sch, const std::vector<te::Tensor>& args, const Target& target, const std::string& name = "main");
+
+/** How many kernels build() has compiled in this process: a dynamic model's "no compilation after compile" is counted with it. */
+uint64_t build_count();
 
 }  // namespace kiln
 
