@@ -229,16 +229,17 @@ Tensor concat(const std::vector<Tensor>& Xs, int axis, const std::string& name) 
 }
 
 std::vector<Tensor> split(const Tensor& X, int axis, const std::vector<int64_t>& sizes, const std::string& name) {
-  std::vector<int64_t> in = const_shape(X);
+  const std::vector<Expr>& in = X.shape();  // the other dims may be symbolic; the split axis is static
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
-  KILN_USER_CHECK(axis >= 0 && axis < static_cast<int>(in.size()) && total == in[axis])
-      << "split of '" << X.name() << "' " << shape_to_string(in) << " on axis " << axis << " into " << shape_to_string(sizes);
+  KILN_USER_CHECK(axis >= 0 && axis < static_cast<int>(in.size()) && is_const_int(in[axis], total))
+      << "split of '" << X.name() << "' " << extents_to_string(in) << " on axis " << axis << " into " << shape_to_string(sizes);
   std::vector<Tensor> outs;
   int64_t offset = 0;
   for (size_t p = 0; p < sizes.size(); ++p) {
-    std::vector<SliceRange> ranges;
-    for (size_t k = 0; k < in.size(); ++k) ranges.push_back(static_cast<int>(k) == axis ? SliceRange{offset, 1, sizes[p]} : SliceRange{0, 1, in[k]});
+    std::vector<SliceExtent> ranges;
+    for (size_t k = 0; k < in.size(); ++k)
+      ranges.push_back(static_cast<int>(k) == axis ? SliceExtent{int_imm(offset), 1, int_imm(sizes[p])} : SliceExtent{int_imm(0), 1, in[k]});
     outs.push_back(strided_slice(X, ranges, name + std::to_string(p)));
     offset += sizes[p];
   }

@@ -172,6 +172,14 @@ def test_concat_sums_the_axis_for_a_kv_cache():
         op("Concat", [past, make_input("other", ("beam", 12, 1, 64))], axis=2)
 
 
+def test_split_of_a_static_axis_keeps_symbolic_dims():
+    qkv = make_input("qkv", ("batch", "seq", 2304))
+    outs = kiln.graph.make_op("Split", [qkv, ints("sizes", [768, 768, 768])], axis=2)
+    assert [o.shape for o in outs] == [("batch", "seq", 768)] * 3
+    with pytest.raises(kiln.KilnError, match=r"dimension 'seq' is symbolic"):
+        kiln.graph.make_op("Split", [qkv, ints("s2", [1, 1])], axis=1)
+
+
 def test_slice_with_static_bounds_on_a_symbolic_axis():
     x = bert_x()
     first = op("Slice", [x, ints("a", [0]), ints("b", [1]), ints("c", [1])])
@@ -312,16 +320,18 @@ def test_decoder_step_with_a_growing_kv_cache():
     assert scores.shape == ("batch", heads, 1, "past + 1")
     ctx = op("MatMul", [op("Softmax", [scores], axis=-1), values])
     last = op("Slice", [keys, ints("a", [-1]), ints("b", [I64_MAX]), ints("c", [2])])
-    kernel = Compiled(make_graph([past_k, past_v, new_k, new_v, q], [ctx, keys, last]))
+    halves = kiln.graph.make_op("Split", [keys, ints("h", [4, 4])], axis=3)
+    kernel = Compiled(make_graph([past_k, past_v, new_k, new_v, q], [ctx, keys, last, halves[1]]))
     for batch, past in [(1, 1), (2, 5), (1, 17)]:
         pk, pv = (rng.standard_normal((batch, heads, past, d)).astype("float32") for _ in range(2))
         nk, nv, qv = (rng.standard_normal((batch, heads, 1, d)).astype("float32") for _ in range(3))
         kr, vr = np.concatenate([pk, nk], 2), np.concatenate([pv, nv], 2)
         ref = softmax_ref(qv @ kr.transpose(0, 1, 3, 2)) @ vr
-        got, got_keys, got_last = kernel(pk, pv, nk, nv, qv, out_shapes=[ref.shape, kr.shape, nk.shape])
+        got, got_keys, got_last, got_half = kernel(pk, pv, nk, nv, qv, out_shapes=[ref.shape, kr.shape, nk.shape, kr[..., 4:].shape])
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
         np.testing.assert_array_equal(got_keys, kr)
         np.testing.assert_array_equal(got_last, nk)
+        np.testing.assert_array_equal(got_half, kr[..., 4:])
 
 
 @pytest.mark.parametrize("start,end,step", [(0, 1, 1), (2, I64_MAX, 1), (-1, I64_MAX, 1), (1, -1, 2), (-3, -1, 1),
@@ -370,6 +380,30 @@ def test_resnet_stem_and_block_run_at_many_batches_and_image_sizes():
         ref = (a.mean((2, 3)) @ torch.from_numpy(fc).T).numpy()
         got, got_block = kernel(xv, out_shapes=[ref.shape, tuple(blk.shape)])
         np.testing.assert_allclose(got_block, blk.numpy(), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_alter_conv_layout_keeps_symbolic_batch_and_image(fuse):
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(4)
+    w1 = rng.standard_normal((32, 3, 7, 7)).astype("float32") * 0.1
+    w2 = rng.standard_normal((32, 32, 3, 3)).astype("float32") * 0.1
+    x = make_input("x", ("batch", 3, "h", "w"))
+    stem = op("Relu", [op("Conv", [x, const("w1", w1)], strides=[2, 2], pads=[3, 3, 3, 3])])
+    pool = op("MaxPool", [stem], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    block = op("Relu", [op("Add", [op("Conv", [pool, const("w2", w2)], pads=[1, 1, 1, 1]), pool])])
+    g = kiln.graph.optimize(make_graph([x], [op("GlobalAveragePool", [block])]), "llvm", fuse)
+    assert "kiln.ConvNCHWc" in " ".join(g.op_types())
+    assert g.output_types[0][0] == ("batch", 32, 1, 1)
+    kernel = Compiled(g)
+    for batch, h, wd in [(1, 17, 23), (2, 32, 29)]:
+        xv = rng.standard_normal((batch, 3, h, wd)).astype("float32")
+        t = F.relu(F.conv2d(torch.from_numpy(xv), torch.from_numpy(w1), stride=2, padding=3))
+        p = F.max_pool2d(t, 3, 2, 1)
+        ref = F.relu(F.conv2d(p, torch.from_numpy(w2), padding=1) + p).mean((2, 3), keepdim=True).numpy()
+        (got,) = kernel(xv, out_shapes=[ref.shape])
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 

@@ -340,6 +340,7 @@ class LayoutRewriter {
     if (KH != 3 || KW != 3 || p.stride_h != 1 || p.stride_w != 1 || p.dilation_h != 1 || p.dilation_w != 1) return 0;
     if (cb % lanes() != 0 || kb % lanes() != 0) return 0;
     const auto& y = conv.types[0].shape;
+    if (!conv.types[0].is_static()) return 0;  // the Winograd ops take static extents: a dynamic conv stays direct
     for (int64_t m : {4, 2})
       if (m <= plan_.winograd && ops::winograd_tiles(y[0], y[2], y[3], m).count() >= kMinWinogradTiles) return m;
     return 0;
@@ -609,6 +610,8 @@ int64_t default_conv_cap(const OpNode& conv, const Target& target) {
     return unit && Cg < 2 * lanes ? lanes : 2 * lanes;
   }
   if (group != 1) return 2 * lanes;
+  // A symbolic image size (a dynamic model) has no one tile to weigh: two vectors, the cap of most convolutions.
+  if (out[2].is_symbolic() || out[3].is_symbolic()) return 2 * lanes;
   return default_conv_cap(out[1], out[2], out[3], target);
 }
 
