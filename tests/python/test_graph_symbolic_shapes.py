@@ -306,6 +306,31 @@ def test_bert_attention_block_runs_at_many_sequence_lengths():
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
+def test_shape_operators_run_at_many_shapes():
+    rng = np.random.default_rng(5)
+    x = make_input("x", ("batch", "seq", 12))
+    w = rng.standard_normal((12, 6)).astype("float32")
+    rows = op("Reshape", [x, ints("s", [-1, 12])])  # [batch*seq, 12]
+    y = op("Gemm", [rows, const("w", w)])
+    back = op("Reshape", [op("Unsqueeze", [y, ints("u", [0])]), ints("s2", [0, -1, 3])])  # [1, batch*seq*2, 3]
+    expanded = op("Expand", [op("Unsqueeze", [x, ints("u2", [1])]), ints("e", [1, 3, 1, 1])])  # [batch, 3, seq, 12]
+    mask = make_input("mask", ("batch", 1, "seq", 1), "bool")
+    picked = op("Where", [mask, expanded, const("z", np.float32(-1))])
+    squeezed = op("Squeeze", [op("ReduceSum", [picked, ints("ax", [1])]), ints("sq", [1])])  # [batch, seq, 12]
+    flat = op("Flatten", [squeezed], axis=2)  # [batch*seq, 12]
+    kernel = Compiled(make_graph([x, mask], [back, picked, flat]))
+    for batch, seq in [(1, 1), (2, 3), (3, 5)]:
+        xv = rng.standard_normal((batch, seq, 12)).astype("float32")
+        mv = rng.uniform(size=(batch, 1, seq, 1)) < 0.5
+        r_back = (xv.reshape(-1, 12).astype(np.float64) @ w).reshape(1, -1, 3)
+        r_picked = np.where(mv, np.broadcast_to(xv[:, None], (batch, 3, seq, 12)), -1).astype("float32")
+        r_flat = r_picked.sum(1).reshape(-1, 12)
+        got_back, got_picked, got_flat = kernel(xv, mv, out_shapes=[r_back.shape, r_picked.shape, r_flat.shape])
+        np.testing.assert_allclose(got_back, r_back, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(got_picked, r_picked)
+        np.testing.assert_allclose(got_flat, r_flat, rtol=1e-6, atol=1e-6)
+
+
 def test_decoder_step_with_a_growing_kv_cache():
     rng = np.random.default_rng(1)
     heads, d = 2, 8
@@ -357,13 +382,15 @@ def test_resnet_stem_and_block_run_at_many_batches_and_image_sizes():
     w1 = rng.standard_normal((8, 3, 7, 7)).astype("float32") * 0.1
     w2 = rng.standard_normal((8, 8, 3, 3)).astype("float32") * 0.1
     bn = [rng.uniform(0.5, 1.5, 8).astype("float32") for _ in range(4)]
-    fc = rng.standard_normal((5, 8)).astype("float32")
+    w3 = rng.standard_normal((16, 8, 1, 1)).astype("float32")
+    fc = rng.standard_normal((5, 16)).astype("float32")
     x = make_input("x", ("batch", 3, "h", "w"))
     stem = op("Conv", [x, const("w1", w1)], strides=[2, 2], pads=[3, 3, 3, 3])
     stem = op("Relu", [op("BatchNormalization", [stem] + [const(f"bn{i}", p) for i, p in enumerate(bn)])])
     pool = op("MaxPool", [stem], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     block = op("Relu", [op("Add", [op("Conv", [pool, const("w2", w2)], pads=[1, 1, 1, 1]), pool])])
-    avg = op("AveragePool", [block], kernel_shape=[2, 2], strides=[1, 1], pads=[0, 0, 1, 1])
+    wide = op("Conv", [block, const("w3", w3)])  # 16 output channels: the channels-last compute
+    avg = op("AveragePool", [wide], kernel_shape=[2, 2], strides=[1, 1], pads=[0, 0, 1, 1])
     flat = op("Flatten", [op("GlobalAveragePool", [avg])], axis=1)
     logits = op("Gemm", [flat, const("fc", fc)], transB=1)
     assert logits.shape == ("batch", 5)
@@ -375,8 +402,9 @@ def test_resnet_stem_and_block_run_at_many_batches_and_image_sizes():
         s = F.relu(F.batch_norm(s, torch.from_numpy(bn[2]), torch.from_numpy(bn[3]), torch.from_numpy(bn[0]), torch.from_numpy(bn[1]), eps=1e-5))
         p = F.max_pool2d(s, 3, 2, 1)
         blk = F.relu(F.conv2d(p, torch.from_numpy(w2), padding=1) + p)
-        a = F.avg_pool2d(F.pad(blk, (0, 1, 0, 1)), 2, 1)
-        a = a * 4 / F.avg_pool2d(F.pad(torch.ones_like(blk), (0, 1, 0, 1)), 2, 1) / 4  # count_include_pad=0
+        wd3 = F.conv2d(blk, torch.from_numpy(w3))
+        a = F.avg_pool2d(F.pad(wd3, (0, 1, 0, 1)), 2, 1)
+        a = a / F.avg_pool2d(F.pad(torch.ones_like(wd3), (0, 1, 0, 1)), 2, 1)  # count_include_pad=0
         ref = (a.mean((2, 3)) @ torch.from_numpy(fc).T).numpy()
         got, got_block = kernel(xv, out_shapes=[ref.shape, tuple(blk.shape)])
         np.testing.assert_allclose(got_block, blk.numpy(), rtol=1e-4, atol=1e-4)
@@ -422,3 +450,26 @@ def test_blocked_layout_conv_runs_at_many_image_sizes():
         ref = torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(torch.from_numpy(xv), torch.from_numpy(w), stride=2, padding=1), 2, 1)
         (got,) = kernel(xv, out_shapes=[tuple(ref.shape)])
         np.testing.assert_allclose(got, ref.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_bfloat16_pairs_pack_and_contract_over_symbolic_dims():
+    # autocast + use_bf16_dot pack the operands in pairs along K; attention's
+    # P V contracts over seq, so the packed dim itself may be symbolic (and odd).
+    rng = np.random.default_rng(6)
+    x = make_input("x", ("batch", "seq", 32))
+    w = rng.standard_normal((32, 48)).astype("float32")
+    y = op("MatMul", [x, const("w", w)])
+    gram = op("MatMul", [op("Transpose", [y], perm=[0, 2, 1]), y])
+    g = kiln.graph.autocast(make_graph([x], [y, gram]), "bfloat16", [], False)
+    g = kiln.graph.optimize(g, "llvm -mcpu=sapphirerapids", False)
+    assert "kiln.MatMulBF16Pairs" in " ".join(g.op_types())
+    assert [t[0] for t in g.output_types] == [("batch", "seq", 48), ("batch", 48, 48)]
+    kernel = Compiled(g)
+    for batch, seq in [(1, 1), (2, 4), (1, 7)]:
+        xv = rng.standard_normal((batch, seq, 32)).astype("float32")
+        ref = xv.astype(np.float64) @ w
+        ref_gram = ref.transpose(0, 2, 1) @ ref
+        got, got_gram = kernel(xv, out_shapes=[ref.shape, ref_gram.shape])
+        # bfloat16 operands: 8 bits of mantissa.
+        assert np.abs(got - ref).max() <= 2e-2 * np.abs(ref).max()
+        assert np.abs(got_gram - ref_gram).max() <= 2e-2 * np.abs(ref_gram).max()

@@ -1,5 +1,6 @@
 #include "op_helpers.h"
 
+#include "kiln/ops/graph_nn.h"
 #include "kiln/support/error.h"
 
 namespace kiln::graph::ops_detail {
@@ -40,6 +41,25 @@ Shape broadcast_dims(const OpCall& call, const Shape& a, const Shape& b) {
                 x.str() + " vs " + y.str() + ")" + same_name_hint(x, y));
     out[k] = x == 1 ? y : x;
   }
+  return out;
+}
+
+Shape matmul_dims(const OpCall& call, const Shape& a, const Shape& b) {
+  if (a.is_static() && b.is_static()) {
+    try {
+      return ops::matmul_shape(a.values(), b.values());
+    } catch (const Error& e) {
+      call.fail(e.what());
+    }
+  }
+  if (a.empty() || b.empty()) call.fail("matmul: operands must have rank 1 or more, got shapes " + shape_to_string(a) + " and " + shape_to_string(b));
+  Dim ka = a.back(), kb = b.size() == 1 ? b[0] : b[b.size() - 2];
+  if (!(ka == kb))
+    call.fail("matmul: shapes " + shape_to_string(a) + " and " + shape_to_string(b) + " do not fit: A's last dimension is " + ka.str() + " but B's " +
+              (b.size() == 1 ? "only" : "second-to-last") + " dimension is " + kb.str() + same_name_hint(ka, kb));
+  Shape out = broadcast_dims(call, Shape(a.begin(), a.end() - std::min<size_t>(a.size(), 2)), Shape(b.begin(), b.end() - std::min<size_t>(b.size(), 2)));
+  if (a.size() > 1) out.push_back(a[a.size() - 2]);
+  if (b.size() > 1) out.push_back(b.back());
   return out;
 }
 
