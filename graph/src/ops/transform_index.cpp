@@ -393,6 +393,7 @@ PadSpec pad_spec(const OpCall& call) {
     p.after[axes[k]] = pads[k + axes.size()];
   }
   for (int k = 0; k < in.ndim(); ++k) {
+    if (in.shape[k].is_symbolic()) continue;  // a symbolic extent is padded as it comes (the pads are static)
     if (in.shape[k] + p.before[k] + p.after[k] < 0) call.fail("pads " + shape_to_string(pads) + " crop dimension " + std::to_string(k) + " of " + in.str() + " below zero");
     if (p.mode != ops::PadMode::Constant && in.shape[k] == 0 && (p.before[k] > 0 || p.after[k] > 0))
       call.fail(mode + " padding of the empty dimension " + std::to_string(k) + " of " + in.str());
