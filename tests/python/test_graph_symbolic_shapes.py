@@ -418,19 +418,22 @@ def test_alter_conv_layout_keeps_symbolic_batch_and_image(fuse):
     rng = np.random.default_rng(4)
     w1 = rng.standard_normal((32, 3, 7, 7)).astype("float32") * 0.1
     w2 = rng.standard_normal((32, 32, 3, 3)).astype("float32") * 0.1
+    w_dw = rng.standard_normal((32, 1, 3, 3)).astype("float32")
     x = make_input("x", ("batch", 3, "h", "w"))
     stem = op("Relu", [op("Conv", [x, const("w1", w1)], strides=[2, 2], pads=[3, 3, 3, 3])])
     pool = op("MaxPool", [stem], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     block = op("Relu", [op("Add", [op("Conv", [pool, const("w2", w2)], pads=[1, 1, 1, 1]), pool])])
-    g = kiln.graph.optimize(make_graph([x], [op("GlobalAveragePool", [block])]), "llvm", fuse)
-    assert "kiln.ConvNCHWc" in " ".join(g.op_types())
+    dw = op("Conv", [block, const("w_dw", w_dw)], pads=[1, 1, 1, 1], group=32)
+    g = kiln.graph.optimize(make_graph([x], [op("GlobalAveragePool", [dw])]), "llvm", fuse)
+    assert "kiln.ConvNCHWc" in " ".join(g.op_types()) and "kiln.DepthwiseConvNCHWc" in " ".join(g.op_types())
     assert g.output_types[0][0] == ("batch", 32, 1, 1)
     kernel = Compiled(g)
     for batch, h, wd in [(1, 17, 23), (2, 32, 29)]:
         xv = rng.standard_normal((batch, 3, h, wd)).astype("float32")
         t = F.relu(F.conv2d(torch.from_numpy(xv), torch.from_numpy(w1), stride=2, padding=3))
         p = F.max_pool2d(t, 3, 2, 1)
-        ref = F.relu(F.conv2d(p, torch.from_numpy(w2), padding=1) + p).mean((2, 3), keepdim=True).numpy()
+        blk = F.relu(F.conv2d(p, torch.from_numpy(w2), padding=1) + p)
+        ref = F.conv2d(blk, torch.from_numpy(w_dw), padding=1, groups=32).mean((2, 3), keepdim=True).numpy()
         (got,) = kernel(xv, out_shapes=[ref.shape])
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
