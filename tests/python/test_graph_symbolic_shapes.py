@@ -493,3 +493,23 @@ def test_pad_of_symbolic_dims_matches_numpy(mode):
         ref = np.pad(xv, ((0, 1), (2, 3)), mode=np_mode, **kw)
         (got,) = kernel(xv, out_shapes=[ref.shape])
         np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_winograd_conv_with_a_symbolic_batch(fuse):
+    # A static image keeps alter_conv_layout's Winograd form; the batch multiplies the tile count.
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((32, 32, 3, 3)).astype("float32") * 0.1
+    x = make_input("x", ("batch", 32, 28, 28))
+    y = op("Relu", [op("Conv", [x, const("w", w)], pads=[1, 1, 1, 1])])
+    g = kiln.graph.optimize(make_graph([x], [y]), "llvm", fuse)
+    assert "kiln.WinogradMatMul" in " ".join(g.op_types())
+    assert g.output_types[0][0] == ("batch", 32, 28, 28)
+    kernel = Compiled(g)
+    for batch in [1, 2, 3]:
+        xv = rng.standard_normal((batch, 32, 28, 28)).astype("float32")
+        ref = F.relu(F.conv2d(torch.from_numpy(xv), torch.from_numpy(w), padding=1)).numpy()
+        (got,) = kernel(xv, out_shapes=[ref.shape])
+        np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3)
