@@ -513,3 +513,29 @@ def test_winograd_conv_with_a_symbolic_batch(fuse):
         ref = F.relu(F.conv2d(torch.from_numpy(xv), torch.from_numpy(w), padding=1)).numpy()
         (got,) = kernel(xv, out_shapes=[ref.shape])
         np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3)
+
+
+def test_gathers_and_normalisations_over_symbolic_axes():
+    rng = np.random.default_rng(8)
+    table = rng.standard_normal((50, 4)).astype("float32")
+    ids = make_input("ids", ("batch", "seq"), "int64")
+    x = make_input("x", ("batch", "seq", 4))
+    scale = make_input("scale", ("seq", 4))
+    emb = op("Gather", [const("table", table), ids], axis=0)  # [batch, seq, 4]
+    last = op("Gather", [x, ints("last", -1)], axis=1)  # the last position: [batch, 4]
+    # Statistics over the symbolic axis: counts known only at run time.
+    ln = op("LayerNormalization", [x, scale], axis=1)
+    mean = op("ReduceMean", [x], axes=[1], keepdims=0)
+    kernel = Compiled(make_graph([ids, x, scale], [emb, last, ln, mean]))
+    for batch, seq in [(1, 1), (2, 3), (1, 6)]:
+        iv = rng.integers(0, 50, size=(batch, seq)).astype("int64")
+        xv = rng.standard_normal((batch, seq, 4)).astype("float32")
+        sv = rng.standard_normal((seq, 4)).astype("float32")
+        x64 = xv.astype(np.float64)
+        m = x64.mean((1, 2), keepdims=True)
+        r_ln = (x64 - m) / np.sqrt(((x64 - m) ** 2).mean((1, 2), keepdims=True) + 1e-5) * sv
+        outs = kernel(iv, xv, sv, out_shapes=[(batch, seq, 4), (batch, 4), xv.shape, (batch, 4)])
+        np.testing.assert_array_equal(outs[0], table[iv])
+        np.testing.assert_array_equal(outs[1], xv[:, -1])
+        np.testing.assert_allclose(outs[2], r_ln, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(outs[3], x64.mean(1), rtol=1e-5, atol=1e-6)
