@@ -15,11 +15,12 @@ std::vector<TensorType> same_as_input(const OpCall& call) { return {call.input_t
 
 std::string same_name_hint(const Dim& a, const Dim& b) {
   if (a.is_static() && b.is_static()) return "";
+  if (a.is_static() || b.is_static()) {
+    const Dim &sym = a.is_static() ? b : a, &fixed = a.is_static() ? a : b;
+    return " ('" + sym.str() + "' is known only when the model runs and cannot be proven to be " + fixed.str() +
+           "; if it always is, give the input that size)";
+  }
   return " ('" + a.str() + "' and '" + b.str() + "' cannot be proven equal: if they are one size, give them the same shape-variable name)";
-}
-
-void expect_same_dim(const OpCall& call, const Dim& a, const Dim& b, const std::string& what) {
-  if (!(a == b)) call.fail(what + ": " + a.str() + " vs " + b.str() + same_name_hint(a, b));
 }
 
 Shape broadcast_dims(const OpCall& call, const Shape& a, const Shape& b) {
