@@ -351,7 +351,7 @@ def test_decoder_step_with_a_growing_kv_cache():
     last = op("Slice", [keys, ints("a", [-1]), ints("b", [I64_MAX]), ints("c", [2])])
     halves = kiln.graph.make_op("Split", [keys, ints("h", [4, 4])], axis=3)
     kernel = Compiled(make_graph([past_k, past_v, new_k, new_v, q], [ctx, keys, last, halves[1]]))
-    for batch, past in [(1, 1), (2, 5), (1, 17)]:
+    for batch, past in [(2, 0), (1, 1), (2, 5), (1, 17)]:  # 0: the first step, an empty cache
         pk, pv = (rng.standard_normal((batch, heads, past, d)).astype("float32") for _ in range(2))
         nk, nv, qv = (rng.standard_normal((batch, heads, 1, d)).astype("float32") for _ in range(3))
         kr, vr = np.concatenate([pk, nk], 2), np.concatenate([pv, nv], 2)
