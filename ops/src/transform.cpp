@@ -229,16 +229,17 @@ Tensor concat(const std::vector<Tensor>& Xs, int axis, const std::string& name) 
 }
 
 std::vector<Tensor> split(const Tensor& X, int axis, const std::vector<int64_t>& sizes, const std::string& name) {
-  std::vector<int64_t> in = const_shape(X);
+  const std::vector<Expr>& in = X.shape();  // the other dims may be symbolic; the split axis is static
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
-  KILN_USER_CHECK(axis >= 0 && axis < static_cast<int>(in.size()) && total == in[axis])
-      << "split of '" << X.name() << "' " << shape_to_string(in) << " on axis " << axis << " into " << shape_to_string(sizes);
+  KILN_USER_CHECK(axis >= 0 && axis < static_cast<int>(in.size()) && is_const_int(in[axis], total))
+      << "split of '" << X.name() << "' " << extents_to_string(in) << " on axis " << axis << " into " << shape_to_string(sizes);
   std::vector<Tensor> outs;
   int64_t offset = 0;
   for (size_t p = 0; p < sizes.size(); ++p) {
-    std::vector<SliceRange> ranges;
-    for (size_t k = 0; k < in.size(); ++k) ranges.push_back(static_cast<int>(k) == axis ? SliceRange{offset, 1, sizes[p]} : SliceRange{0, 1, in[k]});
+    std::vector<SliceExtent> ranges;
+    for (size_t k = 0; k < in.size(); ++k)
+      ranges.push_back(static_cast<int>(k) == axis ? SliceExtent{int_imm(offset), 1, int_imm(sizes[p])} : SliceExtent{int_imm(0), 1, in[k]});
     outs.push_back(strided_slice(X, ranges, name + std::to_string(p)));
     offset += sizes[p];
   }
@@ -327,33 +328,40 @@ Tensor broadcast_to(const Tensor& X, const std::vector<Expr>& shape, const std::
 
 Tensor pad(const Tensor& X, const std::vector<int64_t>& before, const std::vector<int64_t>& after, PadMode mode, Expr value,
            const std::string& name) {
-  std::vector<int64_t> in = const_shape(X), out;
+  const std::vector<Expr>& in = X.shape();  // symbolic extents allowed; the pads are static
+  std::vector<Expr> out;
   KILN_USER_CHECK(before.size() == in.size() && after.size() == in.size()) << "pad of the " << in.size() << "-D '" << X.name() << "' needs "
                                                                           << in.size() << " pads per side";
   for (size_t k = 0; k < in.size(); ++k) {
-    out.push_back(in[k] + before[k] + after[k]);
-    KILN_USER_CHECK(out.back() >= 0) << "pad of '" << X.name() << "' crops dimension " << k << " below zero";
-    KILN_USER_CHECK(mode == PadMode::Constant || in[k] > 0 || out.back() == 0) << "pad: reflect and edge modes cannot pad the empty dimension " << k;
+    const int64_t* n = as_const_int(in[k]);
+    if (!n) {  // a crop below zero or an empty reflected axis is the run's to refuse
+      out.push_back(before[k] + after[k] == 0 ? in[k] : arith::simplify(in[k] + int_imm(before[k] + after[k])));
+      continue;
+    }
+    out.push_back(int_imm(*n + before[k] + after[k]));
+    KILN_USER_CHECK(*n + before[k] + after[k] >= 0) << "pad of '" << X.name() << "' crops dimension " << k << " below zero";
+    KILN_USER_CHECK(mode == PadMode::Constant || *n > 0 || *n + before[k] + after[k] == 0) << "pad: reflect and edge modes cannot pad the empty dimension " << k;
   }
   if (mode == PadMode::Constant) value = cast(X.dtype(), value);
-  return compute(shape_exprs(out), [&](const std::vector<Var>& i) {
+  return compute(out, [&](const std::vector<Var>& i) {
     std::vector<Expr> idx;
     Expr inside;
     for (size_t k = 0; k < in.size(); ++k) {
-      int64_t n = in[k];
+      Expr n = in[k];
+      const int64_t* c = as_const_int(n);
       Expr j = before[k] == 0 ? Expr(i[k]) : i[k] - int_imm(before[k]);
       bool can_leave = before[k] > 0 || after[k] > 0;
       if (!can_leave || mode == PadMode::Constant) {
         if (can_leave) {
-          Expr c = before[k] > 0 ? (after[k] > 0 ? j >= 0 && j < int_imm(n) : j >= 0) : j < int_imm(n);
-          inside = inside.defined() ? inside && c : c;
+          Expr in_range = before[k] > 0 ? (after[k] > 0 ? j >= 0 && j < n : j >= 0) : j < n;
+          inside = inside.defined() ? inside && in_range : in_range;
         }
-      } else if (mode == PadMode::Edge || n == 1) {
-        j = clamp_index(j, n);
-      } else {  // reflect: period 2(n - 1), mirrored in its second half
-        Expr p = int_imm(2 * (n - 1));
+      } else if (mode == PadMode::Edge || (c && *c == 1)) {
+        j = c ? clamp_index(j, *c) : max(min(j, n - 1), Expr(0));
+      } else {  // reflect: period 2(n - 1), mirrored in its second half; symbolic: at least 1, so n = 1 reads index 0
+        Expr p = c ? int_imm(2 * (*c - 1)) : max(n * 2 - 2, Expr(1));
         Expr m = floormod(j, p);
-        j = select(m < int_imm(n), m, p - m);
+        j = select(m < n, m, p - m);
       }
       idx.push_back(j);
     }

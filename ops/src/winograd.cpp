@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kiln/ir/op.h"
+#include "kiln/ir/printer.h"
 #include "kiln/ops/broadcast.h"
 #include "kiln/ops/layout.h"
 #include "kiln/support/error.h"
@@ -81,10 +82,18 @@ WinogradTiles winograd_tiles(int64_t n, int64_t out_h, int64_t out_w, int64_t m)
 }
 
 te::Tensor winograd_input_nchwc(const te::Tensor& X, int pad_top, int pad_left, int64_t out_h, int64_t out_w, int64_t m, const std::string& name) {
-  std::vector<int64_t> xs = const_shape(X);
-  KILN_USER_CHECK(xs.size() == 5) << "winograd_input_nchwc: '" << X.name() << "' " << shape_to_string(xs) << " is not blocked [N, C/cb, H, W, cb]";
+  // The batch may be symbolic (a dynamic batch); the image and channels are static.
+  KILN_USER_CHECK(X.ndim() == 5) << "winograd_input_nchwc: '" << X.name() << "' " << extents_to_string(X.shape()) << " is not blocked [N, C/cb, H, W, cb]";
+  std::vector<int64_t> xs = {0};
+  for (int k = 1; k < 5; ++k) {
+    const int64_t* c = as_const_int(X.shape()[k]);
+    KILN_USER_CHECK(c) << "winograd_input_nchwc: dimension " << k << " of '" << X.name() << "' " << extents_to_string(X.shape()) << " must be static";
+    xs.push_back(*c);
+  }
   KILN_USER_CHECK(pad_top >= 0 && pad_left >= 0 && out_h > 0 && out_w > 0) << "winograd_input_nchwc: needs non-negative padding and a non-empty output";
-  WinogradTiles t = winograd_tiles(xs[0], out_h, out_w, m);
+  WinogradTiles t = winograd_tiles(1, out_h, out_w, m);  // one image's tiles
+  const int64_t* n = as_const_int(X.shape()[0]);
+  Expr count = n ? E(*n * t.count()) : X.shape()[0] * E(t.count());
   const int64_t alpha = t.alpha();
   // Every tile reads alpha x alpha inputs from row m * tile row: pad the
   // bottom and right so the last tiles read zeros past the image (the part of
@@ -92,7 +101,7 @@ te::Tensor winograd_input_nchwc(const te::Tensor& X, int pad_top, int pad_left, 
   int pad_bottom = static_cast<int>(std::max<int64_t>(0, m * t.rows + 2 - xs[2] - pad_top));
   int pad_right = static_cast<int>(std::max<int64_t>(0, m * t.cols + 2 - xs[3] - pad_left));
   te::Tensor P = pad_hw(X, pad_top, pad_left, pad_bottom, pad_right, name + ".pad");
-  return te::compute({E(alpha * alpha), E(xs[1]), E(t.count()), E(xs[4])}, [&](const std::vector<Var>& i) {
+  return te::compute({E(alpha * alpha), E(xs[1]), count, E(xs[4])}, [&](const std::vector<Var>& i) {
     Expr e1 = floordiv(i[0], E(alpha)), e2 = floormod(i[0], E(alpha));
     Expr n = floordiv(i[2], E(t.rows * t.cols)), th = floormod(floordiv(i[2], E(t.cols)), E(t.rows)), tw = floormod(i[2], E(t.cols));
     auto d = [&](const Expr& r, const Expr& c) { return P(std::vector<Expr>{n, i[1], th * E(m) + r, tw * E(m) + c, i[3]}); };
@@ -108,23 +117,32 @@ te::Tensor winograd_input_nchwc(const te::Tensor& X, int pad_top, int pad_left, 
 }
 
 te::Tensor winograd_matmul(const te::Tensor& V, const te::Tensor& U, const std::string& name) {
-  std::vector<int64_t> vs = const_shape(V), us = const_shape(U);
+  // The tile count (V's dim 2) may be symbolic: a dynamic batch's.
+  std::vector<int64_t> us = const_shape(U), vs;
+  for (size_t k = 0; k < V.shape().size(); ++k) vs.push_back(k == 2 ? 0 : as_const_int(V.shape()[k]) ? *as_const_int(V.shape()[k]) : -1);
   KILN_USER_CHECK(vs.size() == 4 && us.size() == 5 && (vs[0] == 16 || vs[0] == 36) && us[0] == vs[0] && vs[1] == us[2] && vs[3] == us[3])
-      << "winograd_matmul: transformed input " << shape_to_string(vs) << " and weights " << shape_to_string(us) << " do not match";
+      << "winograd_matmul: transformed input " << extents_to_string(V.shape()) << " and weights " << shape_to_string(us) << " do not match";
   IterVar rco = te::reduce_axis(Range(0, E(vs[1])), "rco"), rci = te::reduce_axis(Range(0, E(vs[3])), "rci");
-  return te::compute({E(vs[0]), E(us[1]), E(vs[2]), E(us[4])}, [&](const std::vector<Var>& i) {
+  return te::compute({E(vs[0]), E(us[1]), V.shape()[2], E(us[4])}, [&](const std::vector<Var>& i) {
     return te::sum(V(std::vector<Expr>{i[0], rco.var(), i[2], rci.var()}) * U(std::vector<Expr>{i[0], i[1], rco.var(), rci.var(), i[3]}), {rco, rci});
   }, name, {"e", "ko", "p", "ki"});
 }
 
 te::Tensor winograd_output_nchwc(const te::Tensor& M, int64_t n, int64_t out_h, int64_t out_w, int64_t m, const std::string& name) {
-  std::vector<int64_t> ms = const_shape(M);
-  WinogradTiles t = winograd_tiles(n, out_h, out_w, m);
+  return winograd_output_nchwc(M, E(n), out_h, out_w, m, name);
+}
+
+te::Tensor winograd_output_nchwc(const te::Tensor& M, const Expr& n, int64_t out_h, int64_t out_w, int64_t m, const std::string& name) {
+  const std::vector<Expr>& me = M.shape();
+  WinogradTiles t = winograd_tiles(1, out_h, out_w, m);  // one image's tiles
   const int64_t alpha = t.alpha();
-  KILN_USER_CHECK(ms.size() == 4 && ms[0] == alpha * alpha && ms[2] == t.count())
-      << "winograd_output_nchwc: " << shape_to_string(ms) << " is not the product of " << t.count() << " tiles of " << alpha << "x" << alpha
+  const int64_t* nc = as_const_int(n);
+  Expr count = nc ? E(*nc * t.count()) : n * E(t.count());
+  KILN_USER_CHECK(me.size() == 4 && is_const_int(me[0], alpha * alpha) && same_extent(me[2], count) && as_const_int(me[1]) && as_const_int(me[3]))
+      << "winograd_output_nchwc: " << extents_to_string(me) << " is not the product of " << count << " tiles of " << alpha << "x" << alpha
       << " of a " << n << " x " << out_h << " x " << out_w << " output";
-  return te::compute({E(n), E(ms[1]), E(out_h), E(out_w), E(ms[3])}, [&](const std::vector<Var>& i) {
+  std::vector<int64_t> ms = {alpha * alpha, *as_const_int(me[1]), 0, *as_const_int(me[3])};
+  return te::compute({n, E(ms[1]), E(out_h), E(out_w), E(ms[3])}, [&](const std::vector<Var>& i) {
     Expr dy = floormod(i[2], E(m)), dx = floormod(i[3], E(m));
     Expr p = (i[0] * E(t.rows) + floordiv(i[2], E(m))) * E(t.cols) + floordiv(i[3], E(m));
     auto at = [&](const Expr& r, const Expr& c) { return M(std::vector<Expr>{r * E(alpha) + c, i[1], p, i[4]}); };

@@ -10,6 +10,7 @@
 #include "kiln/graph/kernel_builder.h"
 #include "kiln/graph/op_registry.h"
 #include "kiln/graph/passes.h"
+#include "kiln/graph/rewrite.h"
 #include "kiln/graph/to_te.h"
 #include "kiln/support/error.h"
 #include "kiln_py.h"
@@ -168,6 +169,29 @@ py::list group_dicts(const std::vector<GroupInfo>& groups) {
   return out;
 }
 
+// The graph with each fused group's body spliced in its place (the operators
+// it runs, rebuilt on the group's inputs): one DAG for to_te, as if unfused.
+Graph inline_groups(const Graph& g) {
+  return rewrite_graph(g, [](const Ref<OpNode>& n) -> std::vector<Value> {
+    if (!n->body.defined()) return {};
+    Graph body(n->body);
+    std::unordered_map<const NodeObj*, Value> outer;  // a body input's or operator's value outside (by output 0; indices kept)
+    for (size_t i = 0; i < body.inputs().size(); ++i) outer[body.inputs()[i].get()] = n->inputs[i];
+    auto map = [&](const Value& v) {
+      auto it = outer.find(v.node.get());
+      return it == outer.end() ? v : Value{it->second.node, it->second.index + v.index};  // constants stay shared
+    };
+    for (const OpNode* op : body.op_nodes()) {
+      std::vector<Value> ins;
+      for (const Value& v : op->inputs) ins.push_back(v.defined() ? map(v) : Value());
+      outer[op] = make_op(op->op, ins, op->attrs, op->name)->output(0);
+    }
+    std::vector<Value> outs;
+    for (const Value& v : body.outputs()) outs.push_back(map(v));
+    return outs;
+  });
+}
+
 py::dict memory_dict(const MemoryReport& r) {
   py::dict d;
   d["arena_bytes"] = r.arena_bytes;
@@ -246,13 +270,13 @@ void define_graph(py::module_& root) {
   }, py::arg("inputs"), py::arg("outputs"), py::arg("output_names") = std::vector<std::string>{});
 
   m.def("to_te", [](const Graph& g) {
-    GraphDag d = to_te(g);
+    GraphDag d = to_te(inline_groups(g));
     std::vector<NDArray> constants;
     for (const auto& c : d.constants) constants.push_back(c->data);
     return py::make_tuple(d.inputs, d.constant_tensors, to_numpy_list(constants), d.outputs);
   }, py::arg("graph"),
         "The graph as one tensor-expression DAG (what its kernels compute, before fusion and schedules): (input placeholders, constant "
-        "placeholders, the constants' values, output tensors). Symbolic dims are te shape variables: a kernel built from it takes any size.");
+        "placeholders, the constants' values, output tensors); fused groups are inlined. Symbolic dims are te shape variables: a kernel built from it takes any size.");
   m.def("registered_ops", &registered_ops);
   m.def("op_const_inputs", [](const std::string& name) { return get_op(name).const_inputs; });
   m.def("op_info", [](const std::string& name) {

@@ -12,7 +12,7 @@ namespace kiln::graph::ops_detail {
 namespace {
 
 struct PairDims {
-  int64_t M, K2, N;
+  Dim M, K2, N;
 };
 
 // The matmul of pair-packed A2 and B2: M, K2, N of 2-D operands (for the flop count).
@@ -33,8 +33,8 @@ const bool registered = [] {
     const TensorType& x = c.input_types[0];
     if (x.dtype != DataType::Float(32) && x.dtype != DataType::BFloat16()) c.fail("packs float32 or bfloat16, got " + x.dtype.str());
     int axis = normalize_axis(c, c.attrs.get_int("axis"), x.ndim());
-    std::vector<int64_t> out = x.shape;
-    out[axis] = (out[axis] + 1) / 2;
+    Shape out = x.shape;
+    out[axis] = dim_floordiv(dim_add(out[axis], 1), 2);
     return std::vector<TensorType>{{out, DataType::UInt(32)}};
   };
   pack.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
@@ -56,15 +56,11 @@ const bool registered = [] {
     bool ta = c.attrs.get_int("transA") != 0, tb = c.attrs.get_int("transB") != 0;
     if ((ta || tb) && (c.input_types[0].ndim() != 2 || c.input_types[1].ndim() != 2)) c.fail("transposed operands must be 2-D");
     if (!ta && !tb) {
-      try {
-        return std::vector<TensorType>{{ops::matmul_shape(c.input_types[0].shape, c.input_types[1].shape), DataType::Float(32)}};
-      } catch (const Error& e) {
-        c.fail(e.what());
-      }
+      return std::vector<TensorType>{{matmul_dims(c, c.input_types[0].shape, c.input_types[1].shape), DataType::Float(32)}};
     }
     PairDims d = pair_dims(c);
-    int64_t kb = tb ? c.input_types[1].shape[1] : c.input_types[1].shape[0];
-    if (kb != d.K2) c.fail("A holds " + std::to_string(d.K2) + " pairs of K but B " + std::to_string(kb));
+    Dim kb = tb ? c.input_types[1].shape[1] : c.input_types[1].shape[0];
+    if (!(kb == d.K2)) c.fail("A holds " + d.K2.str() + " pairs of K but B " + kb.str() + same_name_hint(d.K2, kb));
     return std::vector<TensorType>{{{d.M, d.N}, DataType::Float(32)}};
   };
   mm.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
@@ -100,8 +96,8 @@ const bool registered = [] {
     return resolve_windows(c, std::vector<int64_t>(w.shape.begin() + 2, w.shape.end()), false);
   };
   conv.infer = [windows](const OpCall& c) {
-    std::vector<int64_t> out = {c.input_types[0].shape[0], c.input_types[1].shape[0]};
-    for (const ops::WindowDim& d : windows(c)) out.push_back(d.out);
+    Shape out = {c.input_types[0].shape[0], c.input_types[1].shape[0]};
+    for (const ops::WindowDim& d : windows(c)) out.push_back(out_dim(d));
     return std::vector<TensorType>{{out, DataType::Float(32)}};
   };
   conv.compute = [windows](const OpCall& c, const std::vector<te::Tensor>& in) {

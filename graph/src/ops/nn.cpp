@@ -375,28 +375,9 @@ void register_gemm() {
   register_op(std::move(d));
 }
 
-// numpy matmul over dims that may be symbolic: K must agree (provably), batch dims broadcast (broadcast_dims).
-Shape symbolic_matmul_out(const OpCall& call, const Shape& a, const Shape& b) {
-  if (a.empty() || b.empty()) call.fail("matmul: operands must have rank 1 or more, got shapes " + shape_to_string(a) + " and " + shape_to_string(b));
-  Dim ka = a.back(), kb = b.size() == 1 ? b[0] : b[b.size() - 2];
-  if (!(ka == kb))
-    call.fail("matmul: shapes " + shape_to_string(a) + " and " + shape_to_string(b) + " do not fit: A's last dimension is " + ka.str() + " but B's " +
-              (b.size() == 1 ? "only" : "second-to-last") + " dimension is " + kb.str() + same_name_hint(ka, kb));
-  Shape out = broadcast_dims(call, Shape(a.begin(), a.end() - std::min<size_t>(a.size(), 2)), Shape(b.begin(), b.end() - std::min<size_t>(b.size(), 2)));
-  if (a.size() > 1) out.push_back(a[a.size() - 2]);
-  if (b.size() > 1) out.push_back(b.back());
-  return out;
-}
-
 Shape matmul_out(const OpCall& call) {
   same_dtype(call, 0, 1, "B");
-  const Shape &a = call.input_types[0].shape, &b = call.input_types[1].shape;
-  if (!a.is_static() || !b.is_static()) return symbolic_matmul_out(call, a, b);
-  try {
-    return ops::matmul_shape(a.values(), b.values());
-  } catch (const Error& e) {
-    call.fail(e.what());
-  }
+  return matmul_dims(call, call.input_types[0].shape, call.input_types[1].shape);
 }
 
 void register_matmul() {

@@ -1,5 +1,6 @@
 #include "op_helpers.h"
 
+#include "kiln/ops/graph_nn.h"
 #include "kiln/support/error.h"
 
 namespace kiln::graph::ops_detail {
@@ -14,11 +15,12 @@ std::vector<TensorType> same_as_input(const OpCall& call) { return {call.input_t
 
 std::string same_name_hint(const Dim& a, const Dim& b) {
   if (a.is_static() && b.is_static()) return "";
+  if (a.is_static() || b.is_static()) {
+    const Dim &sym = a.is_static() ? b : a, &fixed = a.is_static() ? a : b;
+    return " ('" + sym.str() + "' is known only when the model runs and cannot be proven to be " + fixed.str() +
+           "; if it always is, give the input that size)";
+  }
   return " ('" + a.str() + "' and '" + b.str() + "' cannot be proven equal: if they are one size, give them the same shape-variable name)";
-}
-
-void expect_same_dim(const OpCall& call, const Dim& a, const Dim& b, const std::string& what) {
-  if (!(a == b)) call.fail(what + ": " + a.str() + " vs " + b.str() + same_name_hint(a, b));
 }
 
 Shape broadcast_dims(const OpCall& call, const Shape& a, const Shape& b) {
@@ -40,6 +42,25 @@ Shape broadcast_dims(const OpCall& call, const Shape& a, const Shape& b) {
                 x.str() + " vs " + y.str() + ")" + same_name_hint(x, y));
     out[k] = x == 1 ? y : x;
   }
+  return out;
+}
+
+Shape matmul_dims(const OpCall& call, const Shape& a, const Shape& b) {
+  if (a.is_static() && b.is_static()) {
+    try {
+      return ops::matmul_shape(a.values(), b.values());
+    } catch (const Error& e) {
+      call.fail(e.what());
+    }
+  }
+  if (a.empty() || b.empty()) call.fail("matmul: operands must have rank 1 or more, got shapes " + shape_to_string(a) + " and " + shape_to_string(b));
+  Dim ka = a.back(), kb = b.size() == 1 ? b[0] : b[b.size() - 2];
+  if (!(ka == kb))
+    call.fail("matmul: shapes " + shape_to_string(a) + " and " + shape_to_string(b) + " do not fit: A's last dimension is " + ka.str() + " but B's " +
+              (b.size() == 1 ? "only" : "second-to-last") + " dimension is " + kb.str() + same_name_hint(ka, kb));
+  Shape out = broadcast_dims(call, Shape(a.begin(), a.end() - std::min<size_t>(a.size(), 2)), Shape(b.begin(), b.end() - std::min<size_t>(b.size(), 2)));
+  if (a.size() > 1) out.push_back(a[a.size() - 2]);
+  if (b.size() > 1) out.push_back(b.back());
   return out;
 }
 

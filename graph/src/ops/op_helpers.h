@@ -28,9 +28,9 @@ std::vector<TensorType> broadcast_types(const OpCall& call, bool mixed_dtypes = 
  * as ops::broadcast_shape; a mismatch fails naming both dims.
  */
 Shape broadcast_dims(const OpCall& call, const Shape& a, const Shape& b);
-/** Fails unless dims a and b are equal (provably, when symbolic): "<what>: <a> vs <b>", with the fix for two symbols. */
-void expect_same_dim(const OpCall& call, const Dim& a, const Dim& b, const std::string& what);
-/** The sentence added to a mismatch of symbolic dims: give them one shape-variable name. */
+/** numpy matmul's output shape of a and b (dims may be symbolic: K must agree provably, batch dims broadcast); fails naming both shapes. */
+Shape matmul_dims(const OpCall& call, const Shape& a, const Shape& b);
+/** The sentence added to a mismatch involving a symbolic dim (empty for two static ones): the fix, one shape-variable name or a size. */
 std::string same_name_hint(const Dim& a, const Dim& b);
 /** A scalar constant of `t` with value v. */
 Expr scalar(DataType t, double v);

@@ -174,8 +174,14 @@ DimSlice symbolic_slice(const Dim& n, int64_t start, int64_t end, int64_t step) 
   constexpr int64_t kBig = std::numeric_limits<int32_t>::max();
   if (step > 0) {
     Dim s = clamp_bound(start, n, 0, 0), e = clamp_bound(end, n, 0, 0);
-    Dim count = dim_floordiv(dim_add(dim_sub(e, s), step - 1), step);
-    return {s, step, end >= kBig ? count : dim_max(Dim(0), count)};  // to the end: s <= n, so the count is >= 0 already
+    // The elements in [s, e), in closed forms where one is known (n >= 0): to the end from start >= 0,
+    // max(n - start, 0); the last -start, min(n, -start); from 0 to end >= 0, min(end, n).
+    Dim span = end >= kBig && start == 0 ? n
+               : end >= kBig && start > 0 ? dim_max(dim_sub(n, start), 0)
+               : end >= kBig              ? dim_min(n, -start)
+               : start == 0 && end >= 0   ? dim_min(Dim(end), n)
+                                          : dim_max(Dim(0), dim_sub(e, s));
+    return {s, step, step == 1 ? span : dim_floordiv(dim_add(span, step - 1), step)};
   }
   Dim s = clamp_bound(start, n, 0, -1), e = clamp_bound(end, n, -1, -1);
   // min with n: an empty axis (n = 0) clamps s to 0 and e to -1, which would count 1.
@@ -393,6 +399,7 @@ PadSpec pad_spec(const OpCall& call) {
     p.after[axes[k]] = pads[k + axes.size()];
   }
   for (int k = 0; k < in.ndim(); ++k) {
+    if (in.shape[k].is_symbolic()) continue;  // a symbolic extent is padded as it comes (the pads are static)
     if (in.shape[k] + p.before[k] + p.after[k] < 0) call.fail("pads " + shape_to_string(pads) + " crop dimension " + std::to_string(k) + " of " + in.str() + " below zero");
     if (p.mode != ops::PadMode::Constant && in.shape[k] == 0 && (p.before[k] > 0 || p.after[k] > 0))
       call.fail(mode + " padding of the empty dimension " + std::to_string(k) + " of " + in.str());

@@ -4,6 +4,7 @@
 // epilogue (bias, residual, activation) as a conv does.
 #include "kiln/ops/winograd.h"
 
+#include "kiln/ops/broadcast.h"
 #include "op_helpers.h"
 
 namespace kiln::graph::ops_detail {
@@ -14,6 +15,18 @@ int64_t tile_of(const OpCall& c) {
   int64_t m = c.attrs.get_int_or("tile", 2);
   if (m != 2 && m != 4) c.fail("tile " + std::to_string(m) + " is not a Winograd output tile (2 or 4)");
   return m;
+}
+
+// The output transform's batch: out_nhw[0], or for 0 (a symbolic batch) the input's tile count over one image's.
+Dim output_batch(const OpCall& c) {
+  const auto& nhw = c.attrs.get_ints("out_nhw");
+  if (nhw.size() != 3 || nhw[0] < 0 || nhw[1] <= 0 || nhw[2] <= 0) c.fail("needs 3 output extents (N, OH, OW): OH and OW positive, N positive or 0 (symbolic)");
+  if (nhw[0] > 0) return Dim(nhw[0]);
+  if (c.input_types[0].ndim() != 4) c.fail("input " + c.input_types[0].str() + " is not [(m+2)^2, K/kb, tiles, kb]");
+  int64_t per_image = ops::winograd_tiles(1, nhw[1], nhw[2], tile_of(c)).count();
+  Expr n = ops::exact_quotient({c.input_types[0].shape[2].expr()}, {Expr(static_cast<int>(per_image))});
+  if (!n.defined()) c.fail("input " + c.input_types[0].str() + " does not hold a whole number of images' " + std::to_string(per_image) + " tiles");
+  return Dim(n);
 }
 
 const bool registered = [] {
@@ -29,8 +42,8 @@ const bool registered = [] {
     const auto& pads = c.attrs.get_ints("pads");
     const auto& hw = c.attrs.get_ints("out_hw");
     if (pads.size() != 2 || hw.size() != 2 || pads[0] < 0 || pads[1] < 0 || hw[0] <= 0 || hw[1] <= 0) c.fail("needs 2 non-negative pads and 2 positive output extents");
-    ops::WinogradTiles t = ops::winograd_tiles(x[0], hw[0], hw[1], tile_of(c));
-    return std::vector<TensorType>{{{t.alpha() * t.alpha(), x[1], t.count(), x[4]}, c.input_types[0].dtype}};
+    ops::WinogradTiles t = ops::winograd_tiles(1, hw[0], hw[1], tile_of(c));  // one image's tiles; the batch may be symbolic
+    return std::vector<TensorType>{{{t.alpha() * t.alpha(), x[1], dim_mul(x[0], t.count()), x[4]}, c.input_types[0].dtype}};
   };
   in.compute = [](const OpCall& c, const std::vector<te::Tensor>& t) {
     const auto& pads = c.attrs.get_ints("pads");
@@ -68,7 +81,8 @@ const bool registered = [] {
 
   OpDef out;
   out.name = "kiln.WinogradOutputNCHWc";
-  out.doc = "Winograd F(m x m, 3x3) output transform of [(m+2)^2, K/kb, tiles, kb] to [N, K/kb, OH, OW, kb] (out_nhw: N, OH, OW; tile: m, 2 or 4)";
+  out.doc = "Winograd F(m x m, 3x3) output transform of [(m+2)^2, K/kb, tiles, kb] to [N, K/kb, OH, OW, kb] (out_nhw: N, OH, OW, N 0 for a "
+            "symbolic batch: the input's tiles over one image's; tile: m, 2 or 4)";
   out.min_inputs = out.max_inputs = 1;
   out.attrs = {{"out_nhw", AttrKind::Ints, std::nullopt}, {"tile", AttrKind::Int, int64_t(2)}};
   // Its elementwise consumers (bias, residual, activation) fuse into it, as into a conv.
@@ -77,14 +91,15 @@ const bool registered = [] {
     c.expect_rank(0, 4);
     const auto& m = c.input_types[0].shape;
     const auto& nhw = c.attrs.get_ints("out_nhw");
-    if (nhw.size() != 3 || nhw[0] <= 0 || nhw[1] <= 0 || nhw[2] <= 0) c.fail("needs 3 positive output extents (N, OH, OW)");
-    ops::WinogradTiles t = ops::winograd_tiles(nhw[0], nhw[1], nhw[2], tile_of(c));
-    if (m[0] != t.alpha() * t.alpha() || m[2] != t.count()) c.fail("input " + c.input_types[0].str() + " does not hold the tiles of that output");
-    return std::vector<TensorType>{{{nhw[0], m[1], nhw[1], nhw[2], m[3]}, c.input_types[0].dtype}};
+    Dim n = output_batch(c);
+    ops::WinogradTiles t = ops::winograd_tiles(1, nhw[1], nhw[2], tile_of(c));
+    if (!(m[0] == t.alpha() * t.alpha()) || !(m[2] == dim_mul(n, t.count())))
+      c.fail("input " + c.input_types[0].str() + " does not hold the tiles of that output");
+    return std::vector<TensorType>{{{n, m[1], nhw[1], nhw[2], m[3]}, c.input_types[0].dtype}};
   };
   out.compute = [](const OpCall& c, const std::vector<te::Tensor>& t) {
     const auto& nhw = c.attrs.get_ints("out_nhw");
-    return std::vector<te::Tensor>{ops::winograd_output_nchwc(t[0], nhw[0], nhw[1], nhw[2], tile_of(c))};
+    return std::vector<te::Tensor>{ops::winograd_output_nchwc(t[0], output_batch(c).expr(), nhw[1], nhw[2], tile_of(c))};
   };
   out.sharding = replicated_rule();
   register_op(out);

@@ -340,8 +340,11 @@ class LayoutRewriter {
     if (KH != 3 || KW != 3 || p.stride_h != 1 || p.stride_w != 1 || p.dilation_h != 1 || p.dilation_w != 1) return 0;
     if (cb % lanes() != 0 || kb % lanes() != 0) return 0;
     const auto& y = conv.types[0].shape;
+    // The Winograd ops take a symbolic batch (counted as 1 here: the tiles of one image) but a static image.
+    if (y[2].is_symbolic() || y[3].is_symbolic()) return 0;
+    const int64_t n = y[0].is_static() ? y[0].value() : 1;
     for (int64_t m : {4, 2})
-      if (m <= plan_.winograd && ops::winograd_tiles(y[0], y[2], y[3], m).count() >= kMinWinogradTiles) return m;
+      if (m <= plan_.winograd && ops::winograd_tiles(n, y[2], y[3], m).count() >= kMinWinogradTiles) return m;
     return 0;
   }
 
@@ -356,7 +359,7 @@ class LayoutRewriter {
     Value u = make_constant(conv.inputs[1].node->name + ".winograd", ops::winograd_weights(W, cb, kb, tile))->output();
     Value m = make_op("kiln.WinogradMatMul", {v, u}, {}, conv.name + ".winograd_matmul")->output();
     Attrs out;
-    out.set("out_nhw", std::vector<int64_t>{y[0], y[2], y[3]});
+    out.set("out_nhw", std::vector<int64_t>{y[0].is_static() ? y[0].value() : 0, y[2], y[3]});  // 0: a symbolic batch
     out.set("tile", tile);
     return make_op("kiln.WinogradOutputNCHWc", {m}, out, conv.name)->output();
   }
@@ -609,6 +612,8 @@ int64_t default_conv_cap(const OpNode& conv, const Target& target) {
     return unit && Cg < 2 * lanes ? lanes : 2 * lanes;
   }
   if (group != 1) return 2 * lanes;
+  // A symbolic image size (a dynamic model) has no one tile to weigh: two vectors, the cap of most convolutions.
+  if (out[2].is_symbolic() || out[3].is_symbolic()) return 2 * lanes;
   return default_conv_cap(out[1], out[2], out[3], target);
 }
 

@@ -8,9 +8,8 @@ namespace kiln::graph {
 
 namespace {
 
-// A symbolic dimension is taken as non-zero: a shape variable's smallest size is 1.
-bool is_empty(const TensorType& t) { return t.is_static() && t.numel() == 0; }
-bool is_empty(const Value& v) { return v.defined() && is_empty(v.type()); }
+// A symbolic count is not known to be 0 (a static 0 factor folds it to 0).
+bool is_empty(const Value& v) { return v.defined() && v.type().numel_dim() == 0; }
 
 // Values with a zero dimension hold no elements, so no kernel may compute
 // them (an extent of 0 has no loop nest): an operator whose outputs are all
@@ -19,7 +18,7 @@ bool is_empty(const Value& v) { return v.defined() && is_empty(v.type()); }
 // Returns the replacement outputs, or {} to keep the node.
 std::vector<Value> without_empty_values(const Ref<OpNode>& n) {
   bool all_empty = n->num_outputs() > 0;
-  for (int i = 0; i < n->num_outputs(); ++i) all_empty &= is_empty(n->types[i]);
+  for (int i = 0; i < n->num_outputs(); ++i) all_empty &= n->types[i].numel_dim() == 0;
   if (all_empty) {
     std::vector<Value> outs;
     for (int i = 0; i < n->num_outputs(); ++i)

@@ -36,6 +36,7 @@ WinogradTiles winograd_tiles(int64_t n, int64_t out_h, int64_t out_w, int64_t m 
 /**
  * The transformed input V [alpha^2, C/cb, P, cb] of a blocked X [N, C/cb, H, W, cb]
  * with the conv's zero padding (pad_top, pad_left), output out_h x out_w and output tile m.
+ * N may be symbolic (a dynamic batch: P is then N times the tiles of an image); H and W are static.
  */
 te::Tensor winograd_input_nchwc(const te::Tensor& X, int pad_top, int pad_left, int64_t out_h, int64_t out_w, int64_t m = 2,
                                 const std::string& name = "winograd_input");
@@ -43,6 +44,9 @@ te::Tensor winograd_input_nchwc(const te::Tensor& X, int pad_top, int pad_left, 
 te::Tensor winograd_matmul(const te::Tensor& V, const te::Tensor& U, const std::string& name = "winograd_matmul");
 /** The conv's output Y [N, K/kb, out_h, out_w, kb] from M [alpha^2, K/kb, P, kb]. */
 te::Tensor winograd_output_nchwc(const te::Tensor& M, int64_t n, int64_t out_h, int64_t out_w, int64_t m = 2,
+                                 const std::string& name = "winograd_output");
+/** The same with N an expression (a dynamic batch): M's P must be N times the tiles of an image. */
+te::Tensor winograd_output_nchwc(const te::Tensor& M, const Expr& n, int64_t out_h, int64_t out_w, int64_t m = 2,
                                  const std::string& name = "winograd_output");
 
 /** U [alpha^2, K/kb, C/cb, cb, kb] = G g G^T of float32 weights [K, C, 3, 3]. */
