@@ -119,12 +119,19 @@ class Partitioner : public IRMutator {
     const int64_t* min = as_const_int(op->min);
     const int64_t* extent = as_const_int(op->extent);
     // Thread-bound loops are not loops the kernel can split.
+    // A guard on a shape variable (not only on loops) is split where it ends
+    // symbolically: the search over constant ranges would cut such a loop at
+    // points that hold for no size in particular.
+    if (op->kind != ForKind::ThreadBinding && op->loop_var.dtype().is_int() && guards_on_parameters(op)) {
+      Stmt pieces = partition_symbolic(op);
+      if (pieces.defined()) return mutate(pieces);
+    }
     if (min && extent && *extent > 0 && op->kind != ForKind::ThreadBinding) {
       Stmt pieces = partition(op, *min, *extent);
       // Each piece is a For again: partition it for the remaining guards.
       if (pieces.defined()) return mutate(pieces);
     }
-    if (op->kind != ForKind::ThreadBinding && op->loop_var.dtype().is_int()) {
+    if (op->kind != ForKind::ThreadBinding && op->loop_var.dtype().is_int() && !(min && extent)) {
       Stmt pieces = partition_symbolic(op);
       if (pieces.defined()) return mutate(pieces);
     }
@@ -270,6 +277,25 @@ class Partitioner : public IRMutator {
 
   // ---- symbolic split points (loops over a shape variable's tiles)
 
+  // Whether a guard in the loop that uses its variable also reads a variable
+  // no loop or let binds (a shape variable, a scalar parameter).
+  bool guards_on_parameters(const For* loop) {
+    GuardCollector collector;
+    collector.visit_stmt(loop->body);
+    for (const GuardSite& site : collector.sites) {
+      const Expr& cond = as_likely(site.guard->condition)->args[0];
+      bool uses_loop = uses_var(cond, [&](const Variable* v) { return v == loop->loop_var.get(); });
+      bool free = uses_var(cond, [&](const Variable* v) {
+        if (v == loop->loop_var.get()) return false;
+        for (const Fact& f : outer_) if (f.var.get() == v) return false;
+        for (const Fact& f : site.inner) if (f.var.get() == v) return false;
+        return true;
+      });
+      if (uses_loop && free) return true;
+    }
+    return false;
+  }
+
   // The guard's conjunct c as `d < 0` with d = a*v + rest, a a positive
   // constant (c holds on a prefix of v); false otherwise.
   static bool prefix_form(const Expr& c, const Variable* v, int64_t* a, Expr* rest) {
@@ -309,7 +335,8 @@ class Partitioner : public IRMutator {
       if (!uses_var(c, [&](const Variable* u) { return u == loop->loop_var.get(); })) continue;
       int64_t a = 0;
       Expr rest;
-      if (!prefix_form(c, loop->loop_var.get(), &a, &rest)) return Expr();
+      // In the form the prover will see (min(x, n - 1) + 1 may read min(x + 1, n)), so that its terms cancel.
+      if (!prefix_form(an.simplify(c), loop->loop_var.get(), &a, &rest)) return Expr();
       arith::IntervalSet r = an.eval_interval(rest, dom);
       if (!r.max.defined()) return Expr();
       DataType t = rest.dtype();
@@ -324,7 +351,7 @@ class Partitioner : public IRMutator {
     for (const GuardSite& site : sites) {
       arith::Analyzer an;
       for (const Fact& f : outer_) bind_fact(&an, f);
-      an.bind(loop->loop_var, Range(lo, arith::simplify(hi - lo)));
+      an.bind(loop->loop_var, Range(lo, an.simplify(hi - lo)));
       for (const Fact& f : site.inner) bind_fact(&an, f);
       if (!an.can_prove(cond)) return false;
     }
