@@ -324,7 +324,8 @@ int default_parallel_choice(const DagInfo& dag, const Sketch& sk, const StagePla
   int outer = 0;
   for (size_t k = 0; k + 1 < st.spatial.size(); ++k) {
     if (st.inner_part(k) > 1 && st.inner_part(k) == st.spatial[k]) continue;
-    iterations *= st.spatial[k] / st.inner_part(k);
+    // A symbolic extent may be 1 (a batch of one image): it counts for nothing.
+    if (!st.spatial_var[k]) iterations *= st.spatial[k] / st.inner_part(k);
     if (iterations >= kChunksPerCore * dag.cores) return std::min(outer, all);
     ++outer;
   }
