@@ -411,8 +411,13 @@ int64_t tile_extent(const DagInfo& dag, const StageInfo& s, size_t axis, bool pa
     if (s.spatial[k] > 1 && !(k < indexes.size() && indexes[k])) rows = k;
   if (axis != rows) return extent;
   if (matmul) {
-    int64_t fit = max_tile_rows(dag.registers - 1, 2);
-    return ops::padded_rows_extent(extent, std::min(fit, kMaxMatmulRows), fit);
+    int64_t fit = max_tile_rows(dag.registers - 1, 2), want = std::min(fit, kMaxMatmulRows);
+    int64_t rows_extent = ops::padded_rows_extent(extent, want, fit);
+    // A symbolic row count has no divisors to respect: where the hint's
+    // would give fewer rows than wanted (128 on AVX2: 4, not 6), tile by
+    // `want` and leave the rest to the tail.
+    if (s.spatial_var[axis] && divisor_near(rows_extent, want, fit) < want) rows_extent = (extent + want - 1) / want * want;
+    return rows_extent;
   }
   // A conv's rows: as many output pixels as fit beside the default's tile
   // of two vectors of output channels (one where its block is one vector),
