@@ -12,6 +12,11 @@
 // Conjuncts that do not vary with the loop (a 2-D tile's guard on the other
 // axis, `i < M && j < N`) stay behind as a smaller guard in the main piece,
 // for the loop of their own axis to settle.
+//
+// Loops over a symbolic extent, and guards on a shape variable (dynamic
+// shapes: io*6 + ii < n), are split at a symbolic point instead, read off the
+// guard's linear form (io < floordiv(n, 6)); the main piece is simplified
+// knowing it, so its clamped extents become constants. See partition_symbolic.
 #include "kiln/arith/analyzer.h"
 #include "kiln/ir/functor.h"
 #include "kiln/ir/op.h"
