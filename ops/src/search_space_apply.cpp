@@ -333,6 +333,26 @@ class Applier {
     *level = std::move(rows);
   }
 
+  // Fuses the first `count` loops of `order` into the parallel one, except
+  // leading loops over a symbolic extent (a batch of images, whole in S0):
+  // they stay outside, serial, for inside a fused loop of symbolic extent
+  // the attached accumulator's bounds would be divisions by the shape
+  // variable, which bound inference cannot pin to one iteration (it would
+  // size the accumulator by the batch). Returns the parallel loop's position.
+  static size_t fuse_parallel(te::Stage& st, std::vector<Loop>* order, int count) {
+    size_t lead = 0;
+    while (static_cast<int>(lead) + 1 < count && lead + 1 < order->size() && (*order)[lead].var) ++lead;
+    if (lead == 0) {
+      fuse_prefix(st, order, count);
+      return 0;
+    }
+    std::vector<Loop> rest(order->begin() + static_cast<std::ptrdiff_t>(lead), order->end());
+    fuse_prefix(st, &rest, count - static_cast<int>(lead));
+    order->resize(lead);
+    order->insert(order->end(), rest.begin(), rest.end());
+    return lead;
+  }
+
   // A stage may go inside output o's loop only if all its readers run there.
   bool readers_attached_at(int i, int o) const {
     for (int r : dag_.stages[i].readers)
@@ -379,8 +399,8 @@ class Applier {
     std::vector<Loop> order;
     for (const auto* level : {&S[0], &S[1], &R[0], &S[2], &R[1], &S[3]}) order.insert(order.end(), level->begin(), level->end());
     reorder_loops(st, order);
-    fuse_prefix(st, &order, choice(p.parallel) + 1);
-    st.parallel(order[0].iv);
+    size_t lead = fuse_parallel(st, &order, choice(p.parallel) + 1);
+    st.parallel(order[lead].iv);
     annotate_tile(st, order, S[3].back(), 2 * info.spatial.size() + info.reduce.size(), p);
   }
 
@@ -422,11 +442,11 @@ class Applier {
     order.insert(order.end(), IN.begin(), IN.end());
     reorder_loops(outer, order);
     int depth = std::clamp(choice(p.parallel) + 1, 1, 2 * n);
-    fuse_prefix(outer, &order, depth);
-    outer.parallel(order[0].iv);
+    int lead = static_cast<int>(fuse_parallel(outer, &order, depth));
+    outer.parallel(order[lead].iv);
     // The attach loop: the last S0 (or S1) loop, or the fused loop holding it.
     int attach = at_s0 ? n - 1 : 2 * n - 1;
-    size_t attach_pos = attach < depth ? 0 : static_cast<size_t>(attach - depth + 1);
+    size_t attach_pos = static_cast<size_t>(attach < lead ? attach : attach < depth ? lead : attach - depth + lead + 1);
     IterVar attach_iv = order[attach_pos].iv;
     // Vectorize the copy-out: the last inner loop, or its split by f3.
     int f3 = tile(p.spatial_tiles[n - 1])[3];

@@ -324,7 +324,8 @@ int default_parallel_choice(const DagInfo& dag, const Sketch& sk, const StagePla
   int outer = 0;
   for (size_t k = 0; k + 1 < st.spatial.size(); ++k) {
     if (st.inner_part(k) > 1 && st.inner_part(k) == st.spatial[k]) continue;
-    iterations *= st.spatial[k] / st.inner_part(k);
+    // A symbolic extent may be 1 (a batch of one image): it counts for nothing.
+    if (!st.spatial_var[k]) iterations *= st.spatial[k] / st.inner_part(k);
     if (iterations >= kChunksPerCore * dag.cores) return std::min(outer, all);
     ++outer;
   }
@@ -410,8 +411,13 @@ int64_t tile_extent(const DagInfo& dag, const StageInfo& s, size_t axis, bool pa
     if (s.spatial[k] > 1 && !(k < indexes.size() && indexes[k])) rows = k;
   if (axis != rows) return extent;
   if (matmul) {
-    int64_t fit = max_tile_rows(dag.registers - 1, 2);
-    return ops::padded_rows_extent(extent, std::min(fit, kMaxMatmulRows), fit);
+    int64_t fit = max_tile_rows(dag.registers - 1, 2), want = std::min(fit, kMaxMatmulRows);
+    int64_t rows_extent = ops::padded_rows_extent(extent, want, fit);
+    // A symbolic row count has no divisors to respect: where the hint's
+    // would give fewer rows than wanted (128 on AVX2: 4, not 6), tile by
+    // `want` and leave the rest to the tail.
+    if (s.spatial_var[axis] && divisor_near(rows_extent, want, fit) < want) rows_extent = (extent + want - 1) / want * want;
+    return rows_extent;
   }
   // A conv's rows: as many output pixels as fit beside the default's tile
   // of two vectors of output channels (one where its block is one vector),

@@ -141,6 +141,31 @@ TEST_F(ArithTest, CanonicalAffineForm) {
 
 // ---------------------------------------------------------------- div / mod
 
+TEST_F(ArithTest, RemainderOfASymbolicDivision) {
+  // x - floordiv(x, c)*c is the remainder, whose bounds are known where x's are not.
+  check(n - floordiv(n, 6) * 6, floormod(n, 6));
+  check(n * 2 - floordiv(n, 4) * 8, floormod(n, 4) * 2);
+  Analyzer an;
+  EXPECT_TRUE(an.can_prove(floordiv(n, 6) * 6 <= n));
+  // The tiles of a dynamic extent: io below floordiv(n, 6) is a full tile.
+  an.bind(io, Range(Expr(0), floordiv(n, 6)));
+  an.bind(i, Range(0, 6));
+  EXPECT_TRUE(an.can_prove(io * 6 + i < n));
+  check(an, min(n - 1, io * 6 + 5) - io * 6 + 1, Expr(6));
+}
+
+TEST_F(ArithTest, InnerSymbolicRangeIsSubstitutedFirst) {
+  // i in [0, n - io*6) with io a loop of its own: i's end brings -io*6, which
+  // cancels io's term before io is replaced by its own end.
+  Analyzer an;
+  an.bind(io, Range(Expr(0), floordiv(n + 5, 6)));
+  an.bind(j, Range(Expr(0), floordiv(n, 6) - io + 1));
+  an.bind(i, Range(Expr(0), n - io * 6 - j * 6));
+  EXPECT_TRUE(an.can_prove(io * 6 + j * 6 + i < n));
+  EXPECT_FALSE(an.can_prove(io * 6 + j * 6 + i < n - 1));
+}
+
+
 TEST_F(ArithTest, DivModWithRanges) {
   Analyzer an;
   an.bind(i, Range(0, 16));

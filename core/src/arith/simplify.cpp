@@ -118,32 +118,43 @@ Expr Simplifier::mutate(const Expr& e) {
 namespace {
 // Replaces each variable with a symbolic range by the end of the range that
 // bounds f from above (upper) or below, by the sign of its coefficient.
-// With `dependent_only`, only the variables whose end reads another
-// variable of f that has a symbolic range itself: an inner loop's range over an outer one's (ii in [0, n - io*6)) is
-// substituted first, so that io cancels before it is replaced by its own
-// (looser) end.
+// With `dependent_only`, only the innermost of the variables whose end
+// reads another variable of f that has a symbolic range itself (an inner
+// loop's range over an outer one's, ii in [0, n - io*6)): the one no other
+// such end reads. Substituted first, its outer variables cancel before they
+// are replaced by their own (looser) ends.
 bool substitute_range_ends(const Facts& facts, LinearForm* f, bool upper, bool dependent_only = false) {
-  LinearForm out{f->dtype, {}, f->constant};
-  bool changed = false;
-  auto reads_other = [&](const Expr& end, const Variable* self) {
-    return uses_var(end, [&](const Variable* u) {
-      if (u == self) return false;
-      auto it = facts.find(u);
-      if (it == facts.end() || !it->second.sym_min.defined()) return false;  // a parameter (n), not a loop
-      for (const Term& t : f->terms)
-        if (t.atom.as<Variable>() == u) return true;
-      return false;
-    });
-  };
-  for (const Term& t : f->terms) {
+  auto end_of = [&](const Term& t) -> const Expr* {
     const Variable* v = t.atom.as<Variable>();
     auto it = v ? facts.find(v) : facts.end();
-    if (it != facts.end() && it->second.sym_min.defined() && it->second.sym_min.dtype() == f->dtype &&
-        (!dependent_only || reads_other((t.coeff > 0) == upper ? it->second.sym_max : it->second.sym_min, v))) {
-      linear_accumulate(&out, (t.coeff > 0) == upper ? it->second.sym_max : it->second.sym_min, t.coeff);
+    if (it == facts.end() || !it->second.sym_min.defined() || it->second.sym_min.dtype() != f->dtype) return nullptr;
+    return (t.coeff > 0) == upper ? &it->second.sym_max : &it->second.sym_min;
+  };
+  auto reads = [&](const Expr& end, const Variable* u) { return uses_var(end, [&](const Variable* x) { return x == u; }); };
+  std::vector<bool> pick(f->terms.size(), false);
+  for (size_t i = 0; i < f->terms.size(); ++i) {
+    const Expr* end = end_of(f->terms[i]);
+    if (!end) continue;
+    if (!dependent_only) {
+      pick[i] = true;
+      continue;
+    }
+    bool dependent = false, read_by_other = false;
+    for (size_t j = 0; j < f->terms.size(); ++j) {
+      if (j == i || !end_of(f->terms[j])) continue;
+      dependent = dependent || reads(*end, f->terms[j].atom.as<Variable>());
+      read_by_other = read_by_other || reads(*end_of(f->terms[j]), f->terms[i].atom.as<Variable>());
+    }
+    pick[i] = dependent && !read_by_other;
+  }
+  LinearForm out{f->dtype, {}, f->constant};
+  bool changed = false;
+  for (size_t i = 0; i < f->terms.size(); ++i) {
+    if (pick[i]) {
+      linear_accumulate(&out, *end_of(f->terms[i]), f->terms[i].coeff);
       changed = true;
     } else {
-      out.terms.push_back(t);
+      out.terms.push_back(f->terms[i]);
     }
   }
   if (changed) {

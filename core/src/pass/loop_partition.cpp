@@ -12,6 +12,11 @@
 // Conjuncts that do not vary with the loop (a 2-D tile's guard on the other
 // axis, `i < M && j < N`) stay behind as a smaller guard in the main piece,
 // for the loop of their own axis to settle.
+//
+// Loops over a symbolic extent, and guards on a shape variable (dynamic
+// shapes: io*6 + ii < n), are split at a symbolic point instead, read off the
+// guard's linear form (io < floordiv(n, 6)); the main piece is simplified
+// knowing it, so its clamped extents become constants. See partition_symbolic.
 #include "kiln/arith/analyzer.h"
 #include "kiln/ir/functor.h"
 #include "kiln/ir/op.h"
@@ -111,6 +116,33 @@ class GuardReplacer : public IRMutator {
   Stmt with_;
 };
 
+// Replaces a variable in loop bounds and guard conditions only: the control
+// structure a tail's copy specialises. Indices keep it (n*n*h stays, rather
+// than (io*8 + 3)*(io*8 + 3)*h, which LLVM took seconds to compile).
+class ControlSubstituter : public IRMutator {
+ public:
+  ControlSubstituter(const Variable* var, Expr value) : var_(var), value_(std::move(value)) {}
+
+ protected:
+  using IRMutator::visit;
+  Stmt visit(const For* op) override {
+    Stmt body = mutate(op->body);
+    return For::make(op->loop_var, sub(op->min), sub(op->extent), op->kind, body, op->thread_tag);
+  }
+  Stmt visit(const IfThenElse* op) override {
+    Stmt then_case = mutate(op->then_case);
+    Stmt else_case = op->else_case.defined() ? mutate(op->else_case) : Stmt();
+    return IfThenElse::make(sub(op->condition), then_case, else_case);
+  }
+
+ private:
+  Expr sub(const Expr& e) const {
+    return substitute(e, [&](const Variable* u) { return u == var_ ? value_ : Expr(); });
+  }
+  const Variable* var_;
+  Expr value_;
+};
+
 class Partitioner : public IRMutator {
  protected:
   using IRMutator::visit;
@@ -119,12 +151,19 @@ class Partitioner : public IRMutator {
     const int64_t* min = as_const_int(op->min);
     const int64_t* extent = as_const_int(op->extent);
     // Thread-bound loops are not loops the kernel can split.
+    // A guard on a shape variable (not only on loops) is split where it ends
+    // symbolically: the search over constant ranges would cut such a loop at
+    // points that hold for no size in particular.
+    if (op->kind != ForKind::ThreadBinding && op->loop_var.dtype().is_int() && guards_on_parameters(op)) {
+      Stmt pieces = partition_symbolic(op);
+      if (pieces.defined()) return mutate(pieces);
+    }
     if (min && extent && *extent > 0 && op->kind != ForKind::ThreadBinding) {
       Stmt pieces = partition(op, *min, *extent);
       // Each piece is a For again: partition it for the remaining guards.
       if (pieces.defined()) return mutate(pieces);
     }
-    if (op->kind != ForKind::ThreadBinding && op->loop_var.dtype().is_int()) {
+    if (op->kind != ForKind::ThreadBinding && op->loop_var.dtype().is_int() && !(min && extent)) {
       Stmt pieces = partition_symbolic(op);
       if (pieces.defined()) return mutate(pieces);
     }
@@ -270,6 +309,25 @@ class Partitioner : public IRMutator {
 
   // ---- symbolic split points (loops over a shape variable's tiles)
 
+  // Whether a guard in the loop that uses its variable also reads a variable
+  // no loop or let binds (a shape variable, a scalar parameter).
+  bool guards_on_parameters(const For* loop) {
+    GuardCollector collector;
+    collector.visit_stmt(loop->body);
+    for (const GuardSite& site : collector.sites) {
+      const Expr& cond = as_likely(site.guard->condition)->args[0];
+      bool uses_loop = uses_var(cond, [&](const Variable* v) { return v == loop->loop_var.get(); });
+      bool free = uses_var(cond, [&](const Variable* v) {
+        if (v == loop->loop_var.get()) return false;
+        for (const Fact& f : outer_) if (f.var.get() == v) return false;
+        for (const Fact& f : site.inner) if (f.var.get() == v) return false;
+        return true;
+      });
+      if (uses_loop && free) return true;
+    }
+    return false;
+  }
+
   // The guard's conjunct c as `d < 0` with d = a*v + rest, a a positive
   // constant (c holds on a prefix of v); false otherwise.
   static bool prefix_form(const Expr& c, const Variable* v, int64_t* a, Expr* rest) {
@@ -309,7 +367,8 @@ class Partitioner : public IRMutator {
       if (!uses_var(c, [&](const Variable* u) { return u == loop->loop_var.get(); })) continue;
       int64_t a = 0;
       Expr rest;
-      if (!prefix_form(c, loop->loop_var.get(), &a, &rest)) return Expr();
+      // In the form the prover will see (min(x, n - 1) + 1 may read min(x + 1, n)), so that its terms cancel.
+      if (!prefix_form(an.simplify(c), loop->loop_var.get(), &a, &rest)) return Expr();
       arith::IntervalSet r = an.eval_interval(rest, dom);
       if (!r.max.defined()) return Expr();
       DataType t = rest.dtype();
@@ -324,11 +383,61 @@ class Partitioner : public IRMutator {
     for (const GuardSite& site : sites) {
       arith::Analyzer an;
       for (const Fact& f : outer_) bind_fact(&an, f);
-      an.bind(loop->loop_var, Range(lo, arith::simplify(hi - lo)));
+      an.bind(loop->loop_var, Range(lo, an.simplify(hi - lo)));
       for (const Fact& f : site.inner) bind_fact(&an, f);
       if (!an.can_prove(cond)) return false;
     }
     return true;
+  }
+
+  // The last tile of a small tile (rows of a register tile, a*v + g < n
+  // with a <= kMaxTailVersions): one copy of the body per remainder r of n
+  // (n - v*a == r, n replaced by v*a + r there), so each copy's rows are
+  // constants again: unrolled, guard-free, their accumulators in registers.
+  // A dense of one row ran 3x slower with the rows a loop of symbolic extent.
+  // Any other case keeps the body as it was (the last branch).
+  static constexpr int64_t kMaxTailVersions = 8;
+  Stmt tail_versions(const For* loop, const GuardSite& site, const Expr& cond, const Stmt& body) {
+    int64_t a = 0;
+    Expr rest;
+    if (!prefix_form(cond, loop->loop_var.get(), &a, &rest) || a < 2 || a > kMaxTailVersions) return body;
+    // The one free variable of rest (a shape variable), with coefficient -1.
+    const Variable* free = nullptr;
+    int count = 0;
+    post_order_visit(rest, [&](const Expr& e) {
+      const Variable* v = e.as<Variable>();
+      if (!v || v == free) return;
+      for (const Fact& f : outer_) if (f.var.get() == v) return;
+      for (const Fact& f : site.inner) if (f.var.get() == v) return;
+      free = v;
+      ++count;
+    });
+    if (count != 1) return body;
+    DataType t = rest.dtype();
+    if (free->dtype != t) return body;
+    // Only where n bounds this axis alone: with guards of other axes on n
+    // (q.kT's columns) the copies would multiply those axes' tails too (4 s
+    // to compile instead of 0.2).
+    GuardCollector others;
+    others.visit_stmt(body);
+    for (const GuardSite& g : others.sites) {
+      std::vector<Expr> conjuncts;
+      split_conjuncts(as_likely(g.guard->condition)->args[0], &conjuncts);
+      for (const Expr& c : conjuncts)
+        if (uses_var(c, [&](const Variable* u) { return u == free; }) && !uses_var(c, [&](const Variable* u) { return u == loop->loop_var.get(); })) return body;
+    }
+    Var p(free);
+    auto at = [&](int64_t k) { return arith::simplify(substitute(rest, [&](const Variable* u) { return u == free ? IntImm::make(t, k) : Expr(); })); };
+    Expr step = arith::simplify(at(1) - at(0));
+    if (!is_const_int(step, -1)) return body;
+    Expr v = loop->loop_var;
+    Stmt out = body;
+    for (int64_t r = a - 1; r >= 1; --r) {
+      Expr value = arith::simplify(v * IntImm::make(t, a) + IntImm::make(t, r));
+      Stmt version = fresh_allocations(ControlSubstituter(free, value).mutate(body));
+      out = IfThenElse::make(EQ::make(p - v * IntImm::make(t, a), IntImm::make(t, r)), version, out);
+    }
+    return out;
   }
 
   // A loop over the tiles of a symbolic extent (or one whose guard has a
@@ -392,6 +501,7 @@ class Partitioner : public IRMutator {
       }
       if (never) rest_body = GuardReplacer(guard, guard->else_case.defined() ? guard->else_case : make_nop()).mutate(rest_body);
       if (is_nop(rest_body)) return main;
+      rest_body = tail_versions(loop, first, cond, rest_body);
       Stmt after = For::make(loop->loop_var, split, arith::simplify(stop - split), loop->kind, rest_body, loop->thread_tag);
       return Seq::make({main, fresh_allocations(after)});
     }
