@@ -85,8 +85,11 @@ Executor compile(const Graph& g, const CompileOptions& options) {
   if (options.layout && options.choose_layouts && !options.db.empty() && !given)
     popt.layout_plan = choose_layout_plan(g, target, options.db, &st->layouts, options.layout_plan.winograd);
   st->graph = optimize(g, target, popt);
+  std::map<std::string, std::pair<int64_t, int64_t>> ranges;
+  for (const auto& [v, r] : options.dims) ranges[v] = {r.lo, r.hi};
+  const std::vector<ShapeBinding> likely = likely_bindings(shape_var_names(g), options.sizes, ranges);
   PlannedGraph pg = plan_graph(st->graph, [&](const GraphDag& dag, const std::string& kname) {
-    GroupKernel k = build_group_kernel(dag, target, kname, options.plain, options.db);
+    GroupKernel k = build_group_kernel(dag, target, kname, options.plain, options.db, likely);
     st->modules.push_back(k.module);
     GroupInfo info;
     info.schedule = schedule_source_name(k.source);

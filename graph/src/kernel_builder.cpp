@@ -6,6 +6,7 @@
 #include "kiln/ops/best_record.h"
 #include "kiln/ops/search_space.h"
 #include "kiln/support/error.h"
+#include "kiln/te/trace.h"
 
 namespace kiln::graph {
 
@@ -45,18 +46,59 @@ GroupKernel build_group_kernel(const Graph& body, const Target& target, const st
   return build_group_kernel(to_te(body), target, name, plain, db_path);
 }
 
-GroupKernel build_group_kernel(GraphDag dag, const Target& target, const std::string& name, bool plain, const std::string& db_path) {
+namespace {
+
+bool has_symbolic_extent(const std::vector<te::Tensor>& args) {
+  for (const te::Tensor& t : args)
+    for (const Expr& d : t.shape())
+      if (!as_const_int(d)) return true;
+  return false;
+}
+
+// The record of a symbolic group's static twin at the first likely binding
+// that has one, replayed on the symbolic DAG (a split of a var extent leaves
+// a tail the loop passes peel). nullopt: no binding has a record that replays.
+std::optional<te::Schedule> twin_record(const GroupKernel& k, const ops::Task& task, const Target& target, const std::string& db_path,
+                                        const std::vector<ShapeBinding>& likely, std::string* detail) {
+  for (const ShapeBinding& b : likely) {
+    try {
+      GraphDag twin = to_te(bind_shapes(k.dag.source, b));
+      ops::Task twin_task = ops::make_task(twin.args(), target, k.name);
+      std::optional<ops::BestRecord> best = ops::best_record(twin_task, db_path);
+      if (!best) continue;
+      te::Schedule sch = te::Schedule::from_trace(task.outputs, te::Trace::from_json(best->trace_json));
+      std::string at;
+      for (const auto& [v, size] : b) at += (at.empty() ? "" : ", ") + v + "=" + std::to_string(size);
+      *detail = "tuned at " + at + ": " + best->trace_json;
+      return sch;
+    } catch (const Error&) {
+      continue;  // a size the group cannot take, or a trace that does not replay here: the next binding
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+GroupKernel build_group_kernel(GraphDag dag, const Target& target, const std::string& name, bool plain, const std::string& db_path,
+                               const std::vector<ShapeBinding>& likely) {
   GroupKernel k;
   k.name = name;
   k.dag = std::move(dag);
   std::vector<te::Tensor> args = k.dag.args();
-  ops::Task task = ops::make_task(args, target, name);
+  bool symbolic = has_symbolic_extent(args);
+  ops::Task task = ops::make_task(args, target, name, symbolic && !likely.empty() ? likely.front() : ShapeBinding{});
   k.workload_key = task.workload_key;
   k.flop = task.flop;
   te::Schedule sch;
+  std::optional<te::Schedule> tuned;
+  if (!plain && symbolic && !db_path.empty() && k.dag.source.defined()) tuned = twin_record(k, task, target, db_path, likely, &k.schedule_detail);
   if (plain) {
     sch = task.fresh_schedule();
     k.source = ScheduleSource::Plain;
+  } else if (tuned) {
+    sch = *tuned;
+    k.source = ScheduleSource::Database;
   } else {
     sch = group_schedule(task, db_path, &k.source, &k.schedule_detail, &k.records_only_for);
   }

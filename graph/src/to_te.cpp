@@ -38,6 +38,7 @@ te::Tensor immediate(const ConstantNode& c) {
 
 GraphDag to_te(const Graph& g, bool gpu) {
   GraphDag dag;
+  dag.source = g;
   std::unordered_map<const NodeObj*, std::vector<te::Tensor>> tensors;
   for (const auto& in : g.inputs()) {
     dag.inputs.push_back(te::placeholder(dim_exprs(in->types[0]), in->types[0].dtype, in->name));

@@ -57,6 +57,14 @@ struct CompileOptions {
    * and bounding memory_bound(). Variables without one take any size >= 0.
    */
   std::map<std::string, ShapeRange> dims;
+  /**
+   * A model with symbolic dims: per shape variable, the sizes calls will
+   * most likely have, most likely first ({"seq", {128, 384}}). Kernels are
+   * scheduled for the first; with a database, each group takes the record
+   * tuned at the first of these sizes that has one (tuner::tune_model tunes
+   * at all of them; likely_bindings in bind_shapes.h lists them).
+   */
+  std::map<std::string, std::vector<int64_t>> sizes;
 };
 
 struct GroupInfo {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kiln/codegen/target.h"
+#include "kiln/graph/bind_shapes.h"
 #include "kiln/graph/to_te.h"
 #include "kiln/runtime/module.h"
 #include "kiln/te/schedule.h"
@@ -61,9 +62,14 @@ te::Schedule group_schedule(const ops::Task& task, const std::string& db_path, S
  */
 GroupKernel build_group_kernel(const Graph& body, const Target& target, const std::string& name, bool plain = false,
                                const std::string& db_path = "");
-/** The same for a DAG lowered already (to_te). */
+/**
+ * The same for a DAG lowered already (to_te). A DAG over symbolic extents is
+ * scheduled for `likely`'s first binding (the task's size hints) and, with a
+ * database, takes the record of the first binding whose static twin (the
+ * group bound to those sizes) has one, replayed on the symbolic kernel.
+ */
 GroupKernel build_group_kernel(GraphDag dag, const Target& target, const std::string& name, bool plain = false,
-                               const std::string& db_path = "");
+                               const std::string& db_path = "", const std::vector<ShapeBinding>& likely = {});
 
 /** Runs the one-operator graph of `node` on `inputs` (one per node input; absent inputs undefined) with a plain kernel. */
 std::vector<NDArray> evaluate_node(const struct OpNode& node, const std::vector<NDArray>& inputs);

@@ -23,6 +23,9 @@ struct GraphDag {
   /** One tensor per graph output. */
   std::vector<te::Tensor> outputs;
 
+  /** The graph lowered (for a kernel over symbolic extents: bound to sizes to find its tuned twin's records). */
+  Graph source;
+
   /** The kernel's arguments in call order: inputs, constants, outputs. */
   std::vector<te::Tensor> args() const;
 };
