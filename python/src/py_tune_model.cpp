@@ -30,29 +30,37 @@ py::list task_list(const std::vector<ModelTask>& tasks) {
   return out;
 }
 
-CompileOptions compile_options(const std::string& target, const std::string& db, bool layout) {
+CompileOptions compile_options(const std::string& target, const std::string& db, bool layout,
+                               const std::map<std::string, std::vector<int64_t>>& sizes = {},
+                               const std::map<std::string, std::pair<int64_t, int64_t>>& dims = {}) {
   CompileOptions o;
   o.target = target;
   o.db = db;
   o.layout = layout;
+  o.sizes = sizes;
+  for (const auto& [name, r] : dims) o.dims[name] = ShapeRange{r.first, r.second};
   return o;
 }
+
+using Sizes = std::map<std::string, std::vector<int64_t>>;
+using Ranges = std::map<std::string, std::pair<int64_t, int64_t>>;
 
 }  // namespace
 
 void define_tune_model(py::module_& root) {
   py::module_ m = root.attr("tuner").cast<py::module_>();
-  m.def("extract_tasks", [](const Graph& g, const std::string& target, const std::string& db, bool layout) {
+  m.def("extract_tasks", [](const Graph& g, const std::string& target, const std::string& db, bool layout, const Sizes& sizes, const Ranges& dims) {
     std::vector<ModelTask> tasks;
     {
       py::gil_scoped_release release;
-      tasks = extract_tasks(g, compile_options(target, db, layout));
+      tasks = extract_tasks(g, compile_options(target, db, layout, sizes, dims));
     }
     return py::make_tuple(task_list(tasks), tasks_table(tasks));
-  }, py::arg("graph"), py::arg("target") = "llvm", py::arg("db") = "", py::arg("layout") = true);
+  }, py::arg("graph"), py::arg("target") = "llvm", py::arg("db") = "", py::arg("layout") = true, py::arg("sizes") = Sizes{},
+     py::arg("dims") = Ranges{});
   m.def("tune_model", [](const Graph& g, const std::string& target, const std::string& db, int trials, int batch, double time_budget_s,
                          int early_stop_rounds, bool progress, uint64_t seed, bool layout, bool cold_inputs, int confirm_top,
-                         int confirm_rounds, bool gpu_simulate) {
+                         int confirm_rounds, bool gpu_simulate, const Sizes& sizes, const Ranges& dims) {
     ModelTuneOptions t;
     t.gpu_simulate = gpu_simulate;
     t.cold_inputs = cold_inputs;
@@ -67,7 +75,7 @@ void define_tune_model(py::module_& root) {
     ModelTuneResult r;
     {
       py::gil_scoped_release release;
-      r = tune_model(g, compile_options(target, db, layout), t);
+      r = tune_model(g, compile_options(target, db, layout, sizes, dims), t);
     }
     py::dict d;
     d["tasks"] = task_list(r.tasks);
@@ -80,7 +88,8 @@ void define_tune_model(py::module_& root) {
     return d;
   }, py::arg("graph"), py::arg("target"), py::arg("db"), py::arg("trials"), py::arg("batch"), py::arg("time_budget_s"),
      py::arg("early_stop_rounds"), py::arg("progress"), py::arg("seed"), py::arg("layout"), py::arg("cold_inputs") = true,
-     py::arg("confirm_top") = 4, py::arg("confirm_rounds") = 3, py::arg("gpu_simulate") = false);
+     py::arg("confirm_top") = 4, py::arg("confirm_rounds") = 3, py::arg("gpu_simulate") = false, py::arg("sizes") = Sizes{},
+     py::arg("dims") = Ranges{});
 }
 
 }  // namespace kiln::python

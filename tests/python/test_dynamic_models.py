@@ -136,3 +136,21 @@ def test_decoder_step_with_a_growing_kv_cache():
         want = block(x, k, v)[0].numpy()
     np.testing.assert_allclose(exe.run([x.numpy(), k.numpy(), v.numpy()])[0], want, rtol=1e-4, atol=1e-4)
     assert kiln.build_count() == builds  # no kernel compiled for any new shape
+
+
+def test_tuning_a_dynamic_model_at_its_likely_sizes(tmp_path):
+    torch.manual_seed(0)
+    m = Mlp().eval()
+    g = kg.from_torch(m, torch.randn(4, 64), shapes={"input0": ("batch", 64)})
+    sizes = {"batch": [16, 64]}
+    tasks, _ = kiln.tuner.extract_tasks(g, sizes=sizes)
+    groups = [name for t in tasks for name in t["groups"]]
+    assert any(name.endswith("[batch=16]") for name in groups) and any(name.endswith("[batch=64]") for name in groups)
+    db = str(tmp_path / "dyn.db")
+    kiln.tune_model(g, trials=4, batch=2, db=db, sizes=sizes, progress=False, confirm_top=0)
+    exe = kiln.compile(g, db=db, sizes=sizes, quiet=True)
+    tuned = [grp for grp in exe.groups() if grp["schedule"] == "database"]
+    assert tuned and all("tuned at batch=" in grp["schedule_detail"] for grp in tuned)
+    for b in (1, 16, 37):  # sizes tuned and not: each runs, with the records' schedules
+        x = torch.randn(b, 64)
+        np.testing.assert_allclose(exe.run([x.numpy()])[0], m(x).detach().numpy(), rtol=1e-4, atol=1e-4)

@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "kiln/graph/bind_shapes.h"
 #include "kiln/graph/passes.h"
 #include "kiln/graph/to_te.h"
 #include "kiln/support/error.h"
@@ -89,7 +90,39 @@ std::vector<ModelTask> tasks_of_plan(const Graph& g, const Target& target, const
 
 }  // namespace
 
+namespace {
+
+// A model with symbolic dims: the tasks of its static twins at the likely
+// sizes (likely_bindings), merged by workload; each group's name says the
+// sizes it was bound to, so every size's groups count in the estimate.
+std::vector<ModelTask> extract_dynamic_tasks(const Graph& g, const CompileOptions& options, const std::vector<std::string>& vars) {
+  std::map<std::string, std::pair<int64_t, int64_t>> ranges;
+  for (const auto& [v, r] : options.dims) ranges[v] = {r.lo, r.hi};
+  std::vector<ModelTask> tasks;
+  std::map<std::string, size_t> by_key;
+  for (const ShapeBinding& b : likely_bindings(vars, options.sizes, ranges)) {
+    std::string at;
+    for (const auto& [v, size] : b) at += (at.empty() ? "" : ", ") + v + "=" + std::to_string(size);
+    for (ModelTask& t : extract_tasks(bind_shapes(g, b), options)) {
+      for (std::string& name : t.groups) name += " [" + at + "]";
+      auto it = by_key.find(t.task.workload_key);
+      if (it == by_key.end()) {
+        by_key[t.task.workload_key] = tasks.size();
+        tasks.push_back(std::move(t));
+        continue;
+      }
+      ModelTask& same = tasks[it->second];
+      same.weight += t.weight;
+      same.groups.insert(same.groups.end(), t.groups.begin(), t.groups.end());
+    }
+  }
+  return tasks;
+}
+
+}  // namespace
+
 std::vector<ModelTask> extract_tasks(const Graph& g, const CompileOptions& options) {
+  if (std::vector<std::string> vars = shape_var_names(g); !vars.empty()) return extract_dynamic_tasks(g, options, vars);
   Target target = Target::parse(options.target);
   std::vector<LayoutPlan> plans = {options.layout_plan};
   if (options.layout && options.choose_layouts && target.kind == Target::Kind::LLVM) {

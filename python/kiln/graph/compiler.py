@@ -6,6 +6,7 @@ import sys
 
 import numpy as _np
 
+from .shape_options import parse_dims, parse_sizes
 from .._ffi import KilnError, _kiln
 from .executor import Executor, GpuExecutor
 
@@ -94,23 +95,8 @@ def _winograd_tile(winograd):
     raise KilnError(f"kiln.compile: winograd= takes True, False, 2 (F(2x2, 3x3) only) or 4, got {winograd!r}")
 
 
-def _dim_ranges(dims):
-    if dims is None:
-        return {}
-    if not isinstance(dims, dict):
-        raise KilnError(f"kiln.compile: dims= takes a dict of shape variable -> (lo, hi), got a {type(dims).__name__}")
-    out = {}
-    for name, r in dims.items():
-        try:
-            lo, hi = (int(v) for v in r)
-        except (TypeError, ValueError):
-            raise KilnError(f"kiln.compile: dims['{name}'] must be a (lo, hi) pair of ints, got {r!r}") from None
-        out[str(name)] = (lo, hi)
-    return out
-
-
 def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, layout=True, quiet=False, bf16_dot=None,
-            winograd=True, dims=None):
+            winograd=True, dims=None, sizes=None):
     """Compiles a graph: passes, fusion, kernels (the DB's best records when `db` is given) and the memory plan.
 
     fuse=False gives one kernel per operator, plain=True unscheduled kernels
@@ -128,6 +114,9 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
     dims: for a model with symbolic dimensions, the inclusive range of each
     shape variable (``{"batch": (1, 32), "seq": (1, 512)}``): every run is
     checked against it, and ``memory_bound()`` reports the largest arena.
+    sizes: the sizes calls will most likely have per shape variable, most likely first
+    (``{"seq": [128, 384]}``): kernels are scheduled for the first, and with ``db=`` each
+    group takes the record ``kiln.tune_model(..., sizes=)`` tuned at the first size that has one.
     """
     if not isinstance(model, Graph):
         raise KilnError(f"kiln.compile takes a kiln.graph.Graph (from from_onnx, from_torch or a Builder), got a {type(model).__name__}")
@@ -141,7 +130,7 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
             print(f"kiln.compile: {tuned} of {len(exe.groups())} fused groups from the GPU tuning records in {db}", file=sys.stderr)
         return exe
     bf16 = -1 if bf16_dot is None else int(bool(bf16_dot))
-    exe = Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout, bf16, _winograd_tile(winograd), _dim_ranges(dims)), model)
+    exe = Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout, bf16, _winograd_tile(winograd), parse_dims(dims), parse_sizes(sizes)), model)
     if db and not quiet:
         tuned, total = exe.tuned_groups()
         elsewhere = [g["records_only_for"] for g in exe.groups() if g["records_only_for"]]

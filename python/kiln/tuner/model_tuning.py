@@ -12,6 +12,7 @@ import warnings
 import re
 
 from .._ffi import KilnError, _kiln
+from ..graph.shape_options import parse_dims, parse_sizes
 
 
 def _seconds(budget):
@@ -26,14 +27,17 @@ def _seconds(budget):
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
-def extract_tasks(model, target="llvm", db=None, layout=True):
-    """The model's tuning tasks: a list of dicts (workload_key, ops, flop, weight, groups, records, best_time) and a printable table."""
-    tasks, table = _kiln.tuner.extract_tasks(model, str(target), db or "", layout)
+def extract_tasks(model, target="llvm", db=None, layout=True, sizes=None, dims=None):
+    """The model's tuning tasks: a list of dicts (workload_key, ops, flop, weight, groups, records, best_time) and a printable table.
+    A model with symbolic dimensions: the tasks of the model at each combination of `sizes` (shape variable ->
+    likely sizes, most likely first; a variable without any at 128 clamped into its `dims` range)."""
+    tasks, table = _kiln.tuner.extract_tasks(model, str(target), db or "", layout, parse_sizes(sizes), parse_dims(dims))
     return tasks, table
 
 
 def tune_model(model, target="llvm", trials=1000, db="kiln_tuning.db", time_budget=None, batch=16, early_stop_rounds=3,
-               progress=True, seed=0, layout=True, cold_inputs=True, confirm_top=4, confirm_rounds=3, gpu_simulate=False):
+               progress=True, seed=0, layout=True, cold_inputs=True, confirm_top=4, confirm_rounds=3, gpu_simulate=False,
+               sizes=None, dims=None):
     """Tunes every task of `model` into `db`; returns a dict with the tasks, the table, trials, rounds, elapsed_s, estimated_latency (s) and failures (tasks stopped by an error, with its message).
 
     cold_inputs: time each candidate with every input but the first evicted from the caches, as a layer's
@@ -42,12 +46,15 @@ def tune_model(model, target="llvm", trials=1000, db="kiln_tuning.db", time_budg
     are measured again side by side in that many rounds (not counted in `trials`; 0 skips it): the
     fastest of thousands of single measurements is partly the luckiest one (see ``remeasure``).
     A cuda target tunes the groups ``kiln.compile(model, target="cuda ...")`` builds, on the GPU
-    (``gpu_simulate=True``: in the GPU simulator, records kept apart; see ``kiln.tune``)."""
+    (``gpu_simulate=True``: in the GPU simulator, records kept apart; see ``kiln.tune``).
+    A model with symbolic dimensions is tuned at the sizes calls will most likely have: ``sizes=`` maps
+    each shape variable to a list of them, most likely first (``{"seq": [128, 32, 384]}``), every
+    combination tuned; compile the model with the same ``sizes=`` (and ``db=``) to take the records."""
     if not db:
         raise KilnError("tune_model needs a tuning database (db=...) to keep its records")
     result = _kiln.tuner.tune_model(model, str(target), db, int(trials), int(batch), _seconds(time_budget),
                                     int(early_stop_rounds), bool(progress), int(seed), layout, bool(cold_inputs),
-                                    int(confirm_top), int(confirm_rounds), bool(gpu_simulate))
+                                    int(confirm_top), int(confirm_rounds), bool(gpu_simulate), parse_sizes(sizes), parse_dims(dims))
     for failure in result["failures"]:
         warnings.warn("tune_model: a task was not tuned further after an error (please report it): " + failure)
     return result

@@ -46,6 +46,9 @@ struct ModelTask {
 /**
  * The tasks of `g` compiled for `options.target` (fused, as kiln::graph::compile would), with the DB's records when options.db is set.
  * With options.choose_layouts, the convolutions' groups under every channel-block cap (ModelTask::layout_cap).
+ * A model with symbolic dims: the tasks of its static twins at options.sizes (graph::likely_bindings),
+ * merged by workload; group names carry the sizes ("MatMul @ l1 [seq=128]"). compile(db=) finds
+ * their records for its symbolic kernels (graph::build_group_kernel).
  */
 std::vector<ModelTask> extract_tasks(const Graph& g, const CompileOptions& options = {});
 /**
