@@ -78,6 +78,14 @@ def main(argv=None):
         return _run_library(args)
     try:
         model = kiln.graph.from_onnx(args.model, shapes=parse_shapes(args.shape))
+        # Random inputs need sizes: a symbolic dimension must be given one (kiln-compile keeps it symbolic).
+        for name, (shape, _) in zip(model.input_names, model.input_types):
+            symbolic = [d for d in shape if isinstance(d, str)]
+            if symbolic:
+                example = "x".join(str(d) if isinstance(d, int) else "1" for d in shape)
+                print(f"kiln-run: input '{name}' has the symbolic dimension '{symbolic[0]}' (shape {list(shape)}); "
+                      f"give its size to run on random data: --shape {name}={example}", file=sys.stderr)
+                return 2
         exe = kiln.compile(model, target=args.target, db=args.db, quiet=True)
     except kiln.KilnError as e:
         print(f"kiln-run: {e}", file=sys.stderr)
