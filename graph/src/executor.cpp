@@ -234,6 +234,10 @@ std::optional<MemoryReport> Executor::memory_bound() const {
 const std::vector<std::string>& Executor::shape_vars() const { return state_->runner.plan().shape_vars; }
 
 const ModelPlan& Executor::plan() const { return state_->runner.plan(); }
+const ModelRunner& Executor::runner() const {
+  KILN_USER_CHECK(state_) << "this executor was not compiled";
+  return state_->runner;
+}
 const Graph& Executor::graph() const { return state_->graph; }
 const std::vector<GroupInfo>& Executor::groups() const { return state_->groups; }
 double Executor::compile_seconds() const { return state_->compile_seconds; }

@@ -1,0 +1,389 @@
+"""Robustness of models compiled once with symbolic dims (issue 49, items 7 and 8 and "Tests"):
+- ResNet-18 and a small CNN compiled once over (batch, h, w), run at many shapes (1, primes) against PyTorch;
+- randomized shapes through an MLP, an attention layer, the CNN and a decoder step with a KV cache, every
+  buffer of every step in its own guard-paged array (nothing read or written out of bounds), shapes
+  alternating large and small (a stale arena does not leak into results), and the memory plan checked at each
+  shape (no two live buffers share bytes), in a subprocess so that a fault fails the test instead of pytest;
+- shapes that break the model's constraints named (variable, value, constraint) in Python, through an
+  exported library and through the C API;
+- the exported dynamic library called from C at three shapes, each output's shape read back.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import kiln
+import kiln.graph as kg
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import dynamic_guard  # noqa: E402
+
+
+def close(got, want, rtol=1e-4):
+    """Relative error <= rtol against the reference's scale (the issue's 1e-4)."""
+    scale = max(float(np.abs(want).max()), 1e-6)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale)
+
+
+def run_torch(m, xs):
+    with torch.no_grad():
+        out = m(*xs)
+    return [o.numpy() for o in (out if isinstance(out, tuple) else (out,))]
+
+
+# ------------------------------------------------------------------ models
+
+class SmallCnn(torch.nn.Module):
+    """Strided, padded, depthwise and 1x1 convolutions, batch norm, max and average pools (clipped windows),
+    a residual add, global pooling, flatten and a linear layer: what an image model needs over symbolic h, w."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.c1, self.bn = nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16)
+        self.c2, self.c3 = nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.Conv2d(16, 32, 1)
+        self.pool, self.avg = nn.MaxPool2d(3, 2, padding=1), nn.AvgPool2d(2, padding=1, count_include_pad=False)
+        self.fc = nn.Linear(32, 10)
+        with torch.no_grad():
+            self.bn.weight.uniform_(0.5, 1.5)
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        y = self.pool(torch.relu(self.bn(self.c1(x))))
+        y = self.c3(y + torch.relu(self.c2(y)))
+        y = torch.nn.functional.adaptive_avg_pool2d(self.avg(y), 1)
+        return self.fc(torch.flatten(y, 1))
+
+
+def model_zoo():
+    """name -> (module, example inputs, symbolic shapes, inputs for shape values v)."""
+    sys.path.insert(0, os.path.join(ROOT, "bench", "peers"))
+    from torch_models import decoder_block
+    torch.manual_seed(49)
+    d, heads = 32, 4
+    hd = d // heads
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.GELU(), torch.nn.Linear(96, 10)).eval()
+    bert = torch.nn.TransformerEncoderLayer(d_model=32, nhead=2, dim_feedforward=64, dropout=0.0, batch_first=True).eval()
+    return {
+        "mlp": (mlp, (torch.randn(4, 64),), {"input0": ("batch", 64)},
+                lambda v: [torch.randn(v["batch"], 64)]),
+        "attention": (bert, (torch.randn(1, 8, 32),), {"input0": ("batch", "seq", 32)},
+                      lambda v: [torch.randn(v["batch"], v["seq"], 32)]),
+        "cnn": (SmallCnn().eval(), (torch.randn(2, 3, 16, 16),), {"input0": ("batch", 3, "h", "w")},
+                lambda v: [torch.randn(v["batch"], 3, v["h"], v["w"])]),
+        "decoder": (decoder_block(d, heads), (torch.randn(2, 1, d), torch.randn(2, heads, 5, hd), torch.randn(2, heads, 5, hd)),
+                    {"input0": ("batch", 1, d), "input1": ("batch", heads, "past", hd), "input2": ("batch", heads, "past", hd)},
+                    lambda v: [torch.randn(v["batch"], 1, d), torch.randn(v["batch"], heads, v["past"], hd),
+                               torch.randn(v["batch"], heads, v["past"], hd)]),
+    }
+
+
+# Values each variable takes in the randomized runs: 1, primes, powers of two and others.
+VALUES = {"batch": [1, 2, 3, 5, 7, 8, 13], "seq": [1, 2, 3, 7, 16, 31, 33, 64], "past": [1, 2, 3, 7, 31, 64, 127],
+          "h": list(range(1, 41)), "w": list(range(1, 41))}
+
+
+def random_shapes(names, count, rng):
+    """`count` shape tuples, alternating large and small (the arena left by a large call holds stale data)."""
+    picks = [{n: int(rng.choice(VALUES[n])) for n in names} for _ in range(count)]
+    picks.sort(key=lambda v: np.prod(list(v.values())))
+    order = []
+    while picks:
+        order.append(picks.pop())
+        if picks:
+            order.append(picks.pop(0))
+    return order
+
+
+def guarded_main(count=10):
+    """The subprocess of test_random_shapes_stay_in_bounds: every model at `count` random shapes, checked three ways."""
+    import faulthandler
+    faulthandler.enable()
+    rng = np.random.default_rng(8)
+    for name, (m, example, shapes, make) in model_zoo().items():
+        exe = kiln.compile(kg.from_torch(m, example, shapes=shapes))
+        runner = exe._exe.runner
+        for k, v in enumerate(random_shapes(exe.shape_vars, count, rng)):
+            where = "after" if k % 2 else "before"
+            print(f"{name} at {v}, guard {where}", flush=True)  # the last line names the shape if a fault kills us
+            xs = make(v)
+            want = run_torch(m, xs)
+            problems = dynamic_guard.check_layout(runner.layout(v))
+            assert not problems, f"{name} at {v}: " + "; ".join(problems)
+            guarded = dynamic_guard.run_guarded(runner, [x.numpy() for x in xs], v, where)
+            direct = exe.run([x.numpy() for x in xs])  # the real arena, after a call at another size
+            for g, r, w in zip(guarded, direct, want):
+                close(g, w)
+                close(r, w)
+            dynamic_guard.release()
+    print("all in bounds", flush=True)
+
+
+# ------------------------------------------------------------------ 1. image models over (batch, h, w)
+
+@pytest.fixture(scope="module")
+def resnet():
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    m = torchvision.models.resnet18(num_classes=10).eval()
+    g = kg.from_torch(m, torch.randn(1, 3, 64, 64), shapes={"input0": ("batch", 3, "h", "w")})
+    return m, kiln.compile(g, dims={"batch": (1, 16), "h": (1, 288), "w": (1, 288)})
+
+
+def test_resnet18_compiled_once_runs_every_batch_and_image_size(resnet):
+    m, exe = resnet
+    assert exe.shape_vars == ["batch", "h", "w"]
+    builds = kiln.build_count()
+    for b, h, w in ((1, 224, 224), (2, 193, 160), (3, 288, 224), (5, 160, 193), (1, 33, 17)):
+        x = torch.randn(b, 3, h, w)
+        got = exe.run([x.numpy()])[0]
+        assert got.shape == (b, 10)
+        close(got, run_torch(m, [x])[0])
+    assert kiln.build_count() == builds, "a new shape compiled a kernel"
+
+
+def test_resnet18_plan_never_overlaps_live_buffers(resnet):
+    _, exe = resnet
+    bound = exe.memory_bound()["arena_bytes"]
+    runner = exe._exe.runner
+    for b, h, w in ((1, 1, 1), (2, 7, 3), (3, 32, 33), (16, 288, 288), (5, 97, 160), (1, 193, 288), (13, 224, 31)):
+        lay = runner.layout({"batch": b, "h": h, "w": w})
+        assert dynamic_guard.check_layout(lay) == [], (b, h, w)
+        assert 0 < lay["arena_bytes"] <= bound
+
+
+def test_small_cnn_at_many_image_sizes():
+    m, example, shapes, make = model_zoo()["cnn"]
+    exe = kiln.compile(kg.from_torch(m, example, shapes=shapes))
+    for b, h, w in ((1, 1, 1), (1, 2, 3), (2, 13, 17), (3, 31, 29), (5, 64, 48), (1, 97, 3), (7, 8, 8), (2, 11, 1)):
+        xs = make({"batch": b, "h": h, "w": w})
+        close(exe.run([xs[0].numpy()])[0], run_torch(m, xs)[0])
+
+
+# ------------------------------------------------------------------ 2 and 5. out of bounds, stale arena, live overlap
+
+def test_guard_pages_catch_one_element_past_the_end():
+    """The guard itself: reading one float past a guarded array's end (or before its start) kills the process."""
+    code = ("import sys, ctypes, numpy as np; sys.path.insert(0, %r); import dynamic_guard as g\n"
+            "a = g.guarded_array((3, 5), 'float32', sys.argv[1], 1.0)\n"
+            "assert a.sum() == 15\n"
+            "p = a.ctypes.data + (a.nbytes if sys.argv[1] == 'after' else -4)\n"
+            "print(ctypes.c_float.from_address(p).value)\n") % HERE
+    for where in ("after", "before"):
+        r = subprocess.run([sys.executable, "-c", code, where], capture_output=True, text=True, timeout=60)
+        assert r.returncode == -signal.SIGSEGV, (where, r.returncode, r.stdout, r.stderr)
+
+
+def test_random_shapes_stay_in_bounds():
+    code = "import sys; sys.path.insert(0, %r); import test_dynamic_robustness as t; t.guarded_main()" % HERE
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    tail = "\n".join((r.stdout + r.stderr).splitlines()[-25:])
+    if r.returncode < 0:
+        pytest.fail(f"killed by signal {-r.returncode} (out of bounds?) at:\n{tail}")
+    assert r.returncode == 0, tail
+    assert r.stdout.rstrip().endswith("all in bounds"), tail
+
+
+# ------------------------------------------------------------------ 3. constraint violations named
+
+def two_input_model():
+    """x [batch, seq, 8] + y [seq, 8], and the sum over the last axis: two outputs of different ranks."""
+    x = kg.make_input("x", ("batch", "seq", 8))
+    y = kg.make_input("y", ("seq", 8))
+    s, = kg.make_op("Add", [x, y])
+    t, = kg.make_op("ReduceSum", [s, kg.make_constant("ax", np.array([2], np.int64))], keepdims=0)
+    return kg.make_graph([x, y], [kg.make_op("Relu", [s])[0], t])
+
+
+def two_input_reference(x, y):
+    s = x + y
+    return np.maximum(s, 0), s.sum(axis=2)
+
+
+def rand(*shape):
+    return np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+
+
+# (inputs, what the message must say): one variable two values, a static dim, a value outside its range.
+BAD_CALLS = [
+    ((rand(2, 5, 8), rand(6, 8)), ["input 'y'", "dimension 0", "seq", "= 5", "6"]),
+    ((rand(2, 5, 8), rand(5, 9)), ["input 'y'", "dimension 1", "9", "expects 8"]),
+    ((rand(2, 5, 9), rand(5, 8)), ["input 'x'", "dimension 2", "9", "expects 8"]),
+    ((rand(17, 5, 8), rand(5, 8)), ["batch", "17", "range [1, 16]"]),
+    ((rand(2, 65, 8), rand(65, 8)), ["seq", "65", "range [1, 64]"]),
+]
+
+
+@pytest.fixture(scope="module")
+def two_inputs():
+    return kiln.compile(two_input_model(), dims={"batch": (1, 16), "seq": (1, 64)})
+
+
+def expect_named(err, words):
+    for w in words:
+        assert w in err, f"'{w}' missing from: {err}"
+
+
+def test_bad_shapes_are_named_in_python(two_inputs):
+    for xs, words in BAD_CALLS:
+        with pytest.raises(kiln.KilnError) as e:
+            two_inputs.run(list(xs))
+        expect_named(str(e.value), words)
+    with pytest.raises(kiln.KilnError, match="rank"):
+        two_inputs.run([rand(2, 5), rand(5, 8)])
+    # After refusals the model still runs, at a shape it never saw.
+    x, y = rand(3, 7, 8), rand(7, 8)
+    for got, want in zip(two_inputs.run([x, y]), two_input_reference(x, y)):
+        close(got, want)
+
+
+def test_bad_shapes_are_named_by_an_exported_library(two_inputs, tmp_path):
+    path = tmp_path / "two.so"
+    two_inputs.export_library(path)
+    m = kiln.runtime.load_model(path)
+    assert m.shape_vars == {"batch": (1, 16), "seq": (1, 64)}
+    for xs, words in BAD_CALLS:
+        with pytest.raises(kiln.KilnError) as e:
+            m.run(list(xs))
+        expect_named(str(e.value), words)
+    with pytest.raises(kiln.KilnError, match="seq.*65.*range|range.*seq"):
+        m.arena_bytes({"batch": 1, "seq": 65})
+
+
+# ------------------------------------------------------------------ 4. the exported library from C, three shapes
+
+C_PROGRAM = r"""
+/* Runs a dynamic model library at the shapes given on the command line (batch,seq ...): sets each input's
+ * shape per call, runs, and writes each output's shape and values to out_<k>.bin; then makes bad calls and
+ * prints their status and message. */
+#include <stdio.h>
+#include <stdlib.h>
+#include "kiln/runtime/c_api.h"
+
+#define CHECK(call) do { int rc_ = (call); if (rc_ != KILN_OK) { printf("FAIL %s: %s\n", kiln_status_name(rc_), kiln_last_error()); return 1; } } while (0)
+
+static float* fill(int64_t n, int seed) {
+  float* v = malloc((size_t)(n ? n : 1) * sizeof(float));
+  for (int64_t i = 0; i < n; ++i) v[i] = (float)((i * 7 + seed) % 23) / 11.0f - 1.0f;
+  return v;
+}
+
+static int bad_call(KilnModel* m, int64_t b, int64_t s, int64_t ys, int64_t yd) {
+  int64_t xshape[3] = {b, s, 8}, yshape[2] = {ys, yd};
+  float* x = fill(b * s * 8, 1); float* y = fill(ys * yd, 2);
+  DLTensor tx = {x, {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, xshape, NULL, 0};
+  DLTensor ty = {y, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, yshape, NULL, 0};
+  int rc = kiln_model_set_input(m, 0, &tx);
+  if (rc == KILN_OK) rc = kiln_model_set_input(m, 1, &ty);
+  if (rc == KILN_OK) rc = kiln_model_run(m);
+  printf("BAD %s: %s\n", kiln_status_name(rc), rc ? kiln_last_error() : "");
+  free(x); free(y);
+  return rc;
+}
+
+int main(int argc, char** argv) {
+  KilnModel* m; int nvars, nout; const char* name; int64_t lo, hi;
+  CHECK(kiln_model_load(argv[1], &m));
+  CHECK(kiln_model_num_shape_vars(m, &nvars));
+  for (int v = 0; v < nvars; ++v) { CHECK(kiln_model_shape_var(m, v, &name, &lo, &hi)); printf("VAR %s %lld %lld\n", name, (long long)lo, (long long)hi); }
+  CHECK(kiln_model_num_outputs(m, &nout));
+  for (int k = 2; k < argc; ++k) {
+    long long b, s;
+    if (sscanf(argv[k], "%lld,%lld", &b, &s) != 2) return 2;
+    int64_t xshape[3] = {b, s, 8}, yshape[2] = {s, 8}, values[2] = {b, s}, arena;
+    float* x = fill(b * s * 8, 1); float* y = fill(s * 8, 2);
+    DLTensor tx = {x, {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, xshape, NULL, 0};
+    DLTensor ty = {y, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, yshape, NULL, 0};
+    CHECK(kiln_model_set_input(m, 0, &tx));
+    CHECK(kiln_model_set_input(m, 1, &ty));
+    free(x); free(y);  /* set_input copied them */
+    CHECK(kiln_model_run(m));
+    CHECK(kiln_model_memory(m, values, 2, &arena));
+    printf("RUN %lld %lld arena %lld\n", b, s, (long long)arena);
+    for (int o = 0; o < nout; ++o) {
+      const DLTensor* out;
+      CHECK(kiln_model_output(m, o, &out));
+      char path[64]; snprintf(path, sizeof path, "out_%d_%d.bin", k - 2, o);
+      FILE* f = fopen(path, "wb");
+      int64_t n = 1;
+      fwrite(&out->ndim, sizeof(int), 1, f);
+      for (int d = 0; d < out->ndim; ++d) { int64_t e = out->shape[d]; fwrite(&e, 8, 1, f); n *= e; }
+      fwrite(out->data, 4, (size_t)n, f);
+      fclose(f);
+    }
+  }
+  bad_call(m, 2, 5, 6, 8);   /* y's seq disagrees with x's */
+  bad_call(m, 2, 5, 5, 9);   /* a static dim */
+  bad_call(m, 17, 5, 5, 8);  /* batch out of range */
+  int64_t big[2] = {1, 65}, arena;
+  int rc = kiln_model_memory(m, big, 2, &arena);
+  printf("BAD %s: %s\n", kiln_status_name(rc), rc ? kiln_last_error() : "");
+  kiln_model_free(m);
+  return 0;
+}
+"""
+
+
+def runtime_library_dir():
+    ext = os.path.dirname(os.path.abspath(kiln._ffi._kiln.__file__))
+    build = os.path.dirname(ext)
+    for d in (os.path.join(build, "runtime"), build, ext):
+        if os.path.isdir(d) and any(f.startswith("libkiln_runtime.so") for f in os.listdir(d)):
+            return d
+    return None
+
+
+def read_output(path):
+    with open(path, "rb") as f:
+        ndim = int(np.frombuffer(f.read(4), np.int32)[0])
+        shape = tuple(int(e) for e in np.frombuffer(f.read(8 * ndim), np.int64))
+        return np.frombuffer(f.read(), np.float32).reshape(shape)
+
+
+def c_pattern(n, seed):
+    i = np.arange(n, dtype=np.int64)
+    return (((i * 7 + seed) % 23).astype(np.float32) / np.float32(11.0) - np.float32(1.0)).astype(np.float32)
+
+
+def test_exported_dynamic_library_from_c_at_three_shapes(two_inputs, tmp_path):
+    cc = os.environ.get("CC", "cc")
+    libdir = runtime_library_dir()
+    if libdir is None or shutil.which(cc) is None:
+        pytest.skip("no libkiln_runtime.so or no C compiler")
+    so = tmp_path / "two.so"
+    two_inputs.export_library(so)
+    src, prog = tmp_path / "run.c", tmp_path / "run"
+    src.write_text(C_PROGRAM)
+    subprocess.run([cc, "-std=c99", "-Wall", "-I" + os.path.join(ROOT, "runtime", "include"), str(src), "-o", str(prog),
+                    "-L" + libdir, "-lkiln_runtime", "-Wl,-rpath," + libdir], check=True, capture_output=True)
+    shapes = [(1, 1), (3, 7), (16, 64)]
+    r = subprocess.run([str(prog), str(so)] + [f"{b},{s}" for b, s in shapes], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[:2] == ["VAR batch 1 16", "VAR seq 1 64"], lines
+    for k, (b, s) in enumerate(shapes):
+        x = c_pattern(b * s * 8, 1).reshape(b, s, 8)
+        y = c_pattern(s * 8, 2).reshape(s, 8)
+        for o, want in enumerate(two_input_reference(x, y)):
+            got = read_output(tmp_path / f"out_{k}_{o}.bin")
+            assert got.shape == want.shape, (b, s, o)
+            close(got, want)
+        assert f"RUN {b} {s} arena {two_inputs.memory({'batch': b, 'seq': s})['arena_bytes']}" in lines
+    bad = [line for line in lines if line.startswith("BAD")]
+    assert len(bad) == 4, lines
+    for line, words in zip(bad[:3], [BAD_CALLS[0][1], BAD_CALLS[1][1], BAD_CALLS[3][1]]):
+        assert line.startswith("BAD KILN_ERR_MISMATCH: "), line
+        expect_named(line, words)
+    assert bad[3].startswith("BAD KILN_ERR_MISMATCH: "), bad[3]
+    expect_named(bad[3], ["seq", "65", "range [1, 64]"])
