@@ -1,5 +1,6 @@
 // compile() and the Executor (executor.h): kernels per group, the plan, the run loop.
 #include "kiln/graph/executor.h"
+#include "kiln/graph/shape_constraints.h"
 
 #include <unistd.h>
 
@@ -96,6 +97,9 @@ Executor compile(const Graph& g, const CompileOptions& options) {
     return info;
   });
   apply_dim_ranges(options.dims, &pg.plan);
+  // Reshapes whose counts agree only for some sizes: each run checks them (from the graph as given: passes may merge them).
+  if (pg.plan.is_dynamic())
+    for (ShapeConstraint& c : reshape_constraints(g, pg.plan.shape_vars)) pg.plan.constraints.push_back(std::move(c));
   st->groups = std::move(pg.groups);
   st->memory = pg.memory;
   st->weight_bytes = pg.weight_bytes;

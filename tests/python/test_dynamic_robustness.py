@@ -169,6 +169,18 @@ def test_small_cnn_at_many_image_sizes():
         close(exe.run([xs[0].numpy()])[0], run_torch(m, xs)[0])
 
 
+def test_four_d_elementwise_with_a_symbolic_dim_1_compiles():
+    """[batch, seq, heads, d] (attention before its transpose): the conv layout pass read dim 1 as a channel count
+    for every 4-D elementwise op, and a symbolic seq there failed the compile (alter_conv_layout.cpp)."""
+    x = kg.make_input("x", ("batch", "seq", 64))
+    heads, = kg.make_op("Reshape", [x, kg.make_constant("s", np.array([0, 0, 4, 16], np.int64))])
+    y, = kg.make_op("Relu", [heads])
+    exe = kiln.compile(kg.make_graph([x], [y]))
+    for b, s in ((1, 1), (2, 7), (3, 33)):
+        a = rand(b, s, 64)
+        np.testing.assert_array_equal(exe.run([a])[0], np.maximum(a.reshape(b, s, 4, 16), 0))
+
+
 # ------------------------------------------------------------------ 2 and 5. out of bounds, stale arena, live overlap
 
 def test_guard_pages_catch_one_element_past_the_end():
@@ -181,6 +193,26 @@ def test_guard_pages_catch_one_element_past_the_end():
     for where in ("after", "before"):
         r = subprocess.run([sys.executable, "-c", code, where], capture_output=True, text=True, timeout=60)
         assert r.returncode == -signal.SIGSEGV, (where, r.returncode, r.stdout, r.stderr)
+
+
+def test_layout_checker_finds_what_it_looks_for():
+    """check_layout on hand-made layouts: two live buffers sharing bytes, a use outside the declared lifetime, a
+    buffer past the arena's end; an in-place pair and buffers live at different steps are fine."""
+    def buf(offset, first, last, inplace_of=-1, shape=(16,)):
+        return {"kind": "arena", "index": 0, "shape": shape, "dtype": "float32", "offset": offset, "first_step": first,
+                "last_step": last, "inplace_of": inplace_of, "view_of": -1}
+    steps = [{"name": "s0", "kernel": "k", "args": [0]}, {"name": "s1", "kernel": "k", "args": [0, 1]},
+             {"name": "s2", "kernel": "k", "args": [1, 2]}]
+    good = {"dynamic": True, "arena_bytes": 128, "steps": steps, "buffers": [buf(0, 0, 1), buf(64, 1, 2), buf(0, 2, 2)]}
+    assert dynamic_guard.check_layout(good) == []
+    inplace = dict(good, buffers=[buf(0, 0, 1), buf(0, 1, 2, inplace_of=0), buf(64, 2, 2)])
+    assert dynamic_guard.check_layout(inplace) == []
+    overlap = dict(good, buffers=[buf(0, 0, 1), buf(32, 1, 2), buf(0, 2, 2)])
+    assert any("share bytes" in p for p in dynamic_guard.check_layout(overlap))
+    short = dict(good, buffers=[buf(0, 0, 0), buf(64, 1, 2), buf(0, 2, 2)])
+    assert any("declared live 0..0" in p for p in dynamic_guard.check_layout(short))
+    outside = dict(good, buffers=[buf(0, 0, 1), buf(96, 1, 2), buf(0, 2, 2)])
+    assert any("outside the arena" in p for p in dynamic_guard.check_layout(outside))
 
 
 def test_random_shapes_stay_in_bounds():
@@ -260,6 +292,38 @@ def test_bad_shapes_are_named_by_an_exported_library(two_inputs, tmp_path):
         m.arena_bytes({"batch": 1, "seq": 65})
 
 
+def reshape_model():
+    """x [batch, n] seen as [batch, 4, n / 4] (n must divide by 4) and as [batch * n / 6, 6] (batch * n by 6)."""
+    x = kg.make_input("x", ("batch", "n"))
+    a, = kg.make_op("Reshape", [x, kg.make_constant("s1", np.array([0, 4, -1], np.int64))], name="quarters")
+    b, = kg.make_op("Reshape", [x, kg.make_constant("s2", np.array([-1, 6], np.int64))], name="sixes")
+    return kg.make_graph([x], [kg.make_op("Relu", [a])[0], kg.make_op("Neg", [b])[0]])
+
+
+# (shape, what the message must say): the node, the constraint, the variables and their values.
+BAD_RESHAPES = [
+    ((2, 6), ["Reshape 'quarters'", "batch*n == ", "batch = 2", "n = 6", "differs"]),
+    ((5, 8), ["Reshape 'sixes'", "batch*n == floordiv(batch*n, 6)*6", "batch = 5", "n = 8", "40 differs from"]),
+]
+
+
+def test_reshape_constraints_are_checked_by_each_run(tmp_path):
+    exe = kiln.compile(reshape_model())
+    path = tmp_path / "reshape.so"
+    exe.export_library(path)
+    loaded = kiln.runtime.load_model(path)
+    for m in (exe, loaded):
+        for b, n in ((3, 4), (1, 12), (6, 8), (5, 36)):  # n by 4 and b * n by 6
+            x = rand(b, n)
+            got = m.run([x])
+            close(got[0], np.maximum(x.reshape(b, 4, -1), 0))
+            close(got[1], -x.reshape(-1, 6))
+        for shape, words in BAD_RESHAPES:
+            with pytest.raises(kiln.KilnError) as e:
+                m.run([rand(*shape)])
+            expect_named(str(e.value), words)
+
+
 # ------------------------------------------------------------------ 4. the exported library from C, three shapes
 
 C_PROGRAM = r"""
@@ -291,9 +355,34 @@ static int bad_call(KilnModel* m, int64_t b, int64_t s, int64_t ys, int64_t yd) 
   return rc;
 }
 
+/* `run model.so reshape B,N ...`: a one-input model run at [B, N] each; prints the status and the output's shape. */
+static int reshape_mode(KilnModel* m, int argc, char** argv) {
+  for (int k = 3; k < argc; ++k) {
+    long long b, n;
+    if (sscanf(argv[k], "%lld,%lld", &b, &n) != 2) return 2;
+    int64_t shape[2] = {b, n};
+    float* x = fill(b * n, 3);
+    DLTensor t = {x, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, NULL, 0};
+    int rc = kiln_model_set_input(m, 0, &t);
+    if (rc == KILN_OK) rc = kiln_model_run(m);
+    free(x);
+    const DLTensor* out;
+    if (rc == KILN_OK && kiln_model_output(m, 0, &out) == KILN_OK) {
+      printf("OK");
+      for (int d = 0; d < out->ndim; ++d) printf(" %lld", (long long)out->shape[d]);
+      printf("\n");
+    } else {
+      printf("BAD %s: %s\n", kiln_status_name(rc), kiln_last_error());
+    }
+  }
+  kiln_model_free(m);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   KilnModel* m; int nvars, nout; const char* name; int64_t lo, hi;
   CHECK(kiln_model_load(argv[1], &m));
+  if (argc > 2 && argv[2][0] == 'r') return reshape_mode(m, argc, argv);
   CHECK(kiln_model_num_shape_vars(m, &nvars));
   for (int v = 0; v < nvars; ++v) { CHECK(kiln_model_shape_var(m, v, &name, &lo, &hi)); printf("VAR %s %lld %lld\n", name, (long long)lo, (long long)hi); }
   CHECK(kiln_model_num_outputs(m, &nout));
@@ -387,3 +476,13 @@ def test_exported_dynamic_library_from_c_at_three_shapes(two_inputs, tmp_path):
         expect_named(line, words)
     assert bad[3].startswith("BAD KILN_ERR_MISMATCH: "), bad[3]
     expect_named(bad[3], ["seq", "65", "range [1, 64]"])
+    # A reshape's constraint through the C API: named, and the model still runs after it.
+    so = tmp_path / "reshape.so"
+    kiln.compile(reshape_model()).export_library(so)
+    r = subprocess.run([str(prog), str(so), "reshape", "3,4", "2,6", "5,8", "6,8"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "OK 3 4 1" and lines[3] == "OK 6 4 2", lines
+    for line, (_, words) in zip(lines[1:3], BAD_RESHAPES):
+        assert line.startswith("BAD KILN_ERR_MISMATCH: "), line
+        expect_named(line, words)
