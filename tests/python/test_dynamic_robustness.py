@@ -42,8 +42,8 @@ def run_torch(m, xs):
 # ------------------------------------------------------------------ models
 
 class SmallCnn(torch.nn.Module):
-    """Strided, padded, depthwise and 1x1 convolutions, batch norm, max and average pools (clipped windows),
-    a residual add, global pooling, flatten and a linear layer: what an image model needs over symbolic h, w."""
+    """Strided, padded, depthwise and 1x1 convolutions, batch norm, max and average pools (clipped windows, ceil
+    rounding), a residual add, global pooling, flatten and a linear layer: what an image model needs over symbolic h, w."""
 
     def __init__(self):
         super().__init__()
@@ -51,6 +51,7 @@ class SmallCnn(torch.nn.Module):
         self.c1, self.bn = nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16)
         self.c2, self.c3 = nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.Conv2d(16, 32, 1)
         self.pool, self.avg = nn.MaxPool2d(3, 2, padding=1), nn.AvgPool2d(2, padding=1, count_include_pad=False)
+        self.ceil = nn.AvgPool2d(3, 2, padding=1, ceil_mode=True)
         self.fc = nn.Linear(32, 10)
         with torch.no_grad():
             self.bn.weight.uniform_(0.5, 1.5)
@@ -60,7 +61,7 @@ class SmallCnn(torch.nn.Module):
     def forward(self, x):
         y = self.pool(torch.relu(self.bn(self.c1(x))))
         y = self.c3(y + torch.relu(self.c2(y)))
-        y = torch.nn.functional.adaptive_avg_pool2d(self.avg(y), 1)
+        y = torch.nn.functional.adaptive_avg_pool2d(self.ceil(self.avg(y)), 1)
         return self.fc(torch.flatten(y, 1))
 
 
@@ -167,6 +168,25 @@ def test_small_cnn_at_many_image_sizes():
     for b, h, w in ((1, 1, 1), (1, 2, 3), (2, 13, 17), (3, 31, 29), (5, 64, 48), (1, 97, 3), (7, 8, 8), (2, 11, 1)):
         xs = make({"batch": b, "h": h, "w": w})
         close(exe.run([xs[0].numpy()])[0], run_torch(m, xs)[0])
+
+
+@pytest.mark.parametrize("pool", ["max 3/2 pad 1", "avg 2/2", "avg 3/2 pad 1 uncounted", "max 2/3"])
+def test_ceil_mode_pools_over_symbolic_images(pool):
+    """ceil_mode over a symbolic h, w (refused before): one more window where the input leaves a part, none that
+    would start in the end pad, and average windows clipped as PyTorch clips them."""
+    nn = torch.nn
+    p = {"max 3/2 pad 1": nn.MaxPool2d(3, 2, padding=1, ceil_mode=True), "avg 2/2": nn.AvgPool2d(2, ceil_mode=True),
+         "avg 3/2 pad 1 uncounted": nn.AvgPool2d(3, 2, padding=1, ceil_mode=True, count_include_pad=False),
+         "max 2/3": nn.MaxPool2d(2, 3, ceil_mode=True)}[pool]
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 1), nn.ReLU(), p).eval()
+    exe = kiln.compile(kg.from_torch(m, torch.randn(1, 3, 9, 9), shapes={"input0": ("batch", 3, "h", "w")}))
+    for h, w in ((2, 3), (4, 5), (5, 8), (6, 13), (7, 7), (11, 2), (16, 17)):
+        x = torch.randn(2, 3, h, w)
+        want = run_torch(m, [x])[0]
+        got = exe.run([x.numpy()])[0]
+        assert got.shape == want.shape, (h, w)
+        close(got, want)
 
 
 def test_four_d_elementwise_with_a_symbolic_dim_1_compiles():
