@@ -465,17 +465,37 @@ RangeSpec range_spec(const OpCall& call) {
   return {v[0], v[2], std::max<int64_t>(0, static_cast<int64_t>(std::ceil((v[1] - v[0]) / v[2])))};
 }
 
+// A symbolic length (the importer's `length`, for a limit computed from a symbolic dim: arange(seq)).
+const Dim* symbolic_length(const OpCall& call) {
+  const Shape& length = call.attrs.get_shape("length");
+  if (length.empty()) return nullptr;
+  if (length.size() != 1) call.fail("length must hold one dimension, got " + shape_to_string(length));
+  return &length[0];
+}
+
 void register_range() {
   OpDef d;
   d.name = "Range";
-  d.doc = "Range(start, limit, delta): [start, start + delta, ...) up to limit (exclusive); all three constant scalars";
+  d.doc = "Range(start, limit, delta): [start, start + delta, ...) up to limit (exclusive); all three constant scalars, "
+          "or with `length` (a symbolic count: the importer's arange over a symbolic dim) limit is unused";
   d.min_inputs = d.max_inputs = 3;
   d.pattern = Pattern::Injective;
   d.const_inputs = {0, 1, 2};
-  d.infer = [](const OpCall& call) { return one(TensorType{{range_spec(call).n}, call.input_types[0].dtype}); };
+  d.attrs = {{"length", AttrKind::Shape, AttrValue(Shape{})}};
+  d.infer = [](const OpCall& call) {
+    const Dim* n = symbolic_length(call);
+    return one(TensorType{{n ? *n : Dim(range_spec(call).n)}, call.input_types[0].dtype});
+  };
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>&) {
     RangeSpec r = range_spec(call);
-    return std::vector<te::Tensor>{ops::arange(r.start, r.delta, r.n, call.input_types[0].dtype, "range")};
+    DataType t = call.input_types[0].dtype;
+    if (const Dim* n = symbolic_length(call)) {
+      double start = r.start, delta = r.delta;
+      return std::vector<te::Tensor>{te::compute({n->expr()}, [&](const std::vector<Var>& i) {
+        return make_const(t, start) + cast(t, i[0]) * make_const(t, delta);
+      }, "range")};
+    }
+    return std::vector<te::Tensor>{ops::arange(r.start, r.delta, r.n, t, "range")};
   };
   d.sharding = replicated_rule();
   register_op(std::move(d));
