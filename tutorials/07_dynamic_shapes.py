@@ -98,7 +98,7 @@ steps = 16 if small else 64
 x, k, v = torch.randn(1, 1, d), torch.zeros(1, heads, 0, hd), torch.zeros(1, heads, 0, hd)
 kk, vv = k.clone(), v.clone()
 for step in range(steps):
-    y, k, v = decoder.run([x.numpy(), k.numpy(), v.numpy()])  # the new cache comes back one position longer
+    y, k, v = decoder.run([x.numpy(), np.asarray(k), np.asarray(v)])  # the new cache (numpy) comes back one position longer
     with torch.no_grad():
         y_ref, kk, vv = block(x, kk, vv)
     assert np.max(np.abs(y - y_ref.numpy())) < 1e-3 and k.shape[2] == step + 1
