@@ -139,15 +139,20 @@ def guarded_main(count=8):
     faulthandler.enable()
     rng = np.random.default_rng(8)
     for name, (m, example, shapes, make) in model_zoo().items():
-        exe = kiln.compile(kg.from_torch(m, example, shapes=shapes))
+        g = kg.from_torch(m, example, shapes=shapes)
+        names = sorted({d for dims in shapes.values() for d in dims if isinstance(d, str)})
+        exe = kiln.compile(g, dims={n: (min(VALUES[n]), max(VALUES[n])) for n in names})
         runner = exe._exe.runner
+        bound = exe.memory_bound()["arena_bytes"]
         for k, v in enumerate(random_shapes(exe.shape_vars, count, rng)):
             where = "after" if k % 2 else "before"
             print(f"{name} at {v}, guard {where}", flush=True)  # the last line names the shape if a fault kills us
             xs = make(v)
             want = run_torch(m, xs)
-            problems = dynamic_guard.check_layout(runner.layout(v))
+            lay = runner.layout(v)
+            problems = dynamic_guard.check_layout(lay)
             assert not problems, f"{name} at {v}: " + "; ".join(problems)
+            assert lay["arena_bytes"] <= bound, f"{name} at {v}: arena {lay['arena_bytes']} above memory_bound() {bound}"
             guarded = dynamic_guard.run_guarded(runner, [x.numpy() for x in xs], v, where)
             direct = exe.run([x.numpy() for x in xs])  # the real arena, after a call at another size
             for g, r, w in zip(guarded, direct, want):
@@ -359,6 +364,43 @@ def test_bad_shapes_are_named_by_an_exported_library(two_inputs, tmp_path):
         expect_named(str(e.value), words)
     with pytest.raises(kiln.KilnError, match="seq.*65.*range|range.*seq"):
         m.arena_bytes({"batch": 1, "seq": 65})
+    # The library's kernels, each on guard-paged arrays, and its plan's layout, at a few shapes.
+    for b, s in ((1, 1), (2, 7), (16, 64)):
+        x, y = rand(b, s, 8), rand(s, 8)
+        shapes = {"batch": b, "seq": s}
+        assert dynamic_guard.check_layout(m._native.layout(shapes)) == []
+        for got, want in zip(dynamic_guard.run_guarded(m._native, [x, y], shapes, "after"), two_input_reference(x, y)):
+            close(got, want)
+        dynamic_guard.release()
+
+
+def test_threads_at_different_shapes_share_one_model():
+    """Four threads call one dynamic model at their own shapes at once (one arena, one plan cache)."""
+    from concurrent.futures import ThreadPoolExecutor
+    exe = kiln.compile(two_input_model())
+
+    def work(t):
+        for k in range(12):
+            b, s = 1 + (t * 7 + k) % 9, 1 + (t * 5 + k * 3) % 17
+            x, y = rand(b, s, 8), rand(s, 8)
+            for got, want in zip(exe.run([x, y]), two_input_reference(x, y)):
+                close(got, want)
+        return t
+
+    with ThreadPoolExecutor(4) as pool:
+        assert sorted(pool.map(work, range(4))) == [0, 1, 2, 3]
+
+
+def test_more_shapes_than_the_plan_cache_holds():
+    """A run plans each new shape and caches 16: 40 batch sizes twice over (evicted ones planned again, the
+    arena grown and reused at every size) all match numpy."""
+    exe = kiln.compile(two_input_model())
+    sizes = list(range(1, 41))
+    np.random.default_rng(3).shuffle(sizes)
+    for b in sizes + sizes[::-1]:
+        x, y = rand(b, 3, 8), rand(3, 8)
+        for got, want in zip(exe.run([x, y]), two_input_reference(x, y)):
+            close(got, want)
 
 
 def reshape_model():
