@@ -65,6 +65,16 @@ TEST(ShapeConstraints, UnprovableReshapesBecomeRunChecks) {
   EXPECT_NE(msg.find("batch = 2 (from input 'x' dimension 0), n = 7"), std::string::npos) << msg;
 }
 
+TEST(ShapeConstraints, AMinusOneBesideConstantsIsADivisibility) {
+  auto x = make_input("x", TensorType{{Dim::var("batch"), Dim::var("n")}, f32});
+  Value rows = make_op("Reshape", {x->output(), int64s("s", {-1, 6})}, {}, "rows")->output();
+  std::vector<ShapeConstraint> cs = reshape_constraints(Graph::make({x}, {rows}), {"batch", "n"});
+  ASSERT_EQ(cs.size(), 1u);
+  EXPECT_EQ(cs[0].kind, ShapeConstraint::Kind::Divisible);
+  EXPECT_EQ(cs[0].divisor, 6);
+  EXPECT_NE(cs[0].text.find("batch*n % 6 == 0"), std::string::npos) << cs[0].text;
+}
+
 TEST(ShapeConstraints, CountsThatNeverAgreeAreRefusedAtCompileTime) {
   auto x = make_input("x", TensorType{{Dim::var("batch"), Dim::var("n")}, f32});
   std::string msg = error_of([&] { make_op("Reshape", {x->output(), int64s("s", {0, 0, 2})}, {}, "twice"); });

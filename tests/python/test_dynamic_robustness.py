@@ -414,7 +414,7 @@ def reshape_model():
 # (shape, what the message must say): the node, the constraint, the variables and their values.
 BAD_RESHAPES = [
     ((2, 6), ["Reshape 'quarters'", "batch*n == ", "batch = 2", "n = 6", "differs"]),
-    ((5, 8), ["Reshape 'sixes'", "batch*n == floordiv(batch*n, 6)*6", "batch = 5", "n = 8", "40 differs from"]),
+    ((5, 8), ["Reshape 'sixes'", "batch*n % 6 == 0", "batch = 5", "n = 8", "40 is not a multiple of 6"]),
 ]
 
 

@@ -21,8 +21,10 @@
 namespace kiln::graph {
 
 /**
- * One Equal constraint per Reshape of `g` (and of its nodes' bodies) whose
- * counts are not provably equal, over `shape_vars` (ShapeExpr::param(i) is
+ * One constraint per Reshape of `g` (and of its nodes' bodies) whose counts
+ * are not provably equal: Divisible (count % K == 0) for a -1 beside entries
+ * whose product is the constant K, else Equal (input count == output count);
+ * over `shape_vars` (ShapeExpr::param(i) is
  * shape_vars[i]; a plan's). Throws kiln::Error when a count reads a variable
  * not in the list (no run could tell its value).
  */
