@@ -79,8 +79,9 @@ def runtime_library_dir():
     """Where libkiln_runtime.so is: the build tree kiln was loaded from (or beside the extension)."""
     ext_dir = os.path.dirname(os.path.abspath(ffi._kiln.__file__))
     build = os.path.dirname(ext_dir)
-    for d in ([build] if os.path.exists(os.path.join(build, "CMakeCache.txt")) else []) + [ext_dir, build]:
-        if any(f.startswith("libkiln_runtime.so") for f in os.listdir(d)):
+    # The build tree puts it in runtime/ (one folder per library); an install beside the extension.
+    for d in ([os.path.join(build, "runtime"), build] if os.path.exists(os.path.join(build, "CMakeCache.txt")) else []) + [ext_dir, build]:
+        if os.path.isdir(d) and any(f.startswith("libkiln_runtime.so") for f in os.listdir(d)):
             return d
     return None
 

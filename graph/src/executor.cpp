@@ -1,5 +1,6 @@
 // compile() and the Executor (executor.h): kernels per group, the plan, the run loop.
 #include "kiln/graph/executor.h"
+#include "kiln/graph/shape_constraints.h"
 
 #include <unistd.h>
 
@@ -99,6 +100,9 @@ Executor compile(const Graph& g, const CompileOptions& options) {
     return info;
   });
   apply_dim_ranges(options.dims, &pg.plan);
+  // Reshapes whose counts agree only for some sizes: each run checks them (from the graph as given: passes may merge them).
+  if (pg.plan.is_dynamic())
+    for (ShapeConstraint& c : reshape_constraints(g, pg.plan.shape_vars)) pg.plan.constraints.push_back(std::move(c));
   st->groups = std::move(pg.groups);
   st->memory = pg.memory;
   st->weight_bytes = pg.weight_bytes;
@@ -237,6 +241,10 @@ std::optional<MemoryReport> Executor::memory_bound() const {
 const std::vector<std::string>& Executor::shape_vars() const { return state_->runner.plan().shape_vars; }
 
 const ModelPlan& Executor::plan() const { return state_->runner.plan(); }
+const ModelRunner& Executor::runner() const {
+  KILN_USER_CHECK(state_) << "this executor was not compiled";
+  return state_->runner;
+}
 const Graph& Executor::graph() const { return state_->graph; }
 const std::vector<GroupInfo>& Executor::groups() const { return state_->groups; }
 double Executor::compile_seconds() const { return state_->compile_seconds; }

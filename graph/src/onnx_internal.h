@@ -64,6 +64,7 @@ class ShapeValues {
   bool reads_symbolic(const OnnxNode& n) const;
   std::optional<std::vector<Dim>> compute(const OnnxNode& n) const;
   Value target_constant(OnnxNode& n) const;
+  std::optional<std::vector<Value>> emit_range(OnnxNode& n, const std::function<std::vector<Value>(OnnxNode)>& emit_plain) const;
 
   std::unordered_map<Value, std::vector<Dim>, ValueHash> known_;
 };

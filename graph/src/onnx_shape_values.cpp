@@ -117,6 +117,7 @@ std::optional<std::vector<Value>> ShapeValues::emit(OnnxNode& n, const std::func
     return out;
   }
   if (!reads_symbolic(n)) return std::nullopt;
+  if (n.op_type == "Range") return emit_range(n, emit_plain);
   if (n.op_type == "Reshape" || n.op_type == "Expand") {
     n.inputs[1] = target_constant(n);
     return std::nullopt;  // the node itself is emitted as usual
@@ -134,6 +135,27 @@ std::optional<std::vector<Value>> ShapeValues::emit(OnnxNode& n, const std::func
   }
   known_[out[0]] = *dims;
   return out;
+}
+
+// Range over a symbolic limit (torch.arange(x.shape[1])): an integer start and
+// delta > 0, as constants; the count max(0, ceil((limit - start) / delta)), a
+// length the graph's Range takes as its `length`.
+std::optional<std::vector<Value>> ShapeValues::emit_range(OnnxNode& n, const std::function<std::vector<Value>(OnnxNode)>& emit_plain) const {
+  auto start = elements(n.inputs[0]), limit = elements(n.inputs[1]), delta = elements(n.inputs[2]);
+  bool ok = start && limit && delta && start->size() == 1 && limit->size() == 1 && delta->size() == 1 && (*start)[0].is_static() &&
+            (*delta)[0].is_static() && (*delta)[0].value() > 0 && n.inputs[0].type().dtype == DataType::Int(64);
+  KILN_USER_CHECK(ok) << "Range node '" << n.name << "' counts to a symbolic limit with a start or delta kiln cannot follow (it takes a "
+                      << "constant int64 start and a positive constant delta); give the symbolic dimensions sizes (shapes={...}) to import this model";
+  int64_t s = (*start)[0].value(), d = (*delta)[0].value();
+  Dim length = dim_floordiv(dim_add(dim_sub((*limit)[0], s), d - 1), d);
+  // ONNX counts none when limit <= start; a size from 0 (arange(seq)) cannot be below it, and stays the plain size.
+  if (s > 0 || !(*limit)[0].as_var().defined()) length = dim_max(Dim(0), length);
+  n.attrs.set("length", Shape({length}));
+  // The op takes constants (start and delta may come from shape arithmetic; limit is unused with `length`).
+  n.inputs[0] = int64_array(n.name + "/start", {s}, true);
+  n.inputs[1] = int64_array(n.name + "/limit", {s}, true);
+  n.inputs[2] = int64_array(n.name + "/delta", {d}, true);
+  return emit_plain(n);
 }
 
 // Reshape's or Expand's target as a constant: static entries as they are,

@@ -47,10 +47,10 @@ Expr WindowDim::out_extent() const { return out_symbolic.defined() ? out_symboli
 
 namespace {
 
-// resolve_window of a symbolic input extent: the static pads give out = floor(room / stride) + 1.
+// resolve_window of a symbolic input extent: the static pads give out = floor(room / stride) + 1,
+// or with ceil_mode, as resolve_window's static rule, c + 1 for c = ceil(room / stride), less one
+// when the last window would start in the end pad (c * stride >= in + pad_begin).
 void resolve_symbolic_window(WindowDim* d, AutoPad mode, bool ceil_mode) {
-  KILN_USER_CHECK(!ceil_mode) << "window: ceil_mode is not supported on the symbolic spatial dimension '" << d->in_symbolic
-                              << "'; give it a size, or use floor rounding";
   if (mode == AutoPad::SameUpper || mode == AutoPad::SameLower) {
     KILN_USER_CHECK(d->stride == 1) << "window: SAME padding with stride " << d->stride << " on the symbolic spatial dimension '" << d->in_symbolic
                                     << "' would pad by an amount known only at run time; give the dimension a size, or use explicit pads";
@@ -61,7 +61,16 @@ void resolve_symbolic_window(WindowDim* d, AutoPad mode, bool ceil_mode) {
     d->pad_begin = d->pad_end = 0;
   }
   Expr room = d->in_symbolic + index_imm(d->pad_begin + d->pad_end - d->span());
-  d->out_symbolic = arith::simplify(floordiv(room, index_imm(d->stride)) + 1);
+  Expr s = index_imm(d->stride);
+  if (!ceil_mode || mode != AutoPad::NotSet || d->stride == 1) {  // ceil of room / 1 is the floor
+    d->out_symbolic = arith::simplify(floordiv(room, s) + 1);
+    return;
+  }
+  d->ceil_symbolic = true;
+  Expr c = floordiv(room + index_imm(d->stride - 1), s);
+  // 1 when the last window starts in the end pad: c * stride - (in + pad_begin) + 1 > 0.
+  Expr in_end_pad = min(max(c * s - d->in_symbolic - index_imm(d->pad_begin - 1), index_imm(0)), index_imm(1));
+  d->out_symbolic = arith::simplify(c + 1 - in_end_pad);
 }
 
 }  // namespace

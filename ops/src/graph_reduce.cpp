@@ -64,8 +64,8 @@ struct PoolWindow {
       // Conditions only where a window can leave X.
       Expr c;
       if (d.pad_begin > 0) c = h >= 0;
-      // A symbolic extent (floor rounding) can overhang only into a positive end pad.
-      bool overhang = d.is_symbolic() ? d.pad_end > 0 : (d.out - 1) * d.stride + d.span() - d.pad_begin > d.in;
+      // A symbolic extent with floor rounding can overhang only into a positive end pad; with ceil rounding, past it.
+      bool overhang = d.is_symbolic() ? d.pad_end > 0 || d.ceil_symbolic : (d.out - 1) * d.stride + d.span() - d.pad_begin > d.in;
       if (overhang) c = c.defined() ? (c && h < d.in_extent()) : (h < d.in_extent());
       if (c.defined()) inside = inside.defined() ? (inside && c) : c;
       idx.push_back(h);
@@ -126,7 +126,7 @@ Tensor avg_pool(const Tensor& X, const std::vector<WindowDim>& dims, bool count_
       Expr hi_limit = count_include_pad ? (d.is_symbolic() ? d.in_symbolic + imm(d.pad_end) : imm(d.in + d.pad_end)) : d.in_extent();
       // A symbolic extent (floor rounding) clips at the end only into a positive end pad that is not counted.
       bool clip_lo = -d.pad_begin < lo_limit;
-      bool clip_hi = d.is_symbolic() ? !count_include_pad && d.pad_end > 0
+      bool clip_hi = d.is_symbolic() ? (!count_include_pad && d.pad_end > 0) || d.ceil_symbolic
                                      : (d.out - 1) * d.stride - d.pad_begin + d.kernel > d.in + (count_include_pad ? d.pad_end : 0);
       if (!clip_lo && !clip_hi) {
         constant *= d.kernel;

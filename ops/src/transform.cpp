@@ -124,11 +124,11 @@ static std::vector<ReshapeRun> symbolic_runs(const std::vector<Expr>& out, const
   return runs;
 }
 
-Tensor reshape(const Tensor& X, const std::vector<Expr>& shape, const std::string& name) {
+Tensor reshape(const Tensor& X, const std::vector<Expr>& shape, const std::string& name, bool counts_checked_at_run_time) {
   std::vector<int64_t> static_shape;
   if (all_const(X.shape()) && all_const(shape, &static_shape)) return reshape(X, static_shape, name);
   const std::vector<Expr>& in = X.shape();
-  KILN_USER_CHECK(same_product(in, shape)) << "reshape of '" << X.name() << "' from " << extents_to_string(in) << " to " << extents_to_string(shape)
+  KILN_USER_CHECK(counts_checked_at_run_time || same_product(in, shape)) << "reshape of '" << X.name() << "' from " << extents_to_string(in) << " to " << extents_to_string(shape)
                                            << ": the element counts cannot be proven equal (a symbolic dimension must appear on both sides)";
   std::vector<ReshapeRun> runs = symbolic_runs(shape, in);
   auto product_after = [](const std::vector<Expr>& v, size_t k, size_t end) { return extent_product(std::vector<Expr>(v.begin() + k + 1, v.begin() + end)); };

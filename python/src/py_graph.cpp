@@ -368,6 +368,7 @@ void define_graph(py::module_& root) {
         return m ? py::object(memory_dict(*m)) : py::object(py::none());
       }, "The largest arena any run plans when every shape variable has a range (compile's dims=), else None.")
       .def_property_readonly("shape_vars", &Executor::shape_vars)
+      .def_property_readonly("runner", &Executor::runner, "The kiln_runtime ModelRunner of the plan (layout per shape, kernels), for tests and tools.")
       .def("export_library", [](const Executor& exe, const std::string& path, const std::string& weights, bool static_runtime) {
         py::gil_scoped_release release;
         exe.export_library(path, weights, static_runtime);

@@ -17,6 +17,7 @@
 #include <deque>
 
 #include "kiln/runtime/model.h"
+#include "kiln/runtime/model_shapes.h"
 #include "kiln/runtime/module.h"
 #include "kiln/runtime/ndarray.h"
 #include "kiln/support/error.h"
@@ -200,6 +201,65 @@ NDArray from_numpy(py::handle obj) {
   return nd;
 }
 
+// The plan a run at `shapes` (name -> value; none for a static plan) lays
+// out: every buffer's kind, shape, dtype, arena offset and lifetime, and each
+// step's kernel and buffers. For tests and tools that check a plan's memory
+// (no two live buffers share bytes) or run its kernels one by one.
+py::dict plan_layout(const ModelRunner& r, const std::map<std::string, int64_t>& shapes) {
+  const ModelPlan& p = r.plan();
+  std::vector<int64_t> values;
+  for (const std::string& v : p.shape_vars) {
+    auto it = shapes.find(v);
+    if (it == shapes.end()) throw_user_error("layout: no value for the shape variable '" + v + "'; give every one of the model's");
+    values.push_back(it->second);
+  }
+  for (const auto& [name, value] : shapes)
+    if (std::find(p.shape_vars.begin(), p.shape_vars.end(), name) == p.shape_vars.end())
+      throw_user_error("layout: the model has no shape variable '" + name + "'");
+  BoundShapes bound;
+  if (p.is_dynamic()) {
+    bound = bind_plan_shapes(p, values);
+  } else {
+    for (const ModelBuffer& b : p.buffers) {
+      bound.shapes.push_back(b.shape);
+      bound.offsets.push_back(b.kind == ModelBuffer::Kind::Arena ? b.offset : -1);
+    }
+    bound.memory.arena_bytes = p.arena_bytes;
+  }
+  static const char* kinds[] = {"input", "constant", "arena", "output"};
+  py::list buffers;
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    const ModelBuffer& pb = p.buffers[b];
+    py::dict d;
+    d["kind"] = kinds[static_cast<int>(pb.kind)];
+    d["index"] = pb.index;
+    d["shape"] = py::tuple(py::cast(bound.shapes[b]));
+    d["dtype"] = pb.dtype.str();
+    d["offset"] = bound.offsets[b];
+    d["first_step"] = pb.first_step;
+    d["last_step"] = pb.last_step;
+    d["inplace_of"] = pb.inplace_of;
+    d["view_of"] = pb.view_of;
+    buffers.append(d);
+  }
+  py::list steps;
+  for (const ModelStep& s : p.steps) {
+    py::dict d;
+    d["name"] = s.name;
+    d["kernel"] = p.kernel_names[s.kernel];
+    d["args"] = s.args;
+    steps.append(d);
+  }
+  py::dict out;
+  out["dynamic"] = p.is_dynamic();
+  out["values"] = py::cast(std::map<std::string, int64_t>(shapes.begin(), shapes.end()));
+  out["arena_bytes"] = bound.memory.arena_bytes;
+  out["buffers"] = buffers;
+  out["steps"] = steps;
+  out["shape_vars"] = p.shape_vars;
+  return out;
+}
+
 }  // namespace
 
 py::array ndarray_to_numpy(const NDArray& nd) { return to_numpy(nd); }
@@ -354,7 +414,16 @@ void define_runtime(py::module_& m) {
         return r.memory(values).arena_bytes;
       }, py::arg("shapes") = std::map<std::string, int64_t>{}, "The arena a run at these shape values plans, in bytes.")
       .def_property_readonly("num_kernels", [](const ModelRunner& r) { return r.plan().kernel_names.size(); })
-      .def_property_readonly("num_steps", [](const ModelRunner& r) { return r.plan().steps.size(); });
+      .def_property_readonly("num_steps", [](const ModelRunner& r) { return r.plan().steps.size(); })
+      .def("layout", &plan_layout, py::arg("shapes") = std::map<std::string, int64_t>{},
+           "The plan at these shape values: buffers (kind, index, shape, dtype, arena offset, first_step, last_step, inplace_of, "
+           "view_of), steps (name, kernel, args: buffer ids) and arena_bytes; for tests and tools that check the memory plan.")
+      .def_property_readonly("module", &ModelRunner::module, "The plan's kernels as one Module (their shape scalars follow their buffers).")
+      .def("constant", [](const ModelRunner& r, int i) {
+        const ModelPlan& p = r.plan();
+        if (i < 0 || i >= static_cast<int>(p.constants.size())) throw_user_error("constant " + std::to_string(i) + " of " + std::to_string(p.constants.size()));
+        return to_numpy(p.constants[i]);
+      }, py::arg("index"), "Constant `index` of the plan (a buffer of kind 'constant' names it), as numpy.");
 }
 
 }  // namespace kiln::python

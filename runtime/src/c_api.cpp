@@ -117,11 +117,13 @@ void check_tensor(const DLTensor* t, const kiln::ModelTensor& want, const std::s
   }
   std::vector<int64_t> shape(t->shape, t->shape + t->ndim);
   // A dynamic model's -1 dimensions take any size here; the run checks them against each other.
-  bool fits = true;
-  for (size_t d = 0; d < shape.size(); ++d) fits &= shape[d] == want.shape[d] || (want.shape[d] < 0 && shape[d] >= 0);
-  if (!fits) {
-    fail(KILN_ERR_MISMATCH, who + " has shape " + kiln::shape_to_string(shape) + "; the model was compiled for " + kiln::shape_to_string(want.shape) +
-                                (want.dims.empty() ? "" : " (-1: any size)"));
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == want.shape[d] || (want.shape[d] < 0 && shape[d] >= 0)) continue;
+    // Name the dimension, as a run's shape check does: the caller sees which one to fix.
+    std::string expects = want.shape[d] < 0 ? "a size of at least 0" : std::to_string(want.shape[d]);
+    fail(KILN_ERR_MISMATCH, who + " has " + std::to_string(shape[d]) + " in dimension " + std::to_string(d) + " (shape " + kiln::shape_to_string(shape) +
+                                "); the model expects " + expects + " there (compiled for " + kiln::shape_to_string(want.shape) +
+                                (want.dims.empty() ? ")" : ", -1: any size)"));
   }
   if (!kiln::is_contiguous(*t)) fail(KILN_ERR_MISMATCH, who + " is not compact row-major; pass a contiguous tensor");
   int64_t numel = 1;

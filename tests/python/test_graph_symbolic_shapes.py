@@ -150,12 +150,14 @@ def test_reshape_with_zero_and_minus_one():
     assert op("Reshape", [rows, ints("s6", [-1, 12, 64])]).shape == ("batch*seq", 12, 64)
 
 
-def test_reshape_that_cannot_be_proven_is_refused():
+def test_reshape_that_cannot_be_proven_is_left_to_the_run():
+    # Counts equal only at some sizes: inference lets them through and compile records a constraint a run checks
+    # (test_dynamic_robustness.py); counts that differ at every size but 0 are refused here.
     x = bert_x()
-    with pytest.raises(kiln.KilnError, match=r"cannot infer the -1.*not provably a multiple"):
-        op("Reshape", [x, ints("s", [0, -1, 100])])
-    with pytest.raises(kiln.KilnError, match=r"cannot reshape float32\[batch, seq, 768\].*cannot be proven equal"):
-        op("Reshape", [x, ints("s2", [0, 12, 64])])
+    assert op("Reshape", [x, ints("s", [0, -1, 100])]).shape == ("batch", "floordiv(batch*seq*768, batch*100)", 100)
+    assert op("Reshape", [x, ints("s2", [0, 12, 64])]).shape == ("batch", 12, 64)
+    with pytest.raises(kiln.KilnError, match=r"cannot reshape float32\[batch, seq, 768\].*differ for every size but 0"):
+        op("Reshape", [x, ints("s3", [0, 0, 2, 768])])
 
 
 def test_expand_against_symbolic_dims():
@@ -226,8 +228,9 @@ def test_conv_refuses_what_a_symbolic_image_cannot_do():
     with pytest.raises(kiln.KilnError, match=r"SAME padding with stride 2 on the symbolic spatial dimension 'h'"):
         op("Conv", [img, w], strides=[2, 2], auto_pad="SAME_UPPER")
     assert op("Conv", [img, w], auto_pad="SAME_UPPER").shape == ("batch", 8, "h", "w")
-    with pytest.raises(kiln.KilnError, match=r"ceil_mode is not supported on the symbolic spatial dimension"):
-        op("MaxPool", [img], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+    # ceil_mode: ceil(room / 2) + 1, less one where the last window would start in the end pad (none here: no pads).
+    ceil = op("MaxPool", [img], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+    assert ceil.shape[2] == "floordiv(h + 1, 2) - min(max(floordiv(h + 1, 2)*2 - h - 1, 0), 1)", ceil.shape
     with pytest.raises(kiln.KilnError, match=r"dimension 'c' is symbolic"):
         op("Conv", [make_input("x", ("batch", "c", 8, 8)), w])
 

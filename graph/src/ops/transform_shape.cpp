@@ -44,7 +44,11 @@ std::vector<Expr> dim_exprs(const Shape& s) {
 
 // Reshape of a symbolic input: the -1 is the input's element count over the
 // other entries' with common factors cancelled ([batch, seq, 768] to
-// [0, 0, -1] gives 768), and the counts must be provably equal.
+// [0, 0, -1] gives 768). Counts that cannot be proven equal at compile time
+// ([batch, n] to [0, 2, 3], or the -1 of [0, -1, 100]: seq * 768 / 100) are
+// left to each run: compile records "input count == output count" as a
+// shape constraint of the plan (shape_constraints.h), which a run checks and
+// names. Counts that can never agree (a constant ratio other than 1) fail here.
 Shape symbolic_reshape(const OpCall& call, Shape shape, int inferred) {
   const TensorType& in = in_type(call);
   if (inferred >= 0) {
@@ -52,15 +56,21 @@ Shape symbolic_reshape(const OpCall& call, Shape shape, int inferred) {
     for (size_t k = 0; k < shape.size(); ++k)
       if (static_cast<int>(k) != inferred) known.push_back(shape[k]);
     Expr q = ops::exact_quotient(dim_exprs(in.shape), dim_exprs(known));
-    if (!q.defined())
-      call.fail("cannot infer the -1 of " + shape_to_string(shape) + " for " + in.str() + ": the element count " + in.numel_dim().str() +
-                " is not provably a multiple of the other entries' " + known.numel().str() +
-                " (each symbolic dimension of the target must be one of the input's; give dims that must agree the same shape-variable name)");
+    if (!q.defined()) {
+      if (known.is_static() && known.numel().value() == 0)
+        call.fail("cannot infer the -1 of " + shape_to_string(shape) + " for " + in.str() + ": the other entries hold no elements");
+      q = floordiv(in.numel_dim().expr(), known.numel().expr());  // a run checks that it divides
+    }
     shape[inferred] = Dim(q);
   }
-  if (!ops::same_product(dim_exprs(in.shape), dim_exprs(shape)))
-    call.fail("cannot reshape " + in.str() + " (" + in.numel_dim().str() + " elements) to " + shape_to_string(shape) + " (" + shape.numel().str() +
-              " elements): the counts cannot be proven equal (give dims that must agree the same shape-variable name)");
+  if (!ops::same_product(dim_exprs(in.shape), dim_exprs(shape))) {
+    Expr ratio_in = ops::exact_quotient(dim_exprs(in.shape), dim_exprs(shape)), ratio_out = ops::exact_quotient(dim_exprs(shape), dim_exprs(in.shape));
+    const int64_t* a = ratio_in.defined() ? as_const_int(ratio_in) : nullptr;
+    const int64_t* b = ratio_out.defined() ? as_const_int(ratio_out) : nullptr;
+    if ((a && *a != 1) || (b && *b != 1) || (in.shape.is_static() && shape.is_static()))
+      call.fail("cannot reshape " + in.str() + " (" + in.numel_dim().str() + " elements) to " + shape_to_string(shape) + " (" + shape.numel().str() +
+                " elements): the counts differ for every size but 0");
+  }
   return shape;
 }
 
@@ -107,7 +117,8 @@ Shape reshape_shape(const OpCall& call) {
 // Every reshaping op is the same index remap once its output shape is known.
 ComputeFn reshape_to(std::function<Shape(const OpCall&)> shape_of) {
   return [shape_of](const OpCall& call, const std::vector<te::Tensor>& in) {
-    return std::vector<te::Tensor>{ops::reshape(in[0], dim_exprs(shape_of(call)), call.op->name)};
+    // Inference checked the counts, or left them to a run's shape constraint (symbolic_reshape).
+    return std::vector<te::Tensor>{ops::reshape(in[0], dim_exprs(shape_of(call)), call.op->name, true)};
   };
 }
 
@@ -454,17 +465,37 @@ RangeSpec range_spec(const OpCall& call) {
   return {v[0], v[2], std::max<int64_t>(0, static_cast<int64_t>(std::ceil((v[1] - v[0]) / v[2])))};
 }
 
+// A symbolic length (the importer's `length`, for a limit computed from a symbolic dim: arange(seq)).
+const Dim* symbolic_length(const OpCall& call) {
+  const Shape& length = call.attrs.get_shape("length");
+  if (length.empty()) return nullptr;
+  if (length.size() != 1) call.fail("length must hold one dimension, got " + shape_to_string(length));
+  return &length[0];
+}
+
 void register_range() {
   OpDef d;
   d.name = "Range";
-  d.doc = "Range(start, limit, delta): [start, start + delta, ...) up to limit (exclusive); all three constant scalars";
+  d.doc = "Range(start, limit, delta): [start, start + delta, ...) up to limit (exclusive); all three constant scalars, "
+          "or with `length` (a symbolic count: the importer's arange over a symbolic dim) limit is unused";
   d.min_inputs = d.max_inputs = 3;
   d.pattern = Pattern::Injective;
   d.const_inputs = {0, 1, 2};
-  d.infer = [](const OpCall& call) { return one(TensorType{{range_spec(call).n}, call.input_types[0].dtype}); };
+  d.attrs = {{"length", AttrKind::Shape, AttrValue(Shape{})}};
+  d.infer = [](const OpCall& call) {
+    const Dim* n = symbolic_length(call);
+    return one(TensorType{{n ? *n : Dim(range_spec(call).n)}, call.input_types[0].dtype});
+  };
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>&) {
     RangeSpec r = range_spec(call);
-    return std::vector<te::Tensor>{ops::arange(r.start, r.delta, r.n, call.input_types[0].dtype, "range")};
+    DataType t = call.input_types[0].dtype;
+    if (const Dim* n = symbolic_length(call)) {
+      double start = r.start, delta = r.delta;
+      return std::vector<te::Tensor>{te::compute({n->expr()}, [&](const std::vector<Var>& i) {
+        return make_const(t, start) + cast(t, i[0]) * make_const(t, delta);
+      }, "range")};
+    }
+    return std::vector<te::Tensor>{ops::arange(r.start, r.delta, r.n, t, "range")};
   };
   d.sharding = replicated_rule();
   register_op(std::move(d));

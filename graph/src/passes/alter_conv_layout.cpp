@@ -417,7 +417,7 @@ class LayoutRewriter {
       bool divides = true;
       int64_t in_it = 0;
       for (const Value& u : n.inputs) {
-        divides = divides && u.type().shape[1] % cand == 0;
+        divides = divides && u.type().shape[1].is_static() && u.type().shape[1].value() % cand == 0;  // symbolic channels stay NCHW
         in_it += block_behind(u) == cand;
       }
       if (divides && in_it > most) b = cand, most = in_it;
@@ -522,8 +522,10 @@ class LayoutRewriter {
     int64_t b = 0;
     for (const Value& v : n.inputs)
       if (v.defined() && block_behind(v) > 0) b = block_behind(v);
+    // No blocked input (or symbolic channels, [batch, seq, heads, d]): nothing to do, and dim 1 need not be a size.
+    if (b == 0 || !n.types[0].shape[1].is_static()) return {};
     int64_t C = n.types[0].shape[1];
-    if (b == 0 || (C % b != 0 && !finite_on_finite(n.op->name))) return {};
+    if (C % b != 0 && !finite_on_finite(n.op->name)) return {};
     std::vector<Value> in;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       const Value& v = n.inputs[i];

@@ -59,6 +59,9 @@ std::vector<Value> fold_node(const Ref<OpNode>& n, int64_t max_bytes) {
   for (const Value& v : n->inputs)
     if (from_types && v.defined() && !v.type().is_static()) return {};
   if (!n->op->evaluate && !n->op->compute) return {};
+  // Constant inputs but a symbolic result (Range of a symbolic length): its size is known only at run time.
+  for (const TensorType& t : n->types)
+    if (!t.is_static()) return {};
   int64_t bytes = 0;
   for (const TensorType& t : n->types) bytes += t.bytes();
   if (bytes > max_bytes) return {};

@@ -113,6 +113,8 @@ class Executor {
   const std::vector<std::string>& shape_vars() const;
   /** The plan the executor runs (kiln_runtime's form, the same an exported library carries). */
   const ModelPlan& plan() const;
+  /** The runner of that plan (its kernels as one Module): for tools and tests that inspect a plan's layout per shape. */
+  const ModelRunner& runner() const;
   /** The optimized (fused) graph the plan runs. */
   const Graph& graph() const;
   /** One entry per plan step. */

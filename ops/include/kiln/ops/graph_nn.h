@@ -48,6 +48,8 @@ struct WindowDim {
    */
   Expr in_symbolic;
   Expr out_symbolic;
+  /** A symbolic extent with ceil rounding (set by resolve_window): the last window may overhang the end pad. */
+  bool ceil_symbolic = false;
   /** The extent the dilated kernel spans: (kernel - 1) * dilation + 1. */
   int64_t span() const { return (kernel - 1) * dilation + 1; }
   bool is_symbolic() const { return in_symbolic.defined(); }

@@ -25,8 +25,12 @@ namespace kiln::ops {
 
 /** X reinterpreted as `shape` in row-major order (element counts must agree). */
 te::Tensor reshape(const te::Tensor& X, const std::vector<int64_t>& shape, const std::string& name = "reshape");
-/** The same to extents that may be symbolic; their product must provably be X's (same_product), else kiln::Error naming both shapes. */
-te::Tensor reshape(const te::Tensor& X, const std::vector<Expr>& shape, const std::string& name = "reshape");
+/**
+ * The same to extents that may be symbolic; their product must provably be X's (same_product), else kiln::Error
+ * naming both shapes; with `counts_checked_at_run_time` (the graph recorded the equality as a shape constraint
+ * that every run checks, model.h) the product need only be equal at run time.
+ */
+te::Tensor reshape(const te::Tensor& X, const std::vector<Expr>& shape, const std::string& name = "reshape", bool counts_checked_at_run_time = false);
 /** out[i_0..i_{r-1}] = X[j] with j[perm[k]] = i_k (numpy's transpose(perm); nn.h's transpose is the 2-D one). */
 te::Tensor permute_dims(const te::Tensor& X, const std::vector<int>& perm, const std::string& name = "transpose");
 /** Drops the dimensions `axes` (sorted, distinct, each of extent 1). */
