@@ -51,6 +51,8 @@ def test_rows_over_two_variables_are_one_tiled_axis():
     assert len(stores) >= 4, ir
     first_tile = ir[:ir.index("out[ramp(")]
     assert "likely(" not in first_tile, f"the full tiles are guarded:\n{ir}"
+    # The last tile: one copy per count of rows left (seq*batch - 8*t == r), each unrolled, not a loop over the rows.
+    assert re.search(r"if \((batch\*seq|seq\*batch) == ", ir), ir
 
 
 @pytest.mark.parametrize("target", cpu_targets())
