@@ -98,7 +98,8 @@ def test_static_and_one_variable_rows_keep_their_form():
     assert "mm.rows" not in desc, desc
 
 
-def test_bert_layer_transposed_projection_runs_at_many_shapes():
+@pytest.mark.parametrize("target", cpu_targets())
+def test_bert_layer_transposed_projection_runs_at_many_shapes(target):
     torch = pytest.importorskip("torch")
     import io
     torch.manual_seed(0)
@@ -106,9 +107,9 @@ def test_bert_layer_transposed_projection_runs_at_many_shapes():
     buf = io.BytesIO()
     torch.onnx.export(layer, (torch.randn(1, 8, 64),), buf, input_names=["input"], opset_version=13,
                       dynamic_axes={"input": {0: "batch", 1: "seq"}})
-    exe = kiln.compile(kiln.graph.from_onnx(buf.getvalue()))
-    for batch, seq in ((1, 1), (2, 33), (3, 7), (4, 13)):
+    exe = kiln.compile(kiln.graph.from_onnx(buf.getvalue()), target=target)
+    for batch, seq in ((1, 1), (2, 33), (3, 7), (4, 13), (1, 64), (5, 2)):
         x = torch.randn(batch, seq, 64)
         with torch.no_grad():
             ref = layer(x).numpy()
-        np.testing.assert_allclose(exe.run([x.numpy()])[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"batch {batch} seq {seq}")
+        np.testing.assert_allclose(exe.run([x.numpy()])[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"batch {batch} seq {seq} on '{target}'")
