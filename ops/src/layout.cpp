@@ -134,15 +134,53 @@ te::Tensor depthwise_conv2d_nchwc(const te::Tensor& X, const te::Tensor& Wt, con
                      name, {"n", "co", "y", "x", "ci"});
 }
 
+namespace {
+
+// How many of the row (leading) extents are symbolic.
+int symbolic_rows(const std::vector<Expr>& shape) {
+  int n = 0;
+  for (size_t d = 0; d + 1 < shape.size(); ++d) n += as_const_int(shape[d]) ? 0 : 1;
+  return n;
+}
+
+}  // namespace
+
 te::Tensor matmul_packed_b(const te::Tensor& A, const te::Tensor& Bp, const std::string& name) {
   const std::vector<Expr>& as = A.shape();
   std::vector<int64_t> bs = const_shape(Bp);
   KILN_USER_CHECK(as.size() >= 2 && bs.size() == 3 && is_const_int(as.back(), bs[1]))
       << "matmul_packed_b: A " << extents_to_string(as) << " and panels " << shape_to_string(bs) << " do not match";
   int64_t nb = bs[2];
+  IterVar k = te::reduce_axis(Range(0, as.back()), "k");
+  auto b_at = [&](const Expr& j) { return Bp(std::vector<Expr>{floordiv(j, E(nb)), k.var(), floormod(j, E(nb))}); };
+  if (symbolic_rows(as) >= 2) {
+    // Several symbolic row extents ([seq, batch, K]): the product runs over
+    // one row axis of their product, so the schedule rules tile it as one
+    // matrix of rows (a register tile of rows along any one of them would
+    // leave the others, and a batch of 2, to the remainder); the result
+    // reads it back at the rows' linear index.
+    Expr rows = as[0];
+    for (size_t d = 1; d + 1 < as.size(); ++d) rows = rows * as[d];
+    te::Tensor flat = te::compute({arith::simplify(rows), E(bs[0] * nb)}, [&](const std::vector<Var>& i) {
+      std::vector<Expr> ai(as.size());
+      Expr r = i[0];
+      for (size_t d = as.size() - 1; d-- > 0;) {
+        ai[d] = d == 0 ? r : floormod(r, as[d]);
+        r = floordiv(r, as[d]);
+      }
+      ai.back() = k.var();
+      return te::sum(A(ai) * b_at(i[1]), {k});
+    }, name + ".rows", {"r", "j"});
+    std::vector<Expr> out(as.begin(), as.end() - 1);
+    out.push_back(E(bs[0] * nb));
+    return te::compute(out, [&](const std::vector<Var>& i) {
+      Expr r = i[0];
+      for (size_t d = 1; d + 1 < i.size(); ++d) r = r * as[d] + i[d];
+      return flat(std::vector<Expr>{r, i.back()});
+    }, name);
+  }
   std::vector<Expr> out(as.begin(), as.end() - 1);  // the rows may be symbolic
   out.push_back(E(bs[0] * nb));
-  IterVar k = te::reduce_axis(Range(0, as.back()), "k");
   std::vector<std::string> names;
   for (size_t d = 0; d + 2 < out.size(); ++d) names.push_back("b" + std::to_string(d));
   names.push_back("i");
@@ -150,8 +188,7 @@ te::Tensor matmul_packed_b(const te::Tensor& A, const te::Tensor& Bp, const std:
   return te::compute(out, [&](const std::vector<Var>& i) {
     std::vector<Expr> ai(i.begin(), i.end() - 1);
     ai.push_back(k.var());
-    Expr j = i.back();
-    return te::sum(A(ai) * Bp(std::vector<Expr>{floordiv(j, E(nb)), k.var(), floormod(j, E(nb))}), {k});
+    return te::sum(A(ai) * b_at(i.back()), {k});
   }, name, names);
 }
 

@@ -163,7 +163,7 @@ class Applier {
         }
         case PlanKind::TiledFused:
           pack_operand(static_cast<int>(i), p);
-          outer_inner(s_[dag_.stages[p.consumer].tensor], s_[dag_.stages[i].tensor], dag_.stages[i], p);
+          outer_inner(s_[dag_.stages[p.consumer].tensor], s_[dag_.stages[i].tensor], dag_.stages[i], p, consumer_row_axes(dag_, static_cast<int>(i), p.consumer));
           break;
         case PlanKind::Rfactor: rfactor(static_cast<int>(i), p); break;
         case PlanKind::Inline:
@@ -408,9 +408,9 @@ class Applier {
   // (the copy out of the cache, or the elementwise consumer) takes the S0 S1
   // levels and is parallel; the inner stage (the accumulator) is computed at
   // its S1 (or S0) loop and takes the remaining levels with R0 R1.
-  void outer_inner(te::Stage& outer, te::Stage& inner, const StageInfo& info, const StagePlan& p) {
+  void outer_inner(te::Stage& outer, te::Stage& inner, const StageInfo& info, const StagePlan& p, int rows = 1) {
     bool at_s0 = choice(p.location) == 1;
-    IterVar attach = tile_outer(outer, info, p, at_s0);
+    IterVar attach = tile_outer(outer, info, p, at_s0, rows);
     inner.compute_at(outer, attach);
     std::vector<std::vector<Loop>> S, R;
     split_levels(inner, info, p, at_s0 ? 1 : 2, &S, &R);
@@ -423,9 +423,15 @@ class Applier {
 
   // The outer stage of outer_inner: S0 S1 and the inner tile (S2*S3 per
   // axis, vectorized). Returns the loop the inner stage is computed at.
-  IterVar tile_outer(te::Stage& outer, const StageInfo& info, const StagePlan& p, bool at_s0) const {
+  IterVar tile_outer(te::Stage& outer, const StageInfo& info, const StagePlan& p, bool at_s0, int rows = 1) const {
     int n = static_cast<int>(info.spatial.size());
     std::vector<IterVar> roots = outer.leaf_iter_vars();
+    if (rows > 1) {
+      // The consumer's leading axes are the stage's one row axis (fusible_consumer): fused into it.
+      std::vector<IterVar> lead(roots.begin(), roots.begin() + rows);
+      outer.fuse(lead);
+      roots = outer.leaf_iter_vars();
+    }
     std::vector<Loop> O0, O1, IN;
     for (int k = 0; k < n; ++k) {
       const int* f = tile(p.spatial_tiles[k]);

@@ -183,8 +183,13 @@ IterVar apply_row_output(const StageInfo& info, const Sketch& sk, const StagePla
 void apply_row_reduce(const StageInfo& info, const Sketch& sk, const StagePlan& p, const std::vector<int>& d, te::Schedule& s, te::Stage& out, const IterVar& row);
 
 /** Rule 3's condition: the only reader of reduction stage c is an elementwise
- * output of the same shape that reads c exactly at its own axes; -1 if none. */
+ * output of the same shape that reads c exactly at its own axes, or at the
+ * linear index of its leading axes where c runs over their product (its
+ * first axis: ops::matmul_packed_b's rows over several shape variables); -1 if none. */
 int fusible_consumer(const DagInfo& dag, int c);
+/** How many leading axes of output d make c's first axis when d reads c as
+ * fusible_consumer needs (1: the same axes); 0 when it does not. */
+int consumer_row_axes(const DagInfo& dag, int c, int d);
 
 /** Applies the rules to the DAG; at least one sketch, at most kMaxSketches. */
 std::vector<Sketch> generate_sketches(const DagInfo& dag);

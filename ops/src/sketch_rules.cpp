@@ -8,7 +8,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "kiln/arith/analyzer.h"
 #include "kiln/ir/functor.h"
+#include "kiln/ir/op.h"
+#include "kiln/ir/structural.h"
 #include "kiln/ops/tile_padding.h"
 #include "kiln/support/error.h"
 #include "search_space_internal.h"
@@ -306,19 +309,50 @@ DagInfo analyze_dag(const Task& task) {
   return dag;
 }
 
+namespace {
+
+// Whether index e is the linear index of the first `count` axes of o (a
+// row-major ravel over o's extents), as ops::matmul_packed_b reads back the
+// product it ran over its symbolic rows fused into one.
+bool is_row_ravel(const Expr& e, const te::ComputeOpNode* o, size_t count) {
+  if (count == 1) return e.same_as(o->axis[0].var());
+  Expr r = o->axis[0].var();
+  for (size_t d = 1; d < count; ++d) r = r * o->shape[d] + o->axis[d].var();
+  return structural_equal(arith::simplify(e), arith::simplify(r));
+}
+
+}  // namespace
+
+int consumer_row_axes(const DagInfo& dag, int c, int d) {
+  const StageInfo& s = dag.stages[c];
+  const StageInfo& o = dag.stages[d];
+  if (!o.op || !s.op || o.spatial.size() < s.spatial.size() || s.spatial.empty()) return 0;
+  size_t count = o.spatial.size() - s.spatial.size() + 1;
+  // Same extents past the rows; the fused rows the product of the consumer's.
+  for (size_t k = 1; k < s.spatial.size(); ++k)
+    if (!structural_equal(s.op->shape[k], o.op->shape[k + count - 1])) return 0;
+  if (count > 1) {
+    Expr rows = o.op->shape[0];
+    for (size_t k = 1; k < count; ++k) rows = rows * o.op->shape[k];
+    if (!structural_equal(arith::simplify(rows), arith::simplify(s.op->shape[0]))) return 0;
+  }
+  bool exact = true;
+  post_order_visit(o.body, [&](const Expr& e) {
+    const TensorLoad* t = e.as<TensorLoad>();
+    if (!t || static_cast<const te::TensorNode*>(t->producer.get())->op.get() != s.op) return;
+    exact = exact && t->indices.size() == s.spatial.size() && is_row_ravel(t->indices[0], o.op, count);
+    for (size_t k = 1; exact && k < t->indices.size(); ++k) exact = t->indices[k].same_as(o.op->axis[k + count - 1].var());
+  });
+  return exact ? static_cast<int>(count) : 0;
+}
+
 int fusible_consumer(const DagInfo& dag, int c) {
   const StageInfo& s = dag.stages[c];
   if (s.output || s.readers.size() != 1) return -1;
   int d = s.readers[0];
   const StageInfo& o = dag.stages[d];
-  if (!o.output || o.reduction || o.spatial != s.spatial) return -1;
-  bool exact = true;
-  post_order_visit(o.body, [&](const Expr& e) {
-    const TensorLoad* t = e.as<TensorLoad>();
-    if (!t || static_cast<const te::TensorNode*>(t->producer.get())->op.get() != s.op) return;
-    for (size_t k = 0; k < t->indices.size(); ++k) exact = exact && t->indices[k].same_as(o.op->axis[k].var());
-  });
-  return exact ? d : -1;
+  if (!o.output || o.reduction) return -1;
+  return consumer_row_axes(dag, c, d) > 0 ? d : -1;
 }
 
 namespace {

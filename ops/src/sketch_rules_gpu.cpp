@@ -73,7 +73,7 @@ std::vector<std::vector<StagePlan>> structured_plans(const DagInfo& dag, int o) 
     if (!s.op || s.inlined || s.output) continue;
     StagePlan& p = plans[i];
     p.consumer = o;
-    if (!fused && tileable(dag, s) && fusible_consumer(dag, static_cast<int>(i)) == o) {
+    if (!fused && tileable(dag, s) && fusible_consumer(dag, static_cast<int>(i)) == o && consumer_row_axes(dag, static_cast<int>(i), o) == 1) {
       p.kind = PlanKind::GpuTiledFused;
       fused = true;
     } else if (rowwise_target(dag, static_cast<int>(i)) == o) {

@@ -12,6 +12,7 @@ _ops = _kiln.ops
 
 matmul = _ops.matmul
 batch_matmul = _ops.batch_matmul
+matmul_packed_b = _ops.matmul_packed_b
 pad2d = _ops.pad2d
 conv2d_nchw = _ops.conv2d_nchw
 conv2d_nchwc = _ops.conv2d_nchwc

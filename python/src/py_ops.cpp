@@ -1,5 +1,6 @@
 // kiln.ops: the operator library's compute definitions (ops/include/kiln/ops/nn.h).
 // Each returns the output tensor; schedule it like any other.
+#include "kiln/ops/layout.h"
 #include "kiln/ops/nn.h"
 #include "kiln_py.h"
 
@@ -10,6 +11,8 @@ void define_ops(py::module_& m) {
   using te::Tensor;
   ops.def("matmul", &kiln::ops::matmul, py::arg("A"), py::arg("B"), py::arg("name") = "C");
   ops.def("batch_matmul", &kiln::ops::batch_matmul, py::arg("A"), py::arg("B"), py::arg("name") = "C");
+  ops.def("matmul_packed_b", &kiln::ops::matmul_packed_b, py::arg("A"), py::arg("panels"), py::arg("name") = "matmul",
+          "A [..., M, K] times weights packed into panels [N/nb, K, nb]: [..., M, N] (the graph's kiln.MatMulPackedB).");
   ops.def("pad2d", &kiln::ops::pad2d, py::arg("X"), py::arg("pad_h"), py::arg("pad_w"), py::arg("name") = "pad");
   // The padding stage comes back too, so that it can be inlined or scheduled.
   ops.def("conv2d_nchw", [](const Tensor& X, const Tensor& W, int stride, int pad, int dilation, const std::string& name) {

@@ -154,6 +154,15 @@ TEST_F(ArithTest, RemainderOfASymbolicDivision) {
   check(an, min(n - 1, io * 6 + 5) - io * 6 + 1, Expr(6));
 }
 
+TEST_F(ArithTest, DivisionWithRemainderByAShapeVariable) {
+  // Rows fused over [seq, batch] read back at x*batch + y with x, y the fused
+  // loop's division and remainder: the identity holds for any divisor.
+  check(floordiv(x, n) * n + floormod(x, n), x);
+  check(n * floordiv(x + 3, n) * 4 + floormod(x + 3, n) * 4, x * 4 + 12);
+  check(floordiv(x, n) * n + floormod(x, y), floordiv(x, n) * n + floormod(x, y));  // another divisor: no identity
+  check(floordiv(x, n) * n * 2 + floormod(x, n), floordiv(x, n) * n * 2 + floormod(x, n));  // coefficients differ
+}
+
 TEST_F(ArithTest, InnerSymbolicRangeIsSubstitutedFirst) {
   // i in [0, n - io*6) with io a loop of its own: i's end brings -io*6, which
   // cancels io's term before io is replaced by its own end.

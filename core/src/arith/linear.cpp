@@ -37,10 +37,25 @@ bool is_div_of(IRNodeKind mod_kind, const Expr& e, const Expr& x, int64_t c, Exp
   return a && a->value % c == 0 && expr_equal(inner_x, x);
 }
 
+// Whether e is (x / d) * d or d * (x / d), the division of the kind matching mod_kind.
+bool is_div_times(IRNodeKind mod_kind, const Expr& e, const Expr& x, const Expr& d) {
+  const Mul* mul = e.as<Mul>();
+  if (!mul) return false;
+  IRNodeKind div_kind = mod_kind == IRNodeKind::FloorMod ? IRNodeKind::FloorDiv : IRNodeKind::Div;
+  for (const auto& [q, other] : {std::make_pair(mul->a, mul->b), std::make_pair(mul->b, mul->a)}) {
+    if (q->kind != div_kind || !expr_equal(other, d)) continue;
+    const Expr& qa = div_kind == IRNodeKind::FloorDiv ? q.as<FloorDiv>()->a : q.as<Div>()->a;
+    const Expr& qb = div_kind == IRNodeKind::FloorDiv ? q.as<FloorDiv>()->b : q.as<Div>()->b;
+    if (expr_equal(qa, x) && expr_equal(qb, d)) return true;
+  }
+  return false;
+}
+
 // floordiv(y, c)*(k*c) + floormod(y, c)*k == y*k (and the same for truncating
 // div/mod): the identity of division with remainder. The remainder may read
 // floormod(x, c) for y == floormod(x, a) with c | a, as split-of-fused loops
-// produce. Returns true when it merged a pair (the form is then no longer
+// produce. The divisor may be an expression (floordiv(y, n)*n*k +
+// floormod(y, n)*k == y*k). Returns true when it merged a pair (the form is then no longer
 // normalized).
 bool merge_div_mod(LinearForm* f) {
   for (size_t i = 0; i < f->terms.size(); ++i) {
@@ -48,9 +63,22 @@ bool merge_div_mod(LinearForm* f) {
     Expr x, divisor;
     if (const FloorMod* fm = m.as<FloorMod>()) x = fm->a, divisor = fm->b;
     else if (const Mod* tm = m.as<Mod>()) x = tm->a, divisor = tm->b;
-    const IntImm* c = divisor.defined() ? divisor.as<IntImm>() : nullptr;
-    if (!c || c->value == 0) continue;
+    if (!divisor.defined()) continue;
+    const IntImm* c = divisor.as<IntImm>();
     int64_t k = f->terms[i].coeff;
+    if (!c) {
+      // A divisor that is not a constant (a shape variable: rows fused over [seq, batch]).
+      for (size_t j = 0; j < f->terms.size(); ++j) {
+        Expr y;
+        if (j == i || f->terms[j].coeff != k || !is_div_times(m->kind, f->terms[j].atom, x, divisor)) continue;
+        f->terms.erase(f->terms.begin() + std::max(i, j));
+        f->terms.erase(f->terms.begin() + std::min(i, j));
+        linear_accumulate(f, x, k);
+        return true;
+      }
+      continue;
+    }
+    if (c->value == 0) continue;
     for (size_t j = 0; j < f->terms.size(); ++j) {
       Expr y;
       if (j == i || f->terms[j].coeff != wmul(f->dtype, k, c->value) || !is_div_of(m->kind, f->terms[j].atom, x, c->value, &y)) continue;

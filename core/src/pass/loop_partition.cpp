@@ -20,6 +20,7 @@
 #include "kiln/arith/analyzer.h"
 #include "kiln/ir/functor.h"
 #include "kiln/ir/op.h"
+#include "kiln/ir/structural.h"
 #include "kiln/pass/passes.h"
 
 #include <set>
@@ -141,6 +142,20 @@ class ControlSubstituter : public IRMutator {
   }
   const Variable* var_;
   Expr value_;
+};
+
+// Replaces a product of shape variables (structurally) by a variable in
+// loop bounds and guard conditions: rows fused over [seq, batch] are bounded
+// by seq*batch, which the tail's copies then specialise as one extent.
+class ProductNamer : public IRMutator {
+ public:
+  ProductNamer(Expr product, Var name) : product_(std::move(product)), name_(std::move(name)) {}
+  using IRMutator::mutate;
+  Expr mutate(const Expr& e) override { return structural_equal(e, product_) ? Expr(name_) : IRMutator::mutate(e); }
+
+ private:
+  Expr product_;
+  Var name_;
 };
 
 class Partitioner : public IRMutator {
@@ -401,6 +416,26 @@ class Partitioner : public IRMutator {
     int64_t a = 0;
     Expr rest;
     if (!prefix_form(cond, loop->loop_var.get(), &a, &rest) || a < 2 || a > kMaxTailVersions) return body;
+    // A product of two shape variables (rows fused over [seq, batch]) counts as one, named.
+    auto bound_here = [&](const Variable* v) {
+      for (const Fact& f : outer_) if (f.var.get() == v) return true;
+      for (const Fact& f : site.inner) if (f.var.get() == v) return true;
+      return false;
+    };
+    Expr product;
+    post_order_visit(rest, [&](const Expr& e) {
+      const Mul* m = e.as<Mul>();
+      const Variable* x = m ? m->a.as<Variable>() : nullptr;
+      const Variable* y = m ? m->b.as<Variable>() : nullptr;
+      if (!product.defined() && x && y && !bound_here(x) && !bound_here(y)) product = e;
+    });
+    Stmt named = body;
+    if (product.defined()) {
+      Var rows("rows", product.dtype());
+      ProductNamer namer(product, rows);
+      rest = namer.mutate(rest);
+      named = namer.mutate(body);
+    }
     // The one free variable of rest (a shape variable), with coefficient -1.
     const Variable* free = nullptr;
     int count = 0;
@@ -419,14 +454,14 @@ class Partitioner : public IRMutator {
     // (q.kT's columns) the copies would multiply those axes' tails too (4 s
     // to compile instead of 0.2).
     GuardCollector others;
-    others.visit_stmt(body);
+    others.visit_stmt(named);
     for (const GuardSite& g : others.sites) {
       std::vector<Expr> conjuncts;
       split_conjuncts(as_likely(g.guard->condition)->args[0], &conjuncts);
       for (const Expr& c : conjuncts)
         if (uses_var(c, [&](const Variable* u) { return u == free; }) && !uses_var(c, [&](const Variable* u) { return u == loop->loop_var.get(); })) return body;
     }
-    Var p(free);
+    Expr p = product.defined() ? product : Expr(Var(free));
     auto at = [&](int64_t k) { return arith::simplify(substitute(rest, [&](const Variable* u) { return u == free ? IntImm::make(t, k) : Expr(); })); };
     Expr step = arith::simplify(at(1) - at(0));
     if (!is_const_int(step, -1)) return body;
@@ -434,7 +469,7 @@ class Partitioner : public IRMutator {
     Stmt out = body;
     for (int64_t r = a - 1; r >= 1; --r) {
       Expr value = arith::simplify(v * IntImm::make(t, a) + IntImm::make(t, r));
-      Stmt version = fresh_allocations(ControlSubstituter(free, value).mutate(body));
+      Stmt version = fresh_allocations(ControlSubstituter(free, value).mutate(named));
       out = IfThenElse::make(EQ::make(p - v * IntImm::make(t, a), IntImm::make(t, r)), version, out);
     }
     return out;

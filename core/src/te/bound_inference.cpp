@@ -80,6 +80,31 @@ void bind_known_loops(const LowerState& st, Analyzer* ana) {
       if (st.ranges.count(leaf.get())) ana->bind(leaf.var(), loop_range(st, leaf));
 }
 
+// An index of a reader whose loops fuse axes, as an expression of its loops
+// rather than of its axes: fused over [seq, batch], the axes of a tile of
+// the fused loop each span their whole extent, while a read at the linear
+// index x*batch + y is the fused loop itself (the simplifier undoes the
+// division). Its interval where that is a constant width and the axes'
+// interval `by_axes` is not, else by_axes.
+static IntervalSet through_leaves(const LowerState& st, const Stage& reader, const IterVar& attach, Analyzer* ana, const Expr& index,
+                                  const IntervalSet& by_axes) {
+  auto constant_width = [&](const IntervalSet& s) { return s.min.defined() && s.max.defined() && as_const_int(ana->simplify(s.max - s.min)) != nullptr; };
+  if (constant_width(by_axes)) return by_axes;
+  std::unordered_map<const Variable*, IntervalSet> inner;
+  bool inside = !attach.defined();
+  for (const IterVar& leaf : reader.leaf_iter_vars()) {
+    if (inside) inner[leaf.var().get()] = IntervalSet::from_range(loop_range(st, leaf));
+    if (leaf.same_as(attach)) inside = true;
+  }
+  Expr via = ana->simplify(substitute(index, [&](const Variable* v) -> Expr {
+    for (const IterVar& root : reader.root_iter_vars())
+      if (root.var().get() == v) return st.values.at(root.get());
+    return Expr();
+  }));
+  IntervalSet s = ana->eval_interval(via, inner);
+  return constant_width(s) ? s : by_axes;
+}
+
 // Adds to `region` what `reader` reads of `producer` while its loops inside `attach` run.
 // `outer` relaxes the result further: the loops of the parent that enclose a reader
 // computed at a loop inside the producer's.
@@ -88,11 +113,14 @@ static void add_reads(LowerState* st, const Stage& producer, const Stage& reader
   Analyzer ana;
   bind_known_loops(*st, &ana);
   auto roots = relaxed_roots(*st, reader, attach, &ana);
+  bool fused = false;
+  for (const IterVarRelation& r : reader.relations()) fused = fused || r.kind == IterVarRelation::Kind::Fuse;
   post_order_visit(st->bodies.at(reader.op().get()), [&](const Expr& e) {
     const TensorLoad* t = e.as<TensorLoad>();
     if (!t || static_cast<const TensorNode*>(t->producer.get())->op.get() != producer.op().get()) return;
     for (size_t d = 0; d < region->size(); ++d) {
       IntervalSet s = ana.eval_interval(t->indices[d], roots);
+      if (fused) s = through_leaves(*st, reader, attach, &ana, t->indices[d], s);
       if (!outer.empty()) {
         if (s.min.defined()) s.min = ana.eval_interval(s.min, outer).min;
         if (s.max.defined()) s.max = ana.eval_interval(s.max, outer).max;

@@ -1,5 +1,6 @@
 #include "iter_relations.h"
 
+#include <functional>
 #include <unordered_set>
 
 #include "kiln/ir/op.h"
@@ -27,7 +28,14 @@ void pass_down(const std::vector<IterVarRelation>& rels, IterRanges* ranges) {
       const Range& i = ranges->at(r.inner.get());
       // A loop past a split's tail may have a negative extent (it runs nothing); the product of two
       // negative ones would run, so each factor counts as at least 0.
-      auto runs = [](const Expr& e) { return as_const_int(e) ? e : max(e, make_zero(e.dtype())); };
+      // A shape variable (or a product of them: rows fused over [seq, batch]) is a dimension, never negative:
+      // unclamped, the tile loops over it stay comparable with the stage's extent (loop partitioning proves
+      // the full tiles' bounds against it).
+      std::function<bool(const Expr&)> dims = [&](const Expr& e) {
+        const Mul* m = e.as<Mul>();
+        return as_const_int(e) || e.as<Variable>() || (m && dims(m->a) && dims(m->b));
+      };
+      auto runs = [&](const Expr& e) { return dims(e) ? e : max(e, make_zero(e.dtype())); };
       (*ranges)[r.parent.get()] = Range(0, arith::simplify(runs(o.extent) * runs(i.extent)));
     }
   }
