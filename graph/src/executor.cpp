@@ -15,6 +15,9 @@
 #include "kiln/graph/passes.h"
 #include "kiln/graph/plan_builder.h"
 #include "kiln/codegen/llvm.h"
+#include "kiln/ir/printer.h"
+#include "kiln/ops/task.h"
+#include "kiln/te/lower.h"
 #include "kiln/runtime/c_runtime_api.h"
 #include "kiln/runtime/library_seal.h"
 #include "kiln/runtime/model.h"
@@ -85,8 +88,22 @@ Executor compile(const Graph& g, const CompileOptions& options) {
   if (options.layout && options.choose_layouts && !options.db.empty() && !given)
     popt.layout_plan = choose_layout_plan(g, target, options.db, &st->layouts, options.layout_plan.winograd);
   st->graph = optimize(g, target, popt);
-  PlannedGraph pg = plan_graph(st->graph, [&](const GraphDag& dag, const std::string& kname) {
-    GroupKernel k = build_group_kernel(dag, target, kname, options.plain, options.db);
+  PlanOptions plan_options;
+  plan_options.dims = options.dims;
+  // Size buckets whose lowered code differs get kernels of their own
+  // (kernel_variants.h): the decisions alone over-count (a symbolic loop's
+  // hinted trip count shows in them, not in the code). A plain build has one schedule.
+  if (!options.plain)
+    plan_options.probe = [&](const GraphDag& dag, const SizeHints& hints) {
+      std::vector<te::Tensor> args = dag.args();
+      ops::Task task = ops::make_task(args, target, "", hints);
+      ScheduleSource source;
+      std::string detail;
+      te::Schedule sch = group_schedule(task, options.db, &source, &detail);
+      return to_string(te::lower(sch, args, "probe"));
+    };
+  PlannedGraph pg = plan_graph(st->graph, [&](const GraphDag& dag, const std::string& kname, const SizeHints& hints) {
+    GroupKernel k = build_group_kernel(dag, target, kname, options.plain, options.db, hints);
     st->modules.push_back(k.module);
     GroupInfo info;
     info.schedule = schedule_source_name(k.source);
@@ -94,7 +111,7 @@ Executor compile(const Graph& g, const CompileOptions& options) {
     info.records_only_for = k.records_only_for;
     info.flop = k.flop;
     return info;
-  });
+  }, plan_options);
   apply_dim_ranges(options.dims, &pg.plan);
   st->groups = std::move(pg.groups);
   st->memory = pg.memory;

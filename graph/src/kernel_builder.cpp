@@ -45,12 +45,13 @@ GroupKernel build_group_kernel(const Graph& body, const Target& target, const st
   return build_group_kernel(to_te(body), target, name, plain, db_path);
 }
 
-GroupKernel build_group_kernel(GraphDag dag, const Target& target, const std::string& name, bool plain, const std::string& db_path) {
+GroupKernel build_group_kernel(GraphDag dag, const Target& target, const std::string& name, bool plain, const std::string& db_path,
+                               const std::map<std::string, int64_t>& size_hints) {
   GroupKernel k;
   k.name = name;
   k.dag = std::move(dag);
   std::vector<te::Tensor> args = k.dag.args();
-  ops::Task task = ops::make_task(args, target, name);
+  ops::Task task = ops::make_task(args, target, name, size_hints);
   k.workload_key = task.workload_key;
   k.flop = task.flop;
   te::Schedule sch;

@@ -6,6 +6,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "kiln/graph/kernel_variants.h"
 #include "kiln/graph/op_registry.h"
 #include "kiln/support/error.h"
 #include "kiln/codegen/kernel_metadata.h"
@@ -142,9 +143,52 @@ struct Planner {
   }
 };
 
+// A group's kernels: the fallback and its size-dispatched variants.
+struct GroupKernels {
+  int kernel = 0;
+  std::vector<StepVariant> variants;
+  std::vector<GroupVariant> described;
+};
+
+// Builds the kernels of `dag` (named after plan.kernel_names' next entries):
+// one per distinct schedule over the variant specs, the first spec's the fallback.
+GroupKernels build_variants(const GraphDag& dag, const KernelFactory& build, const PlanOptions& options, ModelPlan* plan,
+                            std::vector<GroupInfo>* kernel_info) {
+  std::vector<VariantSpec> specs = {VariantSpec{}};
+  if (plan->is_dynamic() && options.probe) {
+    std::vector<std::optional<ShapeRange>> ranges(plan->shape_vars.size());
+    for (size_t v = 0; v < ranges.size(); ++v)
+      if (auto it = options.dims.find(plan->shape_vars[v]); it != options.dims.end()) ranges[v] = it->second;
+    specs = variant_specs(dag, plan->shape_vars, ranges);
+  }
+  std::map<std::string, int> kernel_of_schedule;
+  GroupKernels out;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    int kernel;
+    std::string schedule = specs.size() > 1 ? options.probe(dag, specs[i].hints) : "";
+    auto it = kernel_of_schedule.find(schedule);
+    if (it != kernel_of_schedule.end()) {
+      kernel = it->second;
+    } else {
+      std::string kname = "k" + std::to_string(kernel_info->size());
+      kernel_info->push_back(build(dag, kname, specs[i].hints));
+      plan->kernel_names.push_back(kname);
+      kernel = kernel_of_schedule[schedule] = static_cast<int>(kernel_info->size()) - 1;
+    }
+    if (i == 0) {
+      out.kernel = kernel;
+    } else if (kernel != out.kernel) {
+      out.variants.push_back({kernel, specs[i].when});
+      out.described.push_back({specs[i].text, plan->kernel_names[kernel], (*kernel_info)[kernel].schedule_detail});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
+PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, const PlanOptions& options) {
+  const bool gpu = options.gpu;
   PlannedGraph out;
   Planner p;
   p.collect_shape_vars(g);
@@ -185,7 +229,7 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
   }
   p.plan.output_reuses_input.assign(g.outputs().size(), -1);
   std::set<const NodeObj*> reused;
-  std::map<std::string, int> kernel_of_key;
+  std::map<std::string, GroupKernels> kernels_of_key;
   std::vector<GroupInfo> kernel_info;  // per kernel: schedule, detail and flop
   std::vector<PlannedValue> lifetimes;
   std::vector<int> arena_ids;  // buffer id per lifetime entry
@@ -206,24 +250,24 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
     std::string key = te::workload_key(dag.outputs);
     ModelStep s;
     s.name = node->attrs.get_string("ops") + " @ " + node->name;
-    auto it = kernel_of_key.find(key + argument_order(dag));
+    auto it = kernels_of_key.find(key + argument_order(dag));
     GroupInfo info;
     info.name = s.name;
     info.ops = node->attrs.get_string("ops");
     info.workload_key = key;
-    if (it == kernel_of_key.end()) {
-      std::string kname = "k" + std::to_string(kernel_info.size());
-      GroupInfo ki;
+    if (it == kernels_of_key.end()) {
+      GroupKernels ks;
       try {
-        ki = build(dag, kname);
+        ks = build_variants(dag, build, options, &p.plan, &kernel_info);
       } catch (const std::exception& e) {
         rethrow_as(e, "compiling group " + s.name + ": " + e.what());
       }
-      it = kernel_of_key.emplace(key + argument_order(dag), static_cast<int>(kernel_info.size())).first;
-      p.plan.kernel_names.push_back(kname);
-      kernel_info.push_back(ki);
+      it = kernels_of_key.emplace(key + argument_order(dag), std::move(ks)).first;
     }
-    s.kernel = it->second;
+    s.kernel = it->second.kernel;
+    s.variants = it->second.variants;
+    info.kernel = p.plan.kernel_names[s.kernel];
+    info.variants = it->second.described;
     info.schedule = kernel_info[s.kernel].schedule;
     info.schedule_detail = kernel_info[s.kernel].schedule_detail;
     info.records_only_for = kernel_info[s.kernel].records_only_for;

@@ -9,6 +9,7 @@
 #ifndef KILN_GRAPH_KERNEL_BUILDER_H
 #define KILN_GRAPH_KERNEL_BUILDER_H
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -61,9 +62,9 @@ te::Schedule group_schedule(const ops::Task& task, const std::string& db_path, S
  */
 GroupKernel build_group_kernel(const Graph& body, const Target& target, const std::string& name, bool plain = false,
                                const std::string& db_path = "");
-/** The same for a DAG lowered already (to_te). */
+/** The same for a DAG lowered already (to_te); symbolic extents scheduled for `size_hints` (ops::Task::size_hints). */
 GroupKernel build_group_kernel(GraphDag dag, const Target& target, const std::string& name, bool plain = false,
-                               const std::string& db_path = "");
+                               const std::string& db_path = "", const std::map<std::string, int64_t>& size_hints = {});
 
 /** Runs the one-operator graph of `node` on `inputs` (one per node input; absent inputs undefined) with a plain kernel. */
 std::vector<NDArray> evaluate_node(const struct OpNode& node, const std::vector<NDArray>& inputs);
