@@ -72,6 +72,17 @@ bool reads_only_where_it_writes(const OpNode& node, size_t pos) {
   return true;
 }
 
+// Whether the group's schedule depends on its sizes enough to keep variants:
+// a contraction (register tiles of rows, packing) or a reduction (rows per
+// thread, tails along the reduced axis). Elementwise and injective groups
+// stream their elements alike at any size: one kernel, compiled once.
+bool size_dependent(const OpNode& node) {
+  if (!node.body.defined()) return node.op->pattern == Pattern::Reduction || node.op->pattern == Pattern::OutputFusable;
+  for (const OpNode* n : Graph(node.body).op_nodes())
+    if (n->op->pattern == Pattern::Reduction || n->op->pattern == Pattern::OutputFusable) return true;
+  return false;
+}
+
 // Builds the runtime's plan (kiln_runtime's ModelPlan: the one form the
 // in-process run and an exported library share).
 struct Planner {
@@ -152,10 +163,10 @@ struct GroupKernels {
 
 // Builds the kernels of `dag` (named after plan.kernel_names' next entries):
 // one per distinct schedule over the variant specs, the first spec's the fallback.
-GroupKernels build_variants(const GraphDag& dag, const KernelFactory& build, const PlanOptions& options, ModelPlan* plan,
+GroupKernels build_variants(const GraphDag& dag, bool sized, const KernelFactory& build, const PlanOptions& options, ModelPlan* plan,
                             std::vector<GroupInfo>* kernel_info) {
   std::vector<VariantSpec> specs = {VariantSpec{}};
-  if (plan->is_dynamic() && options.probe) {
+  if (sized && plan->is_dynamic() && options.probe) {
     std::vector<std::optional<ShapeRange>> ranges(plan->shape_vars.size());
     for (size_t v = 0; v < ranges.size(); ++v)
       if (auto it = options.dims.find(plan->shape_vars[v]); it != options.dims.end()) ranges[v] = it->second;
@@ -258,7 +269,7 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, const PlanOp
     if (it == kernels_of_key.end()) {
       GroupKernels ks;
       try {
-        ks = build_variants(dag, build, options, &p.plan, &kernel_info);
+        ks = build_variants(dag, size_dependent(*node), build, options, &p.plan, &kernel_info);
       } catch (const std::exception& e) {
         rethrow_as(e, "compiling group " + s.name + ": " + e.what());
       }

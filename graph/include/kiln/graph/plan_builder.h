@@ -42,7 +42,7 @@ using ScheduleProbe = std::function<std::string(const GraphDag& dag, const SizeH
 
 struct PlanOptions {
   bool gpu = false;  ///< lower each group with to_te(body, gpu)
-  /** With a probe, a group over shape variables keeps a kernel per distinct schedule of its size buckets; without, one. */
+  /** With a probe, a contraction or reduction group over shape variables keeps a kernel per distinct schedule of its size buckets; without, one. */
   ScheduleProbe probe;
   /** CompileOptions::dims: the ranges the buckets are clipped to. */
   std::map<std::string, ShapeRange> dims;
