@@ -102,9 +102,13 @@ Executor compile(const Graph& g, const CompileOptions& options) {
       te::Schedule sch = group_schedule(task, options.db, &source, &detail);
       return to_string(te::lower(sch, args, "probe"));
     };
+  std::mutex modules_mu;  // a group's size variants build on threads
   PlannedGraph pg = plan_graph(st->graph, [&](const GraphDag& dag, const std::string& kname, const SizeHints& hints) {
     GroupKernel k = build_group_kernel(dag, target, kname, options.plain, options.db, hints);
-    st->modules.push_back(k.module);
+    {
+      std::lock_guard<std::mutex> lock(modules_mu);
+      st->modules.push_back(k.module);
+    }
     GroupInfo info;
     info.schedule = schedule_source_name(k.source);
     info.schedule_detail = k.schedule_detail;

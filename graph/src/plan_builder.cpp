@@ -2,8 +2,13 @@
 #include "kiln/graph/plan_builder.h"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <set>
+#include <thread>
 #include <unordered_map>
 
 #include "kiln/graph/kernel_variants.h"
@@ -154,6 +159,29 @@ struct Planner {
   }
 };
 
+// Calls f(0) .. f(n - 1) on up to one thread per core; rethrows the first exception.
+void on_threads(size_t n, const std::function<void(size_t)>& f) {
+  size_t workers = std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex mu;
+  auto work = [&] {
+    for (size_t i; (i = next++) < n;) {
+      try {
+        f(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < workers; ++w) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
 // A group's kernels: the fallback and its size-dispatched variants.
 struct GroupKernels {
   int kernel = 0;
@@ -172,20 +200,31 @@ GroupKernels build_variants(const GraphDag& dag, bool sized, const KernelFactory
       if (auto it = options.dims.find(plan->shape_vars[v]); it != options.dims.end()) ranges[v] = it->second;
     specs = variant_specs(dag, plan->shape_vars, ranges);
   }
+  // The specs' schedules (probed on threads: each lowers its own schedule), then one kernel per distinct one.
+  std::vector<std::string> schedules(specs.size());
+  if (specs.size() > 1) on_threads(specs.size(), [&](size_t i) { schedules[i] = options.probe(dag, specs[i].hints); });
   std::map<std::string, int> kernel_of_schedule;
+  std::vector<size_t> fresh;  // the specs that build a kernel
+  std::vector<int> kernels(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto it = kernel_of_schedule.find(schedules[i]);
+    if (it == kernel_of_schedule.end()) {
+      it = kernel_of_schedule.emplace(schedules[i], static_cast<int>(kernel_info->size() + fresh.size())).first;
+      fresh.push_back(i);
+    }
+    kernels[i] = it->second;
+  }
+  size_t first = kernel_info->size();
+  kernel_info->resize(first + fresh.size());
+  for (size_t f = 0; f < fresh.size(); ++f) plan->kernel_names.push_back("k" + std::to_string(first + f));
+  auto build_one = [&](size_t f) { (*kernel_info)[first + f] = build(dag, plan->kernel_names[first + f], specs[fresh[f]].hints); };
+  if (fresh.size() > 1)
+    on_threads(fresh.size(), build_one);
+  else
+    build_one(0);
   GroupKernels out;
   for (size_t i = 0; i < specs.size(); ++i) {
-    int kernel;
-    std::string schedule = specs.size() > 1 ? options.probe(dag, specs[i].hints) : "";
-    auto it = kernel_of_schedule.find(schedule);
-    if (it != kernel_of_schedule.end()) {
-      kernel = it->second;
-    } else {
-      std::string kname = "k" + std::to_string(kernel_info->size());
-      kernel_info->push_back(build(dag, kname, specs[i].hints));
-      plan->kernel_names.push_back(kname);
-      kernel = kernel_of_schedule[schedule] = static_cast<int>(kernel_info->size()) - 1;
-    }
+    int kernel = kernels[i];
     if (i == 0) {
       out.kernel = kernel;
     } else if (kernel != out.kernel) {

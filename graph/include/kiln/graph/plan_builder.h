@@ -48,7 +48,11 @@ struct PlanOptions {
   std::map<std::string, ShapeRange> dims;
 };
 
-/** Plans `g` (every op node a fused group); calls `build` once per distinct kernel. */
+/**
+ * Plans `g` (every op node a fused group); calls `build` once per distinct
+ * kernel. A group's size variants are probed and built on threads: `probe`
+ * and `build` must be safe to call concurrently.
+ */
 PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, const PlanOptions& options = {});
 
 }  // namespace kiln::graph
