@@ -2,7 +2,7 @@
 """Kernels compiled once over a symbolic extent against kernels compiled for each exact extent.
 
   bench/dynamic_kernels_bench.py [--target llvm] [--threads 2] [--rounds 5] [--repeat-ms 20]
-                                 [--sizes 1,7,33,64,100,128,200,384] [--kernels dense,...] [--build DIR]
+                                 [--sizes 1,7,33,64,100,128,200,384] [--kernels dense,...] [--build DIR] [--variants]
 
 Each kernel of a BERT-base layer (and a ResNet conv) is built with the
 default schedule (the graph compiler's, ops::SearchSpace's default
@@ -12,7 +12,9 @@ constant. Each round times every (kernel, size, dynamic|static) back to back
 for at least --repeat-ms (in C++: Module.time_evaluator), rounds
 interleaved. Printed: the time of the static kernel (best round) and the
 ratio dynamic / static, of the best rounds and the median of the per-round
-ratios. The goal is at most 1.10 at every size.
+ratios. The goal is at most 1.10 at every size. With --variants the
+dynamic kernel at each size is the one a graph group keeps for that size
+(graph/kernel_variants.h: scheduled at its size bucket's hint).
 """
 import argparse
 import os
@@ -97,11 +99,19 @@ KERNELS = {"dense": dense, "dense_gelu": dense_gelu, "qk": qk, "pv": pv, "softma
 CONV_SIZES = (1, 2, 3, 4, 7, 8)
 
 
-def default_module(args, target):
+# The graph's size buckets (graph/kernel_variants.h): (lo, hi, hint) of the shape variable.
+BUCKETS = ((0, 1, 1), (2, 16, 8), (17, 256, 128), (257, 1 << 62, 512))
+
+
+def bucket_hint(n):
+    return next(h for lo, hi, h in BUCKETS if lo <= n <= hi)
+
+
+def default_module(args, target, hints=None):
     """The kernel with the schedule a graph group gets without tuning (ops::SearchSpace's default candidate)."""
     import kiln
     from kiln._ffi import _kiln
-    task = _kiln.tuner.make_task(list(args), target, "")
+    task = _kiln.tuner.make_task(list(args), target, "", hints or {})
     sched = _kiln.Schedule.from_trace(task.outputs, _kiln.tuner.default_trace(task))
     return kiln.build(sched, list(args), target), _kiln.tuner.default_description(task)
 
@@ -127,6 +137,8 @@ def main():
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
     ap.add_argument("--kernels", default=",".join(KERNELS))
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="kiln's build (its python/), where kiln is not importable")
+    ap.add_argument("--variants", action="store_true",
+                    help="the dynamic kernel at each size is the graph's size variant for it: scheduled at its bucket's hint")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     names = args.kernels.split(",")
@@ -148,7 +160,14 @@ def main():
         dyn_args = build(te, te.var("n"))
         dyn, desc = default_module(dyn_args, target)
         print(f"# {name}: dynamic schedule {desc}")
+        variants = {}  # bucket hint -> its kernel, as the graph keeps them
         for n in (CONV_SIZES if name == "conv" and args.sizes == ",".join(map(str, SIZES)) else sizes):
+            if args.variants:
+                h = bucket_hint(n)
+                if h not in variants:
+                    variants[h] = default_module(dyn_args, target, {"n": h})
+                    print(f"# {name}: variant for n in bucket of hint {h}: {variants[h][1]}")
+                dyn = variants[h][0]
             st, _ = default_module(build(te, n), target)
             arrays = inputs(np, dyn_args, n)
             dyn(*arrays)

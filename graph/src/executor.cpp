@@ -16,6 +16,9 @@
 #include "kiln/graph/passes.h"
 #include "kiln/graph/plan_builder.h"
 #include "kiln/codegen/llvm.h"
+#include "kiln/ir/printer.h"
+#include "kiln/ops/task.h"
+#include "kiln/te/lower.h"
 #include "kiln/runtime/c_runtime_api.h"
 #include "kiln/runtime/library_seal.h"
 #include "kiln/runtime/model.h"
@@ -88,17 +91,36 @@ Executor compile(const Graph& g, const CompileOptions& options) {
   st->graph = optimize(g, target, popt);
   std::map<std::string, std::pair<int64_t, int64_t>> ranges;
   for (const auto& [v, r] : options.dims) ranges[v] = {r.lo, r.hi};
+  // The sizes kernels are scheduled for and take records at: a size variant's own bucket, else the likely sizes.
   const std::vector<ShapeBinding> likely = likely_bindings(shape_var_names(g), options.sizes, ranges);
-  PlannedGraph pg = plan_graph(st->graph, [&](const GraphDag& dag, const std::string& kname) {
-    GroupKernel k = build_group_kernel(dag, target, kname, options.plain, options.db, likely);
-    st->modules.push_back(k.module);
+  PlanOptions plan_options;
+  plan_options.dims = options.dims;
+  // Size buckets whose lowered code differs get kernels of their own
+  // (kernel_variants.h): the decisions alone over-count (a symbolic loop's
+  // hinted trip count shows in them, not in the code). A plain build has one schedule.
+  if (!options.plain)
+    plan_options.probe = [&](const GraphDag& dag, const SizeHints& hints) {
+      std::vector<te::Tensor> args = dag.args();
+      ops::Task task = ops::make_task(args, target, "", hints);
+      ScheduleSource source;
+      std::string detail;
+      te::Schedule sch = group_schedule(task, options.db, &source, &detail);
+      return to_string(te::lower(sch, args, "probe"));
+    };
+  std::mutex modules_mu;  // a group's size variants build on threads
+  PlannedGraph pg = plan_graph(st->graph, [&](const GraphDag& dag, const std::string& kname, const SizeHints& hints) {
+    GroupKernel k = build_group_kernel(dag, target, kname, options.plain, options.db, hints.empty() ? likely : std::vector<ShapeBinding>{hints});
+    {
+      std::lock_guard<std::mutex> lock(modules_mu);
+      st->modules.push_back(k.module);
+    }
     GroupInfo info;
     info.schedule = schedule_source_name(k.source);
     info.schedule_detail = k.schedule_detail;
     info.records_only_for = k.records_only_for;
     info.flop = k.flop;
     return info;
-  });
+  }, plan_options);
   apply_dim_ranges(options.dims, &pg.plan);
   // Reshapes whose counts agree only for some sizes: each run checks them (from the graph as given: passes may merge them).
   if (pg.plan.is_dynamic())

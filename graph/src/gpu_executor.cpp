@@ -26,7 +26,7 @@ GpuExecutor compile_gpu(const Graph& g, const GpuCompileOptions& options) {
   auto st = std::make_shared<GpuExecutor::State>();
   // NCHW stays: the blocked layout is a CPU vector layout.
   st->graph = optimize(g, target, PipelineOptions{options.fuse, false, options.dump, {}});
-  st->planned = plan_graph(st->graph, [&](const GraphDag& dag, const std::string& name) {
+  st->planned = plan_graph(st->graph, [&](const GraphDag& dag, const std::string& name, const SizeHints&) {
     std::vector<te::Tensor> args = dag.args();
     ops::Task task = ops::make_task(args, target, name);
     GroupInfo info;
@@ -36,7 +36,7 @@ GpuExecutor compile_gpu(const Graph& g, const GpuCompileOptions& options) {
     info.schedule = schedule_source_name(source);
     st->kernels.push_back(build_cuda(sch, args, target, name, {}, options.nvrtc));
     return info;
-  }, /*gpu=*/true);
+  }, PlanOptions{/*gpu=*/true, nullptr, {}});
   return GpuExecutor(st);
 }
 

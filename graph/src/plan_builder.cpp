@@ -2,10 +2,16 @@
 #include "kiln/graph/plan_builder.h"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <set>
+#include <thread>
 #include <unordered_map>
 
+#include "kiln/graph/kernel_variants.h"
 #include "kiln/graph/op_registry.h"
 #include "kiln/support/error.h"
 #include "kiln/codegen/kernel_metadata.h"
@@ -69,6 +75,17 @@ bool reads_only_where_it_writes(const OpNode& node, size_t pos) {
     if (reads) tracked.insert({n, 0});
   }
   return true;
+}
+
+// Whether the group's schedule depends on its sizes enough to keep variants:
+// a contraction (register tiles of rows, packing) or a reduction (rows per
+// thread, tails along the reduced axis). Elementwise and injective groups
+// stream their elements alike at any size: one kernel, compiled once.
+bool size_dependent(const OpNode& node) {
+  if (!node.body.defined()) return node.op->pattern == Pattern::Reduction || node.op->pattern == Pattern::OutputFusable;
+  for (const OpNode* n : Graph(node.body).op_nodes())
+    if (n->op->pattern == Pattern::Reduction || n->op->pattern == Pattern::OutputFusable) return true;
+  return false;
 }
 
 // Builds the runtime's plan (kiln_runtime's ModelPlan: the one form the
@@ -142,9 +159,86 @@ struct Planner {
   }
 };
 
+// Calls f(0) .. f(n - 1) on up to one thread per core; rethrows the first exception.
+void on_threads(size_t n, const std::function<void(size_t)>& f) {
+  size_t workers = std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex mu;
+  auto work = [&] {
+    for (size_t i; (i = next++) < n;) {
+      try {
+        f(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < workers; ++w) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+// A group's kernels: the fallback and its size-dispatched variants.
+struct GroupKernels {
+  int kernel = 0;
+  std::vector<StepVariant> variants;
+  std::vector<GroupVariant> described;
+};
+
+// Builds the kernels of `dag` (named after plan.kernel_names' next entries):
+// one per distinct schedule over the variant specs, the first spec's the fallback.
+GroupKernels build_variants(const GraphDag& dag, bool sized, const KernelFactory& build, const PlanOptions& options, ModelPlan* plan,
+                            std::vector<GroupInfo>* kernel_info) {
+  std::vector<VariantSpec> specs = {VariantSpec{}};
+  if (sized && plan->is_dynamic() && options.probe) {
+    std::vector<std::optional<ShapeRange>> ranges(plan->shape_vars.size());
+    for (size_t v = 0; v < ranges.size(); ++v)
+      if (auto it = options.dims.find(plan->shape_vars[v]); it != options.dims.end()) ranges[v] = it->second;
+    specs = variant_specs(dag, plan->shape_vars, ranges);
+  }
+  // The specs' schedules (probed on threads: each lowers its own schedule), then one kernel per distinct one.
+  std::vector<std::string> schedules(specs.size());
+  if (specs.size() > 1) on_threads(specs.size(), [&](size_t i) { schedules[i] = options.probe(dag, specs[i].hints); });
+  std::map<std::string, int> kernel_of_schedule;
+  std::vector<size_t> fresh;  // the specs that build a kernel
+  std::vector<int> kernels(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto it = kernel_of_schedule.find(schedules[i]);
+    if (it == kernel_of_schedule.end()) {
+      it = kernel_of_schedule.emplace(schedules[i], static_cast<int>(kernel_info->size() + fresh.size())).first;
+      fresh.push_back(i);
+    }
+    kernels[i] = it->second;
+  }
+  size_t first = kernel_info->size();
+  kernel_info->resize(first + fresh.size());
+  for (size_t f = 0; f < fresh.size(); ++f) plan->kernel_names.push_back("k" + std::to_string(first + f));
+  auto build_one = [&](size_t f) { (*kernel_info)[first + f] = build(dag, plan->kernel_names[first + f], specs[fresh[f]].hints); };
+  if (fresh.size() > 1)
+    on_threads(fresh.size(), build_one);
+  else
+    build_one(0);
+  GroupKernels out;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    int kernel = kernels[i];
+    if (i == 0) {
+      out.kernel = kernel;
+    } else if (kernel != out.kernel) {
+      out.variants.push_back({kernel, specs[i].when});
+      out.described.push_back({specs[i].text, plan->kernel_names[kernel], (*kernel_info)[kernel].schedule_detail});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
+PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, const PlanOptions& options) {
+  const bool gpu = options.gpu;
   PlannedGraph out;
   Planner p;
   p.collect_shape_vars(g);
@@ -185,7 +279,7 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
   }
   p.plan.output_reuses_input.assign(g.outputs().size(), -1);
   std::set<const NodeObj*> reused;
-  std::map<std::string, int> kernel_of_key;
+  std::map<std::string, GroupKernels> kernels_of_key;
   std::vector<GroupInfo> kernel_info;  // per kernel: schedule, detail and flop
   std::vector<PlannedValue> lifetimes;
   std::vector<int> arena_ids;  // buffer id per lifetime entry
@@ -206,24 +300,24 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, bool gpu) {
     std::string key = te::workload_key(dag.outputs);
     ModelStep s;
     s.name = node->attrs.get_string("ops") + " @ " + node->name;
-    auto it = kernel_of_key.find(key + argument_order(dag));
+    auto it = kernels_of_key.find(key + argument_order(dag));
     GroupInfo info;
     info.name = s.name;
     info.ops = node->attrs.get_string("ops");
     info.workload_key = key;
-    if (it == kernel_of_key.end()) {
-      std::string kname = "k" + std::to_string(kernel_info.size());
-      GroupInfo ki;
+    if (it == kernels_of_key.end()) {
+      GroupKernels ks;
       try {
-        ki = build(dag, kname);
+        ks = build_variants(dag, size_dependent(*node), build, options, &p.plan, &kernel_info);
       } catch (const std::exception& e) {
         rethrow_as(e, "compiling group " + s.name + ": " + e.what());
       }
-      it = kernel_of_key.emplace(key + argument_order(dag), static_cast<int>(kernel_info.size())).first;
-      p.plan.kernel_names.push_back(kname);
-      kernel_info.push_back(ki);
+      it = kernels_of_key.emplace(key + argument_order(dag), std::move(ks)).first;
     }
-    s.kernel = it->second;
+    s.kernel = it->second.kernel;
+    s.variants = it->second.variants;
+    info.kernel = p.plan.kernel_names[s.kernel];
+    info.variants = it->second.described;
     info.schedule = kernel_info[s.kernel].schedule;
     info.schedule_detail = kernel_info[s.kernel].schedule_detail;
     info.records_only_for = kernel_info[s.kernel].records_only_for;

@@ -339,7 +339,20 @@ class Applier {
   // the attached accumulator's bounds would be divisions by the shape
   // variable, which bound inference cannot pin to one iteration (it would
   // size the accumulator by the batch). Returns the parallel loop's position.
-  static size_t fuse_parallel(te::Stage& st, std::vector<Loop>* order, int count) {
+  // Symbolic loops among the `count` go first, so that they too stay
+  // outside: fused after a constant loop (j.outer of 96 tiles, then the
+  // batch), the constant loop's index would be the fused one divided by the
+  // shape variable, and its tile's extent a min/max bound inference cannot
+  // pin to the full tile: the tile's vector loop would become a loop of
+  // run-time length. *moved says whether the order changed.
+  static size_t fuse_parallel(te::Stage& st, std::vector<Loop>* order, int count, bool* moved = nullptr) {
+    int c = std::clamp(count, 0, static_cast<int>(order->size()));
+    std::vector<Loop> before(order->begin(), order->begin() + c);
+    std::stable_partition(order->begin(), order->begin() + c, [](const Loop& l) { return l.var; });
+    bool changed = false;
+    for (int k = 0; k < c; ++k) changed = changed || (*order)[k].iv.get() != before[k].iv.get();
+    if (changed) reorder_loops(st, *order);
+    if (moved) *moved = changed;
     size_t lead = 0;
     while (static_cast<int>(lead) + 1 < count && lead + 1 < order->size() && (*order)[lead].var) ++lead;
     if (lead == 0) {
@@ -448,11 +461,13 @@ class Applier {
     order.insert(order.end(), IN.begin(), IN.end());
     reorder_loops(outer, order);
     int depth = std::clamp(choice(p.parallel) + 1, 1, 2 * n);
-    int lead = static_cast<int>(fuse_parallel(outer, &order, depth));
+    bool moved = false;
+    int lead = static_cast<int>(fuse_parallel(outer, &order, depth, &moved));
     outer.parallel(order[lead].iv);
-    // The attach loop: the last S0 (or S1) loop, or the fused loop holding it.
+    // The attach loop: the last S0 (or S1) loop, or the fused loop holding it
+    // (also where symbolic loops moved out of the fused ones: it is inside them all).
     int attach = at_s0 ? n - 1 : 2 * n - 1;
-    size_t attach_pos = static_cast<size_t>(attach < lead ? attach : attach < depth ? lead : attach - depth + lead + 1);
+    size_t attach_pos = static_cast<size_t>(attach < lead && !moved ? attach : attach < depth ? lead : attach - depth + lead + 1);
     IterVar attach_iv = order[attach_pos].iv;
     // Vectorize the copy-out: the last inner loop, or its split by f3.
     int f3 = tile(p.spatial_tiles[n - 1])[3];

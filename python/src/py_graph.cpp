@@ -164,6 +164,16 @@ py::list group_dicts(const std::vector<GroupInfo>& groups) {
     d["schedule_detail"] = g.schedule_detail;
     d["records_only_for"] = g.records_only_for;
     d["flop"] = g.flop;
+    d["kernel"] = g.kernel;
+    py::list variants;
+    for (const GroupVariant& v : g.variants) {
+      py::dict vd;
+      vd["when"] = v.when;
+      vd["kernel"] = v.kernel;
+      vd["schedule_detail"] = v.schedule_detail;
+      variants.append(vd);
+    }
+    d["variants"] = variants;
     out.append(d);
   }
   return out;

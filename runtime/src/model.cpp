@@ -24,6 +24,20 @@ int64_t ModelBuffer::bytes() const {
   return n;
 }
 
+bool StepVariant::holds(const std::vector<int64_t>& values) const {
+  for (const Condition& c : when) {
+    std::optional<int64_t> v = c.expr.eval(values.data(), values.size());
+    if (!v || *v < c.lo || *v > c.hi) return false;
+  }
+  return true;
+}
+
+int ModelStep::kernel_at(const std::vector<int64_t>& values) const {
+  for (const StepVariant& v : variants)
+    if (v.holds(values)) return v.kernel;
+  return kernel;
+}
+
 ModelRunner::ModelRunner(ModelPlan plan, Module kernels) : state_(std::make_shared<State>()) {
   KILN_USER_CHECK(kernels.defined()) << "ModelRunner: the kernel module is null";
   for (const std::string& name : plan.kernel_names) state_->kernels.push_back(kernels.get_kernel(name));
@@ -44,6 +58,17 @@ ModelRunner::ModelRunner(ModelPlan plan, Module kernels) : state_(std::make_shar
     if (s.kernel < 0 || static_cast<size_t>(s.kernel) >= plan.kernel_names.size()) bad("step " + s.name + " names no kernel");
     for (int a : s.args)
       if (a < 0 || static_cast<size_t>(a) >= plan.buffers.size()) bad("step " + s.name + " names no buffer");
+    if (!s.variants.empty() && !plan.is_dynamic()) bad("step " + s.name + " has kernel variants, but the plan has no shape variables to choose by");
+    for (const StepVariant& v : s.variants) {
+      if (v.kernel < 0 || static_cast<size_t>(v.kernel) >= plan.kernel_names.size()) bad("a variant of step " + s.name + " names no kernel");
+      for (const StepVariant::Condition& c : v.when) {
+        bool known = true;
+        c.expr.for_each_param([&](int64_t v) { known = known && v >= 0 && static_cast<size_t>(v) < plan.shape_vars.size(); });
+        if (!known) bad("a variant of step " + s.name + " tests a shape variable the plan does not have (it has " + std::to_string(plan.shape_vars.size()) + ")");
+        if (c.lo > c.hi)
+          bad("a variant of step " + s.name + " tests a size in the empty range [" + std::to_string(c.lo) + ", " + std::to_string(c.hi) + "]");
+      }
+    }
   }
   if (plan.output_buffers.size() != plan.outputs.size()) bad("outputs and their buffers differ in number");
   for (int b : plan.output_buffers)
@@ -137,11 +162,11 @@ void check_donations(const ModelPlan& plan, const std::vector<NDArray>& inputs, 
   }
 }
 
-void call_step(const ModelRunner::State& st, size_t s, const std::vector<void*>& args, std::vector<double>* step_seconds) {
+void call_step(const ModelRunner::State& st, size_t s, int kernel, const std::vector<void*>& args, std::vector<double>* step_seconds) {
   using Clock = std::chrono::steady_clock;
   const ModelStep& step = st.plan.steps[s];
   auto t0 = step_seconds ? Clock::now() : Clock::time_point();
-  int32_t rc = st.kernels[step.kernel](args.data());
+  int32_t rc = st.kernels[kernel](args.data());
   if (step_seconds) (*step_seconds)[s] += std::chrono::duration<double>(Clock::now() - t0).count();
   if (rc != 0) {
     const char* msg = kiln_get_last_error();
@@ -165,7 +190,7 @@ std::vector<NDArray> ModelRunner::run(const std::vector<NDArray>& inputs, std::v
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     args.clear();
     for (int b : plan.steps[s].args) args.push_back(ptr[b]);
-    detail::call_step(*state_, s, args, step_seconds);
+    detail::call_step(*state_, s, plan.steps[s].kernel, args, step_seconds);
   }
   copy_unwritten_outputs(plan, ptr, &outputs);
   return outputs;

@@ -1,7 +1,8 @@
 // ModelRunner::run for a plan with shape variables (model.h). A new tuple of
 // shape values is bound, checked and planned once (model_shapes.h), and each
 // step's kernel binder runs once on arrays of the evaluated shapes to give
-// the kernel's shape scalars; the result is cached (16 entries, least
+// the kernel's shape scalars (each step's kernel variant is chosen there
+// too, ModelStep::kernel_at); the result is cached (16 entries, least
 // recently used out). A run at a seen shape then costs a key lookup, one
 // shape comparison per input and the output allocations.
 #include <algorithm>
@@ -100,7 +101,10 @@ ShapeEntry* add_entry(ModelRunner::State& st, const std::vector<NDArray>& inputs
   DynamicState& dyn = *st.dynamic;
   auto e = std::make_unique<ShapeEntry>();
   e->bound = bind_plan_shapes(plan, bind_shape_values(plan, dyn.sources, inputs));
-  for (size_t s = 0; s < plan.steps.size(); ++s) e->scalars.push_back(step_scalars(plan, s, *dyn.infos[plan.steps[s].kernel], e->bound));
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    e->kernels.push_back(plan.steps[s].kernel_at(e->bound.values));
+    e->scalars.push_back(step_scalars(plan, s, *dyn.infos[e->kernels.back()], e->bound));
+  }
   if (e->bound.memory.arena_bytes > st.arena.nbytes()) st.arena = NDArray::empty({e->bound.memory.arena_bytes}, DataType::UInt(8));
   if (dyn.cache.size() >= DynamicState::kCacheEntries) {
     auto oldest = std::min_element(dyn.cache.begin(), dyn.cache.end(), [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
@@ -136,7 +140,10 @@ void init_dynamic(const ModelPlan& plan, const Module& module, DynamicState* dyn
   check_lifetimes(plan);
   dyn->sources = shape_var_sources(plan);
   for (const std::string& name : plan.kernel_names) dyn->infos.push_back(&module.info(name));
-  for (const ModelStep& step : plan.steps) check_step_kernel(step, *dyn->infos[step.kernel]);
+  for (const ModelStep& step : plan.steps) {
+    check_step_kernel(step, *dyn->infos[step.kernel]);
+    for (const StepVariant& v : step.variants) check_step_kernel(step, *dyn->infos[v.kernel]);
+  }
   dyn->input_buffer.assign(plan.inputs.size(), -1);
   for (size_t b = 0; b < plan.buffers.size(); ++b)
     if (plan.buffers[b].kind == ModelBuffer::Kind::Input) dyn->input_buffer[plan.buffers[b].index] = static_cast<int>(b);
@@ -181,7 +188,7 @@ std::vector<NDArray> run_dynamic(ModelRunner::State& st, const std::vector<NDArr
     args.clear();
     for (int b : plan.steps[s].args) args.push_back(ptr[b]);
     for (uint64_t& v : e->scalars[s]) args.push_back(&v);
-    call_step(st, s, args, step_seconds);
+    call_step(st, s, e->kernels[s], args, step_seconds);
   }
   // Outputs that no step wrote (an input or constant returned as is, one value returned twice) are copies.
   for (size_t i = 0; i < plan.output_buffers.size(); ++i) {

@@ -86,6 +86,17 @@ void shape_vars_json(const ModelPlan& p, json* j) {
   (*j)["constraints"] = std::move(cs);
 }
 
+// A step; its kernel variants only where it has some (a static plan's steps are as format 1 always wrote them).
+json step_json(const ModelStep& s) {
+  json j{{"name", s.name}, {"kernel", s.kernel}, {"args", s.args}, {"flop", s.flop}};
+  for (const StepVariant& v : s.variants) {
+    json when = json::array();
+    for (const StepVariant::Condition& c : v.when) when.push_back({detail::shape_expr_to_json(c.expr), c.lo, c.hi});
+    j["variants"].push_back({{"kernel", v.kernel}, {"when", std::move(when)}});
+  }
+  return j;
+}
+
 }  // namespace
 
 std::string ModelPlan::to_json(const std::vector<int64_t>& constant_offsets, const WeightsRecord& weights) const {
@@ -99,7 +110,7 @@ std::string ModelPlan::to_json(const std::vector<int64_t>& constant_offsets, con
   for (const ModelBuffer& b : buffers) j["buffers"].push_back(buffer_json(b, is_dynamic()));
   if (is_dynamic()) shape_vars_json(*this, &j);
   j["steps"] = json::array();
-  for (const ModelStep& s : steps) j["steps"].push_back({{"name", s.name}, {"kernel", s.kernel}, {"args", s.args}, {"flop", s.flop}});
+  for (const ModelStep& s : steps) j["steps"].push_back(step_json(s));
   j["kernel_names"] = kernel_names;
   j["constants"] = json::array();
   for (size_t i = 0; i < constants.size(); ++i)
@@ -261,6 +272,23 @@ void shape_vars_of(const json& j, ModelPlan* p) {
   }
 }
 
+ModelStep step_of(const json& s, int format) {
+  ModelStep step{s.at("name").get<std::string>(), s.at("kernel").get<int>(), s.at("args").get<std::vector<int>>(), s.at("flop").get<double>()};
+  if (!s.contains("variants")) return step;
+  KILN_USER_CHECK(format == 2) << "step '" << step.name << "' has kernel variants in a format " << format << " plan, which has no shape variables";
+  for (const json& v : s.at("variants")) {
+    StepVariant sv;
+    sv.kernel = v.at("kernel").get<int>();
+    for (const json& c : v.at("when")) {
+      KILN_USER_CHECK(c.is_array() && c.size() == 3) << "a variant of step '" << step.name << "' has the condition " << c.dump()
+                                                     << ", not [size expression, lo, hi]";
+      sv.when.push_back({detail::shape_expr_from_json(c.at(0), "a variant of step '" + step.name + "'"), c.at(1).get<int64_t>(), c.at(2).get<int64_t>()});
+    }
+    step.variants.push_back(std::move(sv));
+  }
+  return step;
+}
+
 // The plan without its constants; sets mode, weights bytes and constant specs.
 ModelPlan plan_from_json(const json& j, WeightsRecord* weights, std::vector<ModelTensor>* consts, std::vector<int64_t>* offsets) {
   int format = j.at("format").get<int>();
@@ -286,8 +314,7 @@ ModelPlan plan_from_json(const json& j, WeightsRecord* weights, std::vector<Mode
     }
     p.buffers.push_back(std::move(mb));
   }
-  for (const json& s : j.at("steps"))
-    p.steps.push_back({s.at("name").get<std::string>(), s.at("kernel").get<int>(), s.at("args").get<std::vector<int>>(), s.at("flop").get<double>()});
+  for (const json& s : j.at("steps")) p.steps.push_back(step_of(s, format));
   p.kernel_names = j.at("kernel_names").get<std::vector<std::string>>();
   for (const json& c : j.at("constants")) {
     offsets->push_back(c.at("offset").get<int64_t>());

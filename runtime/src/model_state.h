@@ -17,7 +17,8 @@ namespace detail {
 /** A dynamic plan at one tuple of shape values: what a run at that shape needs, computed once. */
 struct ShapeEntry {
   BoundShapes bound;                           ///< the values (the key), buffer shapes, arena offsets
-  std::vector<std::vector<uint64_t>> scalars;  ///< per step: the kernel's trailing shape scalars, as its binder packed them
+  std::vector<int> kernels;                    ///< per step: the kernel it calls at these values (its variant or its own)
+  std::vector<std::vector<uint64_t>> scalars;  ///< per step: that kernel's trailing shape scalars, as its binder packed them
   uint64_t last_use = 0;                       ///< for evicting the least recently used entry
 };
 
@@ -52,8 +53,8 @@ namespace detail {
 /** ModelRunner::run for a dynamic plan. */
 std::vector<NDArray> run_dynamic(ModelRunner::State& st, const std::vector<NDArray>& inputs, std::vector<double>* step_seconds,
                                  const std::vector<bool>* donated);
-/** Runs the kernel of step `s` with `args`, adding its seconds; throws naming the step when it fails. */
-void call_step(const ModelRunner::State& st, size_t s, const std::vector<void*>& args, std::vector<double>* step_seconds);
+/** Runs plan kernel `kernel` for step `s` with `args`, adding its seconds; throws naming the step when it fails. */
+void call_step(const ModelRunner::State& st, size_t s, int kernel, const std::vector<void*>& args, std::vector<double>* step_seconds);
 /** Refuses a donated input that shares memory with another input. */
 void check_donations(const ModelPlan& plan, const std::vector<NDArray>& inputs, const std::vector<bool>& donated);
 }  // namespace detail

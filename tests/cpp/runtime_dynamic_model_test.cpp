@@ -12,6 +12,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kiln/runtime/c_api.h"
@@ -548,6 +549,95 @@ TEST_F(DynamicModelRun, ExportedLibraryRunsThroughTheCApi) {
   EXPECT_EQ(kiln_model_memory(m, values, 1, &bytes), KILN_ERR_BAD_ARGUMENT);
   EXPECT_EQ(kiln_model_memory_bound(m, &bytes), KILN_ERR_NOT_FOUND) << "n has no range";
   kiln_model_free(m);
+}
+
+// addrow plus one: a variant of step 1 whose choice shows in S (each row sum grows by n).
+Module addrow_plus_one() {
+  Expr m = Var("m"), n = Var("n");
+  Tensor A = te::placeholder({m, n}, f32, "A"), Y = te::placeholder({n}, f32, "Y");
+  Tensor T = te::compute(
+      {m, n}, [&](const std::vector<Var>& i) { return A(i[0], i[1]) + Y(i[1]) + 1.f; }, "T");
+  return build(te::create_schedule({T}), {A, Y, T}, "llvm", "addrow1");
+}
+
+// dynamic_plan with step 1's variant kernel 3 (addrow1) where b <= 4, or where b * n is exactly 60.
+ModelPlan plan_with_variants() {
+  ModelPlan p = dynamic_plan(true);
+  p.kernel_names.push_back("addrow1");
+  p.steps[1].variants = {{3, {{P(0), 1, 4}}}, {3, {{mul(P(0), P(1)), 60, 60}}}};
+  return p;
+}
+
+// Whether the run at (b, n) took the variant: its sums exceed the reference by n.
+bool took_variant(const ModelRunner& runner, int64_t b, int64_t n, std::mt19937* rng) {
+  NDArray x = random_array({b, n}, rng), y = random_array({n}, rng);
+  NDArray s = runner.run({x, y})[0];
+  std::vector<double> want = reference(x, y);
+  EXPECT_EQ(s.numel(), static_cast<int64_t>(want.size()));
+  bool plus = true, plain = true;
+  for (size_t i = 0; i < want.size(); ++i) {
+    double tol = 1e-4 * (1.0 + std::fabs(want[i])) + 1e-5 * static_cast<double>(n);
+    plus = plus && std::fabs(s.data_as<float>()[i] - (want[i] + static_cast<double>(n))) <= tol;
+    plain = plain && std::fabs(s.data_as<float>()[i] - want[i]) <= tol;
+  }
+  EXPECT_TRUE(plus != plain) << "b=" << b << ", n=" << n << ": S is neither the variant's nor the fallback's";
+  return plus;
+}
+
+TEST_F(DynamicModelRun, StepVariantsAreChosenPerShapeAndSurviveJsonAndExport) {
+  std::vector<Module> kernels = *kernels_;
+  kernels.push_back(addrow_plus_one());
+  ModelPlan plan = plan_with_variants();
+  // (b, n) -> whether the variant runs: b in [1, 4], or b * n == 60; else the step's own kernel.
+  std::vector<std::tuple<int64_t, int64_t, bool>> cases = {{1, 3, true},  {4, 9, true},   {5, 9, false}, {6, 10, true},
+                                                           {5, 12, true}, {7, 10, false}, {4, 9, true},  {100, 3, false}};
+  ModelRunner runner(plan, combine(kernels));
+  for (auto [b, n, variant] : cases) EXPECT_EQ(took_variant(runner, b, n, &rng_), variant) << "b=" << b << ", n=" << n;
+  // JSON keeps the variants; an exported library dispatches the same.
+  WeightsRecord w{"embed", 0, new_export_id(), ""}, w2;
+  std::vector<ModelTensor> specs;
+  std::vector<int64_t> offsets;
+  std::string text = plan.to_json({}, w);
+  EXPECT_NE(text.find(R"("variants":[{"kernel":3,"when":[[{"param":0},1,4]]},)"), std::string::npos) << text;
+  ModelPlan back = ModelPlan::from_json(text, &w2, &specs, &offsets);
+  EXPECT_EQ(back.steps[1].variants, plan.steps[1].variants);
+  EXPECT_TRUE(back.steps[0].variants.empty());
+  TempDir dir;
+  std::string so = (dir.path / "variants.so").string();
+  export_model(plan, kernels, so, dir);
+  ModelRunner loaded = ModelRunner::load(so);
+  for (auto [b, n, variant] : cases) EXPECT_EQ(took_variant(loaded, b, n, &rng_), variant) << "loaded, b=" << b << ", n=" << n;
+}
+
+TEST_F(DynamicModelRun, CorruptVariantsAreRefusedByName) {
+  std::vector<Module> kernels = *kernels_;
+  kernels.push_back(addrow_plus_one());
+  auto refused = [&](const std::function<void(ModelPlan&)>& damage) {
+    ModelPlan p = plan_with_variants();
+    damage(p);
+    return error_of([&] { ModelRunner(p, combine(kernels)); });
+  };
+  EXPECT_NE(refused([](ModelPlan& p) { p.steps[1].variants[0].kernel = 9; }).find("corrupt plan: a variant of step addrow names no kernel"),
+            std::string::npos);
+  EXPECT_NE(refused([](ModelPlan& p) { p.steps[1].variants[1].when[0].expr = P(5); }).find("tests a shape variable the plan does not have"),
+            std::string::npos);
+  EXPECT_NE(refused([](ModelPlan& p) { p.steps[1].variants[0].when[0].lo = 9; }).find("tests a size in the empty range [9, 4]"), std::string::npos);
+  // A variant whose kernel takes other arguments than the step's.
+  EXPECT_NE(refused([](ModelPlan& p) { p.steps[1].variants[0].kernel = 2; }).find("corrupt dynamic plan: kernel 'rowsum' parameter 2 'm' is a scalar where step 'addrow' puts a buffer"),
+            std::string::npos);
+  // A static plan has no shape variables to choose by.
+  ModelPlan s = static_runner(2, 3).plan();
+  s.kernel_names.push_back("addrow1");
+  s.steps[1].variants = {{3, {}}};
+  EXPECT_NE(error_of([&] { ModelRunner(s, combine(kernels)); }).find("has kernel variants, but the plan has no shape variables"), std::string::npos);
+  // JSON: a condition that is not [expression, lo, hi].
+  WeightsRecord w{"embed", 0, new_export_id(), ""}, w2;
+  std::vector<ModelTensor> specs;
+  std::vector<int64_t> offsets;
+  std::string text = plan_with_variants().to_json({}, w);
+  text.replace(text.find("[{\"param\":0},1,4]"), 17, "[1,4]");
+  std::string msg = error_of([&] { ModelPlan::from_json(text, &w2, &specs, &offsets); });
+  EXPECT_NE(msg.find("corrupt model plan: a variant of step 'addrow' has the condition [1,4], not [size expression, lo, hi]"), std::string::npos) << msg;
 }
 
 }  // namespace

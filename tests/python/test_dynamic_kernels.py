@@ -131,6 +131,26 @@ def test_hot_loop_is_vectorized_for_a_symbolic_extent(name, out, target):
     assert not stores[0][1] and not to_out[0], f"the full tiles' vector code is under a guard:\n{ir}"
 
 
+@pytest.mark.parametrize("target", cpu_targets())
+def test_batch_variable_stays_out_of_the_column_tiles(target):
+    # x[b, n, 768] @ w[768, 512], both rows symbolic: fused after the constant column tiles, the batch made
+    # each column tile's extent a division by b and its vector loop one of run-time length (4-8x slower).
+    b, n = te.var("b"), te.var("n")
+    X, W = te.placeholder((b, n, 768), name="X"), te.placeholder((768, 512), name="W")
+    k = te.reduce_axis((0, 768), "k")
+    D = te.compute((b, n, 512), lambda z, i, j: te.sum(X[z, i, k] * W[k, j], axis=k), name="dense")
+    args = [X, W, D]
+    ir = str(kiln.lower(default_schedule(args, target), args))
+    assert "floordiv(min(floordiv(" not in ir and ".inner.extent" not in ir, f"a column tile of run-time length:\n{ir}"
+    mod = kiln.build(default_schedule(args, target), args, target)
+    rng = np.random.default_rng(0)
+    for bb, nn in ((1, 1), (3, 7), (2, 33)):
+        x, w = rng.standard_normal((bb, nn, 768)).astype(np.float32), rng.standard_normal((768, 512)).astype(np.float32)
+        out = np.zeros((bb, nn, 512), np.float32)
+        mod(x, w, out)
+        np.testing.assert_allclose(out, x @ w, rtol=1e-4, atol=1e-3)
+
+
 def test_tiles_of_a_shape_variable_are_peeled():
     # A hand schedule: the rows of a symbolic extent split by 6, the columns
     # vectorized. Before, the guard on the rows stayed in every tile and the

@@ -35,7 +35,9 @@ class _CompiledModel:
     def groups(self):
         """One dict per fused group: name, ops, workload_key, schedule ("database", "default" or "plain"), schedule_detail,
         records_only_for (for a group the DB has no record of on this build's target: the same target with another
-        -num-cores that it has records for, else ""; their schedules are not taken, see compile), flop."""
+        -num-cores that it has records for, else ""; their schedules are not taken, see compile), flop, kernel (the
+        plan's kernel it calls), variants (a model with shape variables: the group's size-dispatched kernels, each a dict
+        of when ("seq in [2, 16]"), kernel and schedule_detail, tried in order before `kernel`; [] for one kernel)."""
         return self._exe.groups()
 
     @property

@@ -67,8 +67,17 @@ struct CompileOptions {
   std::map<std::string, std::vector<int64_t>> sizes;
 };
 
+/** A size-dispatched kernel of a group (kernel_variants.h): called where `when` holds, before the group's own kernel. */
+struct GroupVariant {
+  std::string when;  ///< "seq in [2, 16], batch in [0, 1]"
+  std::string kernel;
+  std::string schedule_detail;
+};
+
 struct GroupInfo {
   std::string name;
+  std::string kernel;  ///< the plan's kernel the group calls (with variants, where none applies)
+  std::vector<GroupVariant> variants;
   std::string ops;            ///< "Conv+Add+Relu"
   std::string workload_key;
   std::string schedule;       ///< "default", "database" or "plain"

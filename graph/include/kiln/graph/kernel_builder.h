@@ -9,6 +9,7 @@
 #ifndef KILN_GRAPH_KERNEL_BUILDER_H
 #define KILN_GRAPH_KERNEL_BUILDER_H
 
+#include <map>
 #include <string>
 #include <vector>
 

@@ -111,12 +111,37 @@ struct ShapeConstraint {
   bool operator==(const ShapeConstraint&) const = default;
 };
 
+/**
+ * A dynamic plan's specialised kernel for one step (BladeDISC's speculative
+ * versions): the step calls it at shapes where every condition holds, each
+ * an inclusive range of a ShapeExpr over the shape variables (a variable
+ * itself, or a product such as batch * seq, the rows of a projection;
+ * lo == hi: an exact size). The kernel takes the same arguments as the step's own.
+ */
+struct StepVariant {
+  struct Condition {
+    ShapeExpr expr;
+    int64_t lo = 0;
+    int64_t hi = 0;
+    bool operator==(const Condition&) const = default;
+  };
+  int kernel = 0;  ///< into ModelPlan::kernel_names
+  std::vector<Condition> when;
+  bool operator==(const StepVariant&) const = default;
+  /** Whether every condition holds at these shape values (one per shape variable). */
+  bool holds(const std::vector<int64_t>& values) const;
+};
+
 /** One kernel call. */
 struct ModelStep {
   std::string name;
-  int kernel = 0;         ///< into ModelPlan::kernel_names
+  int kernel = 0;         ///< into ModelPlan::kernel_names; with variants, the fallback
   std::vector<int> args;  ///< buffer ids, in the kernel's argument order
   double flop = 0;
+  /** A dynamic plan: the first variant whose conditions hold replaces `kernel`; chosen once per new shape. */
+  std::vector<StepVariant> variants = {};
+  /** The kernel this step calls at these shape values. */
+  int kernel_at(const std::vector<int64_t>& values) const;
 };
 
 /** How an export keeps its weights, as its plan records it. */
@@ -161,8 +186,9 @@ struct ModelPlan {
    *   "shape_vars": [{"name": "batch", "range": [1, 64]}, {"name": "seq"}],
    *   "constraints": [{"kind": "equal", "lhs": E, "rhs": E, "text": "..."},
    *                   {"kind": "divisible", "lhs": E, "divisor": 4, "text": "..."}],
-   * "dims": [E, ...] on inputs, outputs and buffers that have them, and
-   * "first_step", "last_step", "inplace_of", "view_of" on arena buffers; E is a
+   * "dims": [E, ...] on inputs, outputs and buffers that have them,
+   * "first_step", "last_step", "inplace_of", "view_of" on arena buffers, and
+   * on a step with variants "variants": [{"kernel": k, "when": [[E, lo, hi], ...]}, ...]; E is a
    * ShapeExpr as in kernel metadata (module.h): an integer, {"param": i}
    * or {"op": "mul", "a": E, "b": E}.
    */
