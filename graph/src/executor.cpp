@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -74,6 +75,30 @@ void apply_dim_ranges(const std::map<std::string, ShapeRange>& dims, ModelPlan* 
   }
 }
 
+// A size variant's sizes: its bucket's hint first (scheduled for it; a record tuned
+// at exactly it), then the likely sizes within 4x of the hint, nearest first
+// (their records suit this bucket's sizes; those further away are another bucket's).
+std::vector<ShapeBinding> near_bindings(const ShapeBinding& hints, const std::vector<ShapeBinding>& likely) {
+  auto distance = [&](const ShapeBinding& b) {
+    double d = 0;
+    for (const auto& [v, h] : hints) {
+      auto it = b.find(v);
+      if (it == b.end()) continue;
+      double r = std::abs(std::log(std::max<double>(1, it->second) / std::max<double>(1, h)));
+      if (r > std::log(4.0) + 1e-9) return -1.0;
+      d += r;
+    }
+    return d;
+  };
+  std::vector<std::pair<double, ShapeBinding>> near;
+  for (const ShapeBinding& b : likely)
+    if (double d = distance(b); d >= 0) near.push_back({d, b});
+  std::stable_sort(near.begin(), near.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<ShapeBinding> out{hints};
+  for (auto& [d, b] : near) out.push_back(std::move(b));
+  return out;
+}
+
 MemoryReport report_of(const MemoryPlanStats& m, int64_t weight_bytes) {
   return MemoryReport{m.arena_bytes, m.naive_bytes, m.peak_bytes, weight_bytes, m.inplace};
 }
@@ -109,7 +134,7 @@ Executor compile(const Graph& g, const CompileOptions& options) {
     };
   std::mutex modules_mu;  // a group's size variants build on threads
   PlannedGraph pg = plan_graph(st->graph, [&](const GraphDag& dag, const std::string& kname, const SizeHints& hints) {
-    GroupKernel k = build_group_kernel(dag, target, kname, options.plain, options.db, hints.empty() ? likely : std::vector<ShapeBinding>{hints});
+    GroupKernel k = build_group_kernel(dag, target, kname, options.plain, options.db, hints.empty() ? likely : near_bindings(hints, likely));
     {
       std::lock_guard<std::mutex> lock(modules_mu);
       st->modules.push_back(k.module);
