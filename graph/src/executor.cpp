@@ -123,7 +123,7 @@ Executor compile(const Graph& g, const CompileOptions& options) {
   // Size buckets whose lowered code differs get kernels of their own
   // (kernel_variants.h): the decisions alone over-count (a symbolic loop's
   // hinted trip count shows in them, not in the code). A plain build has one schedule.
-  if (!options.plain)
+  if (!options.plain && options.size_variants)
     plan_options.probe = [&](const GraphDag& dag, const SizeHints& hints) {
       std::vector<te::Tensor> args = dag.args();
       ops::Task task = ops::make_task(args, target, "", hints);

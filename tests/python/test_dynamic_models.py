@@ -154,3 +154,17 @@ def test_tuning_a_dynamic_model_at_its_likely_sizes(tmp_path):
     for b in (1, 16, 37):  # sizes tuned and not: each runs, with the records' schedules
         x = torch.randn(b, 64)
         np.testing.assert_allclose(exe.run([x.numpy()])[0], m(x).detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_size_variants_can_be_turned_off():
+    torch.manual_seed(0)
+    m = Mlp().eval()
+    g = kg.from_torch(m, torch.randn(4, 64), shapes={"input0": ("batch", 64)})
+    with_variants = kiln.compile(g)
+    single = kiln.compile(g, size_variants=False)
+    assert any(grp.get("variants") for grp in with_variants.groups())
+    assert not any(grp.get("variants") for grp in single.groups())
+    assert single.num_kernels < with_variants.num_kernels
+    for b in (1, 9, 300):
+        x = torch.randn(b, 64)
+        np.testing.assert_allclose(single.run([x.numpy()])[0], m(x).detach().numpy(), rtol=1e-4, atol=1e-4)

@@ -96,7 +96,7 @@ def _winograd_tile(winograd):
 
 
 def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, layout=True, quiet=False, bf16_dot=None,
-            winograd=True, dims=None, sizes=None):
+            winograd=True, dims=None, sizes=None, size_variants=True):
     """Compiles a graph: passes, fusion, kernels (the DB's best records when `db` is given) and the memory plan.
 
     fuse=False gives one kernel per operator, plain=True unscheduled kernels
@@ -117,6 +117,10 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
     sizes: the sizes calls will most likely have per shape variable, most likely first
     (``{"seq": [128, 384]}``): kernels are scheduled for the first, and with ``db=`` each
     group takes the record ``kiln.tune_model(..., sizes=)`` tuned at the first size that has one.
+    size_variants: matmul, conv and reduction groups over shape variables keep a kernel per size
+    bucket (1, 2-16, 17-256, 257 up, within ``dims``) where the code differs, picked per new shape
+    at run time; False keeps one kernel per group (compiles several times faster, slower far from
+    the likely size).
     """
     if not isinstance(model, Graph):
         raise KilnError(f"kiln.compile takes a kiln.graph.Graph (from from_onnx, from_torch or a Builder), got a {type(model).__name__}")
@@ -130,7 +134,7 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
             print(f"kiln.compile: {tuned} of {len(exe.groups())} fused groups from the GPU tuning records in {db}", file=sys.stderr)
         return exe
     bf16 = -1 if bf16_dot is None else int(bool(bf16_dot))
-    exe = Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout, bf16, _winograd_tile(winograd), parse_dims(dims), parse_sizes(sizes)), model)
+    exe = Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout, bf16, _winograd_tile(winograd), parse_dims(dims), parse_sizes(sizes), bool(size_variants)), model)
     if db and not quiet:
         tuned, total = exe.tuned_groups()
         elsewhere = [g["records_only_for"] for g in exe.groups() if g["records_only_for"]]

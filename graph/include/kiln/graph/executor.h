@@ -65,6 +65,13 @@ struct CompileOptions {
    * at all of them; likely_bindings in bind_shapes.h lists them).
    */
   std::map<std::string, std::vector<int64_t>> sizes;
+  /**
+   * A model with symbolic dims: contraction and reduction groups keep a
+   * kernel per size bucket whose code differs (kernel_variants.h), picked
+   * per shape at run time. false: one kernel per group (a faster compile,
+   * slower at sizes far from the likely one).
+   */
+  bool size_variants = true;
 };
 
 /** A size-dispatched kernel of a group (kernel_variants.h): called where `when` holds, before the group's own kernel. */
