@@ -126,9 +126,14 @@ def main():
                 print(f"  ONNX Runtime at {(b, s)}: {e}")
         td, ts, to = [], [], []
         for _ in range(args.rounds):
+            # A pause before each side: ONNX Runtime's threads spin on after its last call (its default), and
+            # kiln's own for a while too; timed right after, the next side would share the cores with them.
+            time.sleep(0.2)
             td.append(time_per_call(lambda: dyn.run([x]), args.repeat_ms))
+            time.sleep(0.2)
             ts.append(time_per_call(lambda: static.run([x]), args.repeat_ms))
             if peer:
+                time.sleep(0.2)
                 to.append(min(peer.time(1, args.repeat_ms)))
         if peer:
             peer.close()
