@@ -75,7 +75,7 @@ Graph bind_shapes(const Graph& g, const ShapeBinding& values) {
 }
 
 std::vector<ShapeBinding> likely_bindings(const std::vector<std::string>& vars, const std::map<std::string, std::vector<int64_t>>& sizes,
-                                          const std::map<std::string, std::pair<int64_t, int64_t>>& ranges) {
+                                          const std::map<std::string, ShapeRange>& ranges) {
   std::vector<ShapeBinding> out;
   if (vars.empty()) return out;
   out.push_back({});
@@ -87,7 +87,7 @@ std::vector<ShapeBinding> likely_bindings(const std::vector<std::string>& vars, 
     } else {
       int64_t hint = ops::kDefaultSizeHint;
       auto r = ranges.find(v);
-      if (r != ranges.end()) hint = std::clamp(hint, r->second.first, r->second.second);
+      if (r != ranges.end()) hint = std::clamp(hint, r->second.lo, r->second.hi);
       choices = {hint};
     }
     for (int64_t c : choices) KILN_USER_CHECK(c >= 1) << "sizes['" << v << "'] has " << c << "; a likely size is at least 1";

@@ -45,21 +45,7 @@ using Clock = std::chrono::steady_clock;
 
 // A ModelRunner over `plan` with one Module over all the kernels: each
 // kernel resolves in its own module.
-ModelRunner make_runner(ModelPlan plan, const std::vector<Module>& modules) {
-  struct Kernels : ModuleNode {
-    std::vector<Module> modules;
-    KilnKernel lookup(const std::string& symbol) override {
-      for (const Module& mod : modules)
-        if (mod.has(symbol)) return mod.get_kernel(symbol);
-      return nullptr;
-    }
-  };
-  auto node = std::make_shared<Kernels>();
-  node->modules = modules;
-  std::vector<KernelInfo> infos;
-  for (const Module& mod : modules) infos.insert(infos.end(), mod.kernels().begin(), mod.kernels().end());
-  return ModelRunner(std::move(plan), Module(node, std::move(infos)));
-}
+ModelRunner make_runner(ModelPlan plan, const std::vector<Module>& modules) { return ModelRunner(std::move(plan), Module::combine(modules)); }
 
 // CompileOptions::dims into the plan, refusing names the model does not have.
 void apply_dim_ranges(const std::map<std::string, ShapeRange>& dims, ModelPlan* plan) {
@@ -114,10 +100,8 @@ Executor compile(const Graph& g, const CompileOptions& options) {
   if (options.layout && options.choose_layouts && !options.db.empty() && !given)
     popt.layout_plan = choose_layout_plan(g, target, options.db, &st->layouts, options.layout_plan.winograd);
   st->graph = optimize(g, target, popt);
-  std::map<std::string, std::pair<int64_t, int64_t>> ranges;
-  for (const auto& [v, r] : options.dims) ranges[v] = {r.lo, r.hi};
   // The sizes kernels are scheduled for and take records at: a size variant's own bucket, else the likely sizes.
-  const std::vector<ShapeBinding> likely = likely_bindings(shape_var_names(g), options.sizes, ranges);
+  const std::vector<ShapeBinding> likely = likely_bindings(shape_var_names(g), options.sizes, options.dims);
   PlanOptions plan_options;
   plan_options.dims = options.dims;
   // Size buckets whose lowered code differs get kernels of their own

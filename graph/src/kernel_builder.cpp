@@ -51,7 +51,7 @@ namespace {
 bool has_symbolic_extent(const std::vector<te::Tensor>& args) {
   for (const te::Tensor& t : args)
     for (const Expr& d : t.shape())
-      if (!as_const_int(d)) return true;
+      if (ops::is_symbolic_extent(d)) return true;
   return false;
 }
 

@@ -211,6 +211,22 @@ void check_library_info(const std::string& so_path, const char* text) {
 }
 }  // namespace
 
+Module Module::combine(const std::vector<Module>& modules) {
+  struct Kernels : ModuleNode {
+    std::vector<Module> modules;
+    KilnKernel lookup(const std::string& symbol) override {
+      for (const Module& mod : modules)
+        if (mod.has(symbol)) return mod.get_kernel(symbol);
+      return nullptr;
+    }
+  };
+  auto node = std::make_shared<Kernels>();
+  node->modules = modules;
+  std::vector<KernelInfo> infos;
+  for (const Module& mod : modules) infos.insert(infos.end(), mod.kernels().begin(), mod.kernels().end());
+  return Module(node, std::move(infos));
+}
+
 Module Module::load(const std::string& so_path) {
   dlerror();
   // A path without a slash would make dlopen search the library path; a

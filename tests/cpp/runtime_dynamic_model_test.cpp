@@ -285,23 +285,6 @@ std::vector<Module> build_kernels(bool dynamic, int64_t B = 0, int64_t N = 0) {
   return mods;
 }
 
-// One Module over several, each kernel resolved in its own (as the graph Executor does).
-Module combine(const std::vector<Module>& modules) {
-  struct Kernels : ModuleNode {
-    std::vector<Module> modules;
-    KilnKernel lookup(const std::string& symbol) override {
-      for (const Module& mod : modules)
-        if (mod.has(symbol)) return mod.get_kernel(symbol);
-      return nullptr;
-    }
-  };
-  auto node = std::make_shared<Kernels>();
-  node->modules = modules;
-  std::vector<KernelInfo> infos;
-  for (const Module& mod : modules) infos.insert(infos.end(), mod.kernels().begin(), mod.kernels().end());
-  return Module(node, std::move(infos));
-}
-
 void expect_matches_reference(const NDArray& s, const NDArray& x, const NDArray& y, const std::string& at) {
   std::vector<double> want = reference(x, y);
   ASSERT_EQ(s.shape(), std::vector<int64_t>{static_cast<int64_t>(want.size())}) << at;
@@ -323,7 +306,7 @@ std::vector<Module>* DynamicModelRun::kernels_ = nullptr;
 TEST_F(DynamicModelRun, ManyShapesMatchNaiveLoops) {
   for (bool inplace : {false, true}) {
     ModelPlan plan = dynamic_plan(inplace);
-    ModelRunner runner(plan, combine(*kernels_));
+    ModelRunner runner(plan, Module::combine(*kernels_));
     // 1, primes, large, empty rows; more than the cache's 16 entries, then the first ones again (planned anew).
     std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},     {1, 7},     {2, 3},    {3, 5},    {7, 13},  {13, 1},  {31, 37}, {64, 3},
                                                        {257, 129}, {1000, 61}, {4999, 3}, {5000, 2}, {17, 19}, {23, 29}, {41, 43}, {53, 59},
@@ -344,7 +327,7 @@ TEST_F(DynamicModelRun, ManyShapesMatchNaiveLoops) {
 }
 
 TEST_F(DynamicModelRun, BadShapesAreRefusedByName) {
-  ModelRunner runner(dynamic_plan(false), combine(*kernels_));
+  ModelRunner runner(dynamic_plan(false), Module::combine(*kernels_));
   auto run = [&](std::vector<int64_t> xs, std::vector<int64_t> ys) {
     return error_of([&] { runner.run({random_array(xs, &rng_), random_array(ys, &rng_)}); });
   };
@@ -368,7 +351,7 @@ TEST_F(DynamicModelRun, BadShapesAreRefusedByName) {
   ModelPlan p = dynamic_plan(false);
   p.constraints = {{ShapeConstraint::Kind::Divisible, P(1), {}, 3, "Split 's1': n % 3 == 0"},
                    {ShapeConstraint::Kind::Equal, mul(P(0), P(1)), C(12), 1, "Reshape 'r1': b * n == 12"}};
-  ModelRunner constrained(p, combine(*kernels_));
+  ModelRunner constrained(p, Module::combine(*kernels_));
   msg = error_of([&] { constrained.run({random_array({2, 5}, &rng_), random_array({5}, &rng_)}); });
   EXPECT_NE(msg.find("the input shapes break the model's constraint 'Split 's1': n % 3 == 0': n = 5 is not a multiple of 3 with "
                      "n = 5 (from input 'X' dimension 1)"),
@@ -385,16 +368,16 @@ TEST_F(DynamicModelRun, PlansTheRuntimeCannotBindAreRefused) {
   ModelPlan p = dynamic_plan(false);
   p.shape_vars.push_back("k");
   p.shape_ranges.push_back(std::nullopt);
-  std::string msg = error_of([&] { ModelRunner(p, combine(*kernels_)); });
+  std::string msg = error_of([&] { ModelRunner(p, Module::combine(*kernels_)); });
   EXPECT_NE(msg.find("shape variable 'k' is no plain dimension of any input"), std::string::npos) << msg;
   p = dynamic_plan(false);
   p.buffers[2].last_step = 7;
-  msg = error_of([&] { ModelRunner(p, combine(*kernels_)); });
+  msg = error_of([&] { ModelRunner(p, Module::combine(*kernels_)); });
   EXPECT_NE(msg.find("corrupt dynamic plan: arena buffer 2 lives from step 0 to 7 of 3"), std::string::npos) << msg;
   // Dims that disagree with a kernel are caught by its binder at the first call of that shape.
   p = dynamic_plan(false);
   p.buffers[3].dims[1] = add(P(1), C(1));
-  ModelRunner bad(p, combine(*kernels_));
+  ModelRunner bad(p, Module::combine(*kernels_));
   msg = error_of([&] { bad.run({random_array({2, 3}, &rng_), random_array({3}, &rng_)}); });
   EXPECT_NE(msg.find("at b = 2, n = 3, step 'addrow' cannot call its kernel"), std::string::npos) << msg;
 }
@@ -420,13 +403,13 @@ ModelRunner static_runner(int64_t b, int64_t n) {
     for (const ShapeExpr& d : t->dims) t->shape.push_back(*d.eval(std::vector<int64_t>{b, n}.data(), 2));
     t->dims.clear();
   }
-  return ModelRunner(p, combine(build_kernels(false, b, n)));
+  return ModelRunner(p, Module::combine(build_kernels(false, b, n)));
 }
 
 TEST_F(DynamicModelRun, PerCallOverheadAtASeenShape) {
   // Tiny shapes, so the time is the runner's: static plan vs the same plan with shape variables.
   const int64_t b = 2, n = 8;
-  ModelRunner stat = static_runner(b, n), dyn(dynamic_plan(false), combine(*kernels_));
+  ModelRunner stat = static_runner(b, n), dyn(dynamic_plan(false), Module::combine(*kernels_));
   NDArray x = random_array({b, n}, &rng_), y = random_array({n}, &rng_);
   expect_matches_reference(stat.run({x, y})[0], x, y, "static");
   expect_matches_reference(dyn.run({x, y})[0], x, y, "dynamic");
@@ -447,7 +430,7 @@ TEST_F(DynamicModelRun, PerCallOverheadAtASeenShape) {
   // A new shape: bind, check, plan the arena and run each kernel's binder once (on a fresh runner each time).
   double best_new = 1e9;
   for (int rep = 0; rep < 20; ++rep) {
-    ModelRunner fresh(dynamic_plan(false), combine(*kernels_));
+    ModelRunner fresh(dynamic_plan(false), Module::combine(*kernels_));
     auto t0 = Clock::now();
     fresh.run({x, y});
     best_new = std::min(best_new, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
@@ -591,7 +574,7 @@ TEST_F(DynamicModelRun, StepVariantsAreChosenPerShapeAndSurviveJsonAndExport) {
   // (b, n) -> whether the variant runs: b in [1, 4], or b * n == 60; else the step's own kernel.
   std::vector<std::tuple<int64_t, int64_t, bool>> cases = {{1, 3, true},  {4, 9, true},   {5, 9, false}, {6, 10, true},
                                                            {5, 12, true}, {7, 10, false}, {4, 9, true},  {100, 3, false}};
-  ModelRunner runner(plan, combine(kernels));
+  ModelRunner runner(plan, Module::combine(kernels));
   for (auto [b, n, variant] : cases) EXPECT_EQ(took_variant(runner, b, n, &rng_), variant) << "b=" << b << ", n=" << n;
   // JSON keeps the variants; an exported library dispatches the same.
   WeightsRecord w{"embed", 0, new_export_id(), ""}, w2;
@@ -615,7 +598,7 @@ TEST_F(DynamicModelRun, CorruptVariantsAreRefusedByName) {
   auto refused = [&](const std::function<void(ModelPlan&)>& damage) {
     ModelPlan p = plan_with_variants();
     damage(p);
-    return error_of([&] { ModelRunner(p, combine(kernels)); });
+    return error_of([&] { ModelRunner(p, Module::combine(kernels)); });
   };
   EXPECT_NE(refused([](ModelPlan& p) { p.steps[1].variants[0].kernel = 9; }).find("corrupt plan: a variant of step addrow names no kernel"),
             std::string::npos);
@@ -629,7 +612,7 @@ TEST_F(DynamicModelRun, CorruptVariantsAreRefusedByName) {
   ModelPlan s = static_runner(2, 3).plan();
   s.kernel_names.push_back("addrow1");
   s.steps[1].variants = {{3, {}}};
-  EXPECT_NE(error_of([&] { ModelRunner(s, combine(kernels)); }).find("has kernel variants, but the plan has no shape variables"), std::string::npos);
+  EXPECT_NE(error_of([&] { ModelRunner(s, Module::combine(kernels)); }).find("has kernel variants, but the plan has no shape variables"), std::string::npos);
   // JSON: a condition that is not [expression, lo, hi].
   WeightsRecord w{"embed", 0, new_export_id(), ""}, w2;
   std::vector<ModelTensor> specs;

@@ -96,11 +96,9 @@ namespace {
 // sizes (likely_bindings), merged by workload; each group's name says the
 // sizes it was bound to, so every size's groups count in the estimate.
 std::vector<ModelTask> extract_dynamic_tasks(const Graph& g, const CompileOptions& options, const std::vector<std::string>& vars) {
-  std::map<std::string, std::pair<int64_t, int64_t>> ranges;
-  for (const auto& [v, r] : options.dims) ranges[v] = {r.lo, r.hi};
   std::vector<ModelTask> tasks;
   std::map<std::string, size_t> by_key;
-  for (const ShapeBinding& b : likely_bindings(vars, options.sizes, ranges)) {
+  for (const ShapeBinding& b : likely_bindings(vars, options.sizes, options.dims)) {
     std::string at;
     for (const auto& [v, size] : b) at += (at.empty() ? "" : ", ") + v + "=" + std::to_string(size);
     for (ModelTask& t : extract_tasks(bind_shapes(g, b), options)) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kiln/graph/graph.h"
+#include "kiln/runtime/model.h"
 
 namespace kiln::graph {
 
@@ -40,7 +41,7 @@ std::vector<std::string> shape_var_names(const Graph& g);
  * range (`ranges`, lo..hi). One binding per combination; empty for a static graph.
  */
 std::vector<ShapeBinding> likely_bindings(const std::vector<std::string>& vars, const std::map<std::string, std::vector<int64_t>>& sizes,
-                                          const std::map<std::string, std::pair<int64_t, int64_t>>& ranges);
+                                          const std::map<std::string, ShapeRange>& ranges);
 
 }  // namespace kiln::graph
 

@@ -158,6 +158,9 @@ class Module {
    */
   static Module load(const std::string& so_path);
 
+  /** One Module over several: each kernel resolves in the first module that has it (a model's kernels, built one group at a time). */
+  static Module combine(const std::vector<Module>& modules);
+
   /**
    * Writes the module as a shared library that Module::load (and so any
    * process with only kiln_runtime) can load: for a module built by
