@@ -248,16 +248,8 @@ MemoryReport Executor::memory() const {
 
 MemoryReport Executor::memory(const std::map<std::string, int64_t>& shape_values) const {
   KILN_USER_CHECK(state_) << "this executor was not compiled";
-  const std::vector<std::string>& vars = state_->runner.plan().shape_vars;
-  std::vector<int64_t> values;
-  for (const std::string& v : vars) {
-    auto it = shape_values.find(v);
-    KILN_USER_CHECK(it != shape_values.end()) << "memory: no value for the shape variable '" << v << "'; give every one of the model's";
-    values.push_back(it->second);
-  }
-  for (const auto& [name, value] : shape_values)
-    KILN_USER_CHECK(std::find(vars.begin(), vars.end(), name) != vars.end()) << "memory: the model has no shape variable '" << name << "'";
-  if (vars.empty()) return memory();
+  std::vector<int64_t> values = shape_values_by_name(state_->runner.plan(), shape_values, "memory");
+  if (values.empty()) return memory();
   return report_of(state_->runner.memory(values), state_->weight_bytes);
 }
 

@@ -207,15 +207,7 @@ NDArray from_numpy(py::handle obj) {
 // (no two live buffers share bytes) or run its kernels one by one.
 py::dict plan_layout(const ModelRunner& r, const std::map<std::string, int64_t>& shapes) {
   const ModelPlan& p = r.plan();
-  std::vector<int64_t> values;
-  for (const std::string& v : p.shape_vars) {
-    auto it = shapes.find(v);
-    if (it == shapes.end()) throw_user_error("layout: no value for the shape variable '" + v + "'; give every one of the model's");
-    values.push_back(it->second);
-  }
-  for (const auto& [name, value] : shapes)
-    if (std::find(p.shape_vars.begin(), p.shape_vars.end(), name) == p.shape_vars.end())
-      throw_user_error("layout: the model has no shape variable '" + name + "'");
+  std::vector<int64_t> values = shape_values_by_name(p, shapes, "layout");
   BoundShapes bound;
   if (p.is_dynamic()) {
     bound = bind_plan_shapes(p, values);
@@ -404,14 +396,7 @@ void define_runtime(py::module_& m) {
         return out;
       }, "A dynamic model's shape variables: name -> its (lo, hi) range, or None without one.")
       .def("arena_bytes", [](const ModelRunner& r, const std::map<std::string, int64_t>& shapes) {
-        const ModelPlan& p = r.plan();
-        std::vector<int64_t> values;
-        for (const std::string& v : p.shape_vars) {
-          auto it = shapes.find(v);
-          if (it == shapes.end()) throw_user_error("arena_bytes: no value for the shape variable '" + v + "'; give every one of the model's");
-          values.push_back(it->second);
-        }
-        return r.memory(values).arena_bytes;
+        return r.memory(shape_values_by_name(r.plan(), shapes, "arena_bytes")).arena_bytes;
       }, py::arg("shapes") = std::map<std::string, int64_t>{}, "The arena a run at these shape values plans, in bytes.")
       .def_property_readonly("num_kernels", [](const ModelRunner& r) { return r.plan().kernel_names.size(); })
       .def_property_readonly("num_steps", [](const ModelRunner& r) { return r.plan().steps.size(); })

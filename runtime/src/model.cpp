@@ -12,6 +12,19 @@
 
 namespace kiln {
 
+std::vector<int64_t> shape_values_by_name(const ModelPlan& plan, const std::map<std::string, int64_t>& values, const std::string& what) {
+  std::vector<int64_t> out;
+  for (const std::string& v : plan.shape_vars) {
+    auto it = values.find(v);
+    KILN_USER_CHECK(it != values.end()) << what << ": no value for the shape variable '" << v << "'; give every one of the model's";
+    out.push_back(it->second);
+  }
+  for (const auto& [name, value] : values)
+    KILN_USER_CHECK(std::find(plan.shape_vars.begin(), plan.shape_vars.end(), name) != plan.shape_vars.end())
+        << what << ": the model has no shape variable '" << name << "'";
+  return out;
+}
+
 int64_t ModelTensor::bytes() const {
   int64_t n = dtype_storage_bytes(dtype);
   for (int64_t d : shape) n *= d;

@@ -42,6 +42,7 @@
 #define KILN_RUNTIME_MODEL_H
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -214,6 +215,13 @@ WeightsLayout layout_weights(const std::vector<NDArray>& constants);
  */
 std::string write_weights(const std::string& path, const std::vector<NDArray>& constants, const WeightsLayout& layout,
                           const std::string& export_id);
+
+/**
+ * The values of plan.shape_vars, in the plan's order, from values given by
+ * name; throws kiln::Error starting with `what` naming a variable with no
+ * value or a name the plan has no variable of.
+ */
+std::vector<int64_t> shape_values_by_name(const ModelPlan& plan, const std::map<std::string, int64_t>& values, const std::string& what);
 
 /** Refuses inputs that do not match the plan's (count, dtype, shape, host memory, compact layout), naming the input and the fix. */
 void check_model_inputs(const std::vector<ModelTensor>& want, const std::vector<NDArray>& inputs);
