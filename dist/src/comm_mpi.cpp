@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include "bf16.h"
 #include "kiln/dist/communicator.h"
 #include "kiln/support/error.h"
 
@@ -35,6 +36,14 @@ class DoneRequest : public Request {
 
 std::unique_ptr<Request> Communicator::start_all_reduce(void* buf, int64_t count, DataType dtype) {
   all_reduce(buf, count, dtype);
+  return std::make_unique<DoneRequest>();
+}
+
+std::unique_ptr<Request> Communicator::start_all_reduce_bf16(float* buf, int64_t count) {
+  // Engines without a bfloat16 sum: the same rounding of the inputs and of the result, summed in float32.
+  for (int64_t i = 0; i < count; ++i) buf[i] = from_bf16(to_bf16(buf[i]));
+  all_reduce(buf, count, DataType::Float(32));
+  for (int64_t i = 0; i < count; ++i) buf[i] = from_bf16(to_bf16(buf[i]));
   return std::make_unique<DoneRequest>();
 }
 
@@ -104,6 +113,22 @@ MPI_Datatype mpi_type(DataType t) {
   return MPI_BYTE;
 }
 
+// MPI has no bfloat16: the values travel as 16-bit words and this op sums them.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint16_t* a = static_cast<const uint16_t*>(in);
+  uint16_t* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = to_bf16(from_bf16(a[i]) + from_bf16(b[i]));
+}
+
+MPI_Op bf16_sum_op() {
+  static MPI_Op op = [] {
+    MPI_Op o;
+    MPI_Op_create(&bf16_sum, /*commute=*/1, &o);
+    return o;
+  }();
+  return op;
+}
+
 int to_int(int64_t n) {
   KILN_USER_CHECK(n >= 0 && n <= INT32_MAX) << "kiln.dist: a collective of " << n << " elements exceeds MPI's int count";
   return static_cast<int>(n);
@@ -127,6 +152,14 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<Request> start_all_reduce(void* buf, int64_t n, DataType t) override {
     auto req = std::make_unique<MpiRequest>(size_);
     MPI_Iallreduce(MPI_IN_PLACE, buf, to_int(n), mpi_type(t), MPI_SUM, comm_, &req->r);
+    return req;
+  }
+  std::unique_ptr<Request> start_all_reduce_bf16(float* buf, int64_t n) override {
+    auto req = std::make_unique<MpiRequest>(size_);
+    req->wire.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) req->wire[static_cast<size_t>(i)] = to_bf16(buf[i]);
+    req->unpack_to = buf;
+    MPI_Iallreduce(MPI_IN_PLACE, req->wire.data(), to_int(n), MPI_UINT16_T, bf16_sum_op(), comm_, &req->r);
     return req;
   }
   void all_gather(const void* s, void* rv, int64_t n, DataType t) override {
@@ -179,15 +212,25 @@ class MpiCommunicator : public Communicator {
     explicit MpiRequest(int size) : size(size) {}
     ~MpiRequest() override { wait(); }  // MPI still writes into the buffer until then
     bool test() override {
-      if (!done) MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+      if (!done) {
+        MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+        if (done) unpack();
+      }
       return done;
     }
     void wait() override {
-      if (!done) wait_for(r, "all_reduce (started earlier, overlapped)", size);
+      if (done) return;
+      wait_for(r, "all_reduce (started earlier, overlapped)", size);
       done = 1;
+      unpack();
+    }
+    void unpack() {  // a bfloat16 all-reduce: the sum back into the caller's float32 buffer
+      for (size_t i = 0; unpack_to && i < wire.size(); ++i) unpack_to[i] = from_bf16(wire[i]);
     }
     MPI_Request r = MPI_REQUEST_NULL;
     int done = 0, size;
+    std::vector<uint16_t> wire;  // bfloat16 words in flight (start_all_reduce_bf16)
+    float* unpack_to = nullptr;
   };
 
  public:

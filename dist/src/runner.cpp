@@ -103,12 +103,14 @@ struct Runner::Impl {
     DataType dtype;
     int axis = 0, level = 0, after_part = 0;  // started after part after_part of level `level`
     int wait_part = 0;                        // waited before part wait_part of level `level` + 1
+    bool bf16 = false;                        // float32 sent as bfloat16 (Runner's bf16_gradients)
   };
   std::vector<Step> steps;
   std::vector<Bucket> buckets;
   mutable RunStats stats;  // collectives' entries in the order of their steps
   std::unordered_map<const OpNode*, int> stat_of;  // collective -> its entry in stats.collectives
   bool progress_thread = false;  // test overlapped buckets from a thread while segments run
+  bool bf16_gradients = false;   // float32 buckets travel as bfloat16
 };
 
 namespace {
@@ -225,11 +227,15 @@ Layout levels_of(const std::vector<Ref<NodeObj>>& order) {
 }
 
 // The all-reduces of level k+1 fed by ops of level k go in buckets, level k's ops in parts (buckets.h).
+// With bf16_gradients the all-reduces of the graph's outputs (the loss) stay out: they run whole, in float32.
 void plan_overlap(Layout& lay, Runner::Impl& m, int64_t bucket_bytes) {
+  std::unordered_set<const NodeObj*> outputs;
+  for (const Value& v : m.local.outputs()) outputs.insert(v.node.get());
   for (size_t k = 0; k + 1 < lay.ops.size(); ++k) {
     std::vector<const OpNode*> cands;
     for (const OpNode* c : lay.colls[k + 1]) {
       const Value& in = c->inputs[0];
+      if (m.bf16_gradients && outputs.count(c)) continue;
       if (c->op->name == "kiln.AllReduce" && in.node->kind == NodeKind::Op && !node_is_collective(in.node.get()) &&
           lay.level.at(in.node.get()) == static_cast<int>(k))
         cands.push_back(c);
@@ -245,6 +251,7 @@ void plan_overlap(Layout& lay, Runner::Impl& m, int64_t bucket_bytes) {
       B.after_part = b.after_part;
       B.dtype = b.all_reduces[0]->inputs[0].type().dtype;
       B.axis = m.mesh.axis(b.all_reduces[0]->attrs.get_string("axis"));
+      B.bf16 = m.bf16_gradients && B.dtype == DataType::Float(32);
       for (const OpNode* ar : b.all_reduces) {
         B.offsets.push_back(B.count);
         B.count += ar->inputs[0].type().numel();
@@ -349,10 +356,14 @@ void init_stats(Runner::Impl& m) {
 
 }  // namespace
 
-Runner::Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, const CompileOptions& options, int64_t bucket_bytes)
+Runner::Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, const CompileOptions& options, int64_t bucket_bytes,
+               bool bf16_gradients)
     : impl_(std::make_unique<Impl>()) {
   if (bucket_bytes < 0) bucket_bytes = default_bucket_bytes();
+  KILN_USER_CHECK(!bf16_gradients || bucket_bytes > 0) << "kiln.dist: bfloat16 gradients travel in the overlapped buckets; "
+                                                       << "give a bucket size (bucket_mb > 0, e.g. 25)";
   Impl& m = *impl_;
+  m.bf16_gradients = bf16_gradients;
   m.mesh = sg.mesh;
   KILN_USER_CHECK(world->size() == sg.mesh.size()) << "kiln.dist: the mesh " << sg.mesh.str() << " has " << sg.mesh.size() << " ranks but "
                                                    << world->size() << " processes were started; run with mpirun -np " << sg.mesh.size();
@@ -430,7 +441,9 @@ std::vector<NDArray> Runner::run(const std::vector<NDArray>& inputs) const {
           NDArray in = get(b.all_reduces[i]->inputs[0]);
           std::memcpy(dst + b.offsets[i] * b.dtype.bytes(), in.data(), static_cast<size_t>(in.nbytes()));
         }
-        inflight[static_cast<size_t>(st.bucket)] = m.axis_comms[static_cast<size_t>(b.axis)]->start_all_reduce(buf.data(), b.count, b.dtype);
+        Communicator& comm = *m.axis_comms[static_cast<size_t>(b.axis)];
+        inflight[static_cast<size_t>(st.bucket)] = b.bf16 ? comm.start_all_reduce_bf16(static_cast<float*>(buf.data()), b.count)
+                                                          : comm.start_all_reduce(buf.data(), b.count, b.dtype);
         m.stats.collective_seconds += seconds_since(t);
         break;
       }

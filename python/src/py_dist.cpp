@@ -126,11 +126,11 @@ void define_dist(py::module_& root) {
   }, py::arg("graph"), py::arg("mesh"), py::arg("specs"), py::arg("keep_outputs_sharded") = false);
 
   py::class_<Runner, std::shared_ptr<Runner>>(m, "Runner")
-      .def(py::init([](const ShardedGraph& s, const std::string& target, int64_t bucket_bytes) {
+      .def(py::init([](const ShardedGraph& s, const std::string& target, int64_t bucket_bytes, bool bf16_gradients) {
         graph::CompileOptions options;
         options.target = target;
-        return std::make_shared<Runner>(s, world(), options, bucket_bytes);
-      }), py::arg("sharded"), py::arg("target") = "llvm", py::arg("bucket_bytes") = -1)
+        return std::make_shared<Runner>(s, world(), options, bucket_bytes, bf16_gradients);
+      }), py::arg("sharded"), py::arg("target") = "llvm", py::arg("bucket_bytes") = -1, py::arg("bf16_gradients") = false)
       .def("run", [](const Runner& r, py::sequence inputs) {
         std::vector<NDArray> in = to_arrays(inputs), out;
         {
@@ -231,6 +231,12 @@ void define_dist(py::module_& root) {
     world()->all_reduce(a.mutable_data(), a.size(), kind == 'f' ? DataType::Float(bits) : DataType::Int(bits));
     return a;
   }, py::arg("a"), "Sums the array over every rank into the array itself (no copy in or out: what a step's planned buffers pay).");
+  m.def("all_reduce_bf16_in_place", [](py::array a) {
+    if (!(a.flags() & py::array::c_style) || !a.writeable() || !a.dtype().is(py::dtype::of<float>()))
+      throw_user_error("all_reduce_bf16_in_place: the array must be a C-contiguous, writeable float32 array, got " + std::string(py::str(a.dtype())));
+    world()->start_all_reduce_bf16(static_cast<float*>(a.mutable_data()), a.size())->wait();
+    return a;
+  }, py::arg("a"), "all_reduce_in_place of float32 values sent (and summed) as bfloat16: half the bytes, 8 bits of mantissa.");
   m.def("broadcast", [](py::array a, int root) {
     NDArray x = numpy_to_ndarray(py::array::ensure(a, py::array::c_style));
     world()->broadcast(x.data(), x.numel(), x.dtype(), root);

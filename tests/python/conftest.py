@@ -34,3 +34,30 @@ _ensure_importable()
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="session")
+def host_bed():
+    """Two "hosts" (network namespaces, scripts/hosts.sh) for the session; removed at its end, failed tests or not."""
+    from hostbed import Bed, BedUnavailable
+    bed = Bed(2)
+    try:
+        bed.up()
+    except BedUnavailable as e:
+        pytest.skip(f"no two-host test bed on this machine: {e}")
+    try:
+        yield bed
+    finally:
+        bed.down()
+
+
+@pytest.fixture
+def launcher(request):
+    """How mpirun places the ranks: "local" (one host) or "hosts" (across host_bed over TCP);
+    tests take it with @pytest.mark.parametrize("launcher", [...], indirect=True)."""
+    from hostbed import Launcher
+    kind = getattr(request, "param", "local")
+    if kind == "local":
+        return Launcher()
+    assert kind == "hosts", kind
+    return Launcher(request.getfixturevalue("host_bed"))

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import kiln
+from hostbed import Launcher, python_env
 
 pytestmark = pytest.mark.skipif(not hasattr(kiln, "dist"), reason="kiln was built without the distribution pass")
 
@@ -20,23 +21,23 @@ SCRIPTS = os.path.join(HERE, "dist")
 MPIRUN = shutil.which("mpirun")
 
 
-def mpi(script, np_, timeout=60, env=None):
+def mpi(script, np_, timeout=60, env=None, launcher=None, popen=False):
+    """Runs tests/python/dist/<script> on np_ ranks, on this host or across the test bed (launcher)."""
     if MPIRUN is None:
         pytest.skip("mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev); the MPI tests need it")
     if not kiln.dist.mpi_built():
         pytest.skip("kiln was built without MPI (libopenmpi-dev missing at configure time)")
-    e = dict(os.environ, KILN_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path), **(env or {}))
-    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(np_)]
-    for k in ("PYTHONPATH", "KILN_NUM_THREADS", "OMP_NUM_THREADS") + tuple(env or {}):
-        cmd += ["-x", k]
+    e = python_env(env)
+    cmd = (launcher or Launcher()).command(np_, e) + [sys.executable, os.path.join(SCRIPTS, script)]
+    if popen:
+        return subprocess.Popen(cmd, cwd=SCRIPTS, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     start = time.monotonic()
-    p = subprocess.run(cmd + [sys.executable, os.path.join(SCRIPTS, script)], cwd=SCRIPTS, env=e, capture_output=True, text=True,
-                       timeout=timeout)
+    p = subprocess.run(cmd, cwd=SCRIPTS, env=e, capture_output=True, text=True, timeout=timeout)
     return p, time.monotonic() - start
 
 
-def expect_ok(script, np_, timeout=60):
-    p, _ = mpi(script, np_, timeout)
+def expect_ok(script, np_, timeout=60, launcher=None, env=None):
+    p, _ = mpi(script, np_, timeout, env=env, launcher=launcher)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]
     # Ranks' lines may interleave: look for the markers anywhere.
@@ -123,9 +124,9 @@ def test_data_parallel_cnn(np_):
     expect_ok("dp_cnn.py", np_, timeout=90)
 
 
-@pytest.mark.parametrize("np_", [2, 4])
-def test_tensor_parallel_training_20_steps(np_):
-    out = expect_ok("tp_train.py", np_, timeout=90)
+@pytest.mark.parametrize("np_,launcher", [(2, "local"), (4, "local"), (4, "hosts")], indirect=["launcher"])
+def test_tensor_parallel_training_20_steps(np_, launcher):
+    out = expect_ok("tp_train.py", np_, timeout=90, launcher=launcher)
     assert "AllReduce" in out
 
 
@@ -133,8 +134,9 @@ def test_tensor_parallel_attention_training():
     expect_ok("tp_attention_train.py", 2, timeout=90)
 
 
-def test_data_parallel_training_20_steps():
-    out = expect_ok("dp_train.py", 2, timeout=90)
+@pytest.mark.parametrize("launcher", ["local", "hosts"], indirect=True)
+def test_data_parallel_training_20_steps(launcher):
+    out = expect_ok("dp_train.py", 2, timeout=90, launcher=launcher)
     assert out.count("kiln.AllReduce") == 5  # one per parameter's gradient, one for the loss
     assert "kiln.AllGather" not in out  # the batch is never gathered
 

@@ -58,9 +58,9 @@ def test_auto_errors():
         kiln.dist.shard(model, mesh, strategy="auto", cost={"flops": 1})
 
 
-@pytest.mark.parametrize("np_", [2, 4])
-def test_auto_plan_runs_on_ranks(np_):
-    out = expect_ok("auto_chain.py", np_, timeout=120)
+@pytest.mark.parametrize("np_,launcher", [(2, "local"), (4, "local"), (2, "hosts")], indirect=["launcher"])
+def test_auto_plan_runs_on_ranks(np_, launcher):
+    out = expect_ok("auto_chain.py", np_, timeout=120, launcher=launcher)
     assert "estimate" in out and "measured" in out
 
 

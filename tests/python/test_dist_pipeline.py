@@ -106,7 +106,7 @@ def test_a_weight_shared_across_stages_trains_as_one(np_):
     assert "shared weight: losses match" in out
 
 
-@pytest.mark.parametrize("np_", [2, 4])
-def test_pipeline_training_on_ranks_follows_one_process(np_):
-    out = expect_ok("pipeline_train.py", np_, timeout=120)
+@pytest.mark.parametrize("np_,launcher", [(2, "local"), (4, "local"), (2, "hosts")], indirect=["launcher"])
+def test_pipeline_training_on_ranks_follows_one_process(np_, launcher):
+    out = expect_ok("pipeline_train.py", np_, timeout=120, launcher=launcher)
     assert "1f1b: losses match" in out and "gpipe: losses match" in out

@@ -82,19 +82,27 @@ class Plan:
         """The graph `rank` runs (local shapes, sliced weights, collectives)."""
         return self.sharded.lower(rank)
 
-    def compile(self, target="llvm", bucket_mb=None):
+    def compile(self, target="llvm", bucket_mb=None, grad_dtype="float32"):
         """This rank's graph, cut at its collectives and compiled (every rank must call it: it splits the communicator).
 
         bucket_mb > 0 overlaps the all-reduces of the values a segment computes (gradients) with the rest of
         it (the backward pass), packed in buckets of about that many MiB (PyTorch DDP's bucket_cap_mb);
-        0 runs every collective in turn; None takes $KILN_DIST_BUCKET_MB (else 0)."""
+        0 runs every collective in turn; None takes $KILN_DIST_BUCKET_MB (else 0).
+        grad_dtype="bfloat16" sends those float32 buckets as bfloat16 (half the bytes, each sum rounded to
+        bfloat16's 8 bits of mantissa); the graph's outputs (a loss) stay float32. It needs buckets: with
+        bucket_mb None it takes 25 MiB."""
         if _d.size() != self.mesh.size:
             raise KilnError(f"the mesh {self.mesh} has {self.mesh.size} ranks but {_d.size()} process(es) run; "
                             f"start them with mpirun -np {self.mesh.size}")
         if bucket_mb is not None and bucket_mb < 0:
             raise KilnError(f"bucket_mb must be >= 0 (0: no overlap), got {bucket_mb}")
+        if grad_dtype not in ("float32", "bfloat16"):
+            raise KilnError(f"grad_dtype must be 'float32' or 'bfloat16', got {grad_dtype!r}")
+        bf16 = grad_dtype == "bfloat16"
+        if bf16 and bucket_mb is None:
+            bucket_mb = 25.0
         bucket_bytes = -1 if bucket_mb is None else int(bucket_mb * 1024 * 1024)
-        return Runner(_d.Runner(self.sharded, str(target), bucket_bytes), self)
+        return Runner(_d.Runner(self.sharded, str(target), bucket_bytes, bf16), self)
 
     def measure(self, *inputs, runs=20, runner=None, **cost):
         """Runs the plan `runs` times on every rank (compiling it unless `runner` is given) and sets the

@@ -8,7 +8,7 @@ from .plan import Plan
 _d = _kiln.dist
 
 
-def train(model, mesh, axis=None, bucket_mb=None, strategy="data", **train_options):
+def train(model, mesh, axis=None, bucket_mb=None, strategy="data", grad_dtype="float32", **train_options):
     """``kiln.train.compile(model, **train_options)`` made data parallel over `mesh` (see data_parallel),
     or with strategy="tensor" tensor parallel (see tensor_parallel)."""
     step = _train.compile(model, **train_options)
@@ -17,7 +17,7 @@ def train(model, mesh, axis=None, bucket_mb=None, strategy="data", **train_optio
     if strategy != "data":
         raise KilnError(f"kiln.dist.train: strategy must be 'data' or 'tensor', got {strategy!r} "
                         "(pipelines: kiln.dist.pipeline_train)")
-    return data_parallel(step, mesh, axis, bucket_mb)
+    return data_parallel(step, mesh, axis, bucket_mb, grad_dtype)
 
 
 def tensor_parallel(step, mesh, axis=None):
@@ -36,8 +36,8 @@ def tensor_parallel(step, mesh, axis=None):
     return step
 
 
-def _shard_step(step, plan, bucket_mb):
-    step.run_with(plan.compile(bucket_mb=bucket_mb))  # step.runner: its stats() say where each step's time went
+def _shard_step(step, plan, bucket_mb, grad_dtype="float32"):
+    step.run_with(plan.compile(bucket_mb=bucket_mb, grad_dtype=grad_dtype))  # step.runner: its stats() say where each step's time went
     # Every rank starts from rank 0's parameters and buffers (as DDP does), whatever each initialised.
     for table in (step.parameters, step.buffers):
         for name in list(table):
@@ -45,13 +45,14 @@ def _shard_step(step, plan, bucket_mb):
     step.plan = plan
 
 
-def data_parallel(step, mesh, axis=None, bucket_mb=None):
+def data_parallel(step, mesh, axis=None, bucket_mb=None, grad_dtype="float32"):
     """Makes a kiln.train step data parallel over `mesh`: each rank takes its block of the batch,
     the step's graph is sharded (gradients come out as partial sums and are all-reduced before the
     optimizer; the loss is the mean over the whole batch, so their sum is the average gradient),
     parameters start as rank 0's, so every rank holds the same parameters after every step and the
     loss is the full batch's. Call it on every rank; then call the step with the full batch as before.
-    bucket_mb: overlap the gradient all-reduces with the backward pass in buckets of that many MiB (see Plan.compile)."""
+    bucket_mb: overlap the gradient all-reduces with the backward pass in buckets of that many MiB (see Plan.compile).
+    grad_dtype="bfloat16": the gradients travel as bfloat16, half the bytes (see Plan.compile)."""
     axes = [n for n, _ in mesh.axes]
     axis = axis or ("data" if "data" in axes else axes[0])
     g = step.graph
@@ -59,5 +60,5 @@ def data_parallel(step, mesh, axis=None, bucket_mb=None):
     given = {}
     for name, t in list(zip(g.input_names, g.input_types))[:n_batch]:
         given[name] = " ".join([f"S({axis})"] + ["R"] * (len(t[0]) - 1))
-    _shard_step(step, Plan(_d.shard_graph(g, mesh, given, False), g, given), bucket_mb)
+    _shard_step(step, Plan(_d.shard_graph(g, mesh, given, False), g, given), bucket_mb, grad_dtype)
     return step

@@ -49,6 +49,9 @@ class Communicator {
   /** all_reduce started without waiting: buf must stay alive and untouched until the request completes.
    *  Engines without non-blocking collectives complete it at once. */
   virtual std::unique_ptr<Request> start_all_reduce(void* buf, int64_t count, DataType dtype);
+  /** start_all_reduce of float32 values sent as bfloat16 (half the bytes): each rank's values and each partial
+   *  sum are rounded to bfloat16; buf holds the sum (as float32) once the request completes. */
+  virtual std::unique_ptr<Request> start_all_reduce_bf16(float* buf, int64_t count);
   /** recv (size * count) gets every rank's `count` elements, in rank order. */
   virtual void all_gather(const void* send, void* recv, int64_t count, DataType dtype) = 0;
   /** send holds size blocks of `count`; recv gets the sum over ranks of block rank(). */

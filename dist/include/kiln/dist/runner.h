@@ -50,8 +50,10 @@ class Runner {
    *  packed in buckets of about that many bytes, each started (non-blocking) as soon as its inputs are
    *  computed and waited where the next level needs it; the level is cut into parts for it, and a thread
    *  tests the buckets in flight while segments compute (KILN_DIST_PROGRESS=0: only between). 0: collectives
-   *  run one by one between segments; -1: $KILN_DIST_BUCKET_MB megabytes (MiB), else 0. */
-  Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, const graph::CompileOptions& options = {}, int64_t bucket_bytes = -1);
+   *  run one by one between segments; -1: $KILN_DIST_BUCKET_MB megabytes (MiB), else 0. bf16_gradients: the
+   *  float32 buckets travel as bfloat16 (half the bytes; Communicator::start_all_reduce_bf16); needs buckets. */
+  Runner(const ShardedGraph& sg, std::shared_ptr<Communicator> world, const graph::CompileOptions& options = {}, int64_t bucket_bytes = -1,
+         bool bf16_gradients = false);
   ~Runner();
 
   /** Runs the rank's graph; inputs are this rank's blocks, in the graph's input order. */
