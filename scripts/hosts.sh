@@ -51,6 +51,7 @@ take_down() {
   # A host lost as a machine is: its link goes first (peers see silence, not a reset), then its processes.
   local ns=$1 i=${1#"$PREFIX"} pid
   ip -n "$BED" link del "vh$i" 2>/dev/null || true
+  mkdir -p "$STATE/down" && touch "$STATE/down/$ns"   # its launch agent now hangs as ssh would (netns_agent.sh)
   for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
   ip netns del "$ns" 2>/dev/null || true
   rm -rf "/etc/netns/$ns"
@@ -124,7 +125,8 @@ case "${1:-}" in
   mpirun)
     shift
     [ -f "$STATE/mca.conf" ] || die "the bed is down; run scripts/hosts.sh up N first"
-    exec ip netns exec "$BED" env OMPI_MCA_mca_base_param_files="$STATE/mca.conf" mpirun "$@" ;;
+    # PMIX_MCA_gds=hash: PMIx 3's shared-memory store logs spurious dstore errors when jobs follow each other.
+    exec ip netns exec "$BED" env OMPI_MCA_mca_base_param_files="$STATE/mca.conf" PMIX_MCA_gds=hash mpirun "$@" ;;
   status)
     for ns in $(ns_list); do echo "$ns: $(ip -n "$ns" -4 -br addr | grep -v '^lo' | awk '{print $1, $3}' | tr '\n' ' ')"; done ;;
   *) die "usage: $0 up N | down | kill HOST | hostfile N [slots] | mpirun ARGS... | status" ;;

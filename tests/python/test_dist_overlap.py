@@ -55,3 +55,26 @@ def test_dist_bench_runs_and_counts_ring_bytes():
     assert "CPU:" in p.stdout and "## cnn" in p.stdout and "## overlap" in p.stdout, p.stdout
     two = re.search(r"^\s+2\s+32\s.*$", p.stdout, re.M)
     assert two and " 1.00 " in two.group(0), p.stdout  # sent/ideal on 2 ranks
+
+
+def test_bf16_gradients_on_a_mesh_of_one_round_and_refuse_bad_options():
+    model, rng = mlp_model()
+    mesh = kiln.dist.Mesh(("data", 1))
+    f32 = kiln.dist.train(model, mesh, bucket_mb=0.001, loss="cross_entropy", optimizer=kiln.train.SGD(lr=0.1))
+    b16 = kiln.dist.train(model, mesh, grad_dtype="bfloat16", loss="cross_entropy", optimizer=kiln.train.SGD(lr=0.1))
+    assert b16.runner.stats()["buckets"] >= 1  # bucket_mb None takes 25 MiB with bfloat16
+    x, y = rng.standard_normal((8, 16)).astype("float32"), rng.integers(0, 8, 8)
+    for _ in range(3):
+        a, b = f32(x, y), b16(x, y)
+        assert b == pytest.approx(a, rel=2e-2)
+    diff = max(np.abs(f32.parameters[k] - b16.parameters[k]).max() for k in f32.parameters)
+    assert 0 < diff < 1e-2, diff  # rounded, yet close
+    with pytest.raises(kiln.KilnError, match="grad_dtype must be"):
+        kiln.dist.shard(model, mesh, strategy="data").compile(grad_dtype="float16")
+    with pytest.raises(kiln.KilnError, match="bucket_mb > 0"):
+        kiln.dist.shard(model, mesh, strategy="data").compile(bucket_mb=0, grad_dtype="bfloat16")
+
+
+def test_bf16_gradients_follow_the_float32_loss_curve():
+    out = expect_ok("dp_bf16.py", 2, timeout=120)
+    assert "last 10 mean" in out

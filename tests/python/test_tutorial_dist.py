@@ -1,4 +1,4 @@
-"""tutorials/06_data_parallel.py under mpirun -np 2: the data-parallel loss curve follows the one-process one and the PNG is written."""
+"""tutorials/06_data_parallel.py under mpirun -np 2, on one host and across two (the test bed): the data-parallel loss curve follows the one-process one and the PNG is written."""
 import os
 import re
 import shutil
@@ -8,6 +8,7 @@ import sys
 import pytest
 
 import kiln
+from hostbed import python_env
 
 pytestmark = pytest.mark.skipif(not hasattr(kiln, "dist"), reason="kiln was built without the distribution pass")
 
@@ -16,17 +17,15 @@ TUTORIAL = os.path.join(ROOT, "tutorials", "06_data_parallel.py")
 MPIRUN = shutil.which("mpirun")
 
 
-def test_data_parallel_tutorial_on_two_ranks(tmp_path):
+@pytest.mark.parametrize("launcher", ["local", "hosts"], indirect=True)
+def test_data_parallel_tutorial_on_two_ranks(tmp_path, launcher):
     if MPIRUN is None:
         pytest.skip("mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev); the MPI tests need it")
     if not kiln.dist.mpi_built():
         pytest.skip("kiln was built without MPI (libopenmpi-dev missing at configure time)")
-    import kiln._ffi as ffi
-    paths = [os.path.dirname(os.path.dirname(kiln.__file__)), os.path.dirname(ffi._kiln.__file__)]
-    env = dict(os.environ, KILN_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(paths + sys.path))
+    env = python_env()
     png = tmp_path / "curves.png"
-    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "PYTHONPATH", "-x", "KILN_NUM_THREADS", "-x", "OMP_NUM_THREADS",
-           sys.executable, TUTORIAL, "--steps", "40", "--out", str(png)]
+    cmd = launcher.command(2, env) + [sys.executable, TUTORIAL, "--steps", "40", "--out", str(png)]
     p = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]

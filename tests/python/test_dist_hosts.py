@@ -1,0 +1,82 @@
+"""The two-"host" test bed itself (scripts/hosts.sh, hostbed.py): it comes up and goes down cleanly,
+ranks land in different network namespaces and talk over the hosts' link, and a host lost mid-step
+makes the survivors stop with kiln's timeout error. The training scripts run across it from their own
+tests (the `launcher` fixture: test_dist.py, test_dist_pipeline.py, test_dist_auto.py, test_tutorial_dist.py)."""
+import os
+import subprocess
+import time
+
+import pytest
+
+import kiln
+from hostbed import HOSTS_SH, Launcher
+from test_dist import expect_ok, mpi
+
+pytestmark = pytest.mark.skipif(not hasattr(kiln, "dist"), reason="kiln was built without the distribution pass")
+
+
+def namespaces():
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return sorted(line.split()[0] for line in out.splitlines() if line.startswith("kiln-"))
+
+
+def test_up_is_idempotent_and_down_removes_everything(host_bed):
+    host_bed.up()  # again, over the running bed
+    assert namespaces() == ["kiln-bed", "kiln-h0", "kiln-h1"]
+    addr = subprocess.run(["ip", "-n", "kiln-h1", "-4", "-br", "addr", "show", "kiln0"], capture_output=True, text=True).stdout
+    assert "10.213.0.2/24" in addr, addr
+    # Nothing of the bed in the root namespace: no interface, no route.
+    assert "10.213." not in subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
+    assert "10.213." not in subprocess.run(["ip", "route"], capture_output=True, text=True).stdout
+    # No route out of a host: only the bed's /24.
+    routes = subprocess.run(["ip", "-n", "kiln-h0", "route"], capture_output=True, text=True).stdout
+    assert "default" not in routes and routes.strip().startswith("10.213.0.0/24"), routes
+    host_bed.down()
+    host_bed.down()  # idempotent
+    assert namespaces() == [] and not os.path.exists("/tmp/kiln-bed")
+    host_bed.up()
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_ranks_sit_on_different_hosts_and_talk_over_tcp(host_bed, np_):
+    out = expect_ok("where.py", np_, launcher=Launcher(host_bed))
+    assert "namespaces:" in out
+
+
+def test_the_agent_refuses_an_unknown_host(host_bed):
+    p = subprocess.run([os.path.join(os.path.dirname(HOSTS_SH), "netns_agent.sh"), "kiln-h9", "true"], capture_output=True, text=True)
+    assert p.returncode == 255 and "no namespace 'kiln-h9'" in p.stderr
+
+
+def test_a_host_taken_down_mid_step_stops_the_survivors(host_bed):
+    proc = mpi("host_down.py", 2, env={"KILN_DIST_TIMEOUT": "5"}, launcher=Launcher(host_bed), popen=True)
+    lines = []
+    try:
+        deadline = time.monotonic() + 90
+        while not any(l.startswith("step 3 rank 1") for l in lines):
+            line = proc.stdout.readline()
+            assert line and time.monotonic() < deadline, "".join(lines)[-3000:]
+            lines.append(line)
+        host_bed.kill(1)
+        down = time.monotonic()
+        while True:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "KILN_DIST_TIMEOUT" in line:
+                break
+        stopped = time.monotonic() - down
+        out = "".join(lines)
+        assert "rank 0: " in out and "did not complete within 5 s (KILN_DIST_TIMEOUT)" in out, out[-3000:]
+        assert stopped < 5 + 10, f"the survivor stopped {stopped:.1f} s after the host went down"
+        print(f"survivor stopped {stopped:.1f} s after host kiln-h1 went down (KILN_DIST_TIMEOUT=5)")
+        try:
+            proc.wait(timeout=5)  # mpirun, told by the survivor's abort, may still wait on the lost daemon: ended below
+        except subprocess.TimeoutExpired:
+            pass
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        host_bed.up()  # the other tests get a whole bed again
