@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""kiln's all-reduce against Open MPI's own MPI_Allreduce and the link's bound, across two "hosts".
+
+  PYTHONPATH=python:build/python /usr/bin/python3 bench/collectives_bench.py [--sizes-mb 1,4,16,64]
+      [--local] [--per-host 1] [--json out.json]
+
+The driver (this script without mpirun) brings up the two-host test bed (scripts/hosts.sh: network
+namespaces on a bridge, TCP only; --local: one host, shared memory) and starts itself under mpirun,
+one rank per host. Each rank then measures, on the same float32 buffers:
+
+  - the link: a ping-pong of 64 MB between rank 0 and the last rank (MPI_Send/MPI_Recv in a small C
+    helper built with mpicc), one-way bytes/s = size / (round trip / 2);
+  - kiln: kiln.dist's all-reduce in place (the communicator the runner uses: MPI_Iallreduce polled
+    against KILN_DIST_TIMEOUT), and the same in bfloat16 (half the bytes);
+  - MPI: MPI_Allreduce(MPI_IN_PLACE, MPI_FLOAT, MPI_SUM) on MPI_COMM_WORLD, from the C helper;
+  - the ring bound: a ring all-reduce sends 2(n-1)/n of the bytes per rank, so it needs at least
+    2(n-1)/n * size / link bytes/s.
+
+Times are medians over repeats (after one warm-up), each after a barrier; the table is rank 0's.
+"""
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+HELPER_C = r"""
+#include <mpi.h>
+/* MPI's own all-reduce, n floats in place, `reps` times after a barrier each: the median is the caller's. */
+void mpi_allreduce_times(float* buf, int n, int reps, double* out) {
+  for (int i = 0; i < reps; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t = MPI_Wtime();
+    MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    out[i] = MPI_Wtime() - t;
+  }
+}
+/* Round trips of `bytes` between rank 0 and rank `peer`; others only meet the barriers. */
+void ping_pong_times(char* buf, int bytes, int peer, int reps, double* out) {
+  int r;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  for (int i = 0; i < reps; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t = MPI_Wtime();
+    if (r == 0) {
+      MPI_Send(buf, bytes, MPI_BYTE, peer, 7, MPI_COMM_WORLD);
+      MPI_Recv(buf, bytes, MPI_BYTE, peer, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else if (r == peer) {
+      MPI_Recv(buf, bytes, MPI_BYTE, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(buf, bytes, MPI_BYTE, 0, 7, MPI_COMM_WORLD);
+    }
+    out[i] = MPI_Wtime() - t;
+  }
+}
+"""
+
+
+def build_helper(folder):
+    mpicc = shutil.which("mpicc")
+    if mpicc is None:
+        sys.exit("collectives_bench: mpicc not found (apt-get install libopenmpi-dev)")
+    src, lib = os.path.join(folder, "mpi_helper.c"), os.path.join(folder, "mpi_helper.so")
+    with open(src, "w") as f:
+        f.write(HELPER_C)
+    subprocess.run([mpicc, "-O2", "-shared", "-fPIC", src, "-o", lib], check=True)
+    return lib
+
+
+def reps_for(mb):
+    return max(3, int(40 / max(mb, 1)))
+
+
+def rank_main(args):
+    import numpy as np
+
+    import kiln
+    r, n = kiln.dist.rank(), kiln.dist.size()
+    lib = ctypes.CDLL(os.environ["KILN_BENCH_MPI_HELPER"])
+    dbl = ctypes.POINTER(ctypes.c_double)
+
+    def mpi_time(buf, reps):
+        out = np.zeros(reps + 1)
+        lib.mpi_allreduce_times(buf.ctypes.data_as(ctypes.c_void_p), ctypes.c_int(buf.size), ctypes.c_int(reps + 1), out.ctypes.data_as(dbl))
+        return float(np.median(out[1:]))
+
+    def kiln_time(buf, reps, fn):
+        times = []
+        for i in range(reps + 1):
+            kiln.dist.barrier()
+            t = time.perf_counter()
+            fn(buf)
+            times.append(time.perf_counter() - t)
+        return float(np.median(times[1:]))
+
+    # The link: one-way bytes/s from 64 MB round trips.
+    pp = np.zeros(64 << 20, "uint8")
+    out = np.zeros(6)
+    lib.ping_pong_times(pp.ctypes.data_as(ctypes.c_void_p), ctypes.c_int(pp.size), ctypes.c_int(n - 1), ctypes.c_int(6), out.ctypes.data_as(dbl))
+    link = pp.size / (float(np.median(out[1:])) / 2)
+    small, lat = np.zeros(8, "uint8"), np.zeros(21)
+    lib.ping_pong_times(small.ctypes.data_as(ctypes.c_void_p), ctypes.c_int(8), ctypes.c_int(n - 1), ctypes.c_int(21), lat.ctypes.data_as(dbl))
+    latency = float(np.median(lat[1:])) / 2
+    d = kiln._ffi._kiln.dist
+    rows = []
+    for mb in args.sizes:
+        buf = np.ones(int(mb * (1 << 20)) // 4, "float32")
+        reps = reps_for(mb)
+        t_mpi = mpi_time(buf, reps)
+        t_kiln = kiln_time(buf, reps, d.all_reduce_in_place)
+        t_bf16 = kiln_time(buf, reps, d.all_reduce_bf16_in_place)
+        bound = 2 * (n - 1) / n * buf.nbytes / link
+        rows.append(dict(mb=mb, kiln_s=t_kiln, mpi_s=t_mpi, kiln_bf16_s=t_bf16, ring_bound_s=bound))
+    if r == 0:
+        print(f"ranks: {n}; link (ping-pong, 64 MB): {link / 1e9:.2f} GB/s one way, latency {latency * 1e6:.1f} us (8 B)")
+        print(f"{'MB':>5} {'kiln ms':>9} {'MPI ms':>9} {'kiln/MPI':>9} {'ring bound ms':>14} {'kiln/bound':>11} "
+              f"{'kiln bf16 ms':>13} {'kiln GB/s':>10}")
+        for w in rows:
+            print(f"{w['mb']:>5g} {w['kiln_s'] * 1e3:>9.2f} {w['mpi_s'] * 1e3:>9.2f} {w['kiln_s'] / w['mpi_s']:>9.2f} "
+                  f"{w['ring_bound_s'] * 1e3:>14.2f} {w['kiln_s'] / w['ring_bound_s']:>11.2f} {w['kiln_bf16_s'] * 1e3:>13.2f} "
+                  f"{w['mb'] * (1 << 20) / w['kiln_s'] / 1e9:>10.2f}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(dict(ranks=n, link_bytes_per_s=link, latency_s=latency, rows=rows), f, indent=1)
+
+
+def driver(args):
+    sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+    from hostbed import Bed, Launcher, python_env
+    tmp = tempfile.mkdtemp(prefix="kiln-collectives-")
+    bed = None
+    try:
+        env = python_env({"KILN_BENCH_MPI_HELPER": build_helper(tmp)})
+        if args.local:
+            launcher = Launcher()
+        else:
+            bed = Bed(2).up()
+            launcher = Launcher(bed)
+        n = 2 * args.per_host  # the same ranks either way: 2 hosts x per_host, or all on this one
+        cmd = launcher.command(n, env) + [sys.executable, os.path.abspath(__file__), "--rank",
+                                          "--sizes-mb", ",".join(f"{s:g}" for s in args.sizes)]
+        if args.json:
+            cmd += ["--json", os.path.abspath(args.json)]
+        print(f"# {'one host (shared memory allowed)' if args.local else '2 hosts of the test bed (TCP over veth)'}: {' '.join(cmd[:12])} ...")
+        p = subprocess.run(cmd, env=env, cwd=tmp, timeout=args.timeout)
+        return p.returncode
+    finally:
+        if bed is not None:
+            bed.down()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sizes-mb", default="1,4,16,64", help="buffer sizes in MiB, comma separated")
+    p.add_argument("--local", action="store_true", help="all ranks on this host (shared memory) instead of the bed")
+    p.add_argument("--per-host", type=int, default=1, help="ranks per host")
+    p.add_argument("--json", default=None, help="write the rows here")
+    p.add_argument("--timeout", type=int, default=600)
+    p.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    args.sizes = [float(s) for s in args.sizes_mb.split(",")]
+    if args.rank:
+        rank_main(args)
+        return 0
+    return driver(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
