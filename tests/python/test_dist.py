@@ -22,13 +22,15 @@ MPIRUN = shutil.which("mpirun")
 
 
 def mpi(script, np_, timeout=60, env=None, launcher=None, popen=False):
-    """Runs tests/python/dist/<script> on np_ ranks, on this host or across the test bed (launcher)."""
+    """Runs tests/python/dist/<script> (or a command, as a list) on np_ ranks, on this host or across the
+    test bed (launcher); popen=True returns the running mpirun (stdout and stderr in one pipe)."""
     if MPIRUN is None:
         pytest.skip("mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev); the MPI tests need it")
     if not kiln.dist.mpi_built():
         pytest.skip("kiln was built without MPI (libopenmpi-dev missing at configure time)")
     e = python_env(env)
-    cmd = (launcher or Launcher()).command(np_, e) + [sys.executable, os.path.join(SCRIPTS, script)]
+    program = [sys.executable, os.path.join(SCRIPTS, script)] if isinstance(script, str) else script  # or a whole command
+    cmd = (launcher or Launcher()).command(np_, e) + program
     if popen:
         return subprocess.Popen(cmd, cwd=SCRIPTS, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     start = time.monotonic()
