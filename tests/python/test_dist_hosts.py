@@ -38,6 +38,23 @@ def test_up_is_idempotent_and_down_removes_everything(host_bed):
     host_bed.up()
 
 
+def test_a_failed_up_leaves_nothing_behind(host_bed):
+    host_bed.down()
+    try:  # an invalid host name fails after the bridge's namespace is made
+        p = subprocess.run(["bash", HOSTS_SH, "up", "2"], env=dict(os.environ, KILN_BED_PREFIX="bad/x"), capture_output=True, text=True)
+        assert p.returncode != 0 and "removing the partial bed" in p.stderr, p.stderr
+        assert namespaces() == [] and not os.path.exists("/tmp/kiln-bed")
+    finally:
+        host_bed.up()
+
+
+def test_without_root_the_bed_is_skipped_with_the_reason(monkeypatch):
+    from hostbed import Bed, BedUnavailable
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(BedUnavailable, match="needs root"):
+        Bed(2).up()
+
+
 @pytest.mark.parametrize("np_", [2, 4])
 def test_ranks_sit_on_different_hosts_and_talk_over_tcp(host_bed, np_):
     out = expect_ok("where.py", np_, launcher=Launcher(host_bed))
