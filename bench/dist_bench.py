@@ -48,6 +48,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "peers"))
 import blas_choice  # noqa: E402
+HOSTS_SH = os.path.join(os.path.dirname(HERE), "scripts", "hosts.sh")
 ALGORITHMS = {"default": 0, "ring": 1, "binomial": 2, "rabenseifner": 3, "recursive_doubling": 4}
 
 
@@ -67,6 +68,8 @@ def parse_args():
     p.add_argument("--worker-bucket-mb", type=float, default=0, help=argparse.SUPPRESS)
     p.add_argument("--probe", type=int, default=None, help=argparse.SUPPRESS)  # bytes of one all-reduce, inside mpirun
     p.add_argument("--no-probe", action="store_true", help="skip the per-collective byte probes")
+    p.add_argument("--hosts", action="store_true",
+                   help="multi-rank runs across the two-host test bed (scripts/hosts.sh, TCP only; N/2 ranks per host)")
     return p.parse_args()
 
 
@@ -166,8 +169,14 @@ def worker(args):
 
 
 # ---------------------------------------------------------------------------------------------- the driver
+BED = None  # the two-host test bed, with --hosts
+
+
 def mpirun_cmd(args, n, mpirun, prof):
-    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n),
+    start = [mpirun]
+    if BED is not None and n > 1:
+        start = ["bash", HOSTS_SH, "mpirun", "--hostfile", BED.hostfile, "--map-by", f"ppr:{n // 2}:node"]
+    cmd = start + ["--allow-run-as-root", "--oversubscribe", "-np", str(n),
            "--mca", "pml_monitoring_enable", "2", "--mca", "pml_monitoring_enable_output", "3", "--mca", "pml_monitoring_filename", prof]
     if ALGORITHMS[args.algorithm]:
         cmd += ["--mca", "coll_libnbc_iallreduce_algorithm", str(ALGORITHMS[args.algorithm])]
@@ -359,11 +368,29 @@ def driver(args):
                       f, indent=1)
 
 
+def driver_on_bed(args):
+    """driver() with its multi-rank runs across the two-host bed, brought up for it and removed after."""
+    global BED
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "python"))
+    from hostbed import Bed
+    bad = [n for n in map(int, args.ranks.split(",")) if n > 1 and n % 2]
+    if bad:
+        sys.exit(f"--hosts splits the ranks over 2 hosts: {bad} rank(s) do not split evenly")
+    BED = Bed(2).up()
+    try:
+        print("multi-rank runs across 2 hosts of the test bed (network namespaces, TCP over a veth bridge); 1 rank runs locally")
+        driver(args)
+    finally:
+        BED.down()
+
+
 if __name__ == "__main__":
     a = parse_args()
     if a.probe is not None:
         probe(a)
     elif a.worker:
         worker(a)
+    elif a.hosts:
+        driver_on_bed(a)
     else:
         driver(a)

@@ -67,11 +67,12 @@ write_hostfile() {
 
 write_mca() {
   # TCP between ranks and for the daemons' out-of-band channel, on the bed's /24 only;
-  # pml ob1 so that UCX (which would use shared memory across namespaces) is never picked.
+  # pml: ob1 (over the btls), never UCX or cm, which would use shared memory across namespaces;
+  # ^ rather than "ob1" leaves Open MPI's monitoring pml available (bench/dist_bench.py counts bytes with it).
   mkdir -p "$STATE"
   cat > "$STATE/mca.conf" <<EOF
 plm_rsh_agent = ${HERE}/netns_agent.sh
-pml = ob1
+pml = ^ucx,cm
 btl = tcp,self
 btl_tcp_if_include = ${NET}.0/24
 oob_tcp_if_include = ${NET}.0/24
