@@ -88,7 +88,7 @@ def rank_main(args):
     def mpi_time(buf, reps):
         out = np.zeros(reps + 1)
         lib.mpi_allreduce_times(buf.ctypes.data_as(ctypes.c_void_p), ctypes.c_int(buf.size), ctypes.c_int(reps + 1), out.ctypes.data_as(dbl))
-        return float(np.median(out[1:]))
+        return float(np.median(out[1:])), float(np.min(out[1:]))
 
     def kiln_time(buf, reps, fn):
         times = []
@@ -97,7 +97,7 @@ def rank_main(args):
             t = time.perf_counter()
             fn(buf)
             times.append(time.perf_counter() - t)
-        return float(np.median(times[1:]))
+        return float(np.median(times[1:])), float(np.min(times[1:]))
 
     # The link: one-way bytes/s from 64 MB round trips.
     pp = np.zeros(64 << 20, "uint8")
@@ -112,17 +112,21 @@ def rank_main(args):
     for mb in args.sizes:
         buf = np.ones(int(mb * (1 << 20)) // 4, "float32")
         reps = reps_for(mb)
-        t_mpi = mpi_time(buf, reps)
-        t_kiln = kiln_time(buf, reps, d.all_reduce_in_place)
-        t_bf16 = kiln_time(buf, reps, d.all_reduce_bf16_in_place)
+        t_mpi, min_mpi = mpi_time(buf, reps)
+        t_kiln, min_kiln = kiln_time(buf, reps, d.all_reduce_in_place)
+        t_bf16, _ = kiln_time(buf, reps, d.all_reduce_bf16_in_place)
         bound = 2 * (n - 1) / n * buf.nbytes / link
-        rows.append(dict(mb=mb, kiln_s=t_kiln, mpi_s=t_mpi, kiln_bf16_s=t_bf16, ring_bound_s=bound))
+        rows.append(dict(mb=mb, kiln_s=t_kiln, mpi_s=t_mpi, kiln_min_s=min_kiln, mpi_min_s=min_mpi, kiln_bf16_s=t_bf16, ring_bound_s=bound))
     if r == 0:
-        print(f"ranks: {n}; link (ping-pong, 64 MB): {link / 1e9:.2f} GB/s one way, latency {latency * 1e6:.1f} us (8 B)")
-        print(f"{'MB':>5} {'kiln ms':>9} {'MPI ms':>9} {'kiln/MPI':>9} {'ring bound ms':>14} {'kiln/bound':>11} "
+        print(f"ranks: {n}; link (ping-pong, 64 MB): {link / 1e9:.2f} GB/s one way, latency {latency * 1e6:.1f} us (8 B); "
+              f"load average {os.getloadavg()[0]:.1f}" + (" (other processes share the cores: timings disturbed)" if os.getloadavg()[0] > 1 else ""))
+        print("medians (min in brackets) over the repeats, rank 0's times")
+        print(f"{'MB':>5} {'kiln ms':>16} {'MPI ms':>16} {'kiln/MPI':>9} {'ring bound ms':>14} {'kiln/bound':>11} "
               f"{'kiln bf16 ms':>13} {'kiln GB/s':>10}")
         for w in rows:
-            print(f"{w['mb']:>5g} {w['kiln_s'] * 1e3:>9.2f} {w['mpi_s'] * 1e3:>9.2f} {w['kiln_s'] / w['mpi_s']:>9.2f} "
+            kiln_ms = f"{w['kiln_s'] * 1e3:.2f} ({w['kiln_min_s'] * 1e3:.2f})"
+            mpi_ms = f"{w['mpi_s'] * 1e3:.2f} ({w['mpi_min_s'] * 1e3:.2f})"
+            print(f"{w['mb']:>5g} {kiln_ms:>16} {mpi_ms:>16} {w['kiln_s'] / w['mpi_s']:>9.2f} "
                   f"{w['ring_bound_s'] * 1e3:>14.2f} {w['kiln_s'] / w['ring_bound_s']:>11.2f} {w['kiln_bf16_s'] * 1e3:>13.2f} "
                   f"{w['mb'] * (1 << 20) / w['kiln_s'] / 1e9:>10.2f}")
         if args.json:

@@ -38,7 +38,8 @@ def rng():
 
 @pytest.fixture(scope="session")
 def host_bed():
-    """Two "hosts" (network namespaces, scripts/hosts.sh) for the session; removed at its end, failed tests or not."""
+    """Two "hosts" (network namespaces, scripts/hosts.sh) for the session; removed at its end, failed tests or not
+    (a session killed outright leaves them to the next up, which removes the old bed first)."""
     from hostbed import Bed, BedUnavailable
     bed = Bed(2)
     try:

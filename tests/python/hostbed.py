@@ -4,10 +4,12 @@ for ssh, talking TCP only (btl tcp,self; no shared memory between hosts).
 
 `Launcher` builds the mpirun command line for either the plain local launch or the bed, so a
 test runs the same script both ways by taking the `launcher` fixture (conftest.py)."""
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOSTS_SH = os.path.join(ROOT, "scripts", "hosts.sh")
@@ -23,18 +25,41 @@ def _forbidden(text):
                                    "No such file or directory: 'ip'"))
 
 
-class Bed:
-    """N hosts kiln-h0..kiln-h(N-1); up() remakes them, down() removes everything (idempotent)."""
+LOCK = "/tmp/kiln-bed.lock"
 
-    def __init__(self, hosts=2):
-        self.hosts = hosts
+
+class Bed:
+    """N hosts kiln-h0..kiln-h(N-1); up() remakes them, down() removes everything (idempotent).
+    One bed per machine: a second process (another test session, a benchmark) waits for the first's down()."""
+
+    def __init__(self, hosts=2, wait_s=900):
+        self.hosts, self.wait_s = hosts, wait_s
         self.hostfile = None
+        self._lock = None
+
+    def _acquire(self):
+        if self._lock is not None:
+            return
+        f = open(LOCK, "w")
+        start = time.monotonic()
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() - start > self.wait_s:
+                    f.close()
+                    raise RuntimeError(f"the test bed is held by another process for over {self.wait_s} s ({LOCK}); "
+                                       "wait for it or end it, then `scripts/hosts.sh down`")
+                time.sleep(0.5)
+        self._lock = f
 
     def up(self):
         if shutil.which("ip") is None:
             raise BedUnavailable("iproute2's `ip` is not installed (apt-get install iproute2)")
         if os.geteuid() != 0:
             raise BedUnavailable("making network namespaces needs root (run the tests as root or with CAP_SYS_ADMIN)")
+        self._acquire()
         p = subprocess.run(["bash", HOSTS_SH, "up", str(self.hosts)], capture_output=True, text=True, timeout=60)
         if p.returncode != 0:
             if _forbidden(p.stderr):
@@ -43,8 +68,11 @@ class Bed:
         self.hostfile = p.stdout.strip().splitlines()[-1]
         return self
 
-    def down(self):
+    def down(self, release=True):
         subprocess.run(["bash", HOSTS_SH, "down"], capture_output=True, text=True, timeout=60)
+        if release and self._lock is not None:
+            self._lock.close()  # closing the file drops the lock
+            self._lock = None
 
     def kill(self, i):
         """Takes host i down as a crash would: its link cut, its daemon and ranks killed."""

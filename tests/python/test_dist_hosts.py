@@ -32,14 +32,14 @@ def test_up_is_idempotent_and_down_removes_everything(host_bed):
     # No route out of a host: only the bed's /24.
     routes = subprocess.run(["ip", "-n", "kiln-h0", "route"], capture_output=True, text=True).stdout
     assert "default" not in routes and routes.strip().startswith("10.213.0.0/24"), routes
-    host_bed.down()
-    host_bed.down()  # idempotent
+    host_bed.down(release=False)
+    host_bed.down(release=False)  # idempotent
     assert namespaces() == [] and not os.path.exists("/tmp/kiln-bed")
     host_bed.up()
 
 
 def test_a_failed_up_leaves_nothing_behind(host_bed):
-    host_bed.down()
+    host_bed.down(release=False)
     try:  # an invalid host name fails after the bridge's namespace is made
         p = subprocess.run(["bash", HOSTS_SH, "up", "2"], env=dict(os.environ, KILN_BED_PREFIX="bad/x"), capture_output=True, text=True)
         assert p.returncode != 0 and "removing the partial bed" in p.stderr, p.stderr
