@@ -13,7 +13,12 @@ host=${1:?netns_agent.sh: no host given}
 shift
 ip netns list | awk '{print $1}' | grep -qx "$host" ||
   { echo "netns_agent.sh: no namespace '$host' (is the bed up? scripts/hosts.sh up N)" >&2; exit 255; }
-env -i PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin HOME="${HOME:-/root}" LANG=C.UTF-8 \
+# A /tmp of its own, as a machine has: the daemons' session directories (named by the hostname, which all
+# hosts here share) would otherwise race to create the same folder ("mkdir ... File exists", orte_init failed).
+tmp="${KILN_BED_DIR:-/tmp/kiln-bed}/tmp/$host"
+mkdir -p "$tmp"
+env -i PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin HOME="${HOME:-/root}" LANG=C.UTF-8 TMPDIR="$tmp" \
+  ${PMIX_MCA_gds:+PMIX_MCA_gds=$PMIX_MCA_gds} \
   ip netns exec "$host" /bin/sh -c "$*" &
 child=$!
 trap 'kill -TERM "$child" 2>/dev/null' TERM INT HUP   # mpirun ending its "ssh" ends the daemon
