@@ -41,9 +41,9 @@ std::unique_ptr<Request> Communicator::start_all_reduce(void* buf, int64_t count
 
 std::unique_ptr<Request> Communicator::start_all_reduce_bf16(float* buf, int64_t count) {
   // Engines without a bfloat16 sum: the same rounding of the inputs and of the result, summed in float32.
-  for (int64_t i = 0; i < count; ++i) buf[i] = from_bf16(to_bf16(buf[i]));
+  round_to_bf16(buf, count);
   all_reduce(buf, count, DataType::Float(32));
-  for (int64_t i = 0; i < count; ++i) buf[i] = from_bf16(to_bf16(buf[i]));
+  round_to_bf16(buf, count);
   return std::make_unique<DoneRequest>();
 }
 
@@ -115,9 +115,7 @@ MPI_Datatype mpi_type(DataType t) {
 
 // MPI has no bfloat16: the values travel as 16-bit words and this op sums them.
 void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  const uint16_t* a = static_cast<const uint16_t*>(in);
-  uint16_t* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = to_bf16(from_bf16(a[i]) + from_bf16(b[i]));
+  add_bf16(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(inout), *len);
 }
 
 MPI_Op bf16_sum_op() {
@@ -157,7 +155,7 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<Request> start_all_reduce_bf16(float* buf, int64_t n) override {
     auto req = std::make_unique<MpiRequest>(size_);
     req->wire.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) req->wire[static_cast<size_t>(i)] = to_bf16(buf[i]);
+    to_bf16(buf, req->wire.data(), n);
     req->unpack_to = buf;
     MPI_Iallreduce(MPI_IN_PLACE, req->wire.data(), to_int(n), MPI_UINT16_T, bf16_sum_op(), comm_, &req->r);
     return req;
@@ -225,7 +223,7 @@ class MpiCommunicator : public Communicator {
       unpack();
     }
     void unpack() {  // a bfloat16 all-reduce: the sum back into the caller's float32 buffer
-      for (size_t i = 0; unpack_to && i < wire.size(); ++i) unpack_to[i] = from_bf16(wire[i]);
+      if (unpack_to) from_bf16(wire.data(), unpack_to, static_cast<int64_t>(wire.size()));
     }
     MPI_Request r = MPI_REQUEST_NULL;
     int done = 0, size;
