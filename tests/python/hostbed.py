@@ -62,6 +62,7 @@ class Bed:
         self._acquire()
         p = subprocess.run(["bash", HOSTS_SH, "up", str(self.hosts)], capture_output=True, text=True, timeout=60)
         if p.returncode != 0:
+            self.down()  # hosts.sh removed what it made; this drops the lock
             if _forbidden(p.stderr):
                 raise BedUnavailable("this machine forbids network namespaces: " + p.stderr.strip()[-300:])
             raise RuntimeError(f"scripts/hosts.sh up {self.hosts} failed:\n{p.stdout}{p.stderr}")
@@ -81,14 +82,11 @@ class Bed:
 
 class Launcher:
     """mpirun's command line: local (every rank on this host, shared memory allowed) or across the
-    bed's hosts with `per_host` ranks on each, the environment forwarded with -x as on real machines."""
+    bed's hosts (the ranks split evenly, in blocks: ranks 0..k-1 on kiln-h0), the environment forwarded
+    with -x as on real machines."""
 
-    def __init__(self, bed=None, per_host=1):
-        self.bed, self.per_host = bed, per_host
-
-    @property
-    def name(self):
-        return "local" if self.bed is None else f"{self.bed.hosts}hosts"
+    def __init__(self, bed=None):
+        self.bed = bed
 
     def command(self, np_, env):
         keys = ["PYTHONPATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS"] + sorted(k for k in env if k.startswith("KILN_"))
