@@ -14,11 +14,15 @@
 // collapse (b -> NCHW -> b is nothing). Joins and pieces along the channels
 // are index maps on the blocks where they cut at whole blocks: a Concat whose
 // inputs' channels one input block divides is the Concat of the blocks, a
-// Slice or Split of whole blocks the same of the blocks (where no block
-// divides, they stay in NCHW); an inference BatchNormalization runs as a
-// blocked scale and shift, and a Pad of zeros disappears. What remains are
-// transforms at the boundaries of the blocked region: the model's input,
-// reshapes, channel shuffles, joins of padded channels.
+// Slice or Split of whole blocks the same of the blocks; where no block
+// divides (padded channels, blocks of several sizes) a join is one
+// kiln.ChannelConcatNCHWc and a piece one kiln.ChannelPermuteNCHWc, read
+// straight from the blocked inputs. A channel shuffle (Reshape, Transpose,
+// Reshape) is a ChannelPermuteNCHWc too, pieces of it compose into one map,
+// and a conv that reads a whole shuffle takes it into its weights. An
+// inference BatchNormalization runs as a blocked scale and shift, and a Pad
+// of zeros disappears. What remains are transforms at the boundaries of
+// the blocked region: the model's input, reshapes, symbolic channels.
 // The block of C channels is the same for inputs and outputs
 // (channel_block_for: whole vectors up to the cap, which is the LayoutPlan's
 // for the convolution, else default_conv_cap's: two vectors, or one where a
