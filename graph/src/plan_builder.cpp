@@ -77,6 +77,32 @@ bool reads_only_where_it_writes(const OpNode& node, size_t pos) {
   return true;
 }
 
+// The inputs of a group that only joins them along dimension 1 (a Concat
+// of channels, or of channel blocks in NCHWc), in the join's order, where
+// with a batch of 1 each input's bytes are one run of the output's, the
+// offsets whole cache lines: (node input, byte offset) per piece. Empty
+// where the group is anything else.
+std::vector<std::pair<int, int64_t>> join_pieces(const OpNode& node) {
+  if (node.num_outputs() != 1 || !node.body.defined() || !node.types[0].shape.is_static()) return {};
+  Graph body(node.body);
+  std::vector<const OpNode*> ops = body.op_nodes();
+  const Shape& s = node.types[0].shape;
+  if (ops.size() != 1 || ops[0]->op->name != "Concat" || s.size() < 2 || s[0] != 1) return {};
+  const int64_t axis = ops[0]->attrs.get_int("axis");
+  if (axis != 1 && axis != 1 - static_cast<int64_t>(s.size())) return {};
+  std::vector<std::pair<int, int64_t>> pieces;
+  std::set<int> seen;
+  int64_t offset = 0;
+  for (const Value& v : ops[0]->inputs) {
+    auto it = std::find(body.inputs().begin(), body.inputs().end(), v.node);
+    const int k = static_cast<int>(it - body.inputs().begin());
+    if (it == body.inputs().end() || v.index != 0 || !seen.insert(k).second || offset % 64 != 0) return {};
+    pieces.push_back({k, offset});
+    offset += v.type().bytes();
+  }
+  return pieces;
+}
+
 // Whether the group's schedule depends on its sizes enough to keep variants:
 // a contraction (register tiles of rows, packing) or a reduction (rows per
 // thread, tails along the reduced axis). Elementwise and injective groups
@@ -263,14 +289,34 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, const PlanOp
     return reshape_group(*node) && !output_of.count({node, 0}) && in.defined() && in.node->kind == NodeKind::Op &&
            !output_of.count({in.node.get(), in.index});
   };
+  // A join whose pieces are made by kernels of their own, into the arena,
+  // read by no other join: its producers write straight into their slices
+  // of its bytes and the join needs no step (a static plan on the CPU; a
+  // symbolic shape, a batch above 1, keeps the copy).
+  std::map<const OpNode*, std::vector<std::pair<int, int64_t>>> joins;
+  if (!p.plan.is_dynamic() && !gpu) {
+    std::set<std::pair<const NodeObj*, int>> taken;
+    for (const OpNode* node : g.op_nodes()) {
+      auto pieces = join_pieces(*node);
+      bool ok = !pieces.empty() && !output_of.count({node, 0});
+      for (auto [k, offset] : pieces) {
+        const Value& v = node->inputs[k];
+        ok = ok && v.node->kind == NodeKind::Op && !is_view(static_cast<const OpNode*>(v.node.get())) && !output_of.count({v.node.get(), v.index}) &&
+             !joins.count(static_cast<const OpNode*>(v.node.get())) && !taken.count({v.node.get(), v.index});
+      }
+      if (!ok) continue;
+      for (auto [k, offset] : pieces) taken.insert({node->inputs[k].node.get(), node->inputs[k].index});
+      joins[node] = std::move(pieces);
+    }
+  }
   // The last step that reads each graph input (steps follow g.op_nodes(),
-  // views excepted), and the inputs returned as outputs themselves (never written over).
+  // views and joins excepted), and the inputs returned as outputs themselves (never written over).
   std::unordered_map<const NodeObj*, int> last_read;
   std::set<const NodeObj*> returned;
   {
     int step = 0;
     for (const OpNode* node : g.op_nodes()) {
-      if (is_view(node)) continue;
+      if (is_view(node) || joins.count(node)) continue;
       for (const Value& v : node->inputs)
         if (v.defined() && v.node->kind == NodeKind::Input) last_read[v.node.get()] = step;
       ++step;
@@ -294,6 +340,29 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, const PlanOp
       lifetime_of_buffer[b] = lifetime;  // its readers extend the source's lifetime
       views.push_back({b, lifetime});
       p.value_buffer[{node, 0}] = b;
+      continue;
+    }
+    if (auto j = joins.find(node); j != joins.end()) {
+      // The join's bytes host its pieces: from the first piece's write to the join's last read.
+      PlannedValue host;
+      host.bytes = node->types[0].bytes();
+      host.first_step = step;
+      host.last_step = std::max(step - 1, 0);
+      const int id = static_cast<int>(lifetimes.size());
+      for (auto [k, offset] : j->second) {
+        PlannedValue& piece = lifetimes[lifetime_of_buffer.at(p.value(node->inputs[k]))];
+        piece.view_of = id;
+        piece.view_offset = offset;
+        piece.inplace_of = -1;
+        host.first_step = std::min(host.first_step, piece.first_step);
+        host.last_step = std::max(host.last_step, piece.last_step);
+      }
+      int b = p.add(ModelBuffer::Kind::Arena, 0, node->types[0]);
+      lifetime_of_buffer[b] = id;
+      lifetimes.push_back(host);
+      arena_ids.push_back(b);
+      p.value_buffer[{node, 0}] = b;
+      ++out.joins_in_place;
       continue;
     }
     GraphDag dag = to_te(Graph(node->body), gpu);

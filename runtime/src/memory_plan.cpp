@@ -18,17 +18,30 @@ int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 }  // namespace
 
 MemoryPlanStats plan_memory(std::vector<PlannedValue>* values, int64_t alignment) {
-  std::vector<PlannedValue>& vs = *values;
+  std::vector<PlannedValue>& vs = *values;  // hosts (view_of) are widened to their views' lifetimes
   MemoryPlanStats st;
   int last = 0;
-  for (const PlannedValue& v : vs) {
+  // Values inside another (view_of) and their hosts: no in-place reuse, counted once (by the host).
+  std::vector<bool> joined(vs.size(), false);
+  for (size_t i = 0; i < vs.size(); ++i) {
+    const PlannedValue& v = vs[i];
     KILN_CHECK(v.bytes >= 0 && v.first_step <= v.last_step) << "bad value lifetime";
-    st.naive_bytes += v.bytes;
     last = std::max(last, v.last_step);
+    if (v.view_of < 0) {
+      st.naive_bytes += v.bytes;
+      continue;
+    }
+    KILN_CHECK(v.view_of < static_cast<int>(vs.size()) && vs[v.view_of].view_of < 0) << "a view's host must be a value of its own";
+    PlannedValue& host = vs[v.view_of];
+    KILN_CHECK(v.view_offset >= 0 && v.view_offset + v.bytes <= host.bytes) << "a view must lie inside its host";
+    host.first_step = std::min(host.first_step, v.first_step);  // the host's bytes live while any piece does
+    host.last_step = std::max(host.last_step, v.last_step);
+    joined[i] = joined[v.view_of] = true;
   }
   std::vector<int64_t> live(last + 1, 0);
   for (const PlannedValue& v : vs)
-    for (int s = v.first_step; s <= v.last_step; ++s) live[s] += align_up(v.bytes, alignment);
+    if (v.view_of < 0)
+      for (int s = v.first_step; s <= v.last_step; ++s) live[s] += align_up(v.bytes, alignment);
   for (int64_t b : live) st.peak_bytes = std::max(st.peak_bytes, b);
 
   // In place: a value takes its input's bytes when that input dies at the
@@ -38,9 +51,11 @@ MemoryPlanStats plan_memory(std::vector<PlannedValue>* values, int64_t alignment
   std::vector<int> root(vs.size());
   std::vector<bool> taken(vs.size(), false);
   std::iota(root.begin(), root.end(), 0);
+  for (size_t i = 0; i < vs.size(); ++i)
+    if (vs[i].view_of >= 0) root[i] = vs[i].view_of;
   for (size_t i = 0; i < vs.size(); ++i) {
     int src = vs[i].inplace_of;
-    if (src < 0) continue;
+    if (src < 0 || joined[i] || (src < static_cast<int>(vs.size()) && joined[src])) continue;
     KILN_CHECK(src < static_cast<int>(vs.size())) << "in-place source out of range";
     while (root[src] != src) src = root[src];
     if (vs[src].last_step == vs[i].first_step && vs[src].bytes >= vs[i].bytes && root[i] == static_cast<int>(i) && !taken[src]) {
@@ -94,7 +109,7 @@ MemoryPlanStats plan_memory(std::vector<PlannedValue>* values, int64_t alignment
     st.arena_bytes = std::max(st.arena_bytes, a.offset + a.bytes);
     placed.push_back(i);
   }
-  for (size_t i = 0; i < vs.size(); ++i) vs[i].offset = allocs[alloc_of[i]].offset;
+  for (size_t i = 0; i < vs.size(); ++i) vs[i].offset = allocs[alloc_of[i]].offset + (vs[i].view_of >= 0 ? vs[i].view_offset : 0);
   return st;
 }
 

@@ -497,5 +497,55 @@ TEST(MemoryPlan, RandomLifetimesNeverOverlapInSpaceAndTime) {
   }
 }
 
+// A join's producers write into its bytes (view_of): each piece lies at its
+// offset in its host, and nothing outside the join shares those bytes while
+// any of them lives, in-place requests on pieces and hosts included.
+TEST(MemoryPlan, PiecesOfJoinsLieInTheirHostsAndNothingElseCollides) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 30; ++trial) {
+    std::vector<PlannedValue> vs(30);
+    for (auto& v : vs) {
+      v.bytes = 64 * (1 + rng() % 80);
+      v.first_step = rng() % 20;
+      v.last_step = v.first_step + rng() % 6;
+    }
+    std::vector<int> family(vs.size());
+    for (size_t i = 0; i < vs.size(); ++i) family[i] = static_cast<int>(i);
+    // Values 0-2 join into 3, 4-5 into 6: the host written at its last piece's step, read a while after.
+    auto join = [&](std::vector<int> pieces, int host) {
+      int64_t offset = 0;
+      int written = 0;
+      for (int p : pieces) {
+        vs[p].view_of = host;
+        vs[p].view_offset = offset;
+        offset += vs[p].bytes;
+        written = std::max(written, vs[p].first_step);
+        family[p] = host;
+      }
+      vs[host].bytes = offset + 64 * (rng() % 2);  // a host may hold more than its pieces
+      vs[host].first_step = vs[host].last_step = written;
+      vs[host].last_step += rng() % 6;
+    };
+    join({0, 1, 2}, 3);
+    join({4, 5}, 6);
+    // In place over a piece, a host, and a piece over another value: all refused.
+    vs[7].first_step = vs[7].last_step = vs[0].last_step, vs[7].bytes = vs[0].bytes, vs[7].inplace_of = 0;
+    vs[8].first_step = vs[8].last_step = vs[3].last_step, vs[8].bytes = 64, vs[8].inplace_of = 3;
+    vs[1].inplace_of = 9;
+    MemoryPlanStats st = plan_memory(&vs);
+    EXPECT_EQ(st.inplace, 0);
+    EXPECT_GE(st.arena_bytes, st.peak_bytes);
+    for (int p : {0, 1, 2}) EXPECT_EQ(vs[p].offset, vs[3].offset + vs[p].view_offset);
+    for (int p : {4, 5}) EXPECT_EQ(vs[p].offset, vs[6].offset + vs[p].view_offset);
+    for (size_t i = 0; i < vs.size(); ++i)
+      for (size_t j = i + 1; j < vs.size(); ++j) {
+        if (family[i] == family[j] || family[i] == static_cast<int>(j) || family[j] == static_cast<int>(i)) continue;
+        bool time = vs[i].first_step <= vs[j].last_step && vs[j].first_step <= vs[i].last_step;
+        bool space = vs[i].offset < vs[j].offset + vs[j].bytes && vs[j].offset < vs[i].offset + vs[i].bytes;
+        EXPECT_FALSE(time && space) << "trial " << trial << ": values " << i << " and " << j << " collide";
+      }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::graph

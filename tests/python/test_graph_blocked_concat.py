@@ -58,7 +58,12 @@ def _transforms(exe):
 
 
 def _blocked_concat(exe):
-    return any("Concat" in g["ops"] and "kiln.LayoutTransform" not in g["ops"] for g in exe.groups())
+    """No join relayouts: it runs blocked, or its branches write into its bytes (a batch of 1: no Concat group)."""
+    return not any("Concat" in g["ops"] and "kiln.LayoutTransform" in g["ops"] for g in exe.groups())
+
+
+def _concat_groups(exe):
+    return sum(g["ops"].split("+").count("Concat") for g in exe.groups())
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -77,6 +82,16 @@ def test_inception_concat_stays_blocked(target):
     exe = check_against_torch(Inception(64, 64, 96, 128, 16, 32, 32), torch.randn(1, 16, 14, 14), target)
     assert _transforms(exe) == 2, [g["ops"] for g in exe.groups()]
     assert _blocked_concat(exe)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_fire_branches_write_into_their_join(target, batch):
+    # The join is read by a conv (no fusion): at a batch of 1 each branch's blocks are one run of the join's
+    # bytes, so its kernel writes there and the join needs no kernel. A batch of 3 interleaves the images: it copies.
+    torch.manual_seed(4 + batch)
+    exe = check_against_torch(Fire(24, 16, 64, 64, 64), torch.randn(batch, 24, 13, 13), target)
+    assert _concat_groups(exe) == (0 if batch == 1 else 1), [g["ops"] for g in exe.groups()]
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -14,11 +14,15 @@
 // collapse (b -> NCHW -> b is nothing). Joins and pieces along the channels
 // are index maps on the blocks where they cut at whole blocks: a Concat whose
 // inputs' channels one input block divides is the Concat of the blocks, a
-// Slice or Split of whole blocks the same of the blocks (where no block
-// divides, they stay in NCHW); an inference BatchNormalization runs as a
-// blocked scale and shift, and a Pad of zeros disappears. What remains are
-// transforms at the boundaries of the blocked region: the model's input,
-// reshapes, channel shuffles, joins of padded channels.
+// Slice or Split of whole blocks the same of the blocks; where no block
+// divides (padded channels, blocks of several sizes) a join is one
+// kiln.ChannelConcatNCHWc and a piece one kiln.ChannelPermuteNCHWc, read
+// straight from the blocked inputs. A channel shuffle (Reshape, Transpose,
+// Reshape) is a ChannelPermuteNCHWc too, pieces of it compose into one map,
+// and a conv that reads a whole shuffle takes it into its weights. An
+// inference BatchNormalization runs as a blocked scale and shift, and a Pad
+// of zeros disappears. What remains are transforms at the boundaries of
+// the blocked region: the model's input, reshapes, symbolic channels.
 // The block of C channels is the same for inputs and outputs
 // (channel_block_for: whole vectors up to the cap, which is the LayoutPlan's
 // for the convolution, else default_conv_cap's: two vectors, or one where a
@@ -167,6 +171,7 @@ class LayoutRewriter {
     }
     if (auto pooled = rewrite_pool(*n); !pooled.empty()) return pooled;
     if (n->op->name == "Concat") return rewrite_concat(*n);
+    if (n->op->name == "Reshape") return rewrite_shuffle(*n);
     if (n->op->name == "Slice") return rewrite_slice(*n);
     if (n->op->name == "Split") return rewrite_split(*n);
     if (n->op->name == "BatchNormalization") return rewrite_batch_norm(*n);
@@ -205,10 +210,12 @@ class LayoutRewriter {
     if (!W || W->dtype() != DataType::Float(32) || (conv.inputs.size() > 2 && conv.inputs[2].defined() && !B)) return {};
     auto shape = conv_shape(conv);
     if (!shape) return {};
+    Value x = conv.inputs[0], y;
+    NDArray unshuffled;
+    if (shape->group == 1 && fold_shuffle(&x, *W, &unshuffled)) W = &unshuffled;
     const auto& ws = W->shape();
     int64_t C = conv.inputs[0].type().shape[1], K = ws[0], KH = ws[2], KW = ws[3];
     const float* w = W->data_as<float>();
-    Value x = conv.inputs[0], y;
     int64_t kb;
     const int64_t cap = plan_.cap_of(conv.name, default_conv_cap(conv, target_));
     if (shape->group == 1) {
@@ -422,7 +429,7 @@ class LayoutRewriter {
       }
       if (divides && in_it > most) b = cand, most = in_it;
     }
-    if (b == 0) return {};  // no blocked input, or channels no input block divides: NCHW
+    if (b == 0) return padded_concat(n);  // no blocked input, or channels no input block divides
     std::vector<Value> in;
     for (const Value& v : n.inputs) in.push_back(relayout(v, 0, b, v.type().shape[1]));
     Attrs a;
@@ -449,7 +456,12 @@ class LayoutRewriter {
     if ((axis != 1 && axis != -3) || (steps && steps->data_as<int64_t>()[0] != 1)) return {};
     const int64_t C = n.inputs[0].type().shape[1];
     ops::SliceRange r = ops::slice_range(C, starts->data_as<int64_t>()[0], ends->data_as<int64_t>()[0], 1);
-    if (r.start % b != 0 || r.count % b != 0 || r.count == 0) return {};
+    if (r.count <= 0) return {};
+    if (r.start % b != 0 || r.count % b != 0 || is_permute(blocked_source(n.inputs[0]))) {
+      // Part blocks, or a piece of a shuffle: one index map from the blocked source.
+      const int64_t to = channel_block_for(r.count, max_block_, lanes());
+      return {relayout(permute(blocked_source(n.inputs[0]), C, 1, r.start, r.count, to, n.name), to, 0, r.count)};
+    }
     Value y = make_op("Slice", {relayout(n.inputs[0], 0, b, C), ints({r.start / b}, n.name + ".starts"), ints({(r.start + r.count) / b}, n.name + ".ends"),
                                 ints({1}, n.name + ".axes")}, {}, n.name)->output();
     return {relayout(y, b, 0, r.count)};
@@ -461,16 +473,130 @@ class LayoutRewriter {
     const int64_t axis = n.attrs.get_int_or("axis", 0);
     if (b == 0 || n.inputs[0].type().ndim() != 4 || (axis != 1 && axis != -3)) return {};
     std::vector<int64_t> blocks;
+    bool whole = !is_permute(blocked_source(n.inputs[0]));
     for (const TensorType& t : n.types) {
-      if (t.shape[1] % b != 0 || t.shape[1] == 0) return {};
+      if (!t.shape[1].is_static() || t.shape[1] == 0) return {};
+      whole = whole && t.shape[1] % b == 0;
       blocks.push_back(t.shape[1] / b);
     }
+    if (!whole) return split_pieces(n);
     Attrs a;
     a.set("axis", int64_t{1});
     a.set("num_outputs", static_cast<int64_t>(blocks.size()));
     Ref<OpNode> split = make_op("Split", {relayout(n.inputs[0], 0, b, n.inputs[0].type().shape[1]), ints(blocks, n.name + ".split")}, a, n.name);
     std::vector<Value> out;
     for (int k = 0; k < split->num_outputs(); ++k) out.push_back(relayout(split->output(k), b, 0, n.types[k].shape[1]));
+    return out;
+  }
+
+  // The blocked value behind a LayoutTransform(b -> NCHW) (where block_behind is b > 0).
+  static Value blocked_source(const Value& v) { return static_cast<const OpNode&>(*v.node).inputs[0]; }
+
+  static bool is_permute(const Value& v) {
+    return v.node->kind == NodeKind::Op && static_cast<const OpNode&>(*v.node).op->name == "kiln.ChannelPermuteNCHWc";
+  }
+
+  // Channels [start, start + count) of a blocked value x of C channels, in
+  // the order of a shuffle of `groups` (1: plain), blocked by `to`: one
+  // ChannelPermuteNCHWc. A piece of a whole shuffle, or of a plain piece,
+  // reads x's own source instead: the map composes, the shuffle itself need
+  // not be written.
+  Value permute(Value x, int64_t C, int64_t groups, int64_t start, int64_t count, int64_t to, const std::string& name) {
+    if (groups == 1 && is_permute(x)) {
+      const auto& op = static_cast<const OpNode&>(*x.node);
+      const int64_t g = op.attrs.get_int_or("groups", 1), s = op.attrs.get_int_or("start", 0), Ci = op.attrs.get_int("channels");
+      if (g == 1 || (s == 0 && op.attrs.get_int("count") == Ci)) x = op.inputs[0], groups = g, start += s, C = Ci;
+    }
+    if (groups == 1 && start == 0 && count == C && x.type().shape[4] == to) return x;
+    Attrs a;
+    a.set("channels", C);
+    a.set("groups", groups);
+    a.set("start", start);
+    a.set("count", count);
+    a.set("dst_block", to);
+    return make_op("kiln.ChannelPermuteNCHWc", {x}, a, name)->output();
+  }
+
+  // ShuffleNet's channel shuffle of a blocked value, the last Reshape of
+  // Reshape [N, C, H, W] -> [N, g, C/g, H, W], Transpose (0, 2, 1, 3, 4),
+  // Reshape back to [N, C, H, W]: output channel j is input channel
+  // (j % g) * (C / g) + j / g, an index map on the blocks (no relayout to
+  // NCHW and back); a conv that reads it takes the permutation into its
+  // weights instead (fold_shuffle).
+  std::vector<Value> rewrite_shuffle(const OpNode& n) {
+    if (n.types[0].ndim() != 4 || n.inputs[0].node->kind != NodeKind::Op) return {};
+    const auto& tr = static_cast<const OpNode&>(*n.inputs[0].node);
+    if (tr.op->name != "Transpose" || tr.attrs.get_ints("perm") != std::vector<int64_t>{0, 2, 1, 3, 4} || tr.inputs[0].node->kind != NodeKind::Op) return {};
+    const auto& split = static_cast<const OpNode&>(*tr.inputs[0].node);
+    if (split.op->name != "Reshape" || split.types[0].ndim() != 5) return {};
+    const Value& v = split.inputs[0];
+    const auto& in = v.type().shape;
+    const auto& mid = split.types[0].shape;
+    if (block_behind(v) == 0 || !(in == n.types[0].shape) || !in[1].is_static() || !mid[1].is_static() || !(mid[0] == in[0]) || !(mid[3] == in[2]) ||
+        !(mid[4] == in[3]) || !(mid[1] * mid[2] == in[1]))
+      return {};
+    const int64_t C = in[1], g = mid[1], to = channel_block_for(C, max_block_, lanes());
+    return {relayout(permute(blocked_source(v), C, g, 0, C, to, n.name), to, 0, C)};
+  }
+
+  // A conv (group 1) reading a whole channel shuffle of a blocked value:
+  // sum_j W[k, j] x[perm(j)] = sum_c W[k, perm^-1(c)] x[c], so it reads the
+  // shuffle's source with its input channels permuted, *out (the shuffle is
+  // left to its other readers, if any).
+  bool fold_shuffle(Value* x, const NDArray& W, NDArray* out) {
+    if (block_behind(*x) == 0 || !is_permute(blocked_source(*x)) || W.ndim() != 4) return false;
+    const auto& op = static_cast<const OpNode&>(*blocked_source(*x).node);
+    const int64_t C = op.attrs.get_int("channels"), g = op.attrs.get_int_or("groups", 1);
+    if (g == 1 || op.attrs.get_int_or("start", 0) != 0 || op.attrs.get_int("count") != C || W.shape()[1] != C) return false;
+    const auto& ws = W.shape();
+    const int64_t taps = ws[2] * ws[3];
+    *out = NDArray::empty(ws, DataType::Float(32));
+    for (int64_t k = 0; k < ws[0]; ++k)
+      for (int64_t j = 0; j < C; ++j)
+        std::memcpy(out->data_as<float>() + (k * C + (j % g) * (C / g) + j / g) * taps, W.data_as<float>() + (k * C + j) * taps, sizeof(float) * taps);
+    const Value& src = op.inputs[0];
+    *x = relayout(src, src.type().shape[4], 0, C);
+    return true;
+  }
+
+  // A Concat of 4-D channels, some blocked, that no one block divides
+  // (channels padded to whole vectors, ShuffleNetV2's 58 + 58; blocks of
+  // several sizes): one index map from the blocked inputs to the blocks of
+  // the joined channels, where a conv reading it would block them.
+  std::vector<Value> padded_concat(const OpNode& n) {
+    bool blocked = false;
+    std::vector<int64_t> channels;
+    int64_t total = 0;
+    for (const Value& v : n.inputs) {
+      if (!v.type().shape[1].is_static() || v.type().dtype != DataType::Float(32)) return {};  // symbolic channels stay NCHW
+      blocked = blocked || block_behind(v) > 0;
+      channels.push_back(v.type().shape[1]);
+      total += channels.back();
+    }
+    if (!blocked) return {};
+    const int64_t to = channel_block_for(total, max_block_, lanes());
+    std::vector<Value> in;
+    for (size_t k = 0; k < n.inputs.size(); ++k)
+      in.push_back(block_behind(n.inputs[k]) > 0 ? blocked_source(n.inputs[k]) : relayout(n.inputs[k], 0, to, channels[k]));
+    Attrs a;
+    a.set("channels", channels);
+    a.set("dst_block", to);
+    Value y = make_op("kiln.ChannelConcatNCHWc", std::move(in), a, n.name)->output();
+    return {relayout(y, to, 0, total)};
+  }
+
+  // A Split of a blocked value into pieces that are not whole blocks, or of
+  // a shuffle: each piece its own index map (permute).
+  std::vector<Value> split_pieces(const OpNode& n) {
+    const Value src = blocked_source(n.inputs[0]);
+    const int64_t C = n.inputs[0].type().shape[1];
+    std::vector<Value> out;
+    int64_t start = 0;
+    for (int k = 0; k < n.num_outputs(); ++k) {
+      const int64_t count = n.types[k].shape[1], to = channel_block_for(count, max_block_, lanes());
+      out.push_back(relayout(permute(src, C, 1, start, count, to, n.name + "." + std::to_string(k)), to, 0, count));
+      start += count;
+    }
     return out;
   }
 

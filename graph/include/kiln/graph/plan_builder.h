@@ -25,6 +25,7 @@ struct PlannedGraph {
   std::vector<GroupInfo> groups;  ///< per step
   MemoryPlanStats memory;
   int64_t weight_bytes = 0;
+  int joins_in_place = 0;  ///< joins whose producers write into their slices (no step of their own)
 };
 
 /**

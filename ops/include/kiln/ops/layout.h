@@ -33,6 +33,20 @@ te::Tensor pad_hw(const te::Tensor& X, int top, int left, int bottom, int right,
  */
 te::Tensor change_channel_block(const te::Tensor& X, int from_block, int to_block, const std::string& name = "layout", int64_t channels = 0);
 /**
+ * Channel index maps between blocked tensors [N, ceil(C/b), H, W, b] (each
+ * holding C true channels, the last block possibly padded), to a blocked
+ * output of block `to` whose padded tail reads as zero: no trip through NCHW.
+ *
+ * channel_permute_nchwc: output channel j (0 <= j < count) is input channel
+ * perm(start + j), where perm(t) = (t % groups) * (C / groups) + t / groups
+ * is a channel shuffle of `groups` (ShuffleNet's Reshape-Transpose-Reshape;
+ * groups 1 is the plain order, so a slice or a re-blocking).
+ */
+te::Tensor channel_permute_nchwc(const te::Tensor& X, int64_t channels, int64_t groups, int64_t start, int64_t count, int to,
+                                 const std::string& name = "channel_permute");
+/** The channels of several blocked tensors (channels[k] true channels each, their own blocks) one after another. */
+te::Tensor channel_concat_nchwc(const std::vector<te::Tensor>& Xs, const std::vector<int64_t>& channels, int to, const std::string& name = "channel_concat");
+/**
  * conv2d of a blocked input [N, C/cb, H, W, cb] and weights [K/kb, C/cb, KH, KW, cb, kb] to [N, K/kb, OH, OW, kb].
  * Grouped (group_blocks > 0): weights [K/kb, R, KH, KW, cb, kb], and output block k reads the R input blocks
  * from (k / group_blocks) * R on (input [N, (K/kb / group_blocks) * R, H, W, cb]): a block inside a group

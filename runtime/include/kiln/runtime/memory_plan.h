@@ -5,7 +5,8 @@
  * with shape variables once per new shape, so the planner lives here. Two values
  * share bytes only when their lifetimes, over the execution order, do not
  * overlap. An elementwise group may write its output over an input that
- * dies at that group (in place) when the shapes match.
+ * dies at that group (in place) when the shapes match, and a join's
+ * producers may write straight into their slices of its bytes (view_of).
  */
 #ifndef KILN_RUNTIME_MEMORY_PLAN_H
 #define KILN_RUNTIME_MEMORY_PLAN_H
@@ -23,6 +24,14 @@ struct PlannedValue {
   int last_step = 0;   ///< the last step that reads it (first_step when never read)
   /** A value this one may overwrite in place (-1: none): it must die at first_step and be as large. */
   int inplace_of = -1;
+  /**
+   * A value whose bytes lie inside another's (-1: none), view_offset bytes
+   * in: a producer writing its slice of a join in place. The host's bytes
+   * hold the view's; plan_memory widens the host's lifetime to its views'.
+   * Neither takes part in in-place reuse.
+   */
+  int view_of = -1;
+  int64_t view_offset = 0;
   int64_t offset = -1;  ///< set by plan_memory
 };
 
