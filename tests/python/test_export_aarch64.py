@@ -117,8 +117,8 @@ def _torch_model(name, size):
     return kiln.graph.from_torch(net, torch.from_numpy(x)), x, ref
 
 
-@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
-def test_model_exported_for_aarch64_matches_x86_under_qemu(name, runner, tmp_path, monkeypatch):
+@pytest.mark.parametrize("name,weights", [("resnet18", "embed"), ("mobilenet_v2", "beside")])
+def test_model_exported_for_aarch64_matches_x86_under_qemu(name, weights, runner, tmp_path, monkeypatch):
     model, x, torch_out = _torch_model(name, 64)
     host = kiln.compile(model)(x)[0]
     # An independent reference first, so that a wrong x86 build cannot pass for a right one.
@@ -127,7 +127,7 @@ def test_model_exported_for_aarch64_matches_x86_under_qemu(name, runner, tmp_pat
     exe = kiln.compile(model, target=ARM)
     so = tmp_path / f"{name}.so"
     monkeypatch.setenv("CC", "aarch64-linux-gnu-gcc")
-    exe.export_library(so)  # weights embedded
+    exe.export_library(so, weights=weights)
     x.tofile(tmp_path / "in.bin")
     r = subprocess.run([_qemu(), "-L", SYSROOT, runner, str(so), str(tmp_path / "in.bin"), str(tmp_path / "out.bin")],
                        capture_output=True, text=True, timeout=300)
@@ -135,7 +135,8 @@ def test_model_exported_for_aarch64_matches_x86_under_qemu(name, runner, tmp_pat
     got = np.fromfile(tmp_path / "out.bin", dtype="float32").reshape(host.shape)
     rel = float(np.abs(got - host).max() / np.abs(host).max())
     rss = int(r.stdout.split("max_rss_kib")[1].split()[0])
-    print(f"\n{name} 1x3x64x64 for {ARM}: library {so.stat().st_size / 2**20:.2f} MiB (weights embedded, "
+    print(f"\n{name} 1x3x64x64 for {ARM}: library {so.stat().st_size / 2**20:.2f} MiB (weights {weights}"
+          + ("" if weights == "embed" else f", {os.path.getsize(str(so) + '.weights') / 2**20:.2f} MiB") + f"; "
           f"{exe.num_kernels} kernels), peak RSS under qemu-aarch64 {rss / 1024:.1f} MiB (emulator included), "
           f"relative error against x86 {rel:.2e}")
     assert rel <= 1e-5, f"{name}: AArch64 outputs differ from x86's by {rel:.2e} (relative)"
