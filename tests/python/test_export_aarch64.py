@@ -140,3 +140,14 @@ def test_model_exported_for_aarch64_matches_x86_under_qemu(name, weights, runner
           f"{exe.num_kernels} kernels), peak RSS under qemu-aarch64 {rss / 1024:.1f} MiB (emulator included), "
           f"relative error against x86 {rel:.2e}")
     assert rel <= 1e-5, f"{name}: AArch64 outputs differ from x86's by {rel:.2e} (relative)"
+    # What the device needs: libc and the C++ runtime, no LLVM, no Python, no compiler.
+    needed = _needed(runner) + _needed(so)
+    assert set(needed) <= {"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1"}, needed
+
+
+def _needed(elf):
+    """The shared libraries an ELF file names (readelf reads any architecture's)."""
+    if shutil.which("readelf") is None:
+        return []
+    out = subprocess.run(["readelf", "-d", str(elf)], capture_output=True, text=True, check=True).stdout
+    return [ln.split("[")[1].rstrip("]") for ln in out.splitlines() if "(NEEDED)" in ln]
