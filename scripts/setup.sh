@@ -16,7 +16,7 @@ PACKAGES=(
   python3-torch libdnnl-dev python3-threadpoolctl
   libopenblas0-pthread libopenblas-dev
   libonnx-dev libprotobuf-dev python3-onnx python3-torchvision
-  gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+  gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static
 )
 # node and npm run ONNX Runtime, the whole-model peer (below); a machine may
 # already have its own node (e.g. a newer one), which serves as well.

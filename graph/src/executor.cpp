@@ -23,6 +23,7 @@
 #include "kiln/runtime/c_runtime_api.h"
 #include "kiln/runtime/library_seal.h"
 #include "kiln/runtime/model.h"
+#include "kiln/runtime/model_shapes.h"
 #include "kiln/support/error.h"
 
 namespace kiln::graph {
@@ -33,7 +34,9 @@ struct Executor::State {
   std::vector<Module> modules;       // per kernel
   std::vector<GroupInfo> groups;     // per step
   std::vector<LayoutDecision> layouts;  // per convolution, when chosen from records
-  ModelRunner runner;                // runs the plan (kiln_runtime)
+  ModelRunner runner;                // runs the plan (kiln_runtime); null for a cross target
+  ModelPlan cross_plan;              // the plan, for a cross target (nothing here can run its kernels)
+  std::string cross_triple;          // the cross target's triple, else empty
   int64_t weight_bytes = 0;
   double compile_seconds = 0;
   mutable std::mutex mu;  // profile's repeats run back to back
@@ -89,6 +92,16 @@ MemoryReport report_of(const MemoryPlanStats& m, int64_t weight_bytes) {
   return MemoryReport{m.arena_bytes, m.naive_bytes, m.peak_bytes, weight_bytes, m.inplace};
 }
 
+const ModelPlan& plan_of(const Executor::State& st) { return st.cross_triple.empty() ? st.runner.plan() : st.cross_plan; }
+
+// Kernels for another machine are exported and run there, never here.
+void check_runs_here(const Executor::State& st, const char* what) {
+  KILN_USER_CHECK(st.cross_triple.empty())
+      << what << ": this model was compiled for " << st.cross_triple << " and this machine (" << Target::host().triple
+      << ") cannot run its kernels; export it with export_library (CC set to a cross compiler such as "
+      << st.cross_triple << "-gcc) and run the library on that machine through kiln's runtime (C API or kiln.runtime.load_model)";
+}
+
 }  // namespace
 
 Executor compile(const Graph& g, const CompileOptions& options) {
@@ -137,24 +150,32 @@ Executor compile(const Graph& g, const CompileOptions& options) {
   st->groups = std::move(pg.groups);
   st->memory = pg.memory;
   st->weight_bytes = pg.weight_bytes;
-  st->runner = make_runner(std::move(pg.plan), st->modules);
+  if (target.is_cross()) {
+    st->cross_triple = target.triple;
+    st->cross_plan = std::move(pg.plan);
+  } else {
+    st->runner = make_runner(std::move(pg.plan), st->modules);
+  }
   st->compile_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return Executor(st);
 }
 
 std::vector<NDArray> Executor::run(const std::vector<NDArray>& inputs) const {
   KILN_USER_CHECK(state_) << "this executor was not compiled";
+  check_runs_here(*state_, "run");
   return state_->runner.run(inputs);
 }
 
 std::vector<NDArray> Executor::run(const std::vector<NDArray>& inputs, const std::vector<bool>& donated) const {
   KILN_USER_CHECK(state_) << "this executor was not compiled";
+  check_runs_here(*state_, "run");
   return state_->runner.run(inputs, nullptr, &donated);
 }
 
 std::vector<ProfileRow> Executor::profile(const std::vector<NDArray>& inputs, int repeats) const {
   KILN_USER_CHECK(state_) << "this executor was not compiled";
   KILN_USER_CHECK(repeats > 0) << "profile needs at least one repeat";
+  check_runs_here(*state_, "profile");
   std::lock_guard<std::mutex> lock(state_->mu);
   const ModelPlan& plan = state_->runner.plan();
   size_t n = plan.steps.size();
@@ -202,7 +223,7 @@ void Executor::export_library(const std::string& path, const std::string& weight
       << "export_library('" << path << "'): weights must be \"embed\" (inside the library) or \"beside\" (in '" << path
       << ".weights'), not \"" << weights << "\"";
   KILN_USER_CHECK(!path.empty()) << "export_library: the path is empty; name the .so file to write";
-  const ModelPlan& plan = state_->runner.plan();
+  const ModelPlan& plan = plan_of(*state_);
   WeightsLayout layout = layout_weights(plan.constants);
   codegen::LibraryExtras extras;
   extras.static_runtime = static_runtime;
@@ -241,31 +262,32 @@ void Executor::export_library(const std::string& path, const std::string& weight
 
 MemoryReport Executor::memory() const {
   KILN_USER_CHECK(state_) << "this executor was not compiled";
-  KILN_USER_CHECK(!state_->runner.plan().is_dynamic()) << "this model has shape variables (" << state_->runner.plan().shape_vars.size()
+  KILN_USER_CHECK(!plan_of(*state_).is_dynamic()) << "this model has shape variables (" << plan_of(*state_).shape_vars.size()
                                                        << "); its memory depends on their values: call memory(shape_values)";
   return report_of(state_->memory, state_->weight_bytes);
 }
 
 MemoryReport Executor::memory(const std::map<std::string, int64_t>& shape_values) const {
   KILN_USER_CHECK(state_) << "this executor was not compiled";
-  std::vector<int64_t> values = shape_values_by_name(state_->runner.plan(), shape_values, "memory");
+  std::vector<int64_t> values = shape_values_by_name(plan_of(*state_), shape_values, "memory");
   if (values.empty()) return memory();
-  return report_of(state_->runner.memory(values), state_->weight_bytes);
+  return report_of(plan_memory_at(plan_of(*state_), values), state_->weight_bytes);
 }
 
 std::optional<MemoryReport> Executor::memory_bound() const {
   KILN_USER_CHECK(state_) << "this executor was not compiled";
-  if (!state_->runner.plan().is_dynamic()) return memory();
-  std::optional<MemoryPlanStats> m = state_->runner.memory_bound();
+  if (!plan_of(*state_).is_dynamic()) return memory();
+  std::optional<MemoryPlanStats> m = plan_memory_bound(plan_of(*state_));
   if (!m) return std::nullopt;
   return report_of(*m, state_->weight_bytes);
 }
 
-const std::vector<std::string>& Executor::shape_vars() const { return state_->runner.plan().shape_vars; }
+const std::vector<std::string>& Executor::shape_vars() const { return plan_of(*state_).shape_vars; }
 
-const ModelPlan& Executor::plan() const { return state_->runner.plan(); }
+const ModelPlan& Executor::plan() const { return plan_of(*state_); }
 const ModelRunner& Executor::runner() const {
   KILN_USER_CHECK(state_) << "this executor was not compiled";
+  check_runs_here(*state_, "runner");
   return state_->runner;
 }
 const Graph& Executor::graph() const { return state_->graph; }

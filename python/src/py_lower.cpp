@@ -61,6 +61,10 @@ void define_lower(py::module_& m) {
       .def_property_readonly("num_cores", [](const Target& t) { return t.num_cores; })
       .def_property_readonly("vector_bits", [](const Target& t) { return t.vector_bits; })
       .def_property_readonly("fast_math", [](const Target& t) { return t.fast_math; })
+      .def_property_readonly("num_vector_registers", &Target::num_vector_registers,
+                             "Architectural vector registers a register tile can use (32 on AArch64 and AVX-512, 16 on AVX2).")
+      .def_property_readonly("is_cross", &Target::is_cross,
+                             "Code for another machine (-mtriple of another architecture): compiled and exported, never run here.")
       .def("has_feature", &Target::has_feature, py::arg("feature"))
       .def("natural_lanes", [](const Target& t, py::handle dtype) { return t.natural_lanes(to_dtype(dtype)); }, py::arg("dtype") = "float32",
            "Lanes of `dtype` that fill one native vector register.")

@@ -92,6 +92,11 @@ TEST(Target, ParsesHostNamedCpuAndFeatures) {
   arm.triple = "aarch64-unknown-linux-gnu";
   arm.features = {"neon"};
   EXPECT_EQ(arm.num_vector_registers(), 32);
+  // Another architecture's code is compiled here, never run (kiln.compile keeps no runner for it).
+  EXPECT_TRUE(arm.is_cross());
+  EXPECT_FALSE(h.is_cross());
+  EXPECT_FALSE(z.is_cross());  // another x86 CPU: the host's architecture
+  EXPECT_FALSE(Target::parse("cuda -arch=sm_90").is_cross());
 
   Target c = Target::parse("cuda -arch=sm_90");
   EXPECT_EQ(c.kind, Target::Kind::CUDA);

@@ -142,4 +142,12 @@ int Target::num_vector_registers() const {
   return 16;
 }
 
+bool Target::is_cross() const {
+#ifdef KILN_WITH_LLVM
+  return kind == Kind::LLVM && !triple.empty() && triple != codegen::detail::llvm_host_triple();
+#else
+  return false;
+#endif
+}
+
 }  // namespace kiln

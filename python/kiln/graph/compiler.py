@@ -111,6 +111,10 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
     F(2x2, 3x3) (float32 relative error about 1e-6 both); 2 allows F(2x2, 3x3) only,
     False (or 0) keeps every convolution direct.
     A cuda target (``"cuda -arch=sm_90"``) gives a :class:`GpuExecutor`.
+    A CPU of another architecture (``"llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a76"``) gets every
+    group built and scheduled for it (its vector lanes and registers); such an executor cannot run here:
+    ``export_library`` it with ``CC=aarch64-linux-gnu-gcc`` and run the library on the device through
+    kiln's runtime (``tools/kiln_run_model.c``; ``scripts/build_aarch64_runner.sh`` cross-builds it).
     dims: for a model with symbolic dimensions, the inclusive range of each
     shape variable (``{"batch": (1, 32), "seq": (1, 512)}``): every run is
     checked against it, and ``memory_bound()`` reports the largest arena.

@@ -92,7 +92,10 @@ class Executor(_CompiledModel):
         the plan, and the weights, ``"embed"``-ded in the library or
         ``"beside"`` it as ``<path>.weights``. Linked by ``$CC`` (default ``cc``).
         With ``static_runtime=True`` the library carries kiln_runtime (and its C
-        API) itself and needs only libc, libm and libpthread."""
+        API) itself and needs only libc, libm and libpthread (this machine's
+        architecture only). For a cross target ``$CC`` must be a compiler for that
+        machine (``aarch64-linux-gnu-gcc``); the library binds kiln_runtime where it
+        is loaded there."""
         self._exe.export_library(os.fspath(path), weights, static_runtime)
 
     @property

@@ -63,6 +63,12 @@ struct Target {
    * larger than this spill to the stack.
    */
   int num_vector_registers() const;
+  /**
+   * llvm code for another machine: -mtriple names an architecture other than
+   * this process's (aarch64 on x86-64). Such code is compiled and exported,
+   * never run here.
+   */
+  bool is_cross() const;
 
   bool operator==(const Target& o) const { return str() == o.str(); }
   bool operator!=(const Target& o) const { return !(*this == o); }

@@ -222,6 +222,12 @@ void link_library(const std::vector<PrimFunc>& funcs, const Target& target, cons
   fs::path runtime = runtime_library();
   std::vector<std::string> argv = cc;
   for (std::string a : {std::string("-shared"), std::string("-fPIC"), std::string("-o"), tmp.string(), obj.string(), meta.string()}) argv.push_back(a);
+  bool cross = info.triple != detail::llvm_host_triple();
+  // This process's libkiln_runtime.a is for this machine: another machine's library binds the runtime where it runs.
+  KILN_USER_CHECK(!(extras.static_runtime && cross))
+      << "export_library('" << path << "', static runtime): the target is " << info.triple << ", and the runtime archive "
+      << "beside this process's libkiln_runtime is for " << detail::llvm_host_triple() << "; export without static_runtime "
+      << "and link kiln_runtime built for " << info.triple << " into the program that loads the library (see tools/kiln_run_model.c)";
   if (extras.static_runtime) {
     fs::path archive = runtime.parent_path() / "libkiln_runtime.a";
     KILN_USER_CHECK(fs::exists(archive)) << "export_library('" << path << "', static runtime): " << archive
@@ -230,7 +236,7 @@ void link_library(const std::vector<PrimFunc>& funcs, const Target& target, cons
                           std::string("-lstdc++"), std::string("-Wl,-Bdynamic"), std::string("-static-libgcc"), std::string("-Wl,-Bsymbolic"),
                           std::string("-lpthread"), std::string("-ldl"), std::string("-lm")})
       argv.push_back(a);
-  } else if (info.triple != detail::llvm_host_triple()) {
+  } else if (cross) {
     // Another machine's library: the runtime's symbols stay undefined, bound
     // when it is loaded there (this process's libkiln_runtime is for this machine).
     argv.push_back("-lm");

@@ -159,7 +159,12 @@ class Executor {
   std::shared_ptr<State> state_;
 };
 
-/** Optimizes (passes.h), compiles every group and plans memory. Throws kiln::Error on what it cannot compile. */
+/**
+ * Optimizes (passes.h), compiles every group and plans memory. Throws kiln::Error on what it cannot compile.
+ * For a cross target (Target::is_cross: "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a76") every group is
+ * built and scheduled for that machine; the executor then plans, reports memory and exports
+ * (export_library with $CC a compiler for it), and run, profile and runner refuse, naming that fix.
+ */
 Executor compile(const Graph& g, const CompileOptions& options = {});
 
 }  // namespace kiln::graph
