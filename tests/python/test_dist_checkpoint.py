@@ -140,3 +140,27 @@ def test_killed_and_resumed_follows_the_uninterrupted_run_bitwise(tmp_path):
     full, died, resumed = (losses(tmp_path / f"losses.{m}") for m in ("full", "die", "resume"))
     assert sorted(resumed) == list(range(12, 30)) and all(resumed[i] == full[i] for i in resumed), (resumed, full)
     assert all(died[i] == full[i] for i in died)
+
+
+def test_a_host_taken_down_mid_training_resumes_from_the_last_checkpoint(host_bed, tmp_path):
+    from hostbed import Launcher
+    from test_dist_hosts import wait_for_text
+    run_ok("ckpt_resume.py", [str(tmp_path), "full"], 2)  # one host: the same 2 ranks, one thread each (bitwise alike)
+    wrap = (f"exec {sys.executable} ckpt_resume.py {tmp_path} run "
+            f">{tmp_path}/out.$OMPI_COMM_WORLD_RANK 2>{tmp_path}/err.$OMPI_COMM_WORLD_RANK")
+    proc = mpi(["/bin/sh", "-c", wrap], 2, env={"KILN_DIST_TIMEOUT": "5"}, launcher=Launcher(host_bed), popen=True)
+    try:
+        assert wait_for_text(tmp_path / "out.1", "step 7 rank 1", 90) is not None, proc.poll()
+        host_bed.kill(1)
+        assert wait_for_text(tmp_path / "err.0", "KILN_DIST_TIMEOUT", 30) is not None, (tmp_path / "err.0").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        host_bed.up()
+    saved = json.load(open(tmp_path / "ckpt" / "manifest.json"))["data_position"]
+    run_ok("ckpt_resume.py", [str(tmp_path), "resume"], 2, launcher=Launcher(host_bed))
+    full, cut, resumed = (losses(tmp_path / f"losses.{m}") for m in ("full", "run", "resume"))
+    print(f"host down after step {max(cut)}; resumed from step {saved}")
+    assert saved >= 6 and sorted(resumed) == list(range(saved, 30)), (saved, sorted(resumed))
+    assert all(cut[i] == full[i] for i in cut) and all(resumed[i] == full[i] for i in resumed), (cut, resumed, full)
