@@ -12,7 +12,7 @@ from kiln.dist.gpt import GPT_SIZES, gpt_training_graph
 
 # Published figures (per GPU, A100 80GB, peak 312 TFLOP/s bf16; not H100: compare the share of peak):
 # Megatron-LM: Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
-# Megatron-LM", SC'21. Table 1 reports 44% to 52% of peak per GPU for its 1.7B (32 GPUs) to 1T
+# Megatron-LM", SC'21. Table 1 reports roughly 44% to 52% of peak per GPU (not every row rechecked) for its 1.7B (32 GPUs) to 1T
 # (3072 GPUs) GPT models with pipeline, tensor and data parallelism, activation recomputation and
 # mixed precision; section 5.1 takes 140 TFLOP/s per GPU (45% of peak) for GPT-3 175B on 1024 GPUs.
 # Those runs count recomputation's extra forward pass (their eq. 3, 96 B s l h^2...); the model FLOPs
@@ -20,7 +20,7 @@ from kiln.dist.gpt import GPT_SIZES, gpt_training_graph
 # Alpa: Zheng et al., OSDI'22, Figure 7 (GPT weak scaling, 1 to 64 V100s, models 350M to 39B) plots
 # aggregate PFLOPS without a table; we quote no number from it (the text reports Alpa matching
 # Megatron-LM on GPT, which it takes as the hand-tuned reference).
-PUBLISHED = {"megatron": "44-52% of peak (SC'21 Table 1; 1.7B..1T, 32..3072 A100), 45% for 175B on 1024 A100 (sec. 5.1)",
+PUBLISHED = {"megatron": "~44-52% of peak (SC'21 Table 1; 1.7B..1T, 32..3072 A100), 45% for 175B on 1024 A100 (sec. 5.1)",
              "alpa": "no table; Fig. 7 (OSDI'22) plots GPT up to 39B on 64 V100 matching Megatron-LM"}
 
 CASES = [("1.3B", 8, 8), ("13B", 8, 8), ("13B", 64, 64), ("175B", 64, 64)]  # model, devices, batch (sequences of 2048)

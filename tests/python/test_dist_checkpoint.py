@@ -4,13 +4,14 @@ checkpoints refused; a run killed mid-training (a rank, or a host of the test be
 checkpoint follows the uninterrupted run's losses bitwise."""
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
 import pytest
 
 import kiln
-from test_dist import SCRIPTS, mpi
+from test_dist import SCRIPTS, mpi, python_env
 
 sys.path.insert(0, SCRIPTS)
 from common import mlp  # noqa: E402
@@ -116,8 +117,13 @@ def test_round_trip_over_ranks(tmp_path, saver, loaders):
 
 
 def run_ok(script, args, np_, launcher=None):
-    """tests/python/dist/<script> with `args` on np_ ranks; every rank must print its OK line."""
-    p, _ = mpi([sys.executable, os.path.join(SCRIPTS, script)] + list(args), np_, launcher=launcher)
+    """tests/python/dist/<script> with `args` on np_ ranks (one: a plain process, without mpirun's start-up);
+    every rank must print its OK line."""
+    cmd = [sys.executable, os.path.join(SCRIPTS, script)] + list(args)
+    if np_ == 1 and launcher is None:
+        p = subprocess.run(cmd, cwd=SCRIPTS, env=python_env(None), capture_output=True, text=True, timeout=60)
+    else:
+        p, _ = mpi(cmd, np_, launcher=launcher)
     out = p.stdout + p.stderr
     assert p.returncode == 0 and out.count("OK rank") == np_, out[-4000:]
     return p.stdout
@@ -131,21 +137,28 @@ def losses(path):
     return out
 
 
-def test_killed_and_resumed_follows_the_uninterrupted_run_bitwise(tmp_path):
-    run_ok("ckpt_resume.py", [str(tmp_path), "full"], 2)
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    """The uninterrupted run's losses (2 ranks on this host, one thread each: as on the bed's two hosts)."""
+    path = tmp_path_factory.mktemp("full")
+    run_ok("ckpt_resume.py", [str(path), "full"], 2)
+    return losses(path / "losses.full")
+
+
+def test_killed_and_resumed_follows_the_uninterrupted_run_bitwise(tmp_path, full_run):
     p, _ = mpi([sys.executable, os.path.join(SCRIPTS, "ckpt_resume.py"), str(tmp_path), "die", "13"], 2)
     assert p.returncode != 0
     assert json.load(open(tmp_path / "ckpt" / "manifest.json"))["data_position"] == 12
     run_ok("ckpt_resume.py", [str(tmp_path), "resume"], 2)
-    full, died, resumed = (losses(tmp_path / f"losses.{m}") for m in ("full", "die", "resume"))
+    full = full_run
+    died, resumed = (losses(tmp_path / f"losses.{m}") for m in ("die", "resume"))
     assert sorted(resumed) == list(range(12, 30)) and all(resumed[i] == full[i] for i in resumed), (resumed, full)
     assert all(died[i] == full[i] for i in died)
 
 
-def test_a_host_taken_down_mid_training_resumes_from_the_last_checkpoint(host_bed, tmp_path):
+def test_a_host_taken_down_mid_training_resumes_from_the_last_checkpoint(host_bed, tmp_path, full_run):
     from hostbed import Launcher
     from test_dist_hosts import wait_for_text
-    run_ok("ckpt_resume.py", [str(tmp_path), "full"], 2)  # one host: the same 2 ranks, one thread each (bitwise alike)
     wrap = (f"exec {sys.executable} ckpt_resume.py {tmp_path} run "
             f">{tmp_path}/out.$OMPI_COMM_WORLD_RANK 2>{tmp_path}/err.$OMPI_COMM_WORLD_RANK")
     proc = mpi(["/bin/sh", "-c", wrap], 2, env={"KILN_DIST_TIMEOUT": "5"}, launcher=Launcher(host_bed), popen=True)
@@ -160,7 +173,8 @@ def test_a_host_taken_down_mid_training_resumes_from_the_last_checkpoint(host_be
         host_bed.up()
     saved = json.load(open(tmp_path / "ckpt" / "manifest.json"))["data_position"]
     run_ok("ckpt_resume.py", [str(tmp_path), "resume"], 2, launcher=Launcher(host_bed))
-    full, cut, resumed = (losses(tmp_path / f"losses.{m}") for m in ("full", "run", "resume"))
+    full = full_run
+    cut, resumed = (losses(tmp_path / f"losses.{m}") for m in ("run", "resume"))
     print(f"host down after step {max(cut)}; resumed from step {saved}")
     assert saved >= 6 and sorted(resumed) == list(range(saved, 30)), (saved, sorted(resumed))
     assert all(cut[i] == full[i] for i in cut) and all(resumed[i] == full[i] for i in resumed), (cut, resumed, full)
