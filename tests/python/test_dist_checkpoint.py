@@ -47,6 +47,17 @@ def test_one_process_round_trip_is_bitwise(tmp_path):
         assert step(x, y) == fresh(x, y)
 
 
+def test_a_recomputing_step_round_trips_into_a_plain_one(tmp_path):
+    step, batches, model = trained(segments=2)  # activation checkpointing (kiln/train/checkpoint.py)
+    assert isinstance(step, kiln.train.CheckpointedTrainStep)
+    kiln.train.save(step, tmp_path / "ck", data_position=3)
+    plain = kiln.train.compile(model, loss="cross_entropy", optimizer=kiln.train.Adam(lr=0.01))
+    kiln.train.load(plain, tmp_path / "ck")
+    for x, y in batches[3:]:
+        a, b = step(x, y), plain(x, y)
+        assert abs(a - b) <= 1e-5 * max(1.0, abs(a))
+
+
 def test_saving_again_replaces_the_checkpoint_whole(tmp_path):
     step, batches, _ = trained()
     kiln.train.save(step, tmp_path / "ck", data_position=3)
@@ -87,6 +98,10 @@ def test_a_half_written_checkpoint_is_never_taken_for_a_whole_one(tmp_path):
         kiln.train.load(step, tmp_path / "ck")
     os.rename(tmp_path / "ck", tmp_path / "ck.partial")
     with pytest.raises(kiln.KilnError, match=r"no checkpoint at .*ck \(a save into it was interrupted"):
+        kiln.train.load(step, tmp_path / "ck")
+    kiln.train.save(step, tmp_path / "ck2")
+    os.rename(tmp_path / "ck2", tmp_path / "ck.old")  # killed between moving the old aside and the new into place
+    with pytest.raises(kiln.KilnError, match=r"the previous checkpoint is whole at .*ck.old: rename it"):
         kiln.train.load(step, tmp_path / "ck")
 
 

@@ -200,6 +200,8 @@ def read_manifest(path):
     mf = _os.path.join(path, MANIFEST)
     if not _os.path.isdir(path):
         partial = " (a save into it was interrupted: " + path + ".partial is left)" if _os.path.isdir(path + ".partial") else ""
+        if _os.path.isdir(path + ".old"):  # a save died between moving the old checkpoint aside and the new into place
+            partial += f"; the previous checkpoint is whole at {path}.old: rename it to {path} to resume from it"
         raise KilnError(f"no checkpoint at {path}{partial}; give the directory kiln.train.save wrote")
     if not _os.path.exists(mf):
         raise KilnError(f"{mf} is missing: {path} is not a complete kiln checkpoint (a save was interrupted, or "
