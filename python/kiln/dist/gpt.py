@@ -66,8 +66,3 @@ def gpt_training_graph(size="1.3B", batch=8, seq=2048, layers=None, hidden=None,
     params = sum(int(_np.prod(w.shape)) for w in ws)
     return training_graph([x, labels], loss, ws), params
 
-
-def model_flops(params_no_head, layers, hidden, batch, seq, vocab=VOCAB):
-    """A step's model FLOPs, Megatron-LM's count without recomputation (Narayanan et al. 2021, eq. 3 with
-    3 passes instead of 4): 72 B s l h^2 (1 + s/(6h) + V/(12 l h))."""
-    return 72.0 * batch * seq * layers * hidden ** 2 * (1 + seq / (6 * hidden) + vocab / (12 * layers * hidden))
