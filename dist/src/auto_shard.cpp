@@ -3,6 +3,7 @@
 #include "kiln/dist/auto_shard.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -63,7 +64,12 @@ std::pair<double, int64_t> collective_cost(const OpNode& op, const CostParams& c
   else if (name == "kiln.ReduceScatter") sent = double(n - 1) * double(result);  // (n-1)/n of the n-times larger input
   else sent = double(n - 1) / double(n) * double(result);                         // all-gather, all-to-all
   bool large = c.large_message_bytes > 0 && c.large_link_bytes_per_s > 0 && double(result) > c.large_message_bytes;
-  return {sent / (large ? c.large_link_bytes_per_s : c.link_bytes_per_s) + steps * c.latency_s + c.collective_s, static_cast<int64_t>(sent)};
+  double rate = large ? c.large_link_bytes_per_s : c.link_bytes_per_s, latency = c.latency_s;
+  if (!c.axis_links.empty() && op.attrs.has("axis")) {
+    auto it = c.axis_links.find(op.attrs.get_string("axis"));
+    if (it != c.axis_links.end()) rate = it->second.first, latency = it->second.second;
+  }
+  return {sent / rate + steps * latency + c.collective_s, static_cast<int64_t>(sent)};
 }
 
 // The GEMM rate for a contraction of this many output rows (OpCost::rows: a
@@ -169,7 +175,9 @@ std::string spec_with(int ndim, int dim, const std::string& split) {
 // A weight an op's sharding rule names (ShardingRule::weight_splits: a
 // MatMul's 2-D B, a Conv's W) gets R / a split of each of its dims per axis;
 // other graph inputs R / batch split per axis / over all axes.
-std::vector<Choice> choices_of(const Graph& g, const Mesh& mesh) {
+// With all_axes (and a mesh of several axes), a weight may also be split over all of them at once
+// (each rank a 1/size block, gathered where used: fully sharded data parallel).
+std::vector<Choice> choices_of(const Graph& g, const Mesh& mesh, bool all_axes) {
   std::vector<Choice> out;
   std::unordered_set<std::string> weights;
   for (const OpNode* op : g.op_nodes()) {
@@ -180,8 +188,13 @@ std::vector<Choice> choices_of(const Graph& g, const Mesh& mesh) {
     if (w.node->kind == NodeKind::Op || !weights.insert(w.node->name).second) continue;
     int nd = w.type().ndim();
     Choice c{w.node->name, {spec_with(nd, -1, "")}, false};
-    for (int a = 0; a < mesh.ndim(); ++a)
+    std::string every;
+    for (int a = 0; a < mesh.ndim(); ++a) {
       for (int d : ws.dims) c.options.push_back(spec_with(nd, d, "S(" + mesh.axis_name(a) + ")"));
+      every += (a ? "," : "") + mesh.axis_name(a);
+    }
+    if (all_axes && mesh.ndim() > 1)
+      for (int d : ws.dims) c.options.push_back(spec_with(nd, d, "S(" + every + ")"));
     out.push_back(c);
   }
   for (const auto& in : g.inputs()) {
@@ -199,6 +212,52 @@ std::vector<Choice> choices_of(const Graph& g, const Mesh& mesh) {
   return out;
 }
 
+// The name with each run of digits as '#': "h.12.fc1" and "h.3.fc1" are one layer's weight.
+std::string layer_pattern(const std::string& name) {
+  std::string out;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (std::isdigit(static_cast<unsigned char>(name[i]))) {
+      if (out.empty() || out.back() != '#') out += '#';
+    } else {
+      out += name[i];
+    }
+  }
+  return out;
+}
+
+// With tie_repeated, the choices of weights with one layer pattern and the same options merge into
+// one, named by the first, whose pick every member takes (members lists them all). A weight's
+// optimizer state ("<weight>.<state>", of its rank) follows the weight's split.
+std::vector<Choice> tied(std::vector<Choice> cs, std::vector<std::vector<std::string>>& members) {
+  std::vector<Choice> out;
+  std::map<std::pair<std::string, std::vector<std::string>>, size_t> at;
+  std::map<std::string, size_t> weight_at;
+  for (Choice& c : cs) {
+    if (c.batch) {
+      size_t dot = c.name.rfind('.');
+      auto w = dot == std::string::npos ? weight_at.end() : weight_at.find(c.name.substr(0, dot));
+      if (w != weight_at.end() && out[w->second].options[0] == c.options[0]) {  // the same rank: the same spec texts apply
+        members[w->second].push_back(c.name);
+        continue;
+      }
+    } else {
+      weight_at[c.name] = 0;  // set below, once its choice is known
+    }
+    auto key = std::make_pair(c.batch ? c.name : layer_pattern(c.name), c.options);
+    auto it = at.find(key);
+    if (it != at.end()) {
+      members[it->second].push_back(c.name);
+      if (!c.batch) weight_at[c.name] = it->second;
+      continue;
+    }
+    if (!c.batch) weight_at[c.name] = out.size();
+    at[key] = out.size();
+    members.push_back({c.name});
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 struct Scored {
   bool valid = false;
   PlanEstimate est;
@@ -207,7 +266,11 @@ struct Scored {
 
 class Search {
  public:
-  Search(const Graph& g, const Mesh& mesh, const AutoShardOptions& o) : g_(g), mesh_(mesh), o_(o), choices_(choices_of(g, mesh)) {}
+  Search(const Graph& g, const Mesh& mesh, const AutoShardOptions& o) : g_(g), mesh_(mesh), o_(o), choices_(choices_of(g, mesh, o.weights_over_all_axes)) {
+    if (o.tie_repeated) choices_ = tied(choices_, members_);
+    else
+      for (const Choice& c : choices_) members_.push_back({c.name});
+  }
 
   const std::vector<Choice>& choices() const { return choices_; }
   int evaluated() const { return evaluated_; }
@@ -215,8 +278,19 @@ class Search {
 
   std::map<std::string, std::string> specs_of(const std::vector<int>& pick) const {
     std::map<std::string, std::string> s;
-    for (size_t i = 0; i < choices_.size(); ++i) s[choices_[i].name] = choices_[i].options[pick[i]];
+    for (size_t i = 0; i < choices_.size(); ++i)
+      for (const std::string& m : members_[i]) s[m] = choices_[i].options[pick[i]];
     return s;
+  }
+
+  std::vector<int> pick_of(const std::map<std::string, std::string>& specs) const {
+    std::vector<int> pick(choices_.size(), 0);
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      auto s = specs.find(choices_[i].name);
+      auto it = s == specs.end() ? choices_[i].options.end() : std::find(choices_[i].options.begin(), choices_[i].options.end(), s->second);
+      pick[i] = it == choices_[i].options.end() ? 0 : static_cast<int>(it - choices_[i].options.begin());
+    }
+    return pick;
   }
 
   Scored score(const std::map<std::string, std::string>& specs) {
@@ -247,6 +321,7 @@ class Search {
   const Mesh& mesh_;
   const AutoShardOptions& o_;
   std::vector<Choice> choices_;
+  std::vector<std::vector<std::string>> members_;  ///< per choice, the values it decides
   int evaluated_ = 0;
   int64_t least_memory_ = std::numeric_limits<int64_t>::max();
 };
@@ -304,7 +379,8 @@ AutoShardResult auto_shard(const Graph& g, const Mesh& mesh, const AutoShardOpti
     return k;
   };
   // The named strategies: reported beside the choice, and the start of the descent.
-  for (const auto& [name, specs] : named_strategies(g, mesh, cs)) {
+  for (auto [name, specs] : named_strategies(g, mesh, cs)) {
+    if (o.tie_repeated) specs = search.specs_of(search.pick_of(specs));  // tied choices: every member as its choice
     Scored s = search.score(specs);
     if (s.valid) best.baselines.push_back({name, s.est});
     std::vector<int> pick(cs.size(), 0);

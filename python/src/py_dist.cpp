@@ -55,6 +55,15 @@ CostParams cost_of(const py::dict& d) {
   CostParams c;
   for (auto [k, v] : d) {
     std::string key = py::str(k);
+    // "link_bytes_per_s:<axis>" / "latency_s:<axis>": that mesh axis's own link (CostParams::axis_links).
+    if (size_t colon = key.find(':'); colon != std::string::npos) {
+      std::string field = key.substr(0, colon), axis = key.substr(colon + 1);
+      auto& link = c.axis_links.try_emplace(axis, -1.0, -1.0).first->second;
+      if (field == "link_bytes_per_s") link.first = v.cast<double>();
+      else if (field == "latency_s") link.second = v.cast<double>();
+      else throw_user_error("cost: unknown key '" + key + "'; per mesh axis: link_bytes_per_s:<axis>, latency_s:<axis>");
+      continue;
+    }
     auto f = std::find_if(std::begin(fields), std::end(fields), [&](const auto& e) { return key == e.first; });
     if (f == std::end(fields)) {
       std::string known;
@@ -62,6 +71,10 @@ CostParams cost_of(const py::dict& d) {
       throw_user_error("cost: unknown key '" + key + "'; known: " + known);
     }
     c.*(f->second) = v.cast<double>();
+  }
+  for (auto& [axis, link] : c.axis_links) {  // an axis given one of the two takes the default for the other
+    if (link.first < 0) link.first = c.link_bytes_per_s;
+    if (link.second < 0) link.second = c.latency_s;
   }
   return c;
 }
@@ -175,8 +188,11 @@ void define_dist(py::module_& root) {
   m.def("estimate_plan", [](const ShardedGraph& s, const py::dict& cost) { return estimate_dict(estimate_plan(s, cost_of(cost))); },
         py::arg("sharded"), py::arg("cost") = py::dict());
   // (specs, sharded graph, estimate, {strategy: estimate}, report) of the searched plan.
-  m.def("auto_shard", [](const graph::Graph& g, const Mesh& mesh, int64_t memory_limit, const py::dict& cost, int max_plans, bool keep) {
+  m.def("auto_shard", [](const graph::Graph& g, const Mesh& mesh, int64_t memory_limit, const py::dict& cost, int max_plans, bool keep,
+                         bool tie_repeated, bool weights_over_all_axes) {
     AutoShardOptions o;
+    o.tie_repeated = tie_repeated;
+    o.weights_over_all_axes = weights_over_all_axes;
     o.memory_limit = memory_limit;
     o.cost = cost_of(cost);
     o.max_plans = max_plans;
@@ -190,7 +206,8 @@ void define_dist(py::module_& root) {
     for (const auto& [name, e] : r.baselines) baselines[py::str(name)] = estimate_dict(e);
     return py::make_tuple(r.specs, r.sharded, estimate_dict(r.estimate), baselines, r.report(memory_limit));
   }, py::arg("graph"), py::arg("mesh"), py::arg("memory_limit") = 0, py::arg("cost") = py::dict(), py::arg("max_plans") = 4096,
-     py::arg("keep_outputs_sharded") = false);
+     py::arg("keep_outputs_sharded") = false, py::arg("tie_repeated") = false,
+     py::arg("weights_over_all_axes") = false);
   // (stage dicts, printed cut) of a balanced pipeline cut.
   m.def("cut_pipeline", [](const graph::Graph& g, int stages, const py::dict& cost) {
     PipelineCut cut = cut_pipeline(g, stages, cost_of(cost));

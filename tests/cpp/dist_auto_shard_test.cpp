@@ -149,3 +149,30 @@ TEST(DistAutoShard, LargeSearchesDescendFromTheNamedStrategies) {
   EXPECT_LE(r.estimate.memory_bytes, o.memory_limit) << r.report(o.memory_limit);
   EXPECT_LT(r.plans_evaluated, 5 * 5 * 5 * 5 * 5 * 5 * 4);
 }
+
+TEST(DistAutoShard, EachMeshAxisMovesAtItsOwnLink) {
+  // The Megatron plan's one all-reduce runs over "model": its level's rate and latency, not the default's.
+  Graph g = chain(64, 256, 2);
+  Mesh mesh({{"data", 1}, {"model", 2}});
+  ShardedGraph sg = shard_graph(g, mesh, megatron_specs(g, mesh, "model"));
+  CostParams c;
+  c.axis_links["model"] = {c.link_bytes_per_s * 100, 1e-6};
+  EXPECT_NEAR(estimate_plan(sg, c).comm_s, 64 * 256 * 4 / (c.link_bytes_per_s * 100) + 2 * 1e-6 + c.collective_s, 1e-12);
+  c.axis_links.clear();
+  c.axis_links["data"] = {1.0, 1.0};  // another axis's link changes nothing here
+  EXPECT_NEAR(estimate_plan(sg, c).comm_s, 64 * 256 * 4 / c.link_bytes_per_s + 2 * c.latency_s + c.collective_s, 1e-12);
+}
+
+TEST(DistAutoShard, RepeatedLayersShareOneDecision) {
+  // 8 layers of one pattern (w0..w7): tied, the search has 2 choices (the weights' and x's), not 9,
+  // and every weight takes the same spec (each pass scores every option of every choice once).
+  Graph g = chain(64, 256, 8);
+  AutoShardOptions o;
+  o.tie_repeated = true;
+  o.max_plans = 1;  // coordinate descent: its evaluations count the choices' options
+  AutoShardResult tied = auto_shard(g, Mesh({{"model", 2}}), o);
+  o.tie_repeated = false;
+  AutoShardResult each = auto_shard(g, Mesh({{"model", 2}}), o);
+  EXPECT_LT(2 * tied.plans_evaluated, each.plans_evaluated) << tied.report() << each.report();
+  for (int i = 1; i < 8; ++i) EXPECT_EQ(tied.specs.at("w" + std::to_string(i)), tied.specs.at("w0")) << tied.report();
+}

@@ -16,6 +16,9 @@ or ``S(axis)`` / ``S(axis1,axis2)`` (split over mesh axes), then optionally
 inputs or weights flow through the graph; a weight without a spec is sliced
 the way its first consumer wants.
 
+Clusters this machine cannot hold are planned on paper: ``kiln.dist.plan(graph, kiln.dist.Cluster.h100(64))``
+(cluster.py) picks the mesh and sharding with its predicted step time, memory and share of peak.
+
 Without mpirun one process runs a mesh of size 1. Ranks that die or hang
 make the others stop with an error after ``set_timeout`` seconds (default
 300, or $KILN_DIST_TIMEOUT). Ranks that share a host share its cores: unless
@@ -30,8 +33,10 @@ from .calibration import calibrate
 from .training import train, tensor_parallel, data_parallel
 from .pipeline_parallel import (PipelinePlan, PipelineRunner, PipelineTrainPlan, PipelineTrainStep, pipeline,
                                 pipeline_train)
+from .cluster import Cluster, ClusterPlan, plan  # (the function stands in for the module name kiln.dist.plan)
+from .gpt import gpt_training_graph
 
 __all__ = ["rank", "size", "backend", "set_timeout", "timeout", "barrier", "all_reduce", "all_gather", "broadcast", "send",
            "recv", "mpi_built", "nccl_all_reduce", "Mesh", "Plan", "Runner", "shard", "calibrate", "train",
            "tensor_parallel", "data_parallel", "PipelinePlan", "PipelineRunner", "PipelineTrainPlan", "PipelineTrainStep",
-           "pipeline", "pipeline_train", "KilnError"]
+           "pipeline", "pipeline_train", "Cluster", "ClusterPlan", "plan", "gpt_training_graph", "KilnError"]

@@ -5,6 +5,7 @@ compiled into one graph, run one step per call.
     for x, y in batches:
         loss = step(x, y)
     step.parameters["fc1.weight"]      # numpy arrays, readable and writable
+    kiln.train.save(step, "ckpt", data_position=i)   # and kiln.train.load(step, "ckpt") to resume (saving.py)
 
 `model` is a :class:`kiln.graph.Graph` (from a Builder, ``from_onnx`` or
 ``from_torch``) with one output. Its float constants of rank >= 1 that no
@@ -22,5 +23,6 @@ from .optimizers import SGD, Adam, AdamW
 from .precision import LossScaler
 from .checkpoint import CheckpointedTrainStep
 from .step import TrainStep, compile, from_torch
+from .saving import save, load
 
-__all__ = ["compile", "from_torch", "SGD", "Adam", "AdamW", "TrainStep", "CheckpointedTrainStep", "LossScaler"]
+__all__ = ["compile", "from_torch", "SGD", "Adam", "AdamW", "TrainStep", "CheckpointedTrainStep", "LossScaler", "save", "load"]

@@ -70,6 +70,10 @@ struct CostParams {
    *  can differ by an order of magnitude (kiln.dist.calibrate measures both). */
   double large_message_bytes = 0;
   double large_link_bytes_per_s = 0;
+  /** A mesh axis's own link (bandwidth, latency), in place of link_bytes_per_s and latency_s for the
+   *  collectives over it: a mesh of levels (hosts x devices per host) whose inner axis runs over
+   *  NVLink and outer one over the network. Axes not named use the defaults. */
+  std::map<std::string, std::pair<double, double>> axis_links;
 };
 
 struct PlanEstimate {
@@ -93,6 +97,12 @@ struct AutoShardOptions {
   CostParams cost;
   int max_plans = 4096;      ///< exhaustive search up to this many complete choices
   bool keep_outputs_sharded = false;
+  /** One decision for every weight whose name differs from another's only in its numbers
+   *  ("layer.3.fc1" and "layer.7.fc1"): the repeated layers of a deep model share their split,
+   *  which keeps the search of a 96-layer model as small as one layer's. */
+  bool tie_repeated = false;
+  /** Weights may also split over every mesh axis at once (1/size each, gathered where read). */
+  bool weights_over_all_axes = false;
 };
 
 struct AutoShardResult {

@@ -1,0 +1,68 @@
+"""GPT-style training graphs for planning (kiln.dist.plan): shapes only, no weights allocated.
+
+Every 2-D weight is a graph input, not a constant, so a 175B model is a graph of shapes; the step
+is the forward pass, the cross-entropy loss, its gradients and Adam's update (the optimizer state
+as inputs too), as kiln.train builds it. Simplifications, none of which moves the FLOP count by
+more than a few percent: the token embedding is the input (its lookup and scatter are not modelled),
+no causal mask, no biases, ReLU for GeLU, LayerNorm scales fixed (tiny constants), float32
+throughout (Megatron-LM trains in 16-bit: our bytes moved and held are twice theirs).
+"""
+import numpy as _np
+
+from .. import graph as _kg
+from ..train.nodes import Scalars, op
+from ..train.optimizers import Adam
+
+# (layers, hidden, heads) of GPT-3's sizes (Brown et al. 2020, Table 2.1). 13B's d_model is 5140 in
+# that table, which 40 heads of 128 do not make: we take 5120 (= 40 x 128, as Megatron-LM's configs).
+GPT_SIZES = {"1.3B": (24, 2048, 16), "13B": (40, 5120, 40), "175B": (96, 12288, 96)}
+VOCAB = 51200  # GPT-2's 50257 padded to a multiple of 1024, as Megatron-LM pads it
+
+
+def training_graph(inputs, loss, weights, optimizer=None):
+    """The training step of `loss` (a scalar Value) over `weights` (input Values): loss, new weights
+    and new optimizer state out."""
+    optimizer = optimizer or Adam(lr=1e-4)
+    grads = _kg.gradients(loss, weights)
+    names = optimizer.state_names()
+    states = [[_kg.make_input(f"{w.name}.{s}", list(w.shape), w.dtype) for s in names] for w in weights]
+    scalars = Scalars(loss.dtype)
+    new_w, new_s = optimizer.build(weights, grads, states, scalars)
+    ins = inputs + weights + [s for per in states for s in per] + scalars.values
+    outs = [loss] + new_w + [s for per in new_s for s in per]
+    return _kg.make_graph(ins, outs, [])
+
+
+def gpt_training_graph(size="1.3B", batch=8, seq=2048, layers=None, hidden=None, heads=None, vocab=VOCAB):
+    """A GPT's training step: `size` one of GPT_SIZES, or layers/hidden/heads given. Returns (graph, parameters)."""
+    L, H, nh = GPT_SIZES.get(size, (layers, hidden, heads))
+    L, H, nh = layers or L, hidden or H, heads or nh
+    hd = H // nh
+    x = _kg.make_input("x", [batch, seq, H], "float32")
+    labels = _kg.make_input("labels", [batch * seq], "int64")
+    ws = []
+
+    def weight(name, shape):
+        ws.append(_kg.make_input(name, list(shape), "float32"))
+        return ws[-1]
+
+    def const(name, a):
+        return _kg.make_constant(name, _np.asarray(a))
+
+    ones, zeros = const("ln.scale", _np.ones(H, "float32")), const("ln.bias", _np.zeros(H, "float32"))
+    split, merge = const("split", _np.array([batch, seq, nh, hd], "int64")), const("merge", _np.array([batch, seq, H], "int64"))
+    h = x
+    for i in range(L):
+        a = op("LayerNormalization", h, ones, zeros, axis=-1)
+        q, k, v = (op("Transpose", op("Reshape", op("MatMul", a, weight(f"h{i}.w{n}", (H, H))), split), perm=p)
+                   for n, p in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])))
+        s = op("Softmax", op("Mul", op("MatMul", q, k), const("scale", _np.array(hd ** -0.5, "float32"))), axis=-1)
+        o = op("Reshape", op("Transpose", op("MatMul", s, v), perm=[0, 2, 1, 3]), merge)
+        h = op("Add", h, op("MatMul", o, weight(f"h{i}.wo", (H, H))))
+        m = op("LayerNormalization", h, ones, zeros, axis=-1)
+        h = op("Add", h, op("MatMul", op("Relu", op("MatMul", m, weight(f"h{i}.w1", (H, 4 * H)))), weight(f"h{i}.w2", (4 * H, H))))
+    flat = op("Reshape", op("LayerNormalization", h, ones, zeros, axis=-1), const("flat", _np.array([batch * seq, H], "int64")))
+    loss = op("kiln.SoftmaxCrossEntropy", op("MatMul", flat, weight("head", (H, vocab))), labels)
+    params = sum(int(_np.prod(w.shape)) for w in ws)
+    return training_graph([x, labels], loss, ws), params
+
