@@ -97,7 +97,7 @@ class Interpreter {
 
   Storage& storage_of(const BufferNode* b);
   int64_t element_span(const BufferNode* b);
-  int access_offsets(const BufferNode* b, const std::vector<Expr>& indices, const char* what, bool maskable, int64_t* offsets, uint64_t* active);
+  int access_offsets(const BufferNode* b, const std::vector<Expr>& indices, const Expr& predicate, const char* what, bool maskable, int64_t* offsets, uint64_t* active);
   const std::vector<Expr>& strides_of(const BufferNode* b);
   void check_in_bounds(const BufferNode* b, const Storage& s, const char* what, const int64_t* offsets, int lanes, uint64_t active);
 
@@ -404,13 +404,21 @@ const std::vector<Expr>& Interpreter::strides_of(const BufferNode* b) {
 // Flattens the indices of an access into one element offset per lane and
 // checks each index against its dimension. Returns the number of lanes and
 // in *active the lanes to access: all of them, except for a load under a
-// vector if_then_else, which touches only the lanes taking its branch.
-int Interpreter::access_offsets(const BufferNode* b, const std::vector<Expr>& indices, const char* what, bool maskable, int64_t* offsets, uint64_t* active) {
+// vector if_then_else, which touches only the lanes taking its branch, and a
+// predicated (masked) access, which touches only the lanes its predicate holds in.
+int Interpreter::access_offsets(const BufferNode* b, const std::vector<Expr>& indices, const Expr& predicate, const char* what, bool maskable, int64_t* offsets,
+                                uint64_t* active) {
   KILN_CHECK(indices.size() == b->shape.size()) << what << " of '" << b->name << "' with " << indices.size() << " indices";
   int lanes = 1;
   for (const Expr& i : indices) lanes = std::max(lanes, i.dtype().lanes());
   KILN_USER_CHECK(lanes <= kMaxLanes) << what << " of '" << b->name << "' with " << lanes << " lanes; the interpreter handles at most " << kMaxLanes;
   *active = maskable && mask_lanes_ == lanes ? mask_ : ~uint64_t(0);
+  if (predicate.defined()) {
+    Value p = eval(predicate);
+    KILN_CHECK(p.lanes() == lanes) << what << " of '" << b->name << "': a predicate of " << p.lanes() << " lanes for " << lanes << "-lane indices";
+    for (int l = 0; l < lanes; ++l)
+      if (!p.lane[l].i) *active &= ~(uint64_t(1) << l);
+  }
   if (indices.size() == 1 && b->strides.empty()) {
     // The common case after flattening: the index is the offset; the storage check suffices.
     Value idx = eval(indices[0]);
@@ -446,7 +454,7 @@ Value Interpreter::eval_load(const BufferLoad* op) {
   Storage& s = storage_of(b);
   int64_t offsets[kMaxLanes];
   uint64_t active;
-  int lanes = access_offsets(b, op->indices, "load", true, offsets, &active);
+  int lanes = access_offsets(b, op->indices, op->predicate, "load", true, offsets, &active);
   KILN_CHECK(lanes == op->dtype.lanes()) << "load of " << op->dtype.str() << " from '" << b->name << "' with " << lanes << "-lane indices";
   check_in_bounds(b, s, "load", offsets, lanes, active);
   Value r(op->dtype);
@@ -627,12 +635,13 @@ void Interpreter::exec_store(const BufferStore* op) {
   Value v = eval(op->value);
   int64_t offsets[kMaxLanes];
   uint64_t active;
-  int lanes = access_offsets(b, op->indices, "store", false, offsets, &active);
+  int lanes = access_offsets(b, op->indices, op->predicate, "store", false, offsets, &active);
   KILN_CHECK(v.lanes() == lanes || v.lanes() == 1) << "store of " << v.type.str() << " to '" << b->name << "' with " << lanes << "-lane indices";
   check_in_bounds(b, s, "store", offsets, lanes, active);
   int bytes = b->dtype.bytes();
   DataType from = v.type.element_of();
   for (int l = 0; l < lanes; ++l) {
+    if (!((active >> l) & 1)) continue;
     Lane x = v.lane[v.lanes() == 1 ? 0 : l];
     if (from != b->dtype) x = interp::cast_lane(from, b->dtype, x);
     interp::store_lane(b->dtype, s.data + offsets[l] * bytes, x);

@@ -134,9 +134,10 @@ Expr Call::make(DataType t, Intrinsic op, std::vector<Expr> args) {
   return new Call(t, op, std::move(args));
 }
 
-BufferLoad::BufferLoad(DataType t, Ref<BufferNode> b, std::vector<Expr> i) : ExprNode(t), buffer(std::move(b)), indices(std::move(i)) {}
+BufferLoad::BufferLoad(DataType t, Ref<BufferNode> b, std::vector<Expr> i, Expr p)
+    : ExprNode(t), buffer(std::move(b)), indices(std::move(i)), predicate(std::move(p)) {}
 
-Expr BufferLoad::make(const Buffer& buffer, std::vector<Expr> indices) {
+Expr BufferLoad::make(const Buffer& buffer, std::vector<Expr> indices, Expr predicate) {
   KILN_CHECK(buffer.defined()) << "load from an undefined buffer";
   KILN_CHECK(static_cast<int>(indices.size()) == buffer.ndim()) << "load from " << buffer.name() << " with " << indices.size() << " indices, buffer has " << buffer.ndim() << " dimensions";
   int lanes = 1;
@@ -144,7 +145,9 @@ Expr BufferLoad::make(const Buffer& buffer, std::vector<Expr> indices) {
     KILN_CHECK(i.defined() && i.dtype().is_integer()) << "load from " << buffer.name() << " with a non-integer index";
     lanes = std::max(lanes, i.dtype().lanes());
   }
-  return new BufferLoad(buffer.dtype().with_lanes(lanes), buffer, std::move(indices));
+  KILN_CHECK(!predicate.defined() || (predicate.dtype().is_bool() && predicate.dtype().lanes() == lanes && lanes > 1))
+      << "load from " << buffer.name() << ": its predicate must be a bool vector of the load's " << lanes << " lanes";
+  return new BufferLoad(buffer.dtype().with_lanes(lanes), buffer, std::move(indices), std::move(predicate));
 }
 
 Expr TensorLoad::make(Ref<ProducerNode> producer, std::vector<Expr> indices) {

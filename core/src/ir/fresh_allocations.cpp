@@ -31,12 +31,12 @@ class AllocationRenamer : public IRMutator {
   Expr visit(const BufferLoad* op) override {
     std::vector<Expr> idx;
     mutate_exprs(op->indices, &idx);
-    return BufferLoad::make(renamed(op->buffer), std::move(idx));
+    return BufferLoad::make(renamed(op->buffer), std::move(idx), op->predicate.defined() ? mutate(op->predicate) : Expr());
   }
   Stmt visit(const BufferStore* op) override {
     std::vector<Expr> idx;
     mutate_exprs(op->indices, &idx);
-    return BufferStore::make(renamed(op->buffer), mutate(op->value), std::move(idx));
+    return BufferStore::make(renamed(op->buffer), mutate(op->value), std::move(idx), op->predicate.defined() ? mutate(op->predicate) : Expr());
   }
 
  private:

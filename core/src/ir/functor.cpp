@@ -52,6 +52,7 @@ void IRVisitor::visit(const Call* op) {
 }
 void IRVisitor::visit(const BufferLoad* op) {
   for (const Expr& i : op->indices) visit_expr(i);
+  if (op->predicate.defined()) visit_expr(op->predicate);
 }
 void IRVisitor::visit(const TensorLoad* op) {
   for (const Expr& i : op->indices) visit_expr(i);
@@ -78,6 +79,7 @@ void IRVisitor::visit(const For* op) {
 void IRVisitor::visit(const BufferStore* op) {
   visit_expr(op->value);
   for (const Expr& i : op->indices) visit_expr(i);
+  if (op->predicate.defined()) visit_expr(op->predicate);
 }
 void IRVisitor::visit(const Allocate* op) {
   for (const Expr& e : op->buffer->shape) visit_expr(e);
@@ -179,8 +181,10 @@ Expr IRMutator::visit(const Call* op) {
 }
 Expr IRMutator::visit(const BufferLoad* op) {
   std::vector<Expr> idx;
-  if (!mutate_exprs(op->indices, &idx)) return op;
-  return BufferLoad::make(Buffer(op->buffer), std::move(idx));
+  bool changed = mutate_exprs(op->indices, &idx);
+  Expr p = op->predicate.defined() ? mutate(op->predicate) : Expr();
+  if (!changed && p.same_as(op->predicate)) return op;
+  return BufferLoad::make(Buffer(op->buffer), std::move(idx), p);
 }
 Expr IRMutator::visit(const TensorLoad* op) {
   std::vector<Expr> idx;
@@ -217,8 +221,9 @@ Stmt IRMutator::visit(const BufferStore* op) {
   Expr v = mutate(op->value);
   std::vector<Expr> idx;
   bool changed = mutate_exprs(op->indices, &idx);
-  if (!changed && v.same_as(op->value)) return op;
-  return BufferStore::make(op->buffer, v, std::move(idx));
+  Expr p = op->predicate.defined() ? mutate(op->predicate) : Expr();
+  if (!changed && v.same_as(op->value) && p.same_as(op->predicate)) return op;
+  return BufferStore::make(op->buffer, v, std::move(idx), p);
 }
 Stmt IRMutator::visit(const Allocate* op) {
   Stmt b = mutate(op->body);

@@ -74,6 +74,7 @@ class IRPrinter {
   void infix(const char* op, int prec, const Expr& a, const Expr& b, int min_prec, bool assoc);
   void call(const char* name, const std::vector<Expr>& args);
   void indices(const std::vector<Expr>& idx, char open, char close);
+  void predicate(const Expr& p);
   void print_buffer_type(const Buffer& b);
   void print_reduce(const Reduce* op);
 
@@ -153,6 +154,13 @@ void IRPrinter::indices(const std::vector<Expr>& idx, char open, char close) {
   os_ << close;
 }
 
+// A predicated (masked) access: A[ramp(i, 1, 8)] if (ramp(0, 1, 8) < broadcast(n, 8)).
+void IRPrinter::predicate(const Expr& p) {
+  os_ << " if (";
+  print(p);
+  os_ << ")";
+}
+
 void IRPrinter::print_reduce(const Reduce* op) {
   os_ << reduce_kind_name(op->reduce_kind) << "(";
   print(op->source);
@@ -218,7 +226,9 @@ void IRPrinter::print(const Expr& e, int min_prec) {
     case IRNodeKind::BufferLoad: {
       const BufferLoad* op = e.as<BufferLoad>();
       os_ << op->buffer->name;
-      return indices(op->indices, '[', ']');
+      indices(op->indices, '[', ']');
+      if (op->predicate.defined()) predicate(op->predicate);
+      return;
     }
     case IRNodeKind::TensorLoad: {
       const TensorLoad* op = e.as<TensorLoad>();
@@ -335,6 +345,7 @@ void IRPrinter::print(const Stmt& s) {
       line_start();
       os_ << op->buffer.name();
       indices(op->indices, '[', ']');
+      if (op->predicate.defined()) predicate(op->predicate);
       os_ << " = ";
       print(op->value);
       os_ << "\n";

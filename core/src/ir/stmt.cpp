@@ -23,12 +23,14 @@ Stmt For::make(Var loop_var, Expr min, Expr extent, ForKind kind, Stmt body, std
   return new For(std::move(loop_var), std::move(min), std::move(extent), kind, std::move(body), std::move(thread_tag));
 }
 
-Stmt BufferStore::make(Buffer buffer, Expr value, std::vector<Expr> indices) {
+Stmt BufferStore::make(Buffer buffer, Expr value, std::vector<Expr> indices, Expr predicate) {
   KILN_CHECK(buffer.defined() && value.defined()) << "store with an undefined buffer or value";
   KILN_CHECK(static_cast<int>(indices.size()) == buffer.ndim()) << "store to " << buffer.name() << " with " << indices.size() << " indices, buffer has " << buffer.ndim() << " dimensions";
   KILN_CHECK(value.dtype().element_of() == buffer.dtype()) << "store of " << value.dtype().str() << " into " << buffer.name() << " of " << buffer.dtype().str();
   for (const Expr& i : indices) KILN_CHECK(i.defined() && i.dtype().is_integer()) << "store to " << buffer.name() << " with a non-integer index";
-  return new BufferStore(std::move(buffer), std::move(value), std::move(indices));
+  KILN_CHECK(!predicate.defined() || (predicate.dtype().is_bool() && predicate.dtype().lanes() == value.dtype().lanes() && value.dtype().lanes() > 1))
+      << "store to " << buffer.name() << ": its predicate must be a bool vector of the value's lanes";
+  return new BufferStore(std::move(buffer), std::move(value), std::move(indices), std::move(predicate));
 }
 
 Stmt Allocate::make(Buffer buffer, Stmt body) {

@@ -195,7 +195,7 @@ bool EqualChecker::eq_expr_node(const BaseExprNode* a, const BaseExprNode* b) {
     }
     case IRNodeKind::BufferLoad: {
       const BufferLoad *x = static_cast<const BufferLoad*>(a), *y = static_cast<const BufferLoad*>(b);
-      return eq_buffer(Buffer(x->buffer), Buffer(y->buffer)) && eq(x->indices, y->indices);
+      return eq_buffer(Buffer(x->buffer), Buffer(y->buffer)) && eq(x->indices, y->indices) && eq(x->predicate, y->predicate);
     }
     case IRNodeKind::TensorLoad: {
       const TensorLoad *x = static_cast<const TensorLoad*>(a), *y = static_cast<const TensorLoad*>(b);
@@ -250,7 +250,7 @@ bool EqualChecker::eq_stmt_node(const BaseStmtNode* a, const BaseStmtNode* b) {
     }
     case IRNodeKind::BufferStore: {
       const BufferStore *x = static_cast<const BufferStore*>(a), *y = static_cast<const BufferStore*>(b);
-      return eq_buffer(x->buffer, y->buffer) && eq(x->value, y->value) && eq(x->indices, y->indices);
+      return eq_buffer(x->buffer, y->buffer) && eq(x->value, y->value) && eq(x->indices, y->indices) && eq(x->predicate, y->predicate);
     }
     case IRNodeKind::Allocate: {
       const Allocate *x = static_cast<const Allocate*>(a), *y = static_cast<const Allocate*>(b);
@@ -508,6 +508,7 @@ void Hasher::hash_expr_node(const BaseExprNode* e) {
     case IRNodeKind::BufferLoad: {
       const BufferLoad* op = static_cast<const BufferLoad*>(e);
       hash_buffer(Buffer(op->buffer));
+      if (op->predicate.defined()) hash(op->predicate);
       return hash(op->indices);
     }
     case IRNodeKind::TensorLoad: {
@@ -574,6 +575,7 @@ void Hasher::hash_stmt_node(const BaseStmtNode* s) {
       const BufferStore* op = static_cast<const BufferStore*>(s);
       hash_buffer(op->buffer);
       hash(op->value);
+      if (op->predicate.defined()) hash(op->predicate);
       return hash(op->indices);
     }
     case IRNodeKind::Allocate: {

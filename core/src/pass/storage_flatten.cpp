@@ -89,7 +89,7 @@ class Flattener : public IRMutator {
     Buffer fb = flat(b);
     Expr i = flat_index(b, idx);
     if (fb.same_as(b) && i.same_as(op->indices[0])) return op;
-    return BufferLoad::make(fb, {i});
+    return BufferLoad::make(fb, {i}, op->predicate);
   }
 
   Stmt visit(const BufferStore* op) override {
@@ -99,7 +99,7 @@ class Flattener : public IRMutator {
     Buffer fb = flat(op->buffer);
     Expr i = flat_index(op->buffer, idx);
     if (fb.same_as(op->buffer) && i.same_as(op->indices[0]) && v.same_as(op->value)) return op;
-    return BufferStore::make(fb, v, {i});
+    return BufferStore::make(fb, v, {i}, op->predicate);
   }
 
   Stmt visit(const Allocate* op) override {

@@ -91,14 +91,14 @@ class Remapper : public IRMutator {
     if (it == map_.end()) return IRMutator::visit(op);
     std::vector<Expr> idx;
     mutate_exprs(op->indices, &idx);
-    return BufferLoad::make(it->second, std::move(idx));
+    return BufferLoad::make(it->second, std::move(idx), op->predicate.defined() ? mutate(op->predicate) : Expr());
   }
   Stmt visit(const BufferStore* op) override {
     auto it = map_.find(op->buffer->data.get());
     if (it == map_.end()) return IRMutator::visit(op);
     std::vector<Expr> idx;
     mutate_exprs(op->indices, &idx);
-    return BufferStore::make(it->second, mutate(op->value), std::move(idx));
+    return BufferStore::make(it->second, mutate(op->value), std::move(idx), op->predicate.defined() ? mutate(op->predicate) : Expr());
   }
 
  private:

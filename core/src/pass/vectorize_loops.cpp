@@ -11,6 +11,9 @@
 #include "kiln/pass/passes.h"
 #include "kiln/support/error.h"
 
+#include <cstdlib>
+#include <functional>
+#include <string>
 #include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
@@ -23,6 +26,13 @@ namespace {
 // AVX-512 registers of float32) and exceed what the interpreter evaluates;
 // such loops stay serial.
 constexpr int64_t kMaxLanes = 64;
+
+// KILN_MASKED_TAILS=0 turns symbolic tails back into power-of-two chunks
+// (to compare the two; the masked tail is the default).
+static bool masked_tails_enabled() {
+  const char* v = std::getenv("KILN_MASKED_TAILS");
+  return !v || std::string(v) != "0";
+}
 
 // Raised inside Vectorizer, caught by the loop that asked; never leaves the pass.
 struct CannotVectorize {};
@@ -65,9 +75,17 @@ static std::unordered_set<const Variable*> loaded_buffers(const Stmt& s) {
   return out;
 }
 
+// Whether every lane of a vector index lies inside a local allocation of
+// constant size, so that a masked tail may read it whole and blend its store
+// (keeping the accumulator in registers, where masked memory ops would not).
+using LocalBounds = std::function<bool(const BufferNode* buffer, const Expr& index)>;
+
 class Vectorizer : public IRMutator {
  public:
-  Vectorizer(const For* loop, int lanes, const Stmt& body) : var_(loop->loop_var.get()), lanes_(lanes), loaded_(loaded_buffers(body)) {
+  // With a predicate (a bool vector of `lanes`), every vector access is
+  // masked by it: the lanes off it touch no memory (a masked tail).
+  Vectorizer(const For* loop, int lanes, const Stmt& body, Expr predicate = Expr(), LocalBounds local = nullptr)
+      : var_(loop->loop_var.get()), lanes_(lanes), predicate_(std::move(predicate)), local_(std::move(local)), loaded_(loaded_buffers(body)) {
     DataType t = loop->loop_var.dtype();
     Expr min = loop->min.dtype() == t ? loop->min : Cast::make(t, loop->min);
     ramp_ = Ramp::make(min, IntImm::make(t, 1), lanes);
@@ -92,10 +110,10 @@ class Vectorizer : public IRMutator {
   Expr visit(const Add* op) override { return binary(op); }
   Expr visit(const Sub* op) override { return binary(op); }
   Expr visit(const Mul* op) override { return binary(op); }
-  Expr visit(const Div* op) override { return binary(op); }
-  Expr visit(const Mod* op) override { return binary(op); }
-  Expr visit(const FloorDiv* op) override { return binary(op); }
-  Expr visit(const FloorMod* op) override { return binary(op); }
+  Expr visit(const Div* op) override { return division(op); }
+  Expr visit(const Mod* op) override { return division(op); }
+  Expr visit(const FloorDiv* op) override { return division(op); }
+  Expr visit(const FloorMod* op) override { return division(op); }
   Expr visit(const Min* op) override { return binary(op); }
   Expr visit(const Max* op) override { return binary(op); }
   Expr visit(const EQ* op) override { return binary(op); }
@@ -140,7 +158,9 @@ class Vectorizer : public IRMutator {
   Expr visit(const BufferLoad* op) override {
     std::vector<Expr> idx;
     if (!mutate_exprs(op->indices, &idx)) return op;
-    return BufferLoad::make(Buffer(op->buffer), widen_all(std::move(idx)));
+    idx = widen_all(std::move(idx));
+    bool masked = lanes_of(idx[0]) > 1 && !whole_local(op->buffer.get(), idx);
+    return BufferLoad::make(Buffer(op->buffer), std::move(idx), masked ? predicate_ : Expr());
   }
 
   Expr visit(const Let* op) override {
@@ -170,7 +190,13 @@ class Vectorizer : public IRMutator {
     // read of the same buffer could see another lane's store too early.
     if (!has_distinct_lanes(idx) && loaded_.count(op->buffer->data.get())) throw CannotVectorize{};
     idx = widen_all(std::move(idx));
-    return BufferStore::make(op->buffer, widen(value, lanes_), std::move(idx));
+    value = widen(value, lanes_);
+    if (predicate_.defined() && whole_local(op->buffer.get(), idx)) {
+      // The lanes off the mask keep their value (a reduction's identity): a blend, no masked store.
+      Expr old = BufferLoad::make(op->buffer, idx);
+      return BufferStore::make(op->buffer, Select::make(predicate_, value, old), std::move(idx));
+    }
+    return BufferStore::make(op->buffer, value, std::move(idx), predicate_);
   }
 
   Stmt visit(const IfThenElse* op) override {
@@ -199,6 +225,22 @@ class Vectorizer : public IRMutator {
   }
 
  private:
+  bool whole_local(const BufferNode* buffer, const std::vector<Expr>& idx) const {
+    return predicate_.defined() && local_ && idx.size() == 1 && local_(buffer, idx[0]);
+  }
+
+  // Under a mask the lanes off it compute too, on the zeros their loads
+  // read: an integer division by such a vector could trap.
+  template <typename T>
+  Expr division(const T* op) {
+    Expr out = binary(op);
+    if (predicate_.defined() && out.dtype().is_integer() && lanes_of(out) > 1) {
+      Expr b = mutate(op->b);
+      if (lanes_of(b) > 1 && !b.as<Broadcast>()) throw CannotVectorize{};
+    }
+    return out;
+  }
+
   template <typename T>
   Expr binary(const T* op) {
     Expr a = mutate(op->a), b = mutate(op->b);
@@ -253,6 +295,8 @@ class Vectorizer : public IRMutator {
 
   const Variable* var_;
   int lanes_;
+  Expr predicate_;
+  LocalBounds local_;
   Expr ramp_;
   std::unordered_set<const Variable*> loaded_;
   // Let variables rebound in vector form.
@@ -288,6 +332,7 @@ class LoopVectorizer : public IRMutator {
   // 16 + 8 + 2 + 1 lanes instead of 27 scalar iterations (a softmax's exp
   // over a row of 7 ran 10x slower one element at a time).
   Stmt tail_in_chunks(const For* op, int64_t bound, const Stmt& body) {
+    if (Stmt masked = masked_tail(op, bound, body); masked.defined()) return masked;
     DataType t = op->extent.dtype();
     Var e(op->loop_var->name + ".extent", t);
     int64_t top = 1;
@@ -303,9 +348,83 @@ class LoopVectorizer : public IRMutator {
     return LetStmt::make(e, op->extent, Seq::make(pieces));
   }
 
+  // The same tail as ONE vector iteration of `bound` lanes, its accesses
+  // masked by lane < e (llvm.masked.load/store): one piece instead of up to
+  // six, and code that compiles in a sixth of the time. The lanes off the
+  // mask touch no memory and compute on zeros; a store to an accumulator
+  // leaves its masked-off lanes as they were (a reduction's identity).
+  // Undefined when the body cannot be vectorized so (the chunks then).
+  Stmt masked_tail(const For* op, int64_t bound, const Stmt& body) {
+    if (!masked_tails_) return Stmt();
+    DataType t = op->extent.dtype();
+    Var e(op->loop_var->name + ".extent", t);
+    int lanes = static_cast<int>(bound);
+    Expr mask = LT::make(Ramp::make(IntImm::make(t, 0), IntImm::make(t, 1), lanes), Broadcast::make(e, lanes));
+    try {
+      Stmt v = Vectorizer(op, lanes, body, mask, [this](const BufferNode* b, const Expr& i) { return inside_local(b, i); }).mutate(body);
+      // A tail of no lanes runs nothing, its scalar loads included.
+      return LetStmt::make(e, op->extent, IfThenElse::make(GT::make(e, IntImm::make(t, 0)), v));
+    } catch (const CannotVectorize&) {
+      return Stmt();
+    }
+  }
+
+  // Whether a masked tail may read and blend all lanes of index in a buffer
+  // allocated here: its elements are constant in number and no parallel loop
+  // lies between (other threads may own the lanes off the mask). Lane 0 is
+  // in bounds (the loop ran it); the allocation grows by the other lanes'
+  // reach, so the read is too. Records that growth.
+  bool inside_local(const BufferNode* buffer, const Expr& index) {
+    auto it = local_.find(buffer->data.get());
+    if (it == local_.end() || it->second.parallel_depth != parallel_depth_) return false;
+    Expr base, stride;
+    if (!as_affine(index, &base, &stride)) return false;
+    const int64_t* s = as_const_int(stride);
+    if (!s || *s < 0) return false;
+    it->second.pad = std::max(it->second.pad, *s * (lanes_of(index) - 1));
+    return true;
+  }
+
+ public:
+  explicit LoopVectorizer(bool masked_tails) : masked_tails_(masked_tails) {}
+
+ protected:
+  struct Local {
+    int64_t size;
+    int parallel_depth;
+    int64_t pad = 0;
+  };
+  bool masked_tails_;
+  int parallel_depth_ = 0;
+  std::unordered_map<const Variable*, Local> local_;
+
+  Stmt visit(const Allocate* op) override {
+    // Accesses read it flattened (through its data variable): its elements, when all constant.
+    int64_t size = 1;
+    for (const Expr& e : op->buffer->shape) {
+      const int64_t* c = as_const_int(e);
+      size = c && size > 0 ? size * *c : -1;
+    }
+    const Variable* data = op->buffer->data.get();
+    if (size <= 0 || !op->buffer->strides.empty() || !masked_tails_) return IRMutator::visit(op);
+    local_[data] = Local{size, parallel_depth_};
+    Stmt body = mutate(op->body);
+    int64_t pad = local_[data].pad;
+    local_.erase(data);
+    Buffer b = op->buffer;
+    if (pad > 0) {
+      DataType t = op->buffer->shape[0].dtype();
+      b = Buffer(new BufferNode(b->name, b->dtype, {IntImm::make(t, size + pad)}, {}, b->data, b->scope));
+    }
+    if (b.same_as(op->buffer) && body.same_as(op->body)) return op;
+    return Allocate::make(b, body);
+  }
+
   Stmt visit(const For* op) override {
     // Inner loops first: a vectorized inner loop makes the outer one serial.
+    parallel_depth_ += op->kind == ForKind::Parallel;
     Stmt body = mutate(op->body);
+    parallel_depth_ -= op->kind == ForKind::Parallel;
     const int64_t* extent = as_const_int(op->extent);
     if (op->kind == ForKind::Vectorized && !extent) {
       arith::Analyzer ana;
@@ -338,6 +457,6 @@ class LoopVectorizer : public IRMutator {
 
 }  // namespace
 
-PrimFunc vectorize_loops(const PrimFunc& f) { return f.with_body(LoopVectorizer().mutate(f.body())); }
+PrimFunc vectorize_loops(const PrimFunc& f) { return f.with_body(LoopVectorizer(masked_tails_enabled()).mutate(f.body())); }
 
 }  // namespace kiln::pass

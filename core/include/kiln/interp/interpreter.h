@@ -26,6 +26,8 @@
  *    checked against its dimension and the flat offset against the storage;
  *  - if_then_else evaluates only the branch taken; with a vector condition
  *    each branch is evaluated with only its lanes' loads performed;
+ *  - a predicated load or store (a masked tail) touches, and bounds-checks,
+ *    only the lanes its predicate holds in; the other lanes load 0;
  *  - TensorLoad and Reduce (unlowered IR) raise kiln::Error.
  * Errors are prefixed with "in function '<name>': ".
  */

@@ -309,10 +309,13 @@ class Buffer;
 /** Reads buffer[indices...]. After storage flattening there is one index. A Ramp index makes a vector load. */
 struct BufferLoad : public ExprNode<BufferLoad> {
   KILN_DECLARE_NODE(BufferLoad);
-  BufferLoad(DataType t, Ref<BufferNode> b, std::vector<Expr> i);
-  static Expr make(const Buffer& buffer, std::vector<Expr> indices);
+  BufferLoad(DataType t, Ref<BufferNode> b, std::vector<Expr> i, Expr p = Expr());
+  /** A predicate (a bool vector of the load's lanes) reads only the lanes
+      where it holds: the others touch no memory and read 0 (a masked tail). */
+  static Expr make(const Buffer& buffer, std::vector<Expr> indices, Expr predicate = Expr());
   const Ref<BufferNode> buffer;
   const std::vector<Expr> indices;
+  const Expr predicate;  // undefined: every lane
 };
 
 /** Something a compute body can read by multi-dimensional index before lowering: a te Tensor. */

@@ -57,11 +57,14 @@ struct For : public StmtNode<For> {
 /** buffer[indices...] = value. A Ramp index with a vector value makes a vector store. */
 struct BufferStore : public StmtNode<BufferStore> {
   KILN_DECLARE_NODE(BufferStore);
-  BufferStore(Buffer b, Expr v, std::vector<Expr> i) : buffer(std::move(b)), value(std::move(v)), indices(std::move(i)) {}
-  static Stmt make(Buffer buffer, Expr value, std::vector<Expr> indices);
+  BufferStore(Buffer b, Expr v, std::vector<Expr> i, Expr p = Expr())
+      : buffer(std::move(b)), value(std::move(v)), indices(std::move(i)), predicate(std::move(p)) {}
+  /** A predicate (a bool vector of the value's lanes) writes only the lanes where it holds. */
+  static Stmt make(Buffer buffer, Expr value, std::vector<Expr> indices, Expr predicate = Expr());
   const Buffer buffer;
   const Expr value;
   const std::vector<Expr> indices;
+  const Expr predicate;  // undefined: every lane
 };
 
 /** Storage for `buffer` (of its shape, in its scope) live within body. */

@@ -103,7 +103,11 @@ PrimFunc unroll_loops(const PrimFunc& f);
  * AssertStmt or AttrStmt whose condition or value depends on the variable,
  * an Allocate in the body, or a body that already has vectors. An extent of
  * 1 substitutes min for the variable; a non-constant extent, or one above 64
- * lanes, makes the loop serial.
+ * lanes, makes the loop serial, except a symbolic extent bounded by a
+ * constant (a dynamic shape's last tile, min(n - jo*32, 32)): that runs as one
+ * vector of the bound's lanes whose loads and stores are predicated by
+ * lane < extent (BufferLoad/BufferStore::predicate; masked loads and stores
+ * in LLVM), or as power-of-two chunks where it cannot (KILN_MASKED_TAILS=0).
  */
 PrimFunc vectorize_loops(const PrimFunc& f);
 

@@ -280,6 +280,18 @@ void CodeGenLLVM::visit(const BufferLoad* op) {
     value = from_memory(builder_->CreateAlignedLoad(llvm_mem_type(t), ptr, align), t);
     return;
   }
+  if (op->predicate.defined()) {
+    // A masked tail: the lanes off the mask touch no memory and read 0.
+    llvm::Value* mask = codegen(op->predicate);
+    llvm::Type* mem = llvm_mem_type(t);
+    llvm::Value* zero = llvm::Constant::getNullValue(mem);
+    if (Expr base = dense_ramp_base(index); base.defined()) {
+      value = from_memory(builder_->CreateMaskedLoad(mem, element_pointer(buf, codegen(base)), align, mask, zero), t);
+    } else {
+      value = from_memory(builder_->CreateMaskedGather(mem, element_pointer(buf, codegen(index)), align, mask, zero), t);
+    }
+    return;
+  }
   if (Expr base = dense_ramp_base(index); base.defined()) {
     llvm::Value* ptr = element_pointer(buf, codegen(base));
     value = from_memory(builder_->CreateAlignedLoad(llvm_mem_type(t), ptr, align), t);
@@ -308,6 +320,15 @@ void CodeGenLLVM::visit(const BufferStore* op) {
   llvm::Align align(std::max(1, buf->dtype.bytes()));
   if (lanes == 1) {
     builder_->CreateAlignedStore(v, element_pointer(buf, codegen(index)), align);
+    return;
+  }
+  if (op->predicate.defined()) {
+    llvm::Value* mask = codegen(op->predicate);
+    if (Expr base = dense_ramp_base(index); base.defined()) {
+      builder_->CreateMaskedStore(v, element_pointer(buf, codegen(base)), align, mask);
+    } else {
+      builder_->CreateMaskedScatter(v, element_pointer(buf, codegen(index)), align, mask);
+    }
     return;
   }
   if (Expr base = dense_ramp_base(index); base.defined()) {

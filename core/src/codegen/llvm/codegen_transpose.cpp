@@ -56,10 +56,10 @@ void transpose_square(llvm::IRBuilder<>& b, std::vector<llvm::Value*>& rows, int
 bool CodeGenLLVM::emit_transposed_tile(const For* op) {
   const int64_t* extent = as_const_int(op->extent);
   const BufferStore* store = op->body.as<BufferStore>();
-  if (!extent || !store || store->indices.size() != 1) return false;
+  if (!extent || !store || store->indices.size() != 1 || store->predicate.defined()) return false;
   const int n = static_cast<int>(*extent);
   const BufferLoad* load = store->value.as<BufferLoad>();
-  if (n < 4 || n > 16 || (n & (n - 1)) != 0 || !load || load->buffer.get() == store->buffer.get()) return false;
+  if (n < 4 || n > 16 || (n & (n - 1)) != 0 || !load || load->predicate.defined() || load->buffer.get() == store->buffer.get()) return false;
   const int lanes = load->dtype.lanes();
   if (lanes % n != 0 || lanes > 64 || store->indices[0].dtype().lanes() != lanes || load->dtype.is_bool()) return false;
   Expr stride = column_stride(*load, op->loop_var);
