@@ -11,7 +11,9 @@ heads) once with ("batch", 12, "past", 64) caches and once per (batch, past). Ro
 executor, the static one and (decoder) PyTorch, with a pause before each side. PyTorch runs in its own process
 (bench/peers/torch_decoder.py, started in the peers' clean environment, torch.set_num_threads(T)) on the same
 inputs, the faster of eager and jit trace+freeze at each shape, its output checked against kiln's; the line
-under the table names its variant per shape. The table shows ms (min / median) and the median of per-round ratios.
+under the table names its variant per shape. The table shows ms (min / median) and the median of per-round ratios;
+"1st call +ms (plan)" is the dynamic executor's first call at that shape minus a call there once seen, both after
+a pause and a cache flush, and in brackets kiln's own planning of the new shape (dynamic_shapes_bench.first_call_cost).
 """
 import argparse
 import os
@@ -23,23 +25,25 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "peers"))
-from dynamic_shapes_bench import import_kiln, time_per_call  # noqa: E402
+from dynamic_shapes_bench import first_call_cost, import_kiln, print_first_call, time_per_call  # noqa: E402
 
 PAUSE_S = 0.2  # before each side of a round (dynamic_shapes_bench's pause)
 
 
 def table(title, rows, peer_name=None):
+    """rows: (shape, dyn seconds per round, static's, the peer's or None, first_call_cost's dict)."""
     print(f"\n{title}")
-    head = f"{'shape':>16} | {'dyn ms min/med':>17} | {'static ms min/med':>17} | {'dyn/static':>10}"
+    head = f"{'shape':>16} | {'dyn ms min/med':>17} | {'1st call +ms (plan)':>19} | {'static ms min/med':>17} | {'dyn/static':>10}"
     if peer_name:
         head += f" | {peer_name + ' ms min/med':>17} | {'dyn/' + peer_name:>9}"
     print(head)
-    for shape, td, ts, tp in rows:
-        line = (f"{shape:>16} | {min(td)*1e3:7.3f} / {statistics.median(td)*1e3:7.3f} | {min(ts)*1e3:7.3f} / {statistics.median(ts)*1e3:7.3f} |"
-                f" {statistics.median(a / b for a, b in zip(td, ts)):10.3f}")
+    for shape, td, ts, tp, first in rows:
+        line = (f"{shape:>16} | {min(td)*1e3:7.3f} / {statistics.median(td)*1e3:7.3f} | {first['extra']:8.3f} ({first['plan']:6.3f}) |"
+                f" {min(ts)*1e3:7.3f} / {statistics.median(ts)*1e3:7.3f} | {statistics.median(a / b for a, b in zip(td, ts)):10.3f}")
         if peer_name and tp:
             line += f" | {min(tp)*1e3:7.3f} / {statistics.median(tp)*1e3:7.3f} | {statistics.median(a / b for a, b in zip(td, tp)):9.3f}"
         print(line)
+    print_first_call([r[4] for r in rows])
 
 
 def rounds(args, runs):
@@ -73,10 +77,11 @@ def resnet(args, kiln, np, torch):
             x = np.random.default_rng(b * 1000 + s).standard_normal((b, 3, s, s)).astype(np.float32)
             with torch.no_grad():
                 want = net(torch.from_numpy(x)).numpy()
+            first = first_call_cost(dyn, lambda: dyn.run([x]))
             assert np.max(np.abs(dyn.run([x])[0] - want)) <= 1e-3 * max(1.0, float(np.max(np.abs(want))))
             static = kiln.compile(kiln.graph.from_onnx(path, shapes={"x": (b, 3, s, s)}), target=args.target)
             td, ts = rounds(args, [("call", lambda: dyn.run([x])), ("call", lambda: static.run([x]))])
-            rows.append((f"{b}x3x{s}x{s}", td, ts, None))
+            rows.append((f"{b}x3x{s}x{s}", td, ts, None, first))
         table(f"ResNet-18, one dynamic compile over ({title})", rows)
 
 
@@ -121,6 +126,7 @@ def decoder(args, kiln, np, torch):
         x, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((b, 1, d), (b, heads, past, hd), (b, heads, past, hd)))
         static = kiln.compile(kiln.graph.from_torch(block, tuple(torch.from_numpy(a) for a in (x, k, v))), target=args.target)
         want = static.run([x, k, v])[0]
+        first = first_call_cost(dyn, lambda: dyn.run([x, k, v]))
         got = dyn.run([x, k, v])[0]
         assert np.max(np.abs(got - want)) <= 1e-4 * max(1.0, float(np.max(np.abs(want))))
         peer = decoder_peer(args, np, d, heads, x, k, v, want) if args.torch else None
@@ -130,7 +136,7 @@ def decoder(args, kiln, np, torch):
         finally:
             if peer:
                 peer.close()
-        rows.append((f"b{b} past {past}", td, ts, tp[0] if tp else None))
+        rows.append((f"b{b} past {past}", td, ts, tp[0] if tp else None, first))
     table(f"decoder step (d={d}, {heads} heads): time per generated token, cache grown to `past`", rows, "torch" if args.torch else None)
     for label in args.peer_labels:
         print(f"  torch {label}")

@@ -95,8 +95,13 @@ ModelRunner::ModelRunner(ModelPlan plan, Module kernels) : state_(std::make_shar
   // else it grows with the shapes it meets.
   int64_t arena = plan.arena_bytes;
   if (plan.is_dynamic()) {
-    std::optional<MemoryPlanStats> bound = plan_memory_bound(plan);
-    arena = bound && bound->arena_bytes <= detail::kArenaAtBoundLimit ? bound->arena_bytes : 0;
+    arena = 0;
+    try {
+      std::optional<MemoryPlanStats> bound = plan_memory_bound(plan);
+      if (bound && bound->arena_bytes <= detail::kArenaAtBoundLimit) arena = bound->arena_bytes;
+    } catch (const ShapeError&) {
+      // Ranges whose maxima overflow a size: no bound to allocate at; the calls in range still run.
+    }
   }
   state_->module = std::move(kernels);
   state_->plan = std::move(plan);

@@ -1,6 +1,7 @@
 """bench/dynamic_models_bench.py's PyTorch peer for the decoder step
 (bench/peers/torch_decoder.py): its variants agree, and one tiny step run in
-the peer's own process on kiln's inputs gives kiln's output."""
+the peer's own process on kiln's inputs gives kiln's output; and the
+benches' first-call cost, which plans once at a new shape and not again."""
 import os
 import sys
 
@@ -8,8 +9,10 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "peers"))
 import torch_decoder  # noqa: E402
+from dynamic_shapes_bench import first_call_cost  # noqa: E402
 import torch_models  # noqa: E402
 
 
@@ -48,3 +51,17 @@ def test_decoder_peer_runs_one_step_in_its_own_process_and_matches_kiln(tmp_path
         assert len(times) == 2 and all(0 < t < 1 for t in times)
     got = np.fromfile(paths["y"], dtype=np.float32).reshape(want.shape)
     assert np.max(np.abs(got - want)) <= 1e-5 * max(1.0, float(np.max(np.abs(want))))
+
+
+def test_first_call_cost_plans_a_new_shape_once():
+    torch = pytest.importorskip("torch")
+    kiln = pytest.importorskip("kiln")
+    net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).eval()
+    exe = kiln.compile(kiln.graph.from_torch(net, (torch.randn(2, 8),), shapes={"input0": ("batch", 8)}))
+    x = np.ones((5, 8), np.float32)
+    cost = first_call_cost(exe, lambda: exe.run([x]), seen_calls=3, pause_s=0.01)
+    assert cost["plans"] == 1 and cost["plan"] > 0 and cost["first"] > 0 and cost["seen"] > 0
+    assert abs(cost["extra"] - (cost["first"] - cost["seen"])) < 1e-9
+    assert exe.run_stats()["plans"] == 1 and exe.run_stats()["runs"] == 4
+    again = first_call_cost(exe, lambda: exe.run([x]), seen_calls=1, pause_s=0.0)
+    assert again["plans"] == 0 and again["plan"] == 0 and again["arena_allocations"] == 0  # a seen shape: no planning, no allocation
