@@ -189,7 +189,7 @@ def print_first_call(costs):
     print(f"first call at a new shape minus a call at that shape once seen (each after a pause and a {FLUSH_BYTES >> 20} MB cache flush), "
           f"over {len(costs)} shapes: median {statistics.median(extra):.3f} ms (range {min(extra):.3f} to {max(extra):.3f}); of it kiln's "
           f"planning (bind, check, place, kernels' scalars, arena growth; run_stats): median {statistics.median(plan):.3f} ms, max {max(plan):.3f} ms; "
-          f"arena allocations at new shapes: {sum(c['arena_allocations'] for c in costs)}; the rest is the kernels' own first run at those sizes")
+          f"arena allocations at new shapes: {sum(c['arena_allocations'] for c in costs)}; the rest is the kernels' first run at those sizes (cold caches, and first touch of output arrays the allocator takes fresh from the system)")
 
 
 if __name__ == "__main__":
