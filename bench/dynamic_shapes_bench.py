@@ -11,8 +11,9 @@ the dynamic executor, the static one and ONNX Runtime (its own process, the same
 graph optimization all, intra-op threads T, default spinning); the table shows ms (min / median) and the
 median of the per-round ratios dyn/static and dyn/ORT. Also printed: compile seconds of the dynamic model
 against the mean static compile, kernels compiled after kiln.compile returned (the JIT counter; must be 0),
-and the first call at a new shape minus the best warm call (the per-shape planning; the arena is grown
-beforehand by one call at the largest shape, so page faults of a growing arena are not counted).
+and the first call at a new shape minus a call at that shape once seen, both after a pause and a cache flush
+(first_call_cost), beside kiln's own planning time (Executor.run_stats); the arena is grown beforehand by one
+call at the largest shape, as a server's first large request would.
 """
 import argparse
 import os
@@ -59,6 +60,34 @@ def time_per_call(run, repeat_ms):
             return elapsed / calls
 
 
+FLUSH_BYTES = 64 << 20  # read before each call of first_call_cost: more than the last-level cache
+
+
+def first_call_cost(exe, run, seen_calls=5, pause_s=0.2):
+    """The first call of `run` (a call of dynamic executor `exe` at a shape it has not seen) against a call at
+    that shape once seen, each after a pause (kiln's threads asleep) and after reading FLUSH_BYTES (cold
+    caches), so that the difference is what a new shape costs: kiln's planning (run_stats' last_plan_seconds:
+    bind, check, place, each step's kernel and scalars; and any arena growth) and what remains, the kernels'
+    first run at these sizes. Returns a dict of ms: extra (first minus the median seen), plan, first, seen;
+    and arena_allocations (0 or 1) and plans (1: the shape was new)."""
+    import numpy as np
+    flush = np.ones(FLUSH_BYTES // 8)
+
+    def cold_call():
+        time.sleep(pause_s)
+        flush.sum()
+        t = time.perf_counter()
+        run()
+        return time.perf_counter() - t
+    before = exe.run_stats()
+    first = cold_call()
+    after = exe.run_stats()
+    seen = statistics.median(cold_call() for _ in range(seen_calls))
+    plans = after["plans"] - before["plans"]
+    return {"extra": (first - seen) * 1e3, "plan": after["last_plan_seconds"] * 1e3 if plans else 0.0, "first": first * 1e3,
+            "seen": seen * 1e3, "plans": plans, "arena_allocations": after["arena_allocations"] - before["arena_allocations"]}
+
+
 def main():
     args = parse_args()
     os.environ.setdefault("KILN_NUM_THREADS", str(args.threads))
@@ -100,20 +129,17 @@ def main():
     # below then costs its planning (bind, check, place, cache), not first-touch page faults.
     big = max(shapes, key=lambda bs: bs[0] * bs[1])
     dyn.run([np.zeros((big[0], big[1], d), np.float32)])
-    rows, static_compiles, first_call_ms = [], [], []
+    rows, static_compiles, first_call = [], [], []
     for b, s in shapes:
         rng = np.random.default_rng(b * 1000 + s)
         x = rng.standard_normal((b, s, d)).astype(np.float32)
         with torch.no_grad():
             want = layer(torch.from_numpy(x)).numpy()
-        # First call at a new shape against a warm call: the planning a new shape costs.
+        # First call at a new shape against a call at a seen shape, both cold: what a new shape costs.
         before = kiln.build_count()
-        t = time.perf_counter()
-        got = dyn.run([x])[0]
-        first = time.perf_counter() - t
+        first_call.append(first_call_cost(dyn, lambda: dyn.run([x])))
         dyn_builds += kiln.build_count() - before
-        warm = min(time_per_call(lambda: dyn.run([x]), 1) for _ in range(5))
-        first_call_ms.append((first - warm) * 1e3)
+        got = dyn.run([x])[0]
         err = float(np.max(np.abs(got - want)) / max(1e-6, float(np.max(np.abs(want)))))
         t = time.perf_counter()
         static = kiln.compile(kiln.graph.from_onnx(onnx_path, shapes={"input": (b, s, d)}), target=target)
@@ -154,7 +180,16 @@ def main():
           f"(dynamic / static {dyn_compile / statistics.mean(static_compiles):.2f})")
     print(f"kernels compiled by the dynamic executor after kiln.compile returned, over {len(rows)} new shapes: {dyn_builds} "
           "(kiln.build_count around its first call at each shape)")
-    print(f"first call at a new shape minus a warm call: median {statistics.median(first_call_ms):.3f} ms, max {max(first_call_ms):.3f} ms")
+    print_first_call(first_call)
+
+
+def print_first_call(costs):
+    """The summary of first_call_cost() over the shapes."""
+    extra, plan = [c["extra"] for c in costs], [c["plan"] for c in costs]
+    print(f"first call at a new shape minus a call at that shape once seen (each after a pause and a {FLUSH_BYTES >> 20} MB cache flush), "
+          f"over {len(costs)} shapes: median {statistics.median(extra):.3f} ms (range {min(extra):.3f} to {max(extra):.3f}); of it kiln's "
+          f"planning (bind, check, place, kernels' scalars, arena growth; run_stats): median {statistics.median(plan):.3f} ms, max {max(plan):.3f} ms; "
+          f"arena allocations at new shapes: {sum(c['arena_allocations'] for c in costs)}; the rest is the kernels' first run at those sizes (cold caches, and first touch of output arrays the allocator takes fresh from the system)")
 
 
 if __name__ == "__main__":

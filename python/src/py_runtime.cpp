@@ -398,6 +398,19 @@ void define_runtime(py::module_& m) {
       .def("arena_bytes", [](const ModelRunner& r, const std::map<std::string, int64_t>& shapes) {
         return r.memory(shape_values_by_name(r.plan(), shapes, "arena_bytes")).arena_bytes;
       }, py::arg("shapes") = std::map<std::string, int64_t>{}, "The arena a run at these shape values plans, in bytes.")
+      .def("run_stats", [](const ModelRunner& r) {
+        ModelRunStats st = r.run_stats();
+        py::dict d;
+        d["runs"] = st.runs;
+        d["plans"] = st.plans;
+        d["arena_allocations"] = st.arena_allocations;
+        d["arena_bytes"] = st.arena_bytes;
+        d["plan_seconds"] = st.plan_seconds;
+        d["arena_seconds"] = st.arena_seconds;
+        d["last_plan_seconds"] = st.last_plan_seconds;
+        return d;
+      }, "Counts since the runner was made: runs, plans (new shapes planned), arena_allocations, arena_bytes, and the seconds "
+         "spent planning (plan_seconds, last_plan_seconds) and allocating the arena (arena_seconds).")
       .def_property_readonly("num_kernels", [](const ModelRunner& r) { return r.plan().kernel_names.size(); })
       .def_property_readonly("num_steps", [](const ModelRunner& r) { return r.plan().steps.size(); })
       .def("layout", &plan_layout, py::arg("shapes") = std::map<std::string, int64_t>{},

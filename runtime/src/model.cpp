@@ -90,11 +90,22 @@ ModelRunner::ModelRunner(ModelPlan plan, Module kernels) : state_(std::make_shar
     state_->dynamic = std::make_unique<detail::DynamicState>();
     detail::init_dynamic(plan, kernels, state_->dynamic.get());
   }
-  // A dynamic plan's arena grows with the shapes it meets.
-  int64_t arena = plan.is_dynamic() ? 1 : std::max<int64_t>(plan.arena_bytes, 1);
-  state_->arena = NDArray::empty({arena}, DataType::UInt(8));
+  // A dynamic plan's arena is allocated at its bound when every variable has
+  // a range (no allocation at any shape in range) and the bound is modest;
+  // else it grows with the shapes it meets.
+  int64_t arena = plan.arena_bytes;
+  if (plan.is_dynamic()) {
+    arena = 0;
+    try {
+      std::optional<MemoryPlanStats> bound = plan_memory_bound(plan);
+      if (bound && bound->arena_bytes <= detail::kArenaAtBoundLimit) arena = bound->arena_bytes;
+    } catch (const ShapeError&) {
+      // Ranges whose maxima overflow a size: no bound to allocate at; the calls in range still run.
+    }
+  }
   state_->module = std::move(kernels);
   state_->plan = std::move(plan);
+  detail::allocate_arena(*state_, arena);
 }
 
 const ModelPlan& ModelRunner::plan() const {
@@ -160,6 +171,20 @@ std::vector<NDArray> ModelRunner::run(const std::vector<NDArray>& inputs) const 
 
 namespace detail {
 
+void allocate_arena(ModelRunner::State& st, int64_t bytes) {
+  auto start = std::chrono::steady_clock::now();
+  int64_t old = st.arena.defined() ? st.arena.nbytes() : 0;
+  if (st.plan.is_dynamic() && old > 1) bytes = std::max(bytes, old + old / 2);
+  bytes = std::max<int64_t>(bytes, 1);
+  st.arena = NDArray();  // the old arena goes first, so that the two never add up
+  st.arena = NDArray::empty({bytes}, DataType::UInt(8));
+  char* p = static_cast<char*>(st.arena.data());
+  for (int64_t i = 0; i < bytes; i += 4096) p[i] = 0;
+  st.stats.arena_allocations += 1;
+  st.stats.arena_bytes = bytes;
+  st.stats.arena_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // A donated input is written over: no other input may see its bytes.
 void check_donations(const ModelPlan& plan, const std::vector<NDArray>& inputs, const std::vector<bool>& donated) {
   KILN_USER_CHECK(donated.size() == inputs.size()) << "donate has " << donated.size() << " flags for " << inputs.size() << " inputs";
@@ -197,6 +222,7 @@ std::vector<NDArray> ModelRunner::run(const std::vector<NDArray>& inputs, std::v
   if (step_seconds && step_seconds->size() < plan.steps.size()) step_seconds->resize(plan.steps.size(), 0.0);
   if (plan.is_dynamic()) return detail::run_dynamic(*state_, inputs, step_seconds, donated);
   std::lock_guard<std::mutex> lock(state_->mu);
+  state_->stats.runs += 1;
   std::vector<NDArray> outputs;
   std::vector<void*> ptr = bind_plan_buffers(plan, inputs, static_cast<char*>(state_->arena.data()), &outputs, donated);
   std::vector<void*> args;
@@ -217,6 +243,12 @@ size_t ModelRunner::cached_shapes() const {
   plan();  // refuses a null runner
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->dynamic ? state_->dynamic->cache.size() : 0;
+}
+
+ModelRunStats ModelRunner::run_stats() const {
+  plan();  // refuses a null runner
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->stats;
 }
 
 void copy_unwritten_outputs(const ModelPlan& plan, const std::vector<void*>& ptr, std::vector<NDArray>* outputs) {

@@ -6,6 +6,7 @@
 // recently used out). A run at a seen shape then costs a key lookup, one
 // shape comparison per input and the output allocations.
 #include <algorithm>
+#include <chrono>
 
 #include "kiln/runtime/arg_binder.h"
 #include "model_state.h"
@@ -99,13 +100,18 @@ std::vector<uint64_t> step_scalars(const ModelPlan& plan, size_t s, const Kernel
 ShapeEntry* add_entry(ModelRunner::State& st, const std::vector<NDArray>& inputs) {
   const ModelPlan& plan = st.plan;
   DynamicState& dyn = *st.dynamic;
+  auto start = std::chrono::steady_clock::now();
   auto e = std::make_unique<ShapeEntry>();
   e->bound = bind_plan_shapes(plan, bind_shape_values(plan, dyn.sources, inputs));
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     e->kernels.push_back(plan.steps[s].kernel_at(e->bound.values));
     e->scalars.push_back(step_scalars(plan, s, *dyn.infos[e->kernels.back()], e->bound));
   }
-  if (e->bound.memory.arena_bytes > st.arena.nbytes()) st.arena = NDArray::empty({e->bound.memory.arena_bytes}, DataType::UInt(8));
+  auto planned = std::chrono::steady_clock::now();
+  st.stats.plans += 1;
+  st.stats.plan_seconds += std::chrono::duration<double>(planned - start).count();
+  if (e->bound.memory.arena_bytes > st.arena.nbytes()) allocate_arena(st, e->bound.memory.arena_bytes);
+  st.stats.last_plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (dyn.cache.size() >= DynamicState::kCacheEntries) {
     auto oldest = std::min_element(dyn.cache.begin(), dyn.cache.end(), [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
     dyn.cache.erase(oldest);
@@ -154,6 +160,7 @@ std::vector<NDArray> run_dynamic(ModelRunner::State& st, const std::vector<NDArr
   const ModelPlan& plan = st.plan;
   std::lock_guard<std::mutex> lock(st.mu);
   DynamicState& dyn = *st.dynamic;
+  st.stats.runs += 1;
   ShapeEntry* e = find_entry(dyn, inputs);
   if (!e) e = add_entry(st, inputs);
   e->last_use = ++dyn.clock;

@@ -47,6 +47,7 @@ struct ModelRunner::State {
   NDArray arena;
   std::mutex mu;                                  // the arena is shared by the calls: one run at a time
   std::unique_ptr<detail::DynamicState> dynamic;  // a dynamic plan only
+  ModelRunStats stats;                                 // under mu
 };
 
 namespace detail {
@@ -55,6 +56,15 @@ std::vector<NDArray> run_dynamic(ModelRunner::State& st, const std::vector<NDArr
                                  const std::vector<bool>* donated);
 /** Runs plan kernel `kernel` for step `s` with `args`, adding its seconds; throws naming the step when it fails. */
 void call_step(const ModelRunner::State& st, size_t s, int kernel, const std::vector<void*>& args, std::vector<double>* step_seconds);
+/**
+ * Replaces st.arena by one of at least `bytes`, every page touched once (so
+ * that no kernel takes the page faults of fresh memory), counting it in
+ * st.stats. A dynamic plan grows by at least half its arena, so that a
+ * decoder whose cache grows by one position a call reallocates a few times.
+ */
+void allocate_arena(ModelRunner::State& st, int64_t bytes);
+/** The largest bound a dynamic plan's arena is allocated at when it is made (beyond it, a shape that needs more grows it). */
+constexpr int64_t kArenaAtBoundLimit = int64_t{256} << 20;
 /** Refuses a donated input that shares memory with another input. */
 void check_donations(const ModelPlan& plan, const std::vector<NDArray>& inputs, const std::vector<bool>& donated);
 }  // namespace detail

@@ -72,6 +72,13 @@ class Executor(_CompiledModel):
         variable a range; None otherwise."""
         return self._exe.memory_bound()
 
+    def run_stats(self):
+        """Counts since compile: runs, plans (shapes planned: once per new shape, again only after one of
+        the 16 cached shapes was evicted), arena_allocations (the one at compile included), arena_bytes, and
+        the seconds spent planning (plan_seconds; last_plan_seconds: the latest new shape's planning and
+        arena growth) and allocating the arena (arena_seconds). A shape seen lately costs neither."""
+        return self._exe.runner.run_stats()
+
     def profile(self, *inputs, repeats=10):
         """Per-group times (median of `repeats` runs): a list of dicts with name, seconds, gflops, share."""
         return self._exe.profile(self._order(list(inputs)), repeats)

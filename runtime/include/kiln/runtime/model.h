@@ -246,6 +246,17 @@ class MissingWeightsError : public Error {
  * returned as is, or one value returned twice) becomes a copy of its buffer. */
 void copy_unwritten_outputs(const ModelPlan& plan, const std::vector<void*>& ptr, std::vector<NDArray>* outputs);
 
+/** What a runner's calls spent beside their kernels, counted since it was made (ModelRunner::run_stats): for tests and benches. */
+struct ModelRunStats {
+  int64_t runs = 0;               ///< calls of run
+  int64_t plans = 0;              ///< new tuples of shape values planned (bound, checked, placed, each step's kernel and scalars)
+  int64_t arena_allocations = 0;  ///< arena allocations, the one at construction included
+  int64_t arena_bytes = 0;        ///< the arena's size now
+  double plan_seconds = 0;        ///< in planning, all plans together (the arena's allocation not included)
+  double arena_seconds = 0;       ///< in allocating and pre-faulting the arena, all allocations together
+  double last_plan_seconds = 0;   ///< the latest new shape's planning and arena growth together
+};
+
 class ModelRunner {
  public:
   ModelRunner() = default;
@@ -290,6 +301,14 @@ class ModelRunner {
   std::optional<MemoryPlanStats> memory_bound() const;
   /** A dynamic plan: how many shapes are planned and cached now (at most 16, least recently used out); 0 for a static plan. */
   size_t cached_shapes() const;
+  /**
+   * Plans and arena allocations so far. A dynamic plan plans once per new
+   * tuple of shape values (and again after its entry was evicted) and
+   * allocates its arena at construction (at memory_bound() when every
+   * variable has a range) and when a shape needs more, growing by at least
+   * half; a shape seen lately costs neither.
+   */
+  ModelRunStats run_stats() const;
 
   struct State;
 
