@@ -3,12 +3,16 @@ QLinearMatMul) against numpy references doing the same integer and float32
 arithmetic, compared exactly: per tensor and per channel, built with
 kiln.graph's Builder and imported from ONNX files, on the host and an AVX2
 target; a hand-built QDQ graph; and each bad input raising KilnError."""
+import subprocess
+
 import numpy as np
 import pytest
 
 import kiln
 from kiln.graph import Builder
 from kiln_helpers import cpu_targets
+import test_export_aarch64 as arm
+from test_export_aarch64 import runner  # noqa: F401 (the cross-built C runner, a fixture)
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -307,3 +311,57 @@ def test_bad_scale_from_onnx():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     with pytest.raises(kiln.KilnError, match="QuantizeLinear node 'q0'.*y_scale is 0"):
         kiln.graph.from_onnx(m.SerializeToString())
+
+
+# ---------------------------------------------------------------- larger shapes, other targets
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_vectorized_shapes(target):
+    """Shapes the default schedules vectorize and tile (odd tails included), per channel."""
+    x = float_input((8, 64, 35))
+    s, z = scales(64), zero_points(64, np.int8)
+    s[0] = 0.125
+    q = run_built("QuantizeLinear", [("in", x), ("const", s), ("const", z)], target, axis=1)
+    np.testing.assert_array_equal(q, np_quantize(x, s, z, 1, np.int8))
+    np.testing.assert_array_equal(run_built("DequantizeLinear", [("in", q), ("const", s), ("const", z)], target, axis=1), np_dequantize(q, s, z, 1))
+    feeds, want = qlinear_case(130, 256, 97)
+    np.testing.assert_array_equal(run_built("QLinearMatMul", feeds, target), want)
+
+
+def qlinear_case(M, K, N):
+    """QLinearMatMul feeds (u8 x s8 -> u8, per row and column) and numpy's answer."""
+    a, b = int8_matrix((M, K), np.uint8), int8_matrix((K, N), np.int8)
+    sa, za, sb, zb = scales(M), zero_points(M, np.uint8), scales(N), zero_points(N, np.int8)
+    real = np.abs(np_matmul_integer(a, b, za, zb) * sa.reshape(-1, 1) * sb)
+    sy = real.max(axis=1).astype(np.float32) / np.float32(100)
+    zy = (zero_points(M, np.int8) // 4 + 128).astype(np.uint8)
+    feeds = [("in", a), ("const", sa), ("const", za), ("const", b), ("const", sb), ("const", zb), ("const", sy), ("const", zy)]
+    return feeds, np_qlinear_matmul(a, sa, za, b, sb, zb, sy, zy)
+
+
+def test_quantized_graph_exported_for_aarch64_under_qemu(runner, tmp_path, monkeypatch):
+    """Q -> QLinearMatMul -> DQ built for AArch64, run under qemu-aarch64 through the C API (the runner
+    fixture skips, naming what is missing, where the cross tools or qemu are absent): identical to numpy."""
+    M, K, N = 12, 40, 9
+    x = (RNG.integers(-60, 60, (M, K)) * 0.25).astype(np.float32)
+    w = int8_matrix((K, N), np.int8)
+    sw = (2.0 ** -RNG.integers(2, 6, N)).astype(np.float32)
+    p = lambda v, t: np.asarray(v, dtype=t).reshape(())  # noqa: E731
+    sx, zx, zw, sy, zy = p(0.25, np.float32), p(128, np.uint8), np.zeros(N, np.int8), p(4.0, np.float32), p(110, np.uint8)
+    b = Builder()
+    xq = b.op("QuantizeLinear", b.input("x", x.shape), b.constant("sx", sx), b.constant("zx", zx))
+    yq = b.op("QLinearMatMul", xq, b.constant("sx2", sx), b.constant("zx2", zx), b.constant("w", w), b.constant("sw", sw), b.constant("zw", zw),
+              b.constant("sy", sy), b.constant("zy", zy))
+    model = b.build(b.op("DequantizeLinear", yq, b.constant("sy2", sy), b.constant("zy2", zy)), names=["y"])
+    xq_np = np_quantize(x, sx, zx)
+    want = np_dequantize(np_qlinear_matmul(xq_np, sx, zx, w, sw, zw, sy, zy), sy, zy)
+    np.testing.assert_array_equal(kiln.compile(model)(x)[0], want)
+    exe = kiln.compile(model, target=arm.ARM)
+    so = tmp_path / "q.so"
+    monkeypatch.setenv("CC", "aarch64-linux-gnu-gcc")
+    exe.export_library(so)
+    x.tofile(tmp_path / "in.bin")
+    r = subprocess.run([arm._qemu(), "-L", arm.SYSROOT, runner, str(so), str(tmp_path / "in.bin"), str(tmp_path / "out.bin")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "out.bin", dtype="float32").reshape(want.shape), want)
