@@ -365,3 +365,20 @@ def test_quantized_graph_exported_for_aarch64_under_qemu(runner, tmp_path, monke
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     np.testing.assert_array_equal(np.fromfile(tmp_path / "out.bin", dtype="float32").reshape(want.shape), want)
+
+
+def test_symbolic_batch_from_onnx():
+    """A dim_param batch: Q (per channel on the last axis), DQ and MatMulInteger compile once and run at every size."""
+    s, z, w = scales(16), zero_points(16, np.int8), int8_matrix((16, 8), np.int8)
+    inits = [numpy_helper.from_array(s, "s"), numpy_helper.from_array(z, "z"), numpy_helper.from_array(w, "w")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=-1), helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=-1),
+             helper.make_node("MatMulInteger", ["q", "w"], ["m"])]
+    outs = [helper.make_tensor_value_info(n, t, None) for n, t in [("q", TensorProto.INT8), ("y", TensorProto.FLOAT), ("m", TensorProto.INT32)]]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16])], outs, inits)
+    exe = kiln.compile(kiln.graph.from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()))
+    for n in (1, 3, 17):
+        x = float_input((n, 16))
+        q, y, m = exe(x)
+        np.testing.assert_array_equal(q, np_quantize(x, s, z, 1, np.int8))
+        np.testing.assert_array_equal(y, np_dequantize(q, s, z, 1))
+        np.testing.assert_array_equal(m, np_matmul_integer(q, w, np.int8(0), np.int8(0)))
