@@ -43,16 +43,26 @@ void append(const NDArray& a, std::vector<double>* v) {
 std::vector<double> constant_values(const NDArray& a) {
   std::vector<double> v;
   DataType t = a.dtype();
-  if (t == DataType::Float(32)) append<float>(a, &v);
-  else if (t == DataType::Float(64)) append<double>(a, &v);
-  else if (t == DataType::Int(64)) append<int64_t>(a, &v);
-  else if (t == DataType::Int(32)) append<int32_t>(a, &v);
-  else if (t == DataType::Int(16)) append<int16_t>(a, &v);
-  else if (t == DataType::Int(8)) append<int8_t>(a, &v);
-  else if (t == DataType::UInt(64)) append<uint64_t>(a, &v);
-  else if (t == DataType::UInt(32)) append<uint32_t>(a, &v);
-  else if (t == DataType::UInt(16)) append<uint16_t>(a, &v);
-  else if (t == DataType::UInt(8)) append<uint8_t>(a, &v);
+  if (t == DataType::Float(32))
+    append<float>(a, &v);
+  else if (t == DataType::Float(64))
+    append<double>(a, &v);
+  else if (t == DataType::Int(64))
+    append<int64_t>(a, &v);
+  else if (t == DataType::Int(32))
+    append<int32_t>(a, &v);
+  else if (t == DataType::Int(16))
+    append<int16_t>(a, &v);
+  else if (t == DataType::Int(8))
+    append<int8_t>(a, &v);
+  else if (t == DataType::UInt(64))
+    append<uint64_t>(a, &v);
+  else if (t == DataType::UInt(32))
+    append<uint32_t>(a, &v);
+  else if (t == DataType::UInt(16))
+    append<uint16_t>(a, &v);
+  else if (t == DataType::UInt(8))
+    append<uint8_t>(a, &v);
   return v;
 }
 
@@ -85,8 +95,7 @@ void check_zero_point(const OpCall& call, int i, DataType q, const std::string& 
   if (!call.has_input(i)) return;
   DataType t = call.input_types[i].dtype;
   if (t == q) return;
-  if (!t.is_integer() || !call.constants[i])
-    call.fail(what + " has dtype " + t.str() + "; it must have the quantized tensor's dtype " + q.str());
+  if (!t.is_integer() || !call.constants[i]) call.fail(what + " has dtype " + t.str() + "; it must have the quantized tensor's dtype " + q.str());
   QRange r = range_of(q);
   for (double v : constant_values(*call.constants[i]))
     if (v < static_cast<double>(r.lo) || v > static_cast<double>(r.hi))
@@ -130,7 +139,8 @@ int channel_axis(const OpCall& call, int scale, const std::string& what) {
 DataType quantize_out_dtype(const OpCall& call) {
   int64_t code = call.attrs.get_int("output_dtype");
   std::optional<DataType> t = code ? dtype_of_onnx_code(code) : std::nullopt;
-  if (code && (!t || !quant_dtype(*t))) call.fail("output_dtype=" + std::to_string(code) + " is not one kiln quantizes to (2 uint8, 3 int8, 4 uint16, 5 int16)");
+  if (code && (!t || !quant_dtype(*t)))
+    call.fail("output_dtype=" + std::to_string(code) + " is not one kiln quantizes to (2 uint8, 3 int8, 4 uint16, 5 int16)");
   if (t) return *t;
   if (!call.has_input(2)) return DataType::UInt(8);
   DataType z = call.input_types[2].dtype;
@@ -181,10 +191,13 @@ OpDef quantize_def() {
     DataType q = quantize_out_dtype(call);
     int axis = channel_axis(call, 1, "y_scale");
     te::Tensor x = in[0], s = in[1], z = in.size() > 2 ? in[2] : te::Tensor();
-    return std::vector<te::Tensor>{te::compute(x.shape(), [&](const std::vector<Var>& i) {
-      Expr c = axis >= 0 ? Expr(i[axis]) : Expr(0);
-      return saturate_to(q, x(exprs(i)) / param_at(s, c), z.defined() ? param_at(z, c) : Expr());
-    }, "quantize")};
+    return std::vector<te::Tensor>{te::compute(
+        x.shape(),
+        [&](const std::vector<Var>& i) {
+          Expr c = axis >= 0 ? Expr(i[axis]) : Expr(0);
+          return saturate_to(q, x(exprs(i)) / param_at(s, c), z.defined() ? param_at(z, c) : Expr());
+        },
+        "quantize")};
   };
   return d;
 }
@@ -201,12 +214,15 @@ OpDef dequantize_def() {
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
     int axis = channel_axis(call, 1, "x_scale");
     te::Tensor x = in[0], s = in[1], z = in.size() > 2 ? in[2] : te::Tensor();
-    return std::vector<te::Tensor>{te::compute(x.shape(), [&](const std::vector<Var>& i) {
-      Expr c = axis >= 0 ? Expr(i[axis]) : Expr(0);
-      Expr v = cast(I32, x(exprs(i)));
-      if (z.defined()) v = v - cast(I32, param_at(z, c));
-      return cast(F32, v) * param_at(s, c);
-    }, "dequantize")};
+    return std::vector<te::Tensor>{te::compute(
+        x.shape(),
+        [&](const std::vector<Var>& i) {
+          Expr c = axis >= 0 ? Expr(i[axis]) : Expr(0);
+          Expr v = cast(I32, x(exprs(i)));
+          if (z.defined()) v = v - cast(I32, param_at(z, c));
+          return cast(F32, v) * param_at(s, c);
+        },
+        "dequantize")};
   };
   return d;
 }
@@ -228,19 +244,23 @@ void check_operand_param(const OpCall& call, int i, int data, bool per_row, bool
   if (!call.has_input(i)) return;
   const TensorType& t = call.input_types[data];
   std::optional<Dim> along = !per_axis ? std::nullopt : per_row ? rows_of(t) : cols_of(t);
-  std::string along_name = !along ? (per_axis ? shape_to_string(t.shape) + " is 1-D" : "a and b are not both matrices") : (per_row ? "the rows of " : "the columns of ") + shape_to_string(t.shape);
+  std::string along_name = !along ? (per_axis ? shape_to_string(t.shape) + " is 1-D" : "a and b are not both matrices")
+                                  : (per_row ? "the rows of " : "the columns of ") + shape_to_string(t.shape);
   check_param_shape(call, i, what, along, along_name);
   if (scale) check_scale(call, i, what);
 }
 
 // int32(x) - zero point, the zero point per row (axis ndim-2) or per column (axis ndim-1).
 te::Tensor shifted(const te::Tensor& x, const te::Tensor& z, bool per_row, const std::string& name) {
-  return te::compute(x.shape(), [&](const std::vector<Var>& i) {
-    Expr v = cast(I32, x(exprs(i)));
-    if (!z.defined()) return v;
-    Expr c = x.ndim() >= 2 ? Expr(i[x.ndim() - (per_row ? 2 : 1)]) : Expr(0);
-    return v - cast(I32, param_at(z, c));
-  }, name);
+  return te::compute(
+      x.shape(),
+      [&](const std::vector<Var>& i) {
+        Expr v = cast(I32, x(exprs(i)));
+        if (!z.defined()) return v;
+        Expr c = x.ndim() >= 2 ? Expr(i[x.ndim() - (per_row ? 2 : 1)]) : Expr(0);
+        return v - cast(I32, param_at(z, c));
+      },
+      name);
 }
 
 te::Tensor integer_matmul(const te::Tensor& a, const te::Tensor& za, const te::Tensor& b, const te::Tensor& zb) {
@@ -314,12 +334,15 @@ OpDef qlinear_matmul_def() {
     te::Tensor acc = integer_matmul(in[0], in[2], in[3], in[5]);
     DataType q = call.input_types[7].dtype;
     bool two_d = in[0].ndim() >= 2 && in[3].ndim() >= 2;
-    return std::vector<te::Tensor>{te::compute(acc.shape(), [&](const std::vector<Var>& i) {
-      size_t n = i.size();
-      Expr row = two_d ? Expr(i[n - 2]) : Expr(0), col = two_d ? Expr(i[n - 1]) : Expr(0);
-      Expr multiplier = param_at(in[1], row) * param_at(in[4], col) / param_at(in[6], row);
-      return saturate_to(q, cast(F32, acc(exprs(i))) * multiplier, param_at(in[7], row));
-    }, "requantize")};
+    return std::vector<te::Tensor>{te::compute(
+        acc.shape(),
+        [&](const std::vector<Var>& i) {
+          size_t n = i.size();
+          Expr row = two_d ? Expr(i[n - 2]) : Expr(0), col = two_d ? Expr(i[n - 1]) : Expr(0);
+          Expr multiplier = param_at(in[1], row) * param_at(in[4], col) / param_at(in[6], row);
+          return saturate_to(q, cast(F32, acc(exprs(i))) * multiplier, param_at(in[7], row));
+        },
+        "requantize")};
   };
   d.cost = [](const OpCall& call, const std::vector<TensorType>& out) { return integer_matmul_cost(call, out, 4); };
   return d;
