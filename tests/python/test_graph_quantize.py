@@ -37,6 +37,7 @@ def np_quantize(x, s, z, axis=1, dtype=np.uint8):
     s, z = along(s, x.ndim, axis), along(z, x.ndim, axis)
     info = np.iinfo(dtype)
     y = np.round(x / s) + z.astype(np.float32)  # float32 throughout; np.round rounds half to even
+    y = np.where(np.isnan(y), z.astype(np.float32), y)  # kiln's choice where ONNX leaves NaN undefined: the zero point
     return np.clip(y, info.min, info.max).astype(dtype)
 
 
@@ -111,12 +112,15 @@ def zero_points(n, dtype):
 
 
 def float_input(shape):
-    """Random values plus exact ties (x / s half-way between integers after the scale 0.5) and values that saturate."""
+    """Random values plus exact ties (x / s half-way between integers at the scale 0.125), values that saturate, NaN and +-inf."""
     x = RNG.standard_normal(shape).astype(np.float32) * 8
     flat = x.reshape(-1)
     flat[::7] = (RNG.integers(-20, 20, flat[::7].shape) + 0.5).astype(np.float32) * 0.125
     flat[::11] = 1e4
     flat[5::11] = -1e4
+    flat[3::13] = np.nan
+    flat[4::17] = np.inf
+    flat[6::17] = -np.inf
     return x
 
 

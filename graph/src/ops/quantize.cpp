@@ -1,7 +1,7 @@
 // The ONNX quantized operators: QuantizeLinear and DequantizeLinear (the QDQ
 // pairs of a quantized model), MatMulInteger and QLinearMatMul. The
 // arithmetic is the spec's, in the types a numpy reference uses:
-//   Quantize    y = saturate(round_half_even(x / scale) + zero_point)   (float32)
+//   Quantize    y = saturate(round_half_even(x / scale) + zero_point)   (float32; NaN gives the zero point)
 //   Dequantize  y = float32(int32(x) - int32(zero_point)) * scale
 //   MatMulInteger  int32 sums of (a - a_zp) * (b - b_zp)
 //   QLinearMatMul  y = saturate(round(float32(acc) * (a_scale * b_scale / y_scale)) + y_zp)
@@ -112,11 +112,14 @@ Expr param_at(const te::Tensor& p, const Expr& c) {
 std::vector<Expr> exprs(const std::vector<Var>& i) { return std::vector<Expr>(i.begin(), i.end()); }
 
 // round half to even, then the zero point, then saturation to `q`; v and the result of the sum are float32.
+// NaN (which ONNX leaves undefined, and a cast to an integer would make
+// poison) becomes the zero point: it dequantizes to 0, on every target alike.
 Expr saturate_to(DataType q, Expr v, Expr zero_point) {
-  Expr y = round(std::move(v));
-  if (zero_point.defined()) y = y + cast(F32, zero_point);
+  Expr zp = zero_point.defined() ? cast(F32, zero_point) : make_const(F32, 0.0);
+  Expr y = round(std::move(v)) + zp;
   QRange r = range_of(q);
-  return cast(q, min(max(y, make_const(F32, static_cast<double>(r.lo))), make_const(F32, static_cast<double>(r.hi))));
+  Expr clamped = min(max(y, make_const(F32, static_cast<double>(r.lo))), make_const(F32, static_cast<double>(r.hi)));
+  return cast(q, select(y == y, clamped, zp));
 }
 
 // ---------------------------------------------------------------- QuantizeLinear, DequantizeLinear
