@@ -1,7 +1,7 @@
 // Seeds: for each multi-level-tiled sketch, a few complete candidates whose
 // decisions follow from the target the way the hand schedules' tiles do
 // (ops/src/cpu_gemm.cpp, cpu_conv2d.cpp): a register tile of one or two
-// vectors of the innermost axis times as many rows as fit the vector
+// vectors of the innermost axis (a matmul's four on AVX-512) times as many rows as fit the vector
 // registers, the innermost reduce axis unrolled by up to one vector's
 // lanes, every outer tile level in S0, all S0 loops fused into the parallel
 // loop (panel-outer), and the accumulator at S0. They are ordinary points of the sketch
@@ -125,6 +125,18 @@ bool has_pair_dot(const DagInfo& dag) {
         found = found || (c && c->op == Intrinsic::DotBF16x2);
       });
   return found;
+}
+
+// Whether every tiled stage reduces over one axis (matmul, batch matmul):
+// their four-vector tiles were measured; a convolution's are not.
+bool only_matmuls(const DagInfo& dag) {
+  bool any = false;
+  for (const StageInfo& st : dag.stages)
+    if (st.reduction && !st.inlined) {
+      if (st.reduce.size() != 1) return false;
+      any = true;
+    }
+  return any;
 }
 
 // One seed of plan p with a register tile `width` wide and about `reduce`
@@ -348,6 +360,15 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
   // bfloat16 pair dot products (vdpbf16ps) do twice an FMA's products per
   // instruction: four vectors wide first, so each broadcast pair feeds more.
   if (has_pair_dot(dag)) shapes.insert(shapes.begin(), {4, 1, false});
+  // With 32 vector registers (AVX-512) a matmul's tile four vectors wide
+  // first (the default where tile_intensity prefers it): 6 rows x 4 vectors
+  // load 10 vectors for 24 FMAs where 6 x 2 load 8 for 12. On a Sapphire
+  // Rapids-class Xeon (1 core, CPU time, interleaved) BERT's and ViT's
+  // projections and FFN (K 768 or 3072, N 768 to 3072) ran in 0.85-0.91x
+  // the time of 6 x 2 at 197 rows and of 8 x 2 at 128 (4 x 4 there; 6 x 4
+  // over 132 padded rows was 1.13x slower). The graph packs B in panels as
+  // wide (alter_conv_layout.cpp).
+  else if (dag.registers >= 32 && only_matmuls(dag)) shapes.insert(shapes.begin(), {4, 1, false});
   if (dag.fma_memory_operand && folded_loads) shapes.insert(shapes.end(), {{2, 1, true}, {2, 4, true}});
   for (auto [vectors, reduce, folded] : shapes) {
     std::vector<int> d(sk.num_decisions, 0);
