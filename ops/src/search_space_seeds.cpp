@@ -217,8 +217,13 @@ bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const 
   // A matmul unrolls at most 64 steps (its rows, not the whole reduce tile
   // as well): with a bias fused, 8 rows x 16 reduce steps unrolled ran at
   // 148 GFLOP/s on one Zen 5 core, 8 rows alone at 198; 6 rows 192 against 200.
+  // A full 6 x 4-vector tile (AVX-512) unrolls up to 512 steps, its 16
+  // reduce steps too: ViT's projections and FFN (197 rows) ran in 0.90-0.94x
+  // the time, the whole ViT-B/16 0.90-0.92x (Sapphire Rapids-class, 1 core);
+  // 4 x 4 at BERT's 128 rows gained nothing (0.99-1.02x) and keeps 64.
   const int unroll = unroll_choice(rows * reduce_unroll);
-  set_choice(p.unroll, matmul ? std::min(unroll, unroll_choice(kUnrollSteps[2])) : unroll);
+  const int matmul_cap = vectors == 4 && rows >= 6 ? kUnrollSteps[3] : kUnrollSteps[2];
+  set_choice(p.unroll, matmul ? std::min(unroll, unroll_choice(matmul_cap)) : unroll);
   return true;
 }
 

@@ -61,3 +61,16 @@ def test_attention_values_product(rng, target):
     exe = kiln.compile(b.build(b.op("MatMul", b.input("a", a.shape), b.input("v", v.shape))), target=target)
     np.testing.assert_allclose(exe(a, v)[0], a.astype(np.float64) @ v, rtol=1e-4, atol=1e-4)
     assert tile(exe.groups()[0]["schedule_detail"], "j")[-1] == (64 if target == AVX512 else 16)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("M", [197, 128])
+def test_full_four_vector_tile_unrolls_its_reduce_steps(rng, target, M):
+    """AVX-512: a 6 x 4-vector tile (197 rows) unrolls up to 512 steps, its reduce steps too
+    (ViT 0.90-0.92x); 4 x 4 (128 rows) and AVX2's tiles keep 64 (unroll choice 2)."""
+    got, ref, exe = projection(rng, M, 128, 128, target, residual=True)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    detail = exe.groups()[0]["schedule_detail"]
+    full = target == AVX512 and tile(detail, "i")[-1] == 6
+    assert full == (target == AVX512 and M == 197), detail
+    assert f"matmul.unroll={3 if full else 2}" in detail, detail
