@@ -1,7 +1,7 @@
 // Seeds: for each multi-level-tiled sketch, a few complete candidates whose
 // decisions follow from the target the way the hand schedules' tiles do
 // (ops/src/cpu_gemm.cpp, cpu_conv2d.cpp): a register tile of one or two
-// vectors of the innermost axis times as many rows as fit the vector
+// vectors of the innermost axis (a matmul's four on AVX-512) times as many rows as fit the vector
 // registers, the innermost reduce axis unrolled by up to one vector's
 // lanes, every outer tile level in S0, all S0 loops fused into the parallel
 // loop (panel-outer), and the accumulator at S0. They are ordinary points of the sketch
@@ -127,6 +127,18 @@ bool has_pair_dot(const DagInfo& dag) {
   return found;
 }
 
+// Whether every tiled stage reduces over one axis (matmul, batch matmul):
+// their four-vector tiles were measured; a convolution's are not.
+bool only_matmuls(const DagInfo& dag) {
+  bool any = false;
+  for (const StageInfo& st : dag.stages)
+    if (st.reduction && !st.inlined) {
+      if (st.reduce.size() != 1) return false;
+      any = true;
+    }
+  return any;
+}
+
 // One seed of plan p with a register tile `width` wide and about `reduce`
 // reduce steps unrolled around it (R1, innermost axes first); false when the
 // plan is not tiled.
@@ -205,8 +217,13 @@ bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const 
   // A matmul unrolls at most 64 steps (its rows, not the whole reduce tile
   // as well): with a bias fused, 8 rows x 16 reduce steps unrolled ran at
   // 148 GFLOP/s on one Zen 5 core, 8 rows alone at 198; 6 rows 192 against 200.
+  // A full 6 x 4-vector tile (AVX-512) unrolls up to 512 steps, its 16
+  // reduce steps too: ViT's projections and FFN (197 rows) ran in 0.90-0.94x
+  // the time, the whole ViT-B/16 0.90-0.92x (Sapphire Rapids-class, 1 core);
+  // 4 x 4 at BERT's 128 rows gained nothing (0.99-1.02x) and keeps 64.
   const int unroll = unroll_choice(rows * reduce_unroll);
-  set_choice(p.unroll, matmul ? std::min(unroll, unroll_choice(kUnrollSteps[2])) : unroll);
+  const int matmul_cap = vectors == 4 && rows >= 6 ? kUnrollSteps[3] : kUnrollSteps[2];
+  set_choice(p.unroll, matmul ? std::min(unroll, unroll_choice(matmul_cap)) : unroll);
   return true;
 }
 
@@ -348,6 +365,15 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
   // bfloat16 pair dot products (vdpbf16ps) do twice an FMA's products per
   // instruction: four vectors wide first, so each broadcast pair feeds more.
   if (has_pair_dot(dag)) shapes.insert(shapes.begin(), {4, 1, false});
+  // With 32 vector registers (AVX-512) a matmul's tile four vectors wide
+  // first (the default where tile_intensity prefers it): 6 rows x 4 vectors
+  // load 10 vectors for 24 FMAs where 6 x 2 load 8 for 12. On a Sapphire
+  // Rapids-class Xeon (1 core, CPU time, interleaved) BERT's and ViT's
+  // projections and FFN (K 768 or 3072, N 768 to 3072) ran in 0.85-0.91x
+  // the time of 6 x 2 at 197 rows and of 8 x 2 at 128 (4 x 4 there; 6 x 4
+  // over 132 padded rows was 1.13x slower). The graph packs B in panels as
+  // wide (alter_conv_layout.cpp).
+  else if (dag.registers >= 32 && only_matmuls(dag)) shapes.insert(shapes.begin(), {4, 1, false});
   if (dag.fma_memory_operand && folded_loads) shapes.insert(shapes.end(), {{2, 1, true}, {2, 4, true}});
   for (auto [vectors, reduce, folded] : shapes) {
     std::vector<int> d(sk.num_decisions, 0);

@@ -377,6 +377,9 @@ TEST(CodegenLLVM, VectorMathSpecialValues) {
   EXPECT_EQ(s[0], 1.f);
   EXPECT_EQ(s[1], 0.f);
   EXPECT_EQ(s[3], 0.5f);
+  EXPECT_TRUE(std::isnan(s[2]));
+  EXPECT_EQ(s[6], 1.f);
+  EXPECT_EQ(s[7], 0.f);
   std::vector<float> r = run_math(Intrinsic::Erf, xs, 8);
   EXPECT_EQ(r[0], 1.f);
   EXPECT_EQ(r[1], -1.f);

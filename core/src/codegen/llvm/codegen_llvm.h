@@ -143,6 +143,7 @@ class CodeGenLLVM : public IRVisitor {
   llvm::Value* emit_log_f64_positive(llvm::Value* x);
   llvm::Value* emit_tanh_f32(llvm::Value* x);
   llvm::Value* emit_sigmoid_f32(llvm::Value* x);
+  llvm::Value* emit_exp_nonpositive_f32(llvm::Value* a);
   llvm::Value* emit_erf_f32(llvm::Value* x);
   llvm::Value* emit_sincos_f32(llvm::Value* x, bool cosine);
   llvm::Value* emit_pow_f32(llvm::Value* x, llvm::Value* y);

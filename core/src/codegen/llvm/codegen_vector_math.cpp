@@ -8,7 +8,7 @@
 //           result overflows to inf and underflows gradually through denormals)
 //   log     rel 1e-7 (Cephes logf: exponent extraction + degree-9 polynomial)
 //   tanh    rel 2e-7 (odd polynomial below 0.625, else 1 - 2/(exp(2|x|) + 1))
-//   sigmoid rel 2e-7 (e = exp(-|x|): 1/(1+e) or e/(1+e), no overflow)
+//   sigmoid rel 2e-7 (e = exp(-|x|): 1/(1+e) or e/(1+e), no overflow; 0 below -87.5)
 //   erf     abs 2e-7 (our own fits: x*P(x^2) below 1.5, P(|x| - 2.7) up to 3.92, then 1)
 //   sin/cos abs 1e-7 (argument reduced by pi/2 in double, Cephes polynomials)
 //   pow     rel 2e-7 (log in double, then the exp above)
@@ -213,9 +213,34 @@ llvm::Value* CodeGenLLVM::emit_tanh_f32(llvm::Value* x) {
   return builder_->CreateSelect(builder_->CreateFCmpUGE(ax, fconst(x, 0.625)), builder_->CreateSelect(builder_->CreateFCmpUNO(x, x), x, big), small);
 }
 
+// exp(a) for a <= 0 (or NaN), the sigmoid's: fewer instructions than
+// emit_exp_f32, where a swish epilogue (EfficientNet's convolutions) spent
+// most of its time; x * sigmoid(x) over 1.2M floats took 0.40 ms beyond a
+// ReLU's pass instead of 0.56, EfficientNet-B0 0.97-0.98x (1 core). No upper clamp; k rounded by the 1.5 * 2^23 shift
+// (nearest, and its float and integer forms at once); one 2^k factor, which
+// stays normal down to k = -126, and 0 below -87.5 (exp(-87.5) = 1.0e-38,
+// an absolute error under the bound emit_exp_f32 keeps there). A NaN flows
+// through every step.
+llvm::Value* CodeGenLLVM::emit_exp_nonpositive_f32(llvm::Value* a) {
+  llvm::Type* ity = with_element(a->getType(), builder_->getInt32Ty());
+  llvm::Value* ac = builder_->CreateSelect(builder_->CreateFCmpOLT(a, fconst(a, -88.0)), fconst(a, -88.0), a);
+  const double shift = 12582912.0;  // 1.5 * 2^23: adding it rounds to an integer in the low mantissa bits
+  llvm::Value* t = call_intrinsic(llvm::Intrinsic::fmuladd, {ac, fconst(a, 1.44269504088896341), fconst(a, shift)});
+  llvm::Value* kf = builder_->CreateFSub(t, fconst(a, shift));
+  llvm::Value* k = builder_->CreateSub(builder_->CreateBitCast(t, ity), llvm::ConstantInt::get(ity, 0x4B400000));
+  llvm::Value* r = call_intrinsic(llvm::Intrinsic::fmuladd, {kf, fconst(a, -0.693359375), ac});
+  r = call_intrinsic(llvm::Intrinsic::fmuladd, {kf, fconst(a, 2.12194440e-4), r});
+  llvm::Value* p = horner(r, {1.9875691500E-4, 1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2, 1.6666665459E-1, 5.0000001201E-1});
+  llvm::Value* y = call_intrinsic(llvm::Intrinsic::fmuladd, {p, builder_->CreateFMul(r, r), r});
+  y = builder_->CreateFAdd(y, fconst(y, 1.0));
+  llvm::Value* pow2 = builder_->CreateBitCast(builder_->CreateShl(builder_->CreateAdd(k, llvm::ConstantInt::get(ity, 127)), 23), a->getType());
+  y = builder_->CreateFMul(y, pow2);
+  return builder_->CreateSelect(builder_->CreateFCmpOLT(a, fconst(a, -87.5)), fconst(a, 0.0), y);
+}
+
 llvm::Value* CodeGenLLVM::emit_sigmoid_f32(llvm::Value* x) {
   // e = exp(-|x|) never overflows; 1/(1+e) for x >= 0 and e/(1+e) below.
-  llvm::Value* e = emit_exp_f32(builder_->CreateFNeg(call_intrinsic(llvm::Intrinsic::fabs, {x})));
+  llvm::Value* e = emit_exp_nonpositive_f32(builder_->CreateFNeg(call_intrinsic(llvm::Intrinsic::fabs, {x})));
   llvm::Value* r = builder_->CreateFDiv(fconst(x, 1.0), builder_->CreateFAdd(e, fconst(x, 1.0)));
   return builder_->CreateSelect(builder_->CreateFCmpOGE(x, fconst(x, 0.0)), r, builder_->CreateFMul(e, r));
 }
