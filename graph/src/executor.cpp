@@ -99,9 +99,11 @@ Executor compile(const Graph& g, const CompileOptions& options) {
   bool given = options.layout_plan.max_block > 0 || !options.layout_plan.conv_max_block.empty();
   if (options.layout && options.choose_layouts && !options.db.empty() && !given)
     popt.layout_plan = choose_layout_plan(g, target, options.db, &st->layouts, options.layout_plan.winograd);
-  st->graph = optimize(g, target, popt);
   // The sizes kernels are scheduled for and take records at: a size variant's own bucket, else the likely sizes.
   const std::vector<ShapeBinding> likely = likely_bindings(shape_var_names(g), options.sizes, options.dims);
+  // The layout's choices (Winograd or direct per conv) count a symbolic batch at the most likely size.
+  if (!likely.empty()) popt.layout_plan.likely_sizes = likely.front();
+  st->graph = optimize(g, target, popt);
   PlanOptions plan_options;
   plan_options.dims = options.dims;
   // Size buckets whose lowered code differs get kernels of their own
