@@ -359,6 +359,8 @@ class Applier {
       fuse_prefix(st, order, count);
       return 0;
     }
+    // After lowering they fold into the parallel loop (pass::fold_into_parallel): one launch, not one per image.
+    for (size_t k = 0; k < lead; ++k) st.pragma((*order)[k].iv, "fold_into_parallel", 1);
     std::vector<Loop> rest(order->begin() + static_cast<std::ptrdiff_t>(lead), order->end());
     fuse_prefix(st, &rest, count - static_cast<int>(lead));
     order->resize(lead);

@@ -39,6 +39,7 @@ PrimFunc lower(const Schedule& sch, const std::vector<Tensor>& args, const std::
   f = run("simplify", pass::simplify, f);
   f = run("remove_no_op", pass::remove_no_op, f);
   f = run("storage_reuse", pass::storage_reuse, f);
+  f = run("fold_into_parallel", pass::fold_into_parallel, f);
   return f;
 }
 

@@ -49,6 +49,8 @@
 #include "kiln/ops/layout.h"
 #include "kiln/ops/nn.h"
 #include "kiln/ops/register_tile.h"
+#include "kiln/ir/functor.h"
+#include "kiln/ops/task.h"
 #include "kiln/ops/transform.h"
 #include "kiln/ops/winograd.h"
 #include "kiln/support/error.h"
@@ -347,12 +349,22 @@ class LayoutRewriter {
     if (KH != 3 || KW != 3 || p.stride_h != 1 || p.stride_w != 1 || p.dilation_h != 1 || p.dilation_w != 1) return 0;
     if (cb % lanes() != 0 || kb % lanes() != 0) return 0;
     const auto& y = conv.types[0].shape;
-    // The Winograd ops take a symbolic batch (counted as 1 here: the tiles of one image) but a static image.
+    // The Winograd ops take a symbolic batch (counted at its likely size) but a static image.
     if (y[2].is_symbolic() || y[3].is_symbolic()) return 0;
-    const int64_t n = y[0].is_static() ? y[0].value() : 1;
+    const int64_t n = y[0].is_static() ? y[0].value() : likely_batch(y[0]);
     for (int64_t m : {4, 2})
       if (m <= plan_.winograd && ops::winograd_tiles(n, y[2], y[3], m).count() >= kMinWinogradTiles) return m;
     return 0;
+  }
+
+  // A symbolic batch at the plan's likely sizes; 1 (one image's tiles) where one of its variables has none.
+  int64_t likely_batch(const Dim& d) const {
+    bool known = true;
+    post_order_visit(d.expr(), [&](const Expr& e) {
+      if (const Variable* v = e.as<Variable>()) known = known && plan_.likely_sizes.count(v->name) > 0;
+    });
+    if (!known) return 1;
+    return std::max<int64_t>(ops::hinted_extent(d.expr(), plan_.likely_sizes), 1);
   }
 
   // input transform -> (m+2)^2 products with the weights transformed here -> output transform (named as the conv: its epilogue fuses there).

@@ -119,7 +119,8 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
     shape variable (``{"batch": (1, 32), "seq": (1, 512)}``): every run is
     checked against it, and ``memory_bound()`` reports the largest arena.
     sizes: the sizes calls will most likely have per shape variable, most likely first
-    (``{"seq": [128, 384]}``): kernels are scheduled for the first, and with ``db=`` each
+    (``{"seq": [128, 384]}``): kernels are scheduled for the first, a symbolic batch takes the convolution
+    forms (Winograd or direct, and the tile) of the first (of 8 within ``dims`` when not given), and with ``db=`` each
     group takes the record ``kiln.tune_model(..., sizes=)`` tuned at the first size that has one.
     size_variants: matmul, conv and reduction groups over shape variables keep a kernel per size
     bucket (1, 2-16, 17-256, 257 up, within ``dims``) where the code differs, picked per new shape

@@ -71,6 +71,15 @@ PrimFunc remove_no_op(const PrimFunc& f);
 PrimFunc loop_partition(const PrimFunc& f);
 
 /**
+ * A serial loop marked pragma_fold_into_parallel (a schedule's loop over a
+ * symbolic extent, kept outside its parallel loop for bound inference) whose
+ * body is one parallel loop of an extent that does not depend on it becomes
+ * one parallel loop over both: one thread-pool launch instead of one per
+ * iteration. The marker is removed either way.
+ */
+PrimFunc fold_into_parallel(const PrimFunc& f);
+
+/**
  * Replicates the body of ForKind::Unrolled loops of constant extent, and of
  * inner serial loops whose total extent is at most the value of an enclosing
  * AttrStmt "pragma_auto_unroll_max_step". Non-constant unrolled loops stay

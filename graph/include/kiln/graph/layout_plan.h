@@ -35,6 +35,11 @@ struct LayoutPlan {
    * convolutions with many output pixels run as (alter_conv_layout): 4 (F(4x4, 3x3)
    * where the output has tiles enough, else F(2x2, 3x3)), 2 (F(2x2, 3x3) only), 0 (none). */
   int winograd = 4;
+  /** The likely size of each shape variable (by name; CompileOptions sizes/dims
+   * through likely_bindings): a symbolic batch counts as that many images when
+   * choosing Winograd and its tile, so that the likely batch runs the form its
+   * static compile would. A variable not listed counts as 1. */
+  std::map<std::string, int64_t> likely_sizes;
 
   int64_t cap_of(const std::string& conv, int64_t fallback) const;
   /** Whether the plan sets this convolution's cap (uniformly or by name). */
