@@ -19,7 +19,7 @@
 #include "kiln/graph/passes.h"
 #include "kiln/graph/plan_builder.h"
 #include "kiln/codegen/llvm.h"
-#include "kiln/driver/compile_times.h"
+#include "kiln/support/compile_times.h"
 #include "kiln/ir/printer.h"
 #include "kiln/ops/task.h"
 #include "kiln/te/lower.h"
@@ -124,6 +124,7 @@ Executor compile(const Graph& g, const CompileOptions& options) {
   const std::vector<ShapeBinding> likely = likely_bindings(shape_var_names(g), options.sizes, options.dims);
   PlanOptions plan_options;
   plan_options.dims = options.dims;
+  plan_options.parallel_groups = true;  // the factory below is thread-safe (build_group_kernel, modules under a lock)
   // Size buckets whose lowered code differs get kernels of their own
   // (kernel_variants.h): the decisions alone over-count (a symbolic loop's
   // hinted trip count shows in them, not in the code). A plain build has one schedule.

@@ -4,7 +4,7 @@
 #include "kiln/graph/kernel_builder.h"
 
 #include "kiln/driver/build.h"
-#include "kiln/driver/compile_times.h"
+#include "kiln/support/compile_times.h"
 #include "kiln/graph/op_registry.h"
 #include "kiln/ops/best_record.h"
 #include "kiln/ops/search_space.h"

@@ -3,7 +3,7 @@
 #include <atomic>
 #include <chrono>
 
-#include "kiln/driver/compile_times.h"
+#include "kiln/support/compile_times.h"
 #include "kiln/support/error.h"
 #include "kiln/te/lower.h"
 #ifdef KILN_WITH_LLVM

@@ -1,5 +1,5 @@
 // compile_times.h: atomic totals (kernels build on several threads).
-#include "kiln/driver/compile_times.h"
+#include "kiln/support/compile_times.h"
 
 #include <atomic>
 #include <cstdio>

@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "kiln/driver/compile_times.h"
+#include "kiln/support/compile_times.h"
 #include "kiln/support/error.h"
 #include "llvm_build.h"
 #include "llvm_target_info.h"
