@@ -3,7 +3,8 @@
  * Process-wide totals of where compile time goes (lowering, LLVM IR
  * generation, the O3 pipeline, machine code, linking, variant probes), summed
  * over threads (CPU milliseconds, not wall). kiln.compile prints them per
- * compile with KILN_COMPILE_TIMES=1 (a diagnosis of slow compiles).
+ * compile with KILN_COMPILE_TIMES=1 (a diagnosis of slow compiles); =2 also
+ * prints each kernel's LLVM times and code size as it is built.
  */
 #pragma once
 
