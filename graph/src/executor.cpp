@@ -9,17 +9,21 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <mutex>
 
 #include "kiln/graph/kernel_builder.h"
 #include "kiln/graph/passes.h"
 #include "kiln/graph/plan_builder.h"
 #include "kiln/codegen/llvm.h"
+#include "kiln/support/compile_times.h"
 #include "kiln/ir/printer.h"
 #include "kiln/ops/task.h"
 #include "kiln/te/lower.h"
+#include "kiln/te/workload_key.h"
 #include "kiln/runtime/c_runtime_api.h"
 #include "kiln/runtime/library_seal.h"
 #include "kiln/runtime/model.h"
@@ -124,6 +128,8 @@ void check_runs_here(const Executor::State& st, const char* what) {
 
 Executor compile(const Graph& g, const CompileOptions& options) {
   auto start = Clock::now();
+  const bool timed = compile_times_enabled();
+  if (timed) reset_compile_times();
   auto st = std::make_shared<Executor::State>();
   Target target = Target::parse(options.target);
   PipelineOptions popt{options.fuse, options.layout, options.dump, options.layout_plan, options.bf16_dot};
@@ -134,19 +140,35 @@ Executor compile(const Graph& g, const CompileOptions& options) {
   const std::vector<ShapeBinding> likely = likely_bindings(shape_var_names(g), options.sizes, options.dims);
   popt.layout_plan.likely_sizes = layout_sizes(shape_var_names(g), options);
   st->graph = optimize(g, target, popt);
+  const double passes_s = std::chrono::duration<double>(Clock::now() - start).count();
   PlanOptions plan_options;
   plan_options.dims = options.dims;
+  plan_options.parallel_groups = true;  // the factory below is thread-safe (build_group_kernel, modules under a lock)
   // Size buckets whose lowered code differs get kernels of their own
   // (kernel_variants.h): the decisions alone over-count (a symbolic loop's
   // hinted trip count shows in them, not in the code). A plain build has one schedule.
+  // Specs whose schedules have one trace (many buckets pick the same
+  // decisions) lower once: the trace on the group's DAG decides the text.
+  std::mutex probe_mu;
+  std::map<std::string, std::string> probed;  // DAG key + trace -> lowered text
   if (!options.plain && options.size_variants)
     plan_options.probe = [&](const GraphDag& dag, const SizeHints& hints) {
+      auto t0 = Clock::now();
       std::vector<te::Tensor> args = dag.args();
       ops::Task task = ops::make_task(args, target, "", hints);
       ScheduleSource source;
       std::string detail;
       te::Schedule sch = group_schedule(task, options.db, &source, &detail);
-      return to_string(te::lower(sch, args, "probe"));
+      std::string key = te::workload_key(args) + "\n" + sch.trace().to_json();
+      {
+        std::lock_guard<std::mutex> lock(probe_mu);
+        if (auto it = probed.find(key); it != probed.end()) return it->second;
+      }
+      std::string text = to_string(te::lower(sch, args, "probe"));
+      add_compile_time(CompilePhase::Probe, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      std::lock_guard<std::mutex> lock(probe_mu);
+      probed.emplace(std::move(key), text);
+      return text;
     };
   std::mutex modules_mu;  // a group's size variants build on threads
   PlannedGraph pg = plan_graph(st->graph, [&](const GraphDag& dag, const std::string& kname, const SizeHints& hints) {
@@ -176,6 +198,9 @@ Executor compile(const Graph& g, const CompileOptions& options) {
     st->runner = make_runner(std::move(pg.plan), st->modules);
   }
   st->compile_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (timed)
+    std::fprintf(stderr, "kiln.compile: %.3f s wall (graph passes %.3f s), %zu kernels; CPU: %s\n", st->compile_seconds, passes_s, st->modules.size(),
+                 compile_times_summary().c_str());
   return Executor(st);
 }
 

@@ -1,7 +1,10 @@
 // build_group_kernel and evaluate_node (kernel_builder.h).
+#include <chrono>
+
 #include "kiln/graph/kernel_builder.h"
 
 #include "kiln/driver/build.h"
+#include "kiln/support/compile_times.h"
 #include "kiln/graph/op_registry.h"
 #include "kiln/ops/best_record.h"
 #include "kiln/ops/search_space.h"
@@ -82,6 +85,7 @@ std::optional<te::Schedule> twin_record(const GroupKernel& k, const ops::Task& t
 
 GroupKernel build_group_kernel(GraphDag dag, const Target& target, const std::string& name, bool plain, const std::string& db_path,
                                const std::vector<ShapeBinding>& likely) {
+  auto t0 = std::chrono::steady_clock::now();
   GroupKernel k;
   k.name = name;
   k.dag = std::move(dag);
@@ -102,6 +106,7 @@ GroupKernel build_group_kernel(GraphDag dag, const Target& target, const std::st
   } else {
     sch = group_schedule(task, db_path, &k.source, &k.schedule_detail, &k.records_only_for);
   }
+  add_compile_time(CompilePhase::Schedule, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   k.module = build(sch, args, target, name);
   return k;
 }

@@ -212,13 +212,38 @@ void on_threads(size_t n, const std::function<void(size_t)>& f) {
 struct GroupKernels {
   int kernel = 0;
   std::vector<StepVariant> variants;
-  std::vector<GroupVariant> described;
+  std::vector<GroupVariant> described;  ///< schedule_detail filled once the kernels are built
 };
 
-// Builds the kernels of `dag` (named after plan.kernel_names' next entries):
-// one per distinct schedule over the variant specs, the first spec's the fallback.
-GroupKernels build_variants(const GraphDag& dag, bool sized, const KernelFactory& build, const PlanOptions& options, ModelPlan* plan,
-                            std::vector<GroupInfo>* kernel_info) {
+// A kernel to build: its group's DAG, its index in plan.kernel_names, its sizes.
+struct PendingBuild {
+  GraphDag dag;
+  size_t kernel;
+  SizeHints hints;
+  std::string group;  ///< for errors
+};
+
+// Builds `pending` (on threads where there are several) into kernel_info; empties it.
+void run_builds(std::vector<PendingBuild>* pending, const KernelFactory& build, const ModelPlan& plan, std::vector<GroupInfo>* kernel_info) {
+  auto build_one = [&](size_t i) {
+    const PendingBuild& b = (*pending)[i];
+    try {
+      (*kernel_info)[b.kernel] = build(b.dag, plan.kernel_names[b.kernel], b.hints);
+    } catch (const std::exception& e) {
+      rethrow_as(e, "compiling group " + b.group + ": " + e.what());
+    }
+  };
+  if (pending->size() > 1)
+    on_threads(pending->size(), build_one);
+  else if (pending->size() == 1)
+    build_one(0);
+  pending->clear();
+}
+
+// Names the kernels of `dag` (plan.kernel_names' next entries) and queues
+// their builds: one per distinct schedule over the variant specs, the first spec's the fallback.
+GroupKernels plan_variants(const GraphDag& dag, bool sized, const std::string& group, const PlanOptions& options, ModelPlan* plan,
+                           std::vector<GroupInfo>* kernel_info, std::vector<PendingBuild>* pending) {
   std::vector<VariantSpec> specs = {VariantSpec{}};
   if (sized && plan->is_dynamic() && options.probe) {
     std::vector<std::optional<ShapeRange>> ranges(plan->shape_vars.size());
@@ -230,24 +255,18 @@ GroupKernels build_variants(const GraphDag& dag, bool sized, const KernelFactory
   std::vector<std::string> schedules(specs.size());
   if (specs.size() > 1) on_threads(specs.size(), [&](size_t i) { schedules[i] = options.probe(dag, specs[i].hints); });
   std::map<std::string, int> kernel_of_schedule;
-  std::vector<size_t> fresh;  // the specs that build a kernel
   std::vector<int> kernels(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     auto it = kernel_of_schedule.find(schedules[i]);
     if (it == kernel_of_schedule.end()) {
-      it = kernel_of_schedule.emplace(schedules[i], static_cast<int>(kernel_info->size() + fresh.size())).first;
-      fresh.push_back(i);
+      size_t k = kernel_info->size();
+      kernel_info->emplace_back();
+      plan->kernel_names.push_back("k" + std::to_string(k));
+      pending->push_back({dag, k, specs[i].hints, group});
+      it = kernel_of_schedule.emplace(schedules[i], static_cast<int>(k)).first;
     }
     kernels[i] = it->second;
   }
-  size_t first = kernel_info->size();
-  kernel_info->resize(first + fresh.size());
-  for (size_t f = 0; f < fresh.size(); ++f) plan->kernel_names.push_back("k" + std::to_string(first + f));
-  auto build_one = [&](size_t f) { (*kernel_info)[first + f] = build(dag, plan->kernel_names[first + f], specs[fresh[f]].hints); };
-  if (fresh.size() > 1)
-    on_threads(fresh.size(), build_one);
-  else
-    build_one(0);
   GroupKernels out;
   for (size_t i = 0; i < specs.size(); ++i) {
     int kernel = kernels[i];
@@ -255,7 +274,7 @@ GroupKernels build_variants(const GraphDag& dag, bool sized, const KernelFactory
       out.kernel = kernel;
     } else if (kernel != out.kernel) {
       out.variants.push_back({kernel, specs[i].when});
-      out.described.push_back({specs[i].text, plan->kernel_names[kernel], (*kernel_info)[kernel].schedule_detail});
+      out.described.push_back({specs[i].text, plan->kernel_names[kernel], ""});
     }
   }
   return out;
@@ -327,6 +346,7 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, const PlanOp
   std::set<const NodeObj*> reused;
   std::map<std::string, GroupKernels> kernels_of_key;
   std::vector<GroupInfo> kernel_info;  // per kernel: schedule, detail and flop
+  std::vector<PendingBuild> pending;   // kernels named, not yet built
   std::vector<PlannedValue> lifetimes;
   std::vector<int> arena_ids;  // buffer id per lifetime entry
   std::unordered_map<int, int> lifetime_of_buffer;
@@ -377,21 +397,18 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, const PlanOp
     if (it == kernels_of_key.end()) {
       GroupKernels ks;
       try {
-        ks = build_variants(dag, size_dependent(*node), build, options, &p.plan, &kernel_info);
+        ks = plan_variants(dag, size_dependent(*node), s.name, options, &p.plan, &kernel_info, &pending);
       } catch (const std::exception& e) {
         rethrow_as(e, "compiling group " + s.name + ": " + e.what());
       }
+      // Without parallel_groups each group builds before the next is planned (a GPU build is not thread-safe).
+      if (!options.parallel_groups) run_builds(&pending, build, p.plan, &kernel_info);
       it = kernels_of_key.emplace(key + argument_order(dag), std::move(ks)).first;
     }
     s.kernel = it->second.kernel;
     s.variants = it->second.variants;
     info.kernel = p.plan.kernel_names[s.kernel];
     info.variants = it->second.described;
-    info.schedule = kernel_info[s.kernel].schedule;
-    info.schedule_detail = kernel_info[s.kernel].schedule_detail;
-    info.records_only_for = kernel_info[s.kernel].records_only_for;
-    info.flop = kernel_info[s.kernel].flop;
-    s.flop = info.flop;
     // Arguments: the node's inputs (in body-input order), the body's constants, then its outputs.
     for (const Value& v : node->inputs) {
       int b = p.value(v);
@@ -438,6 +455,19 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, const PlanOp
     }
     p.plan.steps.push_back(std::move(s));
     out.groups.push_back(std::move(info));
+  }
+  // Every group's kernels at once: two threads keep busy across small groups and large ones.
+  run_builds(&pending, build, p.plan, &kernel_info);
+  auto kernel_index = [&](const std::string& name) { return std::stoul(name.substr(1)); };
+  for (size_t i = 0; i < out.groups.size(); ++i) {
+    GroupInfo& info = out.groups[i];
+    const GroupInfo& built = kernel_info[p.plan.steps[i].kernel];
+    info.schedule = built.schedule;
+    info.schedule_detail = built.schedule_detail;
+    info.records_only_for = built.records_only_for;
+    info.flop = built.flop;
+    p.plan.steps[i].flop = info.flop;
+    for (GroupVariant& v : info.variants) v.schedule_detail = kernel_info[kernel_index(v.kernel)].schedule_detail;
   }
   for (const Value& v : g.outputs()) p.plan.output_buffers.push_back(p.value(v));
   if (dynamic) {

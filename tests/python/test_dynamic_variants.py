@@ -92,3 +92,20 @@ def test_exported_model_dispatches_its_variants(tmp_path):
         x = torch.randn(rows, 64)
         with torch.no_grad():
             np.testing.assert_allclose(loaded.run([x.numpy()])[0], m(x).numpy(), rtol=1e-4, atol=1e-4)
+
+
+
+def test_buckets_whose_code_is_the_same_share_one_kernel():
+    # Attention's matmuls read batch only in their outer loop: every batch bucket of one seq bucket lowers to
+    # one text and shares one kernel (two kernels, varying run to run, when same-named loop variables, split
+    # twice, sorted by address in the simplifier). Width 768 gives q.kT the tiles whose loops split twice.
+    torch.manual_seed(0)
+    m = torch.nn.TransformerEncoderLayer(d_model=768, nhead=12, dim_feedforward=64, dropout=0.0, batch_first=True).eval()
+    g = kg.from_torch(m, torch.randn(1, 16, 768), shapes={"input0": ("batch", "seq", 768)})
+    matmuls = [grp for grp in variant_groups(kiln.compile(g)) if grp["ops"] == "MatMul"]
+    assert matmuls
+    for grp in matmuls:
+        by_seq = {}
+        for v in grp["variants"]:
+            by_seq.setdefault(v["when"].split("seq in ")[-1], set()).add(v["kernel"])
+        assert all(len(k) == 1 for k in by_seq.values()), [(v["when"], v["kernel"]) for v in grp["variants"]]

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "kiln/ir/variable_serial.h"
 #include "simplify_internal.h"
 
 namespace kiln::arith::detail {
@@ -38,6 +39,8 @@ int cmp_var(const Variable* a, const Variable* b) {
   if (a == b) return 0;
   if (int c = a->name.compare(b->name)) return c < 0 ? -1 : 1;
   if (int c = cmp_dtype(a->dtype, b->dtype)) return c;
+  // Not the address: same-named loop variables (split twice) must sort alike in every lowering.
+  if (int c = cmp_int(static_cast<int64_t>(variable_serial(a)), static_cast<int64_t>(variable_serial(b)))) return c;
   return cmp_ptr(a, b);
 }
 

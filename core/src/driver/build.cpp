@@ -1,7 +1,9 @@
 #include "kiln/driver/build.h"
 
 #include <atomic>
+#include <chrono>
 
+#include "kiln/support/compile_times.h"
 #include "kiln/support/error.h"
 #include "kiln/te/lower.h"
 #ifdef KILN_WITH_LLVM
@@ -22,7 +24,9 @@ Module build(const te::Schedule& sch, const std::vector<te::Tensor>& args, const
 
 Module build(const te::Schedule& sch, const std::vector<te::Tensor>& args, const Target& target, const std::string& name) {
   builds.fetch_add(1);
+  auto t0 = std::chrono::steady_clock::now();
   PrimFunc f = te::lower(sch, args, name);
+  add_compile_time(CompilePhase::Lower, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
 #ifdef KILN_WITH_LLVM
   KILN_USER_CHECK(target.kind == Target::Kind::LLVM) << "build for target '" << target.str() << "': only llvm targets build into a Module; for cuda use kiln::build_cuda (kiln/driver/build_cuda.h), or kiln.build in Python";
   return codegen::build_llvm({f}, target);

@@ -2,8 +2,11 @@
 
 #include <cmath>
 #include <limits>
+#include <mutex>
+#include <unordered_map>
 
 #include "kiln/ir/buffer.h"
+#include "kiln/ir/variable_serial.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
@@ -44,7 +47,29 @@ Expr FloatImm::make(DataType t, double value) {
 
 Expr StringImm::make(std::string value) { return new StringImm(std::move(value)); }
 
-Var::Var(std::string name, DataType t) : Expr(new Variable(t, std::move(name))) {}
+namespace {
+// Address -> creation serial. A freed Variable's address is overwritten when reused.
+std::mutex serial_mu;
+std::unordered_map<const Variable*, uint64_t>& serials() {
+  static auto* m = new std::unordered_map<const Variable*, uint64_t>();
+  return *m;
+}
+uint64_t next_serial = 0;
+
+const Variable* with_serial(const Variable* v) {
+  std::lock_guard<std::mutex> lock(serial_mu);
+  serials()[v] = ++next_serial;
+  return v;
+}
+}  // namespace
+
+uint64_t variable_serial(const Variable* v) {
+  std::lock_guard<std::mutex> lock(serial_mu);
+  auto it = serials().find(v);
+  return it == serials().end() ? 0 : it->second;
+}
+
+Var::Var(std::string name, DataType t) : Expr(with_serial(new Variable(t, std::move(name)))) {}
 
 template <typename T>
 Expr BinaryNode<T>::make(Expr a, Expr b) {

@@ -7,8 +7,11 @@
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/Support/MemoryBuffer.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
+#include "kiln/support/compile_times.h"
 #include "kiln/support/error.h"
 #include "llvm_build.h"
 #include "llvm_target_info.h"
@@ -101,6 +104,13 @@ JitModule jit_compile(const std::vector<PrimFunc>& funcs, const Target& target, 
     impl->kernels.push_back(addr->toPtr<KilnKernel>());
   }
   impl->timings.link_ms = elapsed_ms(t3);
+  add_compile_time(CompilePhase::IrGen, impl->timings.codegen_ms);
+  add_compile_time(CompilePhase::Optimize, impl->timings.optimize_ms);
+  add_compile_time(CompilePhase::Emit, impl->timings.emit_ms);
+  add_compile_time(CompilePhase::Link, impl->timings.link_ms);
+  if (compile_times_enabled() && std::getenv("KILN_COMPILE_TIMES")[0] == '2')
+    std::fprintf(stderr, "  kernel %s: irgen %.0f ms, opt %.0f ms, emit %.0f ms, %zu bytes of code\n", funcs[0].name().c_str(), impl->timings.codegen_ms,
+                 impl->timings.optimize_ms, impl->timings.emit_ms, obj.size());
   return JitModule(std::move(impl));
 }
 

@@ -47,6 +47,8 @@ struct PlanOptions {
   ScheduleProbe probe;
   /** CompileOptions::dims: the ranges the buckets are clipped to. */
   std::map<std::string, ShapeRange> dims;
+  /** Build every group's kernels together on threads after planning (`build` thread-safe); false: each group as it is planned. */
+  bool parallel_groups = false;
 };
 
 /**
