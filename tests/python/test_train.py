@@ -53,7 +53,7 @@ def follow_torch(step, module, opt, x, y, loss_fn, steps=50, rtol=1e-4, atol=1e-
 def assert_updates_in_place(step, x, y):
     """Every parameter and optimizer state is written over in place by its update (the step's plan lets
     each reuse its input): the same arrays before and after a step, with new values."""
-    states = [s for per in step._states for s in per]
+    states = [s for per in step.optimizer_states for s in per]
     assert sum(i >= 0 for i in step._exe.output_reuses_input) == len(step.parameters) + len(states)
     before = {n: (a, a.copy()) for n, a in step.parameters.items()}
     state_ids = [id(s) for s in states]
@@ -61,7 +61,7 @@ def assert_updates_in_place(step, x, y):
     for n, (a, old) in before.items():
         assert step.parameters[n] is a, n
         assert not np.array_equal(a, old), n
-    assert [id(s) for per in step._states for s in per] == state_ids
+    assert [id(s) for per in step.optimizer_states for s in per] == state_ids
 
 
 def classification_data(batch, shape, classes):

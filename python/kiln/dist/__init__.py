@@ -28,12 +28,12 @@ least one thread).
 from .._ffi import KilnError
 from .comm import (rank, size, backend, set_timeout, timeout, barrier, all_reduce, all_gather, broadcast, send, recv,
                    mpi_built, nccl_all_reduce)
-from .plan import Mesh, Plan, Runner, shard
+from .sharded_plan import Mesh, Plan, Runner, shard
 from .calibration import calibrate
 from .training import train, tensor_parallel, data_parallel
 from .pipeline_parallel import (PipelinePlan, PipelineRunner, PipelineTrainPlan, PipelineTrainStep, pipeline,
                                 pipeline_train)
-from .cluster import Cluster, ClusterPlan, plan  # (the function stands in for the module name kiln.dist.plan)
+from .cluster import Cluster, ClusterPlan, plan
 from .gpt import gpt_training_graph
 
 __all__ = ["rank", "size", "backend", "set_timeout", "timeout", "barrier", "all_reduce", "all_gather", "broadcast", "send",

@@ -7,7 +7,7 @@ import numpy as _np
 from .._ffi import _kiln
 from .. import graph as _g
 from .comm import all_gather, barrier, size
-from .plan import Mesh, shard
+from .sharded_plan import Mesh, shard
 
 _d = _kiln.dist
 

@@ -18,7 +18,7 @@ import time as _time
 from dataclasses import dataclass
 
 from .._ffi import KilnError, _kiln
-from .plan import Mesh, Plan
+from .sharded_plan import Mesh, Plan
 
 _d = _kiln.dist
 

@@ -161,7 +161,7 @@ class PipelineTrainStep:
         self.plan = plan
         self._fwd, self._bwd, self._update = fwd, bwd, update
         self.parameters = params
-        self._state_names, self._states, self._scalars = state_names, states, scalars
+        self.optimizer_state_names, self.optimizer_states, self._scalars = state_names, states, scalars
         self._batch_names = batch_names
         self.steps = 0
         self.stats = {}
@@ -202,7 +202,7 @@ class PipelineTrainStep:
         return out
 
     def _apply(self, grads):
-        apply_update(self._update, self.parameters, grads, self._states, self._scalars, self.steps)
+        apply_update(self._update, self.parameters, grads, self.optimizer_states, self._scalars, self.steps)
 
     def all_parameters(self):
         """Every stage's parameters, on every rank (each stage's rank broadcasts its own)."""

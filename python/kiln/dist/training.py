@@ -3,7 +3,7 @@ or tensor parallel (each rank its share of every layer's weights)."""
 from .._ffi import KilnError, _kiln
 from .. import train as _train
 from .comm import broadcast
-from .plan import Plan
+from .sharded_plan import Plan
 
 _d = _kiln.dist
 

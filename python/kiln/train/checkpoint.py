@@ -82,7 +82,7 @@ class CheckpointedTrainStep:
         self._param_names = list(lifted.names)
         self.parameters = Parameters((n, _np.array(v, copy=True)) for n, v in zip(lifted.names, lifted.values))
         self.buffers = Parameters((n, _np.array(v, copy=True)) for n, v in zip(lifted.buffer_names, lifted.buffer_values))
-        self._state_names, self._states, self._scalars = state_names, states, scalars
+        self.optimizer_state_names, self.optimizer_states, self._scalars = state_names, states, scalars
         self._n_batch = n_batch
         self._seed_fn = seed_fn  # step number -> the dropout seed (the graph's input after the batch), or None
         self.scaler = scaler
@@ -90,7 +90,7 @@ class CheckpointedTrainStep:
 
     @property
     def state(self):
-        return {n: dict(zip(self._state_names, s)) for n, s in zip(self._param_names, self._states)}
+        return {n: dict(zip(self.optimizer_state_names, s)) for n, s in zip(self._param_names, self.optimizer_states)}
 
     def _feed(self, inputs):
         """Every input of the loss graph by name: the batch (converted and checked), the dropout seed,
@@ -138,7 +138,7 @@ class CheckpointedTrainStep:
             dict.__setitem__(self.buffers, n, v)
         self.steps += 1
         scale = [] if self.scaler is None else [feed[LOSS_SCALE_INPUT]]  # the update divides by the scale the segments used
-        rest = apply_update(self._update, self.parameters, [grads[n] for n in self.parameters], self._states, self._scalars,
+        rest = apply_update(self._update, self.parameters, [grads[n] for n in self.parameters], self.optimizer_states, self._scalars,
                             self.steps, scale)
         if self.scaler is not None:
             finite = bool(rest[0])
@@ -151,7 +151,7 @@ class CheckpointedTrainStep:
         """Bytes a step holds at its peak (see the module doc), by part. One graph runs at a time: the
         largest of them (its arena and the outputs it writes) counts, beside what the step keeps."""
         params = sum(a.nbytes for a in self.parameters.values())
-        states = sum(a.nbytes for per in self._states for a in per)
+        states = sum(a.nbytes for per in self.optimizer_states for a in per)
         inputs = nbytes_of(self.graph.input_types[:self._n_batch]) + sum(a.nbytes for a in self.buffers.values())
         boundaries = sum(nbytes_of(st["graph"].input_types[:len(st["recv"])]) for st in self.stages)
         running = max(c.memory()["arena_bytes"] + nbytes_of(c.graph.output_types)

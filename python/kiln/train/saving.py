@@ -45,10 +45,10 @@ def _comm():
 def _tensors(step):
     """{key: whole array} of the step's training state: parameters, optimizer state, buffers."""
     out = {}
-    states = step._states
+    states = step.optimizer_states
     for i, n in enumerate(step.parameters):
         out[f"param/{n}"] = dict.__getitem__(step.parameters, n)
-        for s, a in zip(step._state_names, states[i]):
+        for s, a in zip(step.optimizer_state_names, states[i]):
             out[f"state/{n}/{s}"] = a
     for n in getattr(step, "buffers", {}) or {}:
         out[f"buffer/{n}"] = dict.__getitem__(step.buffers, n)
@@ -286,4 +286,4 @@ def _put(step, key, a):
     else:
         name, s = rest.rsplit("/", 1)
         i = list(step.parameters).index(name)
-        step._states[i][list(step._state_names).index(s)] = _np.array(a, order="C")
+        step.optimizer_states[i][list(step.optimizer_state_names).index(s)] = _np.array(a, order="C")

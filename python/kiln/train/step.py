@@ -23,8 +23,8 @@ class TrainStep:
         self._n_data, self._has_target = n_data, has_target
         self.parameters = params
         self.buffers = buffers  # updated each step, not trained (batch norm running statistics)
-        self._state_names = state_names
-        self._states = states  # per parameter, a list of arrays
+        self.optimizer_state_names = state_names
+        self.optimizer_states = states  # per parameter, a list of arrays
         self._scalars = scalars
         self.steps = 0
 
@@ -43,7 +43,7 @@ class TrainStep:
     @property
     def state(self):
         """The optimizer state: {parameter name: {state name: array}}."""
-        return {n: dict(zip(self._state_names, s)) for n, s in zip(self.parameters, self._states)}
+        return {n: dict(zip(self.optimizer_state_names, s)) for n, s in zip(self.parameters, self.optimizer_states)}
 
     @property
     def n_batch(self):
@@ -61,7 +61,7 @@ class TrainStep:
         parameters and state it writes), total)."""
         g = self.graph
         params = sum(a.nbytes for a in self.parameters.values())
-        states = sum(a.nbytes for per in self._states for a in per)
+        states = sum(a.nbytes for per in self.optimizer_states for a in per)
         inputs = nbytes_of(g.input_types) - params - states
         # Outputs written into their donated inputs (parameter and state updates) take no memory of their own.
         reuses = getattr(self._exe, "output_reuses_input", [])
@@ -83,7 +83,7 @@ class TrainStep:
         names = list(self.parameters)
         first_param = len(feed)
         feed += [dict.__getitem__(self.parameters, n) for n in names]
-        feed += [s for per in self._states for s in per]
+        feed += [s for per in self.optimizer_states for s in per]
         feed += [dict.__getitem__(self.buffers, n) for n in self.buffers]
         end_donated = len(feed)
         feed += self._scalars.feed(self.steps)
@@ -98,7 +98,7 @@ class TrainStep:
         for k, n in enumerate(names):
             dict.__setitem__(self.parameters, n, outs[1 + k])
         at = 1 + len(names)
-        for per in self._states:
+        for per in self.optimizer_states:
             per[:] = outs[at: at + len(per)]
             at += len(per)
         for n in list(self.buffers):
