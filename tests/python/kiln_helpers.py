@@ -128,3 +128,17 @@ def check_against_torch(net, x, target, tol=1e-4, **compile_args):
     err = np.max(np.abs(y - ref)) / np.max(np.abs(ref))
     assert err <= tol, f"relative error {err:.2e}"
     return exe
+
+
+def randomize_batch_norms(net, seed=0):
+    """Random scales, shifts and running statistics in every BatchNorm2d of `net` (fresh ones are
+    identities, so folding or blocking them would go untested); returns `net`."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    for m in net.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+    return net

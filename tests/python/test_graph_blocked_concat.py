@@ -7,7 +7,7 @@ equal to PyTorch, on the host target and, on an AVX-512 host, an AVX2 one."""
 
 import pytest
 
-from kiln_helpers import check_against_torch, cpu_targets
+from kiln_helpers import check_against_torch, cpu_targets, randomize_batch_norms
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -48,8 +48,6 @@ class Inception(nn.Module):
     def forward(self, x):
         x = self.stem(x)
         return self.pool(torch.cat([self.b1(x), self.b2(x), self.b3(x), self.b4(x)], 1))
-
-
 
 
 def _transforms(exe):
@@ -176,22 +174,12 @@ class DenseLayers(nn.Module):
         return self.head(torch.cat(feats, 1))
 
 
-def _randomize_batch_norm(net, seed):
-    g = torch.Generator().manual_seed(seed)
-    for m in net.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-            m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 0.1)
-            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
-            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-
-
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("c0,growth", [(64, 32), (24, 20)])
 def test_dense_joins_and_their_batch_norms_match_pytorch(target, c0, growth):
     torch.manual_seed(c0)
     net = DenseLayers(c0, growth, 3)
-    _randomize_batch_norm(net, c0)
+    randomize_batch_norms(net, c0)
     exe = check_against_torch(net, torch.randn(1, 8, 10, 10), target)
     if c0 % 32 == 0:  # whole blocks on AVX2 and AVX-512: the joins and the BatchNorms stay blocked
         assert _transforms(exe) == 2, [g["ops"] for g in exe.groups()]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln_helpers import check_against_torch, cpu_targets
+from kiln_helpers import check_against_torch, cpu_targets, randomize_batch_norms
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -71,23 +71,13 @@ def _ops(exe):
     return [op for g in exe.groups() for op in g["ops"].split("+")]
 
 
-def _randomize_batch_norm(net, seed):
-    g = torch.Generator().manual_seed(seed)
-    for m in net.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-            m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 0.1)
-            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
-            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-
-
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("channels,batch", [(116, 1), (116, 3), (64, 1), (26, 3)])
 def test_shuffle_units_stay_blocked(target, channels, batch):
     # 116: halves of 58, padded to whole vectors; 64: whole blocks; 26: halves of 13 (odd).
     torch.manual_seed(channels + batch)
     net = Stage(channels)
-    _randomize_batch_norm(net, channels)
+    randomize_batch_norms(net, channels)
     exe = check_against_torch(net.eval(), torch.randn(batch, 3, 20, 18), target)
     ops = _ops(exe)
     # Only the model's input into the blocks and its output out of them: no relayout around a shuffle, join or half.
@@ -164,7 +154,7 @@ def test_joins_and_slices_of_part_blocks_stay_blocked(target, e1, e3, lo, hi, ba
 def test_shuffle_units_with_a_symbolic_batch_match_pytorch():
     torch.manual_seed(5)
     net = Stage(116, units=1).eval()
-    _randomize_batch_norm(net, 5)
+    randomize_batch_norms(net, 5)
     g = kiln.graph.from_torch(net, torch.randn(2, 3, 20, 18), shapes={"input0": ("batch", 3, 20, 18)})
     exe = kiln.compile(g)
     assert _transforms(exe) == 2, [g["ops"] for g in exe.groups()]

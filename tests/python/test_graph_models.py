@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import kiln
+from kiln_helpers import randomize_batch_norms
 
 torch = pytest.importorskip("torch")
 torchvision = pytest.importorskip("torchvision")
@@ -33,21 +34,9 @@ def _check(net, x, opset=13, **compile_args):
     return model, exe
 
 
-def _randomize_batch_norms(net):
-    # Fresh BatchNorms are identities; random statistics make their folding count.
-    g = torch.Generator().manual_seed(0)
-    for m in net.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
-            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-            m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-            m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 0.1)
-    return net
-
-
 def test_resnet18_matches_pytorch():
     torch.manual_seed(0)
-    net = _randomize_batch_norms(torchvision.models.resnet18(weights=None))
+    net = randomize_batch_norms(torchvision.models.resnet18(weights=None))
     model, exe = _check(net, torch.randn(1, 3, 64, 64))
     groups = [g["ops"] for g in exe.groups()]
     # Every conv takes its bias, residual add and relu: no standalone elementwise kernel is left.
@@ -58,7 +47,7 @@ def test_resnet18_matches_pytorch():
 
 def test_mobilenet_v2_matches_pytorch():
     torch.manual_seed(1)
-    net = _randomize_batch_norms(torchvision.models.mobilenet_v2(weights=None))
+    net = randomize_batch_norms(torchvision.models.mobilenet_v2(weights=None))
     _check(net, torch.randn(1, 3, 64, 64))
 
 
@@ -86,7 +75,7 @@ def test_winograd_convs_match_pytorch_and_can_be_turned_off():
     # ResNet's basic block at 15x15 on a batch of 2: its 3x3 convs have 2 x 8 x 8
     # tiles of 2x2 outputs (half tiles at the edges), enough to run as Winograd F(2x2, 3x3).
     torch.manual_seed(2)
-    block = _randomize_batch_norms(torchvision.models.resnet.BasicBlock(32, 32))
+    block = randomize_batch_norms(torchvision.models.resnet.BasicBlock(32, 32))
     x = torch.randn(2, 32, 15, 15)
     _, exe = _check(block, x)
     groups = [g["ops"] for g in exe.groups()]
@@ -101,7 +90,7 @@ def test_winograd_f4x4_runs_where_the_output_has_many_4x4_tiles():
     # At 28x28 a 3x3 conv has 7 x 7 tiles of 4x4 outputs: Winograd F(4x4, 3x3),
     # 36 products over 49 tiles; winograd=2 asks for F(2x2, 3x3), 16 over 196.
     torch.manual_seed(3)
-    block = _randomize_batch_norms(torchvision.models.resnet.BasicBlock(16, 16))
+    block = randomize_batch_norms(torchvision.models.resnet.BasicBlock(16, 16))
     x = torch.randn(1, 16, 28, 28)
 
     def product_flops(exe):
