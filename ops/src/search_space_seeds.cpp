@@ -127,13 +127,27 @@ bool has_pair_dot(const DagInfo& dag) {
   return found;
 }
 
-// Whether every tiled stage reduces over one axis (matmul, batch matmul):
-// their four-vector tiles were measured; a convolution's are not.
-bool only_matmuls(const DagInfo& dag) {
+// Rows a four-vector matmul tile pays from: Swin-T's 7 x 7 stage (49 rows,
+// N 768 to 3072) ran at half the GFLOP/s of the two-vector tile (81 vs 155),
+// BERT's 128 and ViT's 197 rows 0.85-0.91x the time (see seed_decisions).
+constexpr int64_t kWideMatmulRows = 128;
+
+// Whether every tiled stage reduces over one axis (matmul, batch matmul) and
+// has rows enough for a tile four vectors wide (symbolic rows count as
+// enough: their variants share one packing of the weights). A convolution's
+// four-vector tiles were not measured.
+bool wide_matmul(const DagInfo& dag) {
   bool any = false;
   for (const StageInfo& st : dag.stages)
     if (st.reduction && !st.inlined) {
       if (st.reduce.size() != 1) return false;
+      int64_t rows = 1;
+      bool symbolic = false;
+      for (size_t k = 0; k + 1 < st.spatial.size(); ++k) {
+        rows *= st.spatial[k];
+        symbolic = symbolic || st.spatial_var[k];
+      }
+      if (!symbolic && rows < kWideMatmulRows) return false;
       any = true;
     }
   return any;
@@ -373,7 +387,7 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
   // the time of 6 x 2 at 197 rows and of 8 x 2 at 128 (4 x 4 there; 6 x 4
   // over 132 padded rows was 1.13x slower). The graph packs B in panels as
   // wide (alter_conv_layout.cpp).
-  else if (dag.registers >= 32 && only_matmuls(dag)) shapes.insert(shapes.begin(), {4, 1, false});
+  else if (dag.registers >= 32 && wide_matmul(dag)) shapes.insert(shapes.begin(), {4, 1, false});
   if (dag.fma_memory_operand && folded_loads) shapes.insert(shapes.end(), {{2, 1, true}, {2, 4, true}});
   for (auto [vectors, reduce, folded] : shapes) {
     std::vector<int> d(sk.num_decisions, 0);

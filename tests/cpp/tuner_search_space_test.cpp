@@ -837,14 +837,14 @@ TEST_P(TunerSketch, PanelLoopGoesOutsideTheRowsOfASharedB) {
 // its register tile (rows x vectors of accumulators, one row of operand
 // vectors, one broadcast) fits the target's registers with one to spare,
 // and the vector width is one or two of the target's vectors (a matmul's
-// first seed four on AVX-512).
+// first seed four on AVX-512 from 128 rows on).
 TEST_P(TunerSketch, SeedsComputeAndFitTheRegisters) {
   const int lanes = rules_lanes(), regs = rules_target().num_vector_registers();
   struct Tiled {
     Case c;
     std::string vec, rows1, rows2;  // tile labels: the vector axis and the two axes before it
   };
-  for (const Tiled& t : {Tiled{matmul_case(24, 4 * lanes, 32), "C.j", "C.i", ""}, Tiled{dense_bias_relu_case(16, 2 * lanes, 24), "", "", ""},
+  for (const Tiled& t : {Tiled{matmul_case(132, 4 * lanes, 32), "C.j", "C.i", ""}, Tiled{dense_bias_relu_case(16, 2 * lanes, 24), "", "", ""},
                          Tiled{conv_nchwc_case(1, 2 * lanes), "conv.fi", "conv.x", "conv.y"}}) {
     Task task = task_of(t.c);
     SearchSpace space(task);
@@ -868,7 +868,7 @@ TEST_P(TunerSketch, SeedsComputeAndFitTheRegisters) {
         bool x86 = task.target.triple.rfind("x86_64", 0) == 0;
         if (x86) EXPECT_LE(rows * vectors + 1, regs) << "rows " << rows << ", width " << width;
         else EXPECT_LE(rows * vectors + vectors + 1, regs - 1) << "rows " << rows << ", width " << width;
-        // A matmul's tile takes 6 rows (M = 24 has that divisor), fewer
+        // A matmul's tile takes 6 rows (M = 132 has that divisor), fewer
         // than fill AVX-512's registers: measured faster (kMaxMatmulRows).
         if (t.c.name == "matmul") {
           EXPECT_EQ(rows, 6) << "rows " << rows;
@@ -880,6 +880,11 @@ TEST_P(TunerSketch, SeedsComputeAndFitTheRegisters) {
   }
   // No tiled stage, no seed.
   EXPECT_TRUE(SearchSpace(task_of(chain_case(12, 40))).seeds().empty());
+  // Under 128 rows (Swin-T's 49) the four-vector tile ran at half the rate: two vectors first.
+  SearchSpace few_rows(task_of(matmul_case(49, 4 * lanes, 32)));
+  std::vector<Candidate> few = few_rows.seeds();
+  ASSERT_FALSE(few.empty());
+  EXPECT_EQ(tile_of(few_rows, few[0], "C.j").back(), 2 * lanes) << few_rows.describe_candidate(few[0]);
 }
 
 // Where 6 does not divide a matmul's rows, its default tile takes the

@@ -39,7 +39,7 @@ def test_projection_tile_follows_the_registers(rng, target, M, K, N, residual):
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
     assert exe.num_kernels == 1
     detail = exe.groups()[0]["schedule_detail"]
-    want = 4 if target == AVX512 else 2
+    want = 4 if target == AVX512 and M >= 128 else 2  # under 128 rows two vectors ran faster (Swin-T's 49)
     assert tile(detail, "j")[-1] == want * lanes(target), detail
     rows = tile(detail, "i")[-1]
     assert rows * want + want + 1 <= (32 if target == AVX512 else 16), detail

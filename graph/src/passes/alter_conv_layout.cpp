@@ -394,7 +394,7 @@ class LayoutRewriter {
     bool trans_b = gemm && n.attrs.get_int("transB") != 0;
     int64_t K = trans_b ? B->shape()[1] : B->shape()[0], N = trans_b ? B->shape()[0] : B->shape()[1];
     // Panels may be wider than a vector where none divides N (1000 classes: 25): packed, the fc layer ran 2.8x faster than plain.
-    int64_t nb = matmul_panel(N);
+    int64_t nb = matmul_panel(N, a);
     if (nb == 0) nb = whole_vectors_block(N, max_block_, lanes());
     if (nb == 0) nb = ops::channel_block(static_cast<int>(N), static_cast<int>(max_block_));
     if (nb < max_block_ / 2) return {};  // no whole vector per panel row: the plain form is as good
@@ -686,12 +686,19 @@ class LayoutRewriter {
 
   int64_t lanes() const { return max_block_ / 2; }
 
-  // Four vectors where the target has 32 vector registers (AVX-512) and they
-  // divide N: the seeds' 6 x 4-vector register tile (search_space_seeds.cpp)
-  // then reads one panel; 0 otherwise (whole_vectors_block's two at most).
-  int64_t matmul_panel(int64_t N) const {
+  // Four vectors where the target has 32 vector registers (AVX-512), they
+  // divide N and A has rows enough (a symbolic count is taken as enough):
+  // the seeds' 6 x 4-vector register tile (search_space_seeds.cpp, same
+  // row rule) then reads one panel; 0 otherwise (whole_vectors_block's two at most).
+  int64_t matmul_panel(int64_t N, const TensorType& a) const {
     const int64_t four = 2 * max_block_;
-    return target_.num_vector_registers() >= 32 && N % four == 0 ? four : 0;
+    if (target_.num_vector_registers() < 32 || N % four != 0) return 0;
+    int64_t rows = 1;
+    for (size_t k = 0; k + 1 < a.shape.size(); ++k) {
+      if (!a.shape[k].is_static()) return four;
+      rows *= a.shape[k].value();
+    }
+    return rows >= 128 ? four : 0;
   }
 
   const Target& target_;
