@@ -2,11 +2,8 @@
 #include "kiln/graph/plan_builder.h"
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -14,6 +11,7 @@
 #include "kiln/graph/kernel_variants.h"
 #include "kiln/graph/op_registry.h"
 #include "kiln/support/error.h"
+#include "kiln/support/parallel_for.h"
 #include "kiln/codegen/kernel_metadata.h"
 #include "kiln/te/workload_key.h"
 
@@ -185,28 +183,8 @@ struct Planner {
   }
 };
 
-// Calls f(0) .. f(n - 1) on up to one thread per core; rethrows the first exception.
-void on_threads(size_t n, const std::function<void(size_t)>& f) {
-  size_t workers = std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
-  std::atomic<size_t> next{0};
-  std::exception_ptr error;
-  std::mutex mu;
-  auto work = [&] {
-    for (size_t i; (i = next++) < n;) {
-      try {
-        f(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!error) error = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t w = 1; w < workers; ++w) threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
-}
+// Up to one thread per core for compile-time work (kernel builds, probes).
+int build_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
 // A group's kernels: the fallback and its size-dispatched variants.
 struct GroupKernels {
@@ -234,7 +212,7 @@ void run_builds(std::vector<PendingBuild>* pending, const KernelFactory& build, 
     }
   };
   if (pending->size() > 1)
-    on_threads(pending->size(), build_one);
+    parallel_for(pending->size(), build_threads(), build_one);
   else if (pending->size() == 1)
     build_one(0);
   pending->clear();
@@ -253,7 +231,7 @@ GroupKernels plan_variants(const GraphDag& dag, bool sized, const std::string& g
   }
   // The specs' schedules (probed on threads: each lowers its own schedule), then one kernel per distinct one.
   std::vector<std::string> schedules(specs.size());
-  if (specs.size() > 1) on_threads(specs.size(), [&](size_t i) { schedules[i] = options.probe(dag, specs[i].hints); });
+  if (specs.size() > 1) parallel_for(specs.size(), build_threads(), [&](size_t i) { schedules[i] = options.probe(dag, specs[i].hints); });
   std::map<std::string, int> kernel_of_schedule;
   std::vector<int> kernels(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {

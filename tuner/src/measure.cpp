@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <csignal>
 #include <chrono>
 #include <cmath>
@@ -16,13 +15,13 @@
 #include <cstring>
 #include <random>
 #include <sstream>
-#include <thread>
 #include <unordered_map>
 
 #include "kiln/driver/build.h"
 #include "kiln/driver/build_cuda.h"
 #include "kiln/runtime/cuda.h"
 #include "kiln/support/error.h"
+#include "kiln/support/parallel_for.h"
 #include "kiln/tuner/peer.h"  // min_of, median_of
 #include "measure_worker.h"
 
@@ -249,15 +248,9 @@ struct Measurer::Impl {
 
 std::vector<Built> Measurer::Impl::build_all(const std::vector<Candidate>& cs) const {
   std::vector<Built> out(cs.size());
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < cs.size();) out[i] = build_one(task, cs[i].trace, faults.at(counter + static_cast<int64_t>(i)), !opts.gpu_simulate);
-  };
-  int n = std::max(1, std::min<int>(opts.build_threads, static_cast<int>(cs.size())));
-  std::vector<std::thread> threads;
-  for (int t = 1; t < n; ++t) threads.emplace_back(worker);
-  worker();
-  for (std::thread& t : threads) t.join();
+  parallel_for(cs.size(), opts.build_threads, [&](size_t i) {
+    out[i] = build_one(task, cs[i].trace, faults.at(counter + static_cast<int64_t>(i)), !opts.gpu_simulate);
+  });
   for (const Built& b : out)
     if (b.failure) std::rethrow_exception(b.failure);
   return out;

@@ -4,12 +4,11 @@
 // model's scores; the batch to measure is the best-scored unmeasured
 // candidates plus some random ones, so a wrong model cannot trap the search.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <thread>
 
 #include "kiln/support/error.h"
+#include "kiln/support/parallel_for.h"
 #include "tune_internal.h"
 
 namespace kiln::tuner::detail {
@@ -46,33 +45,25 @@ void EvolutionarySearch::featurize(const std::vector<Entry>& entries) {
   // to be rethrown here: an exception cannot leave a std::thread.
   std::vector<std::exception_ptr> failures(todo.size());
   std::vector<double> seconds(todo.size(), 0.0);
-  std::atomic<size_t> next{0};
   // Replaying and lowering touch only the (immutable, atomically counted) DAG: safe on threads.
-  auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
-      auto start = std::chrono::steady_clock::now();
-      try {
-        te::Schedule s = te::Schedule::from_trace(task_.outputs, todo[i]->cand.trace);
-        out[i] = std::make_shared<Features>(candidate_features(s, task_.args));
-        seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      } catch (const Error&) {
-        out[i] = nullptr;  // it will not build either; never pick it
-      } catch (const InternalError& e) {
-        // Caught on purpose, to carry it off the thread: the candidate's trace
-        // goes with the bug report, since it is what reproduces it.
-        out[i] = nullptr;
-        failures[i] = std::make_exception_ptr(InternalError(std::string(e.what()) + "\n  while lowering the candidate of task " +
-                                                            task_.name + ": " + todo[i]->key));
-      } catch (...) {
-        failures[i] = std::current_exception();
-      }
+  parallel_for(todo.size(), params_.threads, [&](size_t i) {
+    auto start = std::chrono::steady_clock::now();
+    try {
+      te::Schedule s = te::Schedule::from_trace(task_.outputs, todo[i]->cand.trace);
+      out[i] = std::make_shared<Features>(candidate_features(s, task_.args));
+      seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    } catch (const Error&) {
+      out[i] = nullptr;  // it will not build either; never pick it
+    } catch (const InternalError& e) {
+      // Caught on purpose, to carry it off the thread: the candidate's trace
+      // goes with the bug report, since it is what reproduces it.
+      out[i] = nullptr;
+      failures[i] = std::make_exception_ptr(InternalError(std::string(e.what()) + "\n  while lowering the candidate of task " +
+                                                          task_.name + ": " + todo[i]->key));
+    } catch (...) {
+      failures[i] = std::current_exception();
     }
-  };
-  int n = std::max(1, std::min<int>(params_.threads, static_cast<int>(todo.size())));
-  std::vector<std::thread> threads;
-  for (int t = 1; t < n; ++t) threads.emplace_back(worker);
-  worker();
-  for (std::thread& t : threads) t.join();
+  });
   for (const std::exception_ptr& f : failures)
     if (f) std::rethrow_exception(f);
   for (size_t i = 0; i < todo.size(); ++i) {
