@@ -118,6 +118,11 @@ def rank_main(args):
         bound = 2 * (n - 1) / n * buf.nbytes / link
         rows.append(dict(mb=mb, kiln_s=t_kiln, mpi_s=t_mpi, kiln_min_s=min_kiln, mpi_min_s=min_mpi, kiln_bf16_s=t_bf16, ring_bound_s=bound))
     if r == 0:
+        sys.path.insert(0, os.path.join(HERE, "peers"))
+        import blas_choice
+        m = blas_choice.machine()
+        print(f"machine: {m['cpu']}, {m['isa']}, {m['cores']} cores; peer: Open MPI's own MPI_Allreduce on the same buffers "
+              f"(its default algorithm choice), the same communicator and transport as kiln's")
         print(f"ranks: {n}; link (ping-pong, 64 MB): {link / 1e9:.2f} GB/s one way, latency {latency * 1e6:.1f} us (8 B); "
               f"load average {os.getloadavg()[0]:.1f}" + (" (other processes share the cores: timings disturbed)" if os.getloadavg()[0] > 1 else ""))
         print("medians (min in brackets) over the repeats, rank 0's times")

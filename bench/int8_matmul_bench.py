@@ -9,6 +9,8 @@ of `reps` calls). Prints GFLOP/s (float) and GOP/s (int8, 2 ops per multiply-add
 The int8 kernels are plain integer code until a vpdpbusd/sdot kernel lands; this is its baseline.
 """
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
@@ -39,6 +41,10 @@ def main():
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     p = lambda v, t: np.asarray(v, dtype=t).reshape(())  # noqa: E731
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
+    import blas_choice
+    m = blas_choice.machine()
+    print(f"machine: {m['cpu']}, {m['isa']}, {m['cores']} cores; kiln's int8 ops against its own float32 MatMul (no outside peer yet)")
     print(f"target {args.target!r}; M = N = K; best of {args.rounds} interleaved rounds of {args.reps} calls")
     for n in (int(s) for s in args.sizes.split(",")):
         af, bf = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
