@@ -13,6 +13,7 @@
 #include "kiln/graph/graph.h"
 #include "kiln/runtime/model.h"
 #include "kiln/support/error.h"
+#include "error_of.h"
 #include "file_damage_util.h"
 #include "graph_test_util.h"
 
@@ -36,14 +37,7 @@ void expect_bitwise_equal(const std::vector<NDArray>& a, const std::vector<NDArr
   }
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using kiln::testing::error_of;
 
 class GraphExport : public ::testing::Test {
  protected:

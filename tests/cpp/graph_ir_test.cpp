@@ -8,20 +8,12 @@
 #include "kiln/graph/op_registry.h"
 #include "kiln/graph/rewrite.h"
 #include "kiln/support/error.h"
+#include "error_of.h"
 
 namespace kiln::graph {
 namespace {
 
-template <typename Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {  // a user error: an InternalError is not an Error and fails the test
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a kiln::Error";
-  return "";
-}
+using kiln::testing::error_of;
 
 NDArray filled(std::vector<int64_t> shape, float v) {
   NDArray a = NDArray::empty(shape, DataType::Float(32));

@@ -9,6 +9,7 @@
 #include "kiln/graph/executor.h"
 #include "kiln/graph/shape_constraints.h"
 #include "kiln/support/error.h"
+#include "error_of.h"
 
 namespace kiln::graph {
 namespace {
@@ -27,14 +28,7 @@ NDArray iota(std::vector<int64_t> shape) {
   return a;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using kiln::testing::error_of;
 
 // x [batch, n] seen as [batch, 2, 3] (needs n == 6) and as [batch, n / 2, 2] through a -1 (needs n even) ... and a provable one.
 Graph reshapes() {

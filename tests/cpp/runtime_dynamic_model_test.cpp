@@ -26,6 +26,7 @@
 #include "kiln/ir/op.h"
 #include "kiln/te/operation.h"
 #include "kiln/te/schedule.h"
+#include "error_of.h"
 #endif
 
 namespace kiln {
@@ -39,14 +40,7 @@ ShapeExpr C(int64_t v) { return ShapeExpr::constant(v); }
 ShapeExpr mul(ShapeExpr a, ShapeExpr b) { return ShapeExpr::binary(Op::Mul, std::move(a), std::move(b)); }
 ShapeExpr add(ShapeExpr a, ShapeExpr b) { return ShapeExpr::binary(Op::Add, std::move(a), std::move(b)); }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using kiln::testing::error_of;
 
 // Static shapes from dims at no values: -1 where a dimension reads a variable.
 std::vector<int64_t> static_shape(const std::vector<ShapeExpr>& dims) {

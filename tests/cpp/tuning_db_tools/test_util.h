@@ -12,6 +12,7 @@
 
 #include "kiln/support/error.h"
 #include "kiln/tuning_db/database.h"
+#include "../error_of.h"
 
 namespace kiln::tuning_db::testing {
 
@@ -33,16 +34,7 @@ class TempDir {
   std::string path_;
 };
 
-/** The message of the user error fn() raises, or "" when it raises none. */
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using kiln::testing::error_of;
 
 inline std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
