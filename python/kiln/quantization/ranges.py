@@ -62,11 +62,11 @@ def percentile_threshold(hist, pct):
     return int(_np.searchsorted(c, c[-1] * pct / 100.0)) + 1
 
 
-def _quantized(p, levels):
-    """p merged into `levels` groups of bins, each group's sum spread evenly over its non-empty bins."""
-    edges = _np.linspace(0, len(p), levels + 1).astype(_np.int64)
-    nonzero = (p > 0).astype(_np.float64)
-    sums = _np.add.reduceat(p, edges[:-1])
+def _quantized(ref, hist, levels):
+    """hist merged into `levels` groups of bins, each group's sum spread evenly over the bins where ref is non-empty."""
+    edges = _np.linspace(0, len(hist), levels + 1).astype(_np.int64)
+    nonzero = (ref > 0).astype(_np.float64)
+    sums = _np.add.reduceat(hist, edges[:-1])
     counts = _np.add.reduceat(nonzero, edges[:-1])
     per_bin = _np.where(counts > 0, sums / _np.maximum(counts, 1), 0.0)
     return _np.repeat(per_bin, _np.diff(edges)) * nonzero
@@ -74,9 +74,11 @@ def _quantized(p, levels):
 
 def _kl(p, q):
     p = p / p.sum()
+    # The clipped tail folded into the edge bin may land where the quantized form has nothing: a small
+    # mass there (as MXNet's smoothing) keeps the divergence finite, and large.
+    q = _np.where((p > 0) & (q <= 0), 1e-4 * q.sum() / max(len(q), 1) + 1e-30, q)
     q = q / q.sum()
     m = p > 0
-    # q is 0 only where p is (each non-empty bin gets a share of its group), so the divergence is finite.
     return float(_np.sum(p[m] * _np.log(p[m] / q[m])))
 
 
@@ -89,13 +91,11 @@ def entropy_threshold(hist, levels):
     tail = _np.concatenate([_np.cumsum(hist[::-1])[::-1], [0.0]])  # tail[i] = sum(hist[i:])
     best, best_i = _np.inf, n
     for i in range(levels, n + 1):
-        if hist[i - 1] == 0 and i < n:
-            continue  # the same divergence as the last non-empty cut would give; skip the empty edge bin
         p = hist[:i].copy()
         p[-1] += tail[i]
         if p.sum() == 0:
             continue
-        d = _kl(p, _quantized(hist[:i], levels))
+        d = _kl(p, _quantized(p, hist[:i], levels))
         if d < best:
             best, best_i = d, i
     return best_i
