@@ -169,6 +169,9 @@ def test_export_runs_on_onnx_runtime(tmp_path):
     ops = [n.op_type for n in model.graph.node]
     # x, the Relu and the Gemm input quantized; those three, two weights and two int32 biases dequantized
     assert ops.count("QuantizeLinear") == 3 and ops.count("DequantizeLinear") == 7, ops
+    # per-tensor scales and zero points are ONNX scalars (ONNX Runtime's QLinearAdd fusion refuses [1])
+    inits = {t.name: t for t in model.graph.initializer}
+    assert list(inits["x.scale"].dims) == [] and list(inits["x.zero_point"].dims) == []
     x = batches[1]
     want = kiln.compile(q)(x)[0]
     # kiln reads its own export back to the same graph

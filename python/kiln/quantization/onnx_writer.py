@@ -60,6 +60,10 @@ def to_onnx(graph, producer="kiln"):
         used.add(n)
         return n
 
+    # A per-tensor scale or zero point is a scalar in ONNX (ONNX Runtime's QLinearAdd fusion insists);
+    # kiln holds it as one value of shape [1].
+    qdq_params = {tuple(n["inputs"][k]) for n in w["nodes"] if n["kind"] == "op" and n["op"] in ("QuantizeLinear", "DequantizeLinear")
+                  for k in (1, 2) if k < len(n["inputs"]) and n["inputs"][k] is not None}
     inputs, inits, nodes = [], [], []
     for n in w["nodes"]:
         if n["kind"] == "input":
@@ -67,7 +71,10 @@ def to_onnx(graph, producer="kiln"):
             inputs.append(_value_info(names[(n["id"], 0)], *n["types"][0]))
         elif n["kind"] == "constant":
             names[(n["id"], 0)] = unique(n["name"])
-            inits.append(numpy_helper.from_array(_np.ascontiguousarray(n["data"]), names[(n["id"], 0)]))
+            data = _np.ascontiguousarray(n["data"])
+            if (n["id"], 0) in qdq_params and data.shape == (1,):
+                data = data.reshape(())
+            inits.append(numpy_helper.from_array(data, names[(n["id"], 0)]))
         else:
             outs = []
             for k in range(len(n["types"])):
