@@ -130,7 +130,8 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
     precision: "float32" (None) or "bfloat16": inference with bfloat16 weights and products (vdpbf16ps, float32
     accumulation) for every MatMul, Gemm and group-1 convolution: their operands are rounded to bfloat16 (autocast),
     constant weights stored as bfloat16 pairs, everything else float32. It needs a target with AVX-512 BF16 (an error
-    names the fix otherwise); bf16_dot=True emulates it anywhere (the same numerics, slower).
+    names the fix otherwise); bf16_dot=True emulates it anywhere (the same numerics, slower). It is faster than
+    float32 only where vdpbf16ps issues at more than half the FMA rate (bench/bf16_dot_rate.c measures it).
     A cuda target (``"cuda -arch=sm_90"``) gives a :class:`GpuExecutor`.
     A CPU of another architecture (``"llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a76"``) gets every
     group built and scheduled for it (its vector lanes and registers); such an executor cannot run here:
