@@ -80,3 +80,17 @@ def test_precision_errors():
         kiln.compile(model, target="llvm -mcpu=znver3", precision="bfloat16")
     # float32 is the default and stays as it was
     np.testing.assert_array_equal(kiln.compile(model, precision="float32")(np.ones((4, 8), "float32"))[0], np.full((4, 8), 8, "float32"))
+
+
+def test_emulated_bf16_matches_the_native_path():
+    # bf16_dot=True on a target without AVX-512 BF16 (Skylake-X code runs on any AVX-512 host): the pair
+    # products unpacked to float32 FMAs, the same numerics as vdpbf16ps.
+    if not kiln.Target("llvm").has_feature("avx512f"):
+        pytest.skip("the host has no AVX-512 to run Skylake-X code")
+    rng = np.random.default_rng(2)
+    model, weights = cnn(rng)
+    x = rng.standard_normal((2, 16, 10, 10)).astype("float32")
+    emulated = kiln.compile(model, target="llvm -mcpu=skylake-avx512", precision="bfloat16", bf16_dot=True, winograd=False)
+    assert "kiln.ConvNCHWcBF16Pairs" in " ".join(g["ops"] for g in emulated.groups())
+    want = reference(x, *weights)
+    np.testing.assert_allclose(emulated(x)[0], want, rtol=0, atol=2e-3 * np.abs(want).max())
