@@ -210,3 +210,16 @@ def test_bad_inputs_are_clear_errors():
     x = b.input("x", (2, 3))
     with pytest.raises(kiln.KilnError, match="no Conv, MatMul or Gemm"):
         kiln.quantize(b.build(b.op("Relu", x)), calibration=[np.zeros((2, 3), "float32")])
+
+
+def test_an_onnx_model_quantizes_as_its_graph(tmp_path):
+    import onnx
+
+    rng = np.random.default_rng(8)
+    m, _ = conv_gemm_model(rng)
+    path = tmp_path / "float.onnx"
+    onnx.save(kiln.quantization.to_onnx(m), str(path))  # the writer takes float graphs too
+    batches = [rng.standard_normal((2, 3, 8, 8)).astype("float32")]
+    from_path = kiln.compile(kiln.quantize(str(path), calibration=batches))(batches[0])[0]
+    from_graph = kiln.compile(kiln.quantize(m, calibration=batches))(batches[0])[0]
+    np.testing.assert_array_equal(from_path, from_graph)
