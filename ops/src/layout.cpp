@@ -98,7 +98,8 @@ te::Tensor change_channel_block(const te::Tensor& X, int from, int to, const std
                      name, {"n", "co", "h", "w", "ci"});
 }
 
-te::Tensor conv2d_nchwc_general(const te::Tensor& X, const te::Tensor& Wt, const Conv2dParams& p, const std::string& name, int64_t group_blocks) {
+te::Tensor conv2d_nchwc_general(const te::Tensor& X, const te::Tensor& Wt, const Conv2dParams& p, const std::string& name, int64_t group_blocks,
+                                const std::function<Expr(Expr, Expr)>& product) {
   std::vector<int64_t> ws = const_shape(Wt);
   KILN_USER_CHECK(X.ndim() == 5) << "conv2d_nchwc: input '" << X.name() << "' must be [N, C/cb, H, W, cb]";
   const std::vector<int64_t> xs = {0, static_dim(X, 1, "conv2d_nchwc"), 0, 0, static_dim(X, 4, "conv2d_nchwc")};  // the channel dims
@@ -113,7 +114,8 @@ te::Tensor conv2d_nchwc_general(const te::Tensor& X, const te::Tensor& Wt, const
                      [&](const std::vector<Var>& i) {
                        Expr block = group_blocks > 0 ? floordiv(i[1], E(group_blocks)) * E(ws[1]) + rco.var() : Expr(rco.var());
                        Expr in = P(std::vector<Expr>{i[0], block, tap(i[2], ry, p.stride_h, p.dilation_h), tap(i[3], rx, p.stride_w, p.dilation_w), rci.var()});
-                       return te::sum(in * Wt(std::vector<Expr>{i[1], rco.var(), ry.var(), rx.var(), rci.var(), i[4]}), {rco, ry, rx, rci});
+                       Expr w = Wt(std::vector<Expr>{i[1], rco.var(), ry.var(), rx.var(), rci.var(), i[4]});
+                       return te::sum(product ? product(in, w) : in * w, {rco, ry, rx, rci});
                      },
                      name, {"n", "fo", "y", "x", "fi"});
 }
@@ -145,7 +147,7 @@ int symbolic_rows(const std::vector<Expr>& shape) {
 
 }  // namespace
 
-te::Tensor matmul_packed_b(const te::Tensor& A, const te::Tensor& Bp, const std::string& name) {
+te::Tensor matmul_packed_b(const te::Tensor& A, const te::Tensor& Bp, const std::string& name, const std::function<Expr(Expr, Expr)>& product) {
   const std::vector<Expr>& as = A.shape();
   std::vector<int64_t> bs = const_shape(Bp);
   KILN_USER_CHECK(as.size() >= 2 && bs.size() == 3 && is_const_int(as.back(), bs[1]))
@@ -153,6 +155,7 @@ te::Tensor matmul_packed_b(const te::Tensor& A, const te::Tensor& Bp, const std:
   int64_t nb = bs[2];
   IterVar k = te::reduce_axis(Range(0, as.back()), "k");
   auto b_at = [&](const Expr& j) { return Bp(std::vector<Expr>{floordiv(j, E(nb)), k.var(), floormod(j, E(nb))}); };
+  auto mul = [&](const Expr& a, const Expr& b) { return product ? product(a, b) : a * b; };
   if (symbolic_rows(as) >= 2) {
     // Several symbolic row extents ([seq, batch, K]): the product runs over
     // one row axis of their product, so the schedule rules tile it as one
@@ -169,7 +172,7 @@ te::Tensor matmul_packed_b(const te::Tensor& A, const te::Tensor& Bp, const std:
         r = floordiv(r, as[d]);
       }
       ai.back() = k.var();
-      return te::sum(A(ai) * b_at(i[1]), {k});
+      return te::sum(mul(A(ai), b_at(i[1])), {k});
     }, name + ".rows", {"r", "j"});
     std::vector<Expr> out(as.begin(), as.end() - 1);
     out.push_back(E(bs[0] * nb));
@@ -188,7 +191,7 @@ te::Tensor matmul_packed_b(const te::Tensor& A, const te::Tensor& Bp, const std:
   return te::compute(out, [&](const std::vector<Var>& i) {
     std::vector<Expr> ai(i.begin(), i.end() - 1);
     ai.push_back(k.var());
-    return te::sum(A(ai) * b_at(i.back()), {k});
+    return te::sum(mul(A(ai), b_at(i.back())), {k});
   }, name, names);
 }
 

@@ -40,7 +40,8 @@ __all__ = ["KilnError", "InternalError", "te", "nd", "runtime", "ops", "tuning_d
 if hasattr(_kiln, "graph"):  # built with the graph compiler
     from . import graph, train
     from .graph import compile
-    __all__ += ["graph", "compile", "train"]
+    from .quantization import quantize
+    __all__ += ["graph", "compile", "train", "quantize"]
 if hasattr(_kiln, "tuner"):  # built with the auto-scheduler (it needs XGBoost, and the graph compiler)
     from . import tuner
     from .tuner import tune, tune_model

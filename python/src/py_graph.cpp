@@ -202,6 +202,48 @@ Graph inline_groups(const Graph& g) {
   });
 }
 
+// Every node of g in topo order, graph inputs first, as plain dicts (for
+// Python passes such as kiln.quantize that walk and rebuild a graph, and the
+// ONNX writer): kind, name, op and attrs, inputs as (node id, output index)
+// or None, the output types, and a constant's data.
+py::dict graph_nodes_dict(const Graph& g) {
+  std::unordered_map<const NodeObj*, int64_t> id;
+  std::vector<Ref<NodeObj>> order;
+  for (const auto& i : g.inputs()) order.push_back(i);
+  for (const auto& n : g.topo_order())
+    if (n->kind != NodeKind::Input) order.push_back(n);
+  py::list nodes;
+  for (const auto& n : order) {
+    id[n.get()] = static_cast<int64_t>(nodes.size());
+    py::dict d;
+    d["id"] = id[n.get()];
+    d["kind"] = n->kind == NodeKind::Input ? "input" : n->kind == NodeKind::Constant ? "constant" : "op";
+    d["name"] = n->name;
+    py::list types, inputs;
+    for (const TensorType& t : n->types) types.append(type_tuple(t));
+    d["types"] = types;
+    if (n->kind == NodeKind::Constant) d["data"] = ndarray_to_numpy(static_cast<const ConstantNode&>(*n).data);
+    if (n->kind == NodeKind::Op) {
+      const auto& op = static_cast<const OpNode&>(*n);
+      d["op"] = op.op->name;
+      d["fused"] = op.body.defined();
+      py::dict attrs;
+      for (const auto& [k, v] : op.attrs.values()) attrs[py::str(k)] = from_attr(v);
+      d["attrs"] = attrs;
+      for (const Value& v : op.inputs) inputs.append(v.defined() ? py::object(py::make_tuple(id.at(v.node.get()), v.index)) : py::object(py::none()));
+    }
+    d["inputs"] = inputs;
+    nodes.append(d);
+  }
+  py::list outputs;
+  for (const Value& v : g.outputs()) outputs.append(py::make_tuple(id.at(v.node.get()), v.index));
+  py::dict out;
+  out["nodes"] = nodes;
+  out["outputs"] = outputs;
+  out["output_names"] = g.output_names();
+  return out;
+}
+
 py::dict memory_dict(const MemoryReport& r) {
   py::dict d;
   d["arena_bytes"] = r.arena_bytes;
@@ -287,6 +329,9 @@ void define_graph(py::module_& root) {
   }, py::arg("graph"),
         "The graph as one tensor-expression DAG (what its kernels compute, before fusion and schedules): (input placeholders, constant "
         "placeholders, the constants' values, output tensors); fused groups are inlined. Symbolic dims are te shape variables: a kernel built from it takes any size.");
+  m.def("graph_nodes", &graph_nodes_dict, py::arg("graph"),
+        "Every node in topo order (graph inputs first) as dicts: id, kind ('input', 'constant', 'op'), name, op, attrs, "
+        "inputs ((id, output index) or None), types, a constant's data; with the graph's outputs as (id, index) and output_names.");
   m.def("registered_ops", &registered_ops);
   m.def("op_const_inputs", [](const std::string& name) { return get_op(name).const_inputs; });
   m.def("op_info", [](const std::string& name) {

@@ -11,7 +11,8 @@ void define_ops(py::module_& m) {
   using te::Tensor;
   ops.def("matmul", &kiln::ops::matmul, py::arg("A"), py::arg("B"), py::arg("name") = "C");
   ops.def("batch_matmul", &kiln::ops::batch_matmul, py::arg("A"), py::arg("B"), py::arg("name") = "C");
-  ops.def("matmul_packed_b", &kiln::ops::matmul_packed_b, py::arg("A"), py::arg("panels"), py::arg("name") = "matmul",
+  ops.def("matmul_packed_b", [](const te::Tensor& A, const te::Tensor& panels, const std::string& name) { return kiln::ops::matmul_packed_b(A, panels, name); },
+          py::arg("A"), py::arg("panels"), py::arg("name") = "matmul",
           "A [..., M, K] times weights packed into panels [N/nb, K, nb]: [..., M, N] (the graph's kiln.MatMulPackedB).");
   ops.def("pad2d", &kiln::ops::pad2d, py::arg("X"), py::arg("pad_h"), py::arg("pad_w"), py::arg("name") = "pad");
   // The padding stage comes back too, so that it can be inlined or scheduled.

@@ -109,6 +109,36 @@ const bool registered = [] {
   };
   register_op(conv);
 
+  // The bfloat16 form (use_bf16_dot's blocked pass): input and packed weights hold
+  // bfloat16 pairs (uint32) along each block's channels; float32 out, accumulated in float32.
+  OpDef pairs = blocked_conv_def("kiln.ConvNCHWcBF16Pairs", "conv2d of [N, C/cb, H, W, cb/2] by packed weights [K/kb, C/cb, KH, KW, cb/2, kb], "
+                                                            "both bfloat16 pairs (uint32) along the block's channels, to float32 [N, K/kb, OH, OW, kb]");
+  pairs.infer = [](const OpCall& c) {
+    c.expect_rank(0, 5);
+    c.expect_rank(1, 6);
+    const auto& x = c.input_types[0].shape;
+    const auto& w = c.input_types[1].shape;
+    if (c.input_types[0].dtype != DataType::UInt(32) || c.input_types[1].dtype != DataType::UInt(32) || x[1] != w[1] || x[4] != w[4])
+      c.fail("input " + c.input_types[0].str() + " and weights " + c.input_types[1].str() + " must be bfloat16 pairs (uint32) of the same channel blocks");
+    TensorType y = conv_out(c, w[0], w[5], w[2], w[3]);
+    y.dtype = DataType::Float(32);
+    return std::vector<TensorType>{y};
+  };
+  pairs.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
+    return std::vector<te::Tensor>{ops::conv2d_nchwc_general(in[0], in[1], conv_params(c.attrs), "conv_bf16", 0, dot_bf16x2)};
+  };
+  // Two multiply-adds per pair.
+  pairs.cost = [](const OpCall& c, const std::vector<TensorType>& out) {
+    const auto& w = c.input_types[1].shape;
+    const auto& y = out[0].shape;
+    OpCost k;
+    k.macs = 2.0 * static_cast<double>(out[0].numel()) * w[1] * w[2] * w[3] * w[4];
+    k.flops = 2 * k.macs;
+    k.rows = static_cast<double>(y[0] * y[2] * y[3]);
+    return k;
+  };
+  register_op(pairs);
+
   OpDef dw = blocked_conv_def("kiln.DepthwiseConvNCHWc", "depthwise conv2d of [N, C/b, H, W, b] by weights [C/b, KH, KW, b]");
   dw.infer = [](const OpCall& c) {
     c.expect_rank(0, 5);
@@ -147,6 +177,35 @@ const bool registered = [] {
   };
   mm.sharding = replicated_rule();
   register_op(mm);
+
+  // The bfloat16 form (use_bf16_blocked_conv's): A and the panels hold bfloat16 pairs along K.
+  OpDef mp;
+  mp.name = "kiln.MatMulPackedBBF16Pairs";
+  mp.doc = "A [..., M, K/2] times weights packed into panels [N/nb, K/2, nb], both bfloat16 pairs (uint32) along K: float32 [..., M, N]";
+  mp.min_inputs = mp.max_inputs = 2;
+  mp.pattern = Pattern::OutputFusable;
+  mp.infer = [](const OpCall& c) {
+    c.expect_rank(1, 3);
+    const auto& a = c.input_types[0].shape;
+    const auto& b = c.input_types[1].shape;
+    if (a.size() < 2 || a.back() != b[1] || c.input_types[0].dtype != DataType::UInt(32) || c.input_types[1].dtype != DataType::UInt(32))
+      c.fail("A " + c.input_types[0].str() + " and panels " + c.input_types[1].str() + " must be bfloat16 pairs (uint32) of the same K/2");
+    Shape out(a.begin(), a.end() - 1);
+    out.push_back(dim_mul(b[0], b[2]));
+    return std::vector<TensorType>{{out, DataType::Float(32)}};
+  };
+  mp.compute = [](const OpCall&, const std::vector<te::Tensor>& in) {
+    return std::vector<te::Tensor>{ops::matmul_packed_b(in[0], in[1], "matmul_bf16", dot_bf16x2)};
+  };
+  mp.cost = [](const OpCall& c, const std::vector<TensorType>&) {
+    OpCost k;
+    k.rows = static_cast<double>(c.input_types[0].numel() / c.input_types[0].shape.back());
+    k.macs = 2.0 * k.rows * static_cast<double>(c.input_types[1].numel());
+    k.flops = 2 * k.macs;
+    return k;
+  };
+  mp.sharding = replicated_rule();
+  register_op(mp);
   return true;
 }();
 

@@ -22,6 +22,7 @@ Graph optimize(const Graph& g, const Target& target, const PipelineOptions& opti
   after("fold_batch_norm", fold_batch_norm);
   after("eliminate_common_subexpr", eliminate_common_subexpr);
   if (options.layout) after("alter_conv_layout", [&](const Graph& in) { return alter_conv_layout(in, target, options.layout_plan); });
+  if (options.layout && bf16_dot) after("use_bf16_packed_weights", [&](const Graph& in) { return use_bf16_packed_weights(in, target); });
   if (options.fuse) after("fuse_ops", [](const Graph& in) { return fuse_ops(in); });
   else after("wrap_ops", wrap_ops);
   return out;

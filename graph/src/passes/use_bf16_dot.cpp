@@ -27,7 +27,8 @@ const OpNode* op_of(const Value& v, const char* name) {
 
 // Operators that only move elements: rounding commutes with them.
 bool moves_elements(const OpNode& n) {
-  static const char* const names[] = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"};
+  // kiln.LayoutTransform too (alter_conv_layout's; its padded channels are zeros, rounded as zeros).
+  static const char* const names[] = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "kiln.LayoutTransform"};
   for (const char* name : names)
     if (n.op->name == name) return true;
   return false;
@@ -58,6 +59,7 @@ Value bf16_source(const Value& operand) {
 }  // namespace
 
 bool holds_bfloat16_values(const Value& v) { return bf16_source(v).defined(); }
+Value bfloat16_source(const Value& v) { return bf16_source(v); }
 
 namespace {
 

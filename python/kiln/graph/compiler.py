@@ -95,8 +95,25 @@ def _winograd_tile(winograd):
     raise KilnError(f"kiln.compile: winograd= takes True, False, 2 (F(2x2, 3x3) only) or 4, got {winograd!r}")
 
 
+def _with_precision(model, precision, target, bf16_dot):
+    """(model, bf16_dot) for compile's `precision`: bfloat16 rounds the MatMul/Gemm/Conv operands (autocast) and turns
+    on the bfloat16 dot products, where the target has them (or bf16_dot=True asks for their emulation)."""
+    if precision in (None, "float32"):
+        return model, bf16_dot
+    if precision != "bfloat16":
+        raise KilnError(f"kiln.compile: precision must be 'float32' or 'bfloat16', got {precision!r}")
+    if str(target).split()[:1] == ["cuda"]:
+        raise KilnError("kiln.compile: precision='bfloat16' is for CPU (llvm) targets; compile a cuda target in float32")
+    if bf16_dot is False:
+        raise KilnError("kiln.compile: precision='bfloat16' computes on bfloat16 dot products; drop bf16_dot=False")
+    if bf16_dot is None and not _kiln.Target(str(target)).has_feature("avx512bf16"):
+        raise KilnError(f"kiln.compile: precision='bfloat16' needs a target with AVX-512 BF16 (vdpbf16ps); {str(target)!r} has none. "
+                        "Compile in float32, or pass bf16_dot=True for an emulated bfloat16 (its numerics, slower than float32)")
+    return autocast(model, "bfloat16", ["MatMul", "Gemm", "Conv"], False), True
+
+
 def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, layout=True, quiet=False, bf16_dot=None,
-            winograd=True, dims=None, sizes=None, size_variants=True):
+            winograd=True, dims=None, sizes=None, size_variants=True, precision=None):
     """Compiles a graph: passes, fusion, kernels (the DB's best records when `db` is given) and the memory plan.
 
     fuse=False gives one kernel per operator, plain=True unscheduled kernels
@@ -110,6 +127,11 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
     (28x28 outputs and up) runs as Winograd F(4x4, 3x3), else with 49 or more 2x2 tiles as
     F(2x2, 3x3) (float32 relative error about 1e-6 both); 2 allows F(2x2, 3x3) only,
     False (or 0) keeps every convolution direct.
+    precision: "float32" (None) or "bfloat16": inference with bfloat16 weights and products (vdpbf16ps, float32
+    accumulation) for every MatMul, Gemm and group-1 convolution: their operands are rounded to bfloat16 (autocast),
+    constant weights stored as bfloat16 pairs, everything else float32. It needs a target with AVX-512 BF16 (an error
+    names the fix otherwise); bf16_dot=True emulates it anywhere (the same numerics, slower). It is faster than
+    float32 only where vdpbf16ps issues at more than half the FMA rate (bench/bf16_dot_rate.c measures it).
     A cuda target (``"cuda -arch=sm_90"``) gives a :class:`GpuExecutor`.
     A CPU of another architecture (``"llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a76"``) gets every
     group built and scheduled for it (its vector lanes and registers); such an executor cannot run here:
@@ -129,6 +151,7 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
     """
     if not isinstance(model, Graph):
         raise KilnError(f"kiln.compile takes a kiln.graph.Graph (from from_onnx, from_torch or a Builder), got a {type(model).__name__}")
+    model, bf16_dot = _with_precision(model, precision, target, bf16_dot)
     if str(target).split()[:1] == ["cuda"]:
         if plain:
             raise KilnError("kiln.compile for a cuda target has no plain kernels (a GPU kernel needs its loops bound to threads); drop plain=")

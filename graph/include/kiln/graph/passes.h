@@ -80,6 +80,22 @@ Graph use_bf16_dot(const Graph& g);
  *  of a bfloat16 value, or a Reshape/Transpose/Squeeze/Unsqueeze/Flatten of one). */
 bool holds_bfloat16_values(const Value& v);
 
+/** The value use_bf16_dot packs for an operand that holds bfloat16 values (undefined for any other):
+ *  x of Cast(Cast(x, bfloat16), float32), seen through element moves and layout changes. */
+Value bfloat16_source(const Value& v);
+
+/**
+ * Constant weights in bfloat16, in the layouts alter_conv_layout gives float32
+ * ones (run after it): a blocked convolution (kiln.ConvNCHWc, group 1) whose
+ * input holds bfloat16 values (autocast's) and whose packed weights are all
+ * bfloat16 values becomes kiln.ConvNCHWcBF16Pairs (input and weights packed
+ * in pairs along the block's channels), and a kiln.MatMulBF16Pairs with
+ * constant weights reads them packed into panels (kiln.MatMulPackedBBF16Pairs),
+ * as kiln.MatMulPackedB does in float32. The weights take half the bytes;
+ * the products run on vdpbf16ps.
+ */
+Graph use_bf16_packed_weights(const Graph& g, const Target& target);
+
 struct PipelineOptions {
   bool fuse = true;
   /** Run alter_conv_layout (convolutions in NCHWc). */
@@ -92,7 +108,8 @@ struct PipelineOptions {
   int bf16_dot = -1;
 };
 
-/** The pipeline: remove_identity, fold_transposes, use_bf16_dot (see bf16_dot), fold_constants, fold_batch_norm, eliminate_common_subexpr, alter_conv_layout, then fuse_ops (or wrap_ops). */
+/** The pipeline: remove_identity, fold_transposes, use_bf16_dot (see bf16_dot), fold_constants, fold_batch_norm, eliminate_common_subexpr, alter_conv_layout,
+ *  use_bf16_packed_weights (with use_bf16_dot), then fuse_ops (or wrap_ops). */
 Graph optimize(const Graph& g, const Target& target, const PipelineOptions& options = {});
 
 }  // namespace kiln::graph

@@ -9,6 +9,7 @@
 #ifndef KILN_OPS_LAYOUT_H
 #define KILN_OPS_LAYOUT_H
 
+#include <functional>
 #include <string>
 
 #include "kiln/te/operation.h"
@@ -52,8 +53,12 @@ te::Tensor channel_concat_nchwc(const std::vector<te::Tensor>& Xs, const std::ve
  * from (k / group_blocks) * R on (input [N, (K/kb / group_blocks) * R, H, W, cb]): a block inside a group
  * (R = group's C / cb, group_blocks = group's K / kb), or one spanning whole groups (R = group_blocks = 1,
  * the weights zero between groups).
+ * `product` multiplies an input and a weight element (a * b when empty); the
+ * bfloat16 form passes dot_bf16x2, X and W then holding bfloat16 pairs along
+ * the block's channels ([N, C/cb, H, W, cb/2] and [K/kb, C/cb, KH, KW, cb/2, kb]).
  */
-te::Tensor conv2d_nchwc_general(const te::Tensor& X, const te::Tensor& W, const Conv2dParams& p, const std::string& name = "conv", int64_t group_blocks = 0);
+te::Tensor conv2d_nchwc_general(const te::Tensor& X, const te::Tensor& W, const Conv2dParams& p, const std::string& name = "conv", int64_t group_blocks = 0,
+                                const std::function<Expr(Expr, Expr)>& product = {});
 /** Depthwise conv2d of a blocked input [N, C/b, H, W, b] and weights [C/b, KH, KW, b] to [N, C/b, OH, OW, b]. */
 te::Tensor depthwise_conv2d_nchwc(const te::Tensor& X, const te::Tensor& W, const Conv2dParams& p, const std::string& name = "dwconv");
 
@@ -61,9 +66,11 @@ te::Tensor depthwise_conv2d_nchwc(const te::Tensor& X, const te::Tensor& W, cons
  * A [..., M, K] times B packed into panels Bp [N/nb, K, nb] (the nb columns
  * of a panel contiguous per k): C[..., i, j] = sum_k A[..., i, k] * Bp[j/nb, k, j%nb],
  * C [..., M, N]. Constant weights are packed once at compile time, so the
- * register tile's vectors read contiguous memory along k.
+ * register tile's vectors read contiguous memory along k. `product` as
+ * conv2d_nchwc_general's (dot_bf16x2: A and the panels bfloat16 pairs along K).
  */
-te::Tensor matmul_packed_b(const te::Tensor& A, const te::Tensor& Bp, const std::string& name = "matmul");
+te::Tensor matmul_packed_b(const te::Tensor& A, const te::Tensor& Bp, const std::string& name = "matmul",
+                           const std::function<Expr(Expr, Expr)>& product = {});
 
 }  // namespace kiln::ops
 
