@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "bf16.h"
+#include "ring_all_reduce.h"
 #include "kiln/dist/communicator.h"
 #include "kiln/support/error.h"
 
@@ -137,25 +138,37 @@ class MpiCommunicator : public Communicator {
   explicit MpiCommunicator(MPI_Comm c) : comm_(c) {
     MPI_Comm_rank(c, &rank_);
     MPI_Comm_size(c, &size_);
+    ring_tags_ = ring_tag_base(c);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
 
   void all_reduce(void* buf, int64_t n, DataType t) override {
+    if (auto ring = start_ring(buf, n, t.bytes(), mpi_type(t))) {
+      ring->wait();
+      return;
+    }
     MPI_Request r;
     MPI_Iallreduce(MPI_IN_PLACE, buf, to_int(n), mpi_type(t), MPI_SUM, comm_, &r);
     wait(r, "all_reduce");
   }
   std::unique_ptr<Request> start_all_reduce(void* buf, int64_t n, DataType t) override {
+    if (auto ring = start_ring(buf, n, t.bytes(), mpi_type(t))) return ring;
     auto req = std::make_unique<MpiRequest>(size_);
     MPI_Iallreduce(MPI_IN_PLACE, buf, to_int(n), mpi_type(t), MPI_SUM, comm_, &req->r);
     return req;
   }
   std::unique_ptr<Request> start_all_reduce_bf16(float* buf, int64_t n) override {
+    std::vector<uint16_t> wire(static_cast<size_t>(n));
+    to_bf16(buf, wire.data(), n);
+    if (auto ring = start_ring(wire.data(), n, 2, MPI_UINT16_T)) {  // the ring holds the words; they stay put when moved
+      ring->wire = std::move(wire);
+      ring->unpack_to = buf;
+      return ring;
+    }
     auto req = std::make_unique<MpiRequest>(size_);
-    req->wire.resize(static_cast<size_t>(n));
-    to_bf16(buf, req->wire.data(), n);
+    req->wire = std::move(wire);
     req->unpack_to = buf;
     MPI_Iallreduce(MPI_IN_PLACE, req->wire.data(), to_int(n), MPI_UINT16_T, bf16_sum_op(), comm_, &req->r);
     return req;
@@ -206,6 +219,49 @@ class MpiCommunicator : public Communicator {
 
  private:
   void wait(MPI_Request& r, const char* what) { wait_for(r, what, size_); }
+  // A large all-reduce as kiln's segmented ring (ring_all_reduce.h); null where MPI_Iallreduce does it:
+  // small buffers (latency-bound), other types, or tags too few for the ring's segments.
+  struct RingRequest : Request {
+    RingRequest(MPI_Comm c, void* buf, int64_t n, int elem, MPI_Datatype t, int tag, int size)
+        : ring(c, buf, n, elem, t, sum_for(t), tag), size(size) {}
+    ~RingRequest() override { wait(); }
+    bool test() override {
+      if (!done && ring.test()) finish();
+      return done;
+    }
+    void wait() override {
+      if (done) return;
+      poll([this] { return ring.test(); }, "all_reduce (kiln's segmented ring)", size);
+      finish();
+    }
+    void finish() {
+      done = true;
+      if (unpack_to) from_bf16(wire.data(), unpack_to, static_cast<int64_t>(wire.size()));
+    }
+    RingAllReduce ring;
+    bool done = false;
+    int size;
+    std::vector<uint16_t> wire;
+    float* unpack_to = nullptr;
+  };
+  std::unique_ptr<RingRequest> start_ring(void* buf, int64_t n, int elem, MPI_Datatype t) {
+    const RingOptions& o = ring_options();
+    if (size_ < 2 || o.min_bytes <= 0 || n * elem < o.min_bytes || !sum_for(t) || ring_tags_ == 0) return nullptr;
+    to_int(n);
+    // Each all-reduce in flight its own range of tags (the runner overlaps several): 64 ranges of 4096.
+    int tag = ring_tags_ + static_cast<int>(ring_seq_++ % 64) * 4096;
+    return std::make_unique<RingRequest>(comm_, buf, n, elem, t, tag, size_);
+  }
+  static int ring_tag_base(MPI_Comm c) {  // tags above the pipeline's and users' own; 0 when MPI has too few
+    int* ub = nullptr;
+    int flag = 0;
+    MPI_Comm_get_attr(c, MPI_TAG_UB, &ub, &flag);
+    constexpr int base = 1 << 20;
+    return flag && ub && *ub >= base + 64 * 4096 ? base : 0;
+  }
+  int ring_tags_ = 0;  // the first tag of the ring's, set once comm_ is
+  uint64_t ring_seq_ = 0;
+
   struct MpiRequest : Request {
     explicit MpiRequest(int size) : size(size) {}
     ~MpiRequest() override { wait(); }  // MPI still writes into the buffer until then
@@ -243,11 +299,18 @@ class MpiCommunicator : public Communicator {
  private:
   // Polls until done; past the deadline the peers are taken for dead or hung and the job is aborted.
   static void wait_for(MPI_Request& r, const char* what, int size_) {
-    auto start = std::chrono::steady_clock::now();
-    int done = 0, tests = 0;
-    for (;;) {
+    poll([&r] {
+      int done = 0;
       MPI_Test(&r, &done, MPI_STATUS_IGNORE);
-      if (done) return;
+      return done != 0;
+    }, what, size_);
+  }
+  template <typename Test>
+  static void poll(Test test, const char* what, int size_) {
+    auto start = std::chrono::steady_clock::now();
+    int tests = 0;
+    for (;;) {
+      if (test()) return;
       double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (waited > g_timeout) {
         int world_rank = 0;
@@ -300,6 +363,11 @@ std::shared_ptr<Communicator> start_mpi() {
 #endif
 
 }  // namespace
+
+RingOptions& ring_options() {
+  static RingOptions o;
+  return o;
+}
 
 bool mpi_built() {
 #ifdef KILN_WITH_MPI

@@ -6,8 +6,9 @@ import numpy as _np
 
 from .._ffi import _kiln
 from .. import graph as _g
-from .comm import all_gather, barrier, size
+from .comm import all_gather, barrier, rank, size
 from .sharded_plan import Mesh, shard
+from .topology import Calibration, host_key, host_of_ranks, measure_levels
 
 _d = _kiln.dist
 
@@ -55,7 +56,9 @@ def calibrate(gemm=384, stream_mb=16, reps=10):
     sharded plans of 1 and 4 collectives through the runner (collective_s, and run_s as the runner
     pays it). Each figure is the slowest rank's best
     of `reps`. Returns the cost dict ``shard(..., strategy="auto", cost=...)`` and
-    ``Plan.estimate(**cost)`` take."""
+    ``Plan.estimate(**cost)`` take, a Calibration (topology.py) that also holds the levels of the
+    run: "host" (a host's ranks, through shared memory) and "net" (across hosts), each with its link
+    timed in its own groups; ``cost.for_mesh(mesh)`` costs each mesh axis at its level's link."""
     rng = _np.random.default_rng(0)
 
     def matmul_time(rows, k):
@@ -111,7 +114,9 @@ def calibrate(gemm=384, stream_mb=16, reps=10):
     if ranks > 1:
         cost.update(_link_rates(ranks, sizes, t_ar))
         cost.update(_calibrate_runner(ranks, reps, cost))
-    return cost
+    hosts = host_of_ranks(all_gather(_np.array([host_key()], "int64")).ravel()) if ranks > 1 else [0]
+    levels = measure_levels(hosts, rank(), reps=reps) if ranks > 1 else []
+    return Calibration(cost, levels, hosts)
 
 
 def _link_rates(ranks, sizes, times):
