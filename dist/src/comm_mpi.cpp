@@ -1,12 +1,14 @@
 // The MPI communicator, the world communicator and the one-rank "self" one.
 // Every MPI collective is issued non-blocking and polled against a deadline,
 // so a dead or hung peer ends the job with a message instead of a hang.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include <unistd.h>
 
@@ -101,6 +103,22 @@ bool ranks_fit_the_host() {
   if (!local) local = std::getenv("MPI_LOCALNRANKS");
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   return local && cores > 0 && std::atol(local) <= cores;
+}
+
+// The ranks of MPI_COMM_WORLD running on this machine's kernel (same boot id).
+long ranks_on_this_machine() {
+  char id[64] = {0};
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    if (!std::fgets(id, sizeof(id), f)) id[0] = 0;
+    std::fclose(f);
+  }
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (const char* c = id; *c; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<uint64_t> all(static_cast<size_t>(size));
+  MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  return static_cast<long>(std::count(all.begin(), all.end(), h));
 }
 
 MPI_Datatype mpi_type(DataType t) {
@@ -356,6 +374,10 @@ std::shared_ptr<Communicator> start_mpi() {
   } else {
     MPI_Query_thread(&provided);
   }
+  // mpirun's local ranks are those of one "host"; hosts can share a machine (the test bed's namespaces,
+  // containers) whose cores mpirun cannot see. Ranks whose kernels share a boot id share its cores: a
+  // rank that spins there holds the core its descheduled peer needs.
+  if (g_own_cores) g_own_cores = ranks_on_this_machine() <= sysconf(_SC_NPROCESSORS_ONLN);
   g_serialized = provided >= MPI_THREAD_SERIALIZED;
   g_mpi_used = true;
   return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD);

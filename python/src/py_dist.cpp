@@ -49,6 +49,7 @@ CostParams cost_of(const py::dict& d) {
       {"kernel_s", &CostParams::kernel_s},
       {"run_s", &CostParams::run_s},
       {"collective_s", &CostParams::collective_s},
+      {"peer_wait_s", &CostParams::peer_wait_s},
       {"large_message_bytes", &CostParams::large_message_bytes},
       {"large_link_bytes_per_s", &CostParams::large_link_bytes_per_s},
   };
