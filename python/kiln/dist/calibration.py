@@ -118,9 +118,10 @@ def calibrate(gemm=384, stream_mb=16, reps=10):
         cost.update(_calibrate_runner(ranks, reps, cost))
     hosts = host_of_ranks(all_gather(_np.array([host_key()], "int64")).ravel()) if ranks > 1 else [0]
     levels = measure_levels(hosts, rank(), reps=reps) if ranks > 1 else []
+    out = Calibration(cost, levels, hosts)
     if ranks > 1 and _ranks_on_this_machine() > (_os.cpu_count() or 1):  # not the affinity: mpirun binds a rank to one core
-        cost["peer_wait_s"] = _peer_wait(ranks, reps, cost)
-    return Calibration(cost, levels, hosts)
+        out["peer_wait_s"] = _peer_wait(ranks, reps, out)
+    return out
 
 
 def _ranks_on_this_machine():
@@ -134,14 +135,15 @@ def _ranks_on_this_machine():
     return int((all_gather(_np.array([key], "int64")).ravel() == key).sum())
 
 
-def _peer_wait(ranks, reps, cost):
+def _peer_wait(ranks, reps, calibration):
     """The wait for descheduled peers, per collective, where ranks share cores: a plan of 4 row-split
-    matmuls (an all-reduce after each, a rank's compute between them as in a step) run through the
-    runner; its median run beyond the estimate of the same plan, over its collectives. A rank that
-    reaches a collective first waits there for the peer the scheduler holds back, which the rates
-    alone miss (4 ranks on 2 cores ran 1.5-2.2x their estimate). The median: which rank waits, and
-    how long, changes from run to run; the best run is the one where nobody did."""
+    matmuls (an all-reduce after each, a rank's compute between them, as in a step) run through the
+    runner; the time its ranks spend in the collectives (the runner's collective_seconds, the mean
+    over runs and ranks) beyond what the ring model gives them at their level's link. A rank that
+    reaches a collective first waits there for the peer the scheduler holds back, which the links'
+    rates alone miss (4 ranks on 2 cores ran 1.5-2.2x their estimate)."""
     mesh = Mesh(("c", ranks))
+    cost = calibration.for_mesh(mesh)
     rng = _np.random.default_rng(1)
     b = _g.Builder()
     width = 128 * ranks
@@ -149,8 +151,18 @@ def _peer_wait(ranks, reps, cost):
     for i in range(4):
         h = b.op("MatMul", h, b.constant(f"w{i}", (rng.standard_normal((width, width)) / _np.sqrt(width)).astype("float32")))
     plan = shard(b.build(h), mesh, specs={f"w{i}": "S(c) R" for i in range(4)})
-    m = plan.measure(rng.standard_normal((64, width)).astype("float32"), runs=reps * 5, **cost)
-    return max((m["median_s"] - m["estimate_s"]) / 4, 0.0)
+    runner = plan.compile()
+    xv = rng.standard_normal((64, width)).astype("float32")
+    runner(xv)
+    barrier()
+    runner.reset_stats()
+    runs = reps * 5
+    for _ in range(runs):
+        runner(xv)
+    st = runner.stats()
+    mine = st["collective_seconds"] / max(st["runs"], 1) / 4
+    modeled = plan.estimate(**cost)["comm_s"] / 4  # per collective: the ring at the link, latency and collective_s
+    return max(float(all_gather(_np.array([mine], "float64")).mean()) - modeled, 0.0)
 
 
 def _link_rates(ranks, sizes, times):
