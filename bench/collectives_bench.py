@@ -110,7 +110,8 @@ def rank_main(args):
     d = kiln._ffi._kiln.dist
     ring = d.ring()
     if args.ring:
-        ring = tuple(int(v) for v in args.ring.split(","))
+        ring = tuple(int(v) for v in args.ring.split(","))  # min_bytes,segment_bytes,window[,pair_exchange 0/1]
+        ring = ring[:3] + tuple(bool(v) for v in ring[3:])
     old = (0,) + tuple(ring[1:])  # min_bytes 0: MPI_Iallreduce for every size (kiln before the ring)
     rows = []
     for mb in args.sizes:
@@ -139,7 +140,8 @@ def rank_main(args):
         print(f"ranks: {n}; link (ping-pong, 64 MB): {link / 1e9:.2f} GB/s one way, latency {latency * 1e6:.1f} us (8 B); "
               f"load average {os.getloadavg()[0]:.1f}" + (" (other processes share the cores: timings disturbed)" if os.getloadavg()[0] > 1 else ""))
         print(f"medians (min in brackets) over {rows[0]['runs']} runs each ({args.rounds} rounds, the contenders interleaved), "
-              f"rank 0's times; kiln: the segmented ring (min {ring[0]} B, segments of {ring[1]} B, {ring[2]} in flight); "
+              f"rank 0's times; kiln: the segmented ring (min {ring[0]} B, segments of {ring[1]} B, {ring[2]} in flight"
+              f"{', 2 ranks: one exchange' if ring[3:4] == (True,) else ''}); "
               "kiln Iallreduce: kiln before the ring (MPI_Iallreduce)")
         print(f"{'MB':>5} {'kiln ms':>16} {'MPI ms':>16} {'Iallreduce ms':>16} {'kiln/MPI':>9} {'kiln/best':>10} {'min/min':>8} "
               f"{'ring bound ms':>14} {'kiln bf16 ms':>13}")

@@ -45,6 +45,8 @@ class RingAllReduce {
   char* buf_;
   int64_t count_;
   int elem_bytes_, rank_, size_, tag_base_, segments_, started_ = 0, finished_ = 0;
+  bool pair_ = false;  // two ranks: one exchange of whole segments (RingOptions::pair_exchange)
+  int steps_ = 0;      // of each segment: 2(n-1), or 1 for a pair
   MPI_Datatype type_;
   ReduceFn reduce_;
   std::vector<int64_t> block_off_, block_len_;

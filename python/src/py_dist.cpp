@@ -272,16 +272,16 @@ void define_dist(py::module_& root) {
       .def("split", &Communicator::split, py::arg("color"), py::arg("key"),
            "The ranks passing the same color, ordered by key (every rank of this group must call it).");
   m.def("world", &world, "The communicator over every rank.");
-  m.def("set_ring", [](int64_t min_bytes, int64_t segment_bytes, int window) {
+  m.def("set_ring", [](int64_t min_bytes, int64_t segment_bytes, int window, bool pair_exchange) {
     if (min_bytes < 0 || segment_bytes < 1 || window < 1)
       throw_user_error("set_ring: min_bytes >= 0 (0: MPI_Iallreduce for every size), segment_bytes >= 1 and window >= 1");
-    ring_options() = RingOptions{min_bytes, segment_bytes, window};
-  }, py::arg("min_bytes"), py::arg("segment_bytes"), py::arg("window"),
+    ring_options() = RingOptions{min_bytes, segment_bytes, window, pair_exchange};
+  }, py::arg("min_bytes"), py::arg("segment_bytes"), py::arg("window"), py::arg("pair_exchange") = true,
         "How MPI all-reduces of large buffers run: kiln's segmented ring from min_bytes on (every rank alike).");
   m.def("ring", [] {
     const RingOptions& o = ring_options();
-    return py::make_tuple(o.min_bytes, o.segment_bytes, o.window);
-  }, "(min_bytes, segment_bytes, window) of the segmented ring all-reduce.");
+    return py::make_tuple(o.min_bytes, o.segment_bytes, o.window, o.pair_exchange);
+  }, "(min_bytes, segment_bytes, window, pair_exchange) of the segmented ring all-reduce.");
   m.def("all_reduce_bf16_in_place", [](py::array a) {
     if (!(a.flags() & py::array::c_style) || !a.writeable() || !a.dtype().is(py::dtype::of<float>()))
       throw_user_error("all_reduce_bf16_in_place: the array must be a C-contiguous, writeable float32 array, got " + std::string(py::str(a.dtype())));

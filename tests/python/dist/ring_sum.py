@@ -29,12 +29,13 @@ def reduce_with(options, bufs, bf16):
 
 
 for count in (2, 1000, 100003, 262147):  # fewer elements than ranks x segments, and odd ones
-    for segment_bytes, window in ((4096, 3), (20000, 1)):
-        ring = (1, segment_bytes, window)
+    for segment_bytes, window, pairs in ((4096, 3, True), (20000, 1, False)):  # on 2 ranks: one exchange, and the ring
+        ring = (1, segment_bytes, window, pairs)
         for bf16 in (False, True):
             bufs = inputs(count, count + segment_bytes, integers=True)
             mpi, got = reduce_with(MPI_ONLY, bufs, bf16), reduce_with(ring, bufs, bf16)
-            what = f"count {count}, segments of {segment_bytes} B, window {window}, {'bfloat16' if bf16 else 'float32'}"
+            what = (f"count {count}, segments of {segment_bytes} B, window {window}, pair exchange {pairs}, "
+                    f"{'bfloat16' if bf16 else 'float32'}")
             check(np.array_equal(got, mpi), f"{what}: the ring's sum differs from MPI's at {np.flatnonzero(got != mpi)[:5]}")
             check(np.array_equal(got, np.sum(bufs, axis=0)), f"{what}: the sum is not numpy's")
             # The same result on every rank, bit for bit.
@@ -45,7 +46,7 @@ for count in (2, 1000, 100003, 262147):  # fewer elements than ranks x segments,
         check(np.allclose(got, want, rtol=1e-5, atol=1e-5), f"count {count}: max error {np.abs(got - want).max()}")
 
 # The runner's buckets: several all-reduces in flight at once, each its own tags.
-d.set_ring(1, 8192, 2)
+d.set_ring(1, 8192, 2, n == 2)
 bufs = [inputs(50000 + i, 100 + i, integers=True) for i in range(5)]
 arrays = [b[r].copy() for b in bufs]
 d.all_reduce_many_in_place(arrays)

@@ -90,8 +90,9 @@ class Communicator {
  *  MPI_Iallreduce. Every rank must use the same options. */
 struct RingOptions {
   int64_t min_bytes = 256 << 10;
-  int64_t segment_bytes = 512 << 10;  ///< the most bytes of a segment (a block is cut in 8 down to 128 KB each)
+  int64_t segment_bytes = 512 << 10;  ///< the most bytes of a segment
   int window = 2;                     ///< segments in flight at once
+  bool pair_exchange = true;          ///< two ranks: each sends every segment whole and both sum (one round, not two)
 };
 RingOptions& ring_options();
 
