@@ -3,7 +3,13 @@
 kiln.dist.calibrate()'s rates give the plan's estimate; the plan then runs (plan.measure: the
 slowest rank's best and median of --runs runs) and the table prints both and their ratio.
 
-    bench/auto_shard_bench.py [--ranks 2,4] [--runs 30]
+    bench/auto_shard_bench.py [--ranks 2,4] [--runs 30] [--hosts]
+
+--hosts runs the ranks across the two hosts of the test bed (scripts/hosts.sh; 2 ranks: one a host,
+4: two a host), and the estimate costs each mesh axis at its level's link (calibrate()'s levels:
+"model" inside a host, "data" across). With more ranks than cores on the machine, calibrate also
+measures each collective's wait for descheduled peers (peer_wait_s); the table shows the estimate
+without it beside.
 
 Each rank count is one mpirun (--oversubscribe: 4 ranks on a 2-core machine share its cores, one
 thread each, and the table says so). Models: chains of matmuls (+ReLU) too large to keep whole on

@@ -2,7 +2,7 @@
 """kiln's all-reduce against Open MPI's own MPI_Allreduce and the link's bound, across two "hosts".
 
   PYTHONPATH=python:build/python /usr/bin/python3 bench/collectives_bench.py [--sizes-mb 1,4,16,64]
-      [--local] [--per-host 1] [--json out.json]
+      [--local] [--per-host 1] [--rounds 3] [--ring MIN,SEGMENT,WINDOW[,PAIRS]] [--json out.json]
 
 The driver (this script without mpirun) brings up the two-host test bed (scripts/hosts.sh: network
 namespaces on a bridge, TCP only; --local: one host, shared memory) and starts itself under mpirun,
@@ -10,13 +10,18 @@ one rank per host. Each rank then measures, on the same float32 buffers:
 
   - the link: a ping-pong of 64 MB between rank 0 and the last rank (MPI_Send/MPI_Recv in a small C
     helper built with mpicc), one-way bytes/s = size / (round trip / 2);
-  - kiln: kiln.dist's all-reduce in place (the communicator the runner uses: MPI_Iallreduce polled
-    against KILN_DIST_TIMEOUT), and the same in bfloat16 (half the bytes);
+  - kiln: kiln.dist's all-reduce in place (the communicator the runner uses: from 256 KB on its
+    segmented ring, dist/src/ring_all_reduce.cpp; two ranks exchange whole segments), and the same
+    in bfloat16 (half the bytes);
+  - kiln Iallreduce: the same call with the ring off (kiln.dist.set_ring(0, ...)): MPI_Iallreduce,
+    what kiln ran before the ring;
   - MPI: MPI_Allreduce(MPI_IN_PLACE, MPI_FLOAT, MPI_SUM) on MPI_COMM_WORLD, from the C helper;
   - the ring bound: a ring all-reduce sends 2(n-1)/n of the bytes per rank, so it needs at least
     2(n-1)/n * size / link bytes/s.
 
-Times are medians over repeats (after one warm-up), each after a barrier; the table is rank 0's.
+Times are medians (and minima) over the repeats of --rounds rounds (after one warm-up each), every
+call after a barrier, the contenders interleaved round by round; the table is rank 0's.
+--ring MIN,SEGMENT,WINDOW[,PAIRS] tries other ring settings.
 """
 import argparse
 import ctypes

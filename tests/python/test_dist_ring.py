@@ -20,8 +20,7 @@ def test_ring_sum_equals_mpi_on_one_host():
 
 
 def test_ring_options_are_checked():
-    d = kiln._ffi._kiln.dist
-    before = d.ring()
+    before = kiln.dist.ring()
     with pytest.raises(kiln.KilnError, match="segment_bytes >= 1"):
-        d.set_ring(1, 0, 2)
-    assert d.ring() == before
+        kiln.dist.set_ring(1, 0, 2)
+    assert kiln.dist.ring() == before
