@@ -2,7 +2,7 @@
 """kiln's all-reduce against Open MPI's own MPI_Allreduce and the link's bound, across two "hosts".
 
   PYTHONPATH=python:build/python /usr/bin/python3 bench/collectives_bench.py [--sizes-mb 1,4,16,64]
-      [--local] [--per-host 1] [--json out.json]
+      [--local] [--per-host 1] [--rounds 3] [--ring MIN,SEGMENT,WINDOW[,PAIRS]] [--json out.json]
 
 The driver (this script without mpirun) brings up the two-host test bed (scripts/hosts.sh: network
 namespaces on a bridge, TCP only; --local: one host, shared memory) and starts itself under mpirun,
@@ -10,13 +10,18 @@ one rank per host. Each rank then measures, on the same float32 buffers:
 
   - the link: a ping-pong of 64 MB between rank 0 and the last rank (MPI_Send/MPI_Recv in a small C
     helper built with mpicc), one-way bytes/s = size / (round trip / 2);
-  - kiln: kiln.dist's all-reduce in place (the communicator the runner uses: MPI_Iallreduce polled
-    against KILN_DIST_TIMEOUT), and the same in bfloat16 (half the bytes);
+  - kiln: kiln.dist's all-reduce in place (the communicator the runner uses: from 256 KB on its
+    segmented ring, dist/src/ring_all_reduce.cpp; two ranks exchange whole segments), and the same
+    in bfloat16 (half the bytes);
+  - kiln Iallreduce: the same call with the ring off (kiln.dist.set_ring(0, ...)): MPI_Iallreduce,
+    what kiln ran before the ring;
   - MPI: MPI_Allreduce(MPI_IN_PLACE, MPI_FLOAT, MPI_SUM) on MPI_COMM_WORLD, from the C helper;
   - the ring bound: a ring all-reduce sends 2(n-1)/n of the bytes per rank, so it needs at least
     2(n-1)/n * size / link bytes/s.
 
-Times are medians over repeats (after one warm-up), each after a barrier; the table is rank 0's.
+Times are medians (and minima) over the repeats of --rounds rounds (after one warm-up each), every
+call after a barrier, the contenders interleaved round by round; the table is rank 0's.
+--ring MIN,SEGMENT,WINDOW[,PAIRS] tries other ring settings.
 """
 import argparse
 import ctypes
@@ -85,19 +90,19 @@ def rank_main(args):
     lib = ctypes.CDLL(os.environ["KILN_BENCH_MPI_HELPER"])
     dbl = ctypes.POINTER(ctypes.c_double)
 
-    def mpi_time(buf, reps):
+    def mpi_times(buf, reps):
         out = np.zeros(reps + 1)
         lib.mpi_allreduce_times(buf.ctypes.data_as(ctypes.c_void_p), ctypes.c_int(buf.size), ctypes.c_int(reps + 1), out.ctypes.data_as(dbl))
-        return float(np.median(out[1:])), float(np.min(out[1:]))
+        return list(out[1:])
 
-    def kiln_time(buf, reps, fn):
+    def kiln_times(buf, reps, fn):
         times = []
         for i in range(reps + 1):
             kiln.dist.barrier()
             t = time.perf_counter()
             fn(buf)
             times.append(time.perf_counter() - t)
-        return float(np.median(times[1:])), float(np.min(times[1:]))
+        return times[1:]
 
     # The link: one-way bytes/s from 64 MB round trips.
     pp = np.zeros(64 << 20, "uint8")
@@ -108,15 +113,29 @@ def rank_main(args):
     lib.ping_pong_times(small.ctypes.data_as(ctypes.c_void_p), ctypes.c_int(8), ctypes.c_int(n - 1), ctypes.c_int(21), lat.ctypes.data_as(dbl))
     latency = float(np.median(lat[1:])) / 2
     d = kiln._ffi._kiln.dist
+    ring = d.ring()
+    if args.ring:
+        ring = tuple(int(v) for v in args.ring.split(","))  # min_bytes,segment_bytes,window[,pair_exchange 0/1]
+        ring = ring[:3] + tuple(bool(v) for v in ring[3:])
+    old = (0,) + tuple(ring[1:])  # min_bytes 0: MPI_Iallreduce for every size (kiln before the ring)
     rows = []
     for mb in args.sizes:
         buf = np.ones(int(mb * (1 << 20)) // 4, "float32")
         reps = reps_for(mb)
-        t_mpi, min_mpi = mpi_time(buf, reps)
-        t_kiln, min_kiln = kiln_time(buf, reps, d.all_reduce_in_place)
-        t_bf16, _ = kiln_time(buf, reps, d.all_reduce_bf16_in_place)
+        got = {"mpi": [], "kiln": [], "iallreduce": [], "bf16": []}
+        for _ in range(args.rounds):  # the contenders interleaved, round after round: drift in load hits all alike
+            got["mpi"] += mpi_times(buf, reps)
+            d.set_ring(*ring)
+            got["kiln"] += kiln_times(buf, reps, d.all_reduce_in_place)
+            got["bf16"] += kiln_times(buf, reps, d.all_reduce_bf16_in_place)
+            d.set_ring(*old)
+            got["iallreduce"] += kiln_times(buf, reps, d.all_reduce_in_place)
+        d.set_ring(*ring)
         bound = 2 * (n - 1) / n * buf.nbytes / link
-        rows.append(dict(mb=mb, kiln_s=t_kiln, mpi_s=t_mpi, kiln_min_s=min_kiln, mpi_min_s=min_mpi, kiln_bf16_s=t_bf16, ring_bound_s=bound))
+        row = dict(mb=mb, ring_bound_s=bound, runs=len(got["mpi"]))
+        for k, ts in got.items():
+            row[f"{k}_s"], row[f"{k}_min_s"] = float(np.median(ts)), float(np.min(ts))
+        rows.append(row)
     if r == 0:
         sys.path.insert(0, os.path.join(HERE, "peers"))
         import blas_choice
@@ -125,15 +144,18 @@ def rank_main(args):
               f"(its default algorithm choice), the same communicator and transport as kiln's")
         print(f"ranks: {n}; link (ping-pong, 64 MB): {link / 1e9:.2f} GB/s one way, latency {latency * 1e6:.1f} us (8 B); "
               f"load average {os.getloadavg()[0]:.1f}" + (" (other processes share the cores: timings disturbed)" if os.getloadavg()[0] > 1 else ""))
-        print("medians (min in brackets) over the repeats, rank 0's times")
-        print(f"{'MB':>5} {'kiln ms':>16} {'MPI ms':>16} {'kiln/MPI':>9} {'ring bound ms':>14} {'kiln/bound':>11} "
-              f"{'kiln bf16 ms':>13} {'kiln GB/s':>10}")
+        print(f"medians (min in brackets) over {rows[0]['runs']} runs each ({args.rounds} rounds, the contenders interleaved), "
+              f"rank 0's times; kiln: the segmented ring (min {ring[0]} B, segments of {ring[1]} B, {ring[2]} in flight"
+              f"{', 2 ranks: one exchange' if ring[3:4] == (True,) else ''}); "
+              "kiln Iallreduce: kiln before the ring (MPI_Iallreduce)")
+        print(f"{'MB':>5} {'kiln ms':>16} {'MPI ms':>16} {'Iallreduce ms':>16} {'kiln/MPI':>9} {'kiln/best':>10} {'min/min':>8} "
+              f"{'ring bound ms':>14} {'kiln bf16 ms':>13}")
         for w in rows:
-            kiln_ms = f"{w['kiln_s'] * 1e3:.2f} ({w['kiln_min_s'] * 1e3:.2f})"
-            mpi_ms = f"{w['mpi_s'] * 1e3:.2f} ({w['mpi_min_s'] * 1e3:.2f})"
-            print(f"{w['mb']:>5g} {kiln_ms:>16} {mpi_ms:>16} {w['kiln_s'] / w['mpi_s']:>9.2f} "
-                  f"{w['ring_bound_s'] * 1e3:>14.2f} {w['kiln_s'] / w['ring_bound_s']:>11.2f} {w['kiln_bf16_s'] * 1e3:>13.2f} "
-                  f"{w['mb'] * (1 << 20) / w['kiln_s'] / 1e9:>10.2f}")
+            cell = lambda k: f"{w[k + '_s'] * 1e3:.2f} ({w[k + '_min_s'] * 1e3:.2f})"
+            best = min(w["mpi_s"], w["iallreduce_s"])
+            print(f"{w['mb']:>5g} {cell('kiln'):>16} {cell('mpi'):>16} {cell('iallreduce'):>16} {w['kiln_s'] / w['mpi_s']:>9.2f} "
+                  f"{w['kiln_s'] / best:>10.2f} {w['kiln_min_s'] / w['mpi_min_s']:>8.2f} {w['ring_bound_s'] * 1e3:>14.2f} "
+                  f"{w['bf16_s'] * 1e3:>13.2f}")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(dict(ranks=n, link_bytes_per_s=link, latency_s=latency, rows=rows), f, indent=1)
@@ -152,8 +174,10 @@ def driver(args):
             bed = Bed(2).up()
             launcher = Launcher(bed)
         n = 2 * args.per_host  # the same ranks either way: 2 hosts x per_host, or all on this one
-        cmd = launcher.command(n, env) + [sys.executable, os.path.abspath(__file__), "--rank",
+        cmd = launcher.command(n, env) + [sys.executable, os.path.abspath(__file__), "--rank", "--rounds", str(args.rounds),
                                           "--sizes-mb", ",".join(f"{s:g}" for s in args.sizes)]
+        if args.ring:
+            cmd += ["--ring", args.ring]
         if args.json:
             cmd += ["--json", os.path.abspath(args.json)]
         print(f"# {'one host (shared memory allowed)' if args.local else '2 hosts of the test bed (TCP over veth)'}: {' '.join(cmd[:12])} ...")
@@ -171,6 +195,8 @@ def main():
     p.add_argument("--local", action="store_true", help="all ranks on this host (shared memory) instead of the bed")
     p.add_argument("--per-host", type=int, default=1, help="ranks per host")
     p.add_argument("--json", default=None, help="write the rows here")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of every contender, interleaved")
+    p.add_argument("--ring", default=None, help="min_bytes,segment_bytes,window of kiln's ring (default: kiln's own)")
     p.add_argument("--timeout", type=int, default=600)
     p.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()

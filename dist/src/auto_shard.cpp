@@ -69,7 +69,7 @@ std::pair<double, int64_t> collective_cost(const OpNode& op, const CostParams& c
     auto it = c.axis_links.find(op.attrs.get_string("axis"));
     if (it != c.axis_links.end()) rate = it->second.first, latency = it->second.second;
   }
-  return {sent / rate + steps * latency + c.collective_s, static_cast<int64_t>(sent)};
+  return {sent / rate + steps * latency + c.collective_s + c.peer_wait_s, static_cast<int64_t>(sent)};
 }
 
 // The GEMM rate for a contraction of this many output rows (OpCost::rows: a
@@ -358,8 +358,9 @@ AutoShardResult auto_shard(const Graph& g, const Mesh& mesh, const AutoShardOpti
   KILN_USER_CHECK(o.memory_limit >= 0 && o.max_plans >= 1 && o.cost.flops_per_s > 0 && o.cost.memory_bytes_per_s > 0 &&
                   o.cost.link_bytes_per_s > 0 && o.cost.latency_s >= 0 && o.cost.kernel_s >= 0 && o.cost.run_s >= 0 &&
                   o.cost.large_message_bytes >= 0 && o.cost.large_link_bytes_per_s >= 0 && o.cost.few_rows_flops_per_s >= 0 &&
-                  o.cost.collective_s >= 0)
-      << "auto_shard: memory_limit must be >= 0, max_plans >= 1, the rates positive and latency_s, kernel_s, run_s, collective_s >= 0";
+                  o.cost.collective_s >= 0 && o.cost.peer_wait_s >= 0)
+      << "auto_shard: memory_limit must be >= 0, max_plans >= 1, the rates positive and latency_s, kernel_s, run_s, collective_s, "
+         "peer_wait_s >= 0";
   Search search(g, mesh, o);
   const std::vector<Choice>& cs = search.choices();
   AutoShardResult best;

@@ -1,16 +1,19 @@
 // The MPI communicator, the world communicator and the one-rank "self" one.
 // Every MPI collective is issued non-blocking and polled against a deadline,
 // so a dead or hung peer ends the job with a message instead of a hang.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include <unistd.h>
 
 #include "bf16.h"
+#include "ring_all_reduce.h"
 #include "kiln/dist/communicator.h"
 #include "kiln/support/error.h"
 
@@ -102,6 +105,22 @@ bool ranks_fit_the_host() {
   return local && cores > 0 && std::atol(local) <= cores;
 }
 
+// The ranks of MPI_COMM_WORLD running on this machine's kernel (same boot id).
+long ranks_on_this_machine() {
+  char id[64] = {0};
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    if (!std::fgets(id, sizeof(id), f)) id[0] = 0;
+    std::fclose(f);
+  }
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (const char* c = id; *c; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<uint64_t> all(static_cast<size_t>(size));
+  MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  return static_cast<long>(std::count(all.begin(), all.end(), h));
+}
+
 MPI_Datatype mpi_type(DataType t) {
   if (t == DataType::Float(32)) return MPI_FLOAT;
   if (t == DataType::Float(64)) return MPI_DOUBLE;
@@ -137,25 +156,37 @@ class MpiCommunicator : public Communicator {
   explicit MpiCommunicator(MPI_Comm c) : comm_(c) {
     MPI_Comm_rank(c, &rank_);
     MPI_Comm_size(c, &size_);
+    ring_tags_ = ring_tag_base(c);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
 
   void all_reduce(void* buf, int64_t n, DataType t) override {
+    if (auto ring = start_ring(buf, n, t.bytes(), mpi_type(t))) {
+      ring->wait();
+      return;
+    }
     MPI_Request r;
     MPI_Iallreduce(MPI_IN_PLACE, buf, to_int(n), mpi_type(t), MPI_SUM, comm_, &r);
     wait(r, "all_reduce");
   }
   std::unique_ptr<Request> start_all_reduce(void* buf, int64_t n, DataType t) override {
+    if (auto ring = start_ring(buf, n, t.bytes(), mpi_type(t))) return ring;
     auto req = std::make_unique<MpiRequest>(size_);
     MPI_Iallreduce(MPI_IN_PLACE, buf, to_int(n), mpi_type(t), MPI_SUM, comm_, &req->r);
     return req;
   }
   std::unique_ptr<Request> start_all_reduce_bf16(float* buf, int64_t n) override {
+    std::vector<uint16_t> wire(static_cast<size_t>(n));
+    to_bf16(buf, wire.data(), n);
+    if (auto ring = start_ring(wire.data(), n, 2, MPI_UINT16_T)) {  // the ring holds the words; they stay put when moved
+      ring->wire = std::move(wire);
+      ring->unpack_to = buf;
+      return ring;
+    }
     auto req = std::make_unique<MpiRequest>(size_);
-    req->wire.resize(static_cast<size_t>(n));
-    to_bf16(buf, req->wire.data(), n);
+    req->wire = std::move(wire);
     req->unpack_to = buf;
     MPI_Iallreduce(MPI_IN_PLACE, req->wire.data(), to_int(n), MPI_UINT16_T, bf16_sum_op(), comm_, &req->r);
     return req;
@@ -206,6 +237,49 @@ class MpiCommunicator : public Communicator {
 
  private:
   void wait(MPI_Request& r, const char* what) { wait_for(r, what, size_); }
+  // A large all-reduce as kiln's segmented ring (ring_all_reduce.h); null where MPI_Iallreduce does it:
+  // small buffers (latency-bound), other types, or tags too few for the ring's segments.
+  struct RingRequest : Request {
+    RingRequest(MPI_Comm c, void* buf, int64_t n, int elem, MPI_Datatype t, int tag, int size)
+        : ring(c, buf, n, elem, t, sum_for(t), tag), size(size) {}
+    ~RingRequest() override { wait(); }
+    bool test() override {
+      if (!done && ring.test()) finish();
+      return done;
+    }
+    void wait() override {
+      if (done) return;
+      poll([this] { return ring.test(); }, "all_reduce (kiln's segmented ring)", size);
+      finish();
+    }
+    void finish() {
+      done = true;
+      if (unpack_to) from_bf16(wire.data(), unpack_to, static_cast<int64_t>(wire.size()));
+    }
+    RingAllReduce ring;
+    bool done = false;
+    int size;
+    std::vector<uint16_t> wire;
+    float* unpack_to = nullptr;
+  };
+  std::unique_ptr<RingRequest> start_ring(void* buf, int64_t n, int elem, MPI_Datatype t) {
+    const RingOptions& o = ring_options();
+    if (size_ < 2 || o.min_bytes <= 0 || n * elem < o.min_bytes || !sum_for(t) || ring_tags_ == 0) return nullptr;
+    to_int(n);
+    // Each all-reduce in flight its own range of tags (the runner overlaps several): 64 ranges of 4096.
+    int tag = ring_tags_ + static_cast<int>(ring_seq_++ % 64) * 4096;
+    return std::make_unique<RingRequest>(comm_, buf, n, elem, t, tag, size_);
+  }
+  static int ring_tag_base(MPI_Comm c) {  // tags above the pipeline's and users' own; 0 when MPI has too few
+    int* ub = nullptr;
+    int flag = 0;
+    MPI_Comm_get_attr(c, MPI_TAG_UB, &ub, &flag);
+    constexpr int base = 1 << 20;
+    return flag && ub && *ub >= base + 64 * 4096 ? base : 0;
+  }
+  int ring_tags_ = 0;  // the first tag of the ring's, set once comm_ is
+  uint64_t ring_seq_ = 0;
+
   struct MpiRequest : Request {
     explicit MpiRequest(int size) : size(size) {}
     ~MpiRequest() override { wait(); }  // MPI still writes into the buffer until then
@@ -243,11 +317,18 @@ class MpiCommunicator : public Communicator {
  private:
   // Polls until done; past the deadline the peers are taken for dead or hung and the job is aborted.
   static void wait_for(MPI_Request& r, const char* what, int size_) {
-    auto start = std::chrono::steady_clock::now();
-    int done = 0, tests = 0;
-    for (;;) {
+    poll([&r] {
+      int done = 0;
       MPI_Test(&r, &done, MPI_STATUS_IGNORE);
-      if (done) return;
+      return done != 0;
+    }, what, size_);
+  }
+  template <typename Test>
+  static void poll(Test test, const char* what, int size_) {
+    auto start = std::chrono::steady_clock::now();
+    int tests = 0;
+    for (;;) {
+      if (test()) return;
       double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (waited > g_timeout) {
         int world_rank = 0;
@@ -293,6 +374,10 @@ std::shared_ptr<Communicator> start_mpi() {
   } else {
     MPI_Query_thread(&provided);
   }
+  // mpirun's local ranks are those of one "host"; hosts can share a machine (the test bed's namespaces,
+  // containers) whose cores mpirun cannot see. Ranks whose kernels share a boot id share its cores: a
+  // rank that spins there holds the core its descheduled peer needs.
+  if (g_own_cores) g_own_cores = ranks_on_this_machine() <= sysconf(_SC_NPROCESSORS_ONLN);
   g_serialized = provided >= MPI_THREAD_SERIALIZED;
   g_mpi_used = true;
   return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD);
@@ -300,6 +385,11 @@ std::shared_ptr<Communicator> start_mpi() {
 #endif
 
 }  // namespace
+
+RingOptions& ring_options() {
+  static RingOptions o;
+  return o;
+}
 
 bool mpi_built() {
 #ifdef KILN_WITH_MPI

@@ -49,6 +49,7 @@ CostParams cost_of(const py::dict& d) {
       {"kernel_s", &CostParams::kernel_s},
       {"run_s", &CostParams::run_s},
       {"collective_s", &CostParams::collective_s},
+      {"peer_wait_s", &CostParams::peer_wait_s},
       {"large_message_bytes", &CostParams::large_message_bytes},
       {"large_link_bytes_per_s", &CostParams::large_link_bytes_per_s},
   };
@@ -77,6 +78,17 @@ CostParams cost_of(const py::dict& d) {
     if (link.second < 0) link.second = c.latency_s;
   }
   return c;
+}
+
+py::array all_reduce_in_place(Communicator& c, py::array a) {
+  if (!(a.flags() & py::array::c_style) || !a.writeable())
+    throw_user_error("all_reduce_in_place: the array must be C-contiguous and writeable; np.ascontiguousarray(a) or a.copy() gives one");
+  char kind = a.dtype().kind();
+  int bits = static_cast<int>(a.itemsize()) * 8;
+  if (!((kind == 'f' || kind == 'i') && (bits == 32 || bits == 64)))
+    throw_user_error("all_reduce_in_place: the array must be float32, float64, int32 or int64, got " + std::string(py::str(a.dtype())));
+  c.all_reduce(a.mutable_data(), a.size(), kind == 'f' ? DataType::Float(bits) : DataType::Int(bits));
+  return a;
 }
 
 py::list to_list(const std::vector<NDArray>& xs) {
@@ -238,16 +250,38 @@ void define_dist(py::module_& root) {
     world()->all_reduce(x.data(), x.numel(), x.dtype());
     return ndarray_to_numpy(x);
   }, "The elementwise sum of an array over every rank.");
-  m.def("all_reduce_in_place", [](py::array a) {
-    if (!(a.flags() & py::array::c_style) || !a.writeable())
-      throw_user_error("all_reduce_in_place: the array must be C-contiguous and writeable; np.ascontiguousarray(a) or a.copy() gives one");
-    char kind = a.dtype().kind();
-    int bits = static_cast<int>(a.itemsize()) * 8;
-    if (!((kind == 'f' || kind == 'i') && (bits == 32 || bits == 64)))
-      throw_user_error("all_reduce_in_place: the array must be float32, float64, int32 or int64, got " + std::string(py::str(a.dtype())));
-    world()->all_reduce(a.mutable_data(), a.size(), kind == 'f' ? DataType::Float(bits) : DataType::Int(bits));
-    return a;
-  }, py::arg("a"), "Sums the array over every rank into the array itself (no copy in or out: what a step's planned buffers pay).");
+  m.def("all_reduce_in_place", [](py::array a) { return all_reduce_in_place(*world(), a); }, py::arg("a"),
+        "Sums the array over every rank into the array itself (no copy in or out: what a step's planned buffers pay).");
+  m.def("all_reduce_many_in_place", [](py::list arrays) {
+    std::vector<std::unique_ptr<Request>> reqs;  // every one started before any is waited for, as the runner's buckets
+    for (auto h : arrays) {
+      if (!py::isinstance<py::array>(h)) throw_user_error("all_reduce_many_in_place: takes a list of numpy arrays");
+      py::array a = py::reinterpret_borrow<py::array>(h);
+      if (!(a.flags() & py::array::c_style) || !a.writeable() || !a.dtype().is(py::dtype::of<float>()))
+        throw_user_error("all_reduce_many_in_place: each array must be a C-contiguous, writeable float32 array");
+      reqs.push_back(world()->start_all_reduce(a.mutable_data(), a.size(), DataType::Float(32)));
+    }
+    for (auto& r : reqs) r->wait();
+  }, py::arg("arrays"), "Sums each float32 array over every rank in place, all started at once (overlapped).");
+  // Groups of ranks (a host's, or one per host): calibrate() times each level of the mesh in its own group.
+  py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Communicator")
+      .def_property_readonly("rank", &Communicator::rank)
+      .def_property_readonly("size", &Communicator::size)
+      .def("barrier", &Communicator::barrier)
+      .def("all_reduce_in_place", [](Communicator& c, py::array a) { return all_reduce_in_place(c, a); }, py::arg("a"))
+      .def("split", &Communicator::split, py::arg("color"), py::arg("key"),
+           "The ranks passing the same color, ordered by key (every rank of this group must call it).");
+  m.def("world", &world, "The communicator over every rank.");
+  m.def("set_ring", [](int64_t min_bytes, int64_t segment_bytes, int window, bool pair_exchange) {
+    if (min_bytes < 0 || segment_bytes < 1 || window < 1)
+      throw_user_error("set_ring: min_bytes >= 0 (0: MPI_Iallreduce for every size), segment_bytes >= 1 and window >= 1");
+    ring_options() = RingOptions{min_bytes, segment_bytes, window, pair_exchange};
+  }, py::arg("min_bytes"), py::arg("segment_bytes"), py::arg("window"), py::arg("pair_exchange") = true,
+        "How MPI all-reduces of large buffers run: kiln's segmented ring from min_bytes on (every rank alike).");
+  m.def("ring", [] {
+    const RingOptions& o = ring_options();
+    return py::make_tuple(o.min_bytes, o.segment_bytes, o.window, o.pair_exchange);
+  }, "(min_bytes, segment_bytes, window, pair_exchange) of the segmented ring all-reduce.");
   m.def("all_reduce_bf16_in_place", [](py::array a) {
     if (!(a.flags() & py::array::c_style) || !a.writeable() || !a.dtype().is(py::dtype::of<float>()))
       throw_user_error("all_reduce_bf16_in_place: the array must be a C-contiguous, writeable float32 array, got " + std::string(py::str(a.dtype())));

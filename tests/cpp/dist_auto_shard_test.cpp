@@ -176,3 +176,17 @@ TEST(DistAutoShard, RepeatedLayersShareOneDecision) {
   EXPECT_LT(2 * tied.plans_evaluated, each.plans_evaluated) << tied.report() << each.report();
   for (int i = 1; i < 8; ++i) EXPECT_EQ(tied.specs.at("w" + std::to_string(i)), tied.specs.at("w0")) << tied.report();
 }
+
+TEST(DistAutoShard, EachCollectiveWaitsForDescheduledPeers) {
+  // Ranks sharing cores: every collective adds peer_wait_s, compute does not change.
+  Graph g = chain(64, 256, 2);
+  Mesh mesh({{"model", 2}});
+  ShardedGraph sg = shard_graph(g, mesh, megatron_specs(g, mesh, "model"));
+  CostParams c;
+  PlanEstimate own = estimate_plan(sg, c);
+  c.peer_wait_s = 3e-3;
+  PlanEstimate shared = estimate_plan(sg, c);
+  ASSERT_GE(own.collectives, 1);
+  EXPECT_NEAR(shared.comm_s - own.comm_s, own.collectives * 3e-3, 1e-12);
+  EXPECT_EQ(shared.compute_s, own.compute_s);
+}

@@ -82,7 +82,7 @@ class Bed:
 
 class Launcher:
     """mpirun's command line: local (every rank on this host, shared memory allowed) or across the
-    bed's hosts (the ranks split evenly, in blocks: ranks 0..k-1 on kiln-h0), the environment forwarded
+    bed's hosts (the ranks split evenly, in blocks: ranks 0..k-1 on kiln-h0; else round the hosts), the environment forwarded
     with -x as on real machines."""
 
     def __init__(self, bed=None):
@@ -94,9 +94,10 @@ class Launcher:
         if self.bed is None:
             return [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(np_)] + fwd
         per_host = max(1, np_ // self.bed.hosts)
-        assert per_host * self.bed.hosts == np_, f"{np_} ranks do not split evenly over {self.bed.hosts} hosts"
+        # Ranks that do not split evenly go round the hosts (rank r on host r % hosts).
+        mapping = f"ppr:{per_host}:node" if per_host * self.bed.hosts == np_ else "node"
         return ["bash", HOSTS_SH, "mpirun", "--allow-run-as-root", "--oversubscribe", "--hostfile", self.bed.hostfile,
-                "-np", str(np_), "--map-by", f"ppr:{per_host}:node"] + fwd
+                "-np", str(np_), "--map-by", mapping] + fwd
 
 
 def python_env(extra=None):

@@ -27,7 +27,7 @@ least one thread).
 """
 from .._ffi import KilnError
 from .comm import (rank, size, backend, set_timeout, timeout, barrier, all_reduce, all_gather, broadcast, send, recv,
-                   mpi_built, nccl_all_reduce)
+                   mpi_built, nccl_all_reduce, set_ring, ring)
 from .sharded_plan import Mesh, Plan, Runner, shard
 from .calibration import calibrate
 from .training import train, tensor_parallel, data_parallel
@@ -37,6 +37,6 @@ from .cluster import Cluster, ClusterPlan, plan
 from .gpt import gpt_training_graph
 
 __all__ = ["rank", "size", "backend", "set_timeout", "timeout", "barrier", "all_reduce", "all_gather", "broadcast", "send",
-           "recv", "mpi_built", "nccl_all_reduce", "Mesh", "Plan", "Runner", "shard", "calibrate", "train",
+           "recv", "mpi_built", "nccl_all_reduce", "set_ring", "ring", "Mesh", "Plan", "Runner", "shard", "calibrate", "train",
            "tensor_parallel", "data_parallel", "PipelinePlan", "PipelineRunner", "PipelineTrainPlan", "PipelineTrainStep",
            "pipeline", "pipeline_train", "Cluster", "ClusterPlan", "plan", "gpt_training_graph", "KilnError"]

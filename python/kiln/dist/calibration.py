@@ -1,13 +1,16 @@
 """Measuring the machine under the auto-sharding estimate (calibrate): compute, memory and link
 rates, and the fixed costs of a run, a kernel and a collective."""
+import hashlib as _hashlib
+import os as _os
 import time as _time
 
 import numpy as _np
 
 from .._ffi import _kiln
 from .. import graph as _g
-from .comm import all_gather, barrier, size
+from .comm import all_gather, barrier, rank, size
 from .sharded_plan import Mesh, shard
+from .topology import Calibration, host_key, host_of_ranks, measure_levels
 
 _d = _kiln.dist
 
@@ -55,7 +58,9 @@ def calibrate(gemm=384, stream_mb=16, reps=10):
     sharded plans of 1 and 4 collectives through the runner (collective_s, and run_s as the runner
     pays it). Each figure is the slowest rank's best
     of `reps`. Returns the cost dict ``shard(..., strategy="auto", cost=...)`` and
-    ``Plan.estimate(**cost)`` take."""
+    ``Plan.estimate(**cost)`` take, a Calibration (topology.py) that also holds the levels of the
+    run: "host" (a host's ranks, through shared memory) and "net" (across hosts), each with its link
+    timed in its own groups; ``cost.for_mesh(mesh)`` costs each mesh axis at its level's link."""
     rng = _np.random.default_rng(0)
 
     def matmul_time(rows, k):
@@ -111,7 +116,53 @@ def calibrate(gemm=384, stream_mb=16, reps=10):
     if ranks > 1:
         cost.update(_link_rates(ranks, sizes, t_ar))
         cost.update(_calibrate_runner(ranks, reps, cost))
-    return cost
+    hosts = host_of_ranks(all_gather(_np.array([host_key()], "int64")).ravel()) if ranks > 1 else [0]
+    levels = measure_levels(hosts, rank(), reps=reps) if ranks > 1 else []
+    out = Calibration(cost, levels, hosts)
+    if ranks > 1 and _ranks_on_this_machine() > (_os.cpu_count() or 1):  # not the affinity: mpirun binds a rank to one core
+        out["peer_wait_s"] = _peer_wait(ranks, reps, out)
+    return out
+
+
+def _ranks_on_this_machine():
+    """Ranks whose kernel is this one's (hosts of the test bed, containers: one machine's cores)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        return 1
+    key = int.from_bytes(_hashlib.sha1(boot.encode()).digest()[:7], "little")
+    return int((all_gather(_np.array([key], "int64")).ravel() == key).sum())
+
+
+def _peer_wait(ranks, reps, calibration):
+    """The wait for descheduled peers, per collective, where ranks share cores: a plan of 4 row-split
+    matmuls (an all-reduce after each, a rank's compute between them, as in a step) run through the
+    runner; the time its ranks spend in the collectives (the runner's collective_seconds, the mean
+    over runs and ranks) beyond what the ring model gives them at their level's link. A rank that
+    reaches a collective first waits there for the peer the scheduler holds back, which the links'
+    rates alone miss (4 ranks on 2 cores ran 1.5-2.2x their estimate)."""
+    mesh = Mesh(("c", ranks))
+    cost = calibration.for_mesh(mesh)
+    rng = _np.random.default_rng(1)
+    b = _g.Builder()
+    width = 128 * ranks
+    h = b.input("x", (64, width))
+    for i in range(4):
+        h = b.op("MatMul", h, b.constant(f"w{i}", (rng.standard_normal((width, width)) / _np.sqrt(width)).astype("float32")))
+    plan = shard(b.build(h), mesh, specs={f"w{i}": "S(c) R" for i in range(4)})
+    runner = plan.compile()
+    xv = rng.standard_normal((64, width)).astype("float32")
+    runner(xv)
+    barrier()
+    runner.reset_stats()
+    runs = reps * 5
+    for _ in range(runs):
+        runner(xv)
+    st = runner.stats()
+    mine = st["collective_seconds"] / max(st["runs"], 1) / 4
+    modeled = plan.estimate(**cost)["comm_s"] / 4  # per collective: the ring at the link, latency and collective_s
+    return max(float(all_gather(_np.array([mine], "float64")).mean()) - modeled, 0.0)
 
 
 def _link_rates(ranks, sizes, times):

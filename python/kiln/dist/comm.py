@@ -36,5 +36,7 @@ send = _d.send
 recv = _d.recv
 mpi_built = _d.mpi_built
 nccl_all_reduce = _d.nccl_all_reduce
+set_ring = _d.set_ring  # (min_bytes, segment_bytes, window, pair_exchange=True): large all-reduces as kiln's segmented ring
+ring = _d.ring
 
 atexit.register(_d.finalize)

@@ -184,7 +184,8 @@ def shard(model, mesh, strategy=None, specs=None, keep_outputs_sharded=False, me
     strategy="auto": a search over every matmul weight's split (none, rows or columns, per mesh axis)
     and every input's batch split, for the lowest estimated time (compute + communication, see
     Plan.estimate) whose memory per rank fits `memory_limit` (bytes; None: no limit); `cost` overrides
-    the machine the estimate assumes (flops_per_s, memory_bytes_per_s, link_bytes_per_s, latency_s).
+    the machine the estimate assumes (flops_per_s, memory_bytes_per_s, link_bytes_per_s, latency_s;
+    calibrate()'s also costs each mesh axis at the link of its level: a host's, or the network's).
     ``print(plan.report)`` shows the choice beside the named strategies.
     """
     if not isinstance(model, _kg.Graph):
@@ -192,6 +193,8 @@ def shard(model, mesh, strategy=None, specs=None, keep_outputs_sharded=False, me
     if strategy == "auto":
         if specs:
             raise KilnError("strategy='auto' chooses every spec itself; give specs=... without a strategy instead")
+        if getattr(cost, "levels", None):  # calibrate()'s: each mesh axis at its level's link
+            cost = cost.for_mesh(mesh)
         cost = {k: float(v) for k, v in (cost or {}).items()}
         chosen, sharded, _, baselines, report = _d.auto_shard(model, mesh, int(memory_limit or 0), cost, int(max_plans),
                                                              bool(keep_outputs_sharded))

@@ -30,7 +30,8 @@
  *            all-reduce 2(n-1)/n of the bytes, all-gather and all-to-all
  *            (n-1)/n of the result, reduce-scatter (n-1)/n of the input;
  *            over link_bytes_per_s, plus latency_s per step (2(n-1) steps
- *            for an all-reduce, n-1 for the others), plus collective_s each;
+ *            for an all-reduce, n-1 for the others), plus collective_s and
+ *            peer_wait_s (ranks sharing cores) each;
  *            plus kernel_s per op that starts a fused group (not elementwise,
  *            broadcast or injective: those fuse into their producer) and
  *            run_s once;
@@ -65,6 +66,10 @@ struct CostParams {
   double kernel_s = 5e-6;            ///< fixed cost of each kernel a rank runs (a fused group)
   double run_s = 50e-6;              ///< fixed cost of one run (dispatch, inputs in, outputs out)
   double collective_s = 10e-6;       ///< fixed cost of each collective in the runner (a segment ends, the call, the wait)
+  /** Each collective's wait for peers the scheduler holds back, where more ranks share a machine than it
+   *  has cores (4 ranks on 2 cores): a rank that arrives first waits for the one descheduled behind it
+   *  (kiln.dist.calibrate measures it there; 0 where every rank has a core). */
+  double peer_wait_s = 0;
   /** Collectives of more bytes than this move at large_link_bytes_per_s instead (0: one rate for
    *  every size). MPI sends small messages eagerly and large ones by another protocol, whose rate
    *  can differ by an order of magnitude (kiln.dist.calibrate measures both). */

@@ -85,6 +85,17 @@ class Communicator {
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
 };
 
+/** How the MPI engine all-reduces large buffers: kiln's segmented ring (point-to-point messages, one
+ *  segment summed while the next ones travel) from min_bytes on; below, or with min_bytes 0,
+ *  MPI_Iallreduce. Every rank must use the same options. */
+struct RingOptions {
+  int64_t min_bytes = 256 << 10;
+  int64_t segment_bytes = 512 << 10;  ///< the most bytes of a segment
+  int window = 2;                     ///< segments in flight at once
+  bool pair_exchange = true;          ///< two ranks: each sends every segment whole and both sum (one round, not two)
+};
+RingOptions& ring_options();
+
 /** Whether kiln was built with MPI. */
 bool mpi_built();
 /** The communicator over every process: MPI when started by mpirun (initialised on first use), else a one-rank "self" one. */
