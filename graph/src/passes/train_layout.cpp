@@ -11,6 +11,7 @@
 //  - batch norm's statistics and their gradients, per-channel ReduceMean /
 //    ReduceSum over (N, H, W) with kept dims, the same reduction of the
 //    blocked tensor ([1, C/b, 1, 1, b] is [1, C, 1, 1] blocked);
+//  - MaxPool's gradient (kiln.MaxPoolArgmax, kiln.MaxPoolGrad with blocked=1);
 //  - elementwise operators that broadcast a per-channel tensor ([1, C, 1, 1]:
 //    the batch's mean, the scale, their gradients), which is blocked too
 //    (a transform of C values), and a per-channel tensor Expanded to the
@@ -93,6 +94,7 @@ std::vector<Value> TrainLayoutRules::operator()(const Ref<OpNode>& n) {
   if (n->op->name == "kiln.ConvGradInput") return conv_grad_input(*n);
   if (n->op->name == "kiln.ConvGradWeight") return conv_grad_weight(*n);
   if (n->op->name == "ReduceMean" || n->op->name == "ReduceSum") return channel_reduce(*n);
+  if (n->op->name == "kiln.MaxPoolArgmax" || n->op->name == "kiln.MaxPoolGrad") return max_pool_grad(*n);
   return elementwise(*n);
 }
 
@@ -148,6 +150,28 @@ std::vector<Value> TrainLayoutRules::channel_reduce(const OpNode& n) {
   if (mean) attrs.set("axes", std::vector<int64_t>{0, 2, 3});
   else in.push_back(ints({0, 2, 3}, n.name + ".axes"));
   Value y = make_op(n.op, std::move(in), attrs, n.name)->output();
+  return {relayout_(y, b, 0, C)};
+}
+
+// MaxPool's gradient of blocked values: kiln.MaxPoolArgmax(X, Y) and
+// kiln.MaxPoolGrad(dY, argmax) with blocked=1 (windows over the pixels of
+// each channel, as over NCHW's).
+std::vector<Value> TrainLayoutRules::max_pool_grad(const OpNode& n) {
+  const TensorType& t = n.op->name == "kiln.MaxPoolArgmax" ? n.inputs[0].type() : n.types[0];
+  if (t.ndim() != 4 || !t.shape[1].is_static() || n.attrs.get_int_or("blocked", 0) != 0) return {};
+  int64_t b = 0;
+  for (const Value& v : n.inputs) b = std::max(b, block_behind(v));
+  const int64_t C = t.shape[1];
+  if (b == 0 || C % b != 0) return {};
+  std::vector<Value> in;
+  for (const Value& v : n.inputs) in.push_back(relayout_(v, 0, b, C));
+  Attrs a = n.attrs;
+  a.set("blocked", int64_t{1});
+  if (a.has("input_shape")) {
+    std::vector<int64_t> s = a.get_ints("input_shape");
+    a.set("input_shape", std::vector<int64_t>{s[0], s[1] / b, s[2], s[3], b});
+  }
+  Value y = make_op(n.op, std::move(in), a, n.name)->output();
   return {relayout_(y, b, 0, C)};
 }
 

@@ -31,6 +31,7 @@ class TrainLayoutRules {
   std::vector<Value> conv_grad_input(const OpNode& n);
   std::vector<Value> conv_grad_weight(const OpNode& n);
   std::vector<Value> channel_reduce(const OpNode& n);
+  std::vector<Value> max_pool_grad(const OpNode& n);
   std::vector<Value> elementwise(const OpNode& n);
   int64_t block(int64_t C) const;
 
