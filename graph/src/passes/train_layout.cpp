@@ -11,6 +11,9 @@
 //  - batch norm's statistics and their gradients, per-channel ReduceMean /
 //    ReduceSum over (N, H, W) with kept dims, the same reduction of the
 //    blocked tensor ([1, C/b, 1, 1, b] is [1, C, 1, 1] blocked);
+//  - the convolutions' gradients as kiln.ConvGradInputNCHWc (dY blocked ->
+//    dX blocked) and kiln.ConvGradWeightNCHWc (X, dY blocked -> dW plain, for
+//    the optimizer), and a conv bias's gradient as a blocked channel sum;
 //  - MaxPool's gradient (kiln.MaxPoolArgmax, kiln.MaxPoolGrad with blocked=1);
 //  - elementwise operators that broadcast a per-channel tensor ([1, C, 1, 1]:
 //    the batch's mean, the scale, their gradients), which is blocked too
@@ -23,6 +26,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "kiln/graph/layout_plan.h"
@@ -125,13 +129,46 @@ std::vector<Value> TrainLayoutRules::conv(const OpNode& n) {
   return {relayout_(y, kb, 0, K)};
 }
 
-// Until the blocked gradient operators exist, the NCHW ones read their blocked operands through transforms.
-std::vector<Value> TrainLayoutRules::conv_grad_input(const OpNode&) { return {}; }
-std::vector<Value> TrainLayoutRules::conv_grad_weight(const OpNode&) { return {}; }
+// The window attributes a blocked gradient takes from an NCHW one (2-D, group 1, float32), or none.
+static std::optional<Attrs> blocked_grad_attrs(const OpNode& n, const char* blocked_op) {
+  if (!find_op(blocked_op) || n.attrs.get_int_or("group", 1) != 1 || n.num_outputs() != 1 || n.types[0].dtype != DataType::Float(32)) return std::nullopt;
+  const auto& pads = n.attrs.get_ints("pads");
+  if (n.attrs.get_ints("strides").size() != 2 || n.attrs.get_ints("dilations").size() != 2 || pads.size() != 4) return std::nullopt;
+  Attrs a;
+  for (const char* name : {"strides", "pads", "dilations"}) a.set(name, n.attrs.get_ints(name));
+  a.set("group", int64_t{1});
+  return a;
+}
+
+// dX = kiln.ConvGradInputNCHWc(dY blocked, W plain), in the block of X's channels the forward conv read.
+std::vector<Value> TrainLayoutRules::conv_grad_input(const OpNode& n) {
+  auto a = blocked_grad_attrs(n, "kiln.ConvGradInputNCHWc");
+  const int64_t kb = block_behind(n.inputs[0]);
+  if (!a || kb == 0 || n.types[0].ndim() != 4 || !n.types[0].is_static() || is_constant(n.inputs[1])) return {};
+  const auto& in = n.attrs.get_ints("input_shape");
+  const int64_t C = in[1], K = n.inputs[1].type().shape[0], cb = block(C);
+  a->set("input_shape", in);
+  a->set("block", cb);
+  Value dx = make_op("kiln.ConvGradInputNCHWc", {relayout_(n.inputs[0], 0, kb, K), n.inputs[1]}, *a, n.name)->output();
+  return {relayout_(dx, cb, 0, C)};
+}
+
+// dW (plain, for the optimizer) = kiln.ConvGradWeightNCHWc(X blocked, dY blocked).
+std::vector<Value> TrainLayoutRules::conv_grad_weight(const OpNode& n) {
+  auto a = blocked_grad_attrs(n, "kiln.ConvGradWeightNCHWc");
+  const int64_t kb = block_behind(n.inputs[1]);
+  if (!a || kb == 0 || n.types[0].ndim() != 4 || !n.types[0].is_static() || n.inputs[0].type().ndim() != 4) return {};
+  std::vector<int64_t> ws;
+  for (const Dim& d : n.types[0].shape) ws.push_back(d.value());
+  const int64_t C = ws[1], K = ws[0];
+  a->set("weight_shape", ws);
+  return {make_op("kiln.ConvGradWeightNCHWc", {relayout_(n.inputs[0], 0, block(C), C), relayout_(n.inputs[1], 0, kb, K)}, *a, n.name)->output()};
+}
 
 std::vector<Value> TrainLayoutRules::channel_reduce(const OpNode& n) {
   const int64_t b = n.inputs.empty() ? 0 : block_behind(n.inputs[0]);
-  if (b == 0 || n.num_outputs() != 1 || n.inputs[0].type().ndim() != 4 || n.attrs.get_int_or("keepdims", 1) != 1) return {};
+  if (b == 0 || n.num_outputs() != 1 || n.inputs[0].type().ndim() != 4) return {};
+  const bool keep = n.attrs.get_int_or("keepdims", 1) != 0;  // without: a conv bias's gradient, [C]
   const int64_t C = n.inputs[0].type().shape[1];
   if (C % b != 0) return {};
   const bool mean = n.op->name == "ReduceMean";
@@ -146,11 +183,13 @@ std::vector<Value> TrainLayoutRules::channel_reduce(const OpNode& n) {
   if (!all_but_channels(axes)) return {};
   Value x = relayout_(n.inputs[0], 0, b, C);
   Attrs attrs = n.attrs;
+  attrs.set("keepdims", int64_t{1});
   std::vector<Value> in{x};
   if (mean) attrs.set("axes", std::vector<int64_t>{0, 2, 3});
   else in.push_back(ints({0, 2, 3}, n.name + ".axes"));
-  Value y = make_op(n.op, std::move(in), attrs, n.name)->output();
-  return {relayout_(y, b, 0, C)};
+  Value y = make_op(n.op, std::move(in), attrs, keep ? n.name : n.name + ".kept")->output();
+  y = relayout_(y, b, 0, C);
+  return {keep ? y : make_op("Reshape", {y, ints({C}, n.name + ".shape")}, {}, n.name)->output()};
 }
 
 // MaxPool's gradient of blocked values: kiln.MaxPoolArgmax(X, Y) and
