@@ -35,6 +35,9 @@
 // elementwise operators that keep it finite (finite_on_finite) run over it.
 // MatMul/Gemm weights (constant, 2-D) are packed the same way, into panels
 // [N/nb, K, nb], the copy the tuner's pack rule would make at every call.
+// A training step (convolutions of weights the graph computes) takes the
+// rules of train_layout.cpp first: weights packed per step, batch norm and
+// the gradients blocked.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

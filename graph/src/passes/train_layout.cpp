@@ -25,7 +25,6 @@
 #include "train_layout.h"
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <string>
 
