@@ -15,21 +15,28 @@ namespace {
 using ops::index_imm;
 using ops::shape_exprs;
 
-std::vector<int64_t> spatial(const std::vector<int64_t>& s) { return std::vector<int64_t>(s.begin() + 2, s.end()); }
+// blocked=1 (made by the training layout, train_layout.cpp): the tensors are
+// [N, C/b, spatial..., b], the last axis the channels' inner block, which a
+// window does not cross.
+int64_t blocked(const OpCall& call) { return call.attrs.get_int_or("blocked", 0) != 0 ? 1 : 0; }
 
-std::vector<Expr> prefixed(const std::vector<Var>& i, const std::vector<Expr>& rest) {
+std::vector<int64_t> spatial(const std::vector<int64_t>& s, int64_t inner = 0) { return std::vector<int64_t>(s.begin() + 2, s.end() - inner); }
+
+// The index [n, c, spatial..., (inner)] of output index i with its spatial part replaced by `rest`.
+std::vector<Expr> prefixed(const std::vector<Var>& i, const std::vector<Expr>& rest, int64_t inner = 0) {
   std::vector<Expr> v{i[0], i[1]};
   v.insert(v.end(), rest.begin(), rest.end());
+  if (inner) v.push_back(i.back());
   return v;
 }
 
-std::vector<Expr> tail(const std::vector<Var>& i) { return std::vector<Expr>(i.begin() + 2, i.end()); }
+std::vector<Expr> tail(const std::vector<Var>& i, int64_t inner = 0) { return std::vector<Expr>(i.begin() + 2, i.end() - inner); }
 
 // Windows of an op whose inputs are [dY, ...] and whose output is the input's gradient.
 std::vector<ops::WindowDim> dx_windows(const OpCall& call) {
   const auto& in = call.attrs.get_ints("input_shape");
   if (in.size() != call.input_types[0].shape.size()) call.fail("input_shape " + attr_to_string(in) + " and dY " + call.input_types[0].str() + " differ in rank");
-  return grad_windows(call, spatial(in), spatial(call.input_types[0].shape));
+  return grad_windows(call, spatial(in, blocked(call)), spatial(call.input_types[0].shape, blocked(call)));
 }
 
 std::vector<TensorType> dx_infer(const OpCall& call) {
@@ -48,21 +55,23 @@ void register_argmax() {
   d.doc = "per MaxPool output (Y = MaxPool(X)), the index of the first tap of its window holding the maximum";
   d.min_inputs = d.max_inputs = 2;
   d.attrs = window_grad_specs(false);
+  d.attrs.push_back({"blocked", AttrKind::Int, int64_t(0)});
   d.pattern = Pattern::Reduction;
   d.infer = [](const OpCall& call) {
-    grad_windows(call, spatial(call.input_types[0].shape), spatial(call.input_types[1].shape));
+    grad_windows(call, spatial(call.input_types[0].shape, blocked(call)), spatial(call.input_types[1].shape, blocked(call)));
     return std::vector<TensorType>{TensorType{call.input_types[1].shape, DataType::Int(32)}};
   };
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
     te::Tensor X = in[0], Y = in[1];
-    auto dims = grad_windows(call, spatial(call.input_types[0].shape), spatial(call.input_types[1].shape));
+    const int64_t b = blocked(call);
+    auto dims = grad_windows(call, spatial(call.input_types[0].shape, b), spatial(call.input_types[1].shape, b));
     Taps taps(dims);
     int64_t count = 1;
     for (const auto& w : dims) count *= w.kernel;
     Expr none = make_const(DataType::Int(32), static_cast<double>(count));
     return std::vector<te::Tensor>{te::compute(shape_exprs(call.input_types[1].shape), [&](const std::vector<Var>& i) {
-      auto [h, inside] = forward_taps(dims, tail(i), taps.t);
-      Expr hit = X(prefixed(i, h)) == Y(std::vector<Expr>(i.begin(), i.end()));
+      auto [h, inside] = forward_taps(dims, tail(i, b), taps.t);
+      Expr hit = X(prefixed(i, h, b)) == Y(std::vector<Expr>(i.begin(), i.end()));
       Expr v = select(hit, cast(DataType::Int(32), taps.flat(dims)), none);
       return te::min(inside.defined() ? if_then_else(inside, v, none) : v, taps.axes);
     }, "maxpool_argmax")};
@@ -78,16 +87,18 @@ void register_max_grad() {
   d.doc = "MaxPool's input gradient from dY and kiln.MaxPoolArgmax";
   d.min_inputs = d.max_inputs = 2;
   d.attrs = window_grad_specs(true);
+  d.attrs.push_back({"blocked", AttrKind::Int, int64_t(0)});
   d.pattern = Pattern::Reduction;
   d.infer = dx_infer;
   d.compute = [](const OpCall& call, const std::vector<te::Tensor>& in) {
     te::Tensor dY = in[0], A = in[1];
     auto dims = dx_windows(call);
+    const int64_t b = blocked(call);
     Taps taps(dims);
     return std::vector<te::Tensor>{te::compute(shape_exprs(call.attrs.get_ints("input_shape")), [&](const std::vector<Var>& i) {
-      auto [o, valid] = reverse_taps(dims, tail(i), taps.t);
-      Expr hit = A(prefixed(i, o)) == cast(DataType::Int(32), taps.flat(dims));
-      return sum_or_zero(valid, select(hit, dY(prefixed(i, o)), make_zero(dY.dtype())), taps.axes);
+      auto [o, valid] = reverse_taps(dims, tail(i, b), taps.t);
+      Expr hit = A(prefixed(i, o, b)) == cast(DataType::Int(32), taps.flat(dims));
+      return sum_or_zero(valid, select(hit, dY(prefixed(i, o, b)), make_zero(dY.dtype())), taps.axes);
     }, "maxpool_grad")};
   };
   d.sharding = channel_rule_with_input_shape();

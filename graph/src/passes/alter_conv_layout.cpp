@@ -35,6 +35,9 @@
 // elementwise operators that keep it finite (finite_on_finite) run over it.
 // MatMul/Gemm weights (constant, 2-D) are packed the same way, into panels
 // [N/nb, K, nb], the copy the tuner's pack rule would make at every call.
+// A training step (convolutions of weights the graph computes) takes the
+// rules of train_layout.cpp first: weights packed per step, batch norm and
+// the gradients blocked.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -54,6 +57,7 @@
 #include "kiln/ops/transform.h"
 #include "kiln/ops/winograd.h"
 #include "kiln/support/error.h"
+#include "train_layout.h"
 
 namespace kiln::graph {
 
@@ -159,10 +163,13 @@ Attrs conv_attrs(const ops::Conv2dParams& p) {
 // value read blocked twice (a residual input) is transformed once.
 class LayoutRewriter {
  public:
-  LayoutRewriter(const Target& target, const LayoutPlan& plan)
-      : target_(target), max_block_(2 * target.natural_lanes(DataType::Float(32))), plan_(plan) {}
+  LayoutRewriter(const Graph& g, const Target& target, const LayoutPlan& plan)
+      : target_(target), max_block_(2 * target.natural_lanes(DataType::Float(32))), plan_(plan),
+        train_(g, max_block_, max_block_ / 2, [this](const Value& v, int64_t from, int64_t to, int64_t C) { return relayout(v, from, to, C); }) {}
 
   std::vector<Value> operator()(const Ref<OpNode>& n) {
+    if (train_.active())
+      if (auto out = train_(n); !out.empty()) return out;  // a training step's rules first (train_layout.cpp)
     if (n->op->name == "Conv" && n->inputs.size() >= 2) return rewrite_conv(*n);
     if ((n->op->name == "MatMul" || n->op->name == "Gemm") && n->inputs.size() >= 2) return rewrite_matmul(*n);
     if (n->op->name == "kiln.LayoutTransform") {
@@ -705,6 +712,7 @@ class LayoutRewriter {
   const int64_t max_block_;  // two vectors of the target's float32 lanes
   const LayoutPlan& plan_;    // per-convolution caps
   std::map<std::tuple<const NodeObj*, int, int64_t, int64_t>, Value> transforms_;  // (node, output, from, to)
+  layout_detail::TrainLayoutRules train_;
 };
 
 }  // namespace
@@ -797,7 +805,7 @@ Graph alter_conv_layout(const Graph& g, const Target& target, const LayoutPlan& 
   if (target.kind != Target::Kind::LLVM) return g;
   for (const auto& [conv, cap] : plan.conv_max_block)
     KILN_USER_CHECK(cap > 0) << "layout plan: convolution '" << conv << "' has cap " << cap << "; give a positive channel block";
-  LayoutRewriter rewriter(target, plan);
+  LayoutRewriter rewriter(g, target, plan);
   return rewrite_graph(g, [&](const Ref<OpNode>& n) { return rewriter(n); });
 }
 

@@ -162,10 +162,10 @@ class CheckpointedTrainStep:
                 "total": params + states + inputs + grads + boundaries + running, "segments": len(self.stages)}
 
 
-def compile_checkpointed(graph, n_batch, lifted, optimizer, segments, target, seed_fn=None, scaler=None):
+def compile_checkpointed(graph, n_batch, lifted, optimizer, segments, target, seed_fn=None, scaler=None, layout=True):
     """The checkpointed step of `graph` (step._Lifted.loss_graph's: the batch, the dropout seed when
     seed_fn is given, the parameters, the buffers and the loss scale when scaled, in; the objective,
-    the loss when scaled and the buffers' new values out) in `segments` segments."""
+    the loss when scaled and the buffers' new values out) in `segments` segments; layout as kiln.train.compile's."""
     names, values = lifted.names, lifted.values
     stages, _ = _kiln.dist.cut_pipeline(graph, int(segments), {})
     pset = set(names)
@@ -173,9 +173,9 @@ def compile_checkpointed(graph, n_batch, lifted, optimizer, segments, target, se
     for st in reversed(stages):  # last first: each backward tells the one before which gradients it gives rounded
         bg, _ = backward_graph(st, pset, rounded)
         rounded = bfloat16_grads(st, bg)
-        bwds.insert(0, _Compiled(_kiln.graph.compile(bg, target=target), bg))
+        bwds.insert(0, _Compiled(_kiln.graph.compile(bg, target=target, layout=layout), bg))
     for st in stages:
-        fwds.append(_Compiled(_kiln.graph.compile(st["graph"], target=target), st["graph"]) if st["send"] else None)
+        fwds.append(_Compiled(_kiln.graph.compile(st["graph"], target=target, layout=layout), st["graph"]) if st["send"] else None)
     state_names = optimizer.state_names()
     ug, scalars = update_graph(optimizer, names, values, scaler)
     update = _Compiled(_kiln.graph.compile(ug, target=target), ug)

@@ -153,7 +153,7 @@ def _restore_buffers(data, module, saved):
 
 
 def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_shape=None, seed=0, memory_limit=None,
-            segments=None, precision=None, loss_scale=None, db=None):
+            segments=None, precision=None, loss_scale=None, db=None, layout=True):
     """Compiles one training step of `model` (a kiln.graph.Graph with one output).
 
     loss: "cross_entropy" (the output is logits [batch, classes]; the target
@@ -170,6 +170,9 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
     db: a tuning database: each fused group of the step takes its best record, as kiln.compile's do.
     Tune a step with ``kiln.tune_model(step.graph, db=...)``: its forward, backward and update
     groups are tasks like any model's.
+    layout: True (the default) runs the step's convolutions, batch norms, pools and their gradients
+    in the blocked layout NCHWc, the weights packed once per step (graph/src/passes/train_layout.cpp);
+    False keeps them in NCHW, as kiln.compile(layout=False) does.
     """
     if not isinstance(model, _kg.Graph):
         raise KilnError(f"kiln.train.compile takes a kiln.graph.Graph, got a {type(model).__name__}")
@@ -200,15 +203,15 @@ def compile(model, loss="cross_entropy", optimizer=None, target="llvm", target_s
         inputs, outputs, out_names = inputs + [scale_v], outputs + [finite], out_names + ["finite"]
     graph = _kg.make_graph(inputs, outputs, out_names)
     if segments is not None and int(segments) > 1:
-        return _checkpointed(m.loss_graph(batch, loss_v, scaler), len(batch), m, optimizer, int(segments), target, seed_fn, scaler)
-    exe = _kg.compile(graph, target=target, db=db, quiet=True)
+        return _checkpointed(m.loss_graph(batch, loss_v, scaler), len(batch), m, optimizer, int(segments), target, seed_fn, scaler, layout)
+    exe = _kg.compile(graph, target=target, db=db, quiet=True, layout=layout)
     params_d = Parameters((n, _np.array(v, copy=True)) for n, v in zip(m.names, m.values))
     state_arrays = [[_np.zeros(p.shape, p.dtype) for _ in state_names] for p in m.params]
     buffers_d = Parameters((n, _np.array(v, copy=True)) for n, v in zip(m.buffer_names, m.buffer_values))
     step = TrainStep(exe, graph, len(m.data), y is not None, params_d, state_names, state_arrays, scalars, buffers_d, optimizer, scaler)
     if memory_limit is None or step.memory()["total"] <= memory_limit:
         return step
-    return _fit_memory(step, m.loss_graph(batch, loss_v, scaler), len(batch), m, optimizer, int(memory_limit), target, seed_fn, scaler)
+    return _fit_memory(step, m.loss_graph(batch, loss_v, scaler), len(batch), m, optimizer, int(memory_limit), target, seed_fn, scaler, layout)
 
 
 class _Lifted:
@@ -256,19 +259,19 @@ def _step_gradients(loss_v, m, scaler):
     return None, grads, None
 
 
-def _checkpointed(loss_graph, n_batch, m, optimizer, segments, target, seed_fn=None, scaler=None):
+def _checkpointed(loss_graph, n_batch, m, optimizer, segments, target, seed_fn=None, scaler=None, layout=True):
     if not hasattr(_kiln, "dist"):
         raise KilnError("recomputing activations needs kiln's distribution pass (its balanced cut); this kiln was built without it")
-    return _ck.compile_checkpointed(loss_graph, n_batch, m, optimizer, segments, target, seed_fn, scaler)
+    return _ck.compile_checkpointed(loss_graph, n_batch, m, optimizer, segments, target, seed_fn, scaler, layout)
 
 
-def _fit_memory(step, loss_graph, n_batch, m, optimizer, limit, target, seed_fn=None, scaler=None):
+def _fit_memory(step, loss_graph, n_batch, m, optimizer, limit, target, seed_fn=None, scaler=None, layout=True):
     """The fewest segments whose checkpointed step fits `limit` bytes (2, 3, ... 8, then doubling)."""
     tried = [(1, step.memory()["total"])]
     num_ops = len(loss_graph.op_types())  # a segment holds at least one operator
     k = 2
     while k <= num_ops:
-        ck = _checkpointed(loss_graph, n_batch, m, optimizer, k, target, seed_fn, scaler)
+        ck = _checkpointed(loss_graph, n_batch, m, optimizer, k, target, seed_fn, scaler, layout)
         total = ck.memory()["total"]
         tried.append((k, total))
         if total <= limit:

@@ -1,0 +1,56 @@
+/** \file
+ * The two gradients of a blocked ("NCHWc") conv2d (conv2d_nchwc_general in
+ * layout.h, group 1), as compute DAGs the schedule rules tile as they tile
+ * the forward conv: register tiles of output pixels (or input channels)
+ * times one or two vectors of channels, the reduction unrolled inside.
+ *
+ * Layouts: X [N, ceil(C/cb), H, W, cb], dY [N, ceil(K/kb), OH, OW, kb]
+ * (a blocked tensor may hold more channels than it has, its last block
+ * padded), plain weights W [K, C, KH, KW].
+ *
+ * Data gradient (a transposed convolution): split by output phase, so no
+ * product runs on the zeros a stride would insert into dY. Input rows
+ * h = stride * q + phase receive the taps r with (h + pad - r * dilation)
+ * divisible by the stride: per phase an ordinary stride-1 convolution of dY
+ * (shifted and zero-padded once for all phases) by the flipped, transposed
+ * weights of those taps, packed [C/cb, K/kb, taps_h, taps_w, kb, cb] (a
+ * small stage of its own). With stride 1 there is one phase and the result
+ * is that convolution; with more, a last stage interleaves the phases.
+ *
+ * Weight gradient: a reduction over the batch and the output pixels into
+ * R [K/kb, C/cb, KH, KW, cb, kb] (each register tile: a few input channels
+ * times one or two vectors of output channels, one vector load of dY and a
+ * broadcast of X per input channel per pixel), X zero-padded once; dW is R
+ * read back plain [K, C, KH, KW], the padded channels dropped.
+ */
+#ifndef KILN_OPS_CONV_GRAD_NCHWC_H
+#define KILN_OPS_CONV_GRAD_NCHWC_H
+
+#include <cstdint>
+#include <string>
+
+#include "kiln/ops/layout.h"
+#include "kiln/te/operation.h"
+
+namespace kiln::ops {
+
+/**
+ * dX [N, ceil(C/cb), H, W, cb] of a blocked conv2d with parameters p, from
+ * dY [N, ceil(K/kb), OH, OW, kb] and plain weights W [K, C, KH, KW]. The
+ * channels dX's last block pads are zero; the ones dY's pads meet zero
+ * weights. H and W are the input's extents (a stride leaves them ambiguous).
+ */
+te::Tensor conv2d_nchwc_grad_input(const te::Tensor& dY, const te::Tensor& W, const Conv2dParams& p, int64_t H, int64_t Wd, int64_t cb,
+                                   const std::string& name = "conv_grad_input");
+
+/**
+ * dW [K, C, KH, KW] (plain) of a blocked conv2d with parameters p, from the
+ * blocked input X [N, ceil(C/cb), H, W, cb] and dY [N, ceil(K/kb), OH, OW, kb].
+ * K and C are the true channel counts (at most what the blocks hold).
+ */
+te::Tensor conv2d_nchwc_grad_weight(const te::Tensor& X, const te::Tensor& dY, const Conv2dParams& p, int64_t K, int64_t C, int64_t KH, int64_t KW,
+                                    const std::string& name = "conv_grad_weight");
+
+}  // namespace kiln::ops
+
+#endif  // KILN_OPS_CONV_GRAD_NCHWC_H

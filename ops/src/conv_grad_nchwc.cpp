@@ -1,0 +1,170 @@
+// The gradients of a blocked conv2d (conv_grad_nchwc.h).
+#include "kiln/ops/conv_grad_nchwc.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "kiln/ir/op.h"
+#include "kiln/ops/broadcast.h"
+#include "kiln/runtime/ndarray.h"
+#include "kiln/support/error.h"
+
+namespace kiln::ops {
+
+namespace {
+
+Expr E(int64_t v) { return index_imm(v); }
+
+int64_t mod(int64_t a, int64_t b) { return ((a % b) + b) % b; }
+
+// One spatial dim of the data gradient, for the input positions
+// h = stride * q + phase (q < count): the kernel taps that reach them,
+// r = first + j * step (j < taps), flipped so that flipped tap j of
+// position q reads dY at q + offset + j * dilation (a stride-1 convolution).
+struct Phase {
+  int64_t count = 0, taps = 0, first = 0, step = 1, offset = 0, dilation = 1;
+  Expr tap(const Expr& j) const { return E(first + (taps - 1) * step) - j * E(step); }
+  int64_t last_read() const { return count - 1 + offset + (taps - 1) * dilation; }
+};
+
+Phase phase_of(int64_t phase, int64_t in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad) {
+  Phase f;
+  f.count = phase < in ? (in - phase + stride - 1) / stride : 0;
+  const int64_t g = std::gcd(stride, dilation);
+  f.step = stride / g;
+  f.dilation = dilation / g;
+  int64_t r0 = 0;
+  while (r0 < kernel && mod(phase + pad - r0 * dilation, stride) != 0) ++r0;
+  if (r0 == kernel || f.count == 0) return f;  // no tap: the phase's gradient is zero
+  f.first = r0;
+  f.taps = (kernel - 1 - r0) / f.step + 1;
+  // The output position the first tap meets at q = 0 (exact: the tap was chosen so).
+  const int64_t e0 = (phase + pad - r0 * dilation) / stride;
+  f.offset = e0 - (f.taps - 1) * f.dilation;
+  return f;
+}
+
+std::vector<Phase> phases_of(int64_t in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad) {
+  std::vector<Phase> v;
+  for (int64_t p = 0; p < stride; ++p) v.push_back(phase_of(p, in, kernel, stride, dilation, pad));
+  return v;
+}
+
+// The zeros dY needs on each side so that every phase's reads stay inside: [before, after].
+std::pair<int64_t, int64_t> dy_pads(const std::vector<Phase>& phases, int64_t out) {
+  int64_t lo = 0, hi = 0;
+  for (const Phase& f : phases)
+    if (f.taps > 0) lo = std::max(lo, -f.offset), hi = std::max(hi, f.last_read() - (out - 1));
+  return {lo, hi};
+}
+
+int64_t static_extent(const te::Tensor& t, size_t d, const char* what) {
+  const int64_t* c = d < t.shape().size() ? as_const_int(t.shape()[d]) : nullptr;
+  KILN_USER_CHECK(c) << what << ": dimension " << d << " of '" << t.name() << "' " << extents_to_string(t.shape()) << " must be static";
+  return *c;
+}
+
+std::vector<int64_t> static_shape(const te::Tensor& t, int rank, const char* what, const char* layout) {
+  KILN_USER_CHECK(t.ndim() == rank) << what << ": '" << t.name() << "' " << extents_to_string(t.shape()) << " must be " << layout;
+  std::vector<int64_t> s;
+  for (int d = 0; d < rank; ++d) s.push_back(static_extent(t, static_cast<size_t>(d), what));
+  return s;
+}
+
+int64_t conv_out(int64_t in, int64_t pads, int64_t kernel, int64_t dilation, int64_t stride) { return (in + pads - dilation * (kernel - 1) - 1) / stride + 1; }
+
+void check_params(const Conv2dParams& p, const char* what) {
+  KILN_USER_CHECK(p.stride_h > 0 && p.stride_w > 0 && p.dilation_h > 0 && p.dilation_w > 0 && p.pad_top >= 0 && p.pad_left >= 0 && p.pad_bottom >= 0 &&
+                  p.pad_right >= 0)
+      << what << ": strides and dilations must be positive and pads non-negative";
+}
+
+}  // namespace
+
+te::Tensor conv2d_nchwc_grad_input(const te::Tensor& dY, const te::Tensor& W, const Conv2dParams& p, int64_t H, int64_t Wd, int64_t cb,
+                                   const std::string& name) {
+  const char* what = "conv2d_nchwc_grad_input";
+  check_params(p, what);
+  std::vector<int64_t> ys = static_shape(dY, 5, what, "[N, K/kb, OH, OW, kb]"), ws = static_shape(W, 4, what, "[K, C, KH, KW]");
+  const int64_t K = ws[0], C = ws[1], KH = ws[2], KW = ws[3], kb = ys[4], OH = ys[2], OW = ys[3];
+  KILN_USER_CHECK(cb > 0 && H > 0 && Wd > 0) << what << ": the input's extents and channel block must be positive";
+  KILN_USER_CHECK(ys[1] * kb >= K && (ys[1] - 1) * kb < K) << what << ": dY " << shape_to_string(ys) << " does not hold the " << K << " output channels of W "
+                                                           << shape_to_string(ws) << " in blocks of " << kb;
+  KILN_USER_CHECK(conv_out(H, p.pad_top + p.pad_bottom, KH, p.dilation_h, p.stride_h) == OH && conv_out(Wd, p.pad_left + p.pad_right, KW, p.dilation_w, p.stride_w) == OW)
+      << what << ": dY " << shape_to_string(ys) << " is not the output of a " << KH << "x" << KW << " conv over a " << H << "x" << Wd << " input";
+  const int64_t Cb = (C + cb - 1) / cb, sh = p.stride_h, sw = p.stride_w;
+  std::vector<Phase> ph = phases_of(H, KH, sh, p.dilation_h, p.pad_top), pw = phases_of(Wd, KW, sw, p.dilation_w, p.pad_left);
+  auto [top, bottom] = dy_pads(ph, OH);
+  auto [left, right] = dy_pads(pw, OW);
+  te::Tensor D = pad_hw(dY, static_cast<int>(top), static_cast<int>(left), static_cast<int>(bottom), static_cast<int>(right), name + ".pad");
+  const bool one_phase = sh == 1 && sw == 1;
+  // One stride-1 convolution per phase with taps in both dims.
+  std::vector<std::vector<te::Tensor>> Z(sh, std::vector<te::Tensor>(sw));
+  for (int64_t a = 0; a < sh; ++a)
+    for (int64_t b = 0; b < sw; ++b) {
+      const Phase &fh = ph[a], &fw = pw[b];
+      if (fh.taps == 0 || fw.taps == 0) continue;
+      const std::string tag = one_phase ? name : name + ".phase" + std::to_string(a) + std::to_string(b);
+      // The taps' weights flipped and transposed, [C/cb, K/kb, taps_h, taps_w, kb, cb]: the cb
+      // input channels of a step contiguous (the register tile's vector). The guard zeroes the
+      // padded channels, and makes the rules store this stage rather than inline it into the
+      // reduction (which would gather each vector from cb rows of W).
+      te::Tensor Wp = te::compute({E(Cb), E(ys[1]), E(fh.taps), E(fw.taps), E(kb), E(cb)}, [&](const std::vector<Var>& i) {
+        Expr k = i[1] * E(kb) + i[4], c = i[0] * E(cb) + i[5];
+        Expr guard = k < E(K) && c < E(C);
+        return if_then_else(guard, W(std::vector<Expr>{min(k, E(K - 1)), min(c, E(C - 1)), fh.tap(i[2]), fw.tap(i[3])}), make_zero(W.dtype()));
+      }, tag + ".weights", {"co", "ko", "jy", "jx", "ki", "ci"});
+      IterVar rko = te::reduce_axis(Range(0, E(ys[1])), "rko"), ry = te::reduce_axis(Range(0, E(fh.taps)), "ry"),
+              rx = te::reduce_axis(Range(0, E(fw.taps)), "rx"), rki = te::reduce_axis(Range(0, E(kb)), "rki");
+      Z[a][b] = te::compute({dY.shape()[0], E(Cb), E(fh.count), E(fw.count), E(cb)}, [&](const std::vector<Var>& i) {
+        Expr y = i[2] + E(fh.offset + top) + ry.var() * E(fh.dilation), x = i[3] + E(fw.offset + left) + rx.var() * E(fw.dilation);
+        Expr d = D(std::vector<Expr>{i[0], rko.var(), y, x, rki.var()});
+        return te::sum(d * Wp(std::vector<Expr>{i[1], rko.var(), ry.var(), rx.var(), rki.var(), i[4]}), {rko, ry, rx, rki});
+      }, tag, {"n", "co", "y", "x", "ci"});
+    }
+  if (one_phase && Z[0][0].defined()) return Z[0][0];
+  // Interleave the phases (zero where no tap reaches); the reads are clamped, as each is
+  // evaluated at every position, not only its own phase's.
+  return te::compute({dY.shape()[0], E(Cb), E(H), E(Wd), E(cb)}, [&](const std::vector<Var>& i) {
+    Expr v = make_zero(dY.dtype());
+    for (int64_t a = 0; a < sh; ++a)
+      for (int64_t b = 0; b < sw; ++b) {
+        if (!Z[a][b].defined()) continue;
+        Expr q = min(floordiv(i[2], E(sh)), E(ph[a].count - 1)), r = min(floordiv(i[3], E(sw)), E(pw[b].count - 1));
+        Expr here = floormod(i[2], E(sh)) == E(a) && floormod(i[3], E(sw)) == E(b);
+        v = if_then_else(here, Z[a][b](std::vector<Expr>{i[0], i[1], q, r, i[4]}), v);
+      }
+    return v;
+  }, name, {"n", "co", "h", "w", "ci"});
+}
+
+te::Tensor conv2d_nchwc_grad_weight(const te::Tensor& X, const te::Tensor& dY, const Conv2dParams& p, int64_t K, int64_t C, int64_t KH, int64_t KW,
+                                    const std::string& name) {
+  const char* what = "conv2d_nchwc_grad_weight";
+  check_params(p, what);
+  std::vector<int64_t> xs = static_shape(X, 5, what, "[N, C/cb, H, W, cb]"), ys = static_shape(dY, 5, what, "[N, K/kb, OH, OW, kb]");
+  const int64_t cb = xs[4], kb = ys[4], OH = ys[2], OW = ys[3];
+  KILN_USER_CHECK(KH > 0 && KW > 0) << what << ": the kernel extents must be positive";
+  KILN_USER_CHECK(xs[0] == ys[0]) << what << ": X " << shape_to_string(xs) << " and dY " << shape_to_string(ys) << " differ in batch";
+  KILN_USER_CHECK(C > 0 && xs[1] * cb >= C && (xs[1] - 1) * cb < C) << what << ": X " << shape_to_string(xs) << " does not hold " << C << " channels in blocks of " << cb;
+  KILN_USER_CHECK(K > 0 && ys[1] * kb >= K && (ys[1] - 1) * kb < K) << what << ": dY " << shape_to_string(ys) << " does not hold " << K << " channels in blocks of " << kb;
+  KILN_USER_CHECK(conv_out(xs[2], p.pad_top + p.pad_bottom, KH, p.dilation_h, p.stride_h) == OH &&
+                  conv_out(xs[3], p.pad_left + p.pad_right, KW, p.dilation_w, p.stride_w) == OW)
+      << what << ": dY " << shape_to_string(ys) << " is not the output of a " << KH << "x" << KW << " conv over X " << shape_to_string(xs);
+  // X padded once (only as far as the windows read), so the reduction reads it without conditions.
+  const int64_t rows = (OH - 1) * p.stride_h + (KH - 1) * p.dilation_h + 1, cols = (OW - 1) * p.stride_w + (KW - 1) * p.dilation_w + 1;
+  te::Tensor P = pad_hw(X, p.pad_top, p.pad_left, static_cast<int>(std::max<int64_t>(0, rows - p.pad_top - xs[2])),
+                        static_cast<int>(std::max<int64_t>(0, cols - p.pad_left - xs[3])), name + ".pad");
+  IterVar rn = te::reduce_axis(Range(0, E(xs[0])), "rn"), ry = te::reduce_axis(Range(0, E(OH)), "roh"), rx = te::reduce_axis(Range(0, E(OW)), "row");
+  // Output channels innermost (dY's vector), input channels next (X's broadcasts).
+  te::Tensor R = te::compute({E(ys[1]), E(xs[1]), E(KH), E(KW), E(cb), E(kb)}, [&](const std::vector<Var>& i) {
+    Expr h = ry.var() * E(p.stride_h) + i[2] * E(p.dilation_h), w = rx.var() * E(p.stride_w) + i[3] * E(p.dilation_w);
+    Expr x = P(std::vector<Expr>{rn.var(), i[1], h, w, i[4]});
+    return te::sum(x * dY(std::vector<Expr>{rn.var(), i[0], ry.var(), rx.var(), i[5]}), {rn, ry, rx});
+  }, name + ".blocked", {"ko", "co", "ky", "kx", "ci", "ki"});
+  return te::compute({E(K), E(C), E(KH), E(KW)}, [&](const std::vector<Var>& i) {
+    return R(std::vector<Expr>{floordiv(i[0], E(kb)), floordiv(i[1], E(cb)), i[2], i[3], floormod(i[1], E(cb)), floormod(i[0], E(kb))});
+  }, name, {"k", "c", "ky", "kx"});
+}
+
+}  // namespace kiln::ops
