@@ -44,6 +44,13 @@ Phase phase_of(int64_t phase, int64_t in, int64_t kernel, int64_t stride, int64_
   return f;
 }
 
+// The taps of phase `phase` (an index expression) among fs.
+Expr fs_taps(const std::vector<Phase>& fs, const Expr& phase) {
+  Expr t = E(fs.back().taps);
+  for (size_t k = fs.size() - 1; k-- > 0;) t = select(phase == E(static_cast<int64_t>(k)), E(fs[k].taps), t);
+  return t;
+}
+
 std::vector<Phase> phases_of(int64_t in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad) {
   std::vector<Phase> v;
   for (int64_t p = 0; p < stride; ++p) v.push_back(phase_of(p, in, kernel, stride, dilation, pad));
@@ -98,6 +105,36 @@ te::Tensor conv2d_nchwc_grad_input(const te::Tensor& dY, const te::Tensor& W, co
   auto [left, right] = dy_pads(pw, OW);
   te::Tensor D = pad_hw(dY, static_cast<int>(top), static_cast<int>(left), static_cast<int>(bottom), static_cast<int>(right), name + ".pad");
   const bool one_phase = sh == 1 && sw == 1;
+  // The phases' weights in one stage, flipped and transposed,
+  // [phases, C/cb, K/kb, taps_h, taps_w, kb, cb] (the most taps of any phase; a phase reads
+  // only its own): the cb input channels of a step contiguous, the register tile's vector.
+  // One stage, not one per phase, and so one padded dY: the schedule rules enumerate a
+  // sketch per choice of every stage (at most 64), and their default stores these stages
+  // only in a sketch they reach. The guard zeroes the padded channels and makes the
+  // rules store the stage rather than inline it (which would gather each vector from
+  // cb rows of W).
+  int64_t th = 0, tw = 0;
+  for (const Phase& f : ph) th = std::max(th, f.taps);
+  for (const Phase& f : pw) tw = std::max(tw, f.taps);
+  // A phase's tap j, by its index (the per-phase constants as a chain of selects).
+  auto tap = [](const std::vector<Phase>& fs, const Expr& phase, const Expr& j) {
+    Expr t = fs.back().tap(j);
+    for (size_t k = fs.size() - 1; k-- > 0;) t = select(phase == E(static_cast<int64_t>(k)), fs[k].tap(j), t);
+    return t;
+  };
+  te::Tensor Wp;
+  if (th > 0 && tw > 0)
+    Wp = te::compute({E(sh * sw), E(Cb), E(ys[1]), E(th), E(tw), E(kb), E(cb)}, [&](const std::vector<Var>& i) {
+      Expr k = i[2] * E(kb) + i[5], c = i[1] * E(cb) + i[6];
+      Expr a = one_phase ? E(0) : floordiv(i[0], E(sw)), b = one_phase ? E(0) : floormod(i[0], E(sw));
+      Expr ry = min(max(tap(ph, a, i[3]), E(0)), E(KH - 1)), rx = min(max(tap(pw, b, i[4]), E(0)), E(KW - 1));
+      Expr guard = k < E(K) && c < E(C);
+      if (!one_phase) {  // a phase with fewer taps than the most: the rest are never read
+        Expr taps_h = fs_taps(ph, a), taps_w = fs_taps(pw, b);
+        guard = guard && i[3] < taps_h && i[4] < taps_w;
+      }
+      return if_then_else(guard, W(std::vector<Expr>{min(k, E(K - 1)), min(c, E(C - 1)), ry, rx}), make_zero(W.dtype()));
+    }, name + ".weights", {"phase", "co", "ko", "jy", "jx", "ki", "ci"});
   // One stride-1 convolution per phase with taps in both dims.
   std::vector<std::vector<te::Tensor>> Z(sh, std::vector<te::Tensor>(sw));
   for (int64_t a = 0; a < sh; ++a)
@@ -105,21 +142,12 @@ te::Tensor conv2d_nchwc_grad_input(const te::Tensor& dY, const te::Tensor& W, co
       const Phase &fh = ph[a], &fw = pw[b];
       if (fh.taps == 0 || fw.taps == 0) continue;
       const std::string tag = one_phase ? name : name + ".phase" + std::to_string(a) + std::to_string(b);
-      // The taps' weights flipped and transposed, [C/cb, K/kb, taps_h, taps_w, kb, cb]: the cb
-      // input channels of a step contiguous (the register tile's vector). The guard zeroes the
-      // padded channels, and makes the rules store this stage rather than inline it into the
-      // reduction (which would gather each vector from cb rows of W).
-      te::Tensor Wp = te::compute({E(Cb), E(ys[1]), E(fh.taps), E(fw.taps), E(kb), E(cb)}, [&](const std::vector<Var>& i) {
-        Expr k = i[1] * E(kb) + i[4], c = i[0] * E(cb) + i[5];
-        Expr guard = k < E(K) && c < E(C);
-        return if_then_else(guard, W(std::vector<Expr>{min(k, E(K - 1)), min(c, E(C - 1)), fh.tap(i[2]), fw.tap(i[3])}), make_zero(W.dtype()));
-      }, tag + ".weights", {"co", "ko", "jy", "jx", "ki", "ci"});
       IterVar rko = te::reduce_axis(Range(0, E(ys[1])), "rko"), ry = te::reduce_axis(Range(0, E(fh.taps)), "ry"),
               rx = te::reduce_axis(Range(0, E(fw.taps)), "rx"), rki = te::reduce_axis(Range(0, E(kb)), "rki");
       Z[a][b] = te::compute({dY.shape()[0], E(Cb), E(fh.count), E(fw.count), E(cb)}, [&](const std::vector<Var>& i) {
         Expr y = i[2] + E(fh.offset + top) + ry.var() * E(fh.dilation), x = i[3] + E(fw.offset + left) + rx.var() * E(fw.dilation);
         Expr d = D(std::vector<Expr>{i[0], rko.var(), y, x, rki.var()});
-        return te::sum(d * Wp(std::vector<Expr>{i[1], rko.var(), ry.var(), rx.var(), rki.var(), i[4]}), {rko, ry, rx, rki});
+        return te::sum(d * Wp(std::vector<Expr>{E(a * sw + b), i[1], rko.var(), ry.var(), rx.var(), rki.var(), i[4]}), {rko, ry, rx, rki});
       }, tag, {"n", "co", "y", "x", "ci"});
     }
   if (one_phase && Z[0][0].defined()) return Z[0][0];
