@@ -14,7 +14,10 @@ which leaves out the copies of the numpy call. PyTorch: torch.nn.grad.conv2d_inp
 conv2d_weight (aten's convolution_backward: oneDNN's kernels) on NCHW
 tensors, median of --repeat calls. The rounds alternate the two; GFLOP/s
 are 2 * N * OH * OW * K * C * R * R over the min and the median of the
-rounds' times. The stem's input gradient is left out (a model never needs it).
+rounds' times. --cpu-time: one thread each and the process's CPU time per
+whole call (numpy copies in and out included), which on a host shared with
+other work compares the kernels where wall time mostly measures the load.
+The stem's input gradient is left out (a model never needs it).
 """
 import argparse
 import os
@@ -48,6 +51,14 @@ def median_call(fn, repeat):
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def cpu_time_call(fn, repeat):
+    """The process's CPU time per call (one thread: time the other processes of a loaded host take is not counted)."""
+    t0 = time.process_time()
+    for _ in range(repeat):
+        fn()
+    return (time.process_time() - t0) / repeat
 
 
 def blocked(np, a, b):
@@ -102,6 +113,11 @@ def bench_shape(kiln, torch, np, shape, args, lanes):
         exe(*feed)
         peer()
         for _ in range(args.rounds):
+            if args.cpu_time:
+                kt.append(cpu_time_call(lambda: exe(*feed), args.repeat))
+                with torch.no_grad():
+                    tt.append(cpu_time_call(peer, args.repeat))
+                continue
             kt.append(sum(r["seconds"] for r in exe.profile(*feed, repeats=args.repeat)))
             time.sleep(QUIET_S)
             with torch.no_grad():
@@ -122,10 +138,14 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--block", type=int, default=0, help="the channel block (0: from the target's lanes)")
     ap.add_argument("--only", choices=["input", "weight"], default=None)
+    ap.add_argument("--cpu-time", action="store_true", help="one thread each, timed by the process's CPU time (whole calls, numpy copies "
+                    "included): kernel against kernel on a loaded host")
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="C:K:HW:R:S items (in, out channels, input side, kernel, stride; padding R // 2)")
     args = ap.parse_args(argv)
     if args.threads < 1 or args.rounds < 1 or args.repeat < 1 or args.batch < 1 or args.block < 0:
         raise SystemExit("conv_grad_bench: --threads, --rounds, --repeat and --batch must be at least 1, --block not negative")
+    if args.cpu_time:
+        args.threads = 1
     os.environ["KILN_NUM_THREADS"] = str(args.threads)  # read when kiln's thread pool starts
     import numpy as np
     import torch
@@ -139,7 +159,8 @@ def main(argv=None):
     lanes = 8 if "znver3" in args.target or "avx2" in args.target else (16 if "512" in isa.lower() else 8)
     print(f"# {cpu} ({isa}); peer: PyTorch {torch.__version__} torch.nn.grad.conv2d_input / conv2d_weight, NCHW, "
           f"torch.set_num_threads({args.threads}), warmed up, in kiln's process; load average {os.getloadavg()[0]:.1f}")
-    print(f"target {args.target!r}, batch {args.batch}, {args.threads} threads, {args.rounds} rounds of {args.repeat} runs; GFLOP/s min / median")
+    timing = "CPU time of whole calls" if args.cpu_time else "kiln: exe.profile's kernel time, torch: wall time of calls"
+    print(f"target {args.target!r}, batch {args.batch}, {args.threads} threads, {args.rounds} rounds of {args.repeat} runs ({timing}); GFLOP/s min / median")
     print(f"{'gradient':40s} {'kiln kernel':>17s}   {'torch':>17s}   torch/kiln (median time)")
     for shape in shapes:
         bench_shape(kiln, torch, np, shape, args, lanes)

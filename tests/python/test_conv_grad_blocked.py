@@ -78,6 +78,8 @@ CASES = [
     (1, 16, 8, (9, 9), 3, 2, 2, 2, 8, 8),  # dilation 2 with stride 2
     (2, 12, 20, (7, 7), 3, 1, 1, 1, 8, 16),  # channels no block divides
     (1, 3, 24, (10, 10), 3, 2, 0, 1, 8, 16),  # 3 channels, unpadded stride 2
+    (2, 16, 16, (32, 32), 3, 1, 1, 1, 16, 16),  # 1024 pixels an image: the weight gradient sums two batch groups
+    (2, 3, 16, (64, 64), 7, 2, 3, 1, 16, 16),  # a stem: 3 channels in a block of 16, two batch groups
 ]
 
 
