@@ -12,7 +12,7 @@ or one vector's lanes where C or K is narrower), compiled with the default
 schedules; its kernel's time from exe.profile (median of --repeat runs),
 which leaves out the copies of the numpy call. PyTorch: torch.nn.grad.conv2d_input /
 conv2d_weight (aten's convolution_backward: oneDNN's kernels) on NCHW
-tensors, median of --repeat calls. The rounds alternate the two; GFLOP/s
+tensors (oneDNN limited to AVX2, DNNL_MAX_CPU_ISA, for an AVX2 target), median of --repeat calls. The rounds alternate the two; GFLOP/s
 are 2 * N * OH * OW * K * C * R * R over the min and the median of the
 rounds' times. --cpu-time: one thread each and the process's CPU time per
 whole call (numpy copies in and out included), which on a host shared with
@@ -147,6 +147,9 @@ def main(argv=None):
     if args.cpu_time:
         args.threads = 1
     os.environ["KILN_NUM_THREADS"] = str(args.threads)  # read when kiln's thread pool starts
+    avx2 = any(t in args.target for t in ("znver3", "avx2", "haswell"))
+    if avx2:  # the peer on the same vector ISA: oneDNN's AVX2 kernels (read when torch loads oneDNN)
+        os.environ["DNNL_MAX_CPU_ISA"] = os.environ["ONEDNN_MAX_CPU_ISA"] = "AVX2"
     import numpy as np
     import torch
     import kiln
@@ -156,9 +159,9 @@ def main(argv=None):
     import blas_choice
     cpu, flags = blas_choice.cpu_info()
     isa = blas_choice.vector_isa(flags)
-    lanes = 8 if "znver3" in args.target or "avx2" in args.target else (16 if "512" in isa.lower() else 8)
+    lanes = 8 if avx2 else (16 if "512" in isa.lower() else 8)
     print(f"# {cpu} ({isa}); peer: PyTorch {torch.__version__} torch.nn.grad.conv2d_input / conv2d_weight, NCHW, "
-          f"torch.set_num_threads({args.threads}), warmed up, in kiln's process; load average {os.getloadavg()[0]:.1f}")
+          f"torch.set_num_threads({args.threads}){', oneDNN limited to AVX2' if avx2 else ''}, warmed up, in kiln's process; load average {os.getloadavg()[0]:.1f}")
     timing = "CPU time of whole calls" if args.cpu_time else "kiln: exe.profile's kernel time, torch: wall time of calls"
     print(f"target {args.target!r}, batch {args.batch}, {args.threads} threads, {args.rounds} rounds of {args.repeat} runs ({timing}); GFLOP/s min / median")
     print(f"{'gradient':40s} {'kiln kernel':>17s}   {'torch':>17s}   torch/kiln (median time)")
