@@ -2,7 +2,7 @@
 """The gradients of blocked convolutions (kiln.ConvGradInputNCHWc, kiln.ConvGradWeightNCHWc) beside PyTorch's.
 
   bench/conv_grad_bench.py [--threads 2] [--rounds 7] [--repeat 10] [--target llvm] [--batch 8]
-                           [--block 0] [--shapes C:K:HW:R:S,...] [--only input|weight]
+                           [--block 0] [--shapes C:K:HW:R:S,...] [--only input|weight] [--packed] [--cpu-time]
 
 Each shape is a ResNet-18 convolution at batch 8 of a 112 x 112 image (the
 defaults: the stem's weight gradient, then layer1 to layer4's 3x3 convs,
@@ -96,7 +96,7 @@ def bench_shape(kiln, torch, np, shape, args, lanes):
                     lambda: torch.nn.grad.conv2d_input(x.shape, wt, dyt, stride=S, padding=P)))
     if args.only != "input":
         b = kiln.graph.Builder()
-        out = b.op("kiln.ConvGradWeightNCHWc", b.input("x", xb.shape), b.input("dy", dyb.shape), weight_shape=list(w.shape), **a)
+        out = b.op("kiln.ConvGradWeightNCHWc", b.input("x", xb.shape), b.input("dy", dyb.shape), weight_shape=list(w.shape), packed=int(args.packed), **a)
         ops.append(("weight", kiln.compile(b.build(out), target=args.target), (xb, dyb),
                     lambda: torch.nn.grad.conv2d_weight(xt, w.shape, dyt, stride=S, padding=P)))
     if args.only is None:
@@ -138,6 +138,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--block", type=int, default=0, help="the channel block (0: from the target's lanes)")
     ap.add_argument("--only", choices=["input", "weight"], default=None)
+    ap.add_argument("--packed", action="store_true", help="the weight gradient in kiln.ConvNCHWc's packed weight layout (packed=1)")
     ap.add_argument("--cpu-time", action="store_true", help="one thread each, timed by the process's CPU time (whole calls, numpy copies "
                     "included): kernel against kernel on a loaded host")
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="C:K:HW:R:S items (in, out channels, input side, kernel, stride; padding R // 2)")

@@ -182,7 +182,7 @@ te::Tensor conv2d_nchwc_grad_input(const te::Tensor& dY, const te::Tensor& W, co
 }
 
 te::Tensor conv2d_nchwc_grad_weight(const te::Tensor& X, const te::Tensor& dY, const Conv2dParams& p, int64_t K, int64_t C, int64_t KH, int64_t KW,
-                                    const std::string& name) {
+                                    const std::string& name, bool packed) {
   const char* what = "conv2d_nchwc_grad_weight";
   check_params(p, what);
   std::vector<int64_t> xs = static_shape(X, 5, what, "[N, C/cb, H, W, cb]"), ys = static_shape(dY, 5, what, "[N, K/kb, OH, OW, kb]");
@@ -228,6 +228,24 @@ te::Tensor conv2d_nchwc_grad_weight(const te::Tensor& X, const te::Tensor& dY, c
     Expr x = P(std::vector<Expr>{n, i[2], h, w, i[4]});
     return te::sum(x * dY(std::vector<Expr>{n, i[1], ry.var(), rx.var(), i[6]}), rows_inner ? std::vector<IterVar>{rn, rx, ry} : std::vector<IterVar>{rn, ry, rx});
   }, name + ".blocked", {"g", "ko", "co", "ky", "ci", "kx", "ki"});
+  if (packed) {
+    // The forward's packed layout [K/kb, C/cb, KH, KW, cb, kb]: R with (cb, KW) swapped, whole
+    // vectors of kb moved; the padded channels zero, as packed weights need them.
+    const Expr Cx = E(C), Kx = E(K);
+    auto packed_at = [&](const std::vector<Var>& i, const Expr& g) {
+      Expr ci = ci_extent < cb ? min(i[4], E(ci_extent - 1)) : Expr(i[4]);
+      return R(std::vector<Expr>{g, i[0], i[1], i[2], ci, i[3], i[5]});
+    };
+    auto guarded = [&](const std::vector<Var>& i, const Expr& v) {
+      return if_then_else(i[0] * E(kb) + i[5] < Kx && i[1] * E(cb) + i[4] < Cx, v, make_zero(v.dtype()));
+    };
+    const std::vector<Expr> shape{E(ys[1]), E(xs[1]), E(KH), E(KW), E(cb), E(kb)};
+    const std::vector<std::string> names{"ko", "co", "ky", "kx", "ci", "ki"};
+    if (G == 1) return te::compute(shape, [&](const std::vector<Var>& i) { return guarded(i, packed_at(i, E(0))); }, name, names);
+    IterVar rg = te::reduce_axis(Range(0, E(G)), "rg");
+    te::Tensor S = te::compute(shape, [&](const std::vector<Var>& i) { return te::sum(packed_at(i, rg.var()), {rg}); }, name + ".sum", names);
+    return te::compute(shape, [&](const std::vector<Var>& i) { return guarded(i, S(std::vector<Expr>(i.begin(), i.end()))); }, name, names);
+  }
   auto at = [&](const std::vector<Var>& i, const Expr& g) {
     return R(std::vector<Expr>{g, floordiv(i[0], E(kb)), floordiv(i[1], E(cb)), i[2], floormod(i[1], E(cb)), i[3], floormod(i[0], E(kb))});
   };

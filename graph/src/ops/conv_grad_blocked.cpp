@@ -11,9 +11,11 @@
 //     dY's padded channels meet zero weights.
 //
 //   kiln.ConvGradWeightNCHWc(X [N, ceil(C/cb), H, W, cb], dY [N, ceil(K/kb), OH, OW, kb])
-//       -> dW [K, C, KH, KW] (plain, X's dtype)
-//     attributes: strides, pads, dilations, group (1) as above, and
-//     weight_shape [K, C, KH, KW] (true channel counts and the kernel).
+//       -> dW [K, C, KH, KW] (plain, X's dtype), or with packed=1 in the
+//          forward kiln.ConvNCHWc's weight layout [ceil(K/kb), ceil(C/cb), KH, KW, cb, kb]
+//          (padded channels zero), for an optimizer that keeps the weights packed
+//     attributes: strides, pads, dilations, group (1) as above,
+//     weight_shape [K, C, KH, KW] (true channel counts and the kernel), packed (0).
 //
 // A blocked tensor may hold more channels than it has (its last block
 // padded, as kiln.LayoutTransform pads it); the padded channels are never
@@ -101,6 +103,9 @@ std::vector<TensorType> infer_grad_weight(const OpCall& c) {
   check_blocks(c, "dY", dy, ws[0]);
   if (ws[2] < 1 || ws[3] < 1) c.fail("the kernel extents of weight_shape " + attr_to_string(ws) + " must be positive");
   check_output(c, p, dy, x[2], x[3], ws[2], ws[3]);
+  const int64_t packed = c.attrs.get_int("packed");
+  if (packed != 0 && packed != 1) c.fail("packed must be 0 (plain [K, C, KH, KW]) or 1 (the forward's packed layout), got " + std::to_string(packed));
+  if (packed) return {TensorType{{dy[1], x[1], ws[2], ws[3], x[4], dy[4]}, c.input_types[0].dtype}};
   return {TensorType{{ws[0], ws[1], ws[2], ws[3]}, c.input_types[0].dtype}};
 }
 
@@ -140,15 +145,17 @@ const bool registered = [] {
   OpDef gw;
   gw.name = "kiln.ConvGradWeightNCHWc";
   gw.doc = "dW [K, C, KH, KW] of a blocked conv (group 1) from X [N, C/cb, H, W, cb] and dY [N, K/kb, OH, OW, kb]: "
-           "a reduction over the batch and the output pixels; weight_shape [K, C, KH, KW]";
+           "a reduction over the batch and the output pixels; weight_shape [K, C, KH, KW]; packed 1: dW in ConvNCHWc's weight layout";
   gw.min_inputs = gw.max_inputs = 2;
   gw.attrs = grad_specs();
   gw.attrs.push_back({"weight_shape", AttrKind::Ints, std::nullopt});
+  gw.attrs.push_back({"packed", AttrKind::Int, int64_t(0)});
   gw.pattern = Pattern::OutputFusable;
   gw.infer = infer_grad_weight;
   gw.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
     const auto& ws = c.attrs.get_ints("weight_shape");
-    return std::vector<te::Tensor>{ops::conv2d_nchwc_grad_weight(in[0], in[1], params_of(c), ws[0], ws[1], ws[2], ws[3], "conv_grad_weight")};
+    return std::vector<te::Tensor>{ops::conv2d_nchwc_grad_weight(in[0], in[1], params_of(c), ws[0], ws[1], ws[2], ws[3], "conv_grad_weight",
+                                                                 c.attrs.get_int("packed") == 1)};
   };
   gw.cost = [](const OpCall& c, const std::vector<TensorType>&) {
     const auto& dy = c.input_types[1].shape;

@@ -47,9 +47,13 @@ te::Tensor conv2d_nchwc_grad_input(const te::Tensor& dY, const te::Tensor& W, co
  * dW [K, C, KH, KW] (plain) of a blocked conv2d with parameters p, from the
  * blocked input X [N, ceil(C/cb), H, W, cb] and dY [N, ceil(K/kb), OH, OW, kb].
  * K and C are the true channel counts (at most what the blocks hold).
+ * With `packed`, dW comes in the forward's packed layout instead,
+ * [ceil(K/kb), ceil(C/cb), KH, KW, cb, kb] (conv2d_nchwc_general's weights),
+ * its padded channels zero: a copy of whole kb vectors, where the plain
+ * layout transposes every element.
  */
 te::Tensor conv2d_nchwc_grad_weight(const te::Tensor& X, const te::Tensor& dY, const Conv2dParams& p, int64_t K, int64_t C, int64_t KH, int64_t KW,
-                                    const std::string& name = "conv_grad_weight");
+                                    const std::string& name = "conv_grad_weight", bool packed = false);
 
 }  // namespace kiln::ops
 
