@@ -104,10 +104,18 @@ int64_t batch_groups(int64_t n, int64_t pixels, int64_t elements) {
 }  // namespace
 
 te::Tensor conv2d_nchwc_grad_input(const te::Tensor& dY, const te::Tensor& W, const Conv2dParams& p, int64_t H, int64_t Wd, int64_t cb,
-                                   const std::string& name) {
+                                   const std::string& name, int64_t channels) {
   const char* what = "conv2d_nchwc_grad_input";
   check_params(p, what);
-  std::vector<int64_t> ys = static_shape(dY, 5, what, "[N, K/kb, OH, OW, kb]"), ws = static_shape(W, 4, what, "[K, C, KH, KW]");
+  std::vector<int64_t> ys = static_shape(dY, 5, what, "[N, K/kb, OH, OW, kb]");
+  // Plain [K, C, KH, KW], or the forward's packed [K/kb, C/cb, KH, KW, cb, kb] (as the plain, K padded).
+  const bool packed = W.ndim() == 6;
+  std::vector<int64_t> ws = packed ? static_shape(W, 6, what, "[K/kb, C/cb, KH, KW, cb, kb]") : static_shape(W, 4, what, "[K, C, KH, KW] or [K/kb, C/cb, KH, KW, cb, kb]");
+  if (packed) {
+    KILN_USER_CHECK(ws[0] == ys[1] && ws[5] == ys[4] && ws[4] == cb && channels > 0 && ws[1] == (channels + cb - 1) / cb)
+        << what << ": packed weights " << shape_to_string(ws) << " do not match dY " << shape_to_string(ys) << " and " << channels << " input channels in blocks of " << cb;
+    ws = {ws[0] * ws[5], channels, ws[2], ws[3]};
+  }
   const int64_t K = ws[0], C = ws[1], KH = ws[2], KW = ws[3], kb = ys[4], OH = ys[2], OW = ys[3];
   KILN_USER_CHECK(cb > 0 && H > 0 && Wd > 0) << what << ": the input's extents and channel block must be positive";
   KILN_USER_CHECK(ys[1] * kb >= K && (ys[1] - 1) * kb < K) << what << ": dY " << shape_to_string(ys) << " does not hold the " << K << " output channels of W "
@@ -148,6 +156,7 @@ te::Tensor conv2d_nchwc_grad_input(const te::Tensor& dY, const te::Tensor& W, co
         Expr taps_h = fs_taps(ph, a), taps_w = fs_taps(pw, b);
         guard = guard && i[3] < taps_h && i[4] < taps_w;
       }
+      if (packed) return if_then_else(guard, W(std::vector<Expr>{i[2], i[1], ry, rx, i[6], i[5]}), make_zero(W.dtype()));
       return if_then_else(guard, W(std::vector<Expr>{min(k, E(K - 1)), min(c, E(C - 1)), ry, rx}), make_zero(W.dtype()));
     }, name + ".weights", {"phase", "co", "ko", "jy", "jx", "ki", "ci"});
   // One stride-1 convolution per phase with taps in both dims.

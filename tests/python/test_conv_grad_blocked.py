@@ -100,6 +100,9 @@ def test_grad_input_matches_autograd(target, n, c, k, hw, kernel, stride, pad, d
     assert dxb.shape == (n, -(-c // cb), hw[0], hw[1], cb)
     np.testing.assert_allclose(unblocked(dxb, c), dx_ref, rtol=1e-4, atol=1e-4)
     assert not dxb.transpose(0, 1, 4, 2, 3).reshape(n, -1, hw[0], hw[1])[:, c:].any()  # the padded channels are zero
+    # W as kiln.ConvNCHWc's packed weights [K/kb, C/cb, KH, KW, cb, kb].
+    dxp = grad_input(blocked(dy, kb, garbage=True), np.ascontiguousarray(packed(w, cb, kb)), x.shape, cb, target, **attrs(stride, pad, dilation))
+    np.testing.assert_allclose(dxp, dxb, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("target", TARGETS)

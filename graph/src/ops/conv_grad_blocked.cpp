@@ -4,6 +4,8 @@
 //
 //   kiln.ConvGradInputNCHWc(dY [N, ceil(K/kb), OH, OW, kb], W [K, C, KH, KW])
 //       -> dX [N, ceil(C/cb), H, W, cb]
+//     W may instead be the forward kiln.ConvNCHWc's packed weights
+//     [ceil(K/kb), ceil(C/cb), KH, KW, cb, kb] (padded channels zero; cheaper to repack).
 //     attributes: strides [sh, sw], pads [top, left, bottom, right],
 //     dilations [dh, dw] (the forward's, resolved: no auto_pad), group (1),
 //     input_shape [N, C, H, W] (the forward input's plain shape: true channels),
@@ -82,9 +84,15 @@ int64_t block_of(const OpCall& c) {
 
 std::vector<TensorType> infer_grad_input(const OpCall& c) {
   ops::Conv2dParams p = params_of(c);
-  std::vector<int64_t> dy = static_input(c, 0, 5, "dY"), w = static_input(c, 1, 4, "W");
+  std::vector<int64_t> dy = static_input(c, 0, 5, "dY"), w = static_input(c, 1, c.input_types[1].ndim() == 6 ? 6 : 4, "W");
   const auto& in = c.attrs.get_ints("input_shape");
   if (in.size() != 4) c.fail("input_shape must be the forward input's plain shape [N, C, H, W], got " + attr_to_string(in));
+  if (w.size() == 6) {  // the forward's packed weights [K/kb, C/cb, KH, KW, cb, kb]
+    const int64_t cb = block_of(c);
+    if (w[0] != dy[1] || w[5] != dy[4] || w[4] != cb || w[1] != (in[1] + cb - 1) / cb)
+      c.fail("packed W " + attr_to_string(w) + " does not match dY " + attr_to_string(dy) + " and input_shape " + attr_to_string(in) + " in blocks of " + std::to_string(cb));
+    w = {w[0] * w[5], in[1], w[2], w[3]};
+  }
   if (in[0] != dy[0] || in[1] != w[1]) c.fail("input_shape " + attr_to_string(in) + ", dY " + attr_to_string(dy) + " and W " + attr_to_string(w) + " disagree in batch or input channels");
   check_blocks(c, "dY", dy, w[0]);
   check_output(c, p, dy, in[2], in[3], w[2], w[3]);
@@ -122,7 +130,7 @@ const bool registered = [] {
   OpDef gi;
   gi.name = "kiln.ConvGradInputNCHWc";
   gi.doc = "dX [N, C/cb, H, W, cb] of a blocked conv (group 1) from dY [N, K/kb, OH, OW, kb] and plain W [K, C, KH, KW]: "
-           "a transposed convolution split by stride phase; input_shape [N, C, H, W], block cb (0: dY's)";
+           "a transposed convolution split by stride phase (W also as ConvNCHWc's packed [K/kb, C/cb, KH, KW, cb, kb]); input_shape [N, C, H, W], block cb (0: dY's)";
   gi.min_inputs = gi.max_inputs = 2;
   gi.attrs = grad_specs();
   gi.attrs.push_back({"input_shape", AttrKind::Ints, std::nullopt});
@@ -131,13 +139,13 @@ const bool registered = [] {
   gi.infer = infer_grad_input;
   gi.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
     const auto& s = c.attrs.get_ints("input_shape");
-    return std::vector<te::Tensor>{ops::conv2d_nchwc_grad_input(in[0], in[1], params_of(c), s[2], s[3], block_of(c), "conv_grad_input")};
+    return std::vector<te::Tensor>{ops::conv2d_nchwc_grad_input(in[0], in[1], params_of(c), s[2], s[3], block_of(c), "conv_grad_input", s[1])};
   };
   gi.cost = [](const OpCall& c, const std::vector<TensorType>&) {
     const auto& dy = c.input_types[0].shape;
     const auto& w = c.input_types[1].shape;
-    return grad_cost(double(dy[0].value()), double(dy[2].value() * dy[3].value()), double(w[0].value()), double(w[1].value()),
-                     double(w[2].value() * w[3].value()));
+    const double C = double(c.attrs.get_ints("input_shape")[1]), K = w.size() == 6 ? double(w[0].value() * w[5].value()) : double(w[0].value());
+    return grad_cost(double(dy[0].value()), double(dy[2].value() * dy[3].value()), K, C, double(w[2].value() * w[3].value()));
   };
   gi.sharding = replicated_rule();  // made after distribution, as the forward's blocked convs
   register_op(gi);

@@ -39,9 +39,12 @@ namespace kiln::ops {
  * dY [N, ceil(K/kb), OH, OW, kb] and plain weights W [K, C, KH, KW]. The
  * channels dX's last block pads are zero; the ones dY's pads meet zero
  * weights. H and W are the input's extents (a stride leaves them ambiguous).
+ * W may instead be the forward's packed weights [ceil(K/kb), ceil(C/cb), KH,
+ * KW, cb, kb] (conv2d_nchwc_general's, padded channels zero); `channels` is
+ * then C. Their repacking moves within 4 KiB blocks, the plain one gathers.
  */
 te::Tensor conv2d_nchwc_grad_input(const te::Tensor& dY, const te::Tensor& W, const Conv2dParams& p, int64_t H, int64_t Wd, int64_t cb,
-                                   const std::string& name = "conv_grad_input");
+                                   const std::string& name = "conv_grad_input", int64_t channels = 0);
 
 /**
  * dW [K, C, KH, KW] (plain) of a blocked conv2d with parameters p, from the
