@@ -13,15 +13,18 @@
  * h = stride * q + phase receive the taps r with (h + pad - r * dilation)
  * divisible by the stride: per phase an ordinary stride-1 convolution of dY
  * (shifted and zero-padded once for all phases) by the flipped, transposed
- * weights of those taps, packed [C/cb, K/kb, taps_h, taps_w, kb, cb] (a
- * small stage of its own). With stride 1 there is one phase and the result
- * is that convolution; with more, a last stage interleaves the phases.
+ * weights of those taps, all phases' packed in one small stage
+ * [phases, C/cb, K/kb, taps_h, taps_w, kb, cb] (the most taps of a phase).
+ * With stride 1 there is one phase and the result is that convolution; with
+ * more, a last stage interleaves the phases (a phase no tap reaches is zero).
  *
- * Weight gradient: a reduction over the batch and the output pixels into
- * R [K/kb, C/cb, KH, KW, cb, kb] (each register tile: a few input channels
- * times one or two vectors of output channels, one vector load of dY and a
- * broadcast of X per input channel per pixel), X zero-padded once; dW is R
- * read back plain [K, C, KH, KW], the padded channels dropped.
+ * Weight gradient: a reduction over output pixels and the images of a batch
+ * group into R [G, K/kb, C/cb, KH, cb, KW, kb] (each register tile: kernel
+ * columns x input channels x one or two vectors of output channels: one
+ * vector load of dY per vector and a broadcast of X per row, per pixel),
+ * X zero-padded once; the G groups' partial sums added by the last stage,
+ * which reads R back plain [K, C, KH, KW] (the padded channels dropped) or
+ * packed as the forward's weights.
  */
 #ifndef KILN_OPS_CONV_GRAD_NCHWC_H
 #define KILN_OPS_CONV_GRAD_NCHWC_H
