@@ -32,6 +32,14 @@ def unblocked(a, c):
     return a.transpose(0, 1, 4, 2, 3).reshape(n, cb * b, h, w)[:, :c]
 
 
+def packed(w, cb, kb):
+    """[K, C, KH, KW] -> [ceil(K/kb), ceil(C/cb), KH, KW, cb, kb], zeros in the padded channels."""
+    k, c, r, s = w.shape
+    full = np.zeros((-(-k // kb) * kb, -(-c // cb) * cb, r, s), w.dtype)
+    full[:k, :c] = w
+    return full.reshape(-1, kb, full.shape[1] // cb, cb, r, s).transpose(0, 2, 4, 5, 3, 1)
+
+
 def torch_grads(x, w, dy, stride, pad, dilation):
     """dX and dW of conv2d(x, w) (symmetric pads [ph, pw]) by autograd, for output gradient dy."""
     xt = torch.tensor(x, requires_grad=True)
@@ -78,6 +86,8 @@ CASES = [
     (1, 16, 8, (9, 9), 3, 2, 2, 2, 8, 8),  # dilation 2 with stride 2
     (2, 12, 20, (7, 7), 3, 1, 1, 1, 8, 16),  # channels no block divides
     (1, 3, 24, (10, 10), 3, 2, 0, 1, 8, 16),  # 3 channels, unpadded stride 2
+    (2, 16, 16, (32, 32), 3, 1, 1, 1, 16, 16),  # 1024 pixels an image: the weight gradient sums two batch groups
+    (2, 3, 16, (64, 64), 7, 2, 3, 1, 16, 16),  # a stem: 3 channels in a block of 16, two batch groups
 ]
 
 
@@ -90,6 +100,9 @@ def test_grad_input_matches_autograd(target, n, c, k, hw, kernel, stride, pad, d
     assert dxb.shape == (n, -(-c // cb), hw[0], hw[1], cb)
     np.testing.assert_allclose(unblocked(dxb, c), dx_ref, rtol=1e-4, atol=1e-4)
     assert not dxb.transpose(0, 1, 4, 2, 3).reshape(n, -1, hw[0], hw[1])[:, c:].any()  # the padded channels are zero
+    # W as kiln.ConvNCHWc's packed weights [K/kb, C/cb, KH, KW, cb, kb].
+    dxp = grad_input(blocked(dy, kb, garbage=True), np.ascontiguousarray(packed(w, cb, kb)), x.shape, cb, target, **attrs(stride, pad, dilation))
+    np.testing.assert_allclose(dxp, dxb, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -100,6 +113,9 @@ def test_grad_weight_matches_autograd(target, n, c, k, hw, kernel, stride, pad, 
     dw = grad_weight(blocked(x, cb, garbage=True), blocked(dy, kb, garbage=True), w.shape, target, **attrs(stride, pad, dilation))
     assert dw.shape == w.shape
     np.testing.assert_allclose(dw, dw_ref, rtol=1e-4, atol=1e-3)
+    # packed=1: kiln.ConvNCHWc's weight layout [K/kb, C/cb, KH, KW, cb, kb], the padded channels zero.
+    dwp = grad_weight(blocked(x, cb, garbage=True), blocked(dy, kb, garbage=True), w.shape, target, packed=1, **attrs(stride, pad, dilation))
+    np.testing.assert_allclose(dwp, packed(dw_ref, cb, kb), rtol=1e-4, atol=1e-3)
 
 
 def test_asymmetric_pads():
@@ -129,5 +145,7 @@ def test_bad_operands_are_named():
     x = b.input("x", (1, 1, 4, 4, 8))
     with pytest.raises(kiln.KilnError, match="weight_shape"):
         b.op("kiln.ConvGradWeightNCHWc", x, dy, weight_shape=[16, 8, 3])
+    with pytest.raises(kiln.KilnError, match="packed must be 0"):
+        b.op("kiln.ConvGradWeightNCHWc", x, dy, weight_shape=[16, 8, 3, 3], pads=[1, 1, 1, 1], packed=2)
     with pytest.raises(kiln.KilnError, match="does not hold 9 channels"):
         b.op("kiln.ConvGradWeightNCHWc", x, dy, weight_shape=[16, 9, 3, 3], pads=[1, 1, 1, 1])

@@ -4,6 +4,8 @@
 //
 //   kiln.ConvGradInputNCHWc(dY [N, ceil(K/kb), OH, OW, kb], W [K, C, KH, KW])
 //       -> dX [N, ceil(C/cb), H, W, cb]
+//     W may instead be the forward kiln.ConvNCHWc's packed weights
+//     [ceil(K/kb), ceil(C/cb), KH, KW, cb, kb] (padded channels zero; cheaper to repack).
 //     attributes: strides [sh, sw], pads [top, left, bottom, right],
 //     dilations [dh, dw] (the forward's, resolved: no auto_pad), group (1),
 //     input_shape [N, C, H, W] (the forward input's plain shape: true channels),
@@ -11,9 +13,11 @@
 //     dY's padded channels meet zero weights.
 //
 //   kiln.ConvGradWeightNCHWc(X [N, ceil(C/cb), H, W, cb], dY [N, ceil(K/kb), OH, OW, kb])
-//       -> dW [K, C, KH, KW] (plain, X's dtype)
-//     attributes: strides, pads, dilations, group (1) as above, and
-//     weight_shape [K, C, KH, KW] (true channel counts and the kernel).
+//       -> dW [K, C, KH, KW] (plain, X's dtype), or with packed=1 in the
+//          forward kiln.ConvNCHWc's weight layout [ceil(K/kb), ceil(C/cb), KH, KW, cb, kb]
+//          (padded channels zero), for an optimizer that keeps the weights packed
+//     attributes: strides, pads, dilations, group (1) as above,
+//     weight_shape [K, C, KH, KW] (true channel counts and the kernel), packed (0).
 //
 // A blocked tensor may hold more channels than it has (its last block
 // padded, as kiln.LayoutTransform pads it); the padded channels are never
@@ -80,9 +84,15 @@ int64_t block_of(const OpCall& c) {
 
 std::vector<TensorType> infer_grad_input(const OpCall& c) {
   ops::Conv2dParams p = params_of(c);
-  std::vector<int64_t> dy = static_input(c, 0, 5, "dY"), w = static_input(c, 1, 4, "W");
+  std::vector<int64_t> dy = static_input(c, 0, 5, "dY"), w = static_input(c, 1, c.input_types[1].ndim() == 6 ? 6 : 4, "W");
   const auto& in = c.attrs.get_ints("input_shape");
   if (in.size() != 4) c.fail("input_shape must be the forward input's plain shape [N, C, H, W], got " + attr_to_string(in));
+  if (w.size() == 6) {  // the forward's packed weights [K/kb, C/cb, KH, KW, cb, kb]
+    const int64_t cb = block_of(c);
+    if (w[0] != dy[1] || w[5] != dy[4] || w[4] != cb || w[1] != (in[1] + cb - 1) / cb)
+      c.fail("packed W " + attr_to_string(w) + " does not match dY " + attr_to_string(dy) + " and input_shape " + attr_to_string(in) + " in blocks of " + std::to_string(cb));
+    w = {w[0] * w[5], in[1], w[2], w[3]};
+  }
   if (in[0] != dy[0] || in[1] != w[1]) c.fail("input_shape " + attr_to_string(in) + ", dY " + attr_to_string(dy) + " and W " + attr_to_string(w) + " disagree in batch or input channels");
   check_blocks(c, "dY", dy, w[0]);
   check_output(c, p, dy, in[2], in[3], w[2], w[3]);
@@ -101,6 +111,9 @@ std::vector<TensorType> infer_grad_weight(const OpCall& c) {
   check_blocks(c, "dY", dy, ws[0]);
   if (ws[2] < 1 || ws[3] < 1) c.fail("the kernel extents of weight_shape " + attr_to_string(ws) + " must be positive");
   check_output(c, p, dy, x[2], x[3], ws[2], ws[3]);
+  const int64_t packed = c.attrs.get_int("packed");
+  if (packed != 0 && packed != 1) c.fail("packed must be 0 (plain [K, C, KH, KW]) or 1 (the forward's packed layout), got " + std::to_string(packed));
+  if (packed) return {TensorType{{dy[1], x[1], ws[2], ws[3], x[4], dy[4]}, c.input_types[0].dtype}};
   return {TensorType{{ws[0], ws[1], ws[2], ws[3]}, c.input_types[0].dtype}};
 }
 
@@ -117,7 +130,7 @@ const bool registered = [] {
   OpDef gi;
   gi.name = "kiln.ConvGradInputNCHWc";
   gi.doc = "dX [N, C/cb, H, W, cb] of a blocked conv (group 1) from dY [N, K/kb, OH, OW, kb] and plain W [K, C, KH, KW]: "
-           "a transposed convolution split by stride phase; input_shape [N, C, H, W], block cb (0: dY's)";
+           "a transposed convolution split by stride phase (W also as ConvNCHWc's packed [K/kb, C/cb, KH, KW, cb, kb]); input_shape [N, C, H, W], block cb (0: dY's)";
   gi.min_inputs = gi.max_inputs = 2;
   gi.attrs = grad_specs();
   gi.attrs.push_back({"input_shape", AttrKind::Ints, std::nullopt});
@@ -126,13 +139,13 @@ const bool registered = [] {
   gi.infer = infer_grad_input;
   gi.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
     const auto& s = c.attrs.get_ints("input_shape");
-    return std::vector<te::Tensor>{ops::conv2d_nchwc_grad_input(in[0], in[1], params_of(c), s[2], s[3], block_of(c), "conv_grad_input")};
+    return std::vector<te::Tensor>{ops::conv2d_nchwc_grad_input(in[0], in[1], params_of(c), s[2], s[3], block_of(c), "conv_grad_input", s[1])};
   };
   gi.cost = [](const OpCall& c, const std::vector<TensorType>&) {
     const auto& dy = c.input_types[0].shape;
     const auto& w = c.input_types[1].shape;
-    return grad_cost(double(dy[0].value()), double(dy[2].value() * dy[3].value()), double(w[0].value()), double(w[1].value()),
-                     double(w[2].value() * w[3].value()));
+    const double C = double(c.attrs.get_ints("input_shape")[1]), K = w.size() == 6 ? double(w[0].value() * w[5].value()) : double(w[0].value());
+    return grad_cost(double(dy[0].value()), double(dy[2].value() * dy[3].value()), K, C, double(w[2].value() * w[3].value()));
   };
   gi.sharding = replicated_rule();  // made after distribution, as the forward's blocked convs
   register_op(gi);
@@ -140,15 +153,17 @@ const bool registered = [] {
   OpDef gw;
   gw.name = "kiln.ConvGradWeightNCHWc";
   gw.doc = "dW [K, C, KH, KW] of a blocked conv (group 1) from X [N, C/cb, H, W, cb] and dY [N, K/kb, OH, OW, kb]: "
-           "a reduction over the batch and the output pixels; weight_shape [K, C, KH, KW]";
+           "a reduction over the batch and the output pixels; weight_shape [K, C, KH, KW]; packed 1: dW in ConvNCHWc's weight layout";
   gw.min_inputs = gw.max_inputs = 2;
   gw.attrs = grad_specs();
   gw.attrs.push_back({"weight_shape", AttrKind::Ints, std::nullopt});
+  gw.attrs.push_back({"packed", AttrKind::Int, int64_t(0)});
   gw.pattern = Pattern::OutputFusable;
   gw.infer = infer_grad_weight;
   gw.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
     const auto& ws = c.attrs.get_ints("weight_shape");
-    return std::vector<te::Tensor>{ops::conv2d_nchwc_grad_weight(in[0], in[1], params_of(c), ws[0], ws[1], ws[2], ws[3], "conv_grad_weight")};
+    return std::vector<te::Tensor>{ops::conv2d_nchwc_grad_weight(in[0], in[1], params_of(c), ws[0], ws[1], ws[2], ws[3], "conv_grad_weight",
+                                                                 c.attrs.get_int("packed") == 1)};
   };
   gw.cost = [](const OpCall& c, const std::vector<TensorType>&) {
     const auto& dy = c.input_types[1].shape;
