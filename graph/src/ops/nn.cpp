@@ -250,10 +250,7 @@ std::vector<Value> matmul_grad(GradBuilder& b, const std::vector<Value>& g) {
   bool shared = gs.size() > 2 && as.size() == gs.size() && std::equal(as.begin(), as.end() - 2, gs.begin()) &&
                 std::all_of(bs.begin(), bs.end() - 2, [](int64_t d) { return d == 1; });
   if (b.wants(1) && shared) {
-    // A^T read through Gemm's transA, not a Transpose: that was a copy
-    // kernel of the activations per weight, and the matmul's default packs
-    // a transposed A into panels by its row tile (find_transposed_a).
-    out[1] = b.reshape(b.op("Gemm", {as_rows(A), as_rows(G)}, Attrs({{"transA", int64_t(1)}})), b.in_type(1).shape);
+    out[1] = b.reshape(b.op("MatMul", {swap_last(as_rows(A)), as_rows(G)}), b.in_type(1).shape);
   } else if (b.wants(1)) {
     out[1] = b.reshape(b.sum_to(b.op("MatMul", {swap_last(A), G}), bs), b.in_type(1).shape);
   }
