@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Training steps: kiln.train's compiled step against PyTorch's eager training step, side by side.
 
-  bench/train_step_bench.py [--workloads resnet18,bert] [--threads 2] [--repeat 5] [--batch 8]
+  bench/train_step_bench.py [--workloads resnet18,bert[,mobilenetv2]] [--threads 2] [--repeat 5] [--batch 8]
                             [--image-size 112] [--seq-len 128] [--json FILE] [--build DIR] [--timeout 1800]
                             [--db FILE [--tune-trials N]] [--precision bfloat16]
 
@@ -10,6 +10,9 @@ with momentum (lr 0.01, momentum 0.9), on one fixed batch:
 
   resnet18   torchvision's ResNet-18 (10 classes; batch norms in training
              mode), [batch, 3, S, S] images, cross-entropy loss
+  mobilenetv2  torchvision's MobileNetV2 (10 classes, dropout 0; batch norms in
+             training mode; its depthwise convolutions' gradients), [batch,
+             3, S, S] images (--image-size), cross-entropy loss
   bert       one BERT-base encoder layer: nn.TransformerEncoderLayer(768,
              12 heads, FFN 3072, GELU, post-LayerNorm, dropout 0,
              batch_first), [batch, L, 768] input, MSE loss against a random
@@ -71,7 +74,8 @@ import blas_choice  # noqa: E402
 from peer_env import clean_env  # noqa: E402
 from torch_models import _status_kb  # noqa: E402  (a /proc/self/status field in kB)
 
-WORKLOADS = ("resnet18", "bert")
+WORKLOADS = ("resnet18", "bert", "mobilenetv2")
+DEFAULT_WORKLOADS = ("resnet18", "bert")  # MobileNetV2 on request: its step compiles for minutes
 WARMUP = 3
 LR, MOMENTUM = 0.01, 0.9
 MB = 1.0 / (1 << 20)
@@ -79,11 +83,11 @@ MB = 1.0 / (1 << 20)
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="train_step_bench.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of: {', '.join(WORKLOADS)}")
+    ap.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS), help=f"comma-separated, of: {', '.join(WORKLOADS)}")
     ap.add_argument("--threads", type=int, default=2, help="threads of each side (default 2)")
     ap.add_argument("--repeat", type=int, default=5, help="timed steps per side, after 3 warm-up steps (default 5)")
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--image-size", type=int, default=112, help="ResNet-18's image side")
+    ap.add_argument("--image-size", type=int, default=112, help="ResNet-18's and MobileNetV2's image side")
     ap.add_argument("--seq-len", type=int, default=128, help="tokens of the BERT layer's input")
     ap.add_argument("--json", help="write the rows to this file")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="kiln's build (its python/), where kiln is not importable")
@@ -116,6 +120,12 @@ def build(name, batch, image_size, seq_len, seed=0):
     if name == "resnet18":
         import torchvision
         module = torchvision.models.resnet18(weights=None, num_classes=10)
+        x = torch.randn(batch, 3, image_size, image_size, generator=gen)
+        y = torch.randint(0, 10, (batch,), generator=gen)
+        return module.train(), x, y, "cross_entropy"
+    if name == "mobilenetv2":
+        import torchvision
+        module = torchvision.models.mobilenet_v2(weights=None, num_classes=10, dropout=0.0)  # no randomness: first losses agree
         x = torch.randn(batch, 3, image_size, image_size, generator=gen)
         y = torch.randint(0, 10, (batch,), generator=gen)
         return module.train(), x, y, "cross_entropy"
@@ -334,6 +344,7 @@ machine = blas_choice.machine
 def header(args, m):
     import torch
     shapes = {"resnet18": f"ResNet-18 [{args.batch}, 3, {args.image_size}, {args.image_size}] -> 10 classes, cross-entropy",
+              "mobilenetv2": f"MobileNetV2 [{args.batch}, 3, {args.image_size}, {args.image_size}] -> 10 classes, cross-entropy",
               "bert": f"BERT-base encoder layer [{args.batch}, {args.seq_len}, 768], MSE"}
     return [f"kiln training-step bench on {m['host']}: {m['cpu']}, {m['isa']} (avx2 {'yes' if m['avx2'] else 'no'}, "
             f"avx512f {'yes' if m['avx512f'] else 'no'}), {m['cores']} cores; {datetime.datetime.now():%Y-%m-%d %H:%M}",

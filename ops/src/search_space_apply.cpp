@@ -305,6 +305,20 @@ class Applier {
     std::vector<IterVar> axes = st.leaf_iter_vars();  // [panels, the other dimensions..., width]
     st.parallel(axes.front());
     if (vectorizable(width)) st.vectorize(axes.back());
+    pack_transposed_a(info, p);
+  }
+
+  // With B, a transposed A (StageInfo::pack_a_operand) is packed by the row
+  // tile: each reduce step's broadcasts then read one contiguous run. Not
+  // where the row tile does not divide A's rows (a padded row tile).
+  void pack_transposed_a(const StageInfo& info, const StagePlan& p) {
+    if (info.pack_a_operand < 0 || info.pack_a_axis >= static_cast<int>(p.spatial_tiles.size())) return;
+    int rows = tile(p.spatial_tiles[static_cast<size_t>(info.pack_a_axis)])[3];
+    const te::Tensor& a = dag_.stages[info.pack_a_operand].tensor;
+    const int64_t* extent = as_const_int(a.shape()[info.pack_a_dim]);
+    if (rows < 2 || !extent || *extent % rows != 0) return;
+    te::Tensor packed = s_.pack(a, {info.tensor}, info.pack_a_dim, rows);
+    s_[packed].parallel(s_[packed].leaf_iter_vars().front());
   }
 
   // Panel-outer: the innermost axis's loop goes before the axes of rows

@@ -58,6 +58,11 @@ struct StageInfo {
   int pack_operand = -1;
   int pack_dim = -1;                         ///< the operand's dimension indexed by the innermost spatial axis
   std::vector<int> pack_widths;              ///< panel widths the pack sketch allows (innermost tile factors)
+  /** Multi-level-tiled stages: the input read as a transposed A, A[k, i] (see find_transposed_a), else -1.
+   * Where the pack rule packs B, it packs this operand too: into panels as wide as the row tile. */
+  int pack_a_operand = -1;
+  int pack_a_dim = -1;                       ///< the operand's dimension indexed by the row axis
+  int pack_a_axis = -1;                      ///< that row axis (a spatial axis of the stage)
   /** Per output axis, the part of it a Simple stage runs inside its other
    * loops, unrolled (see inner_parts in sketch_rules.cpp): the whole axis
    * where it only picks, through selects, which inputs an element reads (a

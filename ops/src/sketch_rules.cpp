@@ -162,6 +162,49 @@ void find_pack_operand(const DagInfo& dag, const std::unordered_map<const te::Op
     }
 }
 
+// The transposed-A operand: an input whose every read has the row axis
+// (the spatial axis just outside the vectorized one) as its last index, a
+// plain variable no other index uses, another index following a reduce
+// axis, and no index using the vectorized axis -- A^T[k, i] of a weight
+// gradient's Gemm (transA). The register tile broadcasts the row tile's
+// elements of A at each reduce step: here a few floats of a new row each
+// step, a new cache line (and, for a wide row, a new page) where A read by
+// rows streams along them. Packed into panels [M/r, K, r] by the row tile r
+// they are one contiguous stream. Inputs only, as find_pack_operand.
+void find_transposed_a(const DagInfo& dag, const std::unordered_map<const te::OperationNode*, int>& index, StageInfo& s) {
+  size_t n = s.spatial.size();
+  if (n < 2 || s.reduce.size() != 1) return;
+  const Variable* inner = s.op->axis[n - 1].var().get();
+  const Variable* row = s.op->axis[n - 2].var().get();
+  const Variable* red = s.op->reduce_axis[0].var().get();
+  std::unordered_map<int, bool> ok_of;
+  std::vector<int> order;
+  post_order_visit(s.op->body, [&](const Expr& e) {
+    const TensorLoad* t = e.as<TensorLoad>();
+    if (!t) return;
+    int p = index.at(static_cast<const te::TensorNode*>(t->producer.get())->op.get());
+    size_t m = t->indices.size();
+    bool ok = dag.stages[p].op == nullptr && m >= 2 && t->indices[m - 1].as<Variable>() == row, follows_reduce = false;
+    for (size_t k = 0; ok && k + 1 < m; ++k) {
+      ok = !uses_var(t->indices[k], [&](const Variable* v) { return v == row || v == inner; });
+      follows_reduce = follows_reduce || uses_var(t->indices[k], [&](const Variable* v) { return v == red; });
+    }
+    auto [it, fresh] = ok_of.try_emplace(p, true);
+    if (fresh) order.push_back(p);
+    it->second = it->second && ok && follows_reduce;
+  });
+  for (int p : order) {
+    if (!ok_of[p] || p == s.pack_operand) continue;
+    bool constant = true;
+    for (const Expr& e : dag.stages[p].tensor.shape()) constant = constant && !is_symbolic_extent(e);
+    if (!constant) continue;
+    s.pack_a_operand = p;
+    s.pack_a_dim = dag.stages[p].tensor.ndim() - 1;
+    s.pack_a_axis = static_cast<int>(n - 2);
+    return;
+  }
+}
+
 // Counts a variable's uses in an expression, those inside the condition of a
 // select (Select or if_then_else) and those in the index of a read, and
 // collects the m of the tests (v mod m) == constant in conditions.
@@ -301,6 +344,7 @@ DagInfo analyze_dag(const Task& task) {
     s.inner_parts = find_inner_parts(s);
     if (s.has_reuse && !s.spatial.empty()) s.pack_widths = panel_widths(s.spatial.back(), dag.lanes, dag.registers);
     if (s.has_reuse) find_pack_operand(dag, index, s);
+    if (s.has_reuse && s.pack_operand >= 0) find_transposed_a(dag, index, s);
     if (s.has_reuse) mark_materializable(dag, index, s);
   }
   for (size_t i = 0; i < dag.stages.size(); ++i)
@@ -579,6 +623,7 @@ std::string describe(const DagInfo& dag, const Sketch& sk) {
     first = false;
     if (p.kind == PlanKind::TiledFused) os << " '" << dag.stages[p.consumer].name << "'";
     if (p.pack >= 0) os << ", pack '" << dag.stages[p.pack].name << "'";
+    if (p.pack >= 0 && dag.stages[i].pack_a_operand >= 0) os << " and transposed '" << dag.stages[dag.stages[i].pack_a_operand].name << "' where the row tile divides it";
     if (p.kind == PlanKind::Inline && p.consumer >= 0) os << " (or stored per row of '" << dag.stages[p.consumer].name << "')";
     if (p.kind == PlanKind::RowReduce) os << " at the rows of '" << dag.stages[p.consumer].name << "'";
     if (p.kind == PlanKind::Simple && p.consumer >= 0) os << " (or at '" << dag.stages[p.consumer].name << "')";

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "kiln/ir/op.h"
+#include "conv_grad_grouped.h"
 #include "kiln/ops/broadcast.h"
 #include "op_helpers.h"
 #include "sharding_rules.h"
@@ -91,6 +92,8 @@ te::Tensor conv_grad_input(const OpCall& call, const te::Tensor& dY, const te::T
   const std::vector<int64_t>& xs = call.attrs.get_ints("input_shape");
   auto dims = grad_windows(call, spatial(xs), spatial(call.input_types[0].shape));
   int64_t G = call.attrs.get_int_or("group", 1), K = call.input_types[1].shape[0], Cg = call.input_types[1].shape[1], Kg = K / G;
+  if (!product && G > 1)
+    if (te::Tensor phases = grouped_grad_input_by_phases(dY, W, dims, G, xs); phases.defined()) return phases;
   te::Tensor as_conv = grad_input_as_conv(dY, W, dims, G, xs, product);
   if (as_conv.defined()) return as_conv;
   Taps taps(dims);

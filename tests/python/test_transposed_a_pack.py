@@ -1,0 +1,56 @@
+"""A transposed-A matmul (a Linear layer's weight gradient: Gemm transA, A^T[k, i]) packs A into
+panels as wide as the register tile's rows, beside B's panels, where the row tile divides A's rows:
+each reduce step then reads its few elements of A from one contiguous run instead of a new row.
+The results must stay numpy's, packed or not, float32 and bfloat16 pairs, on AVX2 and AVX-512."""
+import numpy as np
+import pytest
+
+import kiln
+from kiln.graph import Builder
+
+from test_awkward_rows import TARGETS
+
+
+def gemm_ta(K, M, N, target, alpha=1.0):
+    b = Builder()
+    a, w = b.input("a", (K, M)), b.input("b", (K, N))
+    return kiln.compile(b.build(b.op("Gemm", a, w, transA=1, alpha=alpha)), target=target)
+
+
+# B over 1 MB and 64 rows or more: the pack rule packs B, so A too where the row tile divides M.
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("K,M,N", [(256, 96, 1280), (200, 120, 1344), (256, 97, 1280)])
+def test_transposed_a_gemm_matches_numpy(rng, target, K, M, N):
+    exe = gemm_ta(K, M, N, target, alpha=0.5)
+    A, B = rng.standard_normal((K, M)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+    np.testing.assert_allclose(exe(A, B)[0], 0.5 * (A.T.astype(np.float64) @ B), rtol=1e-4, atol=1e-3)
+    detail = exe.groups()[0]["schedule_detail"]
+    assert "pack 'b' and transposed 'a'" in detail, detail
+
+
+def test_plain_a_is_not_taken_for_a_transposed_one(rng):
+    """A read by rows (no transA) keeps B's pack alone."""
+    b = Builder()
+    a, w = b.input("a", (96, 256)), b.input("b", (256, 1280))
+    exe = kiln.compile(b.build(b.op("MatMul", a, w)))
+    A, B = rng.standard_normal((96, 256)).astype(np.float32), rng.standard_normal((256, 1280)).astype(np.float32)
+    np.testing.assert_allclose(exe(A, B)[0], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-3)
+    assert "transposed" not in exe.groups()[0]["schedule_detail"]
+
+
+def test_transposed_a_bf16_pairs_match_the_rounded_product(rng):
+    """The weight gradient's Gemm under bfloat16 autocast: MatMulBF16Pairs with transA."""
+    K, M, N = 256, 96, 1280
+    b = Builder()
+    a, w = b.input("a", (K, M)), b.input("b", (K, N))
+    g = kiln.graph.autocast(b.build(b.op("Gemm", a, w, transA=1)), "bfloat16")
+    exe = kiln.compile(g)
+    assert "kiln.MatMulBF16Pairs" in " ".join(gr["ops"] for gr in exe.groups())
+    A, B = rng.standard_normal((K, M)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+
+    def rounded(x):
+        return (np.ascontiguousarray(x, np.float32).view(np.uint32) + 0x7FFF + ((np.ascontiguousarray(x, np.float32).view(np.uint32) >> 16) & 1)
+                & 0xFFFF0000).view(np.float32)
+
+    want = rounded(A).T.astype(np.float64) @ rounded(B)
+    np.testing.assert_allclose(exe(A, B)[0], want, rtol=2 ** -7, atol=0.05)
