@@ -106,18 +106,6 @@ def test_qdq_matmul_fuses_into_one_int8_kernel(relu, target):
     np.testing.assert_array_equal(exe(a)[0], want)
 
 
-def test_symbolic_rows():
-    """Rows unknown until run time (a batch): one compiled kernel for every count."""
-    w = bytes_of((24, 16), np.int8)
-    b = Builder()
-    y = b.op("MatMulInteger", b.input("a", ("n", 24), "uint8"), b.constant("w", w), b.constant("za", p(3, np.uint8)))
-    exe = kiln.compile(b.build(y))
-    assert int8_groups(exe), exe.groups()
-    for n in (1, 5, 16):
-        a = bytes_of((n, 24), np.uint8)
-        np.testing.assert_array_equal(exe(a)[0], np_integer(a, w, 3, 0))
-
-
 def test_aarch64_build_uses_the_kernel_and_matches_under_qemu(runner, tmp_path, monkeypatch):
     """u8 activations on AArch64 (shifted to s8 for sdot), QLinearMatMul and a fused QDQ ReLU, run
     under qemu-aarch64 (skipped, naming what is missing, without the cross tools): identical to numpy."""

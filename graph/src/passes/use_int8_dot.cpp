@@ -93,7 +93,10 @@ Value int8_matmul(const std::string& name, const Value& a, double za, const Valu
   int sb = b.type().dtype.is_uint() ? -128 : 0;  // signed weights on every dot instruction
   int64_t a_zero = static_cast<int64_t>(za) + sa;
   bool any_b_zero = false;
-  for (double& z : zb) any_b_zero = any_b_zero || (z += sb) != 0;
+  for (double& z : zb) {
+    z += sb;
+    any_b_zero = any_b_zero || z != 0;
+  }
   auto op = [&](const char* kind, const Value& x, int64_t axis, int shift, const char* suffix) {
     return make_op(kind, {x}, Attrs({{"axis", axis}, {"shift", int64_t(shift)}}), name + suffix)->output();
   };
