@@ -85,6 +85,7 @@ bool holds_bfloat16_values(const Value& v);
  * DequantizeLinear))) with constant scales and zero points (per tensor, or per
  * column of the 2-D weights) become one int8 kernel over byte quads along K,
  * on the target's dot instruction (kiln.QMatMulI8x4; see use_int8_dot.cpp).
+ * Targets without one (AVX2, AArch64 without dotprod) keep the ops as they are.
  */
 Graph use_int8_dot(const Graph& g, const Target& target);
 
