@@ -6,7 +6,8 @@
 Each size compiles the three graphs (default schedules, B a constant), checks the integer results against
 numpy exactly, then interleaves them round by round (the machine is shared: best of `rounds`, each the mean
 of `reps` calls). Prints GFLOP/s (float) and GOP/s (int8, 2 ops per multiply-add) and the int8/float ratio.
-The int8 kernels are plain integer code until a vpdpbusd/sdot kernel lands; this is its baseline.
+On targets with an int8 dot instruction (AVX-512 VNNI / AVX-VNNI, AArch64 dotprod) use_int8_dot makes both
+int8 ops one kernel over byte quads (vpdpbusd / sdot); elsewhere (AVX2) they stay plain integer code.
 """
 import argparse
 import os

@@ -115,14 +115,14 @@ int64_t divisor_near(int64_t extent, int64_t want, int64_t limit) {
   return best;
 }
 
-// Whether a tiled stage reduces bfloat16 pair dot products (bf16_pairs.h).
+// Whether a tiled stage reduces packed dot products (bfloat16 pairs, int8 quads).
 bool has_pair_dot(const DagInfo& dag) {
   bool found = false;
   for (const StageInfo& st : dag.stages)
     if (st.reduction && st.body.defined())
       post_order_visit(st.body, [&](const Expr& e) {
         const Call* c = e.as<Call>();
-        found = found || (c && c->op == Intrinsic::DotBF16x2);
+        found = found || (c && (c->op == Intrinsic::DotBF16x2 || c->op == Intrinsic::DotI8x4));
       });
   return found;
 }

@@ -39,7 +39,8 @@ class FlopCounter : public IRVisitor {
       return;
     }
     // A bfloat16 pair's dot product is two multiplies and an add.
-    if (op->op != Intrinsic::Likely) count += op->op == Intrinsic::DotBF16x2 ? 3 : 1;
+    // Four byte products and their three adds for dot_i8x4.
+    if (op->op != Intrinsic::Likely) count += op->op == Intrinsic::DotBF16x2 ? 3 : op->op == Intrinsic::DotI8x4 ? 7 : 1;
     IRVisitor::visit(op);
   }
   void visit(const Reduce* op) override {

@@ -95,6 +95,7 @@ cos = _kiln.cos
 pack_bf16x2 = _kiln.pack_bf16x2
 #: The float32 dot product of two pack_bf16x2 pairs (vdpbf16ps where the target has AVX-512 BF16).
 dot_bf16x2 = _kiln.dot_bf16x2
+dot_i8x4 = _kiln.dot_i8x4
 maximum = _kiln.max
 minimum = _kiln.min
 workload_key = _kiln.workload_key
@@ -237,6 +238,6 @@ __all__ = [
     "placeholder", "compute", "reduce_axis", "sum", "prod", "max", "min", "maximum", "minimum", "all", "any",
     "select", "if_then_else", "likely", "floordiv", "floormod", "truncdiv", "truncmod", "power", "logical_and",
     "logical_or", "logical_not", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "fabs", "abs", "floor",
-    "ceil", "round", "trunc", "sin", "cos", "pack_bf16x2", "dot_bf16x2", "thread_axis", "ThreadAxis", "create_schedule", "workload_key",
+    "ceil", "round", "trunc", "sin", "cos", "pack_bf16x2", "dot_bf16x2", "dot_i8x4", "thread_axis", "ThreadAxis", "create_schedule", "workload_key",
     "canonical_dag", "KilnError",
 ]

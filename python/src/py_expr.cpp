@@ -269,6 +269,7 @@ void define_expr(py::module_& m) {
   def2("pow", [](Expr a, Expr b) { return kiln::pow(a, b); });
   def2("pack_bf16x2", [](Expr lo, Expr hi) { return kiln::pack_bf16x2(lo, hi); });
   def2("dot_bf16x2", [](Expr a, Expr b) { return kiln::dot_bf16x2(a, b); });
+  def2("dot_i8x4", [](Expr a, Expr b) { return kiln::dot_i8x4(a, b); });
   def2("logical_and", [](Expr a, Expr b) { return a && b; });
   def2("logical_or", [](Expr a, Expr b) { return a || b; });
   m.def("logical_not", [](py::handle a) { return !to_expr(a); });

@@ -82,6 +82,7 @@ class Interpreter {
   Value eval_call(const Call* op);
   Value eval_if_then_else(const Call* op);
   Value eval_bf16_pairs(const Call* op);
+  Value eval_dot_i8x4(const Call* op);
   Value eval_ramp(const Ramp* op);
   Value eval_load(const BufferLoad* op);
   Value sync_threads();
@@ -312,6 +313,7 @@ Value Interpreter::eval_call(const Call* op) {
   if (op->op == Intrinsic::ThreadAllreduce) return thread_allreduce(op);
   if (pass::MmaCall m; pass::as_mma(Expr(op), &m)) return eval_mma(m);
   if (op->op == Intrinsic::PackBF16x2 || op->op == Intrinsic::DotBF16x2) return eval_bf16_pairs(op);
+  if (op->op == Intrinsic::DotI8x4) return eval_dot_i8x4(op);
   DataType t = op->dtype.element_of();
   Value a = eval(op->args[0]);
   Value b = op->args.size() > 1 ? eval(op->args[1]) : a;
@@ -339,6 +341,23 @@ Value Interpreter::eval_bf16_pairs(const Call* op) {
     auto half = [](int64_t v, int k) { return interp::bfloat16_to_float(static_cast<uint16_t>(static_cast<uint64_t>(v) >> (16 * k))); };
     float lo = half(a.lane[l].i, 0) * half(b.lane[l].i, 0);  // exact: 8-bit significands
     r.lane[l].f = std::fma(half(a.lane[l].i, 1), half(b.lane[l].i, 1), lo);
+  }
+  return r;
+}
+
+// dot_i8x4 lane by lane: each operand's bytes signed when it is int32.
+Value Interpreter::eval_dot_i8x4(const Call* op) {
+  Value a = eval(op->args[0]), b = eval(op->args[1]);
+  bool sa = op->args[0].dtype().is_int(), sb = op->args[1].dtype().is_int();
+  auto byte = [](int64_t w, int j, bool is_signed) -> int64_t {
+    auto u = static_cast<uint8_t>(static_cast<uint64_t>(w) >> (8 * j));
+    return is_signed ? static_cast<int64_t>(static_cast<int8_t>(u)) : static_cast<int64_t>(u);
+  };
+  Value r(op->dtype);
+  for (int l = 0; l < r.lanes(); ++l) {
+    int64_t s = 0;
+    for (int j = 0; j < 4; ++j) s += byte(a.lane[l].i, j, sa) * byte(b.lane[l].i, j, sb);
+    r.lane[l].i = s;
   }
   return r;
 }

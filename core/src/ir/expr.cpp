@@ -121,7 +121,7 @@ Expr Cast::make(DataType t, Expr v) {
   return new Cast(t, std::move(v));
 }
 
-static const char* const kIntrinsicNames[] = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "pow", "fabs", "sigmoid", "floor", "ceil", "round", "trunc", "sin", "cos", "abs", "if_then_else", "likely", "sync_threads", "thread_allreduce", "pack_bf16x2", "dot_bf16x2", "mma_fill", "mma_sync", "mma_store"};
+static const char* const kIntrinsicNames[] = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "pow", "fabs", "sigmoid", "floor", "ceil", "round", "trunc", "sin", "cos", "abs", "if_then_else", "likely", "sync_threads", "thread_allreduce", "pack_bf16x2", "dot_bf16x2", "mma_fill", "mma_sync", "mma_store", "dot_i8x4"};
 
 const char* intrinsic_name(Intrinsic op) { return kIntrinsicNames[static_cast<int>(op)]; }
 
@@ -138,7 +138,7 @@ Intrinsic intrinsic_from_name(const std::string& name) {
 Expr Call::make(DataType t, Intrinsic op, std::vector<Expr> args) {
   for (const Expr& a : args) KILN_CHECK(a.defined()) << "call of " << intrinsic_name(op) << " with an undefined argument";
   bool pairs = op == Intrinsic::PackBF16x2 || op == Intrinsic::DotBF16x2;
-  size_t want = op == Intrinsic::ThreadAllreduce ? 4 : op == Intrinsic::IfThenElse ? 3 : op == Intrinsic::Pow || pairs ? 2 : 1;
+  size_t want = op == Intrinsic::ThreadAllreduce ? 4 : op == Intrinsic::IfThenElse ? 3 : op == Intrinsic::Pow || pairs || op == Intrinsic::DotI8x4 ? 2 : 1;
   if (op == Intrinsic::MmaFill || op == Intrinsic::MmaSync || op == Intrinsic::MmaStore) want = op == Intrinsic::MmaFill ? 5 : op == Intrinsic::MmaSync ? 10 : 7;
   KILN_CHECK(args.size() == want) << intrinsic_name(op) << " takes " << want << " arguments, got " << args.size();
   if (pairs) {
@@ -147,6 +147,12 @@ Expr Call::make(DataType t, Intrinsic op, std::vector<Expr> args) {
     DataType out = op == Intrinsic::PackBF16x2 ? DataType::UInt(32, t.lanes()) : DataType::Float(32, t.lanes());
     KILN_CHECK(t == out && args[0].dtype() == in && args[1].dtype() == in)
         << intrinsic_name(op) << " takes two " << in.str() << " and gives " << out.str() << ", got " << args[0].dtype().str() << ", " << args[1].dtype().str()
+        << " -> " << t.str();
+  }
+  if (op == Intrinsic::DotI8x4) {
+    auto word = [&](DataType d) { return (d.is_int() || d.is_uint()) && d.bits() == 32 && d.lanes() == t.lanes(); };
+    KILN_CHECK(args.size() == 2 && t == DataType::Int(32, t.lanes()) && word(args[0].dtype()) && word(args[1].dtype()))
+        << "dot_i8x4 takes two int32/uint32 words of packed bytes and gives int32, got " << args[0].dtype().str() << ", " << args[1].dtype().str()
         << " -> " << t.str();
   }
   if (op == Intrinsic::ThreadAllreduce) {

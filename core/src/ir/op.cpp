@@ -152,6 +152,16 @@ Expr dot_bf16x2(Expr a, Expr b) {
   return Call::make(t, Intrinsic::DotBF16x2, {std::move(a), std::move(b)});
 }
 
+Expr dot_i8x4(Expr a, Expr b) {
+  auto word = [](DataType d) { return (d.is_int() || d.is_uint()) && d.bits() == 32; };
+  KILN_USER_CHECK(word(a.dtype()) && word(b.dtype()))
+      << "dot_i8x4 takes two int32 (signed bytes) or uint32 (unsigned bytes) words of four packed bytes, got " << a.dtype().str() << " and " << b.dtype().str();
+  int lanes = std::max(a.dtype().lanes(), b.dtype().lanes());
+  if (a.dtype().lanes() != lanes) a = Broadcast::make(a, lanes);
+  if (b.dtype().lanes() != lanes) b = Broadcast::make(b, lanes);
+  return Call::make(DataType::Int(32, lanes), Intrinsic::DotI8x4, {std::move(a), std::move(b)});
+}
+
 Expr call_math(Intrinsic op, std::vector<Expr> args) {
   KILN_USER_CHECK(!args.empty()) << intrinsic_name(op) << " without arguments";
   if (args.size() == 2) binary_promote(&args[0], &args[1]);

@@ -14,6 +14,7 @@
 
 #include "elementwise_helpers.h"
 #include "kiln/ops/graph_nn.h"
+#include "quantize_helpers.h"
 
 namespace kiln::graph::ops_detail {
 namespace {
@@ -22,13 +23,6 @@ const DataType F32 = DataType::Float(32), I32 = DataType::Int(32);
 
 bool quant_dtype(DataType t) { return t.is_scalar() && (t.is_int() || t.is_uint()) && (t.bits() == 8 || t.bits() == 16); }
 
-struct QRange {
-  int64_t lo, hi;
-};
-QRange range_of(DataType t) {
-  if (t.is_uint()) return {0, (int64_t{1} << t.bits()) - 1};
-  return {-(int64_t{1} << (t.bits() - 1)), (int64_t{1} << (t.bits() - 1)) - 1};
-}
 std::string range_str(DataType t) {
   QRange r = range_of(t);
   return t.str() + " [" + std::to_string(r.lo) + ", " + std::to_string(r.hi) + "]";
@@ -102,25 +96,7 @@ void check_zero_point(const OpCall& call, int i, DataType q, const std::string& 
       call.fail(what + " " + std::to_string(static_cast<int64_t>(v)) + " is out of the range of " + range_str(q) + "; give a zero point in that range");
 }
 
-// One value of a scale or zero point: per tensor (index 0) or at the channel index c.
-Expr param_at(const te::Tensor& p, const Expr& c) {
-  if (p.ndim() == 0) return p(std::vector<Expr>{});
-  if (is_const_int(p.shape()[0], 1)) return p(Expr(0));
-  return p(c);
-}
-
 std::vector<Expr> exprs(const std::vector<Var>& i) { return std::vector<Expr>(i.begin(), i.end()); }
-
-// round half to even, then the zero point, then saturation to `q`; v and the result of the sum are float32.
-// NaN (which ONNX leaves undefined, and a cast to an integer would make
-// poison) becomes the zero point: it dequantizes to 0, on every target alike.
-Expr saturate_to(DataType q, Expr v, Expr zero_point) {
-  Expr zp = zero_point.defined() ? cast(F32, zero_point) : make_const(F32, 0.0);
-  Expr y = round(std::move(v)) + zp;
-  QRange r = range_of(q);
-  Expr clamped = min(max(y, make_const(F32, static_cast<double>(r.lo))), make_const(F32, static_cast<double>(r.hi)));
-  return cast(q, select(y == y, clamped, zp));
-}
 
 // ---------------------------------------------------------------- QuantizeLinear, DequantizeLinear
 

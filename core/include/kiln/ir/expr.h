@@ -290,6 +290,16 @@ enum class Intrinsic : uint8_t {
   MmaFill,
   MmaSync,
   MmaStore,
+  /**
+   * dot_i8x4(a, b): the int32 dot product of the four bytes packed in a
+   * and the four in b (byte j in bits 8j..8j+7), each byte signed when its
+   * operand is int32 and unsigned when uint32: sum over j of a_j * b_j
+   * (exact: at most 4 * 255 * 255). `acc + dot_i8x4(a, b)` wraps like int32
+   * addition. The LLVM backend makes it vpdpbusd for uint32 a and int32 b
+   * on AVX-512 VNNI / AVX-VNNI, sdot (both int32) and udot (both uint32) on
+   * AArch64 with dotprod, and widening integer code elsewhere.
+   */
+  DotI8x4,
 };
 const char* intrinsic_name(Intrinsic op);
 /** Looks an intrinsic up by name; throws kiln::Error naming the known ones. */

@@ -75,6 +75,8 @@ Expr pow(Expr x, Expr y);
 Expr pack_bf16x2(Expr lo, Expr hi);
 /** The float32 dot product of two packed bfloat16 pairs; see Intrinsic::DotBF16x2. */
 Expr dot_bf16x2(Expr a, Expr b);
+/** The int32 dot product of two words of four packed bytes (int32: signed bytes, uint32: unsigned); see Intrinsic::DotI8x4. */
+Expr dot_i8x4(Expr a, Expr b);
 /** Calls a math intrinsic by enum with dtype handling as above. */
 Expr call_math(Intrinsic op, std::vector<Expr> args);
 

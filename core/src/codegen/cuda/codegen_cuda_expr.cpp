@@ -100,6 +100,16 @@ std::string CodeGenCUDA::call(const Call* op) {
     return "fmaf(__uint_as_float((" + a + ") & 0xFFFF0000u), __uint_as_float((" + b + ") & 0xFFFF0000u), __uint_as_float((" + a +
            ") << 16) * __uint_as_float((" + b + ") << 16))";
   }
+  if (op->op == Intrinsic::DotI8x4) {
+    // Byte by byte (dp4a takes no mixed signedness): the interpreter's sum.
+    std::string a = expr(op->args[0]), b = expr(op->args[1]), r = "(";
+    auto byte = [](const std::string& w, int j, bool is_signed) {
+      std::string shifted = "((unsigned int)(" + w + ") >> " + std::to_string(8 * j) + ")";
+      return is_signed ? "(int)(signed char)" + shifted : "(int)(" + shifted + " & 255u)";
+    };
+    for (int j = 0; j < 4; ++j) r += (j ? " + " : "") + byte(a, j, op->args[0].dtype().is_int()) + " * " + byte(b, j, op->args[1].dtype().is_int());
+    return r + ")";
+  }
   DataType t = op->dtype;
   if (op->op == Intrinsic::Abs && !t.is_float()) return (t.bits() == 64 ? "llabs(" : "abs(") + expr(op->args[0]) + ")";
   bool dbl = t.bits() == 64, narrow = t.bits() == 16;

@@ -21,9 +21,10 @@ int lanes_of(llvm::Value* v) {
   return vt ? static_cast<int>(vt->getNumElements()) : 1;
 }
 
+// A dot product an accumulating add folds into (vdpbf16ps, vpdpbusd, sdot).
 const Call* as_dot(const Expr& e) {
   const Call* c = e.as<Call>();
-  return c && c->op == Intrinsic::DotBF16x2 ? c : nullptr;
+  return c && (c->op == Intrinsic::DotBF16x2 || c->op == Intrinsic::DotI8x4) ? c : nullptr;
 }
 
 }  // namespace
@@ -98,7 +99,10 @@ void CodeGenLLVM::visit(const Add* op) {
   if (!dot && (dot = as_dot(op->a))) other = &op->b;
   if (dot) {
     llvm::Value* acc = codegen(*other);
-    value = emit_dot_bf16x2(acc, codegen(dot->args[0]), codegen(dot->args[1]));
+    if (dot->op == Intrinsic::DotI8x4)
+      value = emit_dot_i8x4(acc, codegen(dot->args[0]), codegen(dot->args[1]), dot->args[0].dtype().is_int(), dot->args[1].dtype().is_int());
+    else
+      value = emit_dot_bf16x2(acc, codegen(dot->args[0]), codegen(dot->args[1]));
     return;
   }
   llvm::Value* a = codegen(op->a);

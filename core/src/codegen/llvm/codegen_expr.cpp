@@ -192,6 +192,9 @@ void CodeGenLLVM::visit(const Call* op) {
     case Intrinsic::Likely: value = codegen(op->args[0]); return;
     case Intrinsic::PackBF16x2: value = emit_pack_bf16x2(codegen(op->args[0]), codegen(op->args[1])); return;
     case Intrinsic::DotBF16x2: value = emit_dot_bf16x2(nullptr, codegen(op->args[0]), codegen(op->args[1])); return;
+    case Intrinsic::DotI8x4:
+      value = emit_dot_i8x4(nullptr, codegen(op->args[0]), codegen(op->args[1]), op->args[0].dtype().is_int(), op->args[1].dtype().is_int());
+      return;
     default: value = emit_math(op); return;
   }
 }

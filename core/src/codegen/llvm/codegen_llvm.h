@@ -133,6 +133,12 @@ class CodeGenLLVM : public IRVisitor {
   llvm::Value* emit_dot_bf16x2(llvm::Value* acc, llvm::Value* a, llvm::Value* b);
   int bf16_dot_width(int lanes) const;
 
+  // ---- int8 dot products (codegen_i8_dot.cpp)
+  /** acc + dot_i8x4(a, b) with the bytes of a and b signed as given; acc may be null (the dot alone). */
+  llvm::Value* emit_dot_i8x4(llvm::Value* acc, llvm::Value* a, llvm::Value* b, bool a_signed, bool b_signed);
+  llvm::Value* emit_dot_i8x4_instr(llvm::Value* acc, llvm::Value* a, llvm::Value* b, bool a_signed, bool b_signed, int w);
+  std::vector<int> i8_dot_widths(bool a_signed, bool b_signed) const;
+
   // ---- math (codegen_vector_math.cpp)
   llvm::Value* emit_math(const Call* op);
   llvm::Value* emit_math_f32(Intrinsic fn, const std::vector<llvm::Value*>& args);

@@ -96,6 +96,15 @@ Value bfloat16_source(const Value& v);
  */
 Graph use_bf16_packed_weights(const Graph& g, const Target& target);
 
+/**
+ * MatMulInteger, QLinearMatMul and QuantizeLinear([Relu](MatMul(DequantizeLinear,
+ * DequantizeLinear))) with constant scales and zero points (per tensor, or per
+ * column of the 2-D weights) become one int8 kernel over byte quads along K,
+ * on the target's dot instruction (kiln.QMatMulI8x4; see use_int8_dot.cpp).
+ * Targets without one (AVX2, AArch64 without dotprod) keep the ops as they are.
+ */
+Graph use_int8_dot(const Graph& g, const Target& target);
+
 struct PipelineOptions {
   bool fuse = true;
   /** Run alter_conv_layout (convolutions in NCHWc). */
@@ -106,10 +115,12 @@ struct PipelineOptions {
   LayoutPlan layout_plan = {};
   /** use_bf16_dot: -1 on llvm targets with AVX-512 BF16 (the default), 0 never, 1 on every llvm target (emulated without the instructions). */
   int bf16_dot = -1;
+  /** use_int8_dot: on llvm targets unless false. */
+  bool int8_dot = true;
 };
 
-/** The pipeline: remove_identity, fold_transposes, use_bf16_dot (see bf16_dot), fold_constants, fold_batch_norm, eliminate_common_subexpr, alter_conv_layout,
- *  use_bf16_packed_weights (with use_bf16_dot), then fuse_ops (or wrap_ops). */
+/** The pipeline: remove_identity, fold_transposes, use_bf16_dot (see bf16_dot), use_int8_dot, fold_constants, fold_batch_norm, eliminate_common_subexpr,
+ *  alter_conv_layout, use_bf16_packed_weights (with use_bf16_dot), then fuse_ops (or wrap_ops). */
 Graph optimize(const Graph& g, const Target& target, const PipelineOptions& options = {});
 
 }  // namespace kiln::graph
