@@ -43,7 +43,8 @@ std::vector<ConvInfo> conv_infos(const Graph& g, const Target& target, int winog
   LayoutPlan defaults;
   defaults.winograd = winograd;
   std::map<std::string, int64_t> tiles;
-  for (const OpNode* n : alter_conv_layout(pre, target, defaults).op_nodes())
+  const Graph blocked = alter_conv_layout(pre, target, defaults);  // a local: op_nodes() points into it
+  for (const OpNode* n : blocked.op_nodes())
     if (n->op->name == "kiln.WinogradOutputNCHWc") tiles[n->name] = n->attrs.get_int("tile");
   std::vector<ConvInfo> out;
   for (const OpNode* n : pre.op_nodes()) {
