@@ -16,8 +16,9 @@
  * checked against the incumbent's, and timed against the incumbent in
  * interleaved rounds in this process (both compiles build only schedules
  * compile(db=) would run anyway; a compile or run error costs the
- * candidate, not the search). A move whose median ratio is below 1 -
- * min_gain over two sets of rounds becomes the incumbent.
+ * candidate, not the search). A move becomes the incumbent where its ratio
+ * to the incumbent (the larger of the median per-round ratio and the ratio
+ * of the fastest rounds) is below 1 - min_gain over two sets of rounds.
  *
  * Every candidate's outcome goes into the tuning database (graph_candidates,
  * keyed by the model's key, the hardware, the candidate and its rival), and
@@ -41,7 +42,7 @@ struct GraphSearchOptions {
   double time_budget_s = 0;  ///< stop starting candidates after this (0: none)
   int rounds = 5;            ///< interleaved rounds per set (two sets where the first looks like a win)
   double round_ms = 20;      ///< per round and side: back-to-back calls of at least this long
-  double min_gain = 0.02;    ///< a move must be this much faster (median ratio) to be taken
+  double min_gain = 0.02;    ///< a move must be this much faster (its decisive ratio, see above) to be taken
   bool progress = true;      ///< a line per candidate on stderr
   uint64_t seed = 0;         ///< of the random inputs
 };
