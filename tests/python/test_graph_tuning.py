@@ -109,6 +109,10 @@ def test_compile_follows_a_stored_plan_and_untuned_stays_as_it_was(tmp_path):
     assert np.max(np.abs(exe(x)[0] - ref)) <= 1e-4 * np.max(np.abs(ref))
     # Without the database nothing changed; compile's winograd=0 still turns Winograd off over a stored plan.
     assert _groups_ops(kiln.compile(model, target=AVX2)) == default_ops
+    # Tuning the model again tunes the stored plan's groups too: its direct convs are tasks, which no other plan has.
+    direct = lambda tasks: [t for t in tasks if t["ops"].startswith("kiln.ConvNCHWc")]  # noqa: E731
+    assert direct(kiln.tuner.extract_tasks(model, target=AVX2)[0]) == []
+    assert {g for t in direct(kiln.tuner.extract_tasks(model, target=AVX2, db=db)[0]) for g in t["groups"]} == {"conv1", "conv2"}
     _store_plan(db, model, {"version": 1, "max_block": 0, "winograd": 4, "conv_max_block": {}, "conv_winograd": {}})
     assert any("Winograd" in ops for ops in _groups_ops(kiln.compile(model, target=AVX2, db=db)))
     assert not any("Winograd" in ops for ops in _groups_ops(kiln.compile(model, target=AVX2, db=db, winograd=0)))

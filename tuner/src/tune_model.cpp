@@ -11,6 +11,7 @@
 #include "kiln/graph/bind_shapes.h"
 #include "kiln/graph/passes.h"
 #include "kiln/graph/to_te.h"
+#include "kiln/graph/tuned_plan.h"
 #include "kiln/support/error.h"
 #include "kiln/tuner/confirm.h"
 #include "kiln/tuner/tune.h"
@@ -131,6 +132,12 @@ std::vector<ModelTask> extract_tasks(const Graph& g, const CompileOptions& optio
     for (auto it = caps.rbegin(); it != caps.rend(); ++it)
       if (*it != plans.front().max_block) plans.push_back(LayoutPlan{*it, {}});
     for (LayoutPlan& plan : plans) plan.winograd = options.layout_plan.winograd;
+    // The plan a graph search measured best (tuned_plan.h), which compile(db=) takes: its groups (a direct conv
+    // where the default runs Winograd) are tasks too, or the model would run them with default schedules.
+    if (std::optional<LayoutPlan> tuned = tuned_graph_plan(g, target, options.db)) {
+      tuned->winograd = std::min(tuned->winograd, options.layout_plan.winograd);
+      plans.push_back(*tuned);
+    }
   }
   std::vector<ModelTask> tasks;
   std::map<std::string, size_t> by_key;
