@@ -1,15 +1,20 @@
 #!/usr/bin/python3
 """How a model's speed grows with tuning trials: kiln after N trials against the best peer (ONNX Runtime or PyTorch), in one run.
 
-  bench/model_tuning_table.py [--model resnet18] [--checkpoints 500,1000,3000] [--threads 1,2] [--tune-threads 2]
-                              [--image-size 224] [--db FILE] [--workdir DIR] [--build DIR] [--time-budget 60m]
-                              [--gain-rounds 11] [--tune-only | --bench-only]
+  bench/model_tuning_table.py [--model resnet18[,squeezenet1_1,...]] [--checkpoints 500,1000,2000] [--threads 1,2]
+                              [--tune-threads 2] [--image-size 224] [--db FILE] [--workdir DIR] [--build DIR]
+                              [--time-budget 60m] [--graph-share 0.25] [--graph-cost 10] [--gain-rounds 11]
+                              [--tune-only | --bench-only]
+
+Several models (comma-separated) each get their own stages and table, one after the other.
 
 The model is exported to ONNX as bench/model_bench.py exports it (random
 seeded weights, batch 1, the same opset), so its tasks have the workload keys
 model_bench's compile looks up. kiln-tune MODEL.onnx tunes it in stages, one
 per checkpoint (each stage resumes from the database: a stage's trials are
-the checkpoint minus the previous one), the wall time of each stage is kept,
+the checkpoint minus the previous one; kiln-tune spends --graph-share of them
+on the graph-level search, each candidate plan counting --graph-cost trials),
+the wall time of each stage is kept,
 and the database is copied at every checkpoint (SQLite's backup API). Then
 model_bench times kiln compiled with each copy against ONNX Runtime and PyTorch's best setup
 (interleaved, its own default threading), and the table gives per
@@ -47,7 +52,7 @@ import torch_models  # noqa: E402
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="model_tuning_table.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="resnet18", help=f"one of {', '.join(torch_models.MODELS)}")
-    ap.add_argument("--checkpoints", type=lambda s: model_bench._int_list(s, "--checkpoints"), default=[500, 1000, 3000])
+    ap.add_argument("--checkpoints", type=lambda s: model_bench._int_list(s, "--checkpoints"), default=[500, 1000, 2000])
     ap.add_argument("--threads", type=lambda s: model_bench._int_list(s, "--threads"), default=[1, 2], help="model_bench's threads")
     ap.add_argument("--tune-threads", type=int, default=os.cpu_count() or 1, help="kernel threads while tuning (the target's cores)")
     ap.add_argument("--image-size", type=int, default=224)
@@ -57,6 +62,8 @@ def parse_args(argv=None):
     ap.add_argument("--workdir", default="model_tuning", help="where the ONNX file, the database and its copies go")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--time-budget", default=None, help="per stage, passed to kiln-tune --time-budget")
+    ap.add_argument("--graph-share", type=float, default=0.25, help="kiln-tune --graph-share: the trials' share for graph-level choices")
+    ap.add_argument("--graph-cost", type=int, default=10, help="kiln-tune --graph-cost: trials one graph candidate counts")
     ap.add_argument("--repeat", type=int, default=7, help="model_bench's interleaved rounds")
     ap.add_argument("--tune-only", action="store_true", help="tune and copy the database at each checkpoint; no timing")
     ap.add_argument("--bench-only", action="store_true", help="time the copies an earlier --tune-only run left (its stages.json)")
@@ -74,20 +81,36 @@ def export_model(args, path):
 
 
 def task_keys(args, onnx_path):
-    """The workload keys of the model's tasks (every layout variant), from kiln-tune --list-tasks."""
+    """The workload keys of the model's tasks (every layout variant) and the model's key, from kiln-tune --list-tasks."""
     tool = os.path.join(args.build, "tuner", "kiln-tune")
     out = subprocess.run([tool, onnx_path, "--list-tasks", "--threads", str(args.tune_threads)], capture_output=True, text=True, check=True)
-    return [line.split()[1] for line in out.stdout.splitlines() if re.match(r"^\d+\s+[0-9a-f]{16}\s", line)]
+    keys = [line.split()[1] for line in out.stdout.splitlines() if re.match(r"^\d+\s+[0-9a-f]{16}\s", line)]
+    m = re.search(r"^model key: (\S+)", out.stdout, re.M)
+    return keys, m.group(1) if m else None
 
 
-def measured_records(db, keys):
-    """Measurements (valid and failed: what a trial leaves) of the model's tasks in the database."""
+def graph_candidates(db, model_key):
+    """Candidate plans the graph-level search measured for the model (each counts --graph-cost trials)."""
+    if not model_key or not os.path.exists(db):
+        return 0
+    with sqlite3.connect(db) as c:
+        if not c.execute("SELECT COUNT(*) FROM sqlite_schema WHERE name = 'graph_candidates'").fetchone()[0]:
+            return 0
+        return c.execute("SELECT COUNT(*) FROM graph_candidates WHERE model_key = ?", (model_key,)).fetchone()[0]
+
+
+def measured_records(args, db, keys):
+    """Trials spent: measurements (valid and failed) of the model's tasks in the database, and its graph candidates at
+    --graph-cost each. Records of groups only a tuned graph plan has (a direct conv where the default runs Winograd)
+    are not among the listed tasks and do not count: a stage may run a little over its checkpoint."""
+    keys, model_key = keys
     if not os.path.exists(db):
         return 0
     with sqlite3.connect(db) as c:
         marks = ",".join("?" * len(keys))
-        return c.execute(f"SELECT COUNT(*) FROM records r JOIN workloads w ON r.workload_id = w.id WHERE w.workload_key IN ({marks})",
-                         keys).fetchone()[0]
+        n = c.execute(f"SELECT COUNT(*) FROM records r JOIN workloads w ON r.workload_id = w.id WHERE w.workload_key IN ({marks})",
+                      keys).fetchone()[0]
+    return n + graph_candidates(db, model_key) * args.graph_cost
 
 
 def snapshot(db, path):
@@ -106,7 +129,8 @@ def snapshot(db, path):
 def tune_stage(args, onnx_path, db, trials):
     """Runs kiln-tune for `trials` more measurements; returns (wall seconds, the tuner's estimate in ms or None)."""
     tool = os.path.join(args.build, "tuner", "kiln-tune")
-    cmd = [tool, onnx_path, "--trials", str(trials), "--db", db, "--threads", str(args.tune_threads), "--quiet"]
+    cmd = [tool, onnx_path, "--trials", str(trials), "--db", db, "--threads", str(args.tune_threads), "--quiet",
+           "--graph-share", str(args.graph_share), "--graph-cost", str(args.graph_cost)]
     if args.time_budget:
         cmd += ["--time-budget", args.time_budget]
     t0 = time.perf_counter()
@@ -116,7 +140,7 @@ def tune_stage(args, onnx_path, db, trials):
         raise SystemExit(f"kiln-tune failed ({out.returncode}):\n{out.stderr[-3000:]}")
     m = re.search(r"estimated model latency \(per group, the best of its tasks, summed\): ([0-9.]+) ms", out.stdout)
     for line in out.stdout.splitlines():
-        if line.startswith("warning:"):
+        if line.startswith("warning:") or line.startswith("graph search:"):
             print(line, file=sys.stderr)
     return wall, float(m.group(1)) if m else None
 
@@ -190,6 +214,15 @@ def main(argv=None):
         return 0
     args = parse_args(argv)
     os.makedirs(args.workdir, exist_ok=True)
+    status = 0
+    for model in [m for m in args.model.split(",") if m]:
+        args.model = model
+        status = model_table(args) or status
+    return status
+
+
+def model_table(args):
+    """One model's stages and table (main's loop over --model)."""
     onnx_path = os.path.join(args.workdir, f"{args.model}_{args.image_size}.onnx")
     db = args.db or os.path.join(args.workdir, f"{args.model}.db")
     if not os.path.exists(onnx_path):
@@ -202,15 +235,16 @@ def main(argv=None):
     stages = []
     wall = 0.0
     for n in sorted(args.checkpoints):
-        have = measured_records(db, keys)
+        have = measured_records(args, db, keys)
         estimate = None
         if n > have:
             seconds, estimate = tune_stage(args, onnx_path, db, n - have)
             wall += seconds
         copy = os.path.join(args.workdir, f"{args.model}_{n}.db")
         snapshot(db, copy)
-        stages.append({"trials": measured_records(copy, keys), "checkpoint": n, "wall_s": wall, "estimate_ms": estimate, "db": copy})
-        print(f"model_tuning_table: checkpoint {n}: {stages[-1]['trials']} records, {wall:.0f} s of tuning", file=sys.stderr, flush=True)
+        stages.append({"trials": measured_records(args, copy, keys), "graph_candidates": graph_candidates(copy, keys[1]), "checkpoint": n, "wall_s": wall, "estimate_ms": estimate, "db": copy})
+        print(f"model_tuning_table: checkpoint {n}: {stages[-1]['trials']} trials ({stages[-1]['graph_candidates']} graph candidates), "
+              f"{wall:.0f} s of tuning", file=sys.stderr, flush=True)
         with open(stages_file, "w") as f:
             json.dump(stages, f, indent=1)
     if args.tune_only:
@@ -222,11 +256,11 @@ def print_table(args, stages):
     m = model_bench.machine()
     print(f"{args.model} {args.image_size}x{args.image_size}, batch 1; tuned with {args.tune_threads} thread(s); "
           f"CPU {m['cpu']} ({m['isa']}, {m['cores']} cores)")
-    fmt = "{:>7} {:>9} {:>10} {:>2} {:>9} {:>9} {:>9}  {:<18} {:<29} {}"
-    print(fmt.format("trials", "tune (s)", "est. (ms)", "T", "kiln min", "kiln med", "peer med", "kiln/peer (range)",
+    fmt = "{:>7} {:>5} {:>9} {:>10} {:>2} {:>9} {:>9} {:>9}  {:<18} {:<29} {}"
+    print(fmt.format("trials", "graph", "tune (s)", "est. (ms)", "T", "kiln min", "kiln med", "peer med", "kiln/peer (range)",
                      "tuned/default (range; mins)", "best peer"))
     for st in stages:
-        rows_file = os.path.join(args.workdir, f"rows_{st['checkpoint']}.json")
+        rows_file = os.path.join(args.workdir, f"rows_{args.model}_{st['checkpoint']}.json")
         data = bench(args, st["db"], rows_file)
         for r in data["rows"]:
             ratio = "-" if r.get("ratio_median") is None else f"{r['ratio_median']:.2f} ({r['ratio_min']:.2f}..{r['ratio_max']:.2f})"
@@ -236,16 +270,18 @@ def print_table(args, stages):
                 g = r["gain"] = tuning_gain(args, st["db"], r["threads"])
                 gain = ("failed: " + g["error"][:60] if "error" in g else "- (no group tuned for it)" if g["tuned_groups"] == 0 else
                         f"{g['gain_median']:.2f} ({g['gain_min']:.2f}..{g['gain_max']:.2f}; {g['tuned_min']:.3g}/{g['default_min']:.3g})")
-            print(fmt.format(st["trials"], f"{st['wall_s']:.0f}", est, r["threads"], model_bench._f(r.get("kiln_min"), ".2f"),
+            print(fmt.format(st["trials"], st.get("graph_candidates", "-"), f"{st['wall_s']:.0f}", est, r["threads"], model_bench._f(r.get("kiln_min"), ".2f"),
                              model_bench._f(r.get("kiln_median"), ".2f"), model_bench._f(r.get("peer_median"), ".2f"), ratio, gain,
                              r.get("peer") or r.get("kiln_error", "-")[:80]), flush=True)
         with open(rows_file + ".tmp", "w") as f:  # the rows with their gains, never half-written
             json.dump(data, f, indent=1)
         os.replace(rows_file + ".tmp", rows_file)
-    print("est.: kiln-tune's estimated model latency after the stage (per group, the best record of its tasks, summed); "
+    print(f"trials: loop measurements plus graph candidates at {args.graph_cost} trials each; graph: the graph-level candidates "
+          "measured (each a whole-model compile and timing; the winner is the plan kiln.compile(db=) takes). "
+          "est.: kiln-tune's estimated model latency after the stage (per group, the best record of its tasks, summed); "
           "each stage ends by measuring every task's best few schedules again side by side, which replaces its luckiest "
           "single measurements, so the estimate can rise between checkpoints; tuned/default: kiln with the checkpoint's "
-          f"records against kiln's default schedules, {args.gain_rounds} interleaved rounds in one process, median of "
+          f"records and graph plan against kiln's default schedules and plan (untuned), {args.gain_rounds} interleaved rounds in one process, median of "
           "per-round ratios (range; the two minima in ms), below 1 the records are faster")
     return 0
 

@@ -18,6 +18,7 @@
 #include "kiln/graph/kernel_builder.h"
 #include "kiln/graph/passes.h"
 #include "kiln/graph/plan_builder.h"
+#include "kiln/graph/tuned_plan.h"
 #include "kiln/codegen/llvm.h"
 #include "kiln/support/compile_times.h"
 #include "kiln/ir/printer.h"
@@ -133,9 +134,16 @@ Executor compile(const Graph& g, const CompileOptions& options) {
   auto st = std::make_shared<Executor::State>();
   Target target = Target::parse(options.target);
   PipelineOptions popt{options.fuse, options.layout, options.dump, options.layout_plan, options.bf16_dot};
-  bool given = options.layout_plan.max_block > 0 || !options.layout_plan.conv_max_block.empty();
-  if (options.layout && options.choose_layouts && !options.db.empty() && !given)
-    popt.layout_plan = choose_layout_plan(g, target, options.db, &st->layouts, options.layout_plan.winograd);
+  bool given = options.layout_plan.max_block > 0 || !options.layout_plan.conv_max_block.empty() || !options.layout_plan.conv_winograd.empty();
+  if (options.layout && options.choose_layouts && !options.db.empty() && !given) {
+    // A plan a graph search measured (tuned_plan.h) beats one estimated from the records.
+    if (std::optional<LayoutPlan> tuned = tuned_graph_plan(g, target, options.db, &st->layouts)) {
+      popt.layout_plan = *tuned;
+      popt.layout_plan.winograd = std::min(tuned->winograd, options.layout_plan.winograd);
+    } else {
+      popt.layout_plan = choose_layout_plan(g, target, options.db, &st->layouts, options.layout_plan.winograd);
+    }
+  }
   // The sizes kernels are scheduled for and take records at: a size variant's own bucket, else the likely sizes.
   const std::vector<ShapeBinding> likely = likely_bindings(shape_var_names(g), options.sizes, options.dims);
   popt.layout_plan.likely_sizes = layout_sizes(shape_var_names(g), options);

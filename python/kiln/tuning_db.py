@@ -296,6 +296,10 @@ class Database:
         """Every stored :class:`Claim` (expired ones too, until the next claim clears them), soonest expiry first."""
         return self._db.claims()
 
+    def delete_graph_plans(self, model_key):
+        """Deletes the tuned graph plan and the measured candidates of a model (``kiln.tuner.model_key(model)``) on every target; returns how many rows went."""
+        return self._db.delete_graph_plans(_str(model_key, "model key"))
+
     # ---- statistics and maintenance ----
 
     def stats(self):

@@ -1,6 +1,8 @@
 // kiln.tuner's model tuning bindings: task extraction and the task scheduler
 // (the tuner's, kiln/tuner/tune_model.h; built with it, which needs the graph).
 #ifdef KILN_PY_WITH_TUNER
+#include "kiln/graph/tuned_plan.h"
+#include "kiln/tuner/graph_search.h"
 #include "kiln/tuner/tune_model.h"
 #include "kiln_py.h"
 
@@ -42,6 +44,22 @@ CompileOptions compile_options(const std::string& target, const std::string& db,
   return o;
 }
 
+py::dict graph_search_dict(const GraphSearchResult& r) {
+  py::dict d;
+  d["model_key"] = r.model_key;
+  d["plan"] = r.plan_json;
+  d["start"] = r.start_json;
+  d["time"] = r.time;
+  d["start_time"] = r.start_time;
+  d["measured"] = r.measured;
+  d["reused"] = r.reused;
+  d["taken"] = r.taken;
+  d["moves"] = r.moves;
+  d["log"] = r.log;
+  d["skipped"] = r.skipped;
+  return d;
+}
+
 using Sizes = std::map<std::string, std::vector<int64_t>>;
 using Ranges = std::map<std::string, std::pair<int64_t, int64_t>>;
 
@@ -60,8 +78,11 @@ void define_tune_model(py::module_& root) {
      py::arg("dims") = Ranges{});
   m.def("tune_model", [](const Graph& g, const std::string& target, const std::string& db, int trials, int batch, double time_budget_s,
                          int early_stop_rounds, bool progress, uint64_t seed, bool layout, bool cold_inputs, int confirm_top,
-                         int confirm_rounds, bool gpu_simulate, const Sizes& sizes, const Ranges& dims) {
+                         int confirm_rounds, bool gpu_simulate, const Sizes& sizes, const Ranges& dims, double graph_share,
+                         int graph_candidate_trials) {
     ModelTuneOptions t;
+    t.graph_share = graph_share;
+    t.graph_candidate_trials = graph_candidate_trials;
     t.gpu_simulate = gpu_simulate;
     t.cold_inputs = cold_inputs;
     t.confirm_top = confirm_top;
@@ -85,11 +106,31 @@ void define_tune_model(py::module_& root) {
     d["elapsed_s"] = r.elapsed_s;
     d["estimated_latency"] = r.estimated_latency;
     d["failures"] = r.failures;
+    d["graph_trials"] = r.graph_trials;
+    d["graph"] = graph_search_dict(r.graph);
     return d;
   }, py::arg("graph"), py::arg("target"), py::arg("db"), py::arg("trials"), py::arg("batch"), py::arg("time_budget_s"),
      py::arg("early_stop_rounds"), py::arg("progress"), py::arg("seed"), py::arg("layout"), py::arg("cold_inputs") = true,
      py::arg("confirm_top") = 4, py::arg("confirm_rounds") = 3, py::arg("gpu_simulate") = false, py::arg("sizes") = Sizes{},
-     py::arg("dims") = Ranges{});
+     py::arg("dims") = Ranges{}, py::arg("graph_share") = 0.25, py::arg("graph_candidate_trials") = 10);
+  m.def("search_graph_plan", [](const Graph& g, const std::string& target, const std::string& db, int max_candidates, double time_budget_s,
+                                int rounds, double min_gain, bool progress, uint64_t seed) {
+    GraphSearchOptions o;
+    o.max_candidates = max_candidates;
+    o.time_budget_s = time_budget_s;
+    o.rounds = rounds;
+    o.min_gain = min_gain;
+    o.progress = progress;
+    o.seed = seed;
+    GraphSearchResult r;
+    {
+      py::gil_scoped_release release;
+      r = search_graph_plan(g, compile_options(target, db, true), o);
+    }
+    return graph_search_dict(r);
+  }, py::arg("graph"), py::arg("target"), py::arg("db"), py::arg("max_candidates") = 16, py::arg("time_budget_s") = 0.0,
+     py::arg("rounds") = 5, py::arg("min_gain") = 0.02, py::arg("progress") = true, py::arg("seed") = 0);
+  m.def("model_key", [](const Graph& g) { return model_key(g); }, py::arg("graph"));
 }
 
 }  // namespace kiln::python

@@ -222,6 +222,9 @@ void define_tuning_db(py::module_& m) {
         return p.with([&](db::Database& d) { return d.release_claims(owner); });
       }, py::arg("owner"))
       .def("claims", [](const PyDatabase& p) { return p.with([](db::Database& d) { return d.claims(); }); })
+      .def("delete_graph_plans", [](const PyDatabase& p, const std::string& model_key) {
+        return p.with([&](db::Database& d) { return d.delete_graph_plans(model_key); });
+      }, py::arg("model_key"))
 
       // ---- statistics and maintenance ----
       .def("stats", [](const PyDatabase& p) { return p.with([](db::Database& d) { return d.stats(); }); })

@@ -471,6 +471,8 @@ def test_read_only_open_of_a_version_2_file(path):
         add_timed(d, [1e-3])
     con = sqlite3.connect(path)
     con.execute("DROP TABLE claims")  # back to what schema 2 had
+    con.execute("DROP TABLE graph_plans")  # (schema 4's)
+    con.execute("DROP TABLE graph_candidates")
     con.execute("DROP INDEX records_by_trace")
     con.execute("ALTER TABLE records DROP COLUMN trace_hash")
     con.execute("PRAGMA user_version = 2")

@@ -11,6 +11,7 @@
 #include "kiln/graph/bind_shapes.h"
 #include "kiln/graph/passes.h"
 #include "kiln/graph/to_te.h"
+#include "kiln/graph/tuned_plan.h"
 #include "kiln/support/error.h"
 #include "kiln/tuner/confirm.h"
 #include "kiln/tuner/tune.h"
@@ -131,6 +132,12 @@ std::vector<ModelTask> extract_tasks(const Graph& g, const CompileOptions& optio
     for (auto it = caps.rbegin(); it != caps.rend(); ++it)
       if (*it != plans.front().max_block) plans.push_back(LayoutPlan{*it, {}});
     for (LayoutPlan& plan : plans) plan.winograd = options.layout_plan.winograd;
+    // The plan a graph search measured best (tuned_plan.h), which compile(db=) takes: its groups (a direct conv
+    // where the default runs Winograd) are tasks too, or the model would run them with default schedules.
+    if (std::optional<LayoutPlan> tuned = tuned_graph_plan(g, target, options.db)) {
+      tuned->winograd = std::min(tuned->winograd, options.layout_plan.winograd);
+      plans.push_back(*tuned);
+    }
   }
   std::vector<ModelTask> tasks;
   std::map<std::string, size_t> by_key;
@@ -223,10 +230,10 @@ void confirm_tasks(ModelTuneResult* r, const std::string& db, const ModelTuneOpt
 
 }  // namespace
 
-ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const ModelTuneOptions& tune) {
-  KILN_USER_CHECK(!options.db.empty()) << "tune_model needs a tuning database to keep its records (db=...)";
-  KILN_USER_CHECK(tune.trials > 0 && tune.batch > 0) << "tune_model: trials and batch must be positive";
-  auto start = Clock::now();
+namespace {
+
+// The task scheduler over the loop schedules of the model's tasks (tune_model.h), `start` the session's.
+ModelTuneResult tune_loops(const Graph& g, const CompileOptions& options, const ModelTuneOptions& tune, Clock::time_point start) {
   ModelTuneResult r;
   r.tasks = extract_tasks(g, options);
   bool gpu = Target::parse(options.target).kind == Target::Kind::CUDA;
@@ -333,6 +340,52 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
   if (tune.confirm_top > 0 && !tune.gpu_simulate) confirm_tasks(&r, options.db, tune, gpu);
   r.elapsed_s = seconds_since(start);
   r.estimated_latency = estimated_latency(r.tasks);
+  return r;
+}
+
+}  // namespace
+
+ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const ModelTuneOptions& tune) {
+  KILN_USER_CHECK(!options.db.empty()) << "tune_model needs a tuning database to keep its records (db=...)";
+  KILN_USER_CHECK(tune.trials > 0 && tune.batch > 0) << "tune_model: trials and batch must be positive";
+  KILN_USER_CHECK(tune.graph_share >= 0 && tune.graph_share <= 1 && tune.graph_candidate_trials > 0)
+      << "tune_model: graph_share must be in [0, 1] and graph_candidate_trials positive";
+  auto start = Clock::now();
+  const bool graph_search = tune.graph_share > 0 && options.layout && Target::parse(options.target).kind == Target::Kind::LLVM &&
+                            shape_var_names(g).empty();
+  const int candidates = graph_search ? static_cast<int>(tune.trials * tune.graph_share) / tune.graph_candidate_trials : 0;
+  ModelTuneOptions loops = tune;
+  loops.trials = tune.trials - candidates * tune.graph_candidate_trials;
+  ModelTuneResult r = loops.trials > 0 ? tune_loops(g, options, loops, start) : ModelTuneResult{};
+  if (candidates == 0) {
+    r.graph.skipped = !graph_search ? "no graph search (graph_share 0, a GPU target, no blocked layout, or symbolic dims)"
+                                    : "the budget is too small for one graph candidate";
+    return r;
+  }
+  GraphSearchOptions so;
+  so.max_candidates = candidates;
+  so.progress = tune.progress;
+  so.seed = tune.seed;
+  if (tune.time_budget_s > 0) so.time_budget_s = std::max(1.0, tune.time_budget_s - seconds_since(start));
+  r.graph = search_graph_plan(g, options, so);
+  r.graph_trials = r.graph.measured * tune.graph_candidate_trials;
+  // The unspent share goes back to the loops, on the winning plan's tasks (a candidate's new groups, such as a direct conv for a Winograd one).
+  const int left = tune.trials - r.trials - r.graph_trials;
+  if (left >= tune.batch && (tune.time_budget_s <= 0 || seconds_since(start) < tune.time_budget_s)) {
+    CompileOptions won = options;
+    if (r.graph.skipped.empty()) {
+      won.layout_plan = r.graph.plan;
+      won.choose_layouts = false;
+    }
+    loops.trials = left;
+    ModelTuneResult more = tune_loops(g, won, loops, start);
+    r.trials += more.trials;
+    r.rounds += more.rounds;
+    r.failures.insert(r.failures.end(), more.failures.begin(), more.failures.end());
+    r.tasks = std::move(more.tasks);
+    r.estimated_latency = more.estimated_latency;
+  }
+  r.elapsed_s = seconds_since(start);
   return r;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/graph/onnx.h"
+#include "kiln/graph/tuned_plan.h"
 #include "kiln/tuner/tune_model.h"
 #include "kiln/support/error.h"
 #include "kiln/tuner/feature_records.h"
@@ -45,6 +46,11 @@ options:
                       call, as a layer's weights are in a model run)
   --gpu-simulate      cuda targets: run the candidates in the GPU simulator, not on a
                       GPU (checks a session anywhere; records kept apart, never used)
+  --graph-share F     the share of --trials for the graph-level search (each
+                      convolution's channel block and Winograd form, measured on
+                      the whole model; each candidate counts --graph-cost trials;
+                      default 0.25; 0: loop schedules only)
+  --graph-cost N      trials one graph candidate counts (default 10)
   --quiet             no progress lines
 )";
 
@@ -142,6 +148,8 @@ int run_model(int argc, char** argv) {
     else if (a == "--time-budget") topt.time_budget_s = parse_duration(v);
     else if (a == "--batch") topt.batch = std::stoi(v);
     else if (a == "--confirm") topt.confirm_top = std::stoi(v);
+    else if (a == "--graph-share") topt.graph_share = std::stod(v);
+    else if (a == "--graph-cost") topt.graph_candidate_trials = std::stoi(v);
     else if (a == "--threads") threads = std::stoi(v);
     else if (a == "--target") target = v;
     else if (a == "--shape") {
@@ -160,6 +168,7 @@ int run_model(int argc, char** argv) {
   if (rank_report) return print_rank_report(tuner::extract_tasks(model, copt), copt.db);
   if (list) {
     std::fputs(tuner::tasks_table(tuner::extract_tasks(model, copt)).c_str(), stdout);
+    std::printf("model key: %s\n", graph::model_key(model).c_str());  // its tuned graph plan's key in the database
     return 0;
   }
   std::printf("kiln-tune: %s on %s, %d thread(s), budget %d trials, db %s\n", path.c_str(), copt.target.c_str(), threads, topt.trials, copt.db.c_str());
@@ -167,6 +176,13 @@ int run_model(int argc, char** argv) {
   tuner::ModelTuneResult r = tuner::tune_model(model, copt, topt);
   std::fputs(tuner::tasks_table(r.tasks).c_str(), stdout);
   std::printf("%d trials in %d rounds, %.1f s\n", r.trials, r.rounds, r.elapsed_s);
+  if (!r.graph.skipped.empty()) {
+    std::printf("graph search: none (%s)\n", r.graph.skipped.c_str());
+  } else {
+    std::printf("graph search: %d candidates measured (%d trials), %d outcomes re-used, %d moves taken; model %s: %.3f ms (start %.3f ms)\n",
+                r.graph.measured, r.graph_trials, r.graph.reused, r.graph.taken, r.graph.model_key.c_str(), r.graph.time * 1e3, r.graph.start_time * 1e3);
+    std::printf("graph plan: %s\n", r.graph.plan_json.c_str());
+  }
   for (const std::string& f : r.failures) std::printf("warning: not tuned further after an error (please report it): %s\n", f.c_str());
   return 0;
 }

@@ -113,6 +113,40 @@ const std::vector<Migration>& migrations() {
                PRIMARY KEY(workload_key, target, cpu_model, cpu_features, gpu_arch, trace)))",
           "CREATE INDEX claims_by_owner ON claims(owner)",
       }},
+      // v4: graph-level tuning (tuner/graph_search.h): per model (its
+      // model key) and hardware, the plan of graph choices a search found
+      // fastest, with a checksum of its text, and every candidate plan the
+      // search measured, so that a resumed search measures none twice.
+      // compile(db=) reads the plan when present; reading records needs
+      // neither.
+      {false, {
+          R"(CREATE TABLE graph_plans(
+               model_key TEXT NOT NULL,
+               target TEXT NOT NULL,
+               cpu_model TEXT NOT NULL,
+               cpu_features TEXT NOT NULL,
+               gpu_arch TEXT NOT NULL,
+               plan TEXT NOT NULL,
+               checksum TEXT NOT NULL,
+               time REAL,
+               baseline_time REAL,
+               updated_at REAL NOT NULL,
+               PRIMARY KEY(model_key, target, cpu_model, cpu_features, gpu_arch)))",
+          R"(CREATE TABLE graph_candidates(
+               id INTEGER PRIMARY KEY,
+               model_key TEXT NOT NULL,
+               target TEXT NOT NULL,
+               cpu_model TEXT NOT NULL,
+               cpu_features TEXT NOT NULL,
+               gpu_arch TEXT NOT NULL,
+               plan TEXT NOT NULL,
+               against TEXT NOT NULL,
+               ratio REAL,
+               time REAL,
+               error_msg TEXT NOT NULL DEFAULT '',
+               created_at REAL NOT NULL,
+               UNIQUE(model_key, target, cpu_model, cpu_features, gpu_arch, plan, against)))",
+      }},
   };
   return list;
 }
@@ -179,6 +213,10 @@ void check_tables(Connection& conn, int version) {
   std::vector<std::string> tables = {"workloads", "targets", "tuning_runs", "records"};
   if (version >= 2) tables.push_back("record_features");
   if (version >= 3) tables.push_back("claims");
+  if (version >= 4) {
+    tables.push_back("graph_plans");
+    tables.push_back("graph_candidates");
+  }
   for (const auto& table : tables) {
     Stmt stmt = conn.query("SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table' AND name = ?");
     stmt.bind(1, table);

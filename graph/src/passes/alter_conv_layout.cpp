@@ -352,7 +352,8 @@ class LayoutRewriter {
   static constexpr int64_t kMinWinogradTiles = 49;
   // The output tile m of the Winograd form the conv takes; 0: it stays direct.
   int64_t winograd_tile(const OpNode& conv, const ops::Conv2dParams& p, int64_t KH, int64_t KW, int64_t cb, int64_t kb) const {
-    if (plan_.winograd == 0) return 0;
+    const int max_tile = plan_.winograd_of(conv.name);
+    if (max_tile == 0) return 0;
     if (KH != 3 || KW != 3 || p.stride_h != 1 || p.stride_w != 1 || p.dilation_h != 1 || p.dilation_w != 1) return 0;
     if (cb % lanes() != 0 || kb % lanes() != 0) return 0;
     const auto& y = conv.types[0].shape;
@@ -360,7 +361,7 @@ class LayoutRewriter {
     if (y[2].is_symbolic() || y[3].is_symbolic()) return 0;
     const int64_t n = y[0].is_static() ? y[0].value() : likely_batch(y[0]);
     for (int64_t m : {4, 2})
-      if (m <= plan_.winograd && ops::winograd_tiles(n, y[2], y[3], m).count() >= kMinWinogradTiles) return m;
+      if (m <= max_tile && ops::winograd_tiles(n, y[2], y[3], m).count() >= kMinWinogradTiles) return m;
     return 0;
   }
 

@@ -21,7 +21,8 @@ shown on stderr. Every error is a :class:`kiln.KilnError`.
 from .session import Task, TuneResult, make_task, tune, plot_curve
 from .schedules import measure, default_decisions, candidate_trace, best_schedule
 from .cost_model import migrate_features, ranking_report
-from .model_tuning import tune_model, extract_tasks, remeasure
+from .model_tuning import tune_model, extract_tasks, remeasure, search_graph_plan, model_key
 
 __all__ = ["tune", "make_task", "measure", "best_schedule", "default_decisions", "candidate_trace", "plot_curve", "Task",
-           "TuneResult", "migrate_features", "ranking_report", "tune_model", "extract_tasks", "remeasure"]
+           "TuneResult", "migrate_features", "ranking_report", "tune_model", "extract_tasks", "remeasure",
+           "search_graph_plan", "model_key"]

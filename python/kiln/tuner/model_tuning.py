@@ -37,8 +37,14 @@ def extract_tasks(model, target="llvm", db=None, layout=True, sizes=None, dims=N
 
 def tune_model(model, target="llvm", trials=1000, db="kiln_tuning.db", time_budget=None, batch=16, early_stop_rounds=3,
                progress=True, seed=0, layout=True, cold_inputs=True, confirm_top=4, confirm_rounds=3, gpu_simulate=False,
-               sizes=None, dims=None):
+               sizes=None, dims=None, graph_share=0.25, graph_candidate_trials=10):
     """Tunes every task of `model` into `db`; returns a dict with the tasks, the table, trials, rounds, elapsed_s, estimated_latency (s) and failures (tasks stopped by an error, with its message).
+
+    graph_share: the share of `trials` the graph-level search may spend (``search_graph_plan``: each
+    convolution's channel block and Winograd form, measured on the whole model), each candidate plan
+    counting `graph_candidate_trials` trials; the loop schedules are tuned first on the rest, and what the
+    search leaves unspent goes back to them. The winner is stored in `db` and ``kiln.compile(db=)`` takes
+    it. The result's "graph" says what the search did, "graph_trials" what it was charged. 0: loops only.
 
     cold_inputs: time each candidate with every input but the first evicted from the caches, as a layer's
     weights are inside a model run (records kept apart from warm ones; compile prefers them).
@@ -54,10 +60,32 @@ def tune_model(model, target="llvm", trials=1000, db="kiln_tuning.db", time_budg
         raise KilnError("tune_model needs a tuning database (db=...) to keep its records")
     result = _kiln.tuner.tune_model(model, str(target), db, int(trials), int(batch), _seconds(time_budget),
                                     int(early_stop_rounds), bool(progress), int(seed), layout, bool(cold_inputs),
-                                    int(confirm_top), int(confirm_rounds), bool(gpu_simulate), parse_sizes(sizes), parse_dims(dims))
+                                    int(confirm_top), int(confirm_rounds), bool(gpu_simulate), parse_sizes(sizes), parse_dims(dims),
+                                    float(graph_share), int(graph_candidate_trials))
     for failure in result["failures"]:
         warnings.warn("tune_model: a task was not tuned further after an error (please report it): " + failure)
     return result
+
+
+def search_graph_plan(model, target="llvm", db="kiln_tuning.db", max_candidates=16, time_budget=None, rounds=5, min_gain=0.02,
+                      progress=True, seed=0):
+    """The graph-level search alone (kiln/tuner/graph_search.h): from the plan ``kiln.compile(db=)`` would take,
+    moves over each convolution's channel-block cap and Winograd form, each candidate compiled as the whole
+    model with `db`'s loop schedules, checked against the incumbent's output and timed against it in
+    interleaved rounds; a move at least `min_gain` faster (median ratio) is taken. Every outcome and the
+    winner go into `db` (a second call re-uses the outcomes instead of measuring them again), and
+    ``kiln.compile(model, db=db)`` then compiles with the winner. Returns a dict: model_key, plan (JSON),
+    start (the plan it started from), time and start_time (s), measured, reused, taken, moves, log, skipped
+    (why no search ran: no convolutions, symbolic dims, a GPU target)."""
+    if not db:
+        raise KilnError("search_graph_plan needs a tuning database (db=...) to keep its outcomes")
+    return _kiln.tuner.search_graph_plan(model, str(target), db, int(max_candidates), _seconds(time_budget), int(rounds),
+                                         float(min_gain), bool(progress), int(seed))
+
+
+def model_key(model):
+    """The key a model's tuned graph plan is stored under in a tuning database (a hash of its structure and names, not its weights)."""
+    return _kiln.tuner.model_key(model)
 
 
 def remeasure(model, db, target="llvm", top=8, rounds=3, cold_inputs=True, progress=True):

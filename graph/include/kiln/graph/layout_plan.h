@@ -35,6 +35,8 @@ struct LayoutPlan {
    * convolutions with many output pixels run as (alter_conv_layout): 4 (F(4x4, 3x3)
    * where the output has tiles enough, else F(2x2, 3x3)), 2 (F(2x2, 3x3) only), 0 (none). */
   int winograd = 4;
+  /** Per convolution (node name): the largest Winograd output tile it may take (as `winograd`; the smaller of the two applies). */
+  std::map<std::string, int> conv_winograd;
   /** The likely size of each shape variable (by name; CompileOptions sizes/dims
    * through likely_bindings): a symbolic batch counts as that many images when
    * choosing Winograd and its tile, so that the likely batch runs the form its
@@ -44,6 +46,11 @@ struct LayoutPlan {
   int64_t cap_of(const std::string& conv, int64_t fallback) const;
   /** Whether the plan sets this convolution's cap (uniformly or by name). */
   bool names(const std::string& conv) const;
+  /** The largest Winograd output tile this convolution may take: `winograd`, or less where conv_winograd says so. */
+  int winograd_of(const std::string& conv) const {
+    auto it = conv_winograd.find(conv);
+    return it == conv_winograd.end() || it->second > winograd ? winograd : it->second;
+  }
 };
 
 /**

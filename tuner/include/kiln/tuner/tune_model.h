@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kiln/graph/executor.h"
+#include "kiln/tuner/graph_search.h"
 #include "kiln/tuner/schedule_rules.h"
 
 namespace kiln::tuner {
@@ -83,6 +84,19 @@ struct ModelTuneOptions {
   int confirm_rounds = 3;
   /** cuda targets: run the candidates in the GPU simulator (tuner::MeasureOptions::gpu_simulate); no confirmation. */
   bool gpu_simulate = false;
+  /**
+   * The share of `trials` the graph-level search (graph_search.h) may spend,
+   * each candidate plan it measures counting graph_candidate_trials trials
+   * (a whole-model compile and timing costs about that many kernel
+   * measurements). The loop tuning runs first, on the rest, so that the
+   * candidates are timed with tuned schedules; what the search leaves
+   * unspent (no more moves, or outcomes found in the database) goes back
+   * to loop tuning, on the tasks of the winning plan. 0: no graph search;
+   * neither is there one for a GPU target, a model with symbolic dims, or a
+   * budget too small for one candidate.
+   */
+  double graph_share = 0.25;
+  int graph_candidate_trials = 10;
 };
 
 struct ModelTuneResult {
@@ -94,10 +108,18 @@ struct ModelTuneResult {
   double estimated_latency = 0;
   /** Tasks the session stopped because tuning them raised an error (each with the message): they keep their earlier records or the default schedule. */
   std::vector<std::string> failures;
+  /** The graph-level search: its winner, what it measured (graph.skipped: why none ran). */
+  GraphSearchResult graph;
+  /** Trials the graph search was charged: graph.measured x graph_candidate_trials. */
+  int graph_trials = 0;
 };
 
 /**
- * Tunes the model's tasks into options.db (required). Tasks without records
+ * Tunes the model into options.db (required): its loop schedules (below)
+ * and, with tune.graph_share, its graph-level choices (graph_search.h), one
+ * trial budget for both (ModelTuneOptions::graph_share says how it is split).
+ *
+ * The loop tuning: tunes the model's tasks. Tasks without records
  * get one round each first (round robin); then each round goes to the task
  * with the largest expected gain in the weighted total: its weight times the
  * larger of its last round's improvement and an optimistic share of the

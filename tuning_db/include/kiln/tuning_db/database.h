@@ -103,6 +103,18 @@ class Database {
   /** Every stored claim, expired ones too until a claim() clears them, soonest expiry first (none on a read-only older file). */
   std::vector<Claim> claims() const;
 
+  // ---- graph-level plans (tuner/graph_search.h) ----
+  /** Stores (replaces) the model's plan on the target's hardware, with the checksum of its text. Needs a writable database. */
+  void put_graph_plan(const GraphPlan& plan);
+  /** The model's plan on this hardware (target string, CPU, features, GPU arch), or none (also on a read-only older file). */
+  std::optional<GraphPlan> graph_plan(const std::string& model_key, const TargetInfo& target) const;
+  /** Records a measured candidate; measuring the same (plan, against) again replaces it. */
+  void add_graph_candidate(const GraphCandidate& candidate);
+  /** Every candidate measured for the model on this hardware, oldest first. */
+  std::vector<GraphCandidate> graph_candidates(const std::string& model_key, const TargetInfo& target) const;
+  /** Deletes the model's plan and candidates on every target; returns how many rows went. */
+  int64_t delete_graph_plans(const std::string& model_key);
+
   // ---- statistics and maintenance ----
   Stats stats() const;
   /** Deletes records by id; returns how many existed. */

@@ -134,6 +134,38 @@ struct Claim {
   double expires_at = 0;  ///< Unix seconds
 };
 
+/**
+ * The graph-level plan a search found fastest for one model on one
+ * hardware (tuner/graph_search.h): the plan's text (JSON, the graph
+ * compiler reads it), a checksum of that text written with it and checked
+ * before use, and the model's times under it and under the plan compiling
+ * without it would take.
+ */
+struct GraphPlan {
+  std::string model_key;
+  TargetInfo target;                   ///< the hardware facts (kiln_version not part of it)
+  std::string plan;                    ///< JSON text
+  std::string checksum;                ///< of `plan` (graph_plan_checksum); set by put_graph_plan
+  std::optional<double> time;          ///< seconds, the model under the plan
+  std::optional<double> baseline_time; ///< seconds, the model under the plan it replaced
+  double updated_at = 0;               ///< Unix seconds; 0 = now, at put_graph_plan
+};
+
+/** The checksum put_graph_plan stores with a plan's text ("fnv1a64:<16 hex digits>"). */
+std::string graph_plan_checksum(const std::string& text);
+
+/** One candidate plan a graph search measured, against the plan it tried to beat. */
+struct GraphCandidate {
+  std::string model_key;
+  TargetInfo target;
+  std::string plan;                    ///< JSON text of the candidate
+  std::string against;                 ///< JSON text of the plan it was timed against
+  std::optional<double> ratio;         ///< candidate / against, median of interleaved rounds; none on error
+  std::optional<double> time;          ///< seconds, the candidate's median
+  std::string error_msg;               ///< why it could not be compiled or run (empty when measured)
+  double created_at = 0;               ///< 0 = now, at add_graph_candidate
+};
+
 /** Record counts and the best run time of one workload on one target. */
 struct WorkloadTargetStats {
   std::string workload_key;

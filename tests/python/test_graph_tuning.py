@@ -1,0 +1,156 @@
+"""Graph-level tuning (kiln/tuner/graph_search.h): each convolution's channel block and Winograd form measured on the
+whole model, the winner stored in the tuning database and taken by kiln.compile(db=), resumable, and a damaged stored
+plan ignored with a warning."""
+import json
+import sqlite3
+
+import numpy as np
+import pytest
+
+import kiln
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+if not hasattr(kiln, "tune_model"):
+    pytest.skip("kiln was built without the tuner", allow_module_level=True)
+
+# AVX2 + FMA, which every machine of ours runs: caps of 8 and 16 lanes, both of which split 16 channels.
+AVX2 = "llvm -mcpu=znver3 -num-cores=2"
+
+
+def _two_convs():
+    """Two 3x3 convs at 28x28: each takes Winograd F(4x4) by default (49 tiles), and either cap blocks its 16 channels."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array((0.2 * rng.standard_normal((16, 16, 3, 3))).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((0.2 * rng.standard_normal((16, 16, 3, 3))).astype(np.float32), "w2")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1], name="conv1"), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "w2"], ["y"], pads=[1, 1, 1, 1], name="conv2")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 28, 28])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w1, w2])
+    return kiln.graph.from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+
+
+def _x():
+    return np.random.default_rng(1).standard_normal((1, 16, 28, 28)).astype(np.float32)
+
+
+def _reference(model, x):
+    """An independent reference: each operator as its plain loop nest, NCHW, unfused."""
+    return kiln.compile(model, target=AVX2, fuse=False, plain=True, layout=False)(x)[0]
+
+
+def _rows(db, table):
+    with sqlite3.connect(db) as c:
+        c.row_factory = sqlite3.Row
+        return [dict(r) for r in c.execute(f"SELECT * FROM {table} ORDER BY rowid")]
+
+
+def _checksum(text):
+    """FNV-1a 64 of the text, as tuning_db's graph_plan_checksum writes it."""
+    h = 0xcbf29ce484222325
+    for b in text.encode():
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"fnv1a64:{h:016x}"
+
+
+def _store_plan(db, model, plan):
+    """Writes `plan` as the model's tuned plan (a row like the search's, with its checksum) over the one a search left."""
+    text = json.dumps(plan, sort_keys=True, separators=(",", ":"))
+    with sqlite3.connect(db) as c:
+        n = c.execute("UPDATE graph_plans SET plan = ?, checksum = ? WHERE model_key = ?",
+                      (text, _checksum(text), kiln.tuner.model_key(model))).rowcount
+    assert n == 1
+
+
+def _groups_ops(exe):
+    return [g["ops"] for g in exe.groups()]
+
+
+def test_tune_model_stores_the_plan_and_compile_takes_it(tmp_path):
+    db = str(tmp_path / "g.db")
+    model = _two_convs()
+    # 24 trials: half to the graph (3 candidates of 4 trials), 12 to the loop schedules.
+    r = kiln.tune_model(model, target=AVX2, trials=24, batch=8, db=db, progress=False, confirm_top=0, graph_share=0.5,
+                        graph_candidate_trials=4)
+    g = r["graph"]
+    assert g["skipped"] == "" and g["measured"] == 3 and r["graph_trials"] == 12, g
+    assert r["trials"] + r["graph_trials"] <= 24
+    assert g["model_key"] == kiln.tuner.model_key(model)
+    plans = _rows(db, "graph_plans")
+    assert len(plans) == 1 and plans[0]["plan"] == g["plan"] and plans[0]["model_key"] == g["model_key"]
+    assert len(_rows(db, "graph_candidates")) == 3
+    assert json.loads(g["plan"])["version"] == 1
+    # compile(db=) takes the stored plan, and its output is the untuned model's.
+    exe = kiln.compile(model, target=AVX2, db=db)
+    decisions = exe.layout_decisions()
+    assert [d["conv"] for d in decisions] == ["conv1", "conv2"]
+    assert all("tuned graph plan" in d["why"] for d in decisions), decisions
+    x = _x()
+    got, untuned, ref = exe(x)[0], kiln.compile(model, target=AVX2)(x)[0], _reference(model, x)
+    scale = np.max(np.abs(ref))
+    assert np.max(np.abs(got - ref)) <= 1e-4 * scale and np.max(np.abs(untuned - ref)) <= 1e-4 * scale
+
+
+def test_compile_follows_a_stored_plan_and_untuned_stays_as_it_was(tmp_path):
+    db = str(tmp_path / "g.db")
+    model = _two_convs()
+    r = kiln.tuner.search_graph_plan(model, target=AVX2, db=db, max_candidates=1, rounds=1, progress=False)
+    assert r["measured"] == 1
+    default_ops = _groups_ops(kiln.compile(model, target=AVX2))
+    assert any("Winograd" in ops for ops in default_ops), default_ops  # the default this test relies on
+    # A plan with both convs direct, at one-vector blocks: compile(db=) builds exactly that.
+    _store_plan(db, model, {"version": 1, "max_block": 8, "winograd": 4, "conv_max_block": {}, "conv_winograd": {"conv1": 0, "conv2": 0}})
+    exe = kiln.compile(model, target=AVX2, db=db)
+    assert not any("Winograd" in ops for ops in _groups_ops(exe)), _groups_ops(exe)
+    assert all(d["cap"] == 8 for d in exe.layout_decisions())
+    x = _x()
+    ref = _reference(model, x)
+    assert np.max(np.abs(exe(x)[0] - ref)) <= 1e-4 * np.max(np.abs(ref))
+    # Without the database nothing changed; compile's winograd=0 still turns Winograd off over a stored plan.
+    assert _groups_ops(kiln.compile(model, target=AVX2)) == default_ops
+    # Tuning the model again tunes the stored plan's groups too: its direct convs are tasks, which no other plan has.
+    direct = lambda tasks: [t for t in tasks if t["ops"].startswith("kiln.ConvNCHWc")]  # noqa: E731
+    assert direct(kiln.tuner.extract_tasks(model, target=AVX2)[0]) == []
+    assert {g for t in direct(kiln.tuner.extract_tasks(model, target=AVX2, db=db)[0]) for g in t["groups"]} == {"conv1", "conv2"}
+    _store_plan(db, model, {"version": 1, "max_block": 0, "winograd": 4, "conv_max_block": {}, "conv_winograd": {}})
+    assert any("Winograd" in ops for ops in _groups_ops(kiln.compile(model, target=AVX2, db=db)))
+    assert not any("Winograd" in ops for ops in _groups_ops(kiln.compile(model, target=AVX2, db=db, winograd=0)))
+
+
+def test_resuming_measures_no_candidate_twice(tmp_path):
+    db = str(tmp_path / "g.db")
+    model = _two_convs()
+    # min_gain 1: no move can be taken, so the second search starts from the same plan as the first.
+    first = kiln.tuner.search_graph_plan(model, target=AVX2, db=db, max_candidates=2, rounds=1, min_gain=1.0, progress=False)
+    assert first["measured"] == 2 and first["taken"] == 0 and first["plan"] == first["start"]
+    before = _rows(db, "graph_candidates")
+    assert len(before) == 2
+    second = kiln.tuner.search_graph_plan(model, target=AVX2, db=db, max_candidates=2, rounds=1, min_gain=1.0, progress=False)
+    assert second["start"] == first["plan"]
+    assert second["reused"] == 2 and second["measured"] == 2, second["log"]
+    after = _rows(db, "graph_candidates")
+    assert after[:2] == before  # the first session's outcomes kept as they were, not measured again
+    assert len(after) == 4 and len({(r["plan"], r["against"]) for r in after}) == 4
+
+
+@pytest.mark.parametrize("damage", ["checksum", "unknown_conv"])
+def test_a_damaged_stored_plan_is_ignored_with_a_warning(tmp_path, capfd, damage):
+    db = str(tmp_path / "g.db")
+    model = _two_convs()
+    kiln.tuner.search_graph_plan(model, target=AVX2, db=db, max_candidates=1, rounds=1, progress=False)
+    if damage == "checksum":
+        with sqlite3.connect(db) as c:
+            c.execute("UPDATE graph_plans SET plan = replace(plan, '\"winograd\":4', '\"winograd\":2')")
+        expect = "checksum does not match"
+    else:
+        _store_plan(db, model, {"version": 1, "max_block": 0, "winograd": 4, "conv_max_block": {"gone": 8}, "conv_winograd": {}})
+        expect = "no convolution 'gone'"
+    capfd.readouterr()
+    exe = kiln.compile(model, target=AVX2, db=db)
+    err = capfd.readouterr().err
+    assert "warning: the tuned graph plan" in err and expect in err and kiln.tuner.model_key(model) in err, err
+    assert not any("tuned graph plan" in d["why"] for d in exe.layout_decisions())
+    x = _x()
+    ref = _reference(model, x)
+    assert np.max(np.abs(exe(x)[0] - ref)) <= 1e-4 * np.max(np.abs(ref))
