@@ -722,9 +722,10 @@ int64_t channel_block_for(int64_t C, int64_t max_block, int64_t lanes) {
   // vectors over C padded to a vector where that uses more of each vector (58
   // channels: blocks of 2 ran at 30 GFLOP/s; see padded_channels) or as much,
   // C taking several parts: whole vectors share each broadcast input. 24 as 32
-  // ran MobileNetV2's and EfficientNet-B0's 144/96 -> 24 projections in
-  // 0.45-0.55x the time of 12s, their 24 -> 144 expansions 1.1-1.4x; models
-  // 0.97-0.98x (Xeon, AVX-512, 1 thread). One part (3 channels) stays.
+  // ran the 144/96 -> 24 projections in 0.5x the time of 12s, 24 -> 144
+  // expansions 1.4x, ShuffleNetV2's 3 -> 24 stem 0.6x; MobileNetV2 0.86-0.89x,
+  // V3-small 0.84-0.91x, EfficientNet-B0 0.94-0.97x, ShuffleNetV2 0.85-0.89x
+  // (Xeon, AVX-512, 1 thread, summed kernel minimums). One part (3) stays.
   const int64_t part = ops::channel_block(static_cast<int>(C), static_cast<int>(std::min(max_block, lanes)));
   const int64_t padded = padded_channels(C, lanes);
   if (max_block >= lanes && (C * lanes > part * padded || (part < C && C * lanes == part * padded)))
