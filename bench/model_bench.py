@@ -4,11 +4,11 @@
   bench/model_bench.py [--models resnet18,resnet50,mobilenet_v2,bert_layer] [--threads 1,2]
                        [--image-size 224] [--seq-len 128] [--repeat 7] [--repeat-ms 50] [--quick]
                        [--target llvm] [--db FILE] [--opset 14] [--json FILE] [--build DIR] [--strict]
-                       [--peers ort,torch]
+                       [--peers ort,torch] [--batch 1]
 
 Each (model, threads) row runs in a process of its own, with KILN_NUM_THREADS
 set (kiln's thread pool reads it once per process). There the model (random
-weights, seeded, eval mode, batch 1) is exported to ONNX and compiled by kiln
+weights, seeded, eval mode, batch --batch, default 1) is exported to ONNX and compiled by kiln
 for "TARGET -num-cores=T", its output checked once against PyTorch's, and kiln
 is timed against ONNX Runtime on the same ONNX file (npm's onnxruntime-node,
 CPU provider, all graph optimizations, intra-op threads = T, its default
@@ -30,6 +30,11 @@ sides.
 A model kiln cannot import or compile gets its error in its row, and its
 peers are still timed; the exit status is 0 unless a row could not be made
 at all (or, with --strict, kiln failed or was wrong).
+
+--batch B: every side runs B images (sequences) a call: the ONNX file is
+exported at batch B, kiln compiles it at B, ONNX Runtime runs the same file
+and PyTorch's variants the same [B, ...] input; the table then adds each
+side's throughput (images per second: B / median time per call).
 
 --quick: image 64, 5 rounds. --json FILE: the rows (bench/scoreboard's format, times in ms).
 """
@@ -86,6 +91,7 @@ def parse_args(argv=None):
     ap.add_argument("--strict", action="store_true", help="exit 1 when kiln fails on a model or its output is wrong")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds one row may take")
     ap.add_argument("--peers", default="ort,torch", help="comma-separated peers: ort (ONNX Runtime), torch (PyTorch's variants)")
+    ap.add_argument("--batch", type=int, default=1, help="images (BERT: sequences) per call; above 1 the table adds images/s")
     args = ap.parse_args(argv)
     args.peers = [p for p in args.peers.split(",") if p]
     if not args.peers or set(args.peers) - {"ort", "torch"}:
@@ -96,8 +102,8 @@ def parse_args(argv=None):
         ap.error(f"unknown --models {unknown}; known: {', '.join(torch_models.MODELS)}")
     args.image_size = args.image_size or (64 if args.quick else 224)
     args.repeat = args.repeat or (5 if args.quick else 7)
-    if args.image_size < 32 or args.seq_len < 1 or args.repeat < 1 or args.repeat_ms <= 0:
-        ap.error("--image-size must be at least 32 (ResNet downsamples 32x), --seq-len, --repeat and --repeat-ms positive")
+    if args.image_size < 32 or args.seq_len < 1 or args.repeat < 1 or args.repeat_ms <= 0 or args.batch < 1:
+        ap.error("--image-size must be at least 32 (ResNet downsamples 32x), --seq-len, --repeat, --repeat-ms and --batch positive")
     return args
 
 
@@ -123,7 +129,7 @@ def header(args, m, tc):
             "provider, graph optimization all, intra-op threads T, default spinning, same ONNX file as kiln, warmed up",
             "peers: the fastest of ONNX Runtime and PyTorch eager NCHW / eager channels_last / TorchScript freeze+optimize_for_inference, "
             "each in its own process, torch.set_num_threads(T), OMP_NUM_THREADS=T, inference_mode/no_grad, warmed up",
-            f"time per inference, batch 1, image {args.image_size}, BERT seq {args.seq_len}; {max(5, args.repeat)} interleaved rounds "
+            f"time per inference, batch {args.batch}, image {args.image_size}, BERT seq {args.seq_len}; {max(5, args.repeat)} interleaved rounds "
             f"of >= {args.repeat_ms:g} ms per side; kiln/peer = median of per-round ratios (range), below 1 kiln is faster",
             "memory: kiln arena / peak = exe.memory() arena_bytes / peak_bytes (planned activations); torch peak = "
             "rise of peak RSS (VmHWM) over 3 inferences of PyTorch's fastest variant in a fresh process, after building it"]
@@ -194,7 +200,7 @@ def start_peers(args, model, threads, onnx_path, x, ref):
             failed.append(f"ort: {e}")
     for impl in torch_models.variants_of(model) if "torch" in args.peers else ():
         try:
-            peers[impl] = torch_models.ModelPeer(impl, model, args.image_size, args.seq_len, threads)
+            peers[impl] = torch_models.ModelPeer(impl, model, args.image_size, args.seq_len, threads, batch=args.batch)
         except launcher.PeerError as e:
             failed.append(f"{impl}: {e}")
     return peers, failed
@@ -219,7 +225,7 @@ def bench_row(args, model, threads):
     """One table row: kiln (when it can) against the peers, interleaved; times in ms."""
     import torch
     torch.set_num_threads(1)  # torch here only exports and makes the reference: no OpenMP threads beside kiln's
-    module, x = torch_models.build(model, args.image_size, args.seq_len)
+    module, x = torch_models.build(model, args.image_size, args.seq_len, batch=args.batch)
     with torch.no_grad():
         ref = module(x).numpy()
     row = {"name": f"{model} {'x'.join(map(str, x.shape))}", "model": model, "threads": threads, "unit": "ms",
@@ -259,10 +265,20 @@ def bench_row(args, model, threads):
         onnx_file.close()
     torch_variant = row.get("torch_variant") or (row.get("peer_variant") if row.get("peer_variant") != "ort" else None)
     if torch_variant:
-        mem = torch_models.measure_peak_memory(torch_variant, model, args.image_size, args.seq_len, threads)
+        mem = torch_models.measure_peak_memory(torch_variant, model, args.image_size, args.seq_len, threads, batch=args.batch)
         row["torch_peak_mb"] = mem.get("growth_mb")
         row["torch_mem_method"] = mem.get("method") or mem.get("error")
+    add_throughput(row, args.batch)
     return row
+
+
+def add_throughput(row, batch):
+    """Images (sequences) per second of each side timed: batch / median time per call (ms)."""
+    row["batch"] = batch
+    for side in ("kiln", "peer", "ort", "torch"):
+        med = row.get(f"{side}_median")
+        if med:
+            row[f"{side}_images_per_s"] = batch / (med * 1e-3)
 
 
 def timing_fields(s, kiln_ran):
@@ -337,7 +353,21 @@ def format_table(rows):
         for f in r.get("peers_failed", []):
             lines.append(" " * 4 + "peer did not run: " + f.splitlines()[0][:300])
     lines.append("times in ms per inference; memory in MB")
+    if any(r.get("batch", 1) > 1 for r in rows):
+        lines += throughput_table(rows)
     return "\n".join(lines)
+
+
+def throughput_table(rows):
+    """Lines of images (sequences) per second, from each side's median time; kiln/ORT and kiln/torch as above."""
+    fmt = "{:<26} {:>2} {:>5} {:>10} {:>10} {:>10}  {}"
+    lines = ["", "throughput, images (sequences) per second from the median time per call; higher is faster",
+             fmt.format("model", "T", "batch", "kiln", "ORT", "torch", "kiln/ORT, kiln/torch (time ratio, as above)")]
+    for r in rows:
+        ratios = ", ".join("-" if r.get(p + "ratio_median") is None else f"{r[p + 'ratio_median']:.2f}" for p in ("ort_", "torch_"))
+        lines.append(fmt.format(r["name"][:26], r["threads"], r.get("batch", 1), _f(r.get("kiln_images_per_s"), ".1f"),
+                                _f(r.get("ort_images_per_s"), ".1f"), _f(r.get("torch_images_per_s"), ".1f"), ratios))
+    return lines
 
 
 def main(argv=None):

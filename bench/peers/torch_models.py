@@ -1,7 +1,8 @@
 """Whole models for bench/model_bench.py, and PyTorch running them as a peer.
 
 build(name, image_size, seq_len) gives a model in eval mode with random
-weights (seeded: every process builds the same one) and its batch-1 input:
+weights (seeded: every process builds the same one) and its input, batch 1
+unless asked (batch B: B images or sequences, the first dimension B):
   resnet18, resnet50, mobilenet_v2   torchvision 0.14, [1, 3, S, S] input
   bert_layer                         nn.TransformerEncoderLayer(768, 12, 3072, batch_first, no dropout), [1, L, 768]
   tiny_cnn                           conv-bn-relu-pool-linear, for tests
@@ -15,7 +16,7 @@ script fails) frozen and passed through torch.jit.optimize_for_inference.
 Each variant is a peer process of its own, speaking worker.py's protocol:
 
   torch_models.py serve SPEC     a peer worker (SPEC: {"kind": "model", "impl": VARIANT,
-                                 "args": [name, image_size, seq_len], "threads": T})
+                                 "args": [name, image_size, seq_len(, batch)], "threads": T})
   torch_models.py memory SPEC    prints {"growth_mb": ...}: PyTorch's peak memory for inference
                                  in a fresh process (see peak_memory)
 
@@ -58,9 +59,11 @@ def _randomize_batch_norm(module, torch, gen):
             m.bias.data.copy_(torch.randn(c, generator=gen) * 0.1)
 
 
-def build(name, image_size=224, seq_len=128, seed=0):
+def build(name, image_size=224, seq_len=128, seed=0, batch=1):
     """(module in eval mode, input tensor) of a named model; the same in every process for a seed."""
     import torch
+    if int(batch) < 1:
+        raise ValueError(f"batch must be at least 1, got {batch}")
     torch.manual_seed(seed)
     if name in ("resnet18", "resnet50", "mobilenet_v2") + TORCHVISION_MORE:
         import torchvision
@@ -85,7 +88,7 @@ def build(name, image_size=224, seq_len=128, seed=0):
         if head is not None:
             head.weight.copy_(torch.randn(head.weight.shape, generator=gen) * 0.02)
             head.bias.copy_(torch.randn(head.bias.shape, generator=gen) * 0.02)
-    return module.eval(), torch.randn(*shape, generator=gen)
+    return module.eval(), torch.randn(int(batch), *shape[1:], generator=gen)
 
 
 def decoder_block(d=768, heads=12, seed=0):
@@ -172,7 +175,7 @@ def make(kind, impl, args, threads, paths=None):
         raise ValueError(f"torch_models serves kind 'model', not {kind!r}")
     torch = peer_kernels._torch(threads)
     name, image_size, seq_len = args[0], int(args[1]), int(args[2])
-    module, x = build(name, image_size, seq_len)
+    module, x = build(name, image_size, seq_len, batch=_batch(args))
     run, text = variant(module, x, impl)
     check = None
     if impl != "eager_nchw":
@@ -210,7 +213,7 @@ def peak_memory(spec, calls=3):
     """
     import torch
     torch.set_num_threads(int(spec["threads"]))
-    module, x = build(spec["args"][0], int(spec["args"][1]), int(spec["args"][2]))
+    module, x = build(spec["args"][0], int(spec["args"][1]), int(spec["args"][2]), batch=_batch(spec["args"]))
     run, text = variant(module, x, spec["impl"])
     gc.collect()
     base_kb = _status_kb("VmRSS")
@@ -225,8 +228,13 @@ def peak_memory(spec, calls=3):
     return {"growth_mb": max(0, peak_kb - base_kb) / 1024.0, "base_mb": base_kb / 1024.0, "variant": text, "method": method}
 
 
-def _spec(impl, name, image_size, seq_len, threads):
-    return json.dumps({"kind": "model", "impl": impl, "args": [name, int(image_size), int(seq_len)], "threads": int(threads)})
+def _batch(args):
+    """The batch of a spec's args: the fourth, when given (specs of batch 1 may leave it out)."""
+    return int(args[3]) if len(args) > 3 else 1
+
+
+def _spec(impl, name, image_size, seq_len, threads, batch=1):
+    return json.dumps({"kind": "model", "impl": impl, "args": [name, int(image_size), int(seq_len), int(batch)], "threads": int(threads)})
 
 
 def peer_env(threads):
@@ -237,15 +245,15 @@ def peer_env(threads):
 class ModelPeer(launcher.Peer):
     """A model variant's peer worker (launcher.Peer's protocol: .label, .time(), .close())."""
 
-    def __init__(self, impl, name, image_size, seq_len, threads, timeout=600):
-        self._start([sys.executable, os.path.abspath(__file__), "serve", _spec(impl, name, image_size, seq_len, threads)],
+    def __init__(self, impl, name, image_size, seq_len, threads, timeout=600, batch=1):
+        self._start([sys.executable, os.path.abspath(__file__), "serve", _spec(impl, name, image_size, seq_len, threads, batch)],
                     peer_env(threads), f"peer {impl}", timeout)
 
 
-def measure_peak_memory(impl, name, image_size, seq_len, threads, timeout=600):
+def measure_peak_memory(impl, name, image_size, seq_len, threads, timeout=600, batch=1):
     """peak_memory() in a fresh process with the peers' environment; its dict, or {"error": ...}."""
     try:
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "memory", _spec(impl, name, image_size, seq_len, threads)],
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "memory", _spec(impl, name, image_size, seq_len, threads, batch)],
                               capture_output=True, text=True, timeout=timeout, env=peer_env(threads))
     except subprocess.TimeoutExpired:
         return {"error": f"memory probe timed out after {timeout} s"}

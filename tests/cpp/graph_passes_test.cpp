@@ -184,9 +184,10 @@ TEST(GraphPasses, FoldBatchNormIntoConv) {
 // conv -> relu -> conv -> (+ x) in NCHW: after alter_conv_layout the convs,
 // the relu and the residual add run blocked, with one transform in and one out.
 // Whole vectors up to the cap; where none divides the channels, at most one
-// vector's part (24 channels on 16 lanes: 12 under both caps, not 24), or
-// whole vectors over the channels padded to a vector where that wastes
-// fewer lanes (58 channels: 64 in blocks of 16 or 32, not blocks of 2).
+// vector's part (3 channels: 3), or whole vectors over the channels padded to
+// a vector where that wastes fewer lanes (58 channels: 64 in blocks of 16 or
+// 32, not blocks of 2) or as few as several parts would (24 on 16 lanes: 32
+// in whole vectors, not blocks of 12; on 8 lanes 24 divides).
 TEST(GraphPasses, ChannelBlocksAreWholeVectorsOrAtMostOne) {
   EXPECT_EQ(graph::channel_block_for(58, 32, 16), 32);
   EXPECT_EQ(graph::channel_block_for(58, 16, 16), 16);
@@ -200,9 +201,12 @@ TEST(GraphPasses, ChannelBlocksAreWholeVectorsOrAtMostOne) {
   EXPECT_EQ(graph::channel_block_for(144, 32, 16), 16);
   EXPECT_EQ(graph::channel_block_for(96, 32, 16), 32);
   EXPECT_EQ(graph::channel_block_for(24, 16, 8), 8);
-  EXPECT_EQ(graph::channel_block_for(24, 32, 16), 12);
-  EXPECT_EQ(graph::channel_block_for(24, 16, 16), 12);
+  EXPECT_EQ(graph::channel_block_for(24, 32, 16), 32);
+  EXPECT_EQ(graph::channel_block_for(24, 16, 16), 16);
+  EXPECT_EQ(graph::padded_channels(24, 16), 32);
+  EXPECT_EQ(graph::channel_block_for(12, 32, 16), 12);  // one part, all of it: no padding
   EXPECT_EQ(graph::channel_block_for(3, 32, 16), 3);
+  EXPECT_EQ(graph::channel_block_for(3, 16, 8), 3);
 }
 
 // A blocked tensor may hold its last block padded: NCHW 58 -> blocks of 16

@@ -8,7 +8,7 @@ an AVX-512 host, an AVX2 one (8 lanes: other blocks and other padding)."""
 import numpy as np
 import pytest
 
-from kiln_helpers import check_against_torch, compile_torch, cpu_targets
+from kiln_helpers import check_against_torch, compile_torch, cpu_targets, host_has_avx512
 
 torch = pytest.importorskip("torch")
 
@@ -83,3 +83,30 @@ def test_an_op_that_makes_inf_of_zero_never_runs_over_padding(target):
     with torch.no_grad():
         ref = net(x).numpy()
     np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-3 * np.max(np.abs(ref)))
+
+
+class _InvertedResidual(torch.nn.Module):
+    # MobileNetV2's block at 24 channels: 1x1 expansion to 144 + ReLU6, 3x3 depthwise + ReLU6,
+    # 1x1 projection back to 24, plus the input.
+    def __init__(self):
+        super().__init__()
+        self.expand = torch.nn.Conv2d(24, 144, 1)
+        self.dw = torch.nn.Conv2d(144, 144, 3, 1, 1, groups=144)
+        self.project = torch.nn.Conv2d(144, 24, 1)
+
+    def forward(self, x):
+        return x + self.project(torch.clamp(self.dw(torch.clamp(self.expand(x), 0, 6)), 0, 6))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_24_channels_run_as_whole_vectors(target):
+    # 24 channels on AVX-512 take 32 (two whole vectors, 8 of them padding), not blocks of 12: the
+    # projection's tile shares each broadcast input between two vectors. On AVX2 8 lanes divide 24.
+    torch.manual_seed(24)
+    exe = check_against_torch(_InvertedResidual().eval(), torch.randn(1, 24, 12, 12), target)
+    groups = exe.groups()
+    assert sum(g["ops"].count("kiln.LayoutTransform") for g in groups) == 2, [g["ops"] for g in groups]
+    (project,) = [g for g in groups if g["name"].endswith("/project/Conv")]
+    out_channels = 32 if target == "llvm" and host_has_avx512() else 24
+    conv_flop = 2 * 144 * out_channels * 12 * 12  # the epilogue (bias, residual) adds a few per output
+    assert conv_flop <= project["flop"] < 1.05 * conv_flop, project["flop"]

@@ -53,6 +53,22 @@ def test_grouped_conv_stays_blocked_between_blocked_convs(target, groups, per_gr
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("groups", [2, 4, 32])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_groups_of_24_channels_run_blocked_in_a_block_that_divides_them(target, groups, stride):
+    # 24 channels a group: no block of whole vectors divides them (16 or 32 on AVX-512, 16 on AVX2), nor
+    # do they divide one, so the grouped conv takes the largest block up to one vector that divides 24,
+    # inside one group (12 lanes of AVX-512's 16, 8 on AVX2); its neighbours keep their blocks of whole
+    # vectors, with one relayout in and one out beside the model's own two.
+    torch.manual_seed(groups * 10 + stride)
+    channels = groups * 24
+    exe = check_against_torch(_bottleneck(channels, groups, stride), torch.randn(1, channels, 9, 10), target)
+    ops = [g["ops"] for g in exe.groups()]
+    assert sum(o.startswith("kiln.ConvNCHWc") for o in ops) == 3 and not any(o.startswith("Conv") for o in ops), ops
+    assert sum(o.count("kiln.LayoutTransform") for o in ops) == 4, ops
+
+
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("groups", [13, 55])
 def test_regnet_widths_stay_blocked_with_a_padded_last_block(target, groups):
     # RegNetY-400MF: 104 and 440 channels in groups of 8; on AVX-512 their 1x1 convs pad them to

@@ -161,3 +161,33 @@ def test_onnx_runtime_folder_is_the_package_or_its_npm_prefix(tmp_path, monkeypa
     assert ort_peer.find_module() is None
     if ort_peer.shutil.which("node"):
         assert "holds no onnxruntime-node package" in ort_peer.unavailable()
+
+
+def test_a_row_at_batch_2_runs_every_side_on_the_same_batch(monkeypatch):
+    # --batch: the ONNX file, kiln's compile and PyTorch's peers all take [2, 3, 32, 32]; the row gives images/s.
+    pytest.importorskip("torch")
+    pytest.importorskip("kiln")
+    monkeypatch.setattr(torch_models, "variants_of", lambda name: ("eager_nchw",))
+    peers = "ort,torch" if not ort_peer.unavailable() else "torch"
+    args = model_bench.parse_args(["--quick", "--image-size", "32", "--repeat-ms", "5", "--peers", peers, "--batch", "2"])
+    row = model_bench.bench_row(args, "tiny_cnn", 1)
+    assert row["input_shape"] == [2, 3, 32, 32] and row["batch"] == 2 and not row["peers_failed"], row
+    assert row["kiln_rel_err"] < 1e-4 and "note" not in row
+    assert row["kiln_images_per_s"] == pytest.approx(2e3 / row["kiln_median"])
+    assert row["torch_images_per_s"] == pytest.approx(2e3 / row["torch_median"])
+    assert ("ort_images_per_s" in row) == ("ort" in peers)
+    text = model_bench.format_table([row])
+    assert "throughput, images (sequences) per second" in text and "tiny_cnn 2x3x32x32" in text.splitlines()[-1]
+    for bad in (["--batch", "0"], ["--batch", "two"]):
+        with pytest.raises(SystemExit):
+            model_bench.parse_args(bad)
+
+
+def test_batch_of_the_models_input():
+    pytest.importorskip("torch")
+    _, x1 = torch_models.build("tiny_cnn", 32)
+    _, x3 = torch_models.build("tiny_cnn", 32, batch=3)
+    assert tuple(x3.shape) == (3, 3, 32, 32) and tuple(x1.shape) == (1, 3, 32, 32)
+    assert (x3[0] == x1[0]).all()  # batch 1's input is the first image of a larger batch: the same generator
+    with pytest.raises(ValueError, match="batch must be at least 1"):
+        torch_models.build("tiny_cnn", 32, batch=0)

@@ -229,6 +229,11 @@ class LayoutRewriter {
     const int64_t cap = plan_.cap_of(conv.name, default_conv_cap(conv, target_));
     if (shape->group == 1) {
       int64_t cb = channel_block_for(C, cap, lanes());
+      // Where parts of a vector use its lanes as well as C padded would (26 as 13s or as 32), the
+      // parts the input already comes in: a ShuffleNet join of two 13-channel halves, no relayout.
+      const int64_t in_block = block_behind(x);
+      if (!plan_.names(conv.name) && in_block > 0 && in_block < lanes() && C % in_block == 0 && C * lanes() == in_block * padded_channels(C, lanes()))
+        cb = in_block;
       kb = channel_block_for(K, cap, lanes());
       Value blocked = relayout(x, 0, cb, C);
       // Channels padded to their blocks meet zero weights.
@@ -722,13 +727,18 @@ int64_t channel_block_for(int64_t C, int64_t max_block, int64_t lanes) {
   int64_t best = whole_vectors_block(C, max_block, lanes);
   if (best > 0) return best;
   // No whole vector divides C: a part-vector divisor (24 channels on AVX-512
-  // took 12 over 24: MobileNetV2's 144 -> 24 projections ran at 108 GFLOP/s
-  // against 51, 1 thread, Zen 5), or whole vectors over C padded to a vector
-  // where that uses more of each vector (58 channels: blocks of 2 ran its 1x1
-  // convs at 30 GFLOP/s, 2 threads, AVX-512; see padded_channels).
+  // took 12 over 24: 108 GFLOP/s against 51, 1 thread, Zen 5), or whole
+  // vectors over C padded to a vector where that uses more of each vector (58
+  // channels: blocks of 2 ran at 30 GFLOP/s; see padded_channels) or as much,
+  // C taking several parts: whole vectors share each broadcast input. 24 as 32
+  // ran the 144/96 -> 24 projections in 0.5x the time of 12s, 24 -> 144
+  // expansions 1.4x, ShuffleNetV2's 3 -> 24 stem 0.6x; MobileNetV2 0.86-0.89x,
+  // V3-small 0.84-0.91x, EfficientNet-B0 0.94-0.97x, ShuffleNetV2 0.85-0.89x
+  // (Xeon, AVX-512, 1 thread, summed kernel minimums). One part (3) stays.
   const int64_t part = ops::channel_block(static_cast<int>(C), static_cast<int>(std::min(max_block, lanes)));
   const int64_t padded = padded_channels(C, lanes);
-  if (max_block >= lanes && C * lanes > part * padded) return whole_vectors_block(padded, max_block, lanes);
+  if (max_block >= lanes && (C * lanes > part * padded || (part < C && C * lanes == part * padded)))
+    return whole_vectors_block(padded, max_block, lanes);
   return part;
 }
 
