@@ -89,7 +89,11 @@ bool all_but_channels(std::vector<int64_t> axes) {
 
 TrainLayoutRules::TrainLayoutRules(const Graph& g, int64_t max_block, int64_t lanes, Relayout relayout)
     : max_block_(max_block), lanes_(lanes), relayout_(std::move(relayout)) {
-  for (const OpNode* n : g.op_nodes()) active_ = active_ || trainable_conv(*n);
+  // A step cut into segments (kiln.dist's runner, recomputation) may hold a
+  // convolution's gradients without the convolution: they take the blocked
+  // kernels there too, so the sums do not depend on where the step was cut.
+  for (const OpNode* n : g.op_nodes())
+    active_ = active_ || trainable_conv(*n) || n->op->name == "kiln.ConvGradInput" || n->op->name == "kiln.ConvGradWeight";
 }
 
 std::vector<Value> TrainLayoutRules::operator()(const Ref<OpNode>& n) {
@@ -142,10 +146,10 @@ static std::optional<Attrs> blocked_grad_attrs(const OpNode& n, const char* bloc
 // dX = kiln.ConvGradInputNCHWc(dY blocked, W plain), in the block of X's channels the forward conv read.
 std::vector<Value> TrainLayoutRules::conv_grad_input(const OpNode& n) {
   auto a = blocked_grad_attrs(n, "kiln.ConvGradInputNCHWc");
-  const int64_t kb = block_behind(n.inputs[0]);
-  if (!a || kb == 0 || n.types[0].ndim() != 4 || !n.types[0].is_static() || is_constant(n.inputs[1])) return {};
+  if (!a || n.types[0].ndim() != 4 || !n.types[0].is_static() || is_constant(n.inputs[1])) return {};
   const auto& in = n.attrs.get_ints("input_shape");
   const int64_t C = in[1], K = n.inputs[1].type().shape[0], cb = block(C);
+  const int64_t kb = block(K);  // dY's block wherever it comes from (in NCHW when a segment's input)
   a->set("input_shape", in);
   a->set("block", cb);
   Value dx = make_op("kiln.ConvGradInputNCHWc", {relayout_(n.inputs[0], 0, kb, K), n.inputs[1]}, *a, n.name)->output();
@@ -155,11 +159,11 @@ std::vector<Value> TrainLayoutRules::conv_grad_input(const OpNode& n) {
 // dW (plain, for the optimizer) = kiln.ConvGradWeightNCHWc(X blocked, dY blocked).
 std::vector<Value> TrainLayoutRules::conv_grad_weight(const OpNode& n) {
   auto a = blocked_grad_attrs(n, "kiln.ConvGradWeightNCHWc");
-  const int64_t kb = block_behind(n.inputs[1]);
-  if (!a || kb == 0 || n.types[0].ndim() != 4 || !n.types[0].is_static() || n.inputs[0].type().ndim() != 4) return {};
+  if (!a || n.types[0].ndim() != 4 || !n.types[0].is_static() || n.inputs[0].type().ndim() != 4) return {};
   std::vector<int64_t> ws;
   for (const Dim& d : n.types[0].shape) ws.push_back(d.value());
   const int64_t C = ws[1], K = ws[0];
+  const int64_t kb = block(K);  // dY's block wherever it comes from (in NCHW when a segment's input)
   a->set("weight_shape", ws);
   return {make_op("kiln.ConvGradWeightNCHWc", {relayout_(n.inputs[0], 0, block(C), C), relayout_(n.inputs[1], 0, kb, K)}, *a, n.name)->output()};
 }
