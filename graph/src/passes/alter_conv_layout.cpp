@@ -24,7 +24,7 @@
 // of zeros disappears. What remains are transforms at the boundaries of
 // the blocked region: the model's input, reshapes, symbolic channels.
 // The block of C channels is the same for inputs and outputs
-// (channel_block_for: whole vectors up to the cap, which is the LayoutPlan's
+// (channel_block_for, layout_defaults.cpp: whole vectors up to the cap, which is the LayoutPlan's
 // for the convolution, else default_conv_cap's: two vectors, or one where a
 // two-vector tile fits too few output pixels), so between convolutions under
 // one cap nothing is re-blocked; where the plan changes the cap, a
@@ -61,13 +61,6 @@
 
 namespace kiln::graph {
 
-// The largest block up to max_block that is whole vectors and divides C; 0 when there is none.
-static int64_t whole_vectors_block(int64_t C, int64_t max_block, int64_t lanes) {
-  int64_t best = 0;
-  for (int64_t b = lanes; b <= max_block; b += lanes)
-    if (C % b == 0) best = b;
-  return best;
-}
 
 
 namespace {
@@ -722,95 +715,6 @@ class LayoutRewriter {
 };
 
 }  // namespace
-
-int64_t channel_block_for(int64_t C, int64_t max_block, int64_t lanes) {
-  int64_t best = whole_vectors_block(C, max_block, lanes);
-  if (best > 0) return best;
-  // No whole vector divides C: a part-vector divisor (24 channels on AVX-512
-  // took 12 over 24: 108 GFLOP/s against 51, 1 thread, Zen 5), or whole
-  // vectors over C padded to a vector where that uses more of each vector (58
-  // channels: blocks of 2 ran at 30 GFLOP/s; see padded_channels) or as much,
-  // C taking several parts: whole vectors share each broadcast input. 24 as 32
-  // ran the 144/96 -> 24 projections in 0.5x the time of 12s, 24 -> 144
-  // expansions 1.4x, ShuffleNetV2's 3 -> 24 stem 0.6x; MobileNetV2 0.86-0.89x,
-  // V3-small 0.84-0.91x, EfficientNet-B0 0.94-0.97x, ShuffleNetV2 0.85-0.89x
-  // (Xeon, AVX-512, 1 thread, summed kernel minimums). One part (3) stays.
-  const int64_t part = ops::channel_block(static_cast<int>(C), static_cast<int>(std::min(max_block, lanes)));
-  const int64_t padded = padded_channels(C, lanes);
-  if (max_block >= lanes && (C * lanes > part * padded || (part < C && C * lanes == part * padded)))
-    return whole_vectors_block(padded, max_block, lanes);
-  return part;
-}
-
-namespace {
-
-// Output pixels in the register tile a convolution's default schedule takes
-// with `vectors` vectors of output channels (ops/src/search_space_seeds.cpp:
-// rows of the output width first, then of its height, as fit the registers
-// less one spare).
-int64_t default_tile_rows(int64_t out_h, int64_t out_w, int registers, int vectors) {
-  int64_t left = ops::max_tile_rows(registers - 1, vectors);
-  // channel_block: the largest divisor not above the bound.
-  int64_t x = ops::channel_block(static_cast<int>(out_w), static_cast<int>(left));
-  return x * ops::channel_block(static_cast<int>(out_h), static_cast<int>(std::max<int64_t>(1, left / x)));
-}
-
-}  // namespace
-
-int64_t default_conv_cap(int64_t out_channels, int64_t out_h, int64_t out_w, const Target& target) {
-  ops::RegisterBudget budget = ops::register_budget(target);
-  const int64_t lanes = budget.lanes;
-  if (out_channels % (2 * lanes) != 0) return 2 * lanes;  // channel_block_for decides between part-vectors
-  // FMAs per load of the tile's operands, as the tuner's tile_intensity counts them.
-  auto intensity = [&](int vectors) {
-    double rows = static_cast<double>(default_tile_rows(out_h, out_w, budget.registers, vectors));
-    return rows * vectors / (rows + vectors);
-  };
-  return intensity(1) > intensity(2) ? lanes : 2 * lanes;
-}
-
-int64_t default_conv_cap(const OpNode& conv, const Target& target) {
-  const auto& out = conv.types[0].shape;
-  const int64_t group = conv.attrs.get_int_or("group", 1), lanes = target.natural_lanes(DataType::Float(32));
-  if (group != 1 && conv.inputs[0].type().ndim() == 4 && conv.inputs[0].type().shape[1] != group) {
-    // A grouped conv (not depthwise) whose groups are narrower than two
-    // vectors takes one at stride 1: a block of b over groups of Cg < b
-    // multiplies b / Cg times the MACs it needs, and the fewer zero products
-    // are worth the two relayouts from and to its neighbours' two vectors.
-    // On AVX-512 (2 cores, Xeon) ResNeXt-50's grouped 3x3 convs at 28 x 28
-    // and 14 x 14 ran 1.8x faster in blocks of 16 than of 32, relayouts
-    // included, at 56 x 56 1.15x; at stride 2 the input's relayout (4x the
-    // output's pixels) ate the gain. AVX2: 1.1x-1.3x at stride 1.
-    const int64_t Cg = conv.inputs[0].type().shape[1] / group;
-    const auto st = ints_or(conv.attrs, "strides", {1, 1});
-    const bool unit = std::all_of(st.begin(), st.end(), [](int64_t s) { return s == 1; });
-    return unit && Cg < 2 * lanes ? lanes : 2 * lanes;
-  }
-  if (group != 1) return 2 * lanes;
-  // A symbolic image size (a dynamic model) has no one tile to weigh: two vectors, the cap of most convolutions.
-  if (out[2].is_symbolic() || out[3].is_symbolic()) return 2 * lanes;
-  return default_conv_cap(out[1], out[2], out[3], target);
-}
-
-LayoutPlan default_layout_plan(const Graph& g, const Target& target) {
-  const int64_t two_vectors = 2 * target.natural_lanes(DataType::Float(32));
-  for (const OpNode* n : g.op_nodes())
-    if (n->op->name == "Conv" && !n->types.empty() && n->types[0].ndim() == 4 && default_conv_cap(*n, target) != two_vectors) return LayoutPlan{};
-  return LayoutPlan{two_vectors, {}};
-}
-
-bool LayoutPlan::names(const std::string& conv) const { return max_block > 0 || conv_max_block.count(conv) > 0; }
-
-int64_t LayoutPlan::cap_of(const std::string& conv, int64_t fallback) const {
-  auto it = conv_max_block.find(conv);
-  if (it != conv_max_block.end()) return it->second;
-  return max_block > 0 ? max_block : fallback;
-}
-
-std::vector<int64_t> layout_block_choices(const Target& target) {
-  int64_t lanes = target.natural_lanes(DataType::Float(32));
-  return {lanes, 2 * lanes};
-}
 
 Graph alter_conv_layout(const Graph& g, const Target& target, const LayoutPlan& plan) {
   if (target.kind != Target::Kind::LLVM) return g;

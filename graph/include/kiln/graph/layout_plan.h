@@ -53,6 +53,9 @@ struct LayoutPlan {
   }
 };
 
+/** The largest block up to max_block that is whole vectors (of `lanes`) and divides C; 0 when there is none. */
+int64_t whole_vectors_block(int64_t C, int64_t max_block, int64_t lanes);
+
 /**
  * The block of `channels` under a cap: the largest divisor up to the cap
  * that is whole vectors of `lanes` (24 channels, cap 16, 8 lanes: 8, not 12,
