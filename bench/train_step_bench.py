@@ -94,6 +94,7 @@ def parse_args(argv=None):
     ap.add_argument("--timeout", type=float, default=1800, help="seconds one side may take to start (or one step)")
     ap.add_argument("--db", help="compile kiln's step with this tuning database's records")
     ap.add_argument("--tune-trials", type=int, default=0, help="with --db: first tune the step's groups into it (trials)")
+    ap.add_argument("--target", default="llvm", help="kiln's target, e.g. 'llvm -mcpu=znver3' for AVX2 code on this host; -num-cores=T is added")
     ap.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
                     help="bfloat16: mixed precision on both sides (kiln precision=, PyTorch CPU autocast)")
     args = ap.parse_args(argv)
@@ -222,7 +223,7 @@ def kiln_side(spec):
         warnings.simplefilter("ignore")
         model = kiln.train.from_torch(module, xn)
     import_s = time.perf_counter() - t0
-    target = f"llvm -num-cores={spec['threads']}"
+    target = f"{spec.get('target', 'llvm')} -num-cores={spec['threads']}"
     optimizer = kiln.train.SGD(lr=LR, momentum=MOMENTUM)
     precision = "bfloat16" if spec.get("precision") == "bfloat16" else None
     tuned = {}
@@ -273,7 +274,7 @@ class Side:
     def __init__(self, args, side, workload):
         spec = {"side": side, "workload": workload, "threads": args.threads, "batch": args.batch, "image_size": args.image_size,
                 "seq_len": args.seq_len, "build": args.build, "db": args.db and os.path.abspath(args.db), "tune_trials": args.tune_trials,
-                "precision": args.precision}
+                "precision": args.precision, "target": args.target}
         if side == "kiln":
             env = dict(os.environ, KILN_NUM_THREADS=str(args.threads))
         else:
@@ -350,7 +351,7 @@ def header(args, m):
             f"avx512f {'yes' if m['avx512f'] else 'no'}), {m['cores']} cores; {datetime.datetime.now():%Y-%m-%d %H:%M}",
             f"peer: PyTorch {torch.__version__} eager training step (zero_grad, forward, loss, backward, SGD step) in train mode, "
             f"torch.set_num_threads({args.threads}), OMP_NUM_THREADS={args.threads}, the peers' clean environment (its own report below the table)",
-            f"kiln: kiln.train.from_torch + kiln.train.compile, target llvm -num-cores={args.threads}, KILN_NUM_THREADS={args.threads}, "
+            f"kiln: kiln.train.from_torch + kiln.train.compile, target {args.target} -num-cores={args.threads}, KILN_NUM_THREADS={args.threads}, "
             + (f"schedules from {args.db}" + (f" after tuning the step {args.tune_trials} trials into it" if args.tune_trials else "")
                if args.db else "default schedules (no tuning database)"),
             (f"precision: bfloat16 mixed precision on both sides (kiln precision='bfloat16'; PyTorch torch.autocast('cpu', "
