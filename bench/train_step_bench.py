@@ -3,7 +3,7 @@
 
   bench/train_step_bench.py [--workloads resnet18,bert[,mobilenetv2]] [--threads 2] [--repeat 5] [--batch 8]
                             [--image-size 112] [--seq-len 128] [--json FILE] [--build DIR] [--timeout 1800]
-                            [--db FILE [--tune-trials N]] [--precision bfloat16]
+                            [--db FILE [--tune-trials N]] [--precision bfloat16] [--target T]
 
 One training step is forward + loss + backward + torch.optim.SGD's update
 with momentum (lr 0.01, momentum 0.9), on one fixed batch:
