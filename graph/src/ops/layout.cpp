@@ -54,6 +54,23 @@ TensorType conv_out(const OpCall& c, int64_t k_blocks, int64_t kb, int64_t KH, i
   return TensorType{{x[0], k_blocks, OH, OW, kb}, c.input_types[0].dtype};
 }
 
+// A [..., M, K] times panels [N/nb, K, nb]: [..., M, N].
+Shape packed_b_out(const Shape& a, const Shape& b) {
+  Shape out(a.begin(), a.end() - 1);
+  out.push_back(dim_mul(b[0], b[2]));
+  return out;
+}
+
+// The multiply-adds of a packed-B matmul: each row of A meets every panel element, with
+// `products` per element (2 for bfloat16 pairs: one 32-bit word holds two values along K).
+OpCost packed_b_cost(const OpCall& c, double products) {
+  OpCost k;
+  k.rows = static_cast<double>(c.input_types[0].numel() / c.input_types[0].shape.back());
+  k.macs = products * k.rows * static_cast<double>(c.input_types[1].numel());
+  k.flops = 2 * k.macs;
+  return k;
+}
+
 const bool registered = [] {
   OpDef lt;
   lt.name = "kiln.LayoutTransform";
@@ -163,22 +180,14 @@ const bool registered = [] {
     const auto& a = c.input_types[0].shape;
     const auto& b = c.input_types[1].shape;
     if (a.size() < 2 || a.back() != b[1]) c.fail("A " + c.input_types[0].str() + " and panels " + c.input_types[1].str() + " do not match");
-    Shape out(a.begin(), a.end() - 1);
-    out.push_back(dim_mul(b[0], b[2]));
-    return std::vector<TensorType>{{out, c.input_types[0].dtype}};
+    return std::vector<TensorType>{{packed_b_out(a, b), c.input_types[0].dtype}};
   };
   mm.compute = [](const OpCall&, const std::vector<te::Tensor>& in) { return std::vector<te::Tensor>{ops::matmul_packed_b(in[0], in[1])}; };
-  mm.cost = [](const OpCall& c, const std::vector<TensorType>&) {
-    OpCost k;
-    k.rows = static_cast<double>(c.input_types[0].numel() / c.input_types[0].shape.back());
-    k.macs = k.rows * static_cast<double>(c.input_types[1].numel());
-    k.flops = 2 * k.macs;
-    return k;
-  };
+  mm.cost = [](const OpCall& c, const std::vector<TensorType>&) { return packed_b_cost(c, 1); };
   mm.sharding = replicated_rule();
   register_op(mm);
 
-  // The bfloat16 form (use_bf16_blocked_conv's): A and the panels hold bfloat16 pairs along K.
+  // The bfloat16 form (use_bf16_packed_weights'): A and the panels hold bfloat16 pairs along K.
   OpDef mp;
   mp.name = "kiln.MatMulPackedBBF16Pairs";
   mp.doc = "A [..., M, K/2] times weights packed into panels [N/nb, K/2, nb], both bfloat16 pairs (uint32) along K: float32 [..., M, N]";
@@ -190,20 +199,12 @@ const bool registered = [] {
     const auto& b = c.input_types[1].shape;
     if (a.size() < 2 || a.back() != b[1] || c.input_types[0].dtype != DataType::UInt(32) || c.input_types[1].dtype != DataType::UInt(32))
       c.fail("A " + c.input_types[0].str() + " and panels " + c.input_types[1].str() + " must be bfloat16 pairs (uint32) of the same K/2");
-    Shape out(a.begin(), a.end() - 1);
-    out.push_back(dim_mul(b[0], b[2]));
-    return std::vector<TensorType>{{out, DataType::Float(32)}};
+    return std::vector<TensorType>{{packed_b_out(a, b), DataType::Float(32)}};
   };
   mp.compute = [](const OpCall&, const std::vector<te::Tensor>& in) {
     return std::vector<te::Tensor>{ops::matmul_packed_b(in[0], in[1], "matmul_bf16", dot_bf16x2)};
   };
-  mp.cost = [](const OpCall& c, const std::vector<TensorType>&) {
-    OpCost k;
-    k.rows = static_cast<double>(c.input_types[0].numel() / c.input_types[0].shape.back());
-    k.macs = 2.0 * k.rows * static_cast<double>(c.input_types[1].numel());
-    k.flops = 2 * k.macs;
-    return k;
-  };
+  mp.cost = [](const OpCall& c, const std::vector<TensorType>&) { return packed_b_cost(c, 2); };
   mp.sharding = replicated_rule();
   register_op(mp);
   return true;
