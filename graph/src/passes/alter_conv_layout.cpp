@@ -57,9 +57,13 @@
 #include "kiln/ops/transform.h"
 #include "kiln/ops/winograd.h"
 #include "kiln/support/error.h"
+#include "layout_helpers.h"
 #include "train_layout.h"
 
 namespace kiln::graph {
+
+using layout_detail::block_behind;
+using layout_detail::ints_or;
 
 
 
@@ -68,19 +72,6 @@ namespace {
 const NDArray* constant_of(const Value& v) {
   if (!v.defined() || v.node->kind != NodeKind::Constant) return nullptr;
   return &static_cast<const ConstantNode&>(*v.node).data;
-}
-
-// The block of a value made by LayoutTransform(b -> NCHW), else 0.
-int64_t block_behind(const Value& v) {
-  if (v.node->kind != NodeKind::Op) return 0;
-  const auto& op = static_cast<const OpNode&>(*v.node);
-  if (op.op->name != "kiln.LayoutTransform" || op.attrs.get_int("dst_block") != 0) return 0;
-  return op.attrs.get_int("src_block");
-}
-
-std::vector<int64_t> ints_or(const Attrs& a, const char* name, std::vector<int64_t> fallback) {
-  if (!a.has(name) || a.get_ints(name).empty()) return fallback;
-  return a.get_ints(name);
 }
 
 // A [*, C, *, *]-broadcastable constant (rank <= 4, every dim but C of size 1)

@@ -8,13 +8,10 @@
 #include "kiln/graph/passes.h"
 #include "kiln/ops/nn.h"
 #include "kiln/ops/register_tile.h"
+#include "layout_helpers.h"
 
 namespace kiln::graph {
 namespace {
-
-std::vector<int64_t> strides_of(const OpNode& conv) {
-  return conv.attrs.has("strides") && !conv.attrs.get_ints("strides").empty() ? conv.attrs.get_ints("strides") : std::vector<int64_t>{1, 1};
-}
 
 // Output pixels in the register tile a convolution's default schedule takes
 // with `vectors` vectors of output channels (ops/src/search_space_seeds.cpp:
@@ -80,7 +77,7 @@ int64_t default_conv_cap(const OpNode& conv, const Target& target) {
     // included, at 56 x 56 1.15x; at stride 2 the input's relayout (4x the
     // output's pixels) ate the gain. AVX2: 1.1x-1.3x at stride 1.
     const int64_t Cg = conv.inputs[0].type().shape[1] / group;
-    const auto st = strides_of(conv);
+    const auto st = layout_detail::ints_or(conv.attrs, "strides", {1, 1});
     const bool unit = std::all_of(st.begin(), st.end(), [](int64_t s) { return s == 1; });
     return unit && Cg < 2 * lanes ? lanes : 2 * lanes;
   }
@@ -94,7 +91,9 @@ LayoutPlan default_layout_plan(const Graph& g, const Target& target) {
   const int64_t two_vectors = 2 * target.natural_lanes(DataType::Float(32));
   for (const OpNode* n : g.op_nodes())
     if (n->op->name == "Conv" && !n->types.empty() && n->types[0].ndim() == 4 && default_conv_cap(*n, target) != two_vectors) return LayoutPlan{};
-  return LayoutPlan{two_vectors, {}};
+  LayoutPlan plan;
+  plan.max_block = two_vectors;
+  return plan;
 }
 
 bool LayoutPlan::names(const std::string& conv) const { return max_block > 0 || conv_max_block.count(conv) > 0; }

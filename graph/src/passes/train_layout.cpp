@@ -31,6 +31,7 @@
 #include "kiln/graph/layout_plan.h"
 #include "kiln/graph/op_registry.h"
 #include "kiln/ops/nn.h"
+#include "layout_helpers.h"
 
 namespace kiln::graph::layout_detail {
 namespace {
@@ -39,21 +40,10 @@ bool is_constant(const Value& v) { return v.defined() && v.node->kind == NodeKin
 
 const OpNode* producer(const Value& v) { return v.defined() && v.node->kind == NodeKind::Op ? static_cast<const OpNode*>(v.node.get()) : nullptr; }
 
-// The block of a value made by LayoutTransform(b -> NCHW), else 0.
-int64_t block_behind(const Value& v) {
-  const OpNode* op = producer(v);
-  if (!op || op->op->name != "kiln.LayoutTransform" || op->attrs.get_int("dst_block") != 0) return 0;
-  return op->attrs.get_int("src_block");
-}
-
 Value ints(const std::vector<int64_t>& v, const std::string& name) {
   NDArray a = NDArray::empty({static_cast<int64_t>(v.size())}, DataType::Int(64));
   std::copy(v.begin(), v.end(), a.data_as<int64_t>());
   return make_constant(name, a)->output();
-}
-
-std::vector<int64_t> ints_or(const Attrs& a, const char* name, std::vector<int64_t> fallback) {
-  return a.has(name) && !a.get_ints(name).empty() ? a.get_ints(name) : fallback;
 }
 
 // A 2-D group-1 float32 Conv of weights the graph computes (a training step's parameters).

@@ -21,7 +21,7 @@ using Relayout = std::function<Value(const Value& v, int64_t from, int64_t to, i
 class TrainLayoutRules {
  public:
   TrainLayoutRules(const Graph& g, int64_t max_block, int64_t lanes, Relayout relayout);
-  /** Whether the graph is a training step's: a 2-D Conv whose weights are not a constant. */
+  /** Whether the graph is (part of) a training step's: a 2-D Conv whose weights are not a constant, or a convolution's gradient. */
   bool active() const { return active_; }
   /** The blocked rewrite of n (its outputs), or nothing where no training rule applies. */
   std::vector<Value> operator()(const Ref<OpNode>& n);
