@@ -22,6 +22,8 @@ import statistics
 import sys
 import time
 
+from conv_shape_args import median_call, parse_conv_shapes
+
 DEFAULT_SHAPES = ("58:58:28:1:1,64:64:28:1:1,116:116:14:1:1,128:128:14:1:1,232:232:7:1:1,256:256:7:1:1,"
                   "58:58:28:3:1,64:64:28:3:1,116:116:14:3:2,128:128:14:3:2,3:24:224:3:2,3:64:224:7:2")
 
@@ -29,29 +31,6 @@ DEFAULT_SHAPES = ("58:58:28:1:1,64:64:28:1:1,116:116:14:1:1,128:128:14:1:1,232:2
 # Between the two sides: the other's idle threads stop spinning (kiln's pool
 # after microseconds, OpenMP's after up to 200 ms) before the timing starts.
 QUIET_S = 0.25
-
-
-def parse_shapes(text):
-    out = []
-    for item in text.split(","):
-        try:
-            values = [int(v) for v in item.split(":")]
-            if len(values) not in (5, 6):
-                raise ValueError
-        except ValueError:
-            raise SystemExit(f"conv_channels_bench: shape {item!r} is not C:K:HW:R:S[:P] (five integers, a sixth for the padding)")
-        C, K, HW, R, S = values[:5]
-        out.append((C, K, HW, R, S, values[5] if len(values) == 6 else R // 2))
-    return out
-
-
-def median_call(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def bench_shape(kiln, torch, np, shape, args):
@@ -99,7 +78,7 @@ def main(argv=None, prog="conv_channels_bench.py", doc=__doc__, default_shapes=D
     import torch
     import kiln
     torch.set_num_threads(args.threads)
-    shapes = parse_shapes(args.shapes)
+    shapes = parse_conv_shapes(args.shapes, "conv_channels_bench", with_padding=True)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
     import blas_choice
     cpu, flags = blas_choice.cpu_info()

@@ -25,32 +25,12 @@ import statistics
 import sys
 import time
 
+from conv_shape_args import median_call, parse_conv_shapes
+
 # ResNet-18 at 112 x 112: stem, layer1, layer2 (entry, 1x1 downsample, body), layer3, layer4.
 DEFAULT_SHAPES = ("3:64:112:7:2,64:64:28:3:1,64:128:28:3:2,64:128:28:1:2,128:128:14:3:1,128:256:14:3:2,128:256:14:1:2,"
                   "256:256:7:3:1,256:512:7:3:2,256:512:7:1:2,512:512:4:3:1")
 QUIET_S = 0.2
-
-
-def parse_shapes(text):
-    out = []
-    for item in text.split(","):
-        try:
-            values = [int(v) for v in item.split(":")]
-            if len(values) != 5:
-                raise ValueError
-        except ValueError:
-            raise SystemExit(f"conv_grad_bench: shape {item!r} is not C:K:HW:R:S (five integers)")
-        out.append(tuple(values))
-    return out
-
-
-def median_call(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def cpu_time_call(fn, repeat):
@@ -155,7 +135,7 @@ def main(argv=None):
     import torch
     import kiln
     torch.set_num_threads(args.threads)
-    shapes = parse_shapes(args.shapes)
+    shapes = parse_conv_shapes(args.shapes, "conv_grad_bench")
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
     import blas_choice
     cpu, flags = blas_choice.cpu_info()
