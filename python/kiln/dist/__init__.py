@@ -34,9 +34,9 @@ from .training import train, tensor_parallel, data_parallel
 from .pipeline_parallel import (PipelinePlan, PipelineRunner, PipelineTrainPlan, PipelineTrainStep, pipeline,
                                 pipeline_train)
 from .cluster import Cluster, ClusterPlan, plan
-from .gpt import gpt_training_graph
+from .gpt import GPT, gpt_training_graph
 
 __all__ = ["rank", "size", "backend", "set_timeout", "timeout", "barrier", "all_reduce", "all_gather", "broadcast", "send",
            "recv", "mpi_built", "nccl_all_reduce", "set_ring", "ring", "Mesh", "Plan", "Runner", "shard", "calibrate", "train",
            "tensor_parallel", "data_parallel", "PipelinePlan", "PipelineRunner", "PipelineTrainPlan", "PipelineTrainStep",
-           "pipeline", "pipeline_train", "Cluster", "ClusterPlan", "plan", "gpt_training_graph", "KilnError"]
+           "pipeline", "pipeline_train", "Cluster", "ClusterPlan", "plan", "GPT", "gpt_training_graph", "KilnError"]

@@ -10,6 +10,7 @@ throughout (Megatron-LM trains in 16-bit: our bytes moved and held are twice the
 import numpy as _np
 
 from .. import graph as _kg
+from .._ffi import KilnError
 from ..train.nodes import Scalars, op
 from ..train.optimizers import Adam
 
@@ -33,8 +34,9 @@ def training_graph(inputs, loss, weights, optimizer=None):
     return _kg.make_graph(ins, outs, [])
 
 
-def gpt_training_graph(size="1.3B", batch=8, seq=2048, layers=None, hidden=None, heads=None, vocab=VOCAB):
-    """A GPT's training step: `size` one of GPT_SIZES, or layers/hidden/heads given. Returns (graph, parameters)."""
+def gpt_training_graph(size="1.3B", batch=8, seq=2048, layers=None, hidden=None, heads=None, vocab=VOCAB, head=True):
+    """A GPT's training step: `size` one of GPT_SIZES, or layers/hidden/heads given. Returns (graph, parameters).
+    head=False: a pipeline stage before the last, whose loss stands in for the next stage's (the sum of its output)."""
     L, H, nh = GPT_SIZES.get(size, (layers, hidden, heads))
     L, H, nh = layers or L, hidden or H, heads or nh
     hd = H // nh
@@ -61,8 +63,32 @@ def gpt_training_graph(size="1.3B", batch=8, seq=2048, layers=None, hidden=None,
         h = op("Add", h, op("MatMul", o, weight(f"h{i}.wo", (H, H))))
         m = op("LayerNormalization", h, ones, zeros, axis=-1)
         h = op("Add", h, op("MatMul", op("Relu", op("MatMul", m, weight(f"h{i}.w1", (H, 4 * H)))), weight(f"h{i}.w2", (4 * H, H))))
+    if not head:
+        loss = op("ReduceSum", h, keepdims=0)
+        return training_graph([x], loss, ws), sum(int(_np.prod(w.shape)) for w in ws)
     flat = op("Reshape", op("LayerNormalization", h, ones, zeros, axis=-1), const("flat", _np.array([batch * seq, H], "int64")))
     loss = op("kiln.SoftmaxCrossEntropy", op("MatMul", flat, weight("head", (H, vocab))), labels)
     params = sum(int(_np.prod(w.shape)) for w in ws)
     return training_graph([x, labels], loss, ws), params
+
+
+class GPT:
+    """A GPT to plan (kiln.dist.plan): its shape, the batch of one step (sequences), and step graphs of any
+    number of layers and sequences, so the planner can cost pipeline stages and microbatches."""
+
+    def __init__(self, size="1.3B", batch=8, seq=2048, layers=None, hidden=None, heads=None, vocab=VOCAB):
+        L, H, nh = GPT_SIZES.get(size, (layers, hidden, heads))
+        self.layers, self.hidden, self.heads = layers or L, hidden or H, heads or nh
+        if not (self.layers and self.hidden and self.heads):
+            raise KilnError(f"GPT: unknown size {size!r} (known: {', '.join(GPT_SIZES)}); or give layers, hidden and heads")
+        self.name, self.batch, self.seq, self.vocab = size if size in GPT_SIZES else f"{self.layers}x{self.hidden}", batch, seq, vocab
+        self.params = self.layers * 12 * self.hidden ** 2 + self.hidden * vocab
+
+    def graph(self, layers=None, batch=None, head=True):
+        """The training step of `layers` layers (all) over `batch` sequences (the step's)."""
+        return gpt_training_graph(batch=batch or self.batch, seq=self.seq, layers=layers or self.layers, hidden=self.hidden,
+                                  heads=self.heads, vocab=self.vocab, head=head)[0]
+
+    def __repr__(self):
+        return f"GPT({self.name}: {self.layers} layers, hidden {self.hidden}, batch {self.batch} x {self.seq})"
 
