@@ -184,7 +184,7 @@ def _shardings(model, mesh, cost, max_plans):
     out = []
     if tp > 1:
         out.append(dict(_d.megatron_specs(g, mesh, "model"), **batch))
-    fastest, *_ = _d.auto_shard(g, mesh, 0, cost, max_plans, False, True, False)
+    fastest, *_ = _d.auto_shard(g, mesh, 0, cost, max_plans, True, True, False)
     out.append(dict(fastest))
     if tp == 1 and data == 1:
         out = [{}]

@@ -42,7 +42,7 @@ def gpt_training_graph(size="1.3B", batch=8, seq=2048, layers=None, hidden=None,
     hd = H // nh
     x = _kg.make_input("x", [batch, seq, H], "float32")
     labels = _kg.make_input("labels", [batch * seq], "int64")
-    ws = []
+    ws = []  # names differ in more than numbers (fc_in, fc_out): the planner ties names that differ only in numbers
 
     def weight(name, shape):
         ws.append(_kg.make_input(name, list(shape), "float32"))
@@ -62,7 +62,7 @@ def gpt_training_graph(size="1.3B", batch=8, seq=2048, layers=None, hidden=None,
         o = op("Reshape", op("Transpose", op("MatMul", s, v), perm=[0, 2, 1, 3]), merge)
         h = op("Add", h, op("MatMul", o, weight(f"h{i}.wo", (H, H))))
         m = op("LayerNormalization", h, ones, zeros, axis=-1)
-        h = op("Add", h, op("MatMul", op("Relu", op("MatMul", m, weight(f"h{i}.w1", (H, 4 * H)))), weight(f"h{i}.w2", (4 * H, H))))
+        h = op("Add", h, op("MatMul", op("Relu", op("MatMul", m, weight(f"h{i}.fc_in", (H, 4 * H)))), weight(f"h{i}.fc_out", (4 * H, H))))
     if not head:
         loss = op("ReduceSum", h, keepdims=0)
         return training_graph([x], loss, ws), sum(int(_np.prod(w.shape)) for w in ws)

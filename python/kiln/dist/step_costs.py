@@ -94,7 +94,7 @@ class Parts:
         for layers in (1, 2):
             for n in _N:
                 g = model.graph(layers=layers, batch=data * n)
-                sg = _d.shard_graph(g, mesh, _transfer(specs, g), False)
+                sg = _d.shard_graph(g, mesh, _transfer(specs, g), True)  # weights and state stay sharded between steps
                 e, e_nm, e_fd = (_d.estimate_plan(sg, c) for c in (cost, no_memory, free_data))
                 held = sum(_local_elements(sg, [i]) * (8 if i == "labels" else 4) for i in g.input_names)
                 point = {"mm": e_nm["compute_s"], "mb": e["compute_s"] - e_nm["compute_s"], "cm": e_fd["comm_s"],
@@ -122,9 +122,8 @@ def step_cost(model, cluster, parts, s, precision="bf16"):
     mm, mb, cm, cd, act = parts.mm, parts.mb, parts.cm, parts.cd, parts.act
     # One microbatch's forward and backward (index 3: per layer and sequence; 2: the head's per sequence;
     # collectives' latency (model axis, index 1 and 0) once per microbatch).
-    layer = n * (mm[3] + f * (mb[3] + cm[3] + cd[3])) + cm[1]
+    layer = n * (mm[3] + f * (mb[3] + cm[3] + cd[3])) * (4 / 3 if s.recompute else 1) + cm[1]
     head = n * (mm[2] + f * (mb[2] + cm[2] + cd[2])) + cm[0]
-    layer *= 4 / 3 if s.recompute else 1
     send = 0.0
     if P > 1:
         same_host = (M * P if s.data_outer else D * M * P) <= cluster.devices_per_host
@@ -132,7 +131,11 @@ def step_cost(model, cluster, parts, s, precision="bf16"):
         send = 2 * (lat + n * model.seq * model.hidden * act_bytes / M / bw)
     stage = Ls * layer + head + send  # the last stage (it holds the head) is the slowest
     zero = D if (s.zero and not parts.weights_over_data) else 1
-    once = (Ls * mb[1] + mb[0]) / zero + f * (Ls * cd[1] + cd[0])
+    once = (Ls * mb[1] + mb[0]) / zero
+    if parts.weights_over_data:  # weights split over "data" are gathered for each microbatch (ZeRO-3's way)
+        stage += f * (Ls * cd[1] + cd[0])
+    else:                        # the gradients' all-reduce, once a step
+        once += f * (Ls * cd[1] + cd[0])
     step = (m + P - 1) * stage + once
     # Memory: state, then the activations in flight.
     per_param = (4 + 12 / zero) if precision == "bf16" else (8 + 8 / zero)
