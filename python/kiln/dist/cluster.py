@@ -115,12 +115,13 @@ class ClusterPlan:
                 f"{'' if self.fits else ' (over the device memory)'}, {100 * self.peak_share:.1f}% of peak FLOP/s")
 
 
-def plan(graph, cluster, proxy=None, max_plans=64, precision="bf16"):
+def plan(graph, cluster, proxy=None, max_plans=64, precision="bf16", **only):
     """The plan for `graph` (a training step) on `cluster` (see the module comment). Returns a ClusterPlan;
     ``.candidates`` holds each mesh's (mesh, estimate, fits). `graph` a model (kiln.dist.GPT): a ModelPlan, with
-    pipeline stages, microbatches, recomputation and optimizer sharding in the search, in `precision`."""
+    pipeline stages, microbatches, recomputation and optimizer sharding in the search, in `precision`; `only`:
+    plan_model's tensor=, pipeline= and recompute=, to hold those fixed."""
     if hasattr(graph, "layers") and hasattr(graph, "graph"):
-        return plan_model(graph, cluster, precision=precision, max_plans=max_plans)
+        return plan_model(graph, cluster, precision=precision, max_plans=max_plans, **only)
     start = _time.perf_counter()
     flops = _flops(graph)
     search_graph = proxy or graph
@@ -188,16 +189,18 @@ def _shardings(model, mesh, cost, max_plans):
     out.append(dict(fastest))
     if tp == 1 and data == 1:
         out = [{}]
-    return [Parts(model, mesh, specs, cost) for specs in out]
+    return [p for p in (Parts(model, mesh, specs, cost) for specs in out) if p.linear]
 
 
-def plan_model(model, cluster, precision="bf16", max_plans=64):
-    """kiln.dist.plan for a model (see the module comment): the fastest schedule that fits a device."""
+def plan_model(model, cluster, precision="bf16", max_plans=64, tensor=None, pipeline=None, recompute=None):
+    """kiln.dist.plan for a model (see the module comment): the fastest schedule that fits a device; `tensor`,
+    `pipeline`, `recompute`: only schedules of that many tensor-parallel ranks, pipeline stages, with or without
+    recomputation (to cost a published schedule)."""
     from .step_costs import Schedule, model_flops, step_cost
     start = _time.perf_counter()
     shardings, candidates, best = {}, [], None
-    for tp in [m for m in _divisors(cluster.devices_per_host) if cluster.devices % m == 0]:
-        for pp in [p for p in _divisors(model.layers) if cluster.devices % (tp * p) == 0]:
+    for tp in [m for m in _divisors(cluster.devices_per_host) if cluster.devices % m == 0 and tensor in (None, m)]:
+        for pp in [p for p in _divisors(model.layers) if cluster.devices % (tp * p) == 0 and pipeline in (None, p)]:
             dp = cluster.devices // (tp * pp)
             if model.batch % dp:
                 continue
@@ -209,9 +212,9 @@ def plan_model(model, cluster, precision="bf16", max_plans=64):
                     shardings[key] = _shardings(model, mesh, cluster.cost(dp, tp, data_inside=inside), max_plans)
                 for parts in shardings[key]:
                     for n in _divisors(model.batch // dp):
-                        for recompute in (False, True):
+                        for rc in ((False, True) if recompute is None else (recompute,)):
                             for zero in ((False, True) if dp > 1 else (False,)):
-                                s = Schedule(dp, tp, pp, n, recompute, zero, data_outer)
+                                s = Schedule(dp, tp, pp, n, rc, zero, data_outer)
                                 step, memory, detail = step_cost(model, cluster, parts, s, precision)
                                 fits = memory <= cluster.memory_bytes
                                 candidates.append((s, step, memory, fits))

@@ -7,7 +7,7 @@ sequences per data-parallel rank, each split three ways (matrix products alone, 
 with the collectives over "data" made free), and fitted as a + b L + c n + d L n: what one layer costs per
 sequence (d), what the head costs per sequence (c), and what they cost once per step (b, a: the optimizer,
 the gradients' all-reduce over "data"). The estimate is linear in both, so the fit is exact (the tests check it
-against the stage graphs themselves). The schedule is then composed from the parts:
+against the stage graphs themselves); a sharding whose 3-layer graph the fit misses is not costed (Parts.linear). The schedule is then composed from the parts:
 
   step     = (microbatches + stages - 1) x (the slowest stage's forward and backward of one microbatch
              + its activations sent to the next stage and their gradients back)       (1F1B, Narayanan et al.)
@@ -91,22 +91,31 @@ class Parts:
         fits = {k: {} for k in _KEYS}
         free_data = dict(cost, **{"link_bytes_per_s:data": _INF, "latency_s:data": 0.0})
         no_memory = dict(cost, memory_bytes_per_s=_INF)
-        for layers in (1, 2):
-            for n in _N:
-                g = model.graph(layers=layers, batch=data * n)
-                sg = _d.shard_graph(g, mesh, _transfer(specs, g), True)  # weights and state stay sharded between steps
-                e, e_nm, e_fd = (_d.estimate_plan(sg, c) for c in (cost, no_memory, free_data))
-                held = sum(_local_elements(sg, [i]) * (8 if i == "labels" else 4) for i in g.input_names)
-                point = {"mm": e_nm["compute_s"], "mb": e["compute_s"] - e_nm["compute_s"], "cm": e_fd["comm_s"],
-                         "cd": e["comm_s"] - e_fd["comm_s"], "act": e["memory_bytes"] - held}
-                for k in _KEYS:
-                    fits[k][layers, n] = point[k]
-                if layers == 1 and n == _N[0]:
-                    self.layer_params = _local_elements(sg, [w for w in g.input_names if w.startswith("h0.") and w.count(".") == 1])
-                    self.head_params = _local_elements(sg, ["head"])
-                    self.weights_over_data = any("data" in specs.get(w, "") for w in g.input_names if w.startswith(("h0.", "head")))
+        for layers, n in [(1, _N[0]), (1, _N[1]), (2, _N[0]), (2, _N[1]), (3, _N[0])]:  # the last checks the fit
+            g = model.graph(layers=layers, batch=data * n)
+            sg = _d.shard_graph(g, mesh, _transfer(specs, g), True)  # weights and state stay sharded between steps
+            e, e_nm, e_fd = (_d.estimate_plan(sg, c) for c in (cost, no_memory, free_data))
+            held = sum(_local_elements(sg, [i]) * (8 if i == "labels" else 4) for i in g.input_names)
+            point = {"mm": e_nm["compute_s"], "mb": e["compute_s"] - e_nm["compute_s"], "cm": e_fd["comm_s"],
+                     "cd": e["comm_s"] - e_fd["comm_s"], "act": e["memory_bytes"] - held}
+            for k in _KEYS:
+                fits[k][layers, n] = point[k]
+            if layers == 1 and n == _N[0]:
+                self.layer_params = _local_elements(sg, [w for w in g.input_names if w.startswith("h0.") and w.count(".") == 1])
+                self.head_params = _local_elements(sg, ["head"])
+                self.weights_over_data = any("data" in specs.get(w, "") for w in g.input_names if w.startswith(("h0.", "head")))
         for k in _KEYS:
             setattr(self, k, _bilinear(fits[k]))
+        # A sharding whose propagation differs with the depth or the sequences (the estimate not linear in them:
+        # a 3-layer graph off the fit, a part of negative cost) is not costed.
+        at3 = lambda c: c[0] + 3 * c[1] + _N[0] * c[2] + 3 * _N[0] * c[3]
+        scale = sum(abs(fits[k][3, _N[0]]) for k in ("mm", "mb", "cm", "cd"))
+        used = []  # what step_cost adds: per sequence (c, d), once a step (a, b: mb, cd), per microbatch of one (cm)
+        for k in ("mm", "mb", "cm", "cd"):
+            a, b, c, d = getattr(self, k)
+            used += [c, d] + ([a + c, b + d] if k == "cm" else [a, b] if k in ("mb", "cd") else [])
+        self.linear = (all(abs(at3(getattr(self, k)) - fits[k][3, _N[0]]) <= 1e-6 * scale for k in ("mm", "mb", "cm", "cd"))
+                       and min(used) >= -1e-3 * scale)
 
 
 def step_cost(model, cluster, parts, s, precision="bf16"):
