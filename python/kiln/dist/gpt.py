@@ -5,7 +5,7 @@ is the forward pass, the cross-entropy loss, its gradients and Adam's update (th
 as inputs too), as kiln.train builds it. Simplifications, none of which moves the FLOP count by
 more than a few percent: the token embedding is the input (its lookup and scatter are not modelled),
 no causal mask, no biases, ReLU for GeLU, LayerNorm scales fixed (tiny constants), float32
-throughout (Megatron-LM trains in 16-bit: our bytes moved and held are twice theirs).
+throughout (kiln.dist.plan's precision="bf16" halves the bytes of activations and collectives; step_costs.py).
 """
 import numpy as _np
 
