@@ -97,10 +97,7 @@ def _inside(cluster, s):
 def test_the_pick_equals_brute_force_over_all_schedules():
     model, cluster = GPT(batch=8, **TINY), small_cluster()
     got = plan(model, cluster, precision="fp32")
-    best = None
-    for s, step, memory, fits in got.candidates:
-        assert fits
-    seen = 0
+    best, seen = None, 0
     for tp in (1, 2):
         for pp in (1, 2, 4):
             dp = 4 // (tp * pp)

@@ -17,7 +17,9 @@ inputs or weights flow through the graph; a weight without a spec is sliced
 the way its first consumer wants.
 
 Clusters this machine cannot hold are planned on paper: ``kiln.dist.plan(graph, kiln.dist.Cluster.h100(64))``
-(cluster.py) picks the mesh and sharding with its predicted step time, memory and share of peak.
+(cluster.py) picks the mesh and sharding with its predicted step time, memory and share of peak; given a model
+(``kiln.dist.GPT("175B", batch=1536)``) also pipeline stages, microbatches, recomputation, bfloat16 and ZeRO-1
+(step_costs.py).
 
 Without mpirun one process runs a mesh of size 1. Ranks that die or hang
 make the others stop with an error after ``set_timeout`` seconds (default
