@@ -29,7 +29,7 @@ from kiln.dist import GPT, Cluster
 H100_CASES = [("1.3B", dict(size="1.3B", batch=64), Cluster.h100(8), 0.44, None),
               ("13B", dict(size="13B", batch=64), Cluster.h100(8), 0.43, None),
               ("13B", dict(size="13B", batch=512), Cluster.h100(64), 0.43, None),
-              ("175B", dict(size="175B", batch=1536), Cluster.h100(64), 0.47, None)]
+              ("175B", dict(size="175B", batch=1536), Cluster.h100(64), 0.47, (8, 8))]
 A100_CASES = [("1.7B", dict(layers=24, hidden=2304, heads=24, batch=512), Cluster.a100(32), 0.44, (1, 1)),
               ("18.4B", dict(layers=40, hidden=6144, heads=48, batch=1024), Cluster.a100(256), 0.43, (8, 1)),
               ("145.6B", dict(layers=80, hidden=12288, heads=96, batch=2304), Cluster.a100(1536), 0.47, (8, 8))]
@@ -62,8 +62,8 @@ def main():
     head = (f"{'model':>6} {'GPUs':>5} {'batch':>5} {'plan (TP x PP x DP, microbatch in sequences)':>52} {'step s':>8} "
             f"{'GB/GPU':>6} {'fits':>4} {'TF/GPU':>7} {'MFU':>7} {'Megatron (mdl)':>14} {'plan s':>6}")
     print(f"# H100 presets (989 TFLOP/s bf16 peak, 80 GB); {args.precision}; Megatron: its nearest A100 row\n{head}")
-    for label, kw, cluster, published, _ in H100_CASES:
-        row(label, kw, cluster, published, None, args.precision)
+    for label, kw, cluster, published, schedule in H100_CASES:
+        row(label, kw, cluster, published, schedule, args.precision)
         if not args.skip_a100:  # the same model and GPU count on A100s: the share of peak the cluster itself moves
             t0 = time.perf_counter()
             a100, model = Cluster.a100(cluster.devices), GPT(**kw)
@@ -73,7 +73,8 @@ def main():
         for case in A100_CASES:
             row(*case, args.precision)
     print("# 'A100': the row above planned on as many A100s (Cluster.a100) to show what the cluster alone changes.\n"
-          "# 'same': the published TP x PP and recomputation held (as Megatron-LM ran), microbatch and ZeRO searched.\n"
+          "# 'same': the published TP x PP and recomputation held (as Megatron-LM ran), microbatch and ZeRO searched\n"
+          "# (175B on H100s: Megatron-LM's TP 8 x PP 8 of its 145.6B row).\n"
           "# MFU: the model's FLOPs (forward + backward, no recomputation) / (step x GPUs x peak). Megatron: published\n"
           "# share of peak (hardware FLOPs, recomputation counted), in brackets 3/4 of it (model FLOPs).")
 
