@@ -9,7 +9,7 @@ import pytest
 import kiln
 from kiln.dist import GPT, Cluster, Mesh, plan
 from kiln.dist.cluster import _shardings
-from kiln.dist.step_costs import Parts, Schedule, step_cost
+from kiln.dist.step_costs import Parts, Schedule, fit_holds, step_cost
 
 pytestmark = pytest.mark.skipif(not hasattr(kiln, "dist"), reason="kiln was built without the distribution pass")
 _d = kiln._ffi._kiln.dist
@@ -43,6 +43,16 @@ def test_the_fit_equals_the_stage_graphs_estimate():
             assert fit(parts.mm) == pytest.approx(mm, rel=1e-9)
             assert fit(parts.mb) == pytest.approx(mb, rel=1e-9, abs=1e-15)
             assert fit(parts.cm) + fit(parts.cd) == pytest.approx(comm, rel=1e-9, abs=1e-15)
+
+
+def test_a_fit_that_misses_the_deeper_graph_or_costs_less_than_nothing_is_not_costed():
+    at = lambda a, b, c, d: a + 3 * b + 16 * c + 48 * d  # 3 layers, 16 sequences (step_costs._N[0])
+    good = {"mm": (0, 0, 1e-3, 2e-3), "mb": (1e-4, 2e-4, 1e-5, 1e-5), "cm": (1e-5, 1e-5, 1e-6, 1e-4), "cd": (1e-3, 2e-3, 0, 0)}
+    assert fit_holds(good, {k: at(*v) for k, v in good.items()})
+    assert not fit_holds(good, dict({k: at(*v) for k, v in good.items()}, mm=1.01 * at(*good["mm"])))
+    # A layer's collectives over "model" that cost less than nothing at a microbatch of one (seen on 175B, TP 8).
+    bad = dict(good, cm=(0.019, -0.107, 1e-4, 0.0138))
+    assert not fit_holds(bad, {k: at(*v) for k, v in bad.items()})
 
 
 def _spread(specs, layers):

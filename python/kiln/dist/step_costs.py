@@ -106,16 +106,24 @@ class Parts:
                 self.weights_over_data = any("data" in specs.get(w, "") for w in g.input_names if w.startswith(("h0.", "head")))
         for k in _KEYS:
             setattr(self, k, _bilinear(fits[k]))
-        # A sharding whose propagation differs with the depth or the sequences (the estimate not linear in them:
-        # a 3-layer graph off the fit, a part of negative cost) is not costed.
-        at3 = lambda c: c[0] + 3 * c[1] + _N[0] * c[2] + 3 * _N[0] * c[3]
-        scale = sum(abs(fits[k][3, _N[0]]) for k in ("mm", "mb", "cm", "cd"))
-        used = []  # what step_cost adds: per sequence (c, d), once a step (a, b: mb, cd), per microbatch of one (cm)
-        for k in ("mm", "mb", "cm", "cd"):
-            a, b, c, d = getattr(self, k)
-            used += [c, d] + ([a + c, b + d] if k == "cm" else [a, b] if k in ("mb", "cd") else [])
-        self.linear = (all(abs(at3(getattr(self, k)) - fits[k][3, _N[0]]) <= 1e-6 * scale for k in ("mm", "mb", "cm", "cd"))
-                       and min(used) >= -1e-3 * scale)
+        self.linear = fit_holds({k: getattr(self, k) for k in _TIMES}, {k: fits[k][3, _N[0]] for k in _TIMES})
+
+
+_TIMES = ("mm", "mb", "cm", "cd")
+
+
+def fit_holds(coeffs, at3):
+    """Whether the fitted time parts (name -> (a, b, c, d)) cost a sharding: they must meet its 3-layer graph's
+    estimate (`at3`: name -> seconds at 3 layers, _N[0] sequences; a sharding whose propagation differs with the
+    depth misses it) and no part step_cost adds may cost less than nothing (a fit that extrapolates to fewer
+    sequences than it saw: per sequence (c, d), once a step (a, b of mb, cd), a microbatch of one (cm))."""
+    scale = sum(abs(v) for v in at3.values())
+    used = []
+    for k, (a, b, c, d) in coeffs.items():
+        if abs(a + 3 * b + _N[0] * c + 3 * _N[0] * d - at3[k]) > 1e-6 * scale:
+            return False
+        used += [c, d] + ([a + c, b + d] if k == "cm" else [a, b] if k in ("mb", "cd") else [])
+    return min(used) >= -1e-3 * scale
 
 
 def step_cost(model, cluster, parts, s, precision="bf16"):
