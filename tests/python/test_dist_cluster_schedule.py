@@ -9,7 +9,7 @@ import pytest
 import kiln
 from kiln.dist import GPT, Cluster, Mesh, plan
 from kiln.dist.cluster import _shardings
-from kiln.dist.step_costs import Parts, Schedule, fit_holds, step_cost
+from kiln.dist.step_costs import Parts, Schedule, fit_holds, model_flops, step_cost
 
 pytestmark = pytest.mark.skipif(not hasattr(kiln, "dist"), reason="kiln was built without the distribution pass")
 _d = kiln._ffi._kiln.dist
@@ -153,6 +153,14 @@ def test_memory_moves_with_recompute_zero_and_bf16_as_counted_by_hand():
     # Two stages, 4 microbatches of 1: the first stage holds its half of the layers' state and 2 in flight.
     first = 16 * 2 * parts.layer_params + 2 * (2 * model.seq * model.hidden * 2) + per_layer_seq / 2
     assert mem("bf16", pipeline=2, recompute=True, microbatch=1) >= first
+
+
+def test_the_model_flops_are_megatrons_count():
+    """Narayanan et al. 2021, eq. 3 without recomputation's pass: 72 B s l h^2 (1 + s / 6h + V / 12lh)."""
+    for layers, hidden, heads in ((80, 12288, 96), (24, 2304, 24)):
+        m = GPT(layers=layers, hidden=hidden, heads=heads, batch=3)
+        want = 72 * 3 * m.seq * layers * hidden ** 2 * (1 + m.seq / (6 * hidden) + m.vocab / (12 * layers * hidden))
+        assert model_flops(m) == pytest.approx(want, rel=0.005)  # 0.1-0.3% apart here
 
 
 @pytest.mark.parametrize("size,devices,batch", [("13B", 8, 64), ("175B", 64, 256)])
