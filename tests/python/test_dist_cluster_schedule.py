@@ -21,10 +21,10 @@ def small_cluster(memory=1e12):
                    intra_latency_s=2e-6, inter_bytes_per_s=1e9, inter_latency_s=20e-6)
 
 
-def direct(model, mesh, specs, cost, layers, n, head=True):
+def direct(model, mesh, specs, cost, layers, n):
     """The estimate of the stage graph itself: (products s, memory-bound s, collectives s, peak bytes)."""
     data = dict(mesh.axes)["data"]
-    g = model.graph(layers=layers, batch=data * n, head=head)
+    g = model.graph(layers=layers, batch=data * n)
     sg = _d.shard_graph(g, mesh, {k: v for k, v in specs.items() if k in g.input_names or "#" in k}, True)
     e = _d.estimate_plan(sg, cost)
     e_nm = _d.estimate_plan(sg, dict(cost, memory_bytes_per_s=1e30))
@@ -153,6 +153,15 @@ def test_memory_moves_with_recompute_zero_and_bf16_as_counted_by_hand():
     # Two stages, 4 microbatches of 1: the first stage holds its half of the layers' state and 2 in flight.
     first = 16 * 2 * parts.layer_params + 2 * (2 * model.seq * model.hidden * 2) + per_layer_seq / 2
     assert mem("bf16", pipeline=2, recompute=True, microbatch=1) >= first
+
+
+def test_bad_input_is_named():
+    with pytest.raises(kiln.KilnError, match="unknown size '7B'"):
+        GPT("7B")
+    with pytest.raises(kiln.KilnError, match="precision must be 'bf16'"):
+        plan(GPT(batch=8, **TINY), small_cluster(), precision="fp16")
+    with pytest.raises(kiln.KilnError, match="batch"):  # 1 layer, 2 GPUs a host: 3 sequences over 2 or 4 data ranks
+        plan(GPT(batch=3, **dict(TINY, layers=1)), small_cluster())
 
 
 def test_the_model_flops_are_megatrons_count():

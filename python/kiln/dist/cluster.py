@@ -197,6 +197,8 @@ def plan_model(model, cluster, precision="bf16", max_plans=64, tensor=None, pipe
     `pipeline`, `recompute`: only schedules of that many tensor-parallel ranks, pipeline stages, with or without
     recomputation (to cost a published schedule)."""
     from .step_costs import Schedule, model_flops, step_cost
+    if precision not in ("bf16", "fp32"):
+        raise KilnError(f"plan: precision must be 'bf16' (bfloat16 with float32 master weights) or 'fp32', got {precision!r}")
     start = _time.perf_counter()
     shardings, candidates, best = {}, [], None
     for tp in [m for m in _divisors(cluster.devices_per_host) if cluster.devices % m == 0 and tensor in (None, m)]:

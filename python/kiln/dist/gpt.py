@@ -34,9 +34,8 @@ def training_graph(inputs, loss, weights, optimizer=None):
     return _kg.make_graph(ins, outs, [])
 
 
-def gpt_training_graph(size="1.3B", batch=8, seq=2048, layers=None, hidden=None, heads=None, vocab=VOCAB, head=True):
-    """A GPT's training step: `size` one of GPT_SIZES, or layers/hidden/heads given. Returns (graph, parameters).
-    head=False: a pipeline stage before the last, whose loss stands in for the next stage's (the sum of its output)."""
+def gpt_training_graph(size="1.3B", batch=8, seq=2048, layers=None, hidden=None, heads=None, vocab=VOCAB):
+    """A GPT's training step: `size` one of GPT_SIZES, or layers/hidden/heads given. Returns (graph, parameters)."""
     L, H, nh = GPT_SIZES.get(size, (layers, hidden, heads))
     L, H, nh = layers or L, hidden or H, heads or nh
     hd = H // nh
@@ -63,9 +62,6 @@ def gpt_training_graph(size="1.3B", batch=8, seq=2048, layers=None, hidden=None,
         h = op("Add", h, op("MatMul", o, weight(f"h{i}.wo", (H, H))))
         m = op("LayerNormalization", h, ones, zeros, axis=-1)
         h = op("Add", h, op("MatMul", op("Relu", op("MatMul", m, weight(f"h{i}.fc_in", (H, 4 * H)))), weight(f"h{i}.fc_out", (4 * H, H))))
-    if not head:
-        loss = op("ReduceSum", h, keepdims=0)
-        return training_graph([x], loss, ws), sum(int(_np.prod(w.shape)) for w in ws)
     flat = op("Reshape", op("LayerNormalization", h, ones, zeros, axis=-1), const("flat", _np.array([batch * seq, H], "int64")))
     loss = op("kiln.SoftmaxCrossEntropy", op("MatMul", flat, weight("head", (H, vocab))), labels)
     params = sum(int(_np.prod(w.shape)) for w in ws)
@@ -84,10 +80,10 @@ class GPT:
         self.name, self.batch, self.seq, self.vocab = size if size in GPT_SIZES else f"{self.layers}x{self.hidden}", batch, seq, vocab
         self.params = self.layers * 12 * self.hidden ** 2 + self.hidden * vocab
 
-    def graph(self, layers=None, batch=None, head=True):
+    def graph(self, layers=None, batch=None):
         """The training step of `layers` layers (all) over `batch` sequences (the step's)."""
         return gpt_training_graph(batch=batch or self.batch, seq=self.seq, layers=layers or self.layers, hidden=self.hidden,
-                                  heads=self.heads, vocab=self.vocab, head=head)[0]
+                                  heads=self.heads, vocab=self.vocab)[0]
 
     def __repr__(self):
         return f"GPT({self.name}: {self.layers} layers, hidden {self.hidden}, batch {self.batch} x {self.seq})"
