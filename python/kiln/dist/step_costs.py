@@ -159,10 +159,12 @@ def step_cost(model, cluster, parts, s, precision="bf16"):
     state_first, state_last = Ls * parts.layer_params * per_param, (Ls * parts.layer_params + parts.head_params) * per_param
     layer_act = act[3] * n * f
     held = Ls * n * model.seq * model.hidden * act_bytes + layer_act if s.recompute else Ls * layer_act
+    gathered = parts.layer_params * D * act_bytes if parts.weights_over_data else 0  # a layer's weights in full while it runs
     if P == 1:
         memory = state_last + held + act[2] * n * f
     else:
         memory = max(state_first + min(P, m) * held, state_last + held + act[2] * n * f)
+    memory += gathered
     return step, memory, {"stage_s": stage, "once_s": once, "bubble_s": (P - 1) * stage, "send_s": send * (m + P - 1)}
 
 
