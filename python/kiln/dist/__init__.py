@@ -17,7 +17,9 @@ inputs or weights flow through the graph; a weight without a spec is sliced
 the way its first consumer wants.
 
 Clusters this machine cannot hold are planned on paper: ``kiln.dist.plan(graph, kiln.dist.Cluster.h100(64))``
-(cluster.py) picks the mesh and sharding with its predicted step time, memory and share of peak.
+(cluster.py) picks the mesh and sharding with its predicted step time, memory and share of peak; given a model
+(``kiln.dist.GPT("175B", batch=1536)``) also pipeline stages, microbatches, recomputation, bfloat16 and ZeRO-1
+(step_costs.py).
 
 Without mpirun one process runs a mesh of size 1. Ranks that die or hang
 make the others stop with an error after ``set_timeout`` seconds (default
@@ -34,9 +36,9 @@ from .training import train, tensor_parallel, data_parallel
 from .pipeline_parallel import (PipelinePlan, PipelineRunner, PipelineTrainPlan, PipelineTrainStep, pipeline,
                                 pipeline_train)
 from .cluster import Cluster, ClusterPlan, plan
-from .gpt import gpt_training_graph
+from .gpt import GPT, gpt_training_graph
 
 __all__ = ["rank", "size", "backend", "set_timeout", "timeout", "barrier", "all_reduce", "all_gather", "broadcast", "send",
            "recv", "mpi_built", "nccl_all_reduce", "set_ring", "ring", "Mesh", "Plan", "Runner", "shard", "calibrate", "train",
            "tensor_parallel", "data_parallel", "PipelinePlan", "PipelineRunner", "PipelineTrainPlan", "PipelineTrainStep",
-           "pipeline", "pipeline_train", "Cluster", "ClusterPlan", "plan", "gpt_training_graph", "KilnError"]
+           "pipeline", "pipeline_train", "Cluster", "ClusterPlan", "plan", "GPT", "gpt_training_graph", "KilnError"]

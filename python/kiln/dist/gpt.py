@@ -5,11 +5,12 @@ is the forward pass, the cross-entropy loss, its gradients and Adam's update (th
 as inputs too), as kiln.train builds it. Simplifications, none of which moves the FLOP count by
 more than a few percent: the token embedding is the input (its lookup and scatter are not modelled),
 no causal mask, no biases, ReLU for GeLU, LayerNorm scales fixed (tiny constants), float32
-throughout (Megatron-LM trains in 16-bit: our bytes moved and held are twice theirs).
+throughout (kiln.dist.plan's precision="bf16" halves the bytes of activations and collectives; step_costs.py).
 """
 import numpy as _np
 
 from .. import graph as _kg
+from .._ffi import KilnError
 from ..train.nodes import Scalars, op
 from ..train.optimizers import Adam
 
@@ -40,7 +41,7 @@ def gpt_training_graph(size="1.3B", batch=8, seq=2048, layers=None, hidden=None,
     hd = H // nh
     x = _kg.make_input("x", [batch, seq, H], "float32")
     labels = _kg.make_input("labels", [batch * seq], "int64")
-    ws = []
+    ws = []  # names differ in more than numbers (fc_in, fc_out): the planner ties names that differ only in numbers
 
     def weight(name, shape):
         ws.append(_kg.make_input(name, list(shape), "float32"))
@@ -60,9 +61,30 @@ def gpt_training_graph(size="1.3B", batch=8, seq=2048, layers=None, hidden=None,
         o = op("Reshape", op("Transpose", op("MatMul", s, v), perm=[0, 2, 1, 3]), merge)
         h = op("Add", h, op("MatMul", o, weight(f"h{i}.wo", (H, H))))
         m = op("LayerNormalization", h, ones, zeros, axis=-1)
-        h = op("Add", h, op("MatMul", op("Relu", op("MatMul", m, weight(f"h{i}.w1", (H, 4 * H)))), weight(f"h{i}.w2", (4 * H, H))))
+        h = op("Add", h, op("MatMul", op("Relu", op("MatMul", m, weight(f"h{i}.fc_in", (H, 4 * H)))), weight(f"h{i}.fc_out", (4 * H, H))))
     flat = op("Reshape", op("LayerNormalization", h, ones, zeros, axis=-1), const("flat", _np.array([batch * seq, H], "int64")))
     loss = op("kiln.SoftmaxCrossEntropy", op("MatMul", flat, weight("head", (H, vocab))), labels)
     params = sum(int(_np.prod(w.shape)) for w in ws)
     return training_graph([x, labels], loss, ws), params
+
+
+class GPT:
+    """A GPT to plan (kiln.dist.plan): its shape, the batch of one step (sequences), and step graphs of any
+    number of layers and sequences, so the planner can cost pipeline stages and microbatches."""
+
+    def __init__(self, size="1.3B", batch=8, seq=2048, layers=None, hidden=None, heads=None, vocab=VOCAB):
+        L, H, nh = GPT_SIZES.get(size, (layers, hidden, heads))
+        self.layers, self.hidden, self.heads = layers or L, hidden or H, heads or nh
+        if not (self.layers and self.hidden and self.heads):
+            raise KilnError(f"GPT: unknown size {size!r} (known: {', '.join(GPT_SIZES)}); or give layers, hidden and heads")
+        self.name, self.batch, self.seq, self.vocab = size if size in GPT_SIZES else f"{self.layers}x{self.hidden}", batch, seq, vocab
+        self.params = self.layers * 12 * self.hidden ** 2 + self.hidden * vocab
+
+    def graph(self, layers=None, batch=None):
+        """The training step of `layers` layers (all) over `batch` sequences (the step's)."""
+        return gpt_training_graph(batch=batch or self.batch, seq=self.seq, layers=layers or self.layers, hidden=self.hidden,
+                                  heads=self.heads, vocab=self.vocab)[0]
+
+    def __repr__(self):
+        return f"GPT({self.name}: {self.layers} layers, hidden {self.hidden}, batch {self.batch} x {self.seq})"
 
