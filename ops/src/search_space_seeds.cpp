@@ -169,6 +169,13 @@ bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const 
   // (LLVM loads the next step's vector early); or, `folded`, the vector
   // operand read by the FMAs from memory and every other register a row.
   int64_t fit_left = folded ? max_rows_loads_folded(dag, vectors) : max_tile_rows(dag.registers - 1, vectors), rows = 1;
+  // A depthwise conv (a reduction over its window alone) loads a fresh input
+  // for every FMA, so a wider tile saves only the weight loads (1 in rows+1
+  // of them). Its accumulators take at most half the registers: the rest
+  // hold the border's masked loads (which fold into no FMA) and an
+  // epilogue's temporaries. At 14 x 2 vectors (AVX-512) MobileNetV2's and
+  // EfficientNet-B0's 14 x 14 layers spilled, the SiLU ones most.
+  if (st.reduce.size() == 2) fit_left = std::min<int64_t>(fit_left, std::max(1, dag.registers / 2 / vectors));
   const bool matmul = st.reduce.size() == 1;
   int64_t rows_left = matmul ? std::min(fit_left, kMaxMatmulRows) : fit_left;
   // Rows first along the axes that share the vector operand's loads, then the others.
