@@ -7,6 +7,7 @@
 #include "kiln/support/compile_times.h"
 #include "kiln/graph/op_registry.h"
 #include "kiln/ops/best_record.h"
+#include "kiln/ops/cpu_amx.h"
 #include "kiln/ops/search_space.h"
 #include "kiln/support/error.h"
 #include "kiln/te/trace.h"
@@ -36,6 +37,13 @@ te::Schedule group_schedule(const ops::Task& task, const std::string& db_path, S
       std::vector<std::string> others = ops::other_core_count_targets(task, db_path);
       if (!others.empty()) *records_only_for = others.front();
     }
+  }
+  // On AMX targets an int8 / bfloat16 matmul runs on tiles (cpu_amx.h); the
+  // search space's vector tiles are for targets without them.
+  if (auto amx = ops::amx_schedule(task)) {
+    *source = ScheduleSource::Default;
+    *detail = "amx tiles";
+    return *amx;
   }
   ops::SearchSpace space(task);
   ops::Candidate c = space.default_candidate();

@@ -1,0 +1,45 @@
+/** \file
+ * AMX tile blocks: the reader of a loop nest a schedule marked "amx"
+ * (s.pragma(axis, "amx", 1) on the outermost of three loops, the AttrStmt
+ * "pragma_amx" around it after lowering), which the LLVM backend emits as
+ * AMX tile code for an x86 target with AMX (ops::amx_schedule makes such
+ * schedules). Every other backend, and the interpreter, runs the nest as
+ * the plain loops it is.
+ *
+ * The nest: three loops of constant extent (any order) around one store
+ * C[c] = C[c] + dot_i8x4(A[a], B[b]) (or dot_bf16x2), flat indices. Their
+ * roles follow from the indices: k is the loop C's index leaves out, n the
+ * one that steps it by 1, m the other. k a multiple of 16 (words of four
+ * bytes or two bfloat16), m and n at most 32; every index affine in them
+ * (B's and C's along n within each 16 columns, so that a panel of B may end
+ * at 16 columns); A contiguous along k, B and C along n. The accumulator's
+ * initialisation stays outside (k outermost).
+ */
+#ifndef KILN_PASS_AMX_H
+#define KILN_PASS_AMX_H
+
+#include "kiln/ir/stmt.h"
+
+namespace kiln::pass {
+
+/** The key of the AttrStmt that marks an amx nest. */
+inline constexpr const char* kAmxPragma = "pragma_amx";
+
+/** A marked nest read: element (r, j) of C at c + r*ldc + (j/16)*c_col16 + j%16, A[r][q] at a + r*lda + q, B[q][j] at b + q*ldb + (j/16)*b_col16 + j%16. */
+struct AmxBlock {
+  /** Loads of the first elements of C, A and B (flat indices). */
+  Expr c, a, b;
+  int64_t ldc = 0, c_col16 = 16, lda = 0, ldb = 0, b_col16 = 16;
+  int64_t m = 0, n = 0, k = 0;
+  /** dot_bf16x2 (float32 C) rather than dot_i8x4 (int32 C). */
+  bool bf16 = false;
+  /** For dot_i8x4: whether A's and B's bytes are signed (int32 words). */
+  bool a_signed = false, b_signed = false;
+};
+
+/** Reads the nest under an AttrStmt "pragma_amx"; throws kiln::Error naming the loop and the problem when it is no such nest. */
+AmxBlock read_amx_block(const AttrStmt* marked);
+
+}  // namespace kiln::pass
+
+#endif  // KILN_PASS_AMX_H

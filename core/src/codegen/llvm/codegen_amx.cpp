@@ -1,0 +1,110 @@
+// A nest marked "amx" (kiln/pass/amx.h, read by pass::read_amx_block): a
+// block of up to 32 x 32 accumulators on AMX tiles.
+//   tmm0..3  C, 2 x 2 tiles of up to 16 rows x 16 32-bit columns
+//   tmm4..5  A, a tile per 16 rows: 16 words of K (64 bytes) per row
+//   tmm6..7  B, a tile per 16 columns: 16 rows of K words, each row the
+//            16 columns' words (the pair/quad layout vpdpbusd reads too)
+// Per call: the permission (kiln_amx_request, once per process), the tile
+// configuration (ldtilecfg), C loaded, K in steps of 16 words, each step
+// loading A and B and one tdpb*d / tdpbf16ps per C tile, C stored, the tiles
+// released. Tile registers are named, not allocated: the llvm.x86 forms
+// with immediate tile numbers, so LLVM's tile configuration passes stay out.
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsX86.h>
+
+#include "codegen_llvm.h"
+#include "kiln/pass/amx.h"
+#include "kiln/support/error.h"
+
+namespace kiln::codegen {
+
+void CodeGenLLVM::emit_amx_block(const AttrStmt* op) {
+  pass::AmxBlock blk = pass::read_amx_block(op);
+  const BufferLoad *c = blk.c.as<BufferLoad>(), *a = blk.a.as<BufferLoad>(), *b = blk.b.as<BufferLoad>();
+  const int64_t ldc = blk.ldc, c16 = blk.c_col16, lda = blk.lda, ldb = blk.ldb, b16 = blk.b_col16;
+  const int64_t M = blk.m, N = blk.n, K = blk.k;
+  const bool bf16 = blk.bf16;
+  const char* unit = bf16 ? "amx-bf16" : "amx-int8";
+  KILN_USER_CHECK(target_.has_feature("amx-tile") && target_.has_feature(unit))
+      << "amx: target '" << target_.str() << "' has no " << unit << "; a nest marked amx needs an x86 target with AMX (-mcpu=sapphirerapids or -mattr=+amx-tile,+"
+      << unit << ")";
+  KILN_CHECK(M >= 1 && M <= 32 && N >= 1 && N <= 32 && K >= 16 && K % 16 == 0) << "amx: block " << M << "x" << N << "x" << K;
+  llvm::Type* i8 = builder_->getInt8Ty();
+  llvm::Type* i64 = builder_->getInt64Ty();
+  auto addr = [&](const BufferLoad* l) { return element_pointer(l->buffer.get(), codegen(l->indices[0])); };
+  llvm::Value *pc = addr(c), *pa = addr(a), *pb = addr(b);
+
+  // Permission first: a refusal returns the kernel's error, never SIGILL.
+  llvm::Value* granted = builder_->CreateCall(runtime_function("kiln_amx_request"), {});
+  auto* ok = llvm::BasicBlock::Create(*ctx_, "amx_ok", fn_.function);
+  auto* refused = llvm::BasicBlock::Create(*ctx_, "amx_refused", fn_.function);
+  builder_->CreateCondBr(builder_->CreateICmpEQ(granted, builder_->getInt32(0)), ok, refused, likely_weights());
+  builder_->SetInsertPoint(refused);
+  emit_error_return(granted);
+  builder_->SetInsertPoint(ok);
+
+  // The 64-byte configuration: palette 1, then colsb (u16) and rows (u8) per tile.
+  const int rm = static_cast<int>((M + 15) / 16), rn = static_cast<int>((N + 15) / 16);
+  auto rows_of = [&](int i) { return static_cast<int>(std::min<int64_t>(16, M - 16 * i)); };
+  auto cols_of = [&](int j) { return static_cast<int>(std::min<int64_t>(16, N - 16 * j)); };
+  auto tc = [&](int i, int j) { return static_cast<uint8_t>(2 * i + j); };
+  auto ta = [](int i) { return static_cast<uint8_t>(4 + i); };
+  auto tb = [](int j) { return static_cast<uint8_t>(6 + j); };
+  uint8_t cfg[64] = {0};
+  cfg[0] = 1;
+  auto set_tile = [&](uint8_t t, int rows, int colsb) {
+    cfg[16 + 2 * t] = static_cast<uint8_t>(colsb & 0xff);
+    cfg[16 + 2 * t + 1] = static_cast<uint8_t>(colsb >> 8);
+    cfg[48 + t] = static_cast<uint8_t>(rows);
+  };
+  for (int i = 0; i < rm; ++i) {
+    set_tile(ta(i), rows_of(i), 64);
+    for (int j = 0; j < rn; ++j) set_tile(tc(i, j), rows_of(i), 4 * cols_of(j));
+  }
+  for (int j = 0; j < rn; ++j) set_tile(tb(j), 16, 4 * cols_of(j));
+  llvm::AllocaInst* slot = entry_alloca(llvm::ArrayType::get(i8, 64), nullptr, 64, "amx_cfg");
+  builder_->CreateStore(llvm::ConstantDataArray::get(*ctx_, llvm::ArrayRef<uint8_t>(cfg, 64)), slot);
+
+  auto intrinsic = [&](llvm::Intrinsic::ID id) { return llvm::Intrinsic::getDeclaration(module_.get(), id); };
+  auto tile = [&](uint8_t t) { return builder_->getInt8(t); };
+  // Byte address of element `elems` past p (elems an i64 value).
+  auto at = [&](llvm::Value* p, llvm::Value* elems) { return builder_->CreateGEP(i8, p, builder_->CreateMul(elems, llvm::ConstantInt::get(i64, 4))); };
+  auto at_c = [&](llvm::Value* p, int64_t elems) { return at(p, llvm::ConstantInt::get(i64, elems)); };
+  builder_->CreateCall(intrinsic(llvm::Intrinsic::x86_ldtilecfg), {slot});
+  llvm::Function* load = intrinsic(llvm::Intrinsic::x86_tileloadd64);
+  llvm::Function* store = intrinsic(llvm::Intrinsic::x86_tilestored64);
+  for (int i = 0; i < rm; ++i)
+    for (int j = 0; j < rn; ++j) builder_->CreateCall(load, {tile(tc(i, j)), at_c(pc, 16 * i * ldc + j * c16), llvm::ConstantInt::get(i64, 4 * ldc)});
+
+  // for (q = 0; q < K; q += 16): one step of 16 words of K.
+  llvm::Intrinsic::ID dp = llvm::Intrinsic::x86_tdpbf16ps;
+  if (!bf16) {
+    bool as = blk.a_signed, bs = blk.b_signed;
+    dp = as ? (bs ? llvm::Intrinsic::x86_tdpbssd : llvm::Intrinsic::x86_tdpbsud) : (bs ? llvm::Intrinsic::x86_tdpbusd : llvm::Intrinsic::x86_tdpbuud);
+  }
+  llvm::Function* dot = intrinsic(dp);
+  llvm::BasicBlock* pre = builder_->GetInsertBlock();
+  auto* body = llvm::BasicBlock::Create(*ctx_, "amx_k", fn_.function);
+  auto* done = llvm::BasicBlock::Create(*ctx_, "amx_k_done", fn_.function);
+  builder_->CreateBr(body);
+  builder_->SetInsertPoint(body);
+  llvm::PHINode* q = builder_->CreatePHI(i64, 2, "amx_q");
+  q->addIncoming(llvm::ConstantInt::get(i64, 0), pre);
+  for (int i = 0; i < rm; ++i)
+    builder_->CreateCall(load, {tile(ta(i)), at(pa, builder_->CreateAdd(q, llvm::ConstantInt::get(i64, 16 * i * lda))), llvm::ConstantInt::get(i64, 4 * lda)});
+  for (int j = 0; j < rn; ++j)
+    builder_->CreateCall(load, {tile(tb(j)), at(pb, builder_->CreateAdd(builder_->CreateMul(q, llvm::ConstantInt::get(i64, ldb)), llvm::ConstantInt::get(i64, j * b16))),
+                                llvm::ConstantInt::get(i64, 4 * ldb)});
+  for (int i = 0; i < rm; ++i)
+    for (int j = 0; j < rn; ++j) builder_->CreateCall(dot, {tile(tc(i, j)), tile(ta(i)), tile(tb(j))});
+  llvm::Value* next = builder_->CreateAdd(q, llvm::ConstantInt::get(i64, 16));
+  q->addIncoming(next, builder_->GetInsertBlock());
+  builder_->CreateCondBr(builder_->CreateICmpSLT(next, llvm::ConstantInt::get(i64, K)), body, done);
+  builder_->SetInsertPoint(done);
+
+  for (int i = 0; i < rm; ++i)
+    for (int j = 0; j < rn; ++j) builder_->CreateCall(store, {tile(tc(i, j)), at_c(pc, 16 * i * ldc + j * c16), llvm::ConstantInt::get(i64, 4 * ldc)});
+  builder_->CreateCall(intrinsic(llvm::Intrinsic::x86_tilerelease), {});
+}
+
+}  // namespace kiln::codegen

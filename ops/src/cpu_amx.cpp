@@ -1,0 +1,133 @@
+// The AMX schedule of an int8 / bfloat16 matmul (cpu_amx.h).
+#include "kiln/ops/cpu_amx.h"
+
+#include <functional>
+#include <unordered_set>
+
+#include "kiln/ir/functor.h"
+#include "kiln/te/operation.h"
+
+namespace kiln::ops {
+
+namespace {
+
+const te::ComputeOpNode* compute_of(const te::Tensor& t) {
+  const te::OperationNode* op = t.op().get();
+  return op && op->kind == te::OpKind::Compute ? static_cast<const te::ComputeOpNode*>(op) : nullptr;
+}
+
+// The dot a reduction sums (sum over its one axis of dot_i8x4 / dot_bf16x2 of two loads), else null.
+const Call* summed_dot(const te::ComputeOpNode* op) {
+  if (!op || op->reduce_axis.size() != 1) return nullptr;
+  const Reduce* r = op->body.as<Reduce>();
+  const Call* c = r && r->reduce_kind == ReduceKind::Sum && is_one(r->condition) ? r->source.as<Call>() : nullptr;
+  if (!c || (c->op != Intrinsic::DotI8x4 && c->op != Intrinsic::DotBF16x2)) return nullptr;
+  return c->args[0].as<TensorLoad>() && c->args[1].as<TensorLoad>() ? c : nullptr;
+}
+
+bool static_shape(const std::vector<Expr>& s) {
+  for (const Expr& e : s)
+    if (!as_const_int(e)) return false;
+  return true;
+}
+
+// The largest divisor of n up to `most`.
+int64_t divisor_up_to(int64_t n, int64_t most) {
+  for (int64_t d = std::min(n, most); d > 1; --d)
+    if (n % d == 0) return d;
+  return 1;
+}
+
+std::optional<te::Schedule> no(std::string* why, const std::string& reason) {
+  if (why) *why = reason;
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool target_has_amx(const Target& target, const std::string& dot) {
+  bool x86 = target.triple.rfind("x86_64", 0) == 0 || target.triple.rfind("i686", 0) == 0 || target.triple.empty();
+  return target.kind == Target::Kind::LLVM && x86 && target.has_feature("amx-tile") && target.has_feature(dot == "bf16" ? "amx-bf16" : "amx-int8");
+}
+
+std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
+  if (task.outputs.size() != 1) return no(why, "the task has several outputs");
+  // Every computed stage: one reduction of a dot (D), the rest elementwise.
+  std::vector<te::Tensor> stages;
+  std::unordered_set<const te::OperationNode*> seen;
+  std::function<void(const te::Tensor&)> walk = [&](const te::Tensor& t) {
+    if (!compute_of(t) || !seen.insert(t.op().get()).second) return;
+    for (const te::Tensor& i : compute_of(t)->input_tensors()) walk(i);
+    stages.push_back(t);
+  };
+  walk(task.outputs[0]);
+  te::Tensor out = task.outputs[0], dot;
+  for (const te::Tensor& t : stages) {
+    if (compute_of(t)->reduce_axis.empty()) continue;
+    if (dot.defined() || !summed_dot(compute_of(t))) return no(why, "a reduction other than one sum of dot_i8x4 / dot_bf16x2");
+    dot = t;
+  }
+  if (!dot.defined()) return no(why, "no sum of dot_i8x4 / dot_bf16x2");
+  const Call* d = summed_dot(compute_of(dot));
+  if (!target_has_amx(task.target, d->op == Intrinsic::DotBF16x2 ? "bf16" : "i8")) return no(why, "the target has no AMX for this dot");
+  const te::ComputeOpNode* dop = compute_of(dot);
+  if (!static_shape(dot.shape()) || !static_shape(out.shape()) || dot.ndim() < 2 || out.ndim() != dot.ndim()) return no(why, "symbolic or mismatched shapes");
+  for (size_t k = 0; k < dot.shape().size(); ++k)
+    if (*as_const_int(dot.shape()[k]) != *as_const_int(out.shape()[k])) return no(why, "the output's shape differs from the product's");
+  const int64_t* q = as_const_int(dop->reduce_axis[0].dom().extent);
+  if (!q || *q % 16 != 0) return no(why, "the packed K is not a multiple of 16 words (64 int8 / 32 bfloat16 values)");
+  const int r = dot.ndim();
+  const int64_t M = *as_const_int(dot.shape()[r - 2]), N = *as_const_int(dot.shape()[r - 1]);
+  // The column block: within one panel of B where B is in panels.
+  int64_t nt = divisor_up_to(N, 32);
+  const TensorLoad* bl = d->args[1].as<TensorLoad>();
+  const std::vector<Expr>& bshape = static_cast<const te::TensorNode*>(bl->producer.get())->op->shape;
+  if (bshape.size() == 3) {
+    const int64_t* nb = as_const_int(bshape[2]);
+    if (!nb || *nb > 32) return no(why, "B's panels are wider than 32 columns");
+    nt = *nb;
+  }
+  const int64_t mt = divisor_up_to(M, 32);
+  if (mt < 4 || nt < 4) return no(why, "rows or columns have no divisor from 4 to 32");
+
+  te::Schedule sch = task.fresh_schedule();
+  te::Tensor acc = dot;
+  if (out.same_tensor(dot)) acc = sch.cache_write(out, "local");
+  for (const te::Tensor& t : stages) {
+    if (t.same_tensor(dot) || t.same_tensor(out)) continue;
+    bool operand = false;
+    for (int k = 0; k < 2; ++k) operand = operand || static_cast<const te::TensorNode*>(d->args[k].as<TensorLoad>()->producer.get())->op.get() == t.op().get();
+    // An operand computed in the group (packing) is stored whole first; the rest are inlined.
+    if (operand) {
+      te::Stage& s = sch[t];
+      s.compute_root();
+      s.parallel(s.leaf_iter_vars()[0]);
+    } else {
+      sch[t].compute_inline();
+    }
+  }
+  te::Stage& so = sch[out];
+  std::vector<IterVar> ax = so.leaf_iter_vars();
+  auto [io, ii] = so.split(ax[r - 2], static_cast<int>(mt));
+  auto [jo, ji] = so.split(ax[r - 1], static_cast<int>(nt));
+  std::vector<IterVar> outer(ax.begin(), ax.begin() + (r - 2));
+  outer.push_back(io);
+  outer.push_back(jo);
+  std::vector<IterVar> order = outer;
+  order.push_back(ii);
+  order.push_back(ji);
+  so.reorder(order);
+  IterVar block = outer.size() == 1 ? outer[0] : so.fuse(outer);
+  so.parallel(block);
+  if (nt % 16 == 0) so.vectorize(so.split(ji, 16).second);
+  else if (nt % 8 == 0) so.vectorize(so.split(ji, 8).second);
+  te::Stage& sa = sch[acc];
+  sa.compute_at(so, block);
+  std::vector<IterVar> aa = sa.leaf_iter_vars();
+  const IterVar& k = aa.back();
+  sa.reorder({k, aa[aa.size() - 3], aa[aa.size() - 2]});
+  sa.pragma(k, "amx", 1);
+  return sch;
+}
+
+}  // namespace kiln::ops
