@@ -18,6 +18,7 @@
 #include "kiln/ops/layout.h"
 #include "kiln/ops/task.h"
 #include "kiln/runtime/c_runtime_api.h"
+#include "kiln/support/error.h"
 #include "kiln/te/lower.h"
 #include "test_util.h"
 
