@@ -77,13 +77,16 @@ std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
   const int64_t* q = as_const_int(dop->reduce_axis[0].dom().extent);
   if (!q || *q % 16 != 0) return no(why, "the packed K is not a multiple of 16 words (64 int8 / 32 bfloat16 values)");
   const int r = dot.ndim();
-  const int64_t M = *as_const_int(dot.shape()[r - 2]), N = *as_const_int(dot.shape()[r - 1]);
+  // The rows: the last axis before the columns with more than one ([seq, 1, N] takes seq).
+  int row = r - 2;
+  while (row > 0 && *as_const_int(dot.shape()[row]) == 1) --row;
+  const int64_t M = *as_const_int(dot.shape()[row]), N = *as_const_int(dot.shape()[r - 1]);
   // The column block: within one panel of B where B is in panels.
   int64_t nt = divisor_up_to(N, 32);
   const TensorLoad* bl = d->args[1].as<TensorLoad>();
   const std::vector<Expr>& bshape = static_cast<const te::TensorNode*>(bl->producer.get())->op->shape;
   if (bshape.size() == 3) {
-    const int64_t* nb = as_const_int(bshape[2]);
+  const int64_t* nb = as_const_int(bshape[2]);
     if (!nb || *nb > 32) return no(why, "B's panels are wider than 32 columns");
     nt = *nb;
   }
@@ -108,10 +111,10 @@ std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
   }
   te::Stage& so = sch[out];
   std::vector<IterVar> ax = so.leaf_iter_vars();
-  auto [io, ii] = so.split(ax[r - 2], static_cast<int>(mt));
+  auto [io, ii] = so.split(ax[row], static_cast<int>(mt));
   auto [jo, ji] = so.split(ax[r - 1], static_cast<int>(nt));
-  std::vector<IterVar> outer(ax.begin(), ax.begin() + (r - 2));
-  outer.push_back(io);
+  std::vector<IterVar> outer;
+  for (int k = 0; k + 1 < r; ++k) outer.push_back(k == row ? io : ax[k]);
   outer.push_back(jo);
   std::vector<IterVar> order = outer;
   order.push_back(ii);
@@ -123,9 +126,13 @@ std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
   else if (nt % 8 == 0) so.vectorize(so.split(ji, 8).second);
   te::Stage& sa = sch[acc];
   sa.compute_at(so, block);
-  std::vector<IterVar> aa = sa.leaf_iter_vars();
-  const IterVar& k = aa.back();
-  sa.reorder({k, aa[aa.size() - 3], aa[aa.size() - 2]});
+  // The accumulator's loops: the unit ones first, then k, m, n (the nest marked amx).
+  std::vector<IterVar> aa = sa.leaf_iter_vars(), a_order;
+  const IterVar k = aa.back();
+  for (int i = 0; i + 1 < r; ++i)
+    if (i != row) a_order.push_back(aa[i]);
+  a_order.insert(a_order.end(), {k, aa[row], aa[r - 1]});
+  sa.reorder(a_order);
   sa.pragma(k, "amx", 1);
   return sch;
 }

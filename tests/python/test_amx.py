@@ -77,9 +77,11 @@ def bf16_round(x):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
 
 
-def test_bf16_weight_panels_run_on_amx_tiles():
-    M, K, N = 64, 256, 128
-    x = RNG.standard_normal((M, K)).astype(np.float32)
+@pytest.mark.parametrize("xshape", [(64, 256), (48, 1, 256)])
+def test_bf16_weight_panels_run_on_amx_tiles(xshape):
+    """2-D rows, and rows [seq, batch 1, K] as BERT's projections have them (the rows' block over seq)."""
+    K, N = xshape[-1], 128
+    x = RNG.standard_normal(xshape).astype(np.float32)
     w = RNG.standard_normal((K, N)).astype(np.float32)
     b = Builder()
     y = b.op("MatMul", b.input("x", x.shape, "float32"), b.constant("w", w))
