@@ -16,9 +16,9 @@ const te::ComputeOpNode* compute_of(const te::Tensor& t) {
   return op && op->kind == te::OpKind::Compute ? static_cast<const te::ComputeOpNode*>(op) : nullptr;
 }
 
-// The dot a reduction sums (sum over its one axis of dot_i8x4 / dot_bf16x2 of two loads), else null.
+// The dot a reduction sums (sum over its axes of dot_i8x4 / dot_bf16x2 of two loads), else null.
 const Call* summed_dot(const te::ComputeOpNode* op) {
-  if (!op || op->reduce_axis.size() != 1) return nullptr;
+  if (!op || op->reduce_axis.empty()) return nullptr;
   const Reduce* r = op->body.as<Reduce>();
   const Call* c = r && r->reduce_kind == ReduceKind::Sum && is_one(r->condition) ? r->source.as<Call>() : nullptr;
   if (!c || (c->op != Intrinsic::DotI8x4 && c->op != Intrinsic::DotBF16x2)) return nullptr;
@@ -74,8 +74,9 @@ std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
   if (!static_shape(dot.shape()) || !static_shape(out.shape()) || dot.ndim() < 2 || out.ndim() != dot.ndim()) return no(why, "symbolic or mismatched shapes");
   for (size_t k = 0; k < dot.shape().size(); ++k)
     if (*as_const_int(dot.shape()[k]) != *as_const_int(out.shape()[k])) return no(why, "the output's shape differs from the product's");
-  const int64_t* q = as_const_int(dop->reduce_axis[0].dom().extent);
-  if (!q || *q % 16 != 0) return no(why, "the packed K is not a multiple of 16 words (64 int8 / 32 bfloat16 values)");
+  // The innermost reduce axis is the tiles' K: up to 16 words, or a multiple of 16.
+  const int64_t* q = as_const_int(dop->reduce_axis.back().dom().extent);
+  if (!q || (*q > 16 && *q % 16 != 0)) return no(why, "the packed K is not a multiple of 16 words (64 int8 / 32 bfloat16 values)");
   const int r = dot.ndim();
   // The rows: the last axis before the columns with more than one ([seq, 1, N] takes seq).
   int row = r - 2;
@@ -126,14 +127,15 @@ std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
   else if (nt % 8 == 0) so.vectorize(so.split(ji, 8).second);
   te::Stage& sa = sch[acc];
   sa.compute_at(so, block);
-  // The accumulator's loops: the unit ones first, then k, m, n (the nest marked amx).
+  // The accumulator's loops: the unit ones first, then the reduction
+  // (a convolution's channel blocks and taps, then k), then m, n: the nest marked amx.
   std::vector<IterVar> aa = sa.leaf_iter_vars(), a_order;
-  const IterVar k = aa.back();
   for (int i = 0; i + 1 < r; ++i)
     if (i != row) a_order.push_back(aa[i]);
-  a_order.insert(a_order.end(), {k, aa[row], aa[r - 1]});
+  a_order.insert(a_order.end(), aa.begin() + r, aa.end());
+  a_order.insert(a_order.end(), {aa[row], aa[r - 1]});
   sa.reorder(a_order);
-  sa.pragma(k, "amx", 1);
+  sa.pragma(aa[r], "amx", 1);
   return sch;
 }
 

@@ -2,7 +2,7 @@
 // loops' roles follow from the indices (k the loop C's index leaves out, n
 // the one stepping it by 1, m the other); strides come from substituting
 // loop values into each index and simplifying the differences.
-#include <array>
+#include <vector>
 #include <sstream>
 
 #include "kiln/arith/analyzer.h"
@@ -18,12 +18,13 @@ namespace {
 
 class AmxReader {
  public:
-  std::array<const For*, 3> loops_{};
+  std::vector<const For*> loops_;
 
   [[noreturn]] void fail(const std::string& why) const {
     std::ostringstream os;
-    os << "amx: the nest marked amx at loop '" << (loops_[0] ? loops_[0]->loop_var.name() : std::string("?")) << "' " << why
-       << "; an amx nest is three loops (k a multiple of 16, m and n up to 32) around C[c] = C[c] + dot_i8x4/dot_bf16x2(A[a], B[b])";
+    os << "amx: the nest marked amx at loop '" << (loops_.empty() ? std::string("?") : loops_[0]->loop_var.name()) << "' " << why
+       << "; an amx nest is loops of reduction outside three loops k (up to 16 or a multiple of 16), m and n (up to 32) around "
+       << "C[c] = C[c] + dot_i8x4/dot_bf16x2(A[a], B[b])";
     KILN_USER_ERROR() << os.str();
     throw;  // unreachable
   }
@@ -31,7 +32,7 @@ class AmxReader {
   // The index with the loop vars at their mins, loop `which` moved by `by`.
   Expr at(const Expr& index, int which, int64_t by) const {
     return arith::simplify(substitute(index, [&](const Variable* v) -> Expr {
-      for (int l = 0; l < 3; ++l)
+      for (int l = 0; l < static_cast<int>(loops_.size()); ++l)
         if (loops_[l]->loop_var.get() == v) return l == which ? loops_[l]->min + make_const(loops_[l]->min.dtype(), double(by)) : loops_[l]->min;
       return Expr();
     }));
@@ -55,15 +56,16 @@ class AmxReader {
 
   AmxBlock read(const AttrStmt* op) {
     Stmt s = op->body;
-    for (int l = 0; l < 3; ++l) {
+    for (;;) {
       while (const AttrStmt* a = s.as<AttrStmt>()) s = a->body;
       const For* f = s.as<For>();
-      if (!f) fail("has " + std::to_string(l) + " loops");
-      loops_[l] = f;
+      if (!f) break;
+      loops_.push_back(f);
       if (!as_const_int(f->extent) || f->kind == ForKind::Parallel || f->kind == ForKind::ThreadBinding) fail("has a loop of no constant extent or a parallel loop");
       s = f->body;
     }
-    while (const AttrStmt* a = s.as<AttrStmt>()) s = a->body;
+    const int outer = static_cast<int>(loops_.size()) - 3;
+    if (outer < 0) fail("has " + std::to_string(loops_.size()) + " loops");
     const BufferStore* st = s.as<BufferStore>();
     if (!st || st->indices.size() != 1 || st->predicate.defined() || st->value.dtype().lanes() != 1) fail("does not hold one scalar store of a flat buffer");
     const Add* add = st->value.as<Add>();
@@ -76,11 +78,11 @@ class AmxReader {
     if (acc->buffer.get() != st->buffer.get() || acc->indices.size() != 1 || !A || !B || A->indices.size() != 1 || B->indices.size() != 1)
       fail("does not read its accumulator and two flat operands");
     const Expr &ci = st->indices[0], &ai = A->indices[0], &bi = B->indices[0];
-    int64_t ext[3];
-    for (int l = 0; l < 3; ++l) ext[l] = *as_const_int(loops_[l]->extent);
-    // Roles: k leaves C's index alone, n steps it by 1.
+    std::vector<int64_t> ext;
+    for (const For* f : loops_) ext.push_back(*as_const_int(f->extent));
+    // Roles of the innermost three: k leaves C's index alone, n steps it by 1.
     int k = -1, n = -1, m = -1;
-    for (int l = 0; l < 3; ++l) {
+    for (int l = outer; l < outer + 3; ++l) {
       int64_t c = step(ci, l, 1, "C");
       if (c == 0 && k < 0) k = l;
       else if (c == 1 && n < 0) n = l;
@@ -88,7 +90,7 @@ class AmxReader {
     }
     if (k < 0 || n < 0 || m < 0) fail("has no loop that C's index leaves out (k), steps by 1 (n) and steps by its rows (m)");
     const int64_t M = ext[m], N = ext[n], K = ext[k];
-    if (M > 32 || N > 32 || K % 16 != 0) fail("has m=" + std::to_string(M) + ", n=" + std::to_string(N) + ", k=" + std::to_string(K));
+    if (M > 32 || N > 32 || (K > 16 && K % 16 != 0)) fail("has m=" + std::to_string(M) + ", n=" + std::to_string(N) + ", k=" + std::to_string(K));
     int64_t ldc = stride(ci, m, M, "C"), lda = stride(ai, m, M, "A"), ldb = stride(bi, k, K, "B");
     int64_t tile_n = std::min<int64_t>(N, 16);
     if (stride(ci, n, tile_n, "C") != 1 || stride(bi, n, tile_n, "B") != 1 || stride(ai, k, K, "A") != 1) fail("reads C, B along n or A along k with a stride other than 1");
@@ -100,6 +102,11 @@ class AmxReader {
     }
     auto base = [&](const BufferLoad* l) { return BufferLoad::make(Buffer(l->buffer), {at(l->indices[0], 0, 0)}); };
     AmxBlock blk;
+    // The outer loops: more of the reduction (a convolution's taps and channel blocks).
+    for (int l = 0; l < outer; ++l) {
+      if (stride(ci, l, 2, "C") != 0) fail("has loop '" + loops_[l]->loop_var.name() + "' outside k, m, n that is no reduction (C's index uses it)");
+      blk.outer.push_back({ext[l], stride(ai, l, ext[l], "A"), stride(bi, l, ext[l], "B")});
+    }
     blk.c = base(acc), blk.a = base(A), blk.b = base(B);
     blk.ldc = ldc, blk.c_col16 = c16, blk.lda = lda, blk.ldb = ldb, blk.b_col16 = b16;
     blk.m = M, blk.n = N, blk.k = K;

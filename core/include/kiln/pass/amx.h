@@ -6,17 +6,22 @@
  * schedules). Every other backend, and the interpreter, runs the nest as
  * the plain loops it is.
  *
- * The nest: three loops of constant extent (any order) around one store
- * C[c] = C[c] + dot_i8x4(A[a], B[b]) (or dot_bf16x2), flat indices. Their
- * roles follow from the indices: k is the loop C's index leaves out, n the
- * one that steps it by 1, m the other. k a multiple of 16 (words of four
- * bytes or two bfloat16), m and n at most 32; every index affine in them
+ * The nest: loops of constant extent around one store C[c] = C[c] +
+ * dot_i8x4(A[a], B[b]) (or dot_bf16x2), flat indices. The innermost three
+ * (any order) make the tiles; their roles follow from the indices: k is the
+ * loop C's index leaves out, n the one that steps it by 1, m the other. k up
+ * to 16 or a multiple of 16 (words of four bytes or two bfloat16), m and n
+ * at most 32. Loops outside them are more of the reduction (C's index leaves
+ * them out: a convolution's taps and channel blocks), run with the
+ * accumulators held in tiles. Every index affine in all of them
  * (B's and C's along n within each 16 columns, so that a panel of B may end
  * at 16 columns); A contiguous along k, B and C along n. The accumulator's
  * initialisation stays outside (k outermost).
  */
 #ifndef KILN_PASS_AMX_H
 #define KILN_PASS_AMX_H
+
+#include <vector>
 
 #include "kiln/ir/stmt.h"
 
@@ -26,7 +31,14 @@ namespace kiln::pass {
 inline constexpr const char* kAmxPragma = "pragma_amx";
 
 /** A marked nest read: element (r, j) of C at c + r*ldc + (j/16)*c_col16 + j%16, A[r][q] at a + r*lda + q, B[q][j] at b + q*ldb + (j/16)*b_col16 + j%16. */
+/** A loop of the reduction outside k: its extent and the element strides of A and B along it. */
+struct AmxReduceLoop {
+  int64_t extent = 1, a_stride = 0, b_stride = 0;
+};
+
 struct AmxBlock {
+  /** The reduction loops outside k, outermost first. */
+  std::vector<AmxReduceLoop> outer;
   /** Loads of the first elements of C, A and B (flat indices). */
   Expr c, a, b;
   int64_t ldc = 0, c_col16 = 16, lda = 0, ldb = 0, b_col16 = 16;

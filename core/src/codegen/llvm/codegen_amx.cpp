@@ -5,12 +5,15 @@
 //   tmm6..7  B, a tile per 16 columns: 16 rows of K words, each row the
 //            16 columns' words (the pair/quad layout vpdpbusd reads too)
 // Per call: the permission (kiln_amx_request, once per process), the tile
-// configuration (ldtilecfg), C loaded, K in steps of 16 words, each step
+// configuration (ldtilecfg), C loaded, the reduction loops outside k (a
+// convolution's taps), K in steps of 16 words (or all of a smaller K), each step
 // loading A and B and one tdpb*d / tdpbf16ps per C tile, C stored, the tiles
 // released. Tile registers are named, not allocated: the llvm.x86 forms
 // with immediate tile numbers, so LLVM's tile configuration passes stay out.
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsX86.h>
+
+#include <functional>
 
 #include "codegen_llvm.h"
 #include "kiln/pass/amx.h"
@@ -28,7 +31,9 @@ void CodeGenLLVM::emit_amx_block(const AttrStmt* op) {
   KILN_USER_CHECK(target_.has_feature("amx-tile") && target_.has_feature(unit))
       << "amx: target '" << target_.str() << "' has no " << unit << "; a nest marked amx needs an x86 target with AMX (-mcpu=sapphirerapids or -mattr=+amx-tile,+"
       << unit << ")";
-  KILN_CHECK(M >= 1 && M <= 32 && N >= 1 && N <= 32 && K >= 16 && K % 16 == 0) << "amx: block " << M << "x" << N << "x" << K;
+  // k in steps of kt words: 16 (64 bytes, a tile's widest row), or all of a smaller k.
+  const int64_t kt = std::min<int64_t>(K, 16);
+  KILN_CHECK(M >= 1 && M <= 32 && N >= 1 && N <= 32 && K >= 1 && K % kt == 0) << "amx: block " << M << "x" << N << "x" << K;
   llvm::Type* i8 = builder_->getInt8Ty();
   llvm::Type* i64 = builder_->getInt64Ty();
   auto addr = [&](const BufferLoad* l) { return element_pointer(l->buffer.get(), codegen(l->indices[0])); };
@@ -58,10 +63,10 @@ void CodeGenLLVM::emit_amx_block(const AttrStmt* op) {
     cfg[48 + t] = static_cast<uint8_t>(rows);
   };
   for (int i = 0; i < rm; ++i) {
-    set_tile(ta(i), rows_of(i), 64);
+    set_tile(ta(i), rows_of(i), static_cast<int>(4 * kt));
     for (int j = 0; j < rn; ++j) set_tile(tc(i, j), rows_of(i), 4 * cols_of(j));
   }
-  for (int j = 0; j < rn; ++j) set_tile(tb(j), 16, 4 * cols_of(j));
+  for (int j = 0; j < rn; ++j) set_tile(tb(j), static_cast<int>(kt), 4 * cols_of(j));
   llvm::AllocaInst* slot = entry_alloca(llvm::ArrayType::get(i8, 64), nullptr, 64, "amx_cfg");
   builder_->CreateStore(llvm::ConstantDataArray::get(*ctx_, llvm::ArrayRef<uint8_t>(cfg, 64)), slot);
 
@@ -76,31 +81,48 @@ void CodeGenLLVM::emit_amx_block(const AttrStmt* op) {
   for (int i = 0; i < rm; ++i)
     for (int j = 0; j < rn; ++j) builder_->CreateCall(load, {tile(tc(i, j)), at_c(pc, 16 * i * ldc + j * c16), llvm::ConstantInt::get(i64, 4 * ldc)});
 
-  // for (q = 0; q < K; q += 16): one step of 16 words of K.
   llvm::Intrinsic::ID dp = llvm::Intrinsic::x86_tdpbf16ps;
   if (!bf16) {
     bool as = blk.a_signed, bs = blk.b_signed;
     dp = as ? (bs ? llvm::Intrinsic::x86_tdpbssd : llvm::Intrinsic::x86_tdpbsud) : (bs ? llvm::Intrinsic::x86_tdpbusd : llvm::Intrinsic::x86_tdpbuud);
   }
   llvm::Function* dot = intrinsic(dp);
-  llvm::BasicBlock* pre = builder_->GetInsertBlock();
-  auto* body = llvm::BasicBlock::Create(*ctx_, "amx_k", fn_.function);
-  auto* done = llvm::BasicBlock::Create(*ctx_, "amx_k_done", fn_.function);
-  builder_->CreateBr(body);
-  builder_->SetInsertPoint(body);
-  llvm::PHINode* q = builder_->CreatePHI(i64, 2, "amx_q");
-  q->addIncoming(llvm::ConstantInt::get(i64, 0), pre);
-  for (int i = 0; i < rm; ++i)
-    builder_->CreateCall(load, {tile(ta(i)), at(pa, builder_->CreateAdd(q, llvm::ConstantInt::get(i64, 16 * i * lda))), llvm::ConstantInt::get(i64, 4 * lda)});
-  for (int j = 0; j < rn; ++j)
-    builder_->CreateCall(load, {tile(tb(j)), at(pb, builder_->CreateAdd(builder_->CreateMul(q, llvm::ConstantInt::get(i64, ldb)), llvm::ConstantInt::get(i64, j * b16))),
-                                llvm::ConstantInt::get(i64, 4 * ldb)});
-  for (int i = 0; i < rm; ++i)
-    for (int j = 0; j < rn; ++j) builder_->CreateCall(dot, {tile(tc(i, j)), tile(ta(i)), tile(tb(j))});
-  llvm::Value* next = builder_->CreateAdd(q, llvm::ConstantInt::get(i64, 16));
-  q->addIncoming(next, builder_->GetInsertBlock());
-  builder_->CreateCondBr(builder_->CreateICmpSLT(next, llvm::ConstantInt::get(i64, K)), body, done);
-  builder_->SetInsertPoint(done);
+  auto c64 = [&](int64_t v) { return llvm::ConstantInt::get(i64, v); };
+  // for (i = 0; i < extent; i += step) body(i): a loop in LLVM blocks, its counter a phi.
+  auto counted = [&](int64_t extent, int64_t step, const char* name, const std::function<void(llvm::Value*)>& body) {
+    llvm::BasicBlock* pre = builder_->GetInsertBlock();
+    auto* head = llvm::BasicBlock::Create(*ctx_, name, fn_.function);
+    auto* done = llvm::BasicBlock::Create(*ctx_, std::string(name) + "_done", fn_.function);
+    builder_->CreateBr(head);
+    builder_->SetInsertPoint(head);
+    llvm::PHINode* i = builder_->CreatePHI(i64, 2, name);
+    i->addIncoming(c64(0), pre);
+    body(i);
+    llvm::Value* next = builder_->CreateAdd(i, c64(step));
+    i->addIncoming(next, builder_->GetInsertBlock());
+    builder_->CreateCondBr(builder_->CreateICmpSLT(next, c64(extent)), head, done);
+    builder_->SetInsertPoint(done);
+  };
+  // The reduction loops outside k (offsets of A and B accumulated), then k in steps of kt.
+  std::function<void(size_t, llvm::Value*, llvm::Value*)> reduce = [&](size_t level, llvm::Value* a_off, llvm::Value* b_off) {
+    if (level < blk.outer.size()) {
+      const pass::AmxReduceLoop& r = blk.outer[level];
+      if (r.extent == 1) return reduce(level + 1, a_off, b_off);
+      counted(r.extent, 1, "amx_r", [&](llvm::Value* i) {
+        reduce(level + 1, builder_->CreateAdd(a_off, builder_->CreateMul(i, c64(r.a_stride))), builder_->CreateAdd(b_off, builder_->CreateMul(i, c64(r.b_stride))));
+      });
+      return;
+    }
+    counted(K, kt, "amx_k", [&](llvm::Value* q) {
+      llvm::Value* aq = builder_->CreateAdd(a_off, q);
+      llvm::Value* bq = builder_->CreateAdd(b_off, builder_->CreateMul(q, c64(ldb)));
+      for (int i = 0; i < rm; ++i) builder_->CreateCall(load, {tile(ta(i)), at(pa, builder_->CreateAdd(aq, c64(16 * i * lda))), c64(4 * lda)});
+      for (int j = 0; j < rn; ++j) builder_->CreateCall(load, {tile(tb(j)), at(pb, builder_->CreateAdd(bq, c64(j * b16))), c64(4 * ldb)});
+      for (int i = 0; i < rm; ++i)
+        for (int j = 0; j < rn; ++j) builder_->CreateCall(dot, {tile(tc(i, j)), tile(ta(i)), tile(tb(j))});
+    });
+  };
+  reduce(0, c64(0), c64(0));
 
   for (int i = 0; i < rm; ++i)
     for (int j = 0; j < rn; ++j) builder_->CreateCall(store, {tile(tc(i, j)), at_c(pc, 16 * i * ldc + j * c16), llvm::ConstantInt::get(i64, 4 * ldc)});

@@ -7,10 +7,14 @@
  * vectors after it.
  *
  * It takes a task whose one reduction stage sums dot_i8x4 or dot_bf16x2 of
- * two operands in memory, A[..., m, q] and B[q, n] (or B in panels
- * [n/nb, q, nb]), q the packed words of K, every extent static, q a multiple
- * of 16, and whose output is that stage or an elementwise function of it of
- * the same shape.
+ * two operands, A[..., m, q] and B[q, n] (or B in panels [n/nb, q, nb]), q
+ * the packed words of K, every extent static, q up to 16 or a multiple of
+ * 16, and whose output is that stage or an elementwise function of it of the
+ * same shape. More reduce axes outside q (a blocked convolution's channel
+ * blocks and taps, conv2d_nchwc_general with dot_bf16x2: rows m along the
+ * output's width, n the output channels of a block) run inside the block
+ * with the accumulators in tiles. An operand computed in the group (a padded
+ * input) is stored whole first.
  */
 #ifndef KILN_OPS_CPU_AMX_H
 #define KILN_OPS_CPU_AMX_H
