@@ -93,3 +93,36 @@ def test_bf16_weight_panels_run_on_amx_tiles(xshape):
     scale = np.abs(bf16_round(x)).astype(np.float64) @ np.abs(bf16_round(w)).astype(np.float64)
     got = exe(x)[0]
     assert np.all(np.abs(got - want) <= 1e-5 * scale + 1e-6), np.max(np.abs(got - want) / scale)
+
+
+@pytest.mark.parametrize("C,K,H,ks,stride,pad", [(64, 64, 28, 1, 1, 0), (64, 128, 28, 3, 2, 1), (32, 32, 7, 3, 1, 1)])
+def test_bf16_blocked_convs_run_on_amx_tiles(C, K, H, ks, stride, pad):
+    """kiln.ConvNCHWcBF16Pairs on tiles (1x1, a strided 3x3 with padding, a 7x7 map) equals the vdpbf16ps kernel
+    of a target without AMX up to float32 rounding of the same bfloat16 products."""
+    x = RNG.standard_normal((1, C, H, H)).astype(np.float32)
+    w = (RNG.standard_normal((K, C, ks, ks)) * 0.1).astype(np.float32)
+    b = Builder()
+    y = b.op("Relu", b.op("Conv", b.input("x", x.shape, "float32"), b.constant("w", w), strides=[stride] * 2, pads=[pad] * 4, kernel_shape=[ks] * 2))
+    g = b.build(y)
+    amx = kiln.compile(g, target=AMX, precision="bfloat16", winograd=False)
+    assert "amx tiles" in details(amx, "kiln.ConvNCHWcBF16Pairs"), amx.groups()
+    if not (host_has("amx-tile") and host_has("amx-bf16")):
+        pytest.skip("this host has no AMX-BF16: compiled for sapphirerapids, not run")
+    vec = kiln.compile(g, target=AMX + " -mattr=-amx-tile", precision="bfloat16", winograd=False)
+    assert not any("amx" in d for d in details(vec, "kiln.ConvNCHWcBF16Pairs"))
+    got, want = amx(x)[0], vec(x)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_exported_library_asks_for_the_tiles_itself(tmp_path):
+    """An exported library's AMX kernels ask for the tile state through the runtime they carry or bind."""
+    import kiln.runtime
+    a, b = bytes_of((64, 256), np.uint8), bytes_of((256, 64), np.int8)
+    exe = kiln.compile(build("MatMulInteger", a, [b, p(3, np.uint8), p(0, np.int8)]), target=AMX)
+    assert details(exe, "kiln.QMatMulI8x4") == ["amx tiles"]
+    if not (host_has("amx-tile") and host_has("amx-int8")):
+        pytest.skip("this host has no AMX-INT8: compiled for sapphirerapids, not run")
+    want = (a.astype(np.int32) - 3) @ b.astype(np.int32)
+    path = tmp_path / "amx_model.so"
+    exe.export_library(path, static_runtime=True)
+    np.testing.assert_array_equal(kiln.runtime.load_model(str(path))(a)[0], want)
