@@ -5,6 +5,9 @@
 #include <unordered_set>
 
 #include "kiln/ir/functor.h"
+#include "kiln/pass/amx.h"
+#include "kiln/support/error.h"
+#include "kiln/te/lower.h"
 #include "kiln/te/operation.h"
 
 namespace kiln::ops {
@@ -136,6 +139,24 @@ std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
   a_order.insert(a_order.end(), {aa[row], aa[r - 1]});
   sa.reorder(a_order);
   sa.pragma(aa[r], "amx", 1);
+  // The backend reads the marked nest (kiln/pass/amx.h); a form it cannot
+  // take (an operand not contiguous along k or n) falls back here instead
+  // of failing the build.
+  te::LowerOptions options;
+  options.expand_loops = false;
+  try {
+    PrimFunc f = te::lower(sch, task.args, "amx_check", options);
+    int marked = 0;
+    post_order_visit(f.body(), [](const Expr&) {}, [&](const Stmt& st) {
+      if (const AttrStmt* a = st.as<AttrStmt>(); a && a->key == pass::kAmxPragma) {
+        pass::read_amx_block(a);
+        ++marked;
+      }
+    });
+    if (marked == 0) return no(why, "the lowered nest kept no amx mark");
+  } catch (const Error& e) {
+    return no(why, e.what());
+  }
   return sch;
 }
 

@@ -135,6 +135,15 @@ TEST(Amx, ShapesTilesCannotTakeFallBackWithAReason) {
   Case prime = int8_case(67, 16, 64, false);
   EXPECT_FALSE(ops::amx_schedule(ops::make_task({prime.A, prime.B, prime.C}, Target::parse(kAmx), "amx_case"), &why));
   EXPECT_NE(why.find("no divisor"), std::string::npos) << why;
+  // B read transposed (B[n, q]): its tile rows would not be contiguous; the lowered nest is checked and refused.
+  te::Tensor A = te::placeholder(ops::shape_exprs({64, 32}), DataType::UInt(32), "A4");
+  te::Tensor Bt = te::placeholder(ops::shape_exprs({64, 32}), DataType::Int(32), "B4t");
+  IterVar q = te::reduce_axis(Range(0, ops::index_imm(32)), "q");
+  te::Tensor C = te::compute(ops::shape_exprs({64, 64}), [&](const std::vector<Var>& i) {
+    return te::sum(dot_i8x4(A(std::vector<Expr>{i[0], q.var()}), Bt(std::vector<Expr>{i[1], q.var()})), {q});
+  }, "matmul_bt");
+  EXPECT_FALSE(ops::amx_schedule(ops::make_task({A, Bt, C}, Target::parse(kAmx), "amx_bt"), &why));
+  EXPECT_NE(why.find("stride other than 1"), std::string::npos) << why;
 }
 
 // bfloat16 bits of a float (round to nearest even).
