@@ -26,6 +26,13 @@ const char* schedule_source_name(ScheduleSource s) {
 te::Schedule group_schedule(const ops::Task& task, const std::string& db_path, ScheduleSource* source, std::string* detail,
                             std::string* records_only_for) {
   if (records_only_for) records_only_for->clear();
+  // On AMX targets an int8 / bfloat16 matmul runs on tiles (cpu_amx.h), ahead
+  // of tuned records: the search space's candidates are vector kernels.
+  if (auto amx = ops::amx_schedule(task)) {
+    *source = ScheduleSource::Default;
+    *detail = "amx tiles";
+    return *amx;
+  }
   if (!db_path.empty()) {
     std::string trace;
     if (auto best = ops::best_schedule(task, db_path, &trace)) {
@@ -37,13 +44,6 @@ te::Schedule group_schedule(const ops::Task& task, const std::string& db_path, S
       std::vector<std::string> others = ops::other_core_count_targets(task, db_path);
       if (!others.empty()) *records_only_for = others.front();
     }
-  }
-  // On AMX targets an int8 / bfloat16 matmul runs on tiles (cpu_amx.h); the
-  // search space's vector tiles are for targets without them.
-  if (auto amx = ops::amx_schedule(task)) {
-    *source = ScheduleSource::Default;
-    *detail = "amx tiles";
-    return *amx;
   }
   ops::SearchSpace space(task);
   ops::Candidate c = space.default_candidate();
