@@ -72,6 +72,17 @@ def test_targets_without_amx_and_odd_shapes_keep_the_vector_kernels():
         np.testing.assert_array_equal(exe(odd[0])[0], odd[0].astype(np.int32) @ odd[1].astype(np.int32))
 
 
+def test_rows_the_tiles_cannot_take_run_the_vector_kernel_on_the_weight_panels():
+    """67 rows (prime, over 32): the weights are packed in panels for AMX, the schedule refuses the rows, and the
+    search space's vpdpbusd kernel runs on the panels, exactly; a K of 32 (8 words, under a tile's 16) runs on tiles."""
+    for M, K in ((67, 256), (64, 32)):
+        a, b = bytes_of((M, K), np.uint8), bytes_of((K, 64), np.int8)
+        exe = kiln.compile(build("MatMulInteger", a, [b, p(1, np.uint8), p(0, np.int8)]), target=AMX)
+        assert ("amx" in details(exe, "kiln.QMatMulI8x4")[0]) == (M == 64)
+        if host_has("amx-tile") and host_has("amx-int8"):
+            np.testing.assert_array_equal(exe(a)[0], (a.astype(np.int32) - 1) @ b.astype(np.int32))
+
+
 def bf16_round(x):
     u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)

@@ -109,7 +109,7 @@ std::optional<NDArray> quad_panels(const Value& b, int shift) {
   const NDArray& w = static_cast<const ConstantNode&>(*b.node).data;
   const int64_t K = w.shape()[0], N = w.shape()[1], K4 = (K + 3) / 4;
   int64_t nb = N % 32 == 0 ? 32 : N % 16 == 0 ? 16 : 0;
-  if (nb == 0 || K4 % 16 != 0) return std::nullopt;  // the AMX schedule takes neither (ops/cpu_amx.h)
+  if (nb == 0 || (K4 > 16 && K4 % 16 != 0)) return std::nullopt;  // the AMX schedule takes neither (ops/cpu_amx.h)
   bool u = w.dtype().is_uint();
   NDArray out = NDArray::empty({N / nb, K4, nb}, ops::i8x4_unsigned(w.dtype(), shift) ? DataType::UInt(32) : DataType::Int(32));
   auto* o = static_cast<uint32_t*>(out.data());
