@@ -2,6 +2,7 @@
 #include "kiln/ops/cpu_amx.h"
 
 #include <functional>
+#include <tuple>
 #include <unordered_set>
 
 #include "kiln/ir/functor.h"
@@ -96,6 +97,14 @@ std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
   }
   const int64_t mt = divisor_up_to(M, 32);
   if (mt < 4 || nt < 4) return no(why, "rows or columns have no divisor from 4 to 32");
+  // Row blocks per call (one tile configuration, R loads and stores of C):
+  // up to 128 rows, keeping 8 or more blocks for the parallel loop.
+  int64_t others = N / nt;
+  for (int k = 0; k + 1 < r; ++k)
+    if (k != row) others *= *as_const_int(dot.shape()[k]);
+  int64_t R = 1;
+  for (int64_t c = 1; c * mt <= std::min<int64_t>(M, 128); ++c)
+    if ((M / mt) % c == 0 && (M / mt / c) * others >= 8) R = c;
 
   te::Schedule sch = task.fresh_schedule();
   te::Tensor acc = dot;
@@ -115,7 +124,7 @@ std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
   }
   te::Stage& so = sch[out];
   std::vector<IterVar> ax = so.leaf_iter_vars();
-  auto [io, ii] = so.split(ax[row], static_cast<int>(mt));
+  auto [io, ii] = so.split(ax[row], static_cast<int>(mt * R));
   auto [jo, ji] = so.split(ax[r - 1], static_cast<int>(nt));
   std::vector<IterVar> outer;
   for (int k = 0; k + 1 < r; ++k) outer.push_back(k == row ? io : ax[k]);
@@ -130,15 +139,19 @@ std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
   else if (nt % 8 == 0) so.vectorize(so.split(ji, 8).second);
   te::Stage& sa = sch[acc];
   sa.compute_at(so, block);
-  // The accumulator's loops: the unit ones first, then the reduction
-  // (a convolution's channel blocks and taps, then k), then m, n: the nest marked amx.
+  // The accumulator's loops: the unit ones first, then the row blocks (R),
+  // the reduction (a convolution's channel blocks and taps, then k), then
+  // m, n: the nest marked amx.
   std::vector<IterVar> aa = sa.leaf_iter_vars(), a_order;
+  IterVar m_in = aa[row], m_blocks;
+  if (R > 1) std::tie(m_blocks, m_in) = sa.split(aa[row], static_cast<int>(mt));
   for (int i = 0; i + 1 < r; ++i)
     if (i != row) a_order.push_back(aa[i]);
+  if (R > 1) a_order.push_back(m_blocks);
   a_order.insert(a_order.end(), aa.begin() + r, aa.end());
-  a_order.insert(a_order.end(), {aa[row], aa[r - 1]});
+  a_order.insert(a_order.end(), {m_in, aa[r - 1]});
   sa.reorder(a_order);
-  sa.pragma(aa[r], "amx", 1);
+  sa.pragma(R > 1 ? m_blocks : aa[r], "amx", 1);
   // The backend reads the marked nest (kiln/pass/amx.h); a form it cannot
   // take (an operand not contiguous along k or n) falls back here instead
   // of failing the build.

@@ -87,7 +87,9 @@ TEST(Amx, Int8BlocksMatchANaiveLoopAndUseTdpbusd) {
   Target t = Target::parse(kAmx);
   bool run = Target::host().has_feature("amx-tile") && Target::host().has_feature("amx-int8");
   // Whole 32 x 32 blocks, 16-row / 24-column blocks (a partial column tile), K of one and several steps.
-  for (auto [M, Q, N, epi] : {std::tuple<int64_t, int64_t, int64_t, bool>{64, 32, 64, false}, {48, 16, 48, true}, {16, 64, 24, true}}) {
+  // 256 x 64: two row blocks of 32 per tile configuration (the loop over blocks in the nest).
+  for (auto [M, Q, N, epi] :
+       {std::tuple<int64_t, int64_t, int64_t, bool>{64, 32, 64, false}, {48, 16, 48, true}, {16, 64, 24, true}, {256, 32, 64, true}}) {
     SCOPED_TRACE("M=" + std::to_string(M) + " Q=" + std::to_string(Q) + " N=" + std::to_string(N));
     Case c = int8_case(M, Q, N, epi);
     PrimFunc f = lower_amx(c, t);

@@ -33,7 +33,7 @@ def bytes_of(shape, dtype):
     return RNG.integers(info.min, info.max + 1, shape).astype(dtype)
 
 
-@pytest.mark.parametrize("M,K,N", [(64, 256, 96), (48, 128, 40), (2 * 16, 64, 32)])
+@pytest.mark.parametrize("M,K,N", [(64, 256, 96), (48, 128, 40), (2 * 16, 64, 32), (256, 128, 64)])
 def test_int8_matmul_runs_on_amx_tiles_exactly(M, K, N):
     a, b = bytes_of((M, K), np.uint8), bytes_of((K, N), np.int8)
     za, zb = p(7, np.uint8), bytes_of((N,), np.int8) // 4
@@ -88,9 +88,10 @@ def bf16_round(x):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
 
 
-@pytest.mark.parametrize("xshape", [(64, 256), (48, 1, 256)])
+@pytest.mark.parametrize("xshape", [(64, 256), (48, 1, 256), (256, 256)])
 def test_bf16_weight_panels_run_on_amx_tiles(xshape):
-    """2-D rows, and rows [seq, batch 1, K] as BERT's projections have them (the rows' block over seq)."""
+    """2-D rows, rows [seq, batch 1, K] as BERT's projections have them (the rows' block over seq), and rows
+    enough for several row blocks per tile configuration."""
     K, N = xshape[-1], 128
     x = RNG.standard_normal(xshape).astype(np.float32)
     w = RNG.standard_normal((K, N)).astype(np.float32)

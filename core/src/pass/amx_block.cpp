@@ -16,6 +16,26 @@ namespace kiln::pass {
 
 namespace {
 
+// A nest of loops storing zero (an accumulator's initialisation): its store, and the product of its extents.
+const BufferStore* zero_nest(const Stmt& s, int64_t* count) {
+  Stmt t = s;
+  int64_t n = 1;
+  for (;;) {
+    while (const AttrStmt* a = t.as<AttrStmt>()) t = a->body;
+    const For* f = t.as<For>();
+    if (!f) break;
+    const int64_t* e = as_const_int(f->extent);
+    if (!e) return nullptr;
+    n *= *e;
+    t = f->body;
+  }
+  const BufferStore* st = t.as<BufferStore>();
+  const FloatImm* fz = st ? st->value.as<FloatImm>() : nullptr;
+  if (!st || st->value.dtype().lanes() != 1 || !(is_zero(st->value) || (fz && fz->value == 0.0))) return nullptr;
+  *count = n;
+  return st;
+}
+
 class AmxReader {
  public:
   std::vector<const For*> loops_;
@@ -56,8 +76,17 @@ class AmxReader {
 
   AmxBlock read(const AttrStmt* op) {
     Stmt s = op->body;
+    const BufferStore* zero_store = nullptr;
+    int64_t zeroed = 0;
+    size_t zero_at = 0;
     for (;;) {
       while (const AttrStmt* a = s.as<AttrStmt>()) s = a->body;
+      // Below loops over blocks: the accumulator's initialisation, then the reduction.
+      if (const Seq* q = s.as<Seq>(); q && q->seq.size() == 2 && !zero_store && (zero_store = zero_nest(q->seq[0], &zeroed))) {
+        zero_at = loops_.size();
+        s = q->seq[1];
+        continue;
+      }
       const For* f = s.as<For>();
       if (!f) break;
       loops_.push_back(f);
@@ -102,16 +131,23 @@ class AmxReader {
     }
     auto base = [&](const BufferLoad* l) { return BufferLoad::make(Buffer(l->buffer), {at(l->indices[0], 0, 0)}); };
     AmxBlock blk;
-    // The outer loops: more of the reduction (a convolution's taps and channel blocks).
+    // The outer loops: blocks (C's index uses them), then more of the reduction (a convolution's taps and channel blocks).
     for (int l = 0; l < outer; ++l) {
-      if (stride(ci, l, 2, "C") != 0) fail("has loop '" + loops_[l]->loop_var.name() + "' outside k, m, n that is no reduction (C's index uses it)");
-      blk.outer.push_back({ext[l], stride(ai, l, ext[l], "A"), stride(bi, l, ext[l], "B")});
+      int64_t c = stride(ci, l, ext[l], "C");
+      if (c != 0 && !blk.outer.empty()) fail("has loop '" + loops_[l]->loop_var.name() + "' of blocks (C's index uses it) inside a loop of the reduction");
+      if (c != 0) blk.blocks.push_back({ext[l], c, stride(ai, l, ext[l], "A"), stride(bi, l, ext[l], "B")});
+      else blk.outer.push_back({ext[l], stride(ai, l, ext[l], "A"), stride(bi, l, ext[l], "B")});
     }
     blk.c = base(acc), blk.a = base(A), blk.b = base(B);
     blk.ldc = ldc, blk.c_col16 = c16, blk.lda = lda, blk.ldb = ldb, blk.b_col16 = b16;
     blk.m = M, blk.n = N, blk.k = K;
     blk.bf16 = dot->op == Intrinsic::DotBF16x2;
     blk.a_signed = A->dtype.is_int(), blk.b_signed = B->dtype.is_int();
+    if (zero_store) {
+      if (zero_store->buffer.get() != acc->buffer.get() || zeroed != M * N || zero_at == 0 || zero_at != blk.blocks.size())
+        fail("initialises something other than its block of accumulators between its loops");
+      blk.zero_init = true;
+    }
     DataType want = blk.bf16 ? DataType::Float(32) : DataType::Int(32);
     if (acc->dtype != want) fail("accumulates " + acc->dtype.str() + " where its dot gives " + want.str());
     return blk;

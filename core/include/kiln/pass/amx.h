@@ -13,7 +13,10 @@
  * to 16 or a multiple of 16 (words of four bytes or two bfloat16), m and n
  * at most 32. Loops outside them are more of the reduction (C's index leaves
  * them out: a convolution's taps and channel blocks), run with the
- * accumulators held in tiles. Every index affine in all of them
+ * accumulators held in tiles, and outside those, blocks (C's index uses
+ * them: more rows), each loading (or, where the nest zeroes them between the
+ * loops over blocks and the reduction, zeroing) and storing its accumulators
+ * under the one tile configuration. Every index affine in all of them
  * (B's and C's along n within each 16 columns, so that a panel of B may end
  * at 16 columns); A contiguous along k, B and C along n. The accumulator's
  * initialisation stays outside (k outermost).
@@ -36,8 +39,14 @@ struct AmxReduceLoop {
   int64_t extent = 1, a_stride = 0, b_stride = 0;
 };
 
+/** A loop over blocks: its extent and the element strides of C, A and B along it. */
+struct AmxBlockLoop {
+  int64_t extent = 1, c_stride = 0, a_stride = 0, b_stride = 0;
+};
+
 struct AmxBlock {
-  /** The reduction loops outside k, outermost first. */
+  /** The loops over blocks (outermost first), then the reduction loops outside k. */
+  std::vector<AmxBlockLoop> blocks;
   std::vector<AmxReduceLoop> outer;
   /** Loads of the first elements of C, A and B (flat indices). */
   Expr c, a, b;
@@ -45,6 +54,8 @@ struct AmxBlock {
   int64_t m = 0, n = 0, k = 0;
   /** dot_bf16x2 (float32 C) rather than dot_i8x4 (int32 C). */
   bool bf16 = false;
+  /** The nest zeroes each block's accumulators itself (between its loops over blocks and the reduction): the tiles start at zero, not loaded. */
+  bool zero_init = false;
   /** For dot_i8x4: whether A's and B's bytes are signed (int32 words). */
   bool a_signed = false, b_signed = false;
 };

@@ -5,7 +5,8 @@
 //   tmm6..7  B, a tile per 16 columns: 16 rows of K words, each row the
 //            16 columns' words (the pair/quad layout vpdpbusd reads too)
 // Per call: the permission (kiln_amx_request, once per process), the tile
-// configuration (ldtilecfg), C loaded, the reduction loops outside k (a
+// configuration (ldtilecfg), then per block (the loops over blocks: more
+// rows under one configuration) C loaded, the reduction loops outside k (a
 // convolution's taps), K in steps of 16 words (or all of a smaller K), each step
 // loading A and B and one tdpb*d / tdpbf16ps per C tile, C stored, the tiles
 // released. Tile registers are named, not allocated: the llvm.x86 forms
@@ -74,12 +75,9 @@ void CodeGenLLVM::emit_amx_block(const AttrStmt* op) {
   auto tile = [&](uint8_t t) { return builder_->getInt8(t); };
   // Byte address of element `elems` past p (elems an i64 value).
   auto at = [&](llvm::Value* p, llvm::Value* elems) { return builder_->CreateGEP(i8, p, builder_->CreateMul(elems, llvm::ConstantInt::get(i64, 4))); };
-  auto at_c = [&](llvm::Value* p, int64_t elems) { return at(p, llvm::ConstantInt::get(i64, elems)); };
   builder_->CreateCall(intrinsic(llvm::Intrinsic::x86_ldtilecfg), {slot});
   llvm::Function* load = intrinsic(llvm::Intrinsic::x86_tileloadd64);
   llvm::Function* store = intrinsic(llvm::Intrinsic::x86_tilestored64);
-  for (int i = 0; i < rm; ++i)
-    for (int j = 0; j < rn; ++j) builder_->CreateCall(load, {tile(tc(i, j)), at_c(pc, 16 * i * ldc + j * c16), llvm::ConstantInt::get(i64, 4 * ldc)});
 
   llvm::Intrinsic::ID dp = llvm::Intrinsic::x86_tdpbf16ps;
   if (!bf16) {
@@ -122,10 +120,26 @@ void CodeGenLLVM::emit_amx_block(const AttrStmt* op) {
         for (int j = 0; j < rn; ++j) builder_->CreateCall(dot, {tile(tc(i, j)), tile(ta(i)), tile(tb(j))});
     });
   };
-  reduce(0, c64(0), c64(0));
-
-  for (int i = 0; i < rm; ++i)
-    for (int j = 0; j < rn; ++j) builder_->CreateCall(store, {tile(tc(i, j)), at_c(pc, 16 * i * ldc + j * c16), llvm::ConstantInt::get(i64, 4 * ldc)});
+  // The loops over blocks: each loads its accumulators, runs the reduction and stores them.
+  auto add_mul = [&](llvm::Value* base, llvm::Value* i, int64_t stride) { return builder_->CreateAdd(base, builder_->CreateMul(i, c64(stride))); };
+  std::function<void(size_t, llvm::Value*, llvm::Value*, llvm::Value*)> blocks = [&](size_t level, llvm::Value* c_off, llvm::Value* a_off, llvm::Value* b_off) {
+    if (level < blk.blocks.size()) {
+      const pass::AmxBlockLoop& l = blk.blocks[level];
+      counted(l.extent, 1, "amx_block", [&](llvm::Value* i) {
+        blocks(level + 1, add_mul(c_off, i, l.c_stride), add_mul(a_off, i, l.a_stride), add_mul(b_off, i, l.b_stride));
+      });
+      return;
+    }
+    auto c_tile = [&](int i, int j) { return at(pc, builder_->CreateAdd(c_off, c64(16 * i * ldc + j * c16))); };
+    for (int i = 0; i < rm; ++i)
+      for (int j = 0; j < rn; ++j)
+        if (blk.zero_init) builder_->CreateCall(intrinsic(llvm::Intrinsic::x86_tilezero), {tile(tc(i, j))});
+        else builder_->CreateCall(load, {tile(tc(i, j)), c_tile(i, j), c64(4 * ldc)});
+    reduce(0, a_off, b_off);
+    for (int i = 0; i < rm; ++i)
+      for (int j = 0; j < rn; ++j) builder_->CreateCall(store, {tile(tc(i, j)), c_tile(i, j), c64(4 * ldc)});
+  };
+  blocks(0, c64(0), c64(0), c64(0));
   builder_->CreateCall(intrinsic(llvm::Intrinsic::x86_tilerelease), {});
 }
 
