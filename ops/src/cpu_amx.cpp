@@ -90,9 +90,12 @@ std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
   int64_t nt = divisor_up_to(N, 32);
   const TensorLoad* bl = d->args[1].as<TensorLoad>();
   const std::vector<Expr>& bshape = static_cast<const te::TensorNode*>(bl->producer.get())->op->shape;
-  if (bshape.size() == 3) {
-  const int64_t* nb = as_const_int(bshape[2]);
-    if (!nb || *nb > 32) return no(why, "B's panels are wider than 32 columns");
+  // Panels [N/nb, q, nb] (matmul_packed_b) rather than a batch [.., q, N].
+  if (bshape.size() == 3 && !is_const_int(bshape[2], N)) {
+    const int64_t* nb = as_const_int(bshape[2]);
+    const int64_t* panels = as_const_int(bshape[0]);
+    if (!nb || !panels || *nb * *panels != N) return no(why, "B is neither [.., q, N] nor panels [N/nb, q, nb]");
+    if (*nb > 32) return no(why, "B's panels are wider than 32 columns");
     nt = *nb;
   }
   const int64_t mt = divisor_up_to(M, 32);

@@ -138,3 +138,19 @@ def test_exported_library_asks_for_the_tiles_itself(tmp_path):
     path = tmp_path / "amx_model.so"
     exe.export_library(path, static_runtime=True)
     np.testing.assert_array_equal(kiln.runtime.load_model(str(path))(a)[0], want)
+
+
+def test_bf16_batched_matmul_of_activations_runs_on_amx_tiles():
+    """Attention's products: a batch of matmuls of two computed operands (kiln.MatMulBF16Pairs, B [h, K/2, N])."""
+    x = RNG.standard_normal((4, 64, 64)).astype(np.float32)
+    y = RNG.standard_normal((4, 64, 96)).astype(np.float32)
+    b = Builder()
+    out = b.op("MatMul", b.input("x", x.shape, "float32"), b.input("y", y.shape, "float32"))
+    exe = kiln.compile(b.build(out), target=AMX, precision="bfloat16")
+    assert "amx tiles" in details(exe, "kiln.MatMulBF16Pairs"), exe.groups()
+    if not (host_has("amx-tile") and host_has("amx-bf16")):
+        pytest.skip("this host has no AMX-BF16: compiled for sapphirerapids, not run")
+    want = bf16_round(x).astype(np.float64) @ bf16_round(y).astype(np.float64)
+    scale = np.abs(bf16_round(x)).astype(np.float64) @ np.abs(bf16_round(y)).astype(np.float64)
+    got = exe(x, y)[0]
+    assert np.all(np.abs(got - want) <= 1e-5 * scale + 1e-6), np.max(np.abs(got - want) / scale)
