@@ -154,3 +154,23 @@ def test_bf16_batched_matmul_of_activations_runs_on_amx_tiles():
     scale = np.abs(bf16_round(x)).astype(np.float64) @ np.abs(bf16_round(y)).astype(np.float64)
     got = exe(x, y)[0]
     assert np.all(np.abs(got - want) <= 1e-5 * scale + 1e-6), np.max(np.abs(got - want) / scale)
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(1, 0), (0, 1), (1, 1)])
+def test_bf16_transposed_operands_run_on_amx_tiles(trans_a, trans_b):
+    """A Gemm reading A or B transposed (as a training step's gradients do): use_amx_operands transposes the pair
+    words, and the product runs on tiles; within bfloat16's rounding of numpy's."""
+    M, K, N = 64, 128, 96
+    a = RNG.standard_normal((K, M) if trans_a else (M, K)).astype(np.float32)
+    w = RNG.standard_normal((N, K) if trans_b else (K, N)).astype(np.float32)
+    b = Builder()
+    y = b.op("Gemm", b.input("a", a.shape, "float32"), b.input("w", w.shape, "float32"), transA=trans_a, transB=trans_b)
+    exe = kiln.compile(b.build(y), target=AMX, precision="bfloat16")
+    assert "amx tiles" in details(exe, "kiln.MatMulBF16Pairs"), exe.groups()
+    if not (host_has("amx-tile") and host_has("amx-bf16")):
+        pytest.skip("this host has no AMX-BF16: compiled for sapphirerapids, not run")
+    A, W = bf16_round(a).astype(np.float64), bf16_round(w).astype(np.float64)
+    A, W = (A.T if trans_a else A), (W.T if trans_b else W)
+    want, scale = A @ W, np.abs(A) @ np.abs(W)
+    got = exe(a, w)[0]
+    assert np.all(np.abs(got - want) <= 1e-5 * scale + 1e-6), np.max(np.abs(got - want) / scale)
