@@ -54,8 +54,23 @@ bool target_has_amx(const Target& target, const std::string& dot) {
   return target.kind == Target::Kind::LLVM && x86 && target.has_feature("amx-tile") && target.has_feature(dot == "bf16" ? "amx-bf16" : "amx-int8");
 }
 
-std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
-  if (task.outputs.size() != 1) return no(why, "the task has several outputs");
+namespace {
+
+// What amx_schedule found: the stages, the product (dot) and its operands (d), and the blocks.
+struct AmxPlan {
+  std::vector<te::Tensor> stages;
+  te::Tensor out, dot;
+  const Call* d = nullptr;
+  int r = 0, row = 0;
+  int64_t mt = 0, nt = 0, R = 1;
+};
+
+bool plan_amx(const Task& task, AmxPlan* plan, std::string* why) {
+  auto no = [&](const std::string& reason) {
+    if (why) *why = reason;
+    return false;
+  };
+  if (task.outputs.size() != 1) return no("the task has several outputs");
   // Every computed stage: one reduction of a dot (D), the rest elementwise.
   std::vector<te::Tensor> stages;
   std::unordered_set<const te::OperationNode*> seen;
@@ -68,19 +83,19 @@ std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
   te::Tensor out = task.outputs[0], dot;
   for (const te::Tensor& t : stages) {
     if (compute_of(t)->reduce_axis.empty()) continue;
-    if (dot.defined() || !summed_dot(compute_of(t))) return no(why, "a reduction other than one sum of dot_i8x4 / dot_bf16x2");
+    if (dot.defined() || !summed_dot(compute_of(t))) return no("a reduction other than one sum of dot_i8x4 / dot_bf16x2");
     dot = t;
   }
-  if (!dot.defined()) return no(why, "no sum of dot_i8x4 / dot_bf16x2");
+  if (!dot.defined()) return no("no sum of dot_i8x4 / dot_bf16x2");
   const Call* d = summed_dot(compute_of(dot));
-  if (!target_has_amx(task.target, d->op == Intrinsic::DotBF16x2 ? "bf16" : "i8")) return no(why, "the target has no AMX for this dot");
+  if (!target_has_amx(task.target, d->op == Intrinsic::DotBF16x2 ? "bf16" : "i8")) return no("the target has no AMX for this dot");
   const te::ComputeOpNode* dop = compute_of(dot);
-  if (!static_shape(dot.shape()) || !static_shape(out.shape()) || dot.ndim() < 2 || out.ndim() != dot.ndim()) return no(why, "symbolic or mismatched shapes");
+  if (!static_shape(dot.shape()) || !static_shape(out.shape()) || dot.ndim() < 2 || out.ndim() != dot.ndim()) return no("symbolic or mismatched shapes");
   for (size_t k = 0; k < dot.shape().size(); ++k)
-    if (*as_const_int(dot.shape()[k]) != *as_const_int(out.shape()[k])) return no(why, "the output's shape differs from the product's");
+    if (*as_const_int(dot.shape()[k]) != *as_const_int(out.shape()[k])) return no("the output's shape differs from the product's");
   // The innermost reduce axis is the tiles' K: up to 16 words, or a multiple of 16.
   const int64_t* q = as_const_int(dop->reduce_axis.back().dom().extent);
-  if (!q || (*q > 16 && *q % 16 != 0)) return no(why, "the packed K is not a multiple of 16 words (64 int8 / 32 bfloat16 values)");
+  if (!q || (*q > 16 && *q % 16 != 0)) return no("the packed K is not a multiple of 16 words (64 int8 / 32 bfloat16 values)");
   const int r = dot.ndim();
   // The rows: the last axis before the columns with more than one ([seq, 1, N] takes seq).
   int row = r - 2;
@@ -94,12 +109,12 @@ std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
   if (bshape.size() == 3 && !is_const_int(bshape[2], N)) {
     const int64_t* nb = as_const_int(bshape[2]);
     const int64_t* panels = as_const_int(bshape[0]);
-    if (!nb || !panels || *nb * *panels != N) return no(why, "B is neither [.., q, N] nor panels [N/nb, q, nb]");
-    if (*nb > 32) return no(why, "B's panels are wider than 32 columns");
+    if (!nb || !panels || *nb * *panels != N) return no("B is neither [.., q, N] nor panels [N/nb, q, nb]");
+    if (*nb > 32) return no("B's panels are wider than 32 columns");
     nt = *nb;
   }
   const int64_t mt = divisor_up_to(M, 32);
-  if (mt < 4 || nt < 4) return no(why, "rows or columns have no divisor from 4 to 32");
+  if (mt < 4 || nt < 4) return no("rows or columns have no divisor from 4 to 32");
   // Row blocks per call (one tile configuration, R loads and stores of C):
   // up to 128 rows, keeping 8 or more blocks for the parallel loop.
   int64_t others = N / nt;
@@ -108,7 +123,17 @@ std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
   int64_t R = 1;
   for (int64_t c = 1; c * mt <= std::min<int64_t>(M, 128); ++c)
     if ((M / mt) % c == 0 && (M / mt / c) * others >= 8) R = c;
+  *plan = AmxPlan{stages, out, dot, d, r, row, mt, nt, R};
+  return true;
+}
 
+// The schedule of a plan: blocks in one parallel loop, each block's accumulator in a nest marked amx.
+te::Schedule apply_amx(const Task& task, const AmxPlan& p) {
+  const std::vector<te::Tensor>& stages = p.stages;
+  const te::Tensor &out = p.out, &dot = p.dot;
+  const Call* d = p.d;
+  const int r = p.r, row = p.row;
+  const int64_t mt = p.mt, nt = p.nt, R = p.R;
   te::Schedule sch = task.fresh_schedule();
   te::Tensor acc = dot;
   if (out.same_tensor(dot)) acc = sch.cache_write(out, "local");
@@ -155,9 +180,13 @@ std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
   a_order.insert(a_order.end(), {m_in, aa[r - 1]});
   sa.reorder(a_order);
   sa.pragma(R > 1 ? m_blocks : aa[r], "amx", 1);
-  // The backend reads the marked nest (kiln/pass/amx.h); a form it cannot
-  // take (an operand not contiguous along k or n) falls back here instead
-  // of failing the build.
+  return sch;
+}
+
+// The backend reads the marked nest (kiln/pass/amx.h); a form it cannot
+// take (an operand not contiguous along k or n) falls back here instead of
+// failing the build. Empty when the lowered nest reads as one.
+std::string check_lowered(const Task& task, const te::Schedule& sch) {
   te::LowerOptions options;
   options.expand_loops = false;
   try {
@@ -169,10 +198,21 @@ std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
         ++marked;
       }
     });
-    if (marked == 0) return no(why, "the lowered nest kept no amx mark");
+    if (marked == 0) return "the lowered nest kept no amx mark";
   } catch (const Error& e) {
-    return no(why, e.what());
+    return e.what();
   }
+  return "";
+}
+
+}  // namespace
+
+std::optional<te::Schedule> amx_schedule(const Task& task, std::string* why) {
+  AmxPlan plan;
+  if (!plan_amx(task, &plan, why)) return std::nullopt;
+  te::Schedule sch = apply_amx(task, plan);
+  std::string problem = check_lowered(task, sch);
+  if (!problem.empty()) return no(why, problem);
   return sch;
 }
 

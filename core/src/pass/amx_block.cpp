@@ -2,8 +2,8 @@
 // loops' roles follow from the indices (k the loop C's index leaves out, n
 // the one stepping it by 1, m the other); strides come from substituting
 // loop values into each index and simplifying the differences.
-#include <vector>
 #include <sstream>
+#include <vector>
 
 #include "kiln/arith/analyzer.h"
 #include "kiln/ir/functor.h"
@@ -74,11 +74,14 @@ class AmxReader {
     return s;
   }
 
-  AmxBlock read(const AttrStmt* op) {
+  // The accumulator's initialisation between the loops (when the nest holds one): its store, its count, the loops above it.
+  const BufferStore* zero_store = nullptr;
+  int64_t zeroed = 0;
+  size_t zero_at = 0;
+
+  // Collects the nest's loops (and an initialisation between them); returns the statement inside.
+  Stmt collect(const AttrStmt* op) {
     Stmt s = op->body;
-    const BufferStore* zero_store = nullptr;
-    int64_t zeroed = 0;
-    size_t zero_at = 0;
     for (;;) {
       while (const AttrStmt* a = s.as<AttrStmt>()) s = a->body;
       // Below loops over blocks: the accumulator's initialisation, then the reduction.
@@ -93,6 +96,11 @@ class AmxReader {
       if (!as_const_int(f->extent) || f->kind == ForKind::Parallel || f->kind == ForKind::ThreadBinding) fail("has a loop of no constant extent or a parallel loop");
       s = f->body;
     }
+    return s;
+  }
+
+  AmxBlock read(const AttrStmt* op) {
+    Stmt s = collect(op);
     const int outer = static_cast<int>(loops_.size()) - 3;
     if (outer < 0) fail("has " + std::to_string(loops_.size()) + " loops");
     const BufferStore* st = s.as<BufferStore>();
@@ -123,7 +131,7 @@ class AmxReader {
     int64_t ldc = stride(ci, m, M, "C"), lda = stride(ai, m, M, "A"), ldb = stride(bi, k, K, "B");
     int64_t tile_n = std::min<int64_t>(N, 16);
     if (stride(ci, n, tile_n, "C") != 1 || stride(bi, n, tile_n, "B") != 1 || stride(ai, k, K, "A") != 1) fail("reads C, B along n or A along k with a stride other than 1");
-    if (stride(ai, n, 2, "A") != 0 || stride(bi, m, 2, "B") != 0 || stride(ci, k, 2, "C") != 0) fail("has A depend on n or B on m");
+    if (stride(ai, n, N, "A") != 0 || stride(bi, m, M, "B") != 0 || stride(ci, k, K, "C") != 0) fail("has A depend on n or B on m");
     int64_t c16 = 16, b16 = 16;
     if (N > 16) {
       c16 = step(ci, n, 16, "C"), b16 = step(bi, n, 16, "B");
