@@ -1,10 +1,13 @@
 /** \file
  * The AMX schedule of an int8 or bfloat16 matmul (x86 with amx-tile and
- * amx-int8 / amx-bf16): the output in blocks of up to 32 x 32, the blocks in
- * one parallel loop, and each block's accumulator summed over all of K on
- * AMX tiles (the nest marked "amx" that pass::lower_amx makes one
- * amx_matmul call), its epilogue (requantization, bias, activation) on
- * vectors after it.
+ * amx-int8 / amx-bf16): the output in blocks of up to 32 x 32 (up to 128
+ * rows, several row blocks, under one tile configuration where 8 or more
+ * blocks remain for the parallel loop), the blocks in one parallel loop, and
+ * each block's accumulator summed over all of K on AMX tiles (the nest
+ * marked "amx", kiln/pass/amx.h, which the LLVM backend emits as tile code),
+ * its epilogue (requantization, bias, activation) on vectors after it.
+ * Before answering it lowers the schedule and reads the marked nest as the
+ * backend will, so a form the tiles cannot load falls back (nullopt, *why).
  *
  * It takes a task whose one reduction stage sums dot_i8x4 or dot_bf16x2 of
  * two operands, A[..., m, q] and B[q, n] (or B in panels [n/nb, q, nb]), q
