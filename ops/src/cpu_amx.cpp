@@ -50,7 +50,7 @@ std::optional<te::Schedule> no(std::string* why, const std::string& reason) {
 }  // namespace
 
 bool target_has_amx(const Target& target, const std::string& dot) {
-  bool x86 = target.triple.rfind("x86_64", 0) == 0 || target.triple.rfind("i686", 0) == 0 || target.triple.empty();
+  bool x86 = target.triple.rfind("x86_64", 0) == 0 || target.triple.empty();  // tile instructions are 64-bit only
   return target.kind == Target::Kind::LLVM && x86 && target.has_feature("amx-tile") && target.has_feature(dot == "bf16" ? "amx-bf16" : "amx-int8");
 }
 
