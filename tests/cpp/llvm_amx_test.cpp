@@ -4,6 +4,16 @@
 // tdpbusd / tdpbf16ps in the assembly for sapphirerapids and none for
 // targets without AMX, and run (exact for int8) where the host has AMX.
 #include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdlib>
 
 #include <cstring>
 #include <fstream>
@@ -17,6 +27,7 @@
 #include "kiln/ops/graph_nn.h"
 #include "kiln/ops/layout.h"
 #include "kiln/ops/task.h"
+#include "kiln/runtime/amx.h"
 #include "kiln/runtime/c_runtime_api.h"
 #include "kiln/support/error.h"
 #include "kiln/te/lower.h"
@@ -112,6 +123,53 @@ TEST(Amx, Int8BlocksMatchANaiveLoopAndUseTdpbusd) {
     EXPECT_EQ(compiled, want) << "compiled";
   }
   if (!run) GTEST_SKIP() << "this host has no AMX (amx_tile, amx_int8): compiled and checked the assembly, did not run";
+}
+
+// A process whose kernel refuses the tile state: arch_prctl(ARCH_REQ_XCOMP_PERM)
+// fails with EPERM (a seccomp filter, kept across exec, so that the request
+// runs fresh in the exec'd child; the loader's other arch_prctl calls pass).
+void refuse_arch_prctl() {
+  struct sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_arch_prctl, 0, 3),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x1023, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {static_cast<unsigned short>(sizeof(code) / sizeof(code[0])), code};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) _exit(3);
+}
+
+// Run in the refused child only (KILN_AMX_REFUSED set): an AMX kernel returns the runtime's error, never SIGILL.
+TEST(Amx, RefusedChildGetsAnErrorNotSigill) {
+  if (!getenv("KILN_AMX_REFUSED")) GTEST_SKIP() << "runs in the child of RefusedPermissionIsAKernelError";
+  Case c = int8_case(64, 32, 64, false);
+  PrimFunc f = lower_amx(c, Target::parse(kAmx));
+  codegen::JitModule jit = codegen::jit_compile({f}, Target::parse(kAmx));
+  std::vector<uint32_t> a(64 * 32, 1), b(32 * 64, 1);
+  std::vector<int32_t> out(64 * 64, 0);
+  std::vector<void*> args = {a.data(), b.data(), out.data()};
+  EXPECT_NE(jit.get_function("amx_case")(args.data()), 0);
+  EXPECT_NE(std::string(kiln_get_last_error()).find("Linux refused them"), std::string::npos) << kiln_get_last_error();
+  EXPECT_EQ(kiln_amx_request(), -1);
+}
+
+TEST(Amx, RefusedPermissionIsAKernelError) {
+  if (!(Target::host().has_feature("amx-tile") && Target::host().has_feature("amx-int8")))
+    GTEST_SKIP() << "this host has no AMX: nothing to refuse";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    refuse_arch_prctl();
+    setenv("KILN_AMX_REFUSED", "1", 1);
+    execl("/proc/self/exe", "llvm_amx_test", "--gtest_filter=Amx.RefusedChildGetsAnErrorNotSigill", static_cast<char*>(nullptr));
+    _exit(4);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's test failed (3: no seccomp filter, 4: no exec)";
 }
 
 TEST(Amx, TargetsWithoutAmxGetNoAmxScheduleNorTileCode) {
