@@ -7,6 +7,7 @@
 #include "kiln/support/compile_times.h"
 #include "kiln/graph/op_registry.h"
 #include "kiln/ops/best_record.h"
+#include "kiln/ops/cpu_amx.h"
 #include "kiln/ops/search_space.h"
 #include "kiln/support/error.h"
 #include "kiln/te/trace.h"
@@ -25,6 +26,13 @@ const char* schedule_source_name(ScheduleSource s) {
 te::Schedule group_schedule(const ops::Task& task, const std::string& db_path, ScheduleSource* source, std::string* detail,
                             std::string* records_only_for) {
   if (records_only_for) records_only_for->clear();
+  // On AMX targets an int8 / bfloat16 matmul runs on tiles (cpu_amx.h), ahead
+  // of tuned records: the search space's candidates are vector kernels.
+  if (auto amx = ops::amx_schedule(task)) {
+    *source = ScheduleSource::Default;
+    *detail = "amx tiles";
+    return *amx;
+  }
   if (!db_path.empty()) {
     std::string trace;
     if (auto best = ops::best_schedule(task, db_path, &trace)) {

@@ -6,6 +6,8 @@
 //   kiln.PackI8x4(x; axis, shift)  byte quads of int32(x) + shift along axis
 //   kiln.SumI8(x; axis, shift)     int32 sums of int32(x) + shift along axis (dropped)
 //   kiln.QMatMulI8x4(A4, B4, a_sum?, b_sum?, b_zero?, multiplier?; k, a_zero, y_zero, y_dtype, relu)
+//     B4 [K/4, N], or in panels [N/nb, K/4, nb] (ops::matmul_packed_b's
+//     layout: the AMX tiles' rows of B contiguous)
 //     acc[.., m, n] = sum_k (a'[m, k] - a_zero) * (b'[k, n] - b_zero[n])
 //                   = dot - b_zero[n] a_sum[.., m] - a_zero b_sum[n] + k a_zero b_zero[n]
 //     a_sum (rows of a', needed where b_zero is not 0), b_sum (columns of b',
@@ -16,6 +18,7 @@
 #include "kiln/ops/i8_dot.h"
 
 #include "kiln/ops/graph_nn.h"
+#include "kiln/ops/layout.h"
 #include "op_helpers.h"
 #include "quantize_helpers.h"
 
@@ -90,7 +93,7 @@ void check_column(const OpCall& c, int i, DataType t, const Dim& n, const char* 
 }
 
 te::Tensor qmatmul_compute(const OpCall& c, const std::vector<te::Tensor>& in) {
-  te::Tensor dot = ops::matmul_i8x4(in[0], in[1], "matmul_i8x4");
+  te::Tensor dot = in[1].ndim() == 3 ? ops::matmul_packed_b(in[0], in[1], "matmul_i8x4", dot_i8x4) : ops::matmul_i8x4(in[0], in[1], "matmul_i8x4");
   auto opt = [&](int k) { return c.has_input(k) ? in[k] : te::Tensor(); };
   te::Tensor a_sum = opt(2), b_sum = opt(3), b_zero = opt(4), mult = opt(5);
   int64_t k = c.attrs.get_int("k"), a_zero = c.attrs.get_int("a_zero");
@@ -122,25 +125,30 @@ OpDef qmatmul_def() {
   d.pattern = Pattern::OutputFusable;
   d.infer = [](const OpCall& c) {
     const TensorType &a = c.input_types[0], &b = c.input_types[1];
-    if (!word_dtype(a.dtype) || !word_dtype(b.dtype) || a.ndim() < 2 || b.ndim() != 2)
-      c.fail("A4 " + a.str() + " and B4 " + b.str() + " must be byte quads (pack_i8x4), A4 [..., M, K/4] and B4 [K/4, N]");
-    if (!(a.shape.back() == b.shape[0])) c.fail("A4 holds " + a.shape.back().str() + " quads of K but B4 " + b.shape[0].str());
+    if (!word_dtype(a.dtype) || !word_dtype(b.dtype) || a.ndim() < 2 || (b.ndim() != 2 && b.ndim() != 3))
+      c.fail("A4 " + a.str() + " and B4 " + b.str() + " must be byte quads (pack_i8x4), A4 [..., M, K/4] and B4 [K/4, N] or panels [N/nb, K/4, nb]");
+    bool panels = b.ndim() == 3;
+    const Dim& k4 = b.shape[panels ? 1 : 0];
+    if (!(a.shape.back() == k4)) c.fail("A4 holds " + a.shape.back().str() + " quads of K but B4 " + k4.str());
+    if (panels && !b.is_static()) c.fail("panels B4 " + b.str() + " must have a static shape");
     Shape out = a.shape;
-    out.back() = b.shape[1];
+    out.back() = panels ? Dim(b.shape[0].value() * b.shape[2].value()) : b.shape[1];
+    const Dim n = out.back();
     if (c.has_input(2)) {
       Shape rows(a.shape.begin(), a.shape.end() - 1);
       if (c.input_types[2].dtype != I32 || !(c.input_types[2].shape == rows)) c.fail("a_sum " + c.input_types[2].str() + " must be int32 " + shape_to_string(rows));
     }
-    check_column(c, 3, I32, b.shape[1], "b_sum");
-    check_column(c, 4, I32, b.shape[1], "b_zero");
-    check_column(c, 5, F32, b.shape[1], "multiplier");
+    check_column(c, 3, I32, n, "b_sum");
+    check_column(c, 4, I32, n, "b_zero");
+    check_column(c, 5, F32, n, "multiplier");
     return std::vector<TensorType>{{out, qmatmul_out(c)}};
   };
   d.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) { return std::vector<te::Tensor>{qmatmul_compute(c, in)}; };
   d.cost = [](const OpCall& c, const std::vector<TensorType>& out) {
     OpCost k;
     double outputs = static_cast<double>(out[0].numel());
-    k.macs = outputs * 4.0 * static_cast<double>(c.input_types[1].shape[0].is_static() ? c.input_types[1].shape[0].value() : 1);
+    const Dim& k4 = c.input_types[1].shape[c.input_types[1].ndim() == 3 ? 1 : 0];
+    k.macs = outputs * 4.0 * static_cast<double>(k4.is_static() ? k4.value() : 1);
     k.flops = 2 * k.macs + 6 * outputs;
     k.rows = outputs / static_cast<double>(std::max<int64_t>(out[0].shape.back().is_static() ? out[0].shape.back().value() : 1, 1));
     return k;

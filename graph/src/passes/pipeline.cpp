@@ -18,6 +18,7 @@ Graph optimize(const Graph& g, const Target& target, const PipelineOptions& opti
   after("fold_transposes", fold_transposes);
   bool bf16_dot = target.kind == Target::Kind::LLVM && (options.bf16_dot == 1 || (options.bf16_dot < 0 && target.has_feature("avx512bf16")));
   if (bf16_dot) after("use_bf16_dot", use_bf16_dot);
+  if (bf16_dot) after("use_amx_operands", [&](const Graph& in) { return use_amx_operands(in, target); });
   // Before fold_constants, which would fold the weights' DequantizeLinear to float32.
   if (target.kind == Target::Kind::LLVM && options.int8_dot) after("use_int8_dot", [&](const Graph& in) { return use_int8_dot(in, target); });
   after("fold_constants", [](const Graph& in) { return fold_constants(in); });

@@ -6,11 +6,13 @@
 //   KH, KW, cb/2, kb] uint32), the input packed the same way
 //   (kiln.PackBF16Pairs, which rounds, so autocast's Cast pair goes).
 //   Matmuls (use_bf16_dot made them, their constant B folded into pairs):
-//   B's pairs in panels of nb columns [N/nb, K/2, nb], as kiln.MatMulPackedB.
+//   B's pairs in panels of nb columns [N/nb, K/2, nb], as kiln.MatMulPackedB
+//   (on AMX targets nb is 32 or 16: a panel is a block of the AMX schedule).
 // Half the weight bytes; the products on vdpbf16ps, float32 accumulation.
 #include <optional>
 
 #include "kiln/graph/op_registry.h"
+#include "kiln/ops/cpu_amx.h"
 #include "kiln/graph/passes.h"
 #include "kiln/graph/rewrite.h"
 
@@ -60,6 +62,10 @@ std::vector<Value> rewrite_conv(const OpNode& n) {
 // The panel width: four vectors where the target has 32 registers and A rows enough (the
 // seeds' four-vector tile for pair dot products), else two, else one; 0 when none divides N.
 int64_t panel_width(int64_t N, const TensorType& a, const Target& target) {
+  // AMX: a panel per block of C (ops::amx_schedule's columns, up to 32).
+  if (ops::target_has_amx(target, "bf16"))
+    for (int64_t w : {32, 16})
+      if (N % w == 0) return w;
   const int64_t lanes = target.natural_lanes(DataType::Float(32));
   int64_t rows = 1;
   bool symbolic = false;

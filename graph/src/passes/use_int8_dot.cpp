@@ -6,6 +6,11 @@
 // sdot: signed x signed), int32 accumulation, and the zero points and
 // requantization in the kernel's epilogue.
 //
+// On AMX targets constant weights are packed at compile time in panels
+// [N/nb, K/4, nb] (nb 32 or 16), so that each AMX tile's rows of B are
+// contiguous: B [K/4, N] with N a power of two put the 16 rows of a tile in
+// one cache set (4 KiB apart at N = 1024).
+//
 // Operands of the other signedness are shifted by 128 on packing (x ^ 0x80
 // as a byte), which moves their zero point by the same 128, so that
 //   sum (a - za)(b - zb) = sum (a' - za')(b' - zb'),  a' = a + sa, za' = za + sa
@@ -18,6 +23,8 @@
 #include "kiln/graph/op_registry.h"
 #include "kiln/graph/passes.h"
 #include "kiln/graph/rewrite.h"
+#include "kiln/ops/cpu_amx.h"
+#include "kiln/ops/i8_dot.h"
 
 namespace kiln::graph {
 
@@ -85,9 +92,44 @@ struct Requant {
   bool relu = false;
 };
 
+// The rewrite's choices for the target.
+struct Dot {
+  bool unsigned_acts = true;
+  bool amx = false;
+};
+
+template <typename T>
+int32_t shifted_byte(const NDArray& b, int64_t i, int shift) {
+  return static_cast<int32_t>(static_cast<const T*>(b.data())[i]) + shift;
+}
+
+// Constant weights b [K, N] (+ shift) as byte quads in panels [N/nb, ceil(K/4), nb], or nothing when N has no panel width.
+std::optional<NDArray> quad_panels(const Value& b, int shift) {
+  if (!b.defined() || b.node->kind != NodeKind::Constant) return std::nullopt;
+  const NDArray& w = static_cast<const ConstantNode&>(*b.node).data;
+  const int64_t K = w.shape()[0], N = w.shape()[1], K4 = (K + 3) / 4;
+  int64_t nb = N % 32 == 0 ? 32 : N % 16 == 0 ? 16 : 0;
+  if (nb == 0 || (K4 > 16 && K4 % 16 != 0)) return std::nullopt;  // the AMX schedule takes neither (ops/cpu_amx.h)
+  bool u = w.dtype().is_uint();
+  NDArray out = NDArray::empty({N / nb, K4, nb}, ops::i8x4_unsigned(w.dtype(), shift) ? DataType::UInt(32) : DataType::Int(32));
+  auto* o = static_cast<uint32_t*>(out.data());
+  for (int64_t q = 0; q < K4; ++q)
+    for (int64_t j = 0; j < N; ++j) {
+      uint32_t word = 0;
+      for (int64_t byte = 0; byte < 4 && 4 * q + byte < K; ++byte) {
+        int64_t i = (4 * q + byte) * N + j;
+        int32_t v = u ? shifted_byte<uint8_t>(w, i, shift) : shifted_byte<int8_t>(w, i, shift);
+        word |= static_cast<uint32_t>(static_cast<uint8_t>(v)) << (8 * byte);
+      }
+      o[((j / nb) * K4 + q) * nb + j % nb] = word;
+    }
+  return out;
+}
+
 // The kiln.QMatMulI8x4 of a (zero point za) and 2-D b (zero points zb, 1 or N), requantized when rq is given.
 Value int8_matmul(const std::string& name, const Value& a, double za, const Value& b, std::vector<double> zb, const std::optional<Requant>& rq,
-                  bool unsigned_acts) {
+                  const Dot& how) {
+  bool unsigned_acts = how.unsigned_acts;
   int64_t k = a.type().shape.back().value();
   int sa = a.type().dtype.is_uint() == unsigned_acts ? 0 : unsigned_acts ? 128 : -128;
   int sb = b.type().dtype.is_uint() ? -128 : 0;  // signed weights on every dot instruction
@@ -100,7 +142,9 @@ Value int8_matmul(const std::string& name, const Value& a, double za, const Valu
   auto op = [&](const char* kind, const Value& x, int64_t axis, int shift, const char* suffix) {
     return make_op(kind, {x}, Attrs({{"axis", axis}, {"shift", int64_t(shift)}}), name + suffix)->output();
   };
-  std::vector<Value> in = {op("kiln.PackI8x4", a, -1, sa, ".a_quads"), op("kiln.PackI8x4", b, 0, sb, ".b_quads"), Value(), Value(), Value()};
+  std::vector<Value> in = {op("kiln.PackI8x4", a, -1, sa, ".a_quads"), Value(), Value(), Value(), Value()};
+  std::optional<NDArray> panels = how.amx ? quad_panels(b, sb) : std::nullopt;
+  in[1] = panels ? make_constant(name + ".b_quad_panels", *panels)->output() : op("kiln.PackI8x4", b, 0, sb, ".b_quads");
   if (any_b_zero) in[2] = op("kiln.SumI8", a, -1, sa, ".a_sums");
   if (a_zero != 0) in[3] = op("kiln.SumI8", b, 0, sb, ".b_sums");
   if (any_b_zero) in[4] = constant_of(name + ".b_zero", DataType::Int(32), zb);
@@ -128,16 +172,16 @@ std::vector<double> multipliers(double as, const std::vector<double>& bs, double
   return m;
 }
 
-std::vector<Value> rewrite_matmul_integer(const OpNode& n, bool unsigned_acts) {
+std::vector<Value> rewrite_matmul_integer(const OpNode& n, const Dot& how) {
   const Value &a = n.inputs[0], &b = n.inputs[1];
   if (!fits(a, b)) return {};
   std::vector<double> za, zb;
   int64_t cols = b.type().shape[1].value();
   if (!read_param(n, 2, 1, {0.0}, &za) || !read_param(n, 3, cols, {0.0}, &zb)) return {};
-  return {int8_matmul(n.name, a, za[0], b, zb, std::nullopt, unsigned_acts)};
+  return {int8_matmul(n.name, a, za[0], b, zb, std::nullopt, how)};
 }
 
-std::vector<Value> rewrite_qlinear_matmul(const OpNode& n, bool unsigned_acts) {
+std::vector<Value> rewrite_qlinear_matmul(const OpNode& n, const Dot& how) {
   const Value &a = n.inputs[0], &b = n.inputs[3];
   if (!fits(a, b) || !is_byte(n.inputs[7].type().dtype)) return {};
   int64_t cols = b.type().shape[1].value();
@@ -146,7 +190,7 @@ std::vector<Value> rewrite_qlinear_matmul(const OpNode& n, bool unsigned_acts) {
       !read_param(n, 6, 1, {}, &ys) || !read_param(n, 7, 1, {}, &yz))
     return {};
   Requant rq{multipliers(as[0], bs, ys[0]), static_cast<int64_t>(yz[0]), n.inputs[7].type().dtype, false};
-  return {int8_matmul(n.name, a, za[0], b, zb, rq, unsigned_acts)};
+  return {int8_matmul(n.name, a, za[0], b, zb, rq, how)};
 }
 
 // A DequantizeLinear's quantized input and parameters, per tensor or (per_column) along the last axis of a 2-D input.
@@ -163,7 +207,7 @@ std::optional<std::pair<Value, QParams>> dequantized(const Value& v, bool per_co
   return std::make_pair(x, p);
 }
 
-std::vector<Value> rewrite_qdq(const OpNode& q, bool unsigned_acts) {
+std::vector<Value> rewrite_qdq(const OpNode& q, const Dot& how) {
   std::vector<double> ys, yz;
   DataType y = q.types[0].dtype;
   if (!is_byte(y) || !read_param(q, 1, 1, {}, &ys) || !read_param(q, 2, 1, {0.0}, &yz)) return {};
@@ -174,7 +218,7 @@ std::vector<Value> rewrite_qdq(const OpNode& q, bool unsigned_acts) {
   if (!a || !b || !fits(a->first, b->first)) return {};
   if (a->second.zero.size() != 1 || a->second.scale.size() != 1) return {};
   Requant rq{multipliers(a->second.scale[0], b->second.scale, ys[0]), static_cast<int64_t>(yz[0]), y, relu != nullptr};
-  return {int8_matmul(q.name, a->first, a->second.zero[0], b->first, b->second.zero, rq, unsigned_acts)};
+  return {int8_matmul(q.name, a->first, a->second.zero[0], b->first, b->second.zero, rq, how)};
 }
 
 }  // namespace
@@ -188,12 +232,13 @@ Graph use_int8_dot(const Graph& g, const Target& target) {
   // 512^3 on znver3 code (Sapphire Rapids host, loaded). Leave those as they are.
   bool dot = arm ? target.has_feature("dotprod") : target.has_feature("avx512vnni") || target.has_feature("avxvnni");
   if (!dot) return g;
-  return rewrite_graph(g, [unsigned_acts](const Ref<OpNode>& n) -> std::vector<Value> {
+  Dot how{unsigned_acts, ops::target_has_amx(target, "i8")};
+  return rewrite_graph(g, [how](const Ref<OpNode>& n) -> std::vector<Value> {
     if (n->num_outputs() != 1) return {};
     const std::string& op = n->op->name;
-    if (op == "MatMulInteger") return rewrite_matmul_integer(*n, unsigned_acts);
-    if (op == "QLinearMatMul") return rewrite_qlinear_matmul(*n, unsigned_acts);
-    if (op == "QuantizeLinear") return rewrite_qdq(*n, unsigned_acts);
+    if (op == "MatMulInteger") return rewrite_matmul_integer(*n, how);
+    if (op == "QLinearMatMul") return rewrite_qlinear_matmul(*n, how);
+    if (op == "QuantizeLinear") return rewrite_qdq(*n, how);
     return {};
   });
 }

@@ -184,6 +184,7 @@ llvm::FunctionCallee CodeGenLLVM::runtime_function(const std::string& name) {
   else if (name == "kiln_num_threads") fty = llvm::FunctionType::get(i32, {}, false);
   else if (name == "kiln_alloc_workspace") fty = llvm::FunctionType::get(ptr, {i64}, false);
   else if (name == "kiln_free_workspace") fty = llvm::FunctionType::get(builder_->getVoidTy(), {ptr}, false);
+  else if (name == "kiln_amx_request") fty = llvm::FunctionType::get(i32, {}, false);
   else if (name == "kiln_set_last_error") fty = llvm::FunctionType::get(builder_->getVoidTy(), {ptr}, false);
   KILN_CHECK(fty) << "unknown runtime function " << name;
   llvm::FunctionCallee callee = module_->getOrInsertFunction(name, fty);

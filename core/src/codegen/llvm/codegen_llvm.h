@@ -9,6 +9,7 @@
  *   codegen_parallel.cpp     parallel loops outlined for kiln_parallel_launch
  *   codegen_vector_math.cpp  exp, log, tanh, erf, ... as inline polynomials
  *   codegen_bf16_pairs.cpp   bfloat16 pair packing and dot products (vdpbf16ps)
+ *   codegen_amx.cpp          nests marked amx on AMX tiles (tdpbusd, tdpbf16ps)
  * and around it: llvm_build.cpp (target machine, O3, machine code, object
  * files), jit.cpp (ORC LLJIT, runtime Module), llvm_target_info.cpp (host).
  *
@@ -138,6 +139,10 @@ class CodeGenLLVM : public IRVisitor {
   llvm::Value* emit_dot_i8x4(llvm::Value* acc, llvm::Value* a, llvm::Value* b, bool a_signed, bool b_signed);
   llvm::Value* emit_dot_i8x4_instr(llvm::Value* acc, llvm::Value* a, llvm::Value* b, bool a_signed, bool b_signed, int w);
   std::vector<int> i8_dot_widths(bool a_signed, bool b_signed) const;
+
+  // ---- AMX tiles (codegen_amx.cpp)
+  /** A nest marked "amx" (kiln/pass/amx.h) as tile code; throws kiln::Error for a target without AMX. */
+  void emit_amx_block(const AttrStmt* op);
 
   // ---- math (codegen_vector_math.cpp)
   llvm::Value* emit_math(const Call* op);

@@ -2,6 +2,7 @@
 #include <llvm/IR/MDBuilder.h>
 
 #include "codegen_llvm.h"
+#include "kiln/pass/amx.h"
 #include "kiln/support/error.h"
 
 namespace kiln::codegen {
@@ -177,7 +178,10 @@ void CodeGenLLVM::visit(const Evaluate* op) {
   codegen(op->value);
 }
 
-void CodeGenLLVM::visit(const AttrStmt* op) { codegen(op->body); }
+void CodeGenLLVM::visit(const AttrStmt* op) {
+  if (op->key == pass::kAmxPragma) return emit_amx_block(op);
+  codegen(op->body);
+}
 
 void CodeGenLLVM::visit(const AssertStmt* op) {
   llvm::Value* cond = codegen(op->condition);

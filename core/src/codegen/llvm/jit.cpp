@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "kiln/runtime/amx.h"
 #include "kiln/support/compile_times.h"
 #include "kiln/support/error.h"
 #include "llvm_build.h"
@@ -56,6 +57,7 @@ static std::vector<std::pair<std::string, void*>> runtime_symbols() {
           {"kiln_alloc_workspace", reinterpret_cast<void*>(&kiln_alloc_workspace)},
           {"kiln_free_workspace", reinterpret_cast<void*>(&kiln_free_workspace)},
           {"kiln_set_last_error", reinterpret_cast<void*>(&kiln_set_last_error)},
+          {"kiln_amx_request", reinterpret_cast<void*>(&kiln_amx_request)},
           {"kiln_get_last_error", reinterpret_cast<void*>(&kiln_get_last_error)}};
 }
 

@@ -85,6 +85,14 @@ bool holds_bfloat16_values(const Value& v);
 Value bfloat16_source(const Value& v);
 
 /**
+ * On targets with AMX-BF16 (ops::target_has_amx): a kiln.MatMulBF16Pairs
+ * with transA or transB reads that operand through a Transpose of its pair
+ * words, flags cleared, so that AMX tiles take it (use_amx_operands.cpp).
+ * Other targets keep the flags.
+ */
+Graph use_amx_operands(const Graph& g, const Target& target);
+
+/**
  * Constant weights in bfloat16, in the layouts alter_conv_layout gives float32
  * ones (run after it): a blocked convolution (kiln.ConvNCHWc, group 1) whose
  * input holds bfloat16 values (autocast's) and whose packed weights are all
@@ -119,7 +127,7 @@ struct PipelineOptions {
   bool int8_dot = true;
 };
 
-/** The pipeline: remove_identity, fold_transposes, use_bf16_dot (see bf16_dot), use_int8_dot, fold_constants, fold_batch_norm, eliminate_common_subexpr,
+/** The pipeline: remove_identity, fold_transposes, use_bf16_dot (see bf16_dot) and use_amx_operands, use_int8_dot, fold_constants, fold_batch_norm, eliminate_common_subexpr,
  *  alter_conv_layout, use_bf16_packed_weights (with use_bf16_dot), then fuse_ops (or wrap_ops). */
 Graph optimize(const Graph& g, const Target& target, const PipelineOptions& options = {});
 
