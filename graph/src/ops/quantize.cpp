@@ -74,6 +74,8 @@ bool check_param_shape(const OpCall& call, int i, const std::string& what, const
   return true;
 }
 
+}  // namespace
+
 void check_scale(const OpCall& call, int i, const std::string& what) {
   if (call.input_types[i].dtype != F32) call.fail(what + " has dtype " + call.input_types[i].dtype.str() + "; it must be float32");
   if (!call.constants[i]) return;
@@ -95,6 +97,8 @@ void check_zero_point(const OpCall& call, int i, DataType q, const std::string& 
     if (v < static_cast<double>(r.lo) || v > static_cast<double>(r.hi))
       call.fail(what + " " + std::to_string(static_cast<int64_t>(v)) + " is out of the range of " + range_str(q) + "; give a zero point in that range");
 }
+
+namespace {
 
 std::vector<Expr> exprs(const std::vector<Var>& i) { return std::vector<Expr>(i.begin(), i.end()); }
 

@@ -20,6 +20,7 @@ Graph optimize(const Graph& g, const Target& target, const PipelineOptions& opti
   if (bf16_dot) after("use_bf16_dot", use_bf16_dot);
   // Before fold_constants, which would fold the weights' DequantizeLinear to float32.
   if (target.kind == Target::Kind::LLVM && options.int8_dot) after("use_int8_dot", [&](const Graph& in) { return use_int8_dot(in, target); });
+  if (target.kind == Target::Kind::LLVM && options.int8_dot) after("use_int8_conv", [&](const Graph& in) { return use_int8_conv(in, target); });
   after("fold_constants", [](const Graph& in) { return fold_constants(in); });
   after("fold_batch_norm", fold_batch_norm);
   after("eliminate_common_subexpr", eliminate_common_subexpr);

@@ -1,0 +1,201 @@
+"""int8 convolutions (use_int8_conv: kiln.QConvNCHWcI8, vpdpbusd over byte quads of the blocked layout on
+VNNI targets): ConvInteger, QLinearConv and the QDQ pattern Q([Relu](Conv(DQ(x), DQ(w), DQ(bias)))) exact
+against numpy's integer arithmetic (padding reads the input zero point, channel counts no block divides,
+strides 1 and 2, 1x1 and 3x3); a kiln.quantize'd CNN equal through the fused and the float path; bad
+scales and zero points rejected."""
+import numpy as np
+import pytest
+
+import kiln
+from kiln.graph import Builder
+from kiln_helpers import AVX2, host_has_avx512
+
+RNG = np.random.default_rng(5151)
+p = lambda v, t: np.asarray(v, dtype=t).reshape(())  # noqa: E731
+
+
+def vnni():
+    t = kiln.Target("llvm")
+    return t.has_feature("avx512vnni") or t.has_feature("avxvnni")
+
+
+def bytes_of(shape, dtype):
+    info = np.iinfo(dtype)
+    return RNG.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def np_conv_integer(x, w, zx, zw, stride, pads):
+    """int32 sum over taps of (x - zx) * (w - zw[k]), the padding (x - zx) = 0; group 1."""
+    N, C, H, W = x.shape
+    K, _, KH, KW = w.shape
+    xi = np.pad(x.astype(np.int64) - int(zx), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    wi = w.astype(np.int64) - np.asarray(zw, np.int64).reshape(-1, 1, 1, 1)
+    OH = (H + pads[0] + pads[2] - KH) // stride + 1
+    OW = (W + pads[1] + pads[3] - KW) // stride + 1
+    out = np.zeros((N, K, OH, OW), np.int64)
+    for r in range(KH):
+        for s in range(KW):
+            patch = xi[:, :, r:r + stride * (OH - 1) + 1:stride, s:s + stride * (OW - 1) + 1:stride]
+            out += np.einsum("nchw,kc->nkhw", patch, wi[:, :, r, s])
+    return out.astype(np.int32)
+
+
+def np_requant(acc, m, zy, dtype, relu=False):
+    info = np.iinfo(dtype)
+    y = np.round(acc.astype(np.float32) * np.asarray(m, np.float32).reshape(1, -1, 1, 1)) + np.float32(zy)
+    y = np.clip(y, info.min, info.max)
+    return (np.maximum(y, zy) if relu else y).astype(dtype)
+
+
+def build(op, x, consts, **attrs):
+    b = Builder()
+    vals = [b.input("x", x.shape, str(x.dtype))] + [b.constant(f"c{i}", np.ascontiguousarray(c)) if c is not None else None
+                                                    for i, c in enumerate(consts)]
+    return b.build(b.op(op, *vals, **attrs))
+
+
+def qconv_groups(exe):
+    return [g["ops"] for g in exe.groups() if "kiln.QConvNCHWcI8" in g["ops"]]
+
+
+# (x dtype, w dtype, per-channel w zero point, C, K, kernel, stride, pads)
+CASES = [(np.uint8, np.int8, False, 5, 19, 3, 1, [1, 1, 1, 1]),
+         (np.uint8, np.int8, False, 20, 36, 3, 2, [1, 0, 2, 1]),
+         (np.int8, np.int8, False, 16, 16, 1, 1, [0, 0, 0, 0]),
+         (np.uint8, np.uint8, True, 36, 17, 1, 2, [0, 0, 0, 0]),
+         (np.int8, np.uint8, True, 3, 40, 3, 2, [1, 1, 1, 1])]
+
+
+@pytest.mark.parametrize("xdt,wdt,per_channel,C,K,ks,stride,pads", CASES)
+def test_conv_integer_exact(xdt, wdt, per_channel, C, K, ks, stride, pads):
+    x = bytes_of((1, C, 11, 9), xdt)
+    # uint8 weights near their zero point (w - zw must fit a signed byte for the kernel; else it keeps the op).
+    w = bytes_of((K, C, ks, ks), wdt) if wdt == np.int8 else (RNG.integers(60, 196, (K, C, ks, ks))).astype(np.uint8)
+    zx = bytes_of((), xdt) // 2
+    zw = (RNG.integers(120, 136, K) if per_channel else np.int64(128)).astype(wdt) if wdt == np.uint8 else np.zeros((), wdt)
+    exe = kiln.compile(build("ConvInteger", x, [w, zx, zw], strides=[stride, stride], pads=pads))
+    assert bool(qconv_groups(exe)) == vnni(), exe.groups()
+    np.testing.assert_array_equal(exe(x)[0], np_conv_integer(x, w, zx, zw, stride, pads))
+
+
+@pytest.mark.parametrize("target", ["llvm"] + ([AVX2] if host_has_avx512() else []))
+@pytest.mark.parametrize("xdt", [np.uint8, np.int8])
+def test_qlinear_conv_exact(xdt, target):
+    """Per-channel weight scales, an int32 bias, the requantization to the output zero point."""
+    C, K = 24, 40
+    x, w = bytes_of((2, C, 10, 10), xdt), bytes_of((K, C, 3, 3), np.int8)
+    sx, zx = p(0.03, np.float32), p(xdt(-5) if xdt == np.int8 else 131, xdt)
+    sw, zw = RNG.uniform(0.002, 0.01, K).astype(np.float32), np.zeros(K, np.int8)
+    bias = RNG.integers(-3000, 3000, K).astype(np.int32)
+    acc = np_conv_integer(x, w, zx, zw, 1, [1, 1, 1, 1]) + bias.reshape(1, -1, 1, 1)
+    sy = np.float32(np.abs(acc * sx * sw.reshape(1, -1, 1, 1)).max() / 100)
+    zy = p(20 if xdt == np.int8 else 140, xdt)
+    exe = kiln.compile(build("QLinearConv", x, [sx, zx, w, sw, zw, p(sy, np.float32), zy, bias], pads=[1, 1, 1, 1]), target=target)
+    assert bool(qconv_groups(exe)) == (target == "llvm" and vnni()), exe.groups()
+    want = np_requant(acc, (sx * sw) / np.float32(sy), zy, xdt)
+    assert len(np.unique(want)) > 50
+    np.testing.assert_array_equal(exe(x)[0], want)
+
+
+def qdq_conv(x, w, sx, zx, sw, qb, sy, zy, relu, stride=1, pads=(1, 1, 1, 1)):
+    b = Builder()
+    xd = b.op("DequantizeLinear", b.input("x", x.shape, str(x.dtype)), b.constant("sx", sx), b.constant("zx", zx))
+    wd = b.op("DequantizeLinear", b.constant("w", w), b.constant("sw", sw), b.constant("zw", np.zeros(sw.shape, np.int8)), axis=0)
+    bd = b.op("DequantizeLinear", b.constant("b", qb), b.constant("sb", (sx * sw).astype(np.float32)), axis=0)
+    h = b.op("Conv", xd, wd, bd, strides=[stride, stride], pads=list(pads))
+    if relu:
+        h = b.op("Relu", h)
+    return b.build(b.op("QuantizeLinear", h, b.constant("sy", sy), b.constant("zy", zy)))
+
+
+@pytest.mark.parametrize("relu,stride", [(False, 1), (True, 2)])
+def test_qdq_conv_fuses_into_one_int8_kernel(relu, stride):
+    """DQ -> Conv(bias) [-> Relu] -> Q: one kernel with the bias, zero point, requantization (and ReLU) as its
+    epilogue, equal to numpy's integer form of the same arithmetic."""
+    if not vnni():
+        pytest.skip("the host has no VNNI: the QDQ conv stays float (test_graph_quantize covers it)")
+    C, K = 13, 34
+    x, w = bytes_of((1, C, 15, 12), np.uint8), bytes_of((K, C, 3, 3), np.int8)
+    sx, zx = p(0.02, np.float32), p(117, np.uint8)
+    sw = RNG.uniform(0.005, 0.02, K).astype(np.float32)
+    qb = RNG.integers(-2000, 2000, K).astype(np.int32)
+    acc = np_conv_integer(x, w, zx, 0, stride, [1, 1, 1, 1]) + qb.reshape(1, -1, 1, 1)
+    sy = np.float32(np.abs(acc * sx * sw.reshape(1, -1, 1, 1)).max() / 60)
+    zy = p(100, np.uint8)
+    exe = kiln.compile(qdq_conv(x, w, sx, zx, sw, qb, p(sy, np.float32), zy, relu, stride))
+    groups = qconv_groups(exe)
+    assert len(groups) == 1 and "Conv," not in groups[0] and "DequantizeLinear" not in groups[0], exe.groups()
+    want = np_requant(acc, (sx * sw) / np.float32(sy), zy, np.uint8, relu)
+    assert len(np.unique(want)) > 30 and (want == 100).any()
+    np.testing.assert_array_equal(exe(x)[0], want)
+
+
+def small_cnn():
+    """Conv-Relu-Conv-Relu, a residual Add, a strided conv, pooling and a Gemm: kiln.quantize's QDQ form."""
+    b = Builder()
+    x = b.input("x", (1, 3, 16, 16), "float32")
+    c = lambda n, k, ci, ks: b.constant(n, (RNG.standard_normal((k, ci, ks, ks)) * (2.0 / (ci * ks * ks)) ** 0.5).astype(np.float32))  # noqa: E731
+    bias = lambda n, k: b.constant(n, (RNG.standard_normal(k) * 0.1).astype(np.float32))  # noqa: E731
+    h = b.op("Relu", b.op("Conv", x, c("w1", 24, 3, 3), bias("b1", 24), pads=[1, 1, 1, 1]))
+    r = b.op("Relu", b.op("Conv", h, c("w2", 24, 24, 3), bias("b2", 24), pads=[1, 1, 1, 1]))
+    r = b.op("Conv", r, c("w3", 24, 24, 1), bias("b3", 24))
+    h = b.op("Relu", b.op("Add", h, r))
+    h = b.op("Relu", b.op("Conv", h, c("w4", 40, 24, 3), bias("b4", 40), pads=[1, 1, 1, 1], strides=[2, 2]))
+    h = b.op("GlobalAveragePool", h)
+    h = b.op("Flatten", h)
+    return b.build(b.op("Gemm", h, b.constant("fc", (RNG.standard_normal((10, 40)) * 0.2).astype(np.float32)), transB=1))
+
+
+def test_quantized_cnn_fused_equals_float_path():
+    """kiln.quantize's QDQ CNN: the int8 kernels (consecutive convs passing blocked uint8, no dequantize
+    between them) give the float QDQ path's logits up to a rounding step of the quantized activations."""
+    if not vnni():
+        pytest.skip("the host has no VNNI: nothing is fused")
+    model = small_cnn()
+    batches = [RNG.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(4)]
+    q = kiln.quantize(model, calibration=batches)
+    fused, plain = kiln.compile(q), kiln.compile(q, int8=False)
+    groups = qconv_groups(fused)
+    assert len(groups) == 4 and not qconv_groups(plain), fused.groups()
+    # conv1 -> conv2 -> conv3: the QuantizeLinear/DequantizeLinear pairs between them are gone.
+    chain = [g for g in groups if "DequantizeLinear" in g or "QuantizeLinear" in g]
+    assert not chain, groups
+    x = RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    a, b = fused(x)[0], plain(x)[0]
+    ref = kiln.compile(model)(x)[0]
+    # The integer epilogue rounds float32(acc) * multiplier where the float path rounds the float conv / scale:
+    # a code may differ by one step now and then; the logits stay within the quantization's own error.
+    assert np.abs(a - b).max() <= 0.05 * np.abs(b).max() + 1e-6, (a, b)
+    assert np.abs(a - ref).max() <= 0.1 * np.abs(ref).max() + 1e-6
+
+
+# ---------------------------------------------------------------- bad inputs
+
+def qlinear(x, sx=0.02, zx=128, w_scale=None, zw=None, sy=0.1, zy=128, K=8):
+    w = bytes_of((K, 4, 3, 3), np.int8)
+    sw = np.full(K, 0.01, np.float32) if w_scale is None else w_scale
+    zw = np.zeros(K, np.int8) if zw is None else zw
+    return build("QLinearConv", x, [p(sx, np.float32), zx, w, sw, zw, p(sy, np.float32), p(zy, np.uint8)])
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"sx": 0.0}, "x_scale is 0.0.*finite and non-zero"),
+    ({"sy": float("nan")}, "y_scale is nan.*finite and non-zero"),
+    ({"zx": np.asarray(300, np.int32)}, "x_zero_point 300 is out of the range of uint8"),
+    ({"zw": np.full(8, 200, np.int32)}, "w_zero_point 200 is out of the range of int8"),
+    ({"w_scale": np.full(5, 0.01, np.float32)}, r"w_scale has shape \[5\].*one value per output channel \[8\]"),
+])
+def test_qlinear_conv_bad_parameters(kwargs, match):
+    x = bytes_of((1, 4, 6, 6), np.uint8)
+    kw = dict(kwargs)
+    if "zx" in kw and not isinstance(kw["zx"], np.ndarray):
+        kw["zx"] = p(kw["zx"], np.uint8)
+    kw.setdefault("zx", p(128, np.uint8))
+    with pytest.raises(kiln.KilnError, match=match):
+        kiln.compile(qlinear(x, **kw))
+
+
+def test_dequantize_axis_that_does_not_exist():
+    b = Builder()
+    with pytest.raises(kiln.KilnError, match="axis 4 does not exist in the input of rank 4"):
+        b.op("DequantizeLinear", b.constant("w", bytes_of((8, 4, 3, 3), np.int8)), b.constant("s", np.full(8, 0.1, np.float32)), axis=4)
