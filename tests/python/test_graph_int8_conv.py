@@ -131,12 +131,13 @@ def test_qdq_conv_fuses_into_one_int8_kernel(relu, stride):
 
 
 def small_cnn():
-    """Conv-Relu-Conv-Relu, a residual Add, a strided conv, pooling and a Gemm: kiln.quantize's QDQ form."""
+    """Conv-Relu-MaxPool-Conv-Relu, a residual Add, a strided conv, pooling and a Gemm: kiln.quantize's QDQ form."""
     b = Builder()
     x = b.input("x", (1, 3, 16, 16), "float32")
     c = lambda n, k, ci, ks: b.constant(n, (RNG.standard_normal((k, ci, ks, ks)) * (2.0 / (ci * ks * ks)) ** 0.5).astype(np.float32))  # noqa: E731
     bias = lambda n, k: b.constant(n, (RNG.standard_normal(k) * 0.1).astype(np.float32))  # noqa: E731
     h = b.op("Relu", b.op("Conv", x, c("w1", 24, 3, 3), bias("b1", 24), pads=[1, 1, 1, 1]))
+    h = b.op("MaxPool", h, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     r = b.op("Relu", b.op("Conv", h, c("w2", 24, 24, 3), bias("b2", 24), pads=[1, 1, 1, 1]))
     r = b.op("Conv", r, c("w3", 24, 24, 1), bias("b3", 24))
     h = b.op("Relu", b.op("Add", h, r))
@@ -148,7 +149,7 @@ def small_cnn():
 
 def test_quantized_cnn_fused_equals_float_path():
     """kiln.quantize's QDQ CNN: the int8 kernels (consecutive convs passing blocked uint8, no dequantize
-    between them) give the float QDQ path's logits up to a rounding step of the quantized activations."""
+    between them, the MaxPool on the bytes) give the float QDQ path's logits up to a rounding step of the quantized activations."""
     if not vnni():
         pytest.skip("the host has no VNNI: nothing is fused")
     model = small_cnn()
@@ -160,6 +161,8 @@ def test_quantized_cnn_fused_equals_float_path():
     # conv1 -> conv2 -> conv3: the QuantizeLinear/DequantizeLinear pairs between them are gone.
     chain = [g for g in groups if "DequantizeLinear" in g or "QuantizeLinear" in g]
     assert not chain, groups
+    # The MaxPool between two int8 convs pools the bytes, blocked (not floats in NCHW).
+    assert [g["ops"] for g in fused.groups() if "MaxPool" in g["ops"]] == ["kiln.MaxPoolNCHWc"], fused.groups()
     x = RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)
     a, b = fused(x)[0], plain(x)[0]
     ref = kiln.compile(model)(x)[0]

@@ -11,7 +11,8 @@
 //   LayoutTransform(NCHW -> cb) -> QConvNCHWcI8 -> LayoutTransform(kb -> NCHW)
 // in uint8/int8, and alter_conv_layout collapses the transforms between two
 // such convs: consecutive int8 convs pass blocked bytes, no dequantize and
-// quantize between them.
+// quantize between them. A MaxPool between two quantized convs pools the
+// bytes (rewrite_pooled).
 //
 // The weights are packed here, once: w' = w - w_zero[k] (which must fit a
 // signed byte: vpdpbusd multiplies unsigned activations by signed weights;
@@ -289,6 +290,22 @@ std::vector<Value> rewrite_qdq(const OpNode& qn, int64_t lanes) {
   return out.defined() ? std::vector<Value>{out} : std::vector<Value>{};
 }
 
+// Q(MaxPool(DQ(x))) as Q(DQ(MaxPool(x))): a max commutes with the increasing
+// DQ (a positive scale), and the pool then runs on the bytes, in the blocked
+// layout of the int8 conv before it (alter_conv_layout), where the float pool
+// ran in NCHW between the transforms (ResNet's stem: 4 ms of 15 at 2 threads).
+std::vector<Value> rewrite_pooled(const OpNode& qn) {
+  const OpNode* pool = producer(qn.inputs[0], "MaxPool");
+  const OpNode* dq = pool ? producer(pool->inputs[0], "DequantizeLinear") : nullptr;
+  std::vector<double> scale;
+  if (!dq || !is_byte(dq->inputs[0].type().dtype) || !param(*dq, 1, 0, {}, &scale) || scale.size() != 1 || !(scale[0] > 0)) return {};
+  Value pooled = make_op(pool->op, {dq->inputs[0]}, pool->attrs, pool->name)->output();
+  std::vector<Value> dq_in = dq->inputs, q_in = qn.inputs;
+  dq_in[0] = pooled;
+  q_in[0] = make_op(dq->op, dq_in, dq->attrs, dq->name + ".pooled")->output();
+  return {make_op(qn.op, q_in, qn.attrs, qn.name)->output()};
+}
+
 }  // namespace
 
 Graph use_int8_conv(const Graph& g, const Target& target) {
@@ -298,7 +315,10 @@ Graph use_int8_conv(const Graph& g, const Target& target) {
   return rewrite_graph(g, [lanes](const Ref<OpNode>& n) -> std::vector<Value> {
     if (n->num_outputs() != 1) return {};
     const std::string& op = n->op->name;
-    if (op == "QuantizeLinear") return rewrite_qdq(*n, lanes);
+    if (op == "QuantizeLinear") {
+      if (auto out = rewrite_pooled(*n); !out.empty()) return out;
+      return rewrite_qdq(*n, lanes);
+    }
     if (op == "QLinearConv") return rewrite_qlinear_conv(*n, lanes);
     if (op == "ConvInteger") return rewrite_conv_integer(*n, lanes);
     return {};
