@@ -202,3 +202,41 @@ def test_dequantize_axis_that_does_not_exist():
     b = Builder()
     with pytest.raises(kiln.KilnError, match="axis 4 does not exist in the input of rank 4"):
         b.op("DequantizeLinear", b.constant("w", bytes_of((8, 4, 3, 3), np.int8)), b.constant("s", np.full(8, 0.1, np.float32)), axis=4)
+
+
+# ---------------------------------------------------------------- ONNX import
+
+def onnx_model(node, x, inits):
+    from onnx import TensorProto, helper, numpy_helper
+    elem = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8}
+    out = helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem[x.dtype], list(x.shape))], [out],
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def test_onnx_qlinear_conv_and_conv_integer_import():
+    """QLinearConv (per-channel w, bias, strides 2, asymmetric pads) and ConvInteger (auto_pad SAME_UPPER,
+    u8 weights with a zero point) from ONNX files, exact; a grouped QLinearConv runs the portable op."""
+    pytest.importorskip("onnx")
+    from onnx import helper
+    x = bytes_of((1, 8, 9, 9), np.uint8)
+    w = bytes_of((12, 8, 3, 3), np.int8)
+    sw, b = RNG.uniform(0.002, 0.01, 12).astype(np.float32), RNG.integers(-500, 500, 12).astype(np.int32)
+    inits = {"sx": np.float32(0.05), "zx": np.uint8(120), "w": w, "sw": sw, "zw": np.zeros(12, np.int8), "sy": np.float32(0.4),
+             "zy": np.uint8(90), "b": b}
+    node = helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"], ["y"], strides=[2, 2], pads=[1, 0, 1, 2])
+    exe = kiln.compile(kiln.graph.from_onnx(onnx_model(node, x, inits)))
+    acc = np_conv_integer(x, w, 120, 0, 2, [1, 0, 1, 2]) + b.reshape(1, -1, 1, 1)
+    np.testing.assert_array_equal(exe(x)[0], np_requant(acc, (np.float32(0.05) * sw) / np.float32(0.4), 90, np.uint8))
+    wu = RNG.integers(70, 190, (6, 8, 3, 3)).astype(np.uint8)
+    node = helper.make_node("ConvInteger", ["x", "w", "zx", "zw"], ["y"], auto_pad="SAME_UPPER")
+    exe = kiln.compile(kiln.graph.from_onnx(onnx_model(node, x, {"w": wu, "zx": np.uint8(7), "zw": np.uint8(128)})))
+    np.testing.assert_array_equal(exe(x)[0], np_conv_integer(x, wu, 7, 128, 1, [1, 1, 1, 1]))
+    # Two groups: the portable op (use_int8_conv takes group 1), the same integers.
+    wg = bytes_of((6, 4, 3, 3), np.int8)
+    inits = {"sx": np.float32(0.05), "zx": np.uint8(120), "w": wg, "sw": np.float32(0.01), "zw": np.int8(0), "sy": np.float32(0.3), "zy": np.uint8(100)}
+    node = helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy"], ["y"], group=2, pads=[1, 1, 1, 1])
+    exe = kiln.compile(kiln.graph.from_onnx(onnx_model(node, x, inits)))
+    acc = np.concatenate([np_conv_integer(x[:, 4 * g:4 * g + 4], wg[3 * g:3 * g + 3], 120, 0, 1, [1, 1, 1, 1]) for g in range(2)], axis=1)
+    np.testing.assert_array_equal(exe(x)[0], np_requant(acc, np.float32(0.05) * np.float32(0.01) / np.float32(0.3), 100, np.uint8))
