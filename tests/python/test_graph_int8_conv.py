@@ -97,7 +97,7 @@ def test_qlinear_conv_exact(xdt, target):
     np.testing.assert_array_equal(exe(x)[0], want)
 
 
-def qdq_conv(x, w, sx, zx, sw, qb, sy, zy, relu, stride=1, pads=(1, 1, 1, 1)):
+def qdq_conv(x, w, sx, zx, sw, qb, sy, zy, relu, stride=1, pads=(1, 1, 1, 1), clip=None):
     b = Builder()
     xd = b.op("DequantizeLinear", b.input("x", x.shape, str(x.dtype)), b.constant("sx", sx), b.constant("zx", zx))
     wd = b.op("DequantizeLinear", b.constant("w", w), b.constant("sw", sw), b.constant("zw", np.zeros(sw.shape, np.int8)), axis=0)
@@ -105,7 +105,30 @@ def qdq_conv(x, w, sx, zx, sw, qb, sy, zy, relu, stride=1, pads=(1, 1, 1, 1)):
     h = b.op("Conv", xd, wd, bd, strides=[stride, stride], pads=list(pads))
     if relu:
         h = b.op("Relu", h)
+    if clip:
+        h = b.op("Clip", h, b.constant("lo", np.float32(clip[0])), b.constant("hi", np.float32(clip[1])))
     return b.build(b.op("QuantizeLinear", h, b.constant("sy", sy), b.constant("zy", zy)))
+
+
+def test_qdq_conv_clip_is_a_clamp_of_the_codes():
+    """DQ -> Conv -> Clip(0, 6) (ReLU6) -> Q: the clip as a clamp of the output codes in the epilogue,
+    Q(clip(v, a, b)) = clamp(Q(v), Q(a), Q(b)); exact against numpy."""
+    if not vnni():
+        pytest.skip("the host has no VNNI: the QDQ conv stays float")
+    C, K = 16, 32
+    x, w = bytes_of((1, C, 8, 8), np.uint8), bytes_of((K, C, 1, 1), np.int8)
+    sx, zx, sw = p(0.02, np.float32), p(128, np.uint8), RNG.uniform(0.005, 0.02, K).astype(np.float32)
+    qb = RNG.integers(-500, 500, K).astype(np.int32)
+    acc = np_conv_integer(x, w, zx, 0, 1, [0, 0, 0, 0]) + qb.reshape(1, -1, 1, 1)
+    real = acc * sx * sw.reshape(1, -1, 1, 1)
+    sy, zy = np.float32(np.abs(real).max() / 100), p(60, np.uint8)
+    hi = float(np.percentile(real, 80))  # a bound inside the range: the clamp must bite
+    exe = kiln.compile(qdq_conv(x, w, sx, zx, sw, qb, p(sy, np.float32), zy, False, pads=(0, 0, 0, 0), clip=(0.0, hi)))
+    assert len(qconv_groups(exe)) == 1 and not [g for g in exe.groups() if "Clip" in g["ops"]], exe.groups()
+    code_hi = np.clip(np.round(np.float32(hi) / sy) + 60, 0, 255)
+    want = np.minimum(np_requant(acc, (sx * sw) / sy, zy, np.uint8, True), code_hi).astype(np.uint8)
+    assert (want == code_hi).any() and (want == 60).any()
+    np.testing.assert_array_equal(exe(x)[0], want)
 
 
 @pytest.mark.parametrize("relu,stride", [(False, 1), (True, 2)])

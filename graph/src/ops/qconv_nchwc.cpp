@@ -1,14 +1,17 @@
 // kiln.QConvNCHWcI8, the int8 blocked convolution that use_int8_conv makes
 // (never imported; kiln/ops/qconv_nchwc.h):
 //
-//   kiln.QConvNCHWcI8(X, W4, offset, multiplier?; strides, pads, dilations, pad_byte, y_zero, y_dtype, relu)
+//   kiln.QConvNCHWcI8(X, W4, offset, multiplier?; strides, pads, dilations, pad_byte, y_zero, y_dtype, y_lo, y_hi)
 //     X [N, C/cb, H, W, cb] uint8/int8, W4 [K/kb, C/cb, KH, KW, cb/4, kb] int32
 //     acc[n, k, ..] = sum_taps x' w + offset[k]    (x' the input moved to uint8,
 //       the padding pad_byte; offset = bias - x_zero' sum w, folded at compile time)
 //     y_dtype 6 (int32): acc; 2 (uint8) / 3 (int8): saturate(round(float32(acc) *
-//       multiplier[k]) + y_zero), ReLU as y >= y_zero; [N, K/kb, OH, OW, kb]
+//       multiplier[k]) + y_zero) clamped to [y_lo, y_hi] (a ReLU or Clip before the
+//       quantization: y_lo = y_zero for a ReLU); [N, K/kb, OH, OW, kb]
 // offset and multiplier hold K/kb * kb values (the padded channels' zeros).
 #include "kiln/ops/qconv_nchwc.h"
+
+#include <cstdint>
 
 #include "op_helpers.h"
 #include "quantize_helpers.h"
@@ -70,14 +73,17 @@ te::Tensor qconv_compute(const OpCall& c, const std::vector<te::Tensor>& in) {
   te::Tensor offset = in[2], mult = c.has_input(3) ? in[3] : te::Tensor();
   DataType q = qconv_out(c);
   const int64_t kb = c.input_types[1].shape[5].value();
-  bool relu = c.attrs.get_int("relu") != 0;
+  const QRange r = range_of(q);
+  const int64_t lo = c.attrs.get_int("y_lo"), hi = c.attrs.get_int("y_hi");
   Expr y_zero = make_const(F32, static_cast<double>(c.attrs.get_int("y_zero")));
   return te::compute(acc.shape(), [&](const std::vector<Var>& i) {
     Expr k = i[1] * ops::index_imm(kb) + i[4];
     Expr a = acc(std::vector<Expr>(i.begin(), i.end())) + offset(k);
     if (q == I32) return a;
     Expr y = saturate_to(q, cast(F32, a) * mult(k), y_zero);
-    return relu ? max(y, cast(q, y_zero)) : y;
+    if (lo > r.lo) y = max(y, make_const(q, static_cast<double>(lo)));
+    if (hi < r.hi) y = min(y, make_const(q, static_cast<double>(hi)));
+    return y;
   }, "requantize_qconv");
 }
 
@@ -85,13 +91,13 @@ const bool registered = [] {
   OpDef d;
   d.name = "kiln.QConvNCHWcI8";
   d.doc = "int8 conv2d of blocked bytes [N, C/cb, H, W, cb] by byte-quad weights [K/kb, C/cb, KH, KW, cb/4, kb], int32 accumulation, "
-          "per-channel offset and optional requantization and ReLU (see qconv_nchwc.cpp)";
+          "per-channel offset and optional requantization and clamp (ReLU, Clip; see qconv_nchwc.cpp)";
   d.min_inputs = 3;
   d.max_inputs = 4;
   d.attrs = {{"strides", AttrKind::Ints, std::vector<int64_t>{1, 1}},  {"pads", AttrKind::Ints, std::vector<int64_t>{0, 0, 0, 0}},
              {"dilations", AttrKind::Ints, std::vector<int64_t>{1, 1}}, {"pad_byte", AttrKind::Int, int64_t(0)},
              {"y_zero", AttrKind::Int, int64_t(0)},                        {"y_dtype", AttrKind::Int, int64_t(2)},
-             {"relu", AttrKind::Int, int64_t(0)}};
+             {"y_lo", AttrKind::Int, int64_t(INT32_MIN)},                 {"y_hi", AttrKind::Int, int64_t(INT32_MAX)}};
   d.pattern = Pattern::OutputFusable;
   d.infer = qconv_infer;
   d.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) { return std::vector<te::Tensor>{qconv_compute(c, in)}; };

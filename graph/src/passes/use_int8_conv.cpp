@@ -2,7 +2,7 @@
 // on kiln.QConvNCHWcI8 (graph/src/ops/qconv_nchwc.cpp), vpdpbusd over byte
 // quads of the blocked layout, int32 accumulation, and the bias, zero-point
 // correction, requantization and ReLU in the kernel's epilogue:
-//   QuantizeLinear([Relu](Conv(DequantizeLinear(x), DequantizeLinear(W)[, bias])))
+//   QuantizeLinear([Relu|Clip](Conv(DequantizeLinear(x), DequantizeLinear(W)[, bias])))
 //     (as kiln.quantize and ONNX Runtime's quantizer emit them; bias a
 //     DequantizeLinear of int32 or a float32 constant)
 //   QLinearConv(x, ..., W, ...), ConvInteger(x, W, ...)
@@ -23,7 +23,9 @@
 // over every tap, and offset[k] = bias[k] - x_zero * sum_k w' is one
 // per-channel constant. Targets without VNNI keep the float path (the
 // widening code ran slower than it, as use_int8_dot found for matmuls).
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -86,7 +88,7 @@ struct Requant {
   std::vector<double> multiplier;  // per output channel
   int64_t y_zero = 0;
   DataType y;
-  bool relu = false;
+  int64_t lo = INT32_MIN, hi = INT32_MAX;  // the activation's clamp, in output codes
 };
 
 // What the kernel needs of one conv: its quantized input, weights and geometry.
@@ -178,7 +180,8 @@ Value int8_conv(const QConv& q, const std::optional<Requant>& rq, int64_t lanes)
   a.set("pad_byte", x_zero);
   a.set("y_zero", rq ? rq->y_zero : int64_t(0));
   a.set("y_dtype", int64_t(!rq ? 6 : rq->y.is_uint() ? 2 : 3));
-  a.set("relu", int64_t(rq && rq->relu));
+  a.set("y_lo", rq ? rq->lo : int64_t(INT32_MIN));
+  a.set("y_hi", rq ? rq->hi : int64_t(INT32_MAX));
   std::vector<Value> in = {relayout(q.x, 0, cb, C, q.name + ".x_blocked"), make_constant(q.name + ".w_quads", packed)->output(),
                            constant_vec(q.name + ".offset", DataType::Int(32), offset)};
   if (rq) in.push_back(constant_vec(q.name + ".multiplier", DataType::Float(32), mult));
@@ -226,7 +229,7 @@ std::vector<Value> rewrite_qlinear_conv(const OpNode& n, int64_t lanes) {
     if (!param(n, 8, K, {}, &b) || static_cast<int64_t>(b.size()) != K) return {};
     for (double v : b) q->bias.push_back(static_cast<int64_t>(v));
   }
-  Value y = int8_conv(*q, Requant{multipliers(xs[0], ws, ys[0], K), static_cast<int64_t>(yz[0]), n.types[0].dtype, false}, lanes);
+  Value y = int8_conv(*q, Requant{multipliers(xs[0], ws, ys[0], K), static_cast<int64_t>(yz[0]), n.types[0].dtype}, lanes);
   return y.defined() ? std::vector<Value>{y} : std::vector<Value>{};
 }
 
@@ -245,12 +248,41 @@ std::optional<Dequantized> dequantized(const Value& v, int64_t per_k, int64_t ax
   return d;
 }
 
+// The code QuantizeLinear gives v: saturate(round_half_even(float32(v) / scale) + zero).
+int64_t quantized(double v, double scale, const Requant& rq) {
+  double c = std::nearbyint(static_cast<double>(static_cast<float>(v) / static_cast<float>(scale))) + static_cast<double>(rq.y_zero);
+  double lo = rq.y.is_uint() ? 0 : -128, hi = rq.y.is_uint() ? 255 : 127;
+  return static_cast<int64_t>(std::min(std::max(c, lo), hi));
+}
+
+// A Relu or Clip between the conv and its QuantizeLinear as a clamp of the codes:
+// Q(clip(v, a, b)) = clamp(Q(v), Q(a), Q(b)) since Q does not decrease. False where Clip's bounds are not constants.
+bool activation_clamp(const OpNode& act, double scale, Requant* rq) {
+  if (act.op->name == "Relu") {
+    rq->lo = quantized(0.0, scale, *rq);
+    return true;
+  }
+  for (size_t i : {size_t(1), size_t(2)}) {
+    std::vector<double> v;
+    if (i < act.inputs.size() && act.inputs[i].defined()) {
+      if (!param(act, i, 0, {}, &v)) return false;
+    } else if (act.attrs.has(i == 1 ? "min" : "max")) {  // opset 6
+      v = {act.attrs.get_float(i == 1 ? "min" : "max")};
+    } else {
+      continue;
+    }
+    (i == 1 ? rq->lo : rq->hi) = quantized(v[0], scale, *rq);
+  }
+  return true;
+}
+
 std::vector<Value> rewrite_qdq(const OpNode& qn, int64_t lanes) {
   std::vector<double> ys, yz;
   DataType y = qn.types[0].dtype;
   if (!is_byte(y) || !param(qn, 1, 0, {}, &ys) || !param(qn, 2, 0, {0.0}, &yz)) return {};
-  const OpNode* relu = producer(qn.inputs[0], "Relu");
-  const OpNode* conv = producer(relu ? relu->inputs[0] : qn.inputs[0], "Conv");
+  const OpNode* act = producer(qn.inputs[0], "Relu");
+  if (!act) act = producer(qn.inputs[0], "Clip");
+  const OpNode* conv = producer(act ? act->inputs[0] : qn.inputs[0], "Conv");
   if (!conv || conv->inputs.size() < 2) return {};
   auto x = dequantized(conv->inputs[0], 0, 1);
   const TensorType& wt = conv->inputs[1].type();
@@ -286,7 +318,9 @@ std::vector<Value> rewrite_qdq(const OpNode& qn, int64_t lanes) {
       q.bias.push_back(static_cast<int64_t>(v));
     }
   }
-  Value out = int8_conv(q, Requant{multipliers(x->scale[0], w->scale, ys[0], K), static_cast<int64_t>(yz[0]), y, relu != nullptr}, lanes);
+  Requant rq{multipliers(x->scale[0], w->scale, ys[0], K), static_cast<int64_t>(yz[0]), y};
+  if (act && !activation_clamp(*act, ys[0], &rq)) return {};
+  Value out = int8_conv(q, rq, lanes);
   return out.defined() ? std::vector<Value>{out} : std::vector<Value>{};
 }
 
