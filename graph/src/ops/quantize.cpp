@@ -156,6 +156,12 @@ OpDef qdq_def(const std::string& name, const std::string& doc) {
   // Injective, not Broadcast: a per-channel scale is indexed by one axis, not
   // numpy-broadcast, so the layout passes must not pass blocked layouts through.
   d.pattern = Pattern::Injective;
+  // One scale and zero point: elementwise, so it fuses into a conv's epilogue (an int8 model's requantization).
+  d.node_pattern = [](const OpNode& n) {
+    for (size_t i = 1; i < n.inputs.size(); ++i)
+      if (n.inputs[i].defined() && n.inputs[i].type().numel() != 1) return Pattern::Injective;
+    return Pattern::Elementwise;
+  };
   d.sharding = replicated_rule();
   d.cost = per_element_cost(3);
   return d;

@@ -652,14 +652,11 @@ class LayoutRewriter {
     return make_constant(name, a)->output();
   }
 
-  // A QuantizeLinear/DequantizeLinear with one scale and zero point: elementwise
-  // (its pattern is Injective for the per-channel form), so an int8 model's
-  // Q/DQ between blocked convs run blocked too, their parameters as they are.
+  // A QuantizeLinear/DequantizeLinear with one scale and zero point (elementwise:
+  // pattern_of), so an int8 model's Q/DQ between blocked convs run blocked
+  // too, their parameters as they are.
   static bool per_tensor_qdq(const OpNode& n) {
-    if (n.op->name != "QuantizeLinear" && n.op->name != "DequantizeLinear") return false;
-    for (size_t i = 1; i < n.inputs.size(); ++i)
-      if (n.inputs[i].defined() && n.inputs[i].type().numel() != 1) return false;
-    return true;
+    return (n.op->name == "QuantizeLinear" || n.op->name == "DequantizeLinear") && pattern_of(n) <= Pattern::Broadcast;
   }
 
   // An elementwise/broadcast op over values that come out of blocked transforms, run blocked instead.
