@@ -14,9 +14,14 @@ RNG = np.random.default_rng(5151)
 p = lambda v, t: np.asarray(v, dtype=t).reshape(())  # noqa: E731
 
 
-def vnni():
-    t = kiln.Target("llvm")
+def vnni(target="llvm"):
+    t = kiln.Target(target)
     return t.has_feature("avx512vnni") or t.has_feature("avxvnni")
+
+
+AVX_VNNI = "llvm -mcpu=alderlake"  # 256-bit vpdpbusd, 8 int32 lanes: other blocks and padding
+# The host, an AVX2 target without VNNI (the portable ops), and an AVX-VNNI one where the host runs it.
+TARGETS = ["llvm"] + ([AVX2] if host_has_avx512() else []) + ([AVX_VNNI] if kiln.Target("llvm").has_feature("avxvnni") else [])
 
 
 def bytes_of(shape, dtype):
@@ -78,7 +83,7 @@ def test_conv_integer_exact(xdt, wdt, per_channel, C, K, ks, stride, pads):
     np.testing.assert_array_equal(exe(x)[0], np_conv_integer(x, w, zx, zw, stride, pads))
 
 
-@pytest.mark.parametrize("target", ["llvm"] + ([AVX2] if host_has_avx512() else []))
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("xdt", [np.uint8, np.int8])
 def test_qlinear_conv_exact(xdt, target):
     """Per-channel weight scales, an int32 bias, the requantization to the output zero point."""
@@ -91,7 +96,7 @@ def test_qlinear_conv_exact(xdt, target):
     sy = np.float32(np.abs(acc * sx * sw.reshape(1, -1, 1, 1)).max() / 100)
     zy = p(20 if xdt == np.int8 else 140, xdt)
     exe = kiln.compile(build("QLinearConv", x, [sx, zx, w, sw, zw, p(sy, np.float32), zy, bias], pads=[1, 1, 1, 1]), target=target)
-    assert bool(qconv_groups(exe)) == (target == "llvm" and vnni()), exe.groups()
+    assert bool(qconv_groups(exe)) == vnni(target), exe.groups()
     want = np_requant(acc, (sx * sw) / np.float32(sy), zy, xdt)
     assert len(np.unique(want)) > 50
     np.testing.assert_array_equal(exe(x)[0], want)
