@@ -236,11 +236,12 @@ def test_dequantize_axis_that_does_not_exist():
 
 # ---------------------------------------------------------------- ONNX import
 
-def onnx_model(node, x, inits):
+def onnx_model(node, x, inits, batch=None):
     from onnx import TensorProto, helper, numpy_helper
     elem = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8}
     out = helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem[x.dtype], list(x.shape))], [out],
+    shape = [batch or x.shape[0]] + list(x.shape[1:])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem[x.dtype], shape)], [out],
                           [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
 
@@ -270,3 +271,19 @@ def test_onnx_qlinear_conv_and_conv_integer_import():
     exe = kiln.compile(kiln.graph.from_onnx(onnx_model(node, x, inits)))
     acc = np.concatenate([np_conv_integer(x[:, 4 * g:4 * g + 4], wg[3 * g:3 * g + 3], 120, 0, 1, [1, 1, 1, 1]) for g in range(2)], axis=1)
     np.testing.assert_array_equal(exe(x)[0], np_requant(acc, np.float32(0.05) * np.float32(0.01) / np.float32(0.3), 100, np.uint8))
+
+
+def test_qlinear_conv_symbolic_batch():
+    """A symbolic batch (an ONNX dim_param): one compile, exact at batch 1 and 3."""
+    pytest.importorskip("onnx")
+    from onnx import helper
+    w = bytes_of((20, 8, 3, 3), np.int8)
+    inits = {"sx": np.float32(0.05), "zx": np.uint8(100), "w": w, "sw": np.float32(0.01), "zw": np.int8(0), "sy": np.float32(0.3), "zy": np.uint8(90)}
+    node = helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy"], ["y"], pads=[1, 1, 1, 1])
+    g = kiln.graph.from_onnx(onnx_model(node, bytes_of((1, 8, 9, 9), np.uint8), inits, batch="batch"), shapes={"x": ("batch", 8, 9, 9)})
+    exe = kiln.compile(g, dims={"batch": (1, 8)})
+    assert bool(qconv_groups(exe)) == vnni(), exe.groups()
+    for n in (1, 3):
+        x = bytes_of((n, 8, 9, 9), np.uint8)
+        want = np_requant(np_conv_integer(x, w, 100, 0, 1, [1, 1, 1, 1]), np.float32(0.05) * np.float32(0.01) / np.float32(0.3), 90, np.uint8)
+        np.testing.assert_array_equal(exe(x)[0], want)
