@@ -1,7 +1,8 @@
 // use_int8_conv (passes.h): 2-D convolutions between quantized tensors run
 // on kiln.QConvNCHWcI8 (graph/src/ops/qconv_nchwc.cpp), vpdpbusd over byte
 // quads of the blocked layout, int32 accumulation, and the bias, zero-point
-// correction, requantization and ReLU in the kernel's epilogue:
+// correction, requantization and ReLU/Clip (a clamp of the codes) in the
+// kernel's epilogue:
 //   QuantizeLinear([Relu|Clip](Conv(DequantizeLinear(x), DequantizeLinear(W)[, bias])))
 //     (as kiln.quantize and ONNX Runtime's quantizer emit them; bias a
 //     DequantizeLinear of int32 or a float32 constant)
@@ -20,9 +21,10 @@
 // word, [K/kb, C/cb, KH, KW, cb/4, kb]. int8 activations move to uint8 by
 // +128 and their zero point with them; the padding reads that zero point, so
 //   sum (x - x_zero) w' = sum x w' - x_zero * sum w'
-// over every tap, and offset[k] = bias[k] - x_zero * sum_k w' is one
-// per-channel constant. Targets without VNNI keep the float path (the
-// widening code ran slower than it, as use_int8_dot found for matmuls).
+// over every tap, and offset[k] = bias[k] - x_zero * (sum of w'[k] over
+// channels and taps) is one per-channel constant. Targets without VNNI keep
+// the ops as they are (use_int8_dot measured the widening code slower than
+// the plain integer matmul; for convs it was not tried).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
