@@ -287,3 +287,12 @@ def test_qlinear_conv_symbolic_batch():
         x = bytes_of((n, 8, 9, 9), np.uint8)
         want = np_requant(np_conv_integer(x, w, 100, 0, 1, [1, 1, 1, 1]), np.float32(0.05) * np.float32(0.01) / np.float32(0.3), 90, np.uint8)
         np.testing.assert_array_equal(exe(x)[0], want)
+
+
+def test_conv_integer_bad_zero_points():
+    x = bytes_of((1, 4, 6, 6), np.uint8)
+    w = bytes_of((8, 4, 3, 3), np.int8)
+    with pytest.raises(kiln.KilnError, match="x_zero_point -1 is out of the range of uint8"):
+        kiln.compile(build("ConvInteger", x, [w, np.asarray(-1, np.int32)]))
+    with pytest.raises(kiln.KilnError, match=r"w_zero_point has shape \[3\].*one value per output channel \[8\]"):
+        kiln.compile(build("ConvInteger", x, [w, np.uint8(3), np.zeros(3, np.int8)]))
