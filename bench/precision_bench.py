@@ -15,8 +15,8 @@ On a target with AMX-BF16 the bfloat16 matmuls run on AMX tiles (the count of su
 
 int8: the model is quantized by kiln.quantize with each method (minmax, percentile, entropy), per-channel
 weights, calibrated on --calib random batches (the model's input distribution: N(0, 1)), and the QDQ graph
-compiled; reported is the relative error of the logits against float32 on a batch not calibrated on. (The QDQ
-graph runs kiln's Quantize/Dequantize operators around float kernels; the int8 kernels are another change.)
+compiled; reported is the relative error of the logits against float32 on a batch not calibrated on. (On a VNNI
+target the QDQ convs and matmuls run on the int8 kernels; bench/int8_bench.py times them.)
 
 The machine and its bf16/VNNI features are printed; KILN_NUM_THREADS is set from --threads.
 """

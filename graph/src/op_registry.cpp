@@ -131,6 +131,8 @@ Attrs normalize_attrs(const OpDef& op, const std::string& node_name, Attrs attrs
   return Attrs(std::move(out));
 }
 
+Pattern pattern_of(const OpNode& node) { return node.op->node_pattern ? node.op->node_pattern(node) : node.op->pattern; }
+
 bool OpDef::reads_at_compile_time(int i) const { return std::find(const_inputs.begin(), const_inputs.end(), i) != const_inputs.end(); }
 
 bool OpCall::has_input(int i) const { return i >= 0 && i < num_inputs() && input_types[i].dtype.bits() != 0; }

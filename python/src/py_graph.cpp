@@ -475,8 +475,9 @@ void define_graph(py::module_& root) {
      py::arg("db") = "");
 
   m.def("compile", [](const Graph& g, const std::string& target, const std::string& db, bool fuse, bool plain, bool dump, bool layout, int bf16_dot, int winograd,
-                      const std::map<std::string, std::pair<int64_t, int64_t>>& dims, const std::map<std::string, std::vector<int64_t>>& sizes, bool size_variants) {
+                      const std::map<std::string, std::pair<int64_t, int64_t>>& dims, const std::map<std::string, std::vector<int64_t>>& sizes, bool size_variants, bool int8) {
     CompileOptions o;
+    o.int8 = int8;
     o.sizes = sizes;
     o.size_variants = size_variants;
     for (const auto& [name, range] : dims) o.dims[name] = ShapeRange{range.first, range.second};
@@ -492,7 +493,7 @@ void define_graph(py::module_& root) {
     return compile(g, o);
   }, py::arg("graph"), py::arg("target") = "llvm", py::arg("db") = "", py::arg("fuse") = true, py::arg("plain") = false, py::arg("dump") = false, py::arg("layout") = true,
      py::arg("bf16_dot") = -1, py::arg("winograd") = 4, py::arg("dims") = std::map<std::string, std::pair<int64_t, int64_t>>{},
-     py::arg("sizes") = std::map<std::string, std::vector<int64_t>>{}, py::arg("size_variants") = true);
+     py::arg("sizes") = std::map<std::string, std::vector<int64_t>>{}, py::arg("size_variants") = true, py::arg("int8") = true);
 }
 
 }  // namespace kiln::python

@@ -74,6 +74,8 @@ bool check_param_shape(const OpCall& call, int i, const std::string& what, const
   return true;
 }
 
+}  // namespace
+
 void check_scale(const OpCall& call, int i, const std::string& what) {
   if (call.input_types[i].dtype != F32) call.fail(what + " has dtype " + call.input_types[i].dtype.str() + "; it must be float32");
   if (!call.constants[i]) return;
@@ -95,6 +97,8 @@ void check_zero_point(const OpCall& call, int i, DataType q, const std::string& 
     if (v < static_cast<double>(r.lo) || v > static_cast<double>(r.hi))
       call.fail(what + " " + std::to_string(static_cast<int64_t>(v)) + " is out of the range of " + range_str(q) + "; give a zero point in that range");
 }
+
+namespace {
 
 std::vector<Expr> exprs(const std::vector<Var>& i) { return std::vector<Expr>(i.begin(), i.end()); }
 
@@ -152,6 +156,12 @@ OpDef qdq_def(const std::string& name, const std::string& doc) {
   // Injective, not Broadcast: a per-channel scale is indexed by one axis, not
   // numpy-broadcast, so the layout passes must not pass blocked layouts through.
   d.pattern = Pattern::Injective;
+  // One scale and zero point: elementwise, so it fuses into a conv's epilogue (an int8 model's requantization).
+  d.node_pattern = [](const OpNode& n) {
+    for (size_t i = 1; i < n.inputs.size(); ++i)
+      if (n.inputs[i].defined() && n.inputs[i].type().numel() != 1) return Pattern::Injective;
+    return Pattern::Elementwise;
+  };
   d.sharding = replicated_rule();
   d.cost = per_element_cost(3);
   return d;

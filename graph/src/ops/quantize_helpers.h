@@ -6,6 +6,9 @@
 
 #include <cstdint>
 
+#include <string>
+
+#include "kiln/graph/op_registry.h"
 #include "kiln/ir/op.h"
 #include "kiln/te/operation.h"
 
@@ -37,6 +40,11 @@ inline Expr saturate_to(DataType q, Expr v, Expr zero_point) {
   Expr clamped = min(max(y, make_const(f32, static_cast<double>(r.lo))), make_const(f32, static_cast<double>(r.hi)));
   return cast(q, select(y == y, clamped, zp));
 }
+
+// Input i of `call`, a scale: float32, and where it is a constant every value finite and non-zero; fails naming `what`.
+void check_scale(const OpCall& call, int i, const std::string& what);
+// Input i, a zero point of quantized type q (or an integer constant whose values fit q); fails naming `what`.
+void check_zero_point(const OpCall& call, int i, DataType q, const std::string& what);
 
 }  // namespace kiln::graph::ops_detail
 

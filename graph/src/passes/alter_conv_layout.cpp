@@ -103,7 +103,7 @@ std::optional<Value> blocked_constant(const NDArray& c, int64_t C, int64_t b) {
 // an inf or NaN (0 * inf is NaN). Log, Div, Reciprocal, Pow... may not.
 bool finite_on_finite(const std::string& op) {
   static const char* ops[] = {"Add", "Sub", "Mul", "Neg", "Abs", "Relu", "LeakyRelu", "PRelu", "Clip", "Sigmoid", "HardSigmoid",
-                              "HardSwish", "Tanh", "Elu", "Selu", "Max", "Min", "Identity"};
+                              "HardSwish", "Tanh", "Elu", "Selu", "Max", "Min", "Identity", "QuantizeLinear", "DequantizeLinear"};
   return std::find(std::begin(ops), std::end(ops), op) != std::end(ops);
 }
 
@@ -652,9 +652,17 @@ class LayoutRewriter {
     return make_constant(name, a)->output();
   }
 
+  // A QuantizeLinear/DequantizeLinear with one scale and zero point (elementwise:
+  // pattern_of), so an int8 model's Q/DQ between blocked convs run blocked
+  // too, their parameters as they are.
+  static bool per_tensor_qdq(const OpNode& n) {
+    return (n.op->name == "QuantizeLinear" || n.op->name == "DequantizeLinear") && pattern_of(n) <= Pattern::Broadcast;
+  }
+
   // An elementwise/broadcast op over values that come out of blocked transforms, run blocked instead.
   std::vector<Value> rewrite_elementwise(const OpNode& n) {
-    if (n.op->pattern > Pattern::Broadcast || n.num_outputs() != 1 || n.types[0].ndim() != 4 || n.op->name.rfind("kiln.", 0) == 0) return {};
+    const bool qdq = per_tensor_qdq(n);
+    if ((n.op->pattern > Pattern::Broadcast && !qdq) || n.num_outputs() != 1 || n.types[0].ndim() != 4 || n.op->name.rfind("kiln.", 0) == 0) return {};
     int64_t b = 0;
     for (const Value& v : n.inputs)
       if (v.defined() && block_behind(v) > 0) b = block_behind(v);
@@ -665,7 +673,7 @@ class LayoutRewriter {
     std::vector<Value> in;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       const Value& v = n.inputs[i];
-      if (!v.defined() || n.op->reads_at_compile_time(static_cast<int>(i))) {
+      if (!v.defined() || n.op->reads_at_compile_time(static_cast<int>(i)) || (qdq && i > 0)) {
         in.push_back(v);
       } else if (v.type().shape == n.types[0].shape) {
         in.push_back(relayout(v, 0, b, C));  // looks through a transform from b

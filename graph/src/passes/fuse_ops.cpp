@@ -202,7 +202,7 @@ Graph fuse_ops(const Graph& g, int max_group_size) {
   std::function<int(int)> find = [&](int x) { return gr.group[x] == x ? x : gr.group[x] = find(gr.group[x]); };
   std::vector<Pattern> pattern(n);
   std::vector<int> size(n, 1);
-  for (int i = 0; i < n; ++i) pattern[i] = nodes[i]->op->pattern;
+  for (int i = 0; i < n; ++i) pattern[i] = pattern_of(*nodes[i]);
   auto unite = [&](int a, int b) {
     a = find(a), b = find(b);
     if (a == b) return;
@@ -215,7 +215,7 @@ Graph fuse_ops(const Graph& g, int max_group_size) {
     int d = ipdom[i];
     if (d < 0) continue;
     Pattern gp = pattern[find(i)];
-    if (gp == Pattern::Opaque || nodes[d]->op->pattern == Pattern::Opaque) continue;
+    if (gp == Pattern::Opaque || pattern_of(*nodes[d]) == Pattern::Opaque) continue;
     bool heavy = gp == Pattern::OutputFusable || gp == Pattern::Reduction;
     // Every node strictly between i and d, by a walk along consumers that stops at d.
     std::vector<int> path, stack(consumers[i].begin(), consumers[i].end());

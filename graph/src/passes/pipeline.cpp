@@ -21,6 +21,7 @@ Graph optimize(const Graph& g, const Target& target, const PipelineOptions& opti
   if (bf16_dot) after("use_amx_operands", [&](const Graph& in) { return use_amx_operands(in, target); });
   // Before fold_constants, which would fold the weights' DequantizeLinear to float32.
   if (target.kind == Target::Kind::LLVM && options.int8_dot) after("use_int8_dot", [&](const Graph& in) { return use_int8_dot(in, target); });
+  if (target.kind == Target::Kind::LLVM && options.int8_dot) after("use_int8_conv", [&](const Graph& in) { return use_int8_conv(in, target); });
   after("fold_constants", [](const Graph& in) { return fold_constants(in); });
   after("fold_batch_norm", fold_batch_norm);
   after("eliminate_common_subexpr", eliminate_common_subexpr);

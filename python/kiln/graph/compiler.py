@@ -113,7 +113,7 @@ def _with_precision(model, precision, target, bf16_dot):
 
 
 def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, layout=True, quiet=False, bf16_dot=None,
-            winograd=True, dims=None, sizes=None, size_variants=True, precision=None):
+            winograd=True, dims=None, sizes=None, size_variants=True, precision=None, int8=True):
     """Compiles a graph: passes, fusion, kernels (the DB's best records when `db` is given) and the memory plan.
 
     fuse=False gives one kernel per operator, plain=True unscheduled kernels
@@ -132,6 +132,9 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
     constant weights stored as bfloat16 pairs, everything else float32. It needs a target with AVX-512 BF16 (an error
     names the fix otherwise); bf16_dot=True emulates it anywhere (the same numerics, slower). It is faster than
     float32 only where vdpbf16ps issues at more than half the FMA rate (bench/bf16_dot_rate.c measures it).
+    int8: on a target with VNNI, quantized matmuls and convolutions (QDQ pairs around them, as
+    ``kiln.quantize`` writes them, QLinearConv/QLinearMatMul, ConvInteger/MatMulInteger) run on the
+    int8 dot-product kernels; False keeps them as the graph has them (the float path, for comparison).
     A cuda target (``"cuda -arch=sm_90"``) gives a :class:`GpuExecutor`.
     A CPU of another architecture (``"llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a76"``) gets every
     group built and scheduled for it (its vector lanes and registers); such an executor cannot run here:
@@ -162,7 +165,7 @@ def compile(model, target="llvm", db=None, fuse=True, plain=False, dump=False, l
             print(f"kiln.compile: {tuned} of {len(exe.groups())} fused groups from the GPU tuning records in {db}", file=sys.stderr)
         return exe
     bf16 = -1 if bf16_dot is None else int(bool(bf16_dot))
-    exe = Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout, bf16, _winograd_tile(winograd), parse_dims(dims), parse_sizes(sizes), bool(size_variants)), model)
+    exe = Executor(_g.compile(model, str(target), db or "", fuse, plain, dump, layout, bf16, _winograd_tile(winograd), parse_dims(dims), parse_sizes(sizes), bool(size_variants), bool(int8)), model)
     if db and not quiet:
         tuned, total = exe.tuned_groups()
         elsewhere = [g["records_only_for"] for g in exe.groups() if g["records_only_for"]]

@@ -5,7 +5,7 @@
     exe = kiln.compile(qmodel)                  # or export_library, as any graph
 
 The float model runs on the calibration batches; each Conv/MatMul/Gemm's
-float inputs and its output (after its Relu when a Relu is the only reader)
+float inputs and its output (after its Relu or Clip (ReLU6) when that is the only reader)
 get a range (``method``: "minmax", "percentile" -- 99.99th of |x| --, or
 "entropy" -- the KL-divergence threshold), and from it a uint8 scale and
 zero point (asymmetric). Constant weights become int8 symmetric, one scale

@@ -4,7 +4,7 @@ The plan names what a quantized model computes in 8 bits: every Conv, MatMul
 and Gemm reads its float inputs through a Q/DQ pair (activations uint8
 asymmetric, constant weights int8 symmetric, per output channel when asked,
 a bias int32 at the input's scale times the weight's), and its output is
-quantized too -- after the Relu when a Relu is its only reader, so that the
+quantized too -- after the Relu or Clip (ReLU6) when that is its only reader, so that the
 pair an int8 kernel fuses carries the activation, as ONNX Runtime's
 quantizer places it.
 """
@@ -81,7 +81,7 @@ class Plan:
             t["bias"] = self._bias_position(n, t)
             out = (n["id"], 0)
             after = readers.get(out, [])
-            if len(after) == 1 and after[0] is not None and self.nodes[after[0]]["op"] == "Relu":
+            if len(after) == 1 and after[0] is not None and self.nodes[after[0]]["op"] in ("Relu", "Clip"):
                 out = (after[0], 0)  # the activation is what the next int8 op reads, and what the kernel's epilogue gives
             if None not in readers.get(out, []):  # a model's result stays float: its kernel dequantizes in the epilogue
                 activation(out)

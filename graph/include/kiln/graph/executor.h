@@ -51,6 +51,8 @@ struct CompileOptions {
   bool dump = false;
   /** bfloat16 dot products for autocast's matmuls and convolutions: PipelineOptions::bf16_dot (-1: where the target has AVX-512 BF16). */
   int bf16_dot = -1;
+  /** The int8 kernels for quantized matmuls and convolutions where the target has VNNI: PipelineOptions::int8_dot (false keeps the ops). */
+  bool int8 = true;
   /**
    * A model with symbolic dims: per shape variable, the inclusive range of
    * sizes a run may give it ({"batch", {1, 32}}), checked at every call

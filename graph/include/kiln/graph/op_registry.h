@@ -137,6 +137,8 @@ struct OpDef {
   int max_inputs = 1;
   std::vector<AttrSpec> attrs;
   Pattern pattern = Pattern::Opaque;
+  /** A node's own pattern where its inputs make it lighter than `pattern` (a per-tensor QuantizeLinear is elementwise, the per-channel one injective); empty: `pattern`. */
+  std::function<Pattern(const OpNode&)> node_pattern;
   InferFn infer;
   ComputeFn compute;
   /** Inputs read at compile time (Reshape's shape, Slice's starts): must be constants, and are not kernel arguments. */
@@ -151,6 +153,9 @@ struct OpDef {
   /** Operators whose outputs are their first input (Identity, inference Dropout): removed by the graph passes. */
   bool is_identity = false;
 };
+
+/** The fusion pattern of a node: its op's node_pattern, else its op's pattern. */
+Pattern pattern_of(const OpNode& node);
 
 /** Registers an operator; throws kiln::InternalError if the name is taken. Returns the stored entry. */
 const OpDef& register_op(OpDef def);

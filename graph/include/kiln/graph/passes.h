@@ -113,6 +113,15 @@ Graph use_bf16_packed_weights(const Graph& g, const Target& target);
  */
 Graph use_int8_dot(const Graph& g, const Target& target);
 
+/**
+ * QuantizeLinear([Relu](Conv(DequantizeLinear, DequantizeLinear[, bias]))),
+ * QLinearConv and ConvInteger (2-D, group 1, constant weights, scales and
+ * zero points) become kiln.QConvNCHWcI8: vpdpbusd over byte quads of the
+ * blocked layout with the bias, zero points, requantization and ReLU in its
+ * epilogue (see use_int8_conv.cpp). Targets without VNNI keep the ops.
+ */
+Graph use_int8_conv(const Graph& g, const Target& target);
+
 struct PipelineOptions {
   bool fuse = true;
   /** Run alter_conv_layout (convolutions in NCHWc). */
@@ -123,11 +132,11 @@ struct PipelineOptions {
   LayoutPlan layout_plan = {};
   /** use_bf16_dot: -1 on llvm targets with AVX-512 BF16 (the default), 0 never, 1 on every llvm target (emulated without the instructions). */
   int bf16_dot = -1;
-  /** use_int8_dot: on llvm targets unless false. */
+  /** use_int8_dot and use_int8_conv: on llvm targets unless false. */
   bool int8_dot = true;
 };
 
-/** The pipeline: remove_identity, fold_transposes, use_bf16_dot (see bf16_dot) and use_amx_operands, use_int8_dot, fold_constants, fold_batch_norm, eliminate_common_subexpr,
+/** The pipeline: remove_identity, fold_transposes, use_bf16_dot (see bf16_dot) and use_amx_operands, use_int8_dot, use_int8_conv, fold_constants, fold_batch_norm, eliminate_common_subexpr,
  *  alter_conv_layout, use_bf16_packed_weights (with use_bf16_dot), then fuse_ops (or wrap_ops). */
 Graph optimize(const Graph& g, const Target& target, const PipelineOptions& options = {});
 
