@@ -447,11 +447,14 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
     }
     if (any && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(std::move(d));
   }
-  // The streamed form of each seed it applies to, after all of them (so the
-  // default's pick by tile_intensity sees the plain seeds first).
+  // The streamed forms of each seed they apply to (a 1 x 1 conv's, a wider
+  // window's), after all of them (so the default's pick by tile_intensity
+  // sees the plain seeds first).
   for (size_t i = 0, count = out.size(); i < count; ++i) {
     std::vector<int> d = out[i];
-    if (stream_seed(dag, sk, &d) && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(std::move(d));
+    if (stream_seed(dag, sk, &d) && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+    d = out[i];
+    if (stream_seed(dag, sk, &d, true) && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(std::move(d));
   }
   return out;
 }

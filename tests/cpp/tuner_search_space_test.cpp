@@ -635,6 +635,13 @@ TEST_P(TunerSketch, DefaultStreamsTheChannelBlocksOfAWideThreeByThreeConvOnAvx51
     EXPECT_TRUE(has(text, "conv.rco=" + std::to_string(512 / (2 * lanes)) + "x1")) << text;
   }
   check_computes(wide, space, d, 22);
+  // The streamed form is a seed on every target (the search measures it first).
+  std::vector<Candidate> seeds = space.seeds();
+  EXPECT_TRUE(std::any_of(seeds.begin(), seeds.end(), [&](const Candidate& c) {
+    std::string t = space.describe_candidate(c);
+    return has(t, "conv.location=1") && has(t, "conv.rx=1x3");
+  })) << rules_target().str();
+  if (streams) EXPECT_TRUE(std::any_of(seeds.begin(), seeds.end(), [&](const Candidate& c) { return space.describe_candidate(c) == text; }));
   SearchSpace small(task_of(conv_nchwc_case({1, 128, 14, 14, 2 * lanes, 3, 3, 1, 1, 1}, 2 * lanes, 2 * lanes)));
   std::string t = small.describe_candidate(small.default_candidate());
   EXPECT_TRUE(has(t, "conv.location=0")) << t;
