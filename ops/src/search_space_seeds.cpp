@@ -260,7 +260,7 @@ bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const 
 // default_streams_windows): the taps run inside each step (R1).
 constexpr int64_t kStreamedWeightBytes = 32 << 10;
 constexpr int64_t kStreamedAccumulatorBytes = 16 << 10;
-constexpr int64_t kStreamedWindowWeightBytes = 256 << 10;
+constexpr int64_t kStreamedWindowWeightBytes = 512 << 10;
 
 // Turns seed d of plan p into the streamed form above (windows: only a
 // window wider than 1 x 1; else only 1 x 1); false (d unchanged) where it
@@ -353,14 +353,15 @@ bool default_streams(const DagInfo& dag) { return dag.registers <= 16; }
 // reach kStreamedWindowWeightBytes: on targets of 32 vector registers
 // (AVX-512), where it was measured. Unstreamed, each row of register tiles
 // runs the whole reduction and rereads the block's weights from L2, a
-// quarter to half of it on a 2 MiB L2 shared with the inputs; streamed,
-// each step's few KiB of weights serve every row from L1. On a Sapphire
-// Rapids-class Xeon (1 thread, ResNet-18 in the model, minimum of 25 runs,
-// interleaved, loaded machine) the 512 -> 512 3 x 3 convs at 7 x 7 (590 KiB
-// a block) ran in 0.80-0.93x the time, the 256 -> 512 stride-2 one (295
-// KiB) 0.86x; 128 -> 256 (147 KiB) 1.6x slower (all 32 channels of a block
-// a step), hence the bar.
-// AVX2's blocks of 8 channels keep a block's weights under it.
+// quarter of it on a 2 MiB L2 shared with the inputs; streamed, each step's
+// few KiB of weights serve every row from L1. On a Sapphire Rapids-class
+// Xeon (ResNet-18 in the model, minimum of 20-25 runs, interleaved, loaded
+// machine) the 512 -> 512 3 x 3 convs at 7 x 7 (590 KiB a block) ran in
+// 0.80-0.93x the time at 1 thread (medians 0.3-0.9x at 2); the 256 -> 512
+// stride-2 one (295 KiB) gained nothing reliable (0.86-1.07x at 1 thread,
+// up to 1.3x slower at 2) and 128 -> 256 (147 KiB) was 1.6x slower (all 32
+// channels of a block a step), hence the bar. AVX2's blocks of 8 channels
+// keep a block's weights under it.
 bool default_streams_windows(const DagInfo& dag) { return dag.registers > 16; }
 
 // Applies stream_channel_blocks to every tiled plan of d; whether any changed.

@@ -612,9 +612,9 @@ TEST_P(TunerSketch, DefaultStreamsTheChannelBlocksOfAWideOneByOneConvOnAvx2) {
   EXPECT_TRUE(has(t, "conv.location=0")) << t;
 }
 
-// A 3 x 3 conv whose weights for one output-channel block reach 256 KiB
+// A 3 x 3 conv whose weights for one output-channel block reach 512 KiB
 // (ResNet-18's 512 -> 512 at 7 x 7: 590 KiB a block of two vectors on
-// AVX-512) streams its channel blocks by default on a target of 32 vector
+// AVX-512; here 1024 -> 2 vectors) streams its channel blocks by default on a target of 32 vector
 // registers: the accumulator at S0, the channel blocks and the seed's outer
 // part of a block's channels in R0, the window's taps and the unrolled
 // channels in R1, the rows of tiles inside each step where the blocks give
@@ -624,15 +624,16 @@ TEST_P(TunerSketch, DefaultStreamsTheChannelBlocksOfAWideThreeByThreeConvOnAvx51
   const int lanes = rules_lanes();
   const bool streams = rules_target().num_vector_registers() > 16;
   auto has = [](const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; };
-  // 64 output channels (not 512) keep the check of its result short.
-  Case wide = conv_nchwc_case({1, 512, 7, 7, 4 * lanes, 3, 3, 1, 1, 1}, 2 * lanes, 2 * lanes);
+  // 1024 input channels (1.2 MiB a block on AVX-512, 590 KiB on AVX2), one
+  // block of outputs: the check of its result stays short.
+  Case wide = conv_nchwc_case({1, 1024, 7, 7, 2 * lanes, 3, 3, 1, 1, 1}, 2 * lanes, 2 * lanes);
   SearchSpace space(task_of(wide));
   Candidate d = space.default_candidate();
   std::string text = space.describe_candidate(d);
   EXPECT_EQ(has(text, "conv.location=1"), streams) << rules_target().str() << ": " << text;
   if (streams) {
     for (const char* part : {"conv.ry=1x3", "conv.rx=1x3"}) EXPECT_TRUE(has(text, part)) << text;
-    EXPECT_TRUE(has(text, "conv.rco=" + std::to_string(512 / (2 * lanes)) + "x1")) << text;
+    EXPECT_TRUE(has(text, "conv.rco=" + std::to_string(1024 / (2 * lanes)) + "x1")) << text;
   }
   check_computes(wide, space, d, 22);
   // The streamed form is a seed on every target (the search measures it first).
