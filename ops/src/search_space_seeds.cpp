@@ -261,22 +261,28 @@ bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const 
 // against the seed): ResNet-50's 1024->256 at 14x14 1.31-1.40x, 512->1024
 // stride 2 1.19-1.34x, 2048->512 at 7x7 1.08-1.18x, 1024->2048 stride 2
 // 1.03-1.12x; with 16 KiB of weights a block (256->512 stride 2) 0.77-0.90x,
-// so smaller blocks keep the seed; 3 x 3 windows gained nothing reliable.
+// so smaller blocks keep the seed; 3 x 3 windows gained nothing reliable
+// there. With `windows`, the same for a conv whose window is wider than
+// 1 x 1 and whose block's weights reach kStreamedWindowWeightBytes (see
+// default_streams_windows): the taps run inside each step (R1).
 constexpr int64_t kStreamedWeightBytes = 32 << 10;
 constexpr int64_t kStreamedAccumulatorBytes = 16 << 10;
+constexpr int64_t kStreamedWindowWeightBytes = 512 << 10;
 
-// Turns seed d of plan p into the streamed form above; false (d unchanged)
-// where it does not apply.
-bool stream_channel_blocks(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const StagePlan& p, std::vector<int>* d) {
+// Turns seed d of plan p into the streamed form above (windows: only a
+// window wider than 1 x 1; else only 1 x 1); false (d unchanged) where it
+// does not apply.
+bool stream_channel_blocks(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const StagePlan& p, std::vector<int>* d, bool windows) {
   size_t n = p.spatial_tiles.size(), m = p.reduce_tiles.size();
   if (n < 2 || m < 3 || p.location < 0 || sk.slots[p.location].choices < 2 || st.reduce.size() != m || st.spatial.size() != n)
     return false;  // not tiled with a choice of accumulator level, or not a blocked conv's axes
-  for (size_t k = 1; k + 1 < m; ++k)
-    if (st.reduce[k] != 1) return false;  // a window wider than 1 x 1
+  int64_t taps = 1;
+  for (size_t k = 1; k + 1 < m; ++k) taps *= st.reduce[k];
+  if ((taps != 1) != windows) return false;
   int64_t block = st.reduce.back(), out_block = st.spatial.back();
   if (block % dag.lanes != 0 || out_block % dag.lanes != 0) return false;
   int64_t bytes = st.tensor.dtype().bytes();
-  if (st.reduce.front() * block * out_block * bytes < kStreamedWeightBytes) return false;
+  if (st.reduce.front() * taps * block * out_block * bytes < (windows ? kStreamedWindowWeightBytes : kStreamedWeightBytes)) return false;
   std::vector<int> out = *d;
   auto factors = [&](int slot) { return out.data() + sk.slots[slot].offset; };  // 4 levels S0..S3 (spatial), 2 (reduce)
   std::vector<bool> weight_axis = indexes_vector_operand(st);
@@ -319,6 +325,19 @@ bool stream_channel_blocks(const DagInfo& dag, const StageInfo& st, const Sketch
   int* inner = factors(p.reduce_tiles.back());
   inner[0] = 1;
   inner[1] = static_cast<int>(block);
+  if (windows) {
+    // The window's taps run inside each step (R1) beside the block's
+    // channels the seed unrolls; the rest of the block's channels join the
+    // channel blocks outside (R0): one step's weights stay a few KiB.
+    const int* seed = d->data() + sk.slots[p.reduce_tiles.back()].offset;
+    inner[0] = seed[0];
+    inner[1] = seed[1];
+    for (size_t k = 1; k + 1 < m; ++k) {
+      int* f = factors(p.reduce_tiles[k]);
+      f[0] = 1;
+      f[1] = static_cast<int>(st.reduce[k]);
+    }
+  }
   out[sk.slots[p.location].offset] = 1;  // the accumulator at S0
   *d = std::move(out);
   return true;
@@ -336,11 +355,27 @@ bool stream_channel_blocks(const DagInfo& dag, const StageInfo& st, const Sketch
 // still measures the streamed seeds on every target.
 bool default_streams(const DagInfo& dag) { return dag.registers <= 16; }
 
+// Whether the default streams the channel blocks of a conv with a window
+// wider than 1 x 1 (3 x 3) whose weights for one block of output channels
+// reach kStreamedWindowWeightBytes: on targets of 32 vector registers
+// (AVX-512), where it was measured. Unstreamed, each row of register tiles
+// runs the whole reduction and rereads the block's weights from L2, a
+// quarter of it on a 2 MiB L2 shared with the inputs; streamed, each step's
+// few KiB of weights serve every row from L1. On a Sapphire Rapids-class
+// Xeon (ResNet-18 in the model, minimum of 20-25 runs, interleaved, loaded
+// machine) the 512 -> 512 3 x 3 convs at 7 x 7 (590 KiB a block) ran in
+// 0.80-0.93x the time at 1 thread (medians 0.3-0.9x at 2); the 256 -> 512
+// stride-2 one (295 KiB) gained nothing reliable (0.86-1.07x at 1 thread,
+// up to 1.3x slower at 2) and 128 -> 256 (147 KiB) was 1.6x slower (all 32
+// channels of a block a step), hence the bar. AVX2's blocks of 8 channels
+// keep a block's weights under it.
+bool default_streams_windows(const DagInfo& dag) { return dag.registers > 16; }
+
 // Applies stream_channel_blocks to every tiled plan of d; whether any changed.
-bool stream_seed(const DagInfo& dag, const Sketch& sk, std::vector<int>* d) {
+bool stream_seed(const DagInfo& dag, const Sketch& sk, std::vector<int>* d, bool windows = false) {
   bool any = false;
   for (size_t si = 0; si < sk.plans.size(); ++si)
-    if (!sk.plans[si].spatial_tiles.empty()) any = stream_channel_blocks(dag, dag.stages[si], sk, sk.plans[si], d) || any;
+    if (!sk.plans[si].spatial_tiles.empty()) any = stream_channel_blocks(dag, dag.stages[si], sk, sk.plans[si], d, windows) || any;
   return any;
 }
 
@@ -420,11 +455,14 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
     }
     if (any && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(std::move(d));
   }
-  // The streamed form of each seed it applies to, after all of them (so the
-  // default's pick by tile_intensity sees the plain seeds first).
+  // The streamed forms of each seed they apply to (a 1 x 1 conv's, a wider
+  // window's), after all of them (so the default's pick by tile_intensity
+  // sees the plain seeds first).
   for (size_t i = 0, count = out.size(); i < count; ++i) {
     std::vector<int> d = out[i];
-    if (stream_seed(dag, sk, &d) && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(std::move(d));
+    if (stream_seed(dag, sk, &d) && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+    d = out[i];
+    if (stream_seed(dag, sk, &d, true) && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(std::move(d));
   }
   return out;
 }
@@ -545,6 +583,7 @@ std::vector<int> default_decisions(const DagInfo& dag, const Sketch& sk) {
     for (size_t i = 1; i < seeds.size(); ++i)
       if (tile_intensity(dag, sk, seeds[i]) > tile_intensity(dag, sk, seeds[pick]) + 1e-9) pick = i;
     if (default_streams(dag)) stream_seed(dag, sk, &seeds[pick]);
+    if (default_streams_windows(dag)) stream_seed(dag, sk, &seeds[pick], true);
     return seeds[pick];
   }
   // No seed (no tiled stage, or a tiled axis no whole vector divides, as

@@ -608,8 +608,8 @@ TEST_P(TunerSketch, AStemConvUnrollsItsBlocksChannelsOnlyAndDoesNotSpill) {
 // outer reduce loop, a block's channels inside (stream_channel_blocks,
 // search_space_seeds.cpp). It computes, and it is the default on a target
 // of 16 vector registers (AVX2) only; with 32 (AVX-512) the default is the
-// plain seed (measured faster there). Smaller 1 x 1 and 3 x 3 convs keep
-// the accumulator at S1 everywhere.
+// plain seed (measured faster there). Smaller 1 x 1 convs keep the
+// accumulator at S1 everywhere (3 x 3 convs: the test below).
 TEST_P(TunerSketch, DefaultStreamsTheChannelBlocksOfAWideOneByOneConvOnAvx2) {
   const int lanes = rules_lanes();
   const bool streams = rules_target().num_vector_registers() <= 16;
@@ -632,12 +632,45 @@ TEST_P(TunerSketch, DefaultStreamsTheChannelBlocksOfAWideOneByOneConvOnAvx2) {
   check_computes(wide, space, *streamed, 21);
   EXPECT_TRUE(std::any_of(seeds.begin(), seeds.end(), [&](const Candidate& c) { return has(space.describe_candidate(c), "conv.location=0"); }));
   EXPECT_TRUE(std::any_of(seeds.begin(), seeds.end(), [&](const Candidate& c) { return space.describe_candidate(c) == text; }));
-  for (const Case& kept : {conv_nchwc_case({1, 256, 7, 7, 2 * lanes, 1, 1, 1, 0, 1}, lanes, lanes),
-                           conv_nchwc_case({1, 1024, 7, 7, 2 * lanes, 3, 3, 1, 1, 1}, lanes, lanes)}) {
-    SearchSpace other(task_of(kept));
-    std::string t = other.describe_candidate(other.default_candidate());
-    EXPECT_TRUE(has(t, "conv.location=0")) << t;
+  SearchSpace other(task_of(conv_nchwc_case({1, 256, 7, 7, 2 * lanes, 1, 1, 1, 0, 1}, lanes, lanes)));
+  std::string t = other.describe_candidate(other.default_candidate());
+  EXPECT_TRUE(has(t, "conv.location=0")) << t;
+}
+
+// A 3 x 3 conv whose weights for one output-channel block reach 512 KiB
+// (ResNet-18's 512 -> 512 at 7 x 7: 590 KiB a block of two vectors on
+// AVX-512; here 1024 -> 2 vectors) streams its channel blocks by default on a target of 32 vector
+// registers: the accumulator at S0, the channel blocks and the seed's outer
+// part of a block's channels in R0, the window's taps and the unrolled
+// channels in R1, the rows of tiles inside each step where the blocks give
+// every core a few (stream_channel_blocks with windows). AVX2 keeps the seed; so does a 3 x 3 conv of 128 channels
+// (147 KiB a block) everywhere. The streamed default computes.
+TEST_P(TunerSketch, DefaultStreamsTheChannelBlocksOfAWideThreeByThreeConvOnAvx512) {
+  const int lanes = rules_lanes();
+  const bool streams = rules_target().num_vector_registers() > 16;
+  auto has = [](const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; };
+  // 1024 input channels (1.2 MiB a block on AVX-512, 590 KiB on AVX2), one
+  // block of outputs: the check of its result stays short.
+  Case wide = conv_nchwc_case({1, 1024, 7, 7, 2 * lanes, 3, 3, 1, 1, 1}, 2 * lanes, 2 * lanes);
+  SearchSpace space(task_of(wide));
+  Candidate d = space.default_candidate();
+  std::string text = space.describe_candidate(d);
+  EXPECT_EQ(has(text, "conv.location=1"), streams) << rules_target().str() << ": " << text;
+  if (streams) {
+    for (const char* part : {"conv.ry=1x3", "conv.rx=1x3"}) EXPECT_TRUE(has(text, part)) << text;
+    EXPECT_TRUE(has(text, "conv.rco=" + std::to_string(1024 / (2 * lanes)) + "x1")) << text;
   }
+  check_computes(wide, space, d, 22);
+  // The streamed form is a seed on every target (the search measures it first).
+  std::vector<Candidate> seeds = space.seeds();
+  EXPECT_TRUE(std::any_of(seeds.begin(), seeds.end(), [&](const Candidate& c) {
+    std::string t = space.describe_candidate(c);
+    return has(t, "conv.location=1") && has(t, "conv.rx=1x3");
+  })) << rules_target().str();
+  if (streams) EXPECT_TRUE(std::any_of(seeds.begin(), seeds.end(), [&](const Candidate& c) { return space.describe_candidate(c) == text; }));
+  SearchSpace small(task_of(conv_nchwc_case({1, 128, 14, 14, 2 * lanes, 3, 3, 1, 1, 1}, 2 * lanes, 2 * lanes)));
+  std::string t = small.describe_candidate(small.default_candidate());
+  EXPECT_TRUE(has(t, "conv.location=0")) << t;
 }
 
 // A conv whose input outweighs its weights and its output runs the pixels

@@ -1,0 +1,41 @@
+"""3x3 convolutions whose weights for one block of output channels outgrow
+L2's share (ResNet-18's last stage: 512 -> 512 at 7 x 7, beside the
+256 -> 512 stride-2 one, which stays below the bar) through the graph
+compiler against PyTorch. On a target of 32 vector registers (AVX-512) the
+512 -> 512 conv's default schedule streams the channel blocks (the
+accumulator outside the reduction's channel blocks, every row of tiles
+inside each step: search_space_seeds.cpp, default_streams_windows); an AVX2
+target keeps the register tile that runs the whole reduction."""
+
+import pytest
+
+import kiln
+from kiln_helpers import check_against_torch, cpu_targets
+
+torch = pytest.importorskip("torch")
+
+
+class _Tail(torch.nn.Module):
+    """A basic block of ResNet's last stage, its shortcut a 1x1 stride-2 conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(256, 512, 3, 2, 1)
+        self.conv2 = torch.nn.Conv2d(512, 512, 3, 1, 1)
+        self.down = torch.nn.Conv2d(256, 512, 1, 2, 0)
+
+    def forward(self, x):
+        return torch.relu(self.conv2(torch.relu(self.conv1(x))) + self.down(x))
+
+
+@pytest.mark.parametrize("target", cpu_targets())
+def test_wide_3x3_convs_match_pytorch(target):
+    torch.manual_seed(18)
+    exe = check_against_torch(_Tail(), torch.randn(1, 256, 14, 14), target)
+    convs = {g["name"].split(" @ ")[-1]: g["schedule_detail"] for g in exe.groups() if g["ops"].startswith("kiln.ConvNCHWc")}
+    wide = [d for name, d in convs.items() if "conv2" in name]
+    narrow = [d for name, d in convs.items() if d not in wide]
+    assert len(wide) == 1 and len(narrow) == 2, list(convs)
+    streams = kiln.Target(target).num_vector_registers > 16
+    assert ("conv.location=1" in wide[0]) == streams, wide[0]
+    assert all("conv.location=0" in d for d in narrow), narrow
