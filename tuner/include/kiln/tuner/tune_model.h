@@ -40,7 +40,7 @@ struct ModelTask {
    * another cap too, and compiling picks one per convolution.
    */
   int64_t layout_cap = 0;
-  /** Whether compiling without records runs this task (each convolution at default_conv_cap's cap). */
+  /** Whether compile runs this task: under the DB's tuned graph plan (tuned_plan.h) where it has one, else each convolution at default_conv_cap's cap. */
   bool in_default_plan = true;
 };
 
