@@ -81,3 +81,36 @@ def test_a_lucky_slow_record_is_not_compiled(tmp_path):
     x = np.random.default_rng(6).standard_normal((1, 16, 14, 14)).astype(np.float32)
     ref = kiln.compile(model, fuse=False, plain=True, layout=False)(x)[0]
     assert np.max(np.abs(exe(x)[0] - ref)) <= 1e-5 * np.max(np.abs(ref))
+
+
+def test_the_records_gate_gives_a_losing_record_back(tmp_path):
+    """Records confirmed kernel by kernel can still lose in the model. The gate times the model with its
+    records against the defaults and, where the records lose, confirms each workload's default schedule
+    anew: here the newest confirmation of the conv is the plain schedule (many times slower), so the model
+    with records loses and compile takes the default afterwards."""
+    db = str(tmp_path / "gate.db")
+    model = _one_conv_model()
+    kiln.tune_model(model, target=AVX2, trials=4, batch=4, db=db, progress=False, confirm_top=2, confirm_rounds=2,
+                    graph_share=0, gate_records=False)
+    conv = next(g for g in kiln.compile(model, target=AVX2, db=db, quiet=True).groups() if "ConvNCHWc" in g["ops"])
+    with kiln.tuning_db.open(db) as d:
+        confirmed = [r for r in d.records(conv["workload_key"]) if r.target.target.endswith(" [confirmed]")]
+        run = d.start_run(machine="a confirmation that went wrong")
+        d.add_records([kiln.tuning_db.Record(workload_key=conv["workload_key"], target=confirmed[0].target, trace="[]",
+                                             run_times=[1e-7] * 3, run_uid=run)])
+        d.end_run(run)
+    before = next(g for g in kiln.compile(model, target=AVX2, db=db, quiet=True).groups() if g["workload_key"] == conv["workload_key"])
+    assert before["schedule_detail"] == "[]", "without the gate the model runs the losing record"
+    gate = ffi._kiln.tuner.gate_records(model, AVX2, db, rounds=3)
+    assert gate["skipped"] == "" and gate["mismatch"] == "" and not gate["kept"], gate
+    assert gate["ratio"] > 1 and gate["tuned_time"] > gate["default_time"] and gate["reverted"] >= 1, gate
+    tasks = {t["workload_key"]: t for t in extract_tasks(model, target=AVX2, db=db)[0]}
+    exe = kiln.compile(model, target=AVX2, db=db, quiet=True)
+    after = next(g for g in exe.groups() if g["workload_key"] == conv["workload_key"])
+    assert after["schedule_detail"] == ffi._kiln.tuner.default_trace(tasks[conv["workload_key"]]["task"])
+    # A second gate finds no record left to lose with, or the defaults as records: nothing more to revert.
+    again = ffi._kiln.tuner.gate_records(model, AVX2, db, rounds=3)
+    assert again["reverted"] == 0, again
+    x = np.random.default_rng(7).standard_normal((1, 16, 14, 14)).astype(np.float32)
+    ref = kiln.compile(model, fuse=False, plain=True, layout=False)(x)[0]
+    assert np.max(np.abs(exe(x)[0] - ref)) <= 1e-5 * np.max(np.abs(ref))

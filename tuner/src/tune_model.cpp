@@ -347,6 +347,32 @@ ModelTuneResult tune_loops(const Graph& g, const CompileOptions& options, const 
 
 }  // namespace
 
+namespace {
+
+// The records gate (records_gate.h) after a session that confirmed its records.
+void gate(const Graph& g, const CompileOptions& options, const ModelTuneOptions& tune, ModelTuneResult* r) {
+  if (!tune.gate_records || tune.confirm_top <= 0 || tune.gpu_simulate) {
+    r->gate.skipped = "off (gate_records false, or no confirmation)";
+    return;
+  }
+  RecordsGateOptions o;
+  o.cold_inputs = tune.cold_inputs;
+  o.seed = tune.seed;
+  try {
+    r->gate = gate_records(g, options, o);
+  } catch (const Error& e) {
+    r->failures.push_back(std::string("records gate: ") + e.what());
+    r->gate.skipped = e.what();
+    return;
+  }
+  if (tune.progress && r->gate.skipped.empty())
+    std::fprintf(stderr, "[model] records gate: with records %.3f ms, defaults %.3f ms (ratio %.3f): %s\n", r->gate.tuned_time * 1e3,
+                 r->gate.default_time * 1e3, r->gate.ratio,
+                 r->gate.kept ? "records kept" : ("records lost; " + std::to_string(r->gate.reverted) + " workloads back to their default").c_str());
+}
+
+}  // namespace
+
 ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const ModelTuneOptions& tune) {
   KILN_USER_CHECK(!options.db.empty()) << "tune_model needs a tuning database to keep its records (db=...)";
   KILN_USER_CHECK(tune.trials > 0 && tune.batch > 0) << "tune_model: trials and batch must be positive";
@@ -362,6 +388,8 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
   if (candidates == 0) {
     r.graph.skipped = !graph_search ? "no graph search (graph_share 0, a GPU target, no blocked layout, or symbolic dims)"
                                     : "the budget is too small for one graph candidate";
+    gate(g, options, tune, &r);
+    r.elapsed_s = seconds_since(start);
     return r;
   }
   GraphSearchOptions so;
@@ -387,6 +415,7 @@ ModelTuneResult tune_model(const Graph& g, const CompileOptions& options, const 
     r.tasks = std::move(more.tasks);
     r.estimated_latency = more.estimated_latency;
   }
+  gate(g, options, tune, &r);
   r.elapsed_s = seconds_since(start);
   return r;
 }
