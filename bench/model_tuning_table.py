@@ -175,7 +175,10 @@ def gain_child(spec):
         exe = kiln.compile(model, target=target, db=db, quiet=True)
         if db:
             tuned, total = exe.tuned_groups()
-            if tuned == 0:  # records for another core count only: both sides would be the defaults
+            # Records for another core count only: both sides would be the defaults. Not so with a tuned
+            # graph plan, whose groups (another channel block, a direct conv) may have no records yet.
+            plan = any(d["why"].startswith("tuned graph plan") for d in exe.layout_decisions())
+            if tuned == 0 and not plan:
                 return {"tuned_groups": 0, "total_groups": total}
         err = torch_models.rel_err(exe(xn)[0], ref)
         if not err <= spec["tol"]:  # NaN included
@@ -268,7 +271,7 @@ def print_table(args, stages):
             gain = "-"
             if args.gain_rounds > 0:
                 g = r["gain"] = tuning_gain(args, st["db"], r["threads"])
-                gain = ("failed: " + g["error"][:60] if "error" in g else "- (no group tuned for it)" if g["tuned_groups"] == 0 else
+                gain = ("failed: " + g["error"][:60] if "error" in g else "- (no group tuned for it)" if "gain_median" not in g else
                         f"{g['gain_median']:.2f} ({g['gain_min']:.2f}..{g['gain_max']:.2f}; {g['tuned_min']:.3g}/{g['default_min']:.3g})")
             print(fmt.format(st["trials"], st.get("graph_candidates", "-"), f"{st['wall_s']:.0f}", est, r["threads"], model_bench._f(r.get("kiln_min"), ".2f"),
                              model_bench._f(r.get("kiln_median"), ".2f"), model_bench._f(r.get("peer_median"), ".2f"), ratio, gain,

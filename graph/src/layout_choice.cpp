@@ -19,6 +19,8 @@ namespace {
 // Used when the database has no LayoutTransform record to measure it by:
 // a copy on these machines moves 5-15 GB/s; the low end does not hide a cost.
 constexpr double kFallbackBandwidth = 5e9;
+// How much less a plan's records must sum to than the default plan's to replace it.
+constexpr double kPlanMargin = 0.03;
 
 bool is_conv_group(const std::string& ops) { return ops.rfind("kiln.ConvNCHWc", 0) == 0 || ops.rfind("kiln.DepthwiseConvNCHWc", 0) == 0; }
 
@@ -165,11 +167,22 @@ LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::s
     candidates.push_back({uniform(caps[i]), "every conv at cap " + std::to_string(caps[i]), times[i].total});
   LayoutPlan defaults = default_layout_plan(g, target);
   defaults.winograd = winograd;
-  if (defaults.max_block == 0) candidates.push_back({defaults, "the default caps", times_under(g, target, defaults, db, &cache).total});
+  size_t default_index = candidates.size();
+  if (defaults.max_block == 0) {
+    candidates.push_back({defaults, "the default caps", times_under(g, target, defaults, db, &cache).total});
+  } else {
+    for (size_t i = 0; i < caps.size(); ++i)
+      if (caps[i] == defaults.max_block) default_index = 1 + i;
+  }
   double best_total = 0;
   size_t pick = candidates.size();
   for (size_t i = 0; i < candidates.size(); ++i)
     if (candidates[i].total > 0 && (pick == candidates.size() || candidates[i].total < best_total)) best_total = candidates[i].total, pick = i;
+  // The default plan is the incumbent: records timed alone, each on its own
+  // noisy day, must promise a clear gain before the graph is changed.
+  if (pick < candidates.size() && default_index < candidates.size() && candidates[default_index].total > 0 &&
+      best_total > (1 - kPlanMargin) * candidates[default_index].total)
+    best_total = candidates[default_index].total, pick = default_index;
   if (pick == candidates.size()) {
     // No plan has a record for each of its groups: the default, as untuned.
     if (decisions) {

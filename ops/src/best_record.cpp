@@ -16,8 +16,12 @@ using detail::debug_logging;
 
 namespace {
 
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 std::string strip_suffix(std::string s, const std::string& suffix) {
-  if (s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0) s.resize(s.size() - suffix.size());
+  if (ends_with(s, suffix)) s.resize(s.size() - suffix.size());
   return s;
 }
 
@@ -63,6 +67,29 @@ std::vector<Target> other_core_counts(const tuning_db::Database& db, const Task&
   return out;
 }
 
+// The records of one kind in the order they are tried: a confirmed kind's
+// latest confirmation first (a confirmation stores only its winner, so the
+// latest decides; of a run that stored several, as kiln did before, the
+// lowest median), then earlier ones, newest first; a search's records by
+// lowest median.
+std::vector<tuning_db::Record> ranked(const tuning_db::Database& db, const std::string& key, const tuning_db::TargetInfo& kind) {
+  if (!ends_with(kind.target, detail::kConfirmedSuffix)) return db.best(key, kind, 4);
+  tuning_db::RecordFilter f;
+  f.workload_key = key;
+  f.target = kind;
+  f.include_errors = false;
+  std::vector<tuning_db::Record> all = db.find(f);
+  std::reverse(all.begin(), all.end());
+  if (all.empty()) return all;
+  const std::string latest = all.front().run_uid;
+  auto median = [](const tuning_db::Record& r) { return r.median_time.value_or(1e300); };
+  std::stable_partition(all.begin(), all.end(), [&](const tuning_db::Record& r) { return r.run_uid == latest; });
+  auto end_latest = std::find_if(all.begin(), all.end(), [&](const tuning_db::Record& r) { return r.run_uid != latest; });
+  std::stable_sort(all.begin(), end_latest, [&](const auto& a, const auto& b) { return median(a) < median(b); });
+  if (all.size() > 4) all.resize(4);
+  return all;
+}
+
 // The best record of the first kind the task's target has (record_targets'
 // order: confirmed cold, confirmed warm, cold, warm) that replays on the task.
 std::optional<BestRecord> first_replaying(const tuning_db::Database& db, const Task& task, const std::string& db_path) {
@@ -71,7 +98,7 @@ std::optional<BestRecord> first_replaying(const tuning_db::Database& db, const T
   std::vector<tuning_db::Record> top;
   for (const tuning_db::TargetInfo& t : detail::record_targets(task.target)) {
     kind = t;
-    top = db.best(task.workload_key, kind, 4);
+    top = ranked(db, task.workload_key, kind);
     if (!top.empty()) break;
   }
   for (const tuning_db::Record& r : top) {

@@ -149,11 +149,11 @@ void define_tuner(py::module_& m) {
   }, py::arg("task"), py::arg("traces"), py::arg("options"));
 
   // confirm.h: contenders measured again side by side; a dict of the outcome.
-  t.def("confirm_best", [](const tuner::Task& task, const std::string& db, int top, int rounds, bool cold) {
+  t.def("confirm_best", [](const tuner::Task& task, const std::string& db, int top, int rounds, bool cold, double margin) {
     tuner::ConfirmResult r;
     {
       py::gil_scoped_release release;
-      r = tuner::confirm_best(task, db, tuner::ConfirmOptions{top, rounds, cold});
+      r = tuner::confirm_best(task, db, tuner::ConfirmOptions{top, rounds, cold, margin});
     }
     py::dict d;
     d["contenders"] = r.contenders;
@@ -162,7 +162,13 @@ void define_tuner(py::module_& m) {
     d["changed"] = r.changed;
     d["default_won"] = r.default_won;
     return d;
-  }, py::arg("task"), py::arg("db"), py::arg("top") = 4, py::arg("rounds") = 3, py::arg("cold_inputs") = true);
+  }, py::arg("task"), py::arg("db"), py::arg("top") = 4, py::arg("rounds") = 3, py::arg("cold_inputs") = true, py::arg("margin") = 0.03);
+
+  // confirm.h: which contender a confirmation keeps, from each one's fastest time per round (None: none).
+  t.def("confirmed_winner", [](const std::vector<std::vector<double>>& round_times, size_t default_index, double margin) -> py::object {
+    size_t w = tuner::confirmed_winner(round_times, default_index, margin);
+    return w == round_times.size() ? py::object(py::none()) : py::int_(w);
+  }, py::arg("round_times"), py::arg("default_index"), py::arg("margin") = 0.03);
 
   // The trace of the schedule a task gets without tuning (the graph compiler's default for a group).
   t.def("default_trace", [](const tuner::Task& task) {

@@ -15,8 +15,32 @@ namespace kiln::tuner {
 
 using namespace detail;
 
+size_t confirmed_winner(const std::vector<std::vector<double>>& round_times, size_t default_index, double margin) {
+  const size_t n = round_times.size();
+  auto min_of = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
+  if (default_index >= n || round_times[default_index].empty()) {
+    size_t pick = n;
+    for (size_t i = 0; i < n; ++i)
+      if (!round_times[i].empty() && (pick == n || median_of(round_times[i]) < median_of(round_times[pick]))) pick = i;
+    return pick;
+  }
+  const std::vector<double>& def = round_times[default_index];
+  size_t pick = default_index;
+  double best_ratio = 1 - margin;
+  for (size_t i = 0; i < n; ++i) {
+    const std::vector<double>& c = round_times[i];
+    if (i == default_index || c.size() != def.size()) continue;  // a contender missing a round has no pairs to compare
+    std::vector<double> ratios(c.size());
+    for (size_t r = 0; r < c.size(); ++r) ratios[r] = c[r] / def[r];
+    double ratio = median_of(ratios);
+    if (ratio <= best_ratio && min_of(c) <= (1 - margin) * min_of(def)) best_ratio = ratio, pick = i;
+  }
+  return pick;
+}
+
 ConfirmResult confirm_best(const Task& task, const std::string& db_path, const ConfirmOptions& o) {
   KILN_USER_CHECK(o.top >= 1 && o.rounds >= 1) << "confirm_best: top (" << o.top << ") and rounds (" << o.rounds << ") must be at least 1";
+  KILN_USER_CHECK(o.margin >= 0 && o.margin < 1) << "confirm_best: margin " << o.margin << " must be in [0, 1)";
   KILN_USER_CHECK(std::filesystem::exists(db_path)) << "confirm_best: no tuning database at '" << db_path << "'";
   tuning_db::Database db = tuning_db::Database::open(db_path);
   // The task's valid records on this hardware, any timing, confirmed or not, best min time first.
@@ -56,40 +80,37 @@ ConfirmResult confirm_best(const Task& task, const std::string& db_path, const C
   mo.min_repeat_ms = 10;
   mo.cold_inputs = o.cold_inputs;
   Measurer m(task, mo);
-  std::vector<std::vector<double>> times(contenders.size());
-  std::vector<std::string> errors(contenders.size());
+  std::vector<std::vector<double>> times(contenders.size()), round_best(contenders.size());
+  std::vector<bool> failed(contenders.size(), false);
   for (int r = 0; r < o.rounds; ++r) {
     std::vector<MeasureResult> got = m.measure(contenders);
     for (size_t i = 0; i < got.size(); ++i) {
-      if (got[i].error != MeasureError::None) errors[i] = got[i].error_msg;
+      if (got[i].error != MeasureError::None || got[i].run_times.empty()) failed[i] = true;
+      if (failed[i]) continue;
       times[i].insert(times[i].end(), got[i].run_times.begin(), got[i].run_times.end());
+      round_best[i].push_back(*std::min_element(got[i].run_times.begin(), got[i].run_times.end()));
     }
   }
+  for (size_t i = 0; i < contenders.size(); ++i)
+    if (failed[i]) round_best[i].clear();  // a contender that fails now does not compete
+  res.contenders = static_cast<int>(contenders.size());
+  size_t winner = confirmed_winner(round_best, def_index, o.margin);
+  if (winner == contenders.size()) return res;
+  // Only the winner is stored: the newest confirmed record is what compile takes.
   tuning_db::TuningRun run;
   run.machine = "confirm_best";
   std::string run_uid = db.start_run(run);
-  std::vector<tuning_db::Record> out;
-  size_t winner = contenders.size();
-  for (size_t i = 0; i < contenders.size(); ++i) {
-    if (times[i].empty() || !errors[i].empty()) continue;  // a contender that fails now does not compete
-    tuning_db::Record r;
-    r.workload_key = task.workload_key;
-    r.target = target_info(task.target, o.cold_inputs, true);
-    r.trace = keys[i];
-    r.run_times = times[i];
-    r.run_uid = run_uid;
-    out.push_back(std::move(r));
-    // Ranked as compile ranks records: by the median.
-    if (winner == contenders.size() || median_of(times[i]) < median_of(times[winner])) winner = i;
-  }
-  db.add_records(out);
+  tuning_db::Record rec;
+  rec.workload_key = task.workload_key;
+  rec.target = target_info(task.target, o.cold_inputs, true);
+  rec.trace = keys[winner];
+  rec.run_times = times[winner];
+  rec.run_uid = run_uid;
+  db.add_records({rec});
   db.end_run(run_uid);
-  res.contenders = static_cast<int>(contenders.size());
-  if (winner < contenders.size()) {
-    res.after = median_of(times[winner]);
-    res.changed = winner != 0;
-    res.default_won = winner == def_index;
-  }
+  res.after = median_of(times[winner]);
+  res.changed = winner != 0;
+  res.default_won = winner == def_index;
   return res;
 }
 

@@ -19,10 +19,12 @@
 #include "kiln/ops/best_record.h"
 #include "kiln/support/error.h"
 #include "kiln/tuning_db/database.h"
+#include "model_timing.h"
 
 namespace kiln::tuner {
 
 using namespace graph;
+using namespace detail;
 
 namespace {
 
@@ -134,103 +136,10 @@ std::vector<Move> moves_of(const std::vector<ConvInfo>& convs, const std::vector
   return moves;
 }
 
-std::vector<NDArray> random_inputs(const Graph& g, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<NDArray> out;
-  for (const auto& in : g.inputs()) {
-    const TensorType& t = in->types[0];
-    std::vector<int64_t> shape;
-    for (const Dim& d : t.shape) shape.push_back(d.value());
-    NDArray a = NDArray::empty(shape, t.dtype);
-    if (t.dtype == DataType::Float(32)) {
-      float* p = a.data_as<float>();
-      for (int64_t i = 0; i < a.numel(); ++i) p[i] = uniform(rng);
-    } else {
-      std::memset(a.data(), 0, static_cast<size_t>(a.nbytes()));  // indices and masks: zeros are in range
-    }
-    out.push_back(a);
-  }
-  return out;
-}
-
-/** "" when `got` matches `want` (float32 within 1e-3 of the largest magnitude; others bit for bit), else what differs. */
-std::string mismatch(const std::vector<NDArray>& got, const std::vector<NDArray>& want) {
-  if (got.size() != want.size()) return "a different number of outputs";
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (got[i].shape() != want[i].shape() || got[i].dtype() != want[i].dtype()) return "output " + std::to_string(i) + " has another shape or type";
-    if (want[i].dtype() != DataType::Float(32)) {
-      if (std::memcmp(got[i].data(), want[i].data(), static_cast<size_t>(want[i].nbytes())) != 0) return "output " + std::to_string(i) + " differs";
-      continue;
-    }
-    const float *a = got[i].data_as<float>(), *b = want[i].data_as<float>();
-    double scale = 0, diff = 0;
-    for (int64_t k = 0; k < want[i].numel(); ++k) {
-      scale = std::max(scale, std::fabs(static_cast<double>(b[k])));
-      diff = std::max(diff, std::fabs(static_cast<double>(a[k]) - b[k]));
-    }
-    if (!(diff <= 1e-3 * std::max(scale, 1e-6))) {
-      char buf[128];
-      std::snprintf(buf, sizeof buf, "output %zu differs from the incumbent's by %.3g (largest magnitude %.3g)", i, diff, scale);
-      return buf;
-    }
-  }
-  return "";
-}
-
-/** Seconds per call of `n` back-to-back calls. */
-double time_calls(const Executor& e, const std::vector<NDArray>& in, int n) {
-  auto t0 = Clock::now();
-  for (int i = 0; i < n; ++i) e.run(in);
-  return seconds_since(t0) / n;
-}
-
-struct Comparison {
-  std::vector<double> ratios;  // candidate / incumbent, per round
-  std::vector<double> cand, inc;
-  static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  }
-  /**
-   * The ratio a decision rests on: the larger of the median per-round ratio
-   * and the ratio of the two sides' fastest rounds. On a loaded machine
-   * (ResNet-18 at load 15: the incumbent's rounds from 23 to 33 ms) either
-   * alone can favour a candidate by chance; a win has to show in both.
-   */
-  double decisive() const {
-    return std::max(median(ratios), *std::min_element(cand.begin(), cand.end()) / *std::min_element(inc.begin(), inc.end()));
-  }
-};
-
-/** `rounds` more interleaved rounds (who goes first alternates); each side's best of two runs of >= round_ms. */
-void compare(const Executor& inc, const Executor& cand, const std::vector<NDArray>& in, const GraphSearchOptions& o, Comparison* c) {
-  double single = std::max(1e-6, std::min(time_calls(inc, in, 1), time_calls(cand, in, 1)));
-  int n = std::max(1, static_cast<int>(std::ceil(o.round_ms * 1e-3 / single)));
-  for (int r = 0; r < o.rounds; ++r) {
-    double t[2] = {0, 0};
-    for (int k = 0; k < 2; ++k) {
-      int side = (r + k) % 2;  // 0: candidate
-      const Executor& e = side == 0 ? cand : inc;
-      t[side] = std::min(time_calls(e, in, n), time_calls(e, in, n));
-    }
-    c->cand.push_back(t[0]);
-    c->inc.push_back(t[1]);
-    c->ratios.push_back(t[0] / t[1]);
-  }
-}
-
 /** The graph a plan compiles to, printed (constants by type: their blocks show, not their data). */
 std::string optimized_text(const Graph& g, const Target& target, const CompileOptions& options, const LayoutPlan& plan) {
   PipelineOptions p{options.fuse, options.layout, false, plan, options.bf16_dot};
   return optimize(g, target, p).str();
-}
-
-Executor compile_under(const Graph& g, const CompileOptions& options, const LayoutPlan& plan) {
-  CompileOptions o = options;
-  o.choose_layouts = false;  // the plan as given, neither a stored one nor the records' choice
-  o.layout_plan = plan;
-  return compile(g, o);
 }
 
 }  // namespace
@@ -311,9 +220,9 @@ GraphSearchResult search_graph_plan(const Graph& g, const CompileOptions& option
         std::string wrong = mismatch(cand_exe->run(inputs), inc_out);
         KILN_USER_CHECK(wrong.empty()) << "wrong result: " << wrong;
         Comparison c;
-        compare(*inc_exe, *cand_exe, inputs, search, &c);
+        compare(*inc_exe, *cand_exe, inputs, search.rounds, search.round_ms, &c);
         // A first set that looks like a win gets a second: a lucky set of rounds must not change the plan.
-        if (c.decisive() < 1 - search.min_gain) compare(*inc_exe, *cand_exe, inputs, search, &c);
+        if (c.decisive() < 1 - search.min_gain) compare(*inc_exe, *cand_exe, inputs, search.rounds, search.round_ms, &c);
         ratio = c.decisive();
         cand_time = Comparison::median(c.cand);
         inc_time = Comparison::median(c.inc);

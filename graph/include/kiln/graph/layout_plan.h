@@ -122,7 +122,8 @@ struct LayoutDecision {
  * measured) are then costed whole: the sum of the best
  * records of every group the plan compiles to (mixing blocks changes the
  * groups: a residual Add no longer fuses, relayouts appear). The cheapest
- * plan whose groups all have a record wins; with none, the default.
+ * plan whose groups all have a record wins, but the default plan stays
+ * unless the winner costs 3% less than it; with none, the default.
  * Every plan it costs and returns has `winograd` as given (LayoutPlan::winograd).
  */
 LayoutPlan choose_layout_plan(const Graph& g, const Target& target, const std::string& db,

@@ -27,11 +27,12 @@ struct BestRecord {
   double median_time = 0;  ///< seconds
 };
 /**
- * The lowest median among valid records of the workload on the same
- * hardware (target string, CPU model and features), among the first kind of
- * records the workload has of: confirmed with cold inputs, confirmed warm
- * (confirm.h), cold inputs, warm; records that no longer replay are passed
- * over. No file: nullopt. With KILN_LOG=debug, says on stderr which record is used or why none.
+ * Among valid records of the workload on the same hardware (target string,
+ * CPU model and features), of the first kind the workload has of: confirmed
+ * with cold inputs, confirmed warm (confirm.h), cold inputs, warm: a
+ * confirmed kind's newest record (a confirmation stores only its winner, so
+ * the latest decides), else the lowest median; records that no longer
+ * replay are passed over. No file: nullopt. With KILN_LOG=debug, says on stderr which record is used or why none.
  */
 std::optional<BestRecord> best_record(const Task& task, const std::string& db_path);
 

@@ -20,6 +20,7 @@
 
 #include "kiln/graph/executor.h"
 #include "kiln/tuner/graph_search.h"
+#include "kiln/tuner/records_gate.h"
 #include "kiln/tuner/schedule_rules.h"
 
 namespace kiln::tuner {
@@ -40,7 +41,7 @@ struct ModelTask {
    * another cap too, and compiling picks one per convolution.
    */
   int64_t layout_cap = 0;
-  /** Whether compiling without records runs this task (each convolution at default_conv_cap's cap). */
+  /** Whether compile runs this task: under the DB's tuned graph plan (tuned_plan.h) where it has one, else each convolution at default_conv_cap's cap. */
   bool in_default_plan = true;
 };
 
@@ -97,6 +98,12 @@ struct ModelTuneOptions {
    */
   double graph_share = 0.25;
   int graph_candidate_trials = 10;
+  /**
+   * At the end, with confirmation on (confirm_top > 0) on an llvm target:
+   * the model with its records timed against the defaults, the records
+   * reverted to the default schedules where they do not win (records_gate.h).
+   */
+  bool gate_records = true;
 };
 
 struct ModelTuneResult {
@@ -112,6 +119,8 @@ struct ModelTuneResult {
   GraphSearchResult graph;
   /** Trials the graph search was charged: graph.measured x graph_candidate_trials. */
   int graph_trials = 0;
+  /** The records gate's outcome (gate.skipped says why it did not time the model). */
+  RecordsGateResult gate;
 };
 
 /**

@@ -1,0 +1,116 @@
+"""Tuning never loses to the defaults: a confirmation keeps the default schedule unless a record beats it
+clearly, round by round (kiln/tuner/confirm.h), and the latest confirmation decides what compile takes,
+however lucky an older measurement was (kiln/ops/best_record.h)."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln._ffi as ffi
+from kiln.tuner import extract_tasks, remeasure
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+AVX2 = "llvm -mcpu=znver3 -num-cores=2"
+winner = ffi._kiln.tuner.confirmed_winner
+
+
+def test_default_is_kept_unless_a_record_wins_every_way():
+    d = [1.0, 1.0, 1.0]
+    # 1% faster: the lowest median, but within the margin (the rule before kept whichever median was lowest).
+    assert winner([[0.99, 0.99, 0.99], d], 1) == 1
+    # Faster in two rounds by 17%, but its fastest round is slower than the default's: noise, not a schedule.
+    assert winner([[1.05, 1.0, 1.0], [0.99, 1.2, 1.2]], 1) == 1
+    # Clearly faster, round by round and at best: it replaces the default; of two such, the larger gain.
+    assert winner([[0.8, 0.8, 0.85], d, [0.9, 0.9, 0.9]], 1) == 0
+    assert winner([[0.9, 0.9, 0.9], [0.8, 0.7, 0.8], d], 2) == 1
+    # Slower records never win, however few their rounds; a failed one (no times) does not compete.
+    assert winner([[2.0, 0.5, 3.0], [], d], 2) == 2
+    assert winner([[0.5, 0.5], d], 1) == 1, "a contender missing a round has no pairs"
+    # No default measured: the lowest median; nothing measured: none.
+    assert winner([[2.0, 2.0, 2.0], [1.5, 1.5, 1.5], []], 2) == 1
+    assert winner([[], []], 0) is None
+    assert winner([[0.96] * 3, d], 1, margin=0.05) == 1 and winner([[0.96] * 3, d], 1, margin=0.0) == 0
+
+
+def _one_conv_model():
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array(rng.standard_normal((32, 16, 1, 1)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 14, 14])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    return kiln.graph.from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+
+
+def test_a_lucky_slow_record_is_not_compiled(tmp_path):
+    """A record whose stored time is a lucky 0.1 us but whose schedule is the plain one (scalar loops, one
+    thread: many times slower than the default) sits in the database as an older confirmation's. A tiny
+    session confirms again: the plain schedule is measured for what it is and loses, and compile takes the
+    latest confirmation's winner, never the lucky record (before, the lowest confirmed median won)."""
+    db = str(tmp_path / "lucky.db")
+    model = _one_conv_model()
+    kiln.tune_model(model, target=AVX2, trials=4, batch=4, db=db, progress=False, confirm_top=2, confirm_rounds=2,
+                    graph_share=0)
+    tasks = {t["workload_key"]: t for t in extract_tasks(model, target=AVX2, db=db)[0]}
+    exe = kiln.compile(model, target=AVX2, db=db, quiet=True)
+    conv = next(g for g in exe.groups() if "ConvNCHWc" in g["ops"])
+    task = tasks[conv["workload_key"]]["task"]
+    plain = "[]"
+    assert kiln.tuner.measure(task, [plain], repeat=1, min_repeat_ms=1)[0]["error"] == "none", "the plain schedule replays"
+    with kiln.tuning_db.open(db) as d:
+        confirmed = [r for r in d.records(conv["workload_key"]) if r.target.target.endswith(" [confirmed]")]
+        assert len(confirmed) == 1, "a confirmation stores its winner only"
+        run = d.start_run(machine="an older, luckier day")
+        d.add_records([kiln.tuning_db.Record(workload_key=conv["workload_key"], target=confirmed[0].target, trace=plain,
+                                             run_times=[1e-7] * 3, run_uid=run)])
+        d.end_run(run)
+    rows = remeasure(model, db, target=AVX2, top=4, rounds=2, progress=False)
+    row = next(r for r in rows if r["workload_key"] == conv["workload_key"])
+    # The lucky record was the best by time before (contender 0); measured now, it lost.
+    assert row["contenders"] >= 2 and row["changed"] and row["before"] == pytest.approx(1e-7) and row["after"] > 1e-6, row
+    exe = kiln.compile(model, target=AVX2, db=db, quiet=True)
+    got = next(g for g in exe.groups() if g["workload_key"] == conv["workload_key"])
+    assert got["schedule"] == "database" and got["schedule_detail"] != plain, got
+    with kiln.tuning_db.open(db) as d:
+        by_median = d.best(conv["workload_key"], confirmed[0].target, k=1)[0]
+        assert by_median.trace == plain, "ranked by the median alone, as before, the lucky record would be compiled"
+        newest = [r for r in d.records(conv["workload_key"]) if r.target.target.endswith(" [confirmed]")][-1]
+    assert newest.trace != plain and got["schedule_detail"] == newest.trace
+    if row["default_won"]:
+        assert newest.trace == ffi._kiln.tuner.default_trace(task)
+    x = np.random.default_rng(6).standard_normal((1, 16, 14, 14)).astype(np.float32)
+    ref = kiln.compile(model, fuse=False, plain=True, layout=False)(x)[0]
+    assert np.max(np.abs(exe(x)[0] - ref)) <= 1e-5 * np.max(np.abs(ref))
+
+
+def test_the_records_gate_gives_a_losing_record_back(tmp_path):
+    """Records confirmed kernel by kernel can still lose in the model. The gate times the model with its
+    records against the defaults and, where the records lose, confirms each workload's default schedule
+    anew: here the newest confirmation of the conv is the plain schedule (many times slower), so the model
+    with records loses and compile takes the default afterwards."""
+    db = str(tmp_path / "gate.db")
+    model = _one_conv_model()
+    kiln.tune_model(model, target=AVX2, trials=4, batch=4, db=db, progress=False, confirm_top=2, confirm_rounds=2,
+                    graph_share=0, gate_records=False)
+    conv = next(g for g in kiln.compile(model, target=AVX2, db=db, quiet=True).groups() if "ConvNCHWc" in g["ops"])
+    with kiln.tuning_db.open(db) as d:
+        confirmed = [r for r in d.records(conv["workload_key"]) if r.target.target.endswith(" [confirmed]")]
+        run = d.start_run(machine="a confirmation that went wrong")
+        d.add_records([kiln.tuning_db.Record(workload_key=conv["workload_key"], target=confirmed[0].target, trace="[]",
+                                             run_times=[1e-7] * 3, run_uid=run)])
+        d.end_run(run)
+    before = next(g for g in kiln.compile(model, target=AVX2, db=db, quiet=True).groups() if g["workload_key"] == conv["workload_key"])
+    assert before["schedule_detail"] == "[]", "without the gate the model runs the losing record"
+    gate = ffi._kiln.tuner.gate_records(model, AVX2, db, rounds=3)
+    assert gate["skipped"] == "" and gate["mismatch"] == "" and not gate["kept"], gate
+    assert gate["ratio"] > 1 and gate["tuned_time"] > gate["default_time"] and gate["reverted"] >= 1, gate
+    tasks = {t["workload_key"]: t for t in extract_tasks(model, target=AVX2, db=db)[0]}
+    exe = kiln.compile(model, target=AVX2, db=db, quiet=True)
+    after = next(g for g in exe.groups() if g["workload_key"] == conv["workload_key"])
+    assert after["schedule_detail"] == ffi._kiln.tuner.default_trace(tasks[conv["workload_key"]]["task"])
+    # A second gate finds no record left to lose with, or the defaults as records: nothing more to revert.
+    again = ffi._kiln.tuner.gate_records(model, AVX2, db, rounds=3)
+    assert again["reverted"] == 0, again
+    x = np.random.default_rng(7).standard_normal((1, 16, 14, 14)).astype(np.float32)
+    ref = kiln.compile(model, fuse=False, plain=True, layout=False)(x)[0]
+    assert np.max(np.abs(exe(x)[0] - ref)) <= 1e-5 * np.max(np.abs(ref))
