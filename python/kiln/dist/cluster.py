@@ -18,12 +18,12 @@ optimizer state sharding, in bfloat16 with float32 master weights or in float32 
 costs): for each mesh (tensor parallel inside a host x data parallel) two shardings (Megatron's tensor
 parallel and the auto-sharding search's fastest), each costed once and composed for every schedule.
 """
-import re as _re
 import time as _time
 from dataclasses import dataclass
 
 from .._ffi import KilnError, _kiln
 from .sharded_plan import Mesh, Plan
+from .step_costs import Parts, Schedule, model_flops, step_cost, transfer_specs
 
 _d = _kiln.dist
 
@@ -89,16 +89,6 @@ def _flops(graph):
     return _d.estimate_plan(sg, {"flops_per_s": 1.0, "memory_bytes_per_s": 1e30, "kernel_s": 0.0, "run_s": 0.0})["compute_s"]
 
 
-def _pattern(name):
-    return _re.sub(r"\d+", "#", name)
-
-
-def _transfer(specs, graph):
-    """Specs chosen on a proxy, for every value of `graph` with the same layer pattern."""
-    by_pattern = {_pattern(n): s for n, s in specs.items()}
-    return {n: by_pattern[_pattern(n)] for n in graph.input_names if _pattern(n) in by_pattern}
-
-
 class ClusterPlan:
     """What kiln.dist.plan chose: mesh, specs, estimate (one step), memory per device, share of peak."""
 
@@ -137,7 +127,7 @@ def plan(graph, cluster, proxy=None, max_plans=64, precision="bf16", **only):
             chosen, *_ = _d.auto_shard(search_graph, mesh, int(cluster.memory_bytes * scale), cost, max_plans, False, True, True)
         except KilnError:  # no plan fits: the fastest is reported, marked over the memory
             chosen, *_ = _d.auto_shard(search_graph, mesh, 0, cost, max_plans, False, True, True)
-        specs = _transfer(chosen, graph) if proxy is not None else dict(chosen)
+        specs = transfer_specs(chosen, graph) if proxy is not None else dict(chosen)
         sharded = _d.shard_graph(graph, mesh, specs, False)
         est = _d.estimate_plan(sharded, cost)
         fits = est["memory_bytes"] <= cluster.memory_bytes
@@ -178,7 +168,6 @@ def _divisors(n):
 
 def _shardings(model, mesh, cost, max_plans):
     """Megatron's tensor parallel over "model" (where it has ranks) and the search's fastest plan, on one layer."""
-    from .step_costs import Parts
     data, tp = dict(mesh.axes)["data"], dict(mesh.axes)["model"]
     g = model.graph(layers=1, batch=data)
     batch = {"x": "S(data) R R", "labels": "S(data)"}
@@ -196,7 +185,6 @@ def plan_model(model, cluster, precision="bf16", max_plans=64, tensor=None, pipe
     """kiln.dist.plan for a model (see the module comment): the fastest schedule that fits a device; `tensor`,
     `pipeline`, `recompute`: only schedules of that many tensor-parallel ranks, pipeline stages, with or without
     recomputation (to cost a published schedule)."""
-    from .step_costs import Schedule, model_flops, step_cost
     if precision not in ("bf16", "fp32"):
         raise KilnError(f"plan: precision must be 'bf16' (bfloat16 with float32 master weights) or 'fp32', got {precision!r}")
     start = _time.perf_counter()

@@ -24,6 +24,7 @@ parameter (2 weight, 2 gradient, 12 master and Adam), as ZeRO (Rajbhandari et al
 `zero` the 12 are split over "data" and each rank updates its share (a reduce-scatter and an all-gather
 move the bytes of the all-reduce). float32 holds 4 + 4 + 8. No overlap of communication with compute.
 """
+import re
 from dataclasses import dataclass
 
 from .._ffi import KilnError, _kiln
@@ -77,9 +78,12 @@ def _local_elements(sg, names):
     return out
 
 
-def _transfer(specs, graph):
-    from .cluster import _transfer as t
-    return t(specs, graph)
+def transfer_specs(specs, graph):
+    """Specs chosen on a proxy graph, for every input of `graph` with the same layer pattern (digits as #)."""
+    def pattern(name):
+        return re.sub(r"\d+", "#", name)
+    by_pattern = {pattern(n): s for n, s in specs.items()}
+    return {n: by_pattern[pattern(n)] for n in graph.input_names if pattern(n) in by_pattern}
 
 
 class Parts:
@@ -93,7 +97,7 @@ class Parts:
         no_memory = dict(cost, memory_bytes_per_s=_INF)
         for layers, n in [(1, _N[0]), (1, _N[1]), (2, _N[0]), (2, _N[1]), (3, _N[0])]:  # the last checks the fit
             g = model.graph(layers=layers, batch=data * n)
-            sg = _d.shard_graph(g, mesh, _transfer(specs, g), True)  # weights and state stay sharded between steps
+            sg = _d.shard_graph(g, mesh, transfer_specs(specs, g), True)  # weights and state stay sharded between steps
             e, e_nm, e_fd = (_d.estimate_plan(sg, c) for c in (cost, no_memory, free_data))
             held = sum(_local_elements(sg, [i]) * (8 if i == "labels" else 4) for i in g.input_names)
             point = {"mm": e_nm["compute_s"], "mb": e["compute_s"] - e_nm["compute_s"], "cm": e_fd["comm_s"],
