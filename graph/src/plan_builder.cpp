@@ -75,6 +75,14 @@ bool reads_only_where_it_writes(const OpNode& node, size_t pos) {
   return true;
 }
 
+// Whether input `pos` of the group is the only one holding its value (a
+// value passed twice may be read at other elements through the other input).
+bool read_once(const OpNode& node, size_t pos) {
+  for (size_t i = 0; i < node.inputs.size(); ++i)
+    if (i != pos && node.inputs[i].node == node.inputs[pos].node && node.inputs[i].index == node.inputs[pos].index) return false;
+  return true;
+}
+
 // The inputs of a group that only joins them along dimension 1 (a Concat
 // of channels, or of channel blocks in NCHWc), in the join's order, where
 // with a batch of 1 each input's bytes are one run of the output's, the
@@ -416,7 +424,7 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, const PlanOp
         PlannedValue pv;
         pv.bytes = dynamic ? 0 : node->types[k].bytes();  // a dynamic plan is placed per shape at run time
         pv.first_step = pv.last_step = step;
-        if (elementwise_group(*node))
+        if (elementwise_group(*node)) {
           for (const Value& v : node->inputs) {
             auto lt = lifetime_of_buffer.find(p.value(v));
             if (lt != lifetime_of_buffer.end() && v.type() == node->types[k]) {
@@ -424,6 +432,22 @@ PlannedGraph plan_graph(const Graph& g, const KernelFactory& build, const PlanOp
               break;
             }
           }
+        } else {
+          // Any other group (a conv or matmul with its residual Add fused)
+          // may write over an input it reads only at the elements it writes:
+          // the output's lines are then the ones just read, in cache, where a
+          // fresh array costs a read for ownership of every line from L3.
+          // Measured on the residual 1x1 convs of ResNet-50 and ResNeXt-50
+          // (64 or 128 -> 256 at 56 x 56, 512 -> 2048 at 7 x 7; one core of
+          // an AVX-512 Xeon, the residual just written): 0.67-0.82 of the time.
+          for (size_t i = 0; i < node->inputs.size(); ++i) {
+            auto lt = lifetime_of_buffer.find(p.value(node->inputs[i]));
+            if (lt != lifetime_of_buffer.end() && reads_only_where_it_writes(*node, i) && read_once(*node, i)) {
+              pv.inplace_of = lt->second;
+              break;
+            }
+          }
+        }
         lifetime_of_buffer[b] = static_cast<int>(lifetimes.size());
         lifetimes.push_back(pv);
         arena_ids.push_back(b);

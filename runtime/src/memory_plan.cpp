@@ -45,22 +45,29 @@ MemoryPlanStats plan_memory(std::vector<PlannedValue>* values, int64_t alignment
   for (int64_t b : live) st.peak_bytes = std::max(st.peak_bytes, b);
 
   // In place: a value takes its input's bytes when that input dies at the
-  // step that writes it; the pair is one allocation spanning both lifetimes.
-  // One value per source: every value that passes the check is written at
-  // the source's last step, so two of them would be live in the same bytes.
+  // step that writes it; the chain of such values is one allocation spanning
+  // their lifetimes (a ResNet's residual blocks, each written over the one
+  // before). One value per source: every value that passes the check is
+  // written at the source's last step, so two of them would be live in the
+  // same bytes; and the source must be the chain's last member alive.
   std::vector<int> root(vs.size());
   std::vector<bool> taken(vs.size(), false);
   std::iota(root.begin(), root.end(), 0);
+  std::vector<int> chain_last(vs.size());  // per root: the last step any member of its chain is read
+  for (size_t i = 0; i < vs.size(); ++i) chain_last[i] = vs[i].last_step;
   for (size_t i = 0; i < vs.size(); ++i)
     if (vs[i].view_of >= 0) root[i] = vs[i].view_of;
   for (size_t i = 0; i < vs.size(); ++i) {
     int src = vs[i].inplace_of;
     if (src < 0 || joined[i] || (src < static_cast<int>(vs.size()) && joined[src])) continue;
     KILN_CHECK(src < static_cast<int>(vs.size())) << "in-place source out of range";
-    while (root[src] != src) src = root[src];
-    if (vs[src].last_step == vs[i].first_step && vs[src].bytes >= vs[i].bytes && root[i] == static_cast<int>(i) && !taken[src]) {
-      root[i] = src;
+    int r = src;
+    while (root[r] != r) r = root[r];
+    if (vs[src].last_step == vs[i].first_step && chain_last[r] == vs[src].last_step && vs[r].bytes >= vs[i].bytes &&
+        root[i] == static_cast<int>(i) && !taken[src]) {
+      root[i] = r;
       taken[src] = true;
+      chain_last[r] = std::max(chain_last[r], vs[i].last_step);
       ++st.inplace;
     }
   }

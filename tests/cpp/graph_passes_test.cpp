@@ -480,6 +480,18 @@ TEST(MemoryPlan, ReusesBytesOfDeadValuesOnly) {
   EXPECT_EQ(st2.arena_bytes, 1024);
 }
 
+TEST(MemoryPlan, ChainsOfInPlaceValuesShareOneAllocation) {
+  // A ResNet's residual blocks: each block's output written over the block before it (read at steps 1, 3, 5...).
+  std::vector<PlannedValue> vs(4);
+  for (int i = 0; i < 4; ++i) vs[i] = {1000, 2 * i, 2 * i + 2, i - 1};
+  // Value 4 lives beside the chain (steps 1..2): it may not take the chain's bytes.
+  vs.push_back({1000, 1, 2});
+  MemoryPlanStats st = plan_memory(&vs);
+  EXPECT_EQ(st.inplace, 3);
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(vs[i].offset, vs[0].offset);
+  EXPECT_NE(vs[4].offset, vs[0].offset);
+}
+
 TEST(MemoryPlan, RandomLifetimesNeverOverlapInSpaceAndTime) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 20; ++trial) {
