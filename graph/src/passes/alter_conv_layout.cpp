@@ -58,6 +58,7 @@
 #include "kiln/ops/winograd.h"
 #include "kiln/support/error.h"
 #include "layout_helpers.h"
+#include "match_helpers.h"
 #include "train_layout.h"
 
 namespace kiln::graph {
@@ -69,10 +70,7 @@ using layout_detail::ints_or;
 
 namespace {
 
-const NDArray* constant_of(const Value& v) {
-  if (!v.defined() || v.node->kind != NodeKind::Constant) return nullptr;
-  return &static_cast<const ConstantNode&>(*v.node).data;
-}
+using match_detail::constant_of;
 
 // A [*, C, *, *]-broadcastable constant (rank <= 4, every dim but C of size 1)
 // in the blocked form [1, ceil(C/b), 1, 1, b] (or [1, 1, 1, 1, 1] for a scalar).

@@ -36,21 +36,14 @@
 #include "kiln/graph/rewrite.h"
 #include "kiln/ops/layout.h"
 #include "layout_helpers.h"
+#include "match_helpers.h"
 
 namespace kiln::graph {
 
 namespace {
 
-const OpNode* producer(const Value& v, const char* name) {
-  if (!v.defined() || v.node->kind != NodeKind::Op) return nullptr;
-  const auto* n = static_cast<const OpNode*>(v.node.get());
-  return n->op->name == name && n->num_outputs() == 1 ? n : nullptr;
-}
-
-const NDArray* constant_of(const Value& v) {
-  if (!v.defined() || v.node->kind != NodeKind::Constant) return nullptr;
-  return &static_cast<const ConstantNode&>(*v.node).data;
-}
+using match_detail::producer;
+using match_detail::constant_of;
 
 // The values of a constant array as doubles; nullopt for anything else.
 std::optional<std::vector<double>> values_of(const Value& v) {

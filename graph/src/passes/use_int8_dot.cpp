@@ -25,16 +25,13 @@
 #include "kiln/graph/rewrite.h"
 #include "kiln/ops/cpu_amx.h"
 #include "kiln/ops/i8_dot.h"
+#include "match_helpers.h"
 
 namespace kiln::graph {
 
 namespace {
 
-const OpNode* producer(const Value& v, const char* name) {
-  if (!v.defined() || v.node->kind != NodeKind::Op) return nullptr;
-  const auto* n = static_cast<const OpNode*>(v.node.get());
-  return n->op->name == name && n->num_outputs() == 1 ? n : nullptr;
-}
+using match_detail::producer;
 
 template <typename T>
 void append(const NDArray& a, std::vector<double>* out) {
