@@ -97,6 +97,15 @@ def test_matmul(a, b):
     check_grad("MatMul", [rand(*a), rand(*b)])
 
 
+def test_matmul_weight_gradient_reads_the_activation_transposed_without_a_copy():
+    """A weight shared by a batch ([2, 3, 4] x [4, 5]): its gradient is one Gemm with transA, no Transpose kernel
+    copying the activation first (check_grad's test_matmul checks the values)."""
+    b = kg.Builder()
+    x, w = b.input("x", (2, 3, 4)), b.input("w", (4, 5))
+    text = str(kg.gradient_graph(b.build(b.op("ReduceSum", b.op("MatMul", x, w), keepdims=0)), [w]))
+    assert "Transpose" not in text and "transA=1" in text, text
+
+
 @pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0), (1, 1)])
 def test_gemm(ta, tb):
     a = rand(4, 3) if ta else rand(3, 4)
