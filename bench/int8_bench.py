@@ -4,7 +4,7 @@
   bench/int8_bench.py [--models resnet18,mobilenet_v2] [--threads 2] [--image-size 224] [--repeat 7]
                       [--repeat-ms 200] [--calib 4] [--target llvm] [--build DIR] [--json FILE]
 
-Setup per (model, threads), in one process with KILN_NUM_THREADS set: the torchvision model (random
+Setup per (model, threads), in one process per thread count (kiln reads KILN_NUM_THREADS once): the torchvision model (random
 weights, seeded, eval, batch 1) exported to ONNX, imported by kiln, quantized by kiln.quantize
 (minmax, per channel, --calib random calibration batches) with export= writing the QDQ ONNX file; kiln
 compiles the float model and the QDQ model twice: int8 (the int8 kernels, use_int8_conv/use_int8_dot)
@@ -17,6 +17,7 @@ logits) and ORT's with kiln int8's.
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -115,8 +116,31 @@ def row(args, model, threads):
     return res
 
 
+def per_thread_count(args):
+    """Each thread count in a process of its own: kiln's thread pool reads KILN_NUM_THREADS once, when it
+    starts, so a second count in the same process would still run on the first count's threads."""
+    rows = []
+    for t in args.threads:
+        argv = [a for a in sys.argv[1:]]
+        for flag in ("--threads", "--json"):
+            while flag in argv:
+                i = argv.index(flag)
+                del argv[i:i + 2]
+            argv = [a for a in argv if not a.startswith(flag + "=")]
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            subprocess.run([sys.executable, os.path.abspath(__file__), *argv, "--threads", str(t), "--json", out.name], check=True)
+            with open(out.name) as f:
+                rows += json.load(f)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1, default=str)
+    return 0
+
+
 def main():
     args = parse_args()
+    if len(args.threads) > 1:
+        return per_thread_count(args)
     load = os.getloadavg()
     print(f"int8_bench: target '{args.target}', batch 1, image {args.image_size}, {args.repeat} interleaved rounds of "
           f"{args.repeat_ms:g} ms; kiln.quantize minmax per-channel, {args.calib} random calibration batches; "
