@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "peers"))
 
+import blas_choice  # noqa: E402
 import launcher  # noqa: E402
 import ort_peer  # noqa: E402
 import torch_models  # noqa: E402
@@ -142,6 +143,8 @@ def main():
     if len(args.threads) > 1:
         return per_thread_count(args)
     load = os.getloadavg()
+    cpu, flags = blas_choice.cpu_info()
+    print(f"# {cpu} ({blas_choice.vector_isa(flags)}, {os.cpu_count()} CPUs)")
     print(f"int8_bench: target '{args.target}', batch 1, image {args.image_size}, {args.repeat} interleaved rounds of "
           f"{args.repeat_ms:g} ms; kiln.quantize minmax per-channel, {args.calib} random calibration batches; "
           f"ONNX Runtime {ort_peer.version() or '(unavailable)'} on kiln.quantize's exported QDQ model; load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
