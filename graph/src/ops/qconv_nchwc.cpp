@@ -9,7 +9,15 @@
 //       multiplier[k]) + y_zero) clamped to [y_lo, y_hi] (a ReLU or Clip before the
 //       quantization: y_lo = y_zero for a ReLU); [N, K/kb, OH, OW, kb]
 // offset and multiplier hold K/kb * kb values (the padded channels' zeros).
+//
+//   kiln.QDepthwiseNCHWcI8(X, Wd, offset, multiplier?; the same attributes)
+//     X [N, C/b, H, W, b] uint8/int8, Wd [C/b, KH, KW, b] int32 or float32
+//     (the weights minus their zero point; float32 sums are exact integers
+//     below 2^24), a depthwise conv (group = channels), the padding pad_byte
+//     (x_zero, in X's dtype), offset = bias - x_zero sum w; the same epilogue
+//     as QConvNCHWcI8, [N, C/b, OH, OW, b] (kiln/ops/qdepthwise_nchwc.h).
 #include "kiln/ops/qconv_nchwc.h"
+#include "kiln/ops/qdepthwise_nchwc.h"
 
 #include <cstdint>
 
@@ -68,23 +76,57 @@ std::vector<TensorType> qconv_infer(const OpCall& c) {
   return {TensorType{{xs[0], ws[0], OH, OW, ws[5]}, qconv_out(c)}};
 }
 
-te::Tensor qconv_compute(const OpCall& c, const std::vector<te::Tensor>& in) {
-  te::Tensor acc = ops::qconv2d_nchwc(in[0], in[1], qconv_params(c), static_cast<int>(c.attrs.get_int("pad_byte")), "qconv");
+// offset, then (for a byte output) requantization and the clamp, per channel k = block * kb + lane.
+te::Tensor requantize(const OpCall& c, const te::Tensor& acc_in, const std::vector<te::Tensor>& in, int64_t kb) {
   te::Tensor offset = in[2], mult = c.has_input(3) ? in[3] : te::Tensor();
   DataType q = qconv_out(c);
-  const int64_t kb = c.input_types[1].shape[5].value();
   const QRange r = range_of(q);
   const int64_t lo = c.attrs.get_int("y_lo"), hi = c.attrs.get_int("y_hi");
   Expr y_zero = make_const(F32, static_cast<double>(c.attrs.get_int("y_zero")));
-  return te::compute(acc.shape(), [&](const std::vector<Var>& i) {
+  return te::compute(acc_in.shape(), [&](const std::vector<Var>& i) {
     Expr k = i[1] * ops::index_imm(kb) + i[4];
-    Expr a = acc(std::vector<Expr>(i.begin(), i.end())) + offset(k);
+    Expr acc = acc_in(std::vector<Expr>(i.begin(), i.end()));
+    Expr a = (acc.dtype() == I32 ? acc : cast(I32, acc)) + offset(k);
     if (q == I32) return a;
     Expr y = saturate_to(q, cast(F32, a) * mult(k), y_zero);
     if (lo > r.lo) y = max(y, make_const(q, static_cast<double>(lo)));
     if (hi < r.hi) y = min(y, make_const(q, static_cast<double>(hi)));
     return y;
   }, "requantize_qconv");
+}
+
+te::Tensor qconv_compute(const OpCall& c, const std::vector<te::Tensor>& in) {
+  te::Tensor acc = ops::qconv2d_nchwc(in[0], in[1], qconv_params(c), static_cast<int>(c.attrs.get_int("pad_byte")), "qconv");
+  return requantize(c, acc, in, c.input_types[1].shape[5].value());
+}
+
+// The depthwise op's types: X [N, C/b, H, W, b] bytes, Wd [C/b, KH, KW, b] int32/float32, offset and multiplier [C/b * b].
+std::vector<TensorType> qdepthwise_infer(const OpCall& c) {
+  c.expect_rank(0, 5);
+  c.expect_rank(1, 4);
+  const TensorType &x = c.input_types[0], &w = c.input_types[1];
+  if ((x.dtype != DataType::UInt(8) && x.dtype != DataType::Int(8)) || (w.dtype != I32 && w.dtype != F32))
+    c.fail("X " + x.str() + " must be uint8/int8 and Wd " + w.str() + " int32 or float32");
+  const auto& xs = x.shape;
+  const auto& ws = w.shape;
+  if (!w.is_static() || !(xs[1] == ws[0]) || !(xs[4] == ws[3])) c.fail("input " + x.str() + " and weights " + w.str() + " do not match");
+  Dim C = dim_mul(ws[0], ws[3]);
+  for (int i : {2, 3}) {
+    if (!c.has_input(i)) continue;
+    const TensorType& t = c.input_types[i];
+    if (t.dtype != (i == 2 ? I32 : F32) || t.ndim() != 1 || !(t.shape[0] == C))
+      c.fail(std::string(i == 2 ? "offset " : "multiplier ") + t.str() + " must be " + (i == 2 ? "int32" : "float32") + " [" + C.str() + "]");
+  }
+  ops::Conv2dParams p = qconv_params(c);
+  Dim OH = out_extent(xs[2], p.pad_top + p.pad_bottom, ws[1].value(), p.dilation_h, p.stride_h);
+  Dim OW = out_extent(xs[3], p.pad_left + p.pad_right, ws[2].value(), p.dilation_w, p.stride_w);
+  if ((OH.is_static() && OH.value() <= 0) || (OW.is_static() && OW.value() <= 0)) c.fail("the kernel is larger than the padded input");
+  return {TensorType{{xs[0], ws[0], OH, OW, ws[3]}, qconv_out(c)}};
+}
+
+te::Tensor qdepthwise_compute(const OpCall& c, const std::vector<te::Tensor>& in) {
+  te::Tensor acc = ops::qdepthwise_conv2d_nchwc(in[0], in[1], qconv_params(c), static_cast<int>(c.attrs.get_int("pad_byte")), "qdwconv");
+  return requantize(c, acc, in, c.input_types[1].shape[3].value());
 }
 
 const bool registered = [] {
@@ -113,6 +155,24 @@ const bool registered = [] {
   };
   d.sharding = replicated_rule();
   register_op(d);
+
+  OpDef dw = d;
+  dw.name = "kiln.QDepthwiseNCHWcI8";
+  dw.doc = "int8 depthwise conv2d of blocked bytes [N, C/b, H, W, b] by weights [C/b, KH, KW, b] (int32, or float32 exact integers), "
+           "per-channel offset and optional requantization and clamp (ReLU, Clip; see qconv_nchwc.cpp)";
+  dw.infer = qdepthwise_infer;
+  dw.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) { return std::vector<te::Tensor>{qdepthwise_compute(c, in)}; };
+  // One widened product per tap and output element.
+  dw.cost = [](const OpCall& c, const std::vector<TensorType>& out) {
+    const auto& w = c.input_types[1].shape;
+    const auto& y = out[0].shape;
+    OpCost k;
+    k.macs = static_cast<double>(out[0].numel()) * w[1] * w[2];
+    k.flops = 2 * k.macs + 6.0 * static_cast<double>(out[0].numel());
+    k.rows = static_cast<double>(y[0] * y[2] * y[3]);
+    return k;
+  };
+  register_op(dw);
   return true;
 }();
 

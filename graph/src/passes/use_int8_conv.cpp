@@ -23,8 +23,13 @@
 //   sum (x - x_zero) w' = sum x w' - x_zero * sum w'
 // over every tap, and offset[k] = bias[k] - x_zero * (sum of w'[k] over
 // channels and taps) is one per-channel constant. Targets without VNNI keep
-// the ops as they are (use_int8_dot measured the widening code slower than
-// the plain integer matmul; for convs it was not tried).
+// the dense convs as they are (use_int8_dot measured the widening code
+// slower than the plain integer matmul; for convs it was not tried).
+//
+// Depthwise convs (group = C = K, MobileNetV2's 3x3s) go to
+// kiln.QDepthwiseNCHWcI8 on every x86 target: no channel sums to share a
+// dot instruction, each byte widens to its channel's lane; in the block of
+// the 1x1 convs around them, so a MobileNetV2 block passes bytes through.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -91,15 +96,24 @@ struct QConv {
   std::string name;
   Value x;               // uint8/int8 NCHW
   double x_zero = 0;
-  const NDArray* w;      // int8/uint8 [K, C, KH, KW]
+  const NDArray* w;      // int8/uint8 [K, C, KH, KW] ([C, 1, KH, KW] depthwise)
   std::vector<double> w_zero;
+  bool depthwise = false;  // group = C = K
   std::vector<int64_t> bias;  // int32 per output channel (empty: none)
   ops::Conv2dParams p;
 };
 
-// The conv's window geometry (group 1, 2-D); nullopt where it is not one the kernel takes.
+// Whether a conv of x by w is depthwise (group = C = K, one input channel per filter); false for group 1.
+bool depthwise_of(const OpNode& conv, const TensorType& x, const TensorType& w) {
+  const int64_t group = conv.attrs.get_int_or("group", 1);
+  return group > 1 && x.ndim() == 4 && w.ndim() == 4 && w.is_static() && x.shape[1].is_static() && x.shape[1].value() == group &&
+         w.shape[0].value() == group && w.shape[1].value() == 1;
+}
+
+// The conv's window geometry (group 1 or depthwise, 2-D); nullopt where it is not one the kernels take.
 std::optional<ops::Conv2dParams> conv_params(const OpNode& conv, const TensorType& x, const TensorType& w, const TensorType& y) {
-  if (x.ndim() != 4 || w.ndim() != 4 || !w.is_static() || !x.shape[1].is_static() || conv.attrs.get_int_or("group", 1) != 1) return std::nullopt;
+  if (x.ndim() != 4 || w.ndim() != 4 || !w.is_static() || !x.shape[1].is_static()) return std::nullopt;
+  if (conv.attrs.get_int_or("group", 1) != 1 && !depthwise_of(conv, x, w)) return std::nullopt;
   auto st = layout_detail::ints_or(conv.attrs, "strides", {1, 1}), dl = layout_detail::ints_or(conv.attrs, "dilations", {1, 1});
   auto pd = layout_detail::ints_or(conv.attrs, "pads", {0, 0, 0, 0});
   if (st.size() != 2 || dl.size() != 2 || pd.size() != 4) return std::nullopt;
@@ -141,8 +155,57 @@ Value relayout(const Value& v, int64_t from, int64_t to, int64_t C, const std::s
   return make_op("kiln.LayoutTransform", {v}, a, name)->output();
 }
 
+Attrs qconv_attrs(const QConv& q, const std::optional<Requant>& rq, int64_t pad_byte) {
+  Attrs a;
+  a.set("strides", std::vector<int64_t>{q.p.stride_h, q.p.stride_w});
+  a.set("pads", std::vector<int64_t>{q.p.pad_top, q.p.pad_left, q.p.pad_bottom, q.p.pad_right});
+  a.set("dilations", std::vector<int64_t>{q.p.dilation_h, q.p.dilation_w});
+  a.set("pad_byte", pad_byte);
+  a.set("y_zero", rq ? rq->y_zero : int64_t(0));
+  a.set("y_dtype", int64_t(!rq ? 6 : rq->y.is_uint() ? 2 : 3));
+  a.set("y_lo", rq ? rq->lo : int64_t(INT32_MIN));
+  a.set("y_hi", rq ? rq->hi : int64_t(INT32_MAX));
+  return a;
+}
+
+int64_t weight_at(const NDArray& w, int64_t i) { return w.dtype().is_uint() ? int64_t(w.data_as<uint8_t>()[i]) : int64_t(w.data_as<int8_t>()[i]); }
+
+// The depthwise conv (kiln.QDepthwiseNCHWcI8): weights w - w_zero [C/b, KH, KW, b], float32 where every
+// sum of products is an integer float32 holds exactly (vcvtdq2ps + FMA), else int32 (vpmulld); the
+// input stays in its dtype, padded with its zero point. The block is block_for's, as the 1x1 convs'
+// around it, so that alter_conv_layout joins them without a transform.
+Value int8_depthwise(const QConv& q, const std::optional<Requant>& rq, int64_t lanes) {
+  const auto& ws = q.w->shape();
+  const int64_t C = ws[0], taps = ws[2] * ws[3], b = block_for(C, lanes), Cp = (C + b - 1) / b * b;
+  const int64_t x_zero = static_cast<int64_t>(q.x_zero);
+  int64_t biggest = 0;
+  for (int64_t i = 0; i < C * taps; ++i) biggest = std::max<int64_t>(biggest, std::llabs(weight_at(*q.w, i) - static_cast<int64_t>(at(q.w_zero, i / taps))));
+  const bool exact_f32 = taps * 255 * biggest < (int64_t{1} << 24);
+  NDArray packed = NDArray::empty({Cp / b, ws[2], ws[3], b}, exact_f32 ? DataType::Float(32) : DataType::Int(32));
+  std::vector<double> offset(Cp, 0.0), mult(Cp, 0.0);
+  for (int64_t i = 0; i < packed.numel(); ++i) exact_f32 ? void(packed.data_as<float>()[i] = 0.0f) : void(packed.data_as<int32_t>()[i] = 0);
+  for (int64_t c = 0; c < C; ++c) {
+    int64_t sum = 0;
+    for (int64_t r = 0; r < taps; ++r) {
+      int64_t w = weight_at(*q.w, c * taps + r) - static_cast<int64_t>(at(q.w_zero, c));
+      sum += w;
+      int64_t at_ = ((c / b) * taps + r) * b + c % b;
+      if (exact_f32) packed.data_as<float>()[at_] = static_cast<float>(w);
+      else packed.data_as<int32_t>()[at_] = static_cast<int32_t>(w);
+    }
+    offset[c] = static_cast<double>((q.bias.empty() ? 0 : q.bias[c]) - x_zero * sum);
+    if (rq) mult[c] = at(rq->multiplier, c);
+  }
+  std::vector<Value> in = {relayout(q.x, 0, b, C, q.name + ".x_blocked"), make_constant(q.name + ".w_taps", packed)->output(),
+                           constant_vec(q.name + ".offset", DataType::Int(32), offset)};
+  if (rq) in.push_back(constant_vec(q.name + ".multiplier", DataType::Float(32), mult));
+  Value y = make_op("kiln.QDepthwiseNCHWcI8", in, qconv_attrs(q, rq, x_zero), q.name)->output();
+  return relayout(y, b, 0, C, q.name + ".layout");
+}
+
 // The packed conv and its epilogue; undefined where a weight minus its zero point does not fit a signed byte.
 Value int8_conv(const QConv& q, const std::optional<Requant>& rq, int64_t lanes) {
+  if (q.depthwise) return int8_depthwise(q, rq, lanes);
   const auto& ws = q.w->shape();
   const int64_t K = ws[0], C = ws[1], KH = ws[2], KW = ws[3], taps = KH * KW;
   const int64_t cb = block_for(C, lanes), kb = block_for(K, lanes);
@@ -168,15 +231,7 @@ Value int8_conv(const QConv& q, const std::optional<Requant>& rq, int64_t lanes)
     offset[k] = static_cast<double>((q.bias.empty() ? 0 : q.bias[k]) - x_zero * sum);
     if (rq) mult[k] = at(rq->multiplier, k);
   }
-  Attrs a;
-  a.set("strides", std::vector<int64_t>{q.p.stride_h, q.p.stride_w});
-  a.set("pads", std::vector<int64_t>{q.p.pad_top, q.p.pad_left, q.p.pad_bottom, q.p.pad_right});
-  a.set("dilations", std::vector<int64_t>{q.p.dilation_h, q.p.dilation_w});
-  a.set("pad_byte", x_zero);
-  a.set("y_zero", rq ? rq->y_zero : int64_t(0));
-  a.set("y_dtype", int64_t(!rq ? 6 : rq->y.is_uint() ? 2 : 3));
-  a.set("y_lo", rq ? rq->lo : int64_t(INT32_MIN));
-  a.set("y_hi", rq ? rq->hi : int64_t(INT32_MAX));
+  Attrs a = qconv_attrs(q, rq, x_zero);
   std::vector<Value> in = {relayout(q.x, 0, cb, C, q.name + ".x_blocked"), make_constant(q.name + ".w_quads", packed)->output(),
                            constant_vec(q.name + ".offset", DataType::Int(32), offset)};
   if (rq) in.push_back(constant_vec(q.name + ".multiplier", DataType::Float(32), mult));
@@ -192,7 +247,7 @@ std::vector<double> multipliers(double xs, const std::vector<double>& ws, double
 }
 
 // x, w and the geometry of QLinearConv / ConvInteger (input positions xi, wi; zero points xz, wz).
-std::optional<QConv> onnx_qconv(const OpNode& n, size_t xi, size_t wi, size_t xz, size_t wz) {
+std::optional<QConv> onnx_qconv(const OpNode& n, size_t xi, size_t wi, size_t xz, size_t wz, bool dense) {
   QConv q;
   q.name = n.name;
   q.x = n.inputs[xi];
@@ -201,21 +256,23 @@ std::optional<QConv> onnx_qconv(const OpNode& n, size_t xi, size_t wi, size_t xz
   auto p = conv_params(n, q.x.type(), n.inputs[wi].type(), n.types[0]);
   if (!p) return std::nullopt;
   q.p = *p;
+  q.depthwise = depthwise_of(n, q.x.type(), n.inputs[wi].type());
+  if (!dense && !q.depthwise) return std::nullopt;
   std::vector<double> zx;
   if (!param(n, xz, 0, {0.0}, &zx) || !param(n, wz, q.w->shape()[0], {0.0}, &q.w_zero)) return std::nullopt;
   q.x_zero = zx[0];
   return q;
 }
 
-std::vector<Value> rewrite_conv_integer(const OpNode& n, int64_t lanes) {
-  auto q = onnx_qconv(n, 0, 1, 2, 3);
+std::vector<Value> rewrite_conv_integer(const OpNode& n, int64_t lanes, bool dense) {
+  auto q = onnx_qconv(n, 0, 1, 2, 3, dense);
   if (!q) return {};
   Value y = int8_conv(*q, std::nullopt, lanes);
   return y.defined() ? std::vector<Value>{y} : std::vector<Value>{};
 }
 
-std::vector<Value> rewrite_qlinear_conv(const OpNode& n, int64_t lanes) {
-  auto q = onnx_qconv(n, 0, 3, 2, 5);
+std::vector<Value> rewrite_qlinear_conv(const OpNode& n, int64_t lanes, bool dense) {
+  auto q = onnx_qconv(n, 0, 3, 2, 5, dense);
   if (!q) return {};
   const int64_t K = q->w->shape()[0];
   std::vector<double> xs, ws, ys, yz, b;
@@ -271,7 +328,7 @@ bool activation_clamp(const OpNode& act, double scale, Requant* rq) {
   return true;
 }
 
-std::vector<Value> rewrite_qdq(const OpNode& qn, int64_t lanes) {
+std::vector<Value> rewrite_qdq(const OpNode& qn, int64_t lanes, bool dense) {
   std::vector<double> ys, yz;
   DataType y = qn.types[0].dtype;
   if (!is_byte(y) || !param(qn, 1, 0, {}, &ys) || !param(qn, 2, 0, {0.0}, &yz)) return {};
@@ -295,6 +352,8 @@ std::vector<Value> rewrite_qdq(const OpNode& qn, int64_t lanes) {
   auto p = conv_params(*conv, x->x.type(), wt, conv->types[0]);
   if (!p) return {};
   q.p = *p;
+  q.depthwise = depthwise_of(*conv, x->x.type(), wt);
+  if (!dense && !q.depthwise) return {};
   if (conv->inputs.size() > 2 && conv->inputs[2].defined()) {
     // The bias in units of x_scale * w_scale[k]: exact for kiln.quantize's int32 bias at that scale.
     std::vector<double> b;
@@ -339,17 +398,21 @@ std::vector<Value> rewrite_pooled(const OpNode& qn) {
 
 Graph use_int8_conv(const Graph& g, const Target& target) {
   bool arm = target.triple.rfind("aarch64", 0) == 0 || target.triple.rfind("arm64", 0) == 0;
-  if (arm || !(target.has_feature("avx512vnni") || target.has_feature("avxvnni"))) return g;
+  if (arm) return g;
+  // Dense convs need the dot instruction; a depthwise conv widens bytes to
+  // 32-bit lanes (no channel sums), which every x86 vector unit does.
+  const bool dense = target.has_feature("avx512vnni") || target.has_feature("avxvnni");
   const int64_t lanes = target.natural_lanes(DataType::Int(32));
-  return rewrite_graph(g, [lanes](const Ref<OpNode>& n) -> std::vector<Value> {
+  return rewrite_graph(g, [lanes, dense](const Ref<OpNode>& n) -> std::vector<Value> {
     if (n->num_outputs() != 1) return {};
     const std::string& op = n->op->name;
     if (op == "QuantizeLinear") {
-      if (auto out = rewrite_pooled(*n); !out.empty()) return out;
-      return rewrite_qdq(*n, lanes);
+      if (dense)
+        if (auto out = rewrite_pooled(*n); !out.empty()) return out;
+      return rewrite_qdq(*n, lanes, dense);
     }
-    if (op == "QLinearConv") return rewrite_qlinear_conv(*n, lanes);
-    if (op == "ConvInteger") return rewrite_conv_integer(*n, lanes);
+    if (op == "QLinearConv") return rewrite_qlinear_conv(*n, lanes, dense);
+    if (op == "ConvInteger") return rewrite_conv_integer(*n, lanes, dense);
     return {};
   });
 }

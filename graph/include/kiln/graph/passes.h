@@ -118,7 +118,8 @@ Graph use_int8_dot(const Graph& g, const Target& target);
  * QLinearConv and ConvInteger (2-D, group 1, constant weights, scales and
  * zero points) become kiln.QConvNCHWcI8: vpdpbusd over byte quads of the
  * blocked layout with the bias, zero points, requantization and ReLU in its
- * epilogue (see use_int8_conv.cpp). Targets without VNNI keep the ops.
+ * epilogue (see use_int8_conv.cpp). Targets without VNNI keep the dense convs;
+ * depthwise convs run int8 on every x86 target (kiln.QDepthwiseNCHWcI8).
  */
 Graph use_int8_conv(const Graph& g, const Target& target);
 
