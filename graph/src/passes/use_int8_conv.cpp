@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -183,15 +184,15 @@ Value int8_depthwise(const QConv& q, const std::optional<Requant>& rq, int64_t l
   const bool exact_f32 = taps * 255 * biggest < (int64_t{1} << 24);
   NDArray packed = NDArray::empty({Cp / b, ws[2], ws[3], b}, exact_f32 ? DataType::Float(32) : DataType::Int(32));
   std::vector<double> offset(Cp, 0.0), mult(Cp, 0.0);
-  for (int64_t i = 0; i < packed.numel(); ++i) exact_f32 ? void(packed.data_as<float>()[i] = 0.0f) : void(packed.data_as<int32_t>()[i] = 0);
+  std::memset(packed.data(), 0, static_cast<size_t>(packed.nbytes()));  // the padded channels' taps (0 and 0.0f alike)
   for (int64_t c = 0; c < C; ++c) {
     int64_t sum = 0;
     for (int64_t r = 0; r < taps; ++r) {
       int64_t w = weight_at(*q.w, c * taps + r) - static_cast<int64_t>(at(q.w_zero, c));
       sum += w;
-      int64_t at_ = ((c / b) * taps + r) * b + c % b;
-      if (exact_f32) packed.data_as<float>()[at_] = static_cast<float>(w);
-      else packed.data_as<int32_t>()[at_] = static_cast<int32_t>(w);
+      int64_t k = ((c / b) * taps + r) * b + c % b;
+      if (exact_f32) packed.data_as<float>()[k] = static_cast<float>(w);
+      else packed.data_as<int32_t>()[k] = static_cast<int32_t>(w);
     }
     offset[c] = static_cast<double>((q.bias.empty() ? 0 : q.bias[c]) - x_zero * sum);
     if (rq) mult[c] = at(rq->multiplier, c);
