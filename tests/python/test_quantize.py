@@ -174,8 +174,9 @@ def test_export_runs_on_onnx_runtime(tmp_path):
     assert list(inits["x.scale"].dims) == [] and list(inits["x.zero_point"].dims) == []
     x = batches[1]
     want = kiln.compile(q)(x)[0]
-    # kiln reads its own export back to the same graph
-    np.testing.assert_allclose(kiln.compile(kiln.graph.from_onnx(str(path)))(x)[0], want, rtol=0, atol=0)
+    # kiln reads its own export back to the same graph; the import folds the weights' DequantizeLinear into
+    # float32 constants, so it runs the float kernels between Q/DQ, as compiling with int8=False does
+    np.testing.assert_allclose(kiln.compile(kiln.graph.from_onnx(str(path)))(x)[0], kiln.compile(q, int8=False)(x)[0], rtol=0, atol=0)
     why = ort_peer.unavailable()
     if why:
         pytest.skip(f"ONNX Runtime: {why}")
