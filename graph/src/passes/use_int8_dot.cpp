@@ -243,16 +243,18 @@ std::vector<Value> rewrite_gemm(const OpNode& g, const Dot& how) {
     return {};
   const bool trans_b = g.attrs.get_int_or("transB", 0) != 0;
   const OpNode* dqb = producer(g.inputs[1], "DequantizeLinear");
-  if (!dqb || dqb->inputs[0].node->kind != NodeKind::Constant || dqb->inputs[0].type().ndim() != 2) return {};
-  // Per column of [K, N] is axis 1, of transB's [N, K] axis 0.
-  if (trans_b && dqb->attrs.get_int_or("axis", 1) != 0 && !(dqb->inputs[1].type().ndim() == 0)) return {};
-  if (!trans_b && dqb->attrs.get_int_or("axis", 1) != 1 && !(dqb->inputs[1].type().ndim() == 0)) return {};
-  Value bq = trans_b ? transposed(dqb->inputs[0], g.name + ".b_kn") : dqb->inputs[0];
-  const int64_t N = bq.type().shape[1].value();
+  auto a = dequantized(g.inputs[0], false);
+  if (!a || !dqb || dqb->inputs[0].node->kind != NodeKind::Constant || dqb->inputs[0].type().ndim() != 2) return {};
+  const TensorType& wt = dqb->inputs[0].type();
+  const int64_t N = wt.shape[trans_b ? 0 : 1].value();
   QParams bp;
   if (!read_param(*dqb, 1, N, {}, &bp.scale) || !read_param(*dqb, 2, N, {0.0}, &bp.zero)) return {};
-  auto a = dequantized(g.inputs[0], false);
-  if (!a || a->first.type().ndim() != 2 || !fits(a->first, bq) || a->second.zero.size() != 1 || a->second.scale.size() != 1) return {};
+  // Per column of [K, N] is axis 1, of transB's [N, K] axis 0.
+  const int64_t axis = dqb->attrs.get_int_or("axis", 1);
+  if ((bp.scale.size() > 1 || bp.zero.size() > 1) && axis != (trans_b ? 0 : 1) && axis != (trans_b ? -2 : -1)) return {};
+  if (a->first.type().ndim() != 2 || a->second.zero.size() != 1 || a->second.scale.size() != 1) return {};
+  Value bq = trans_b ? transposed(dqb->inputs[0], g.name + ".b_kn") : dqb->inputs[0];
+  if (!fits(a->first, bq)) return {};
   Value acc = int8_matmul(g.name + ".int8", a->first, a->second.zero[0], bq, bp.zero, std::nullopt, how);
   Value y = make_op("Cast", {acc}, Attrs({{"to", int64_t(1)}}), g.name + ".acc_f32")->output();
   std::vector<double> scale;
