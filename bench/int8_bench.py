@@ -33,6 +33,9 @@ import torch_models  # noqa: E402
 from peer_timing import calls_per_repeat, time_calls, warm_up  # noqa: E402
 
 
+INT8_OPS = ("kiln.QConvNCHWcI8", "kiln.QDepthwiseNCHWcI8", "kiln.QMatMulI8x4")
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="int8_bench.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="resnet18,mobilenet_v2")
@@ -80,7 +83,7 @@ def row(args, model, threads):
         t0 = time.perf_counter()
         exe = kiln.compile(graph, target=target, **kw)
         sides[name] = {"exe": exe, "compile_s": time.perf_counter() - t0,
-                       "int8_groups": sum(1 for gr in exe.groups() if "kiln.QConvNCHWcI8" in gr["ops"] or "kiln.QMatMulI8x4" in gr["ops"])}
+                       "int8_groups": sum(1 for gr in exe.groups() if any(k in gr["ops"] for k in INT8_OPS))}
     outs = {k: s["exe"](xn)[0] for k, s in sides.items()}
     res = {"model": model, "threads": threads, "image": args.image_size, "quantize_s": quant_s,
            "int8_vs_fp32_rel_err": torch_models.rel_err(outs["kiln int8"], outs["kiln fp32"]),
