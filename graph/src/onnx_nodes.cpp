@@ -85,6 +85,11 @@ std::vector<Value> emit_flattening_softmax(const OnnxNode& n) {
   return {make_op(&reshape, {y, int64_constant(n.name + "/shape", shape)}, {}, n.name + "/unflatten")->output()};
 }
 
+// A DequantizeLinear reading integer codes (int8/uint8 weights, an int32 bias).
+bool keeps_integer_weights(const OpNode& n) {
+  return n.op->name == "DequantizeLinear" && !n.inputs.empty() && n.inputs[0].type().dtype.is_integer();
+}
+
 }  // namespace
 
 std::string supported_ops() {
@@ -144,8 +149,12 @@ std::vector<Value> emit_node(OnnxNode n) {
   Ref<OpNode> node = make_op(&op, n.inputs, n.attrs, n.name);
   // Fold as we build: exporters compute shapes with Shape -> Gather -> Concat
   // chains, and a Reshape reading one needs it constant to have a type.
-  std::vector<Value> folded = fold_node(node);
-  if (!folded.empty()) return folded;
+  // A DequantizeLinear of integer weights stays: the int8 passes match it
+  // (fold_constants folds it to float32 after them where none claims it).
+  if (!keeps_integer_weights(*node)) {
+    std::vector<Value> folded = fold_node(node);
+    if (!folded.empty()) return folded;
+  }
   std::vector<Value> outs;
   for (int i = 0; i < node->num_outputs(); ++i) outs.push_back(node->output(i));
   return outs;
