@@ -8,7 +8,8 @@ as they match kiln's own graph. A small ResNet-like CNN and a MobileNetV2
 inverted-residual block: the re-imported export compiles to as many int8
 groups as kiln's own quantized graph, gives its output exactly, gives the
 float QDQ path's exactly with int8=False (fold_constants folds the kept
-DequantizeLinear then), and is close to ONNX Runtime's on the same file."""
+DequantizeLinear then) and kiln's own graph's on an AVX2 target (no VNNI),
+and is close to ONNX Runtime's on the same file."""
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 
 import kiln
 from kiln.graph import Builder
+from kiln_helpers import AVX2, host_has_avx512
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RNG = np.random.default_rng(5153)
@@ -107,6 +109,11 @@ def test_exported_qdq_model_reimports_onto_int8_kernels(make, tmp_path):
     plain = kiln.compile(back, int8=False)
     assert sum(int8_groups(plain).values()) == 0, plain.groups()
     np.testing.assert_array_equal(plain(x)[0], kiln.compile(q, int8=False)(x)[0])
+    if make is mobilenet_v2_block and host_has_avx512():
+        # An AVX2 target (no VNNI): the depthwise conv alone on int8, the dense ones float, as in kiln's own graph.
+        avx2, own2 = kiln.compile(back, target=AVX2), kiln.compile(q, target=AVX2)
+        assert int8_groups(avx2) == int8_groups(own2) == {"kiln.QConvNCHWcI8": 0, "kiln.QDepthwiseNCHWcI8": 1, "kiln.QMatMulI8x4": 0}, avx2.groups()
+        np.testing.assert_array_equal(avx2(x)[0], own2(x)[0])
     ort = ort_output(tmp_path, path, x).reshape(got.shape)
     # ONNX Runtime's integer kernels may requantize one code step apart here and there.
     assert np.abs(got - ort).max() <= 0.02 * np.abs(ort).max(), (np.abs(got - ort).max(), np.abs(ort).max())
