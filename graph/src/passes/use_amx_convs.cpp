@@ -133,7 +133,7 @@ std::vector<Value> rewrite_conv(const OpNode& n) {
   Windows win;
   if (n.num_outputs() != 1 || !windows_of(n, &win)) return {};
   Value x = bfloat16_source(n.inputs[0]), w = bfloat16_source(n.inputs[1]);
-  if (!x.defined() || !w.defined() || n.inputs[1].node->kind == NodeKind::Constant) return {};  // constant weights: inference's NCHWc form
+  if (!x.defined() || !w.defined() || w.node->kind == NodeKind::Constant) return {};  // constant weights: inference's NCHWc form
   std::vector<int64_t> xs = static_shape(x), ws = static_shape(w), ys = static_shape(n.output());
   if (xs.empty() || ws.empty() || ys.empty() || !tiles_fit(ys[0] * ys[2] * ys[3], ys[1])) return {};
   Axis h{xs[2], ws[2], win.strides[0], win.dilations[0], win.pads[0], ys[2]}, wa{xs[3], ws[3], win.strides[1], win.dilations[1], win.pads[1], ys[3]};
