@@ -4,17 +4,20 @@
 // ops::amx_schedule (cpu_amx.h) runs their inner products on tiles where
 // use_bf16_dot's kiln.ConvBF16Pairs / ConvGradInputBF16Pairs /
 // ConvGradWeightBF16Pairs run on vdpbf16ps (a quarter of the tiles' rate).
-// Each is an im2col: the operand read at the taps is turned channels-last
-// and its windows laid side by side as rows, [pixels, taps * channels]:
-//   Conv:           Y[P, K]     = cols(X)[P, T*C]        x W as [T*C, K]
-//   ConvGradInput:  dX[P', C]   = cols(dY')[P', T*K]     x W as [T*K, C]
-//                   (dY' is dY with stride-1 zeros between its pixels, its
-//                   taps read in reverse: the transposed convolution)
-//   ConvGradWeight: dW[K, T*C]  = dY as [K, P]           x cols(X)[P, T*C]
-// the reduction padded with zeros to whole tiles (32 bfloat16 values), then
-// kiln.PackBF16Pairs and kiln.MatMulBF16Pairs as use_bf16_dot makes them.
-// The windows cost T copies of the read operand (memory-bound, once per
-// call); what does not fit (symbolic shapes, groups, auto_pad) is left to
+// Each is an im2col: the operand read at the taps as channels-last rows
+// (and a zero row), its windows gathered side by side by a constant table
+// of row numbers, [pixels, taps * channels]:
+//   Conv:           Y[P, K]    = windows(X)[P, T*C]   x W as [T*C, K]
+//   ConvGradInput:  dX[P', C]  = windows(dY)[P', T*K] x W as [T*K, C]
+//                   (the transposed convolution: pixel i at tap t reads dY
+//                   at (i + pad - t * dilation) / stride where that divides,
+//                   the zero row elsewhere)
+//   ConvGradWeight: dW[K, T*C] = dY as [K, P]         x windows(X)[P, T*C]
+// in bfloat16 pairs along the sum (channels: packed before the gather, so it
+// moves words; pixels: after it), padded with zeros to whole tiles, as one
+// kiln.MatMulBF16Pairs. The windows cost T copies of the read operand
+// (memory-bound, once per call); what does not fit (symbolic shapes, groups,
+// auto_pad, rows or columns without a tile's divisor) is left to
 // use_bf16_dot, whose pair forms stay the fallback on targets without AMX.
 #include <algorithm>
 #include <string>
@@ -60,46 +63,55 @@ std::vector<int64_t> static_shape(const Value& v) {
   return s;
 }
 
-// One spatial axis of the windows im2col reads: `out` positions `stride`
-// apart, taps `dilation` apart, the first tap at `pad_begin` before the
-// input's start; `reversed` reads tap k at the place of tap kernel-1-k.
+// One spatial axis of the windows: output position o at tap t reads the
+// source at q = o * step + offset + t * tap_step when q is a multiple of
+// `spread` (the source's pixels that far apart) and q / spread lies in
+// [0, src); else a zero.
 struct Axis {
-  int64_t in, kernel, stride, dilation, pad_begin, out;
-  bool reversed = false;
+  int64_t src, kernel, step, offset, tap_step, spread, out;
+  int64_t at(int64_t o, int64_t t) const {
+    const int64_t q = o * step + offset + t * tap_step;
+    return q < 0 || q % spread != 0 || q / spread >= src ? -1 : q / spread;
+  }
 };
 
-// x channels-last [N, H, W, C] -> [N*OH*OW, KH*KW*C], columns ordered (tap h, tap w, channel).
-Value im2col(const Value& x, const Axis& h, const Axis& w, const std::string& name) {
-  std::vector<int64_t> s = static_shape(x);
-  const int64_t N = s[0], C = s[3], P = N * h.out * w.out;
-  auto span = [](const Axis& a) { return (a.out - 1) * a.stride + (a.kernel - 1) * a.dilation + 1; };
-  Value xp = pad(x, {0, h.pad_begin, w.pad_begin, 0}, {0, span(h) - h.in - h.pad_begin, span(w) - w.in - w.pad_begin, 0}, name + ".pad");
-  std::vector<Value> taps;
-  for (int64_t kh = 0; kh < h.kernel; ++kh)
-    for (int64_t kw = 0; kw < w.kernel; ++kw) {
-      const int64_t oh = (h.reversed ? h.kernel - 1 - kh : kh) * h.dilation, ow = (w.reversed ? w.kernel - 1 - kw : kw) * w.dilation;
-      const std::string t = name + ".tap" + std::to_string(kh) + "_" + std::to_string(kw);
-      Value v = xp;
-      if (h.kernel * w.kernel > 1 || h.stride > 1 || w.stride > 1)
-        v = op("Slice", {xp, ints({oh, ow}, t + ".starts"), ints({oh + (h.out - 1) * h.stride + 1, ow + (w.out - 1) * w.stride + 1}, t + ".ends"),
-                         ints({1, 2}, t + ".axes"), ints({h.stride, w.stride}, t + ".steps")}, {}, t);
-      taps.push_back(reshape(v, {P, C}, t + ".rows"));
-    }
-  return taps.size() == 1 ? taps[0] : op("Concat", taps, Attrs({{"axis", int64_t(1)}}), name);
+// The rows of a source [N, C, H, W]: channels-last [N*H*W, C] and one zero row after them.
+Value rows_of(const Value& v, const std::string& name) {
+  std::vector<int64_t> s = static_shape(v);
+  Value r = reshape(transpose(v, {0, 2, 3, 1}, name + ".nhwc"), {s[0] * s[2] * s[3], s[1]}, name + ".rows");
+  return pad(r, {0, 0}, {1, 0}, name + ".zero_row");
 }
 
-// A [M, R] x B [R, N] in float32 from bfloat16 pairs along R, padded to whole tiles.
+// The windows of rows_of(source [N, ., H, W]) as [N*OH*OW, KH*KW*C'] (C' the rows' width),
+// columns ordered (tap h, tap w, channel): one Gather by a constant table of row numbers.
+Value windows(const Value& rows, int64_t N, const Axis& h, const Axis& w, const std::string& name) {
+  const int64_t zero = N * h.src * w.src, T = h.kernel * w.kernel, P = N * h.out * w.out;
+  NDArray table = NDArray::empty({P, T}, DataType::Int(32));
+  int32_t* at = table.data_as<int32_t>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t oh = 0; oh < h.out; ++oh)
+      for (int64_t ow = 0; ow < w.out; ++ow)
+        for (int64_t th = 0; th < h.kernel; ++th)
+          for (int64_t tw = 0; tw < w.kernel; ++tw) {
+            const int64_t ih = h.at(oh, th), iw = w.at(ow, tw);
+            *at++ = static_cast<int32_t>(ih < 0 || iw < 0 ? zero : (n * h.src + ih) * w.src + iw);
+          }
+  Value g = op("Gather", {rows, make_constant(name + ".table", table)->output()}, Attrs({{"axis", int64_t(0)}}), name);
+  return reshape(g, {P, T * rows.type().shape[1].value()}, name + ".cols");
+}
+
+Value pack(const Value& v, int64_t axis, const std::string& name) { return op("kiln.PackBF16Pairs", {v}, Attrs({{"axis", axis}}), name); }
+
+// A [M, R] x B [R, N] of bfloat16 pair words along R, R padded with zero words to whole tiles (16 words).
 Value pair_matmul(Value a, Value b, const std::string& name) {
-  const int64_t R = a.type().shape[1].value(), Rp = R <= 32 ? R : (R + 31) / 32 * 32;
+  const int64_t R = a.type().shape[1].value(), Rp = R <= 16 ? R : (R + 15) / 16 * 16;
   a = pad(a, {0, 0}, {0, Rp - R}, name + ".a_tiles");
   b = pad(b, {0, 0}, {Rp - R, 0}, name + ".b_tiles");
-  Value pa = op("kiln.PackBF16Pairs", {a}, Attrs({{"axis", int64_t(1)}}), name + ".a_pairs");
-  Value pb = op("kiln.PackBF16Pairs", {b}, Attrs({{"axis", int64_t(0)}}), name + ".b_pairs");
-  return op("kiln.MatMulBF16Pairs", {pa, pb}, Attrs({{"transA", int64_t(0)}, {"transB", int64_t(0)}}), name);
+  return op("kiln.MatMulBF16Pairs", {a, b}, Attrs({{"transA", int64_t(0)}, {"transB", int64_t(0)}}), name);
 }
 
 // Whether an [M, N] product takes ops::amx_schedule's tiles: rows and columns
-// with a divisor from 4 to 32 (else the im2col would only add copies).
+// with a divisor from 4 to 32 (else the windows would only add copies).
 bool tiles_fit(int64_t M, int64_t N) {
   auto fits = [](int64_t n) {
     for (int64_t d = std::min<int64_t>(n, 32); d >= 4; --d)
@@ -136,9 +148,10 @@ std::vector<Value> rewrite_conv(const OpNode& n) {
   if (!x.defined() || !w.defined() || w.node->kind == NodeKind::Constant) return {};  // constant weights: inference's NCHWc form
   std::vector<int64_t> xs = static_shape(x), ws = static_shape(w), ys = static_shape(n.output());
   if (xs.empty() || ws.empty() || ys.empty() || !tiles_fit(ys[0] * ys[2] * ys[3], ys[1])) return {};
-  Axis h{xs[2], ws[2], win.strides[0], win.dilations[0], win.pads[0], ys[2]}, wa{xs[3], ws[3], win.strides[1], win.dilations[1], win.pads[1], ys[3]};
-  Value cols = im2col(nchw_to_nhwc(x, n.name + ".x_nhwc"), h, wa, n.name + ".x_cols");
-  Value wm = reshape(transpose(w, {2, 3, 1, 0}, n.name + ".w_taps"), {ws[1] * ws[2] * ws[3], ws[0]}, n.name + ".w_rows");
+  auto axis = [&](int j) { return Axis{xs[2 + j], ws[2 + j], win.strides[j], -win.pads[j], win.dilations[j], 1, ys[2 + j]}; };
+  Value cols = windows(pack(rows_of(x, n.name + ".x"), 1, n.name + ".x_pairs"), xs[0], axis(0), axis(1), n.name + ".x_windows");
+  const int64_t C2 = (ws[1] + 1) / 2;
+  Value wm = reshape(transpose(pack(w, 1, n.name + ".w_pairs"), {2, 3, 1, 0}, n.name + ".w_taps"), {C2 * ws[2] * ws[3], ws[0]}, n.name + ".w_rows");
   Value y = pair_matmul(cols, wm, n.name);
   if (n.inputs.size() > 2 && n.inputs[2].defined()) y = op("Add", {y, n.inputs[2]}, {}, n.name + ".bias");
   return {transpose(reshape(y, {ys[0], ys[2], ys[3], ys[1]}, n.name + ".y_nhwc"), {0, 3, 1, 2}, n.name + ".y")};
@@ -153,19 +166,11 @@ std::vector<Value> rewrite_conv_grad_input(const OpNode& n) {
   const std::vector<int64_t>& xs = n.attrs.get_ints("input_shape");
   std::vector<int64_t> ys = static_shape(dy), ws = static_shape(w);
   if (!dy.defined() || !w.defined() || ys.empty() || ws.empty() || xs.size() != 4 || !tiles_fit(xs[0] * xs[2] * xs[3], xs[1])) return {};
-  const int64_t sh = win.strides[0], sw = win.strides[1];
-  Value u = nchw_to_nhwc(dy, n.name + ".dy_nhwc");
-  if (sh > 1 || sw > 1) {  // [N, OH, 1, OW, 1, K] padded to [N, OH, sh, OW, sw, K]: dY's pixels sh and sw apart
-    u = reshape(u, {ys[0], ys[2], 1, ys[3], 1, ys[1]}, n.name + ".dy_cells");
-    u = pad(u, {0, 0, 0, 0, 0, 0}, {0, 0, sh - 1, 0, sw - 1, 0}, n.name + ".dy_zeros");
-    u = reshape(u, {ys[0], ys[2] * sh, ys[3] * sw, ys[1]}, n.name + ".dy_spread");
-  }
-  auto axis = [&](int j) {
-    const int64_t d = win.dilations[j], k = ws[2 + j];
-    return Axis{ys[2 + j] * win.strides[j], k, 1, d, (k - 1) * d - win.pads[j], xs[2 + j], true};
-  };
-  Value cols = im2col(u, axis(0), axis(1), n.name + ".dy_cols");
-  Value wm = reshape(transpose(w, {2, 3, 0, 1}, n.name + ".w_taps"), {ws[0] * ws[2] * ws[3], ws[1]}, n.name + ".w_rows");
+  // dX at pixel i, tap t reads dY at (i + pad - t * dilation) / stride where that divides.
+  auto axis = [&](int j) { return Axis{ys[2 + j], ws[2 + j], 1, win.pads[j], -win.dilations[j], win.strides[j], xs[2 + j]}; };
+  Value cols = windows(pack(rows_of(dy, n.name + ".dy"), 1, n.name + ".dy_pairs"), ys[0], axis(0), axis(1), n.name + ".dy_windows");
+  const int64_t K2 = (ws[0] + 1) / 2;
+  Value wm = reshape(transpose(pack(w, 0, n.name + ".w_pairs"), {2, 3, 0, 1}, n.name + ".w_taps"), {K2 * ws[2] * ws[3], ws[1]}, n.name + ".w_rows");
   Value dx = pair_matmul(cols, wm, n.name);
   return {transpose(reshape(dx, {xs[0], xs[2], xs[3], xs[1]}, n.name + ".dx_nhwc"), {0, 3, 1, 2}, n.name + ".dx")};
 }
@@ -178,11 +183,12 @@ std::vector<Value> rewrite_conv_grad_weight(const OpNode& n) {
   Value x = bfloat16_source(n.inputs[0]), dy = bfloat16_source(n.inputs[1]);
   std::vector<int64_t> xs = static_shape(x), ys = static_shape(dy), ks = ints_or(n, "kernel_shape", {});
   if (!x.defined() || !dy.defined() || xs.empty() || ys.empty() || ks.size() != 2 || !tiles_fit(ys[1], xs[1] * ks[0] * ks[1])) return {};
-  Axis h{xs[2], ks[0], win.strides[0], win.dilations[0], win.pads[0], ys[2]}, wa{xs[3], ks[1], win.strides[1], win.dilations[1], win.pads[1], ys[3]};
+  auto axis = [&](int j) { return Axis{xs[2 + j], ks[j], win.strides[j], -win.pads[j], win.dilations[j], 1, ys[2 + j]}; };
   const int64_t K = ys[1], C = xs[1], P = ys[0] * ys[2] * ys[3], Pp = P <= 32 ? P : (P + 31) / 32 * 32;
-  Value cols = pad(im2col(nchw_to_nhwc(x, n.name + ".x_nhwc"), h, wa, n.name + ".x_cols"), {0, 0}, {Pp - P, 0}, n.name + ".x_tiles");
+  // Pairs along the pixels (the sum), so the windows are gathered before the packing.
+  Value cols = pad(windows(rows_of(x, n.name + ".x"), xs[0], axis(0), axis(1), n.name + ".x_windows"), {0, 0}, {Pp - P, 0}, n.name + ".x_tiles");
   Value dym = pad(reshape(transpose(dy, {1, 0, 2, 3}, n.name + ".dy_kn"), {K, P}, n.name + ".dy_rows"), {0, 0}, {0, Pp - P}, n.name + ".dy_tiles");
-  Value dw = pair_matmul(dym, cols, n.name);
+  Value dw = pair_matmul(pack(dym, 1, n.name + ".dy_pairs"), pack(cols, 0, n.name + ".x_pairs"), n.name);
   return {transpose(reshape(dw, {K, ks[0], ks[1], C}, n.name + ".dw_taps"), {0, 3, 1, 2}, n.name + ".dw")};
 }
 
