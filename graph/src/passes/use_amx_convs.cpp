@@ -17,7 +17,7 @@
 // moves words; pixels: after it), padded with zeros to whole tiles, as one
 // kiln.MatMulBF16Pairs. The windows cost T copies of the read operand
 // (memory-bound, once per call); what does not fit (symbolic shapes, groups,
-// auto_pad, rows or columns without a tile's divisor) is left to
+// auto_pad, rows or columns without a tile's divisor, under 16 channels) is left to
 // use_bf16_dot, whose pair forms stay the fallback on targets without AMX.
 #include <algorithm>
 #include <string>
@@ -112,7 +112,10 @@ Value pair_matmul(Value a, Value b, const std::string& name) {
 
 // Whether an [M, N] product takes ops::amx_schedule's tiles: rows and columns
 // with a divisor from 4 to 32 (else the windows would only add copies).
-bool tiles_fit(int64_t M, int64_t N) {
+// The gathered rows hold a tap's channels: under 16 (a stem's 3) they are
+// too short to copy well, and the pair form is as fast (measured).
+bool tiles_fit(int64_t M, int64_t N, int64_t row_channels) {
+  if (row_channels < 16) return false;
   auto fits = [](int64_t n) {
     for (int64_t d = std::min<int64_t>(n, 32); d >= 4; --d)
       if (n % d == 0) return true;
@@ -147,7 +150,7 @@ std::vector<Value> rewrite_conv(const OpNode& n) {
   Value x = bfloat16_source(n.inputs[0]), w = bfloat16_source(n.inputs[1]);
   if (!x.defined() || !w.defined() || w.node->kind == NodeKind::Constant) return {};  // constant weights: inference's NCHWc form
   std::vector<int64_t> xs = static_shape(x), ws = static_shape(w), ys = static_shape(n.output());
-  if (xs.empty() || ws.empty() || ys.empty() || !tiles_fit(ys[0] * ys[2] * ys[3], ys[1])) return {};
+  if (xs.empty() || ws.empty() || ys.empty() || !tiles_fit(ys[0] * ys[2] * ys[3], ys[1], ws[1])) return {};
   auto axis = [&](int j) { return Axis{xs[2 + j], ws[2 + j], win.strides[j], -win.pads[j], win.dilations[j], 1, ys[2 + j]}; };
   Value cols = windows(pack(rows_of(x, n.name + ".x"), 1, n.name + ".x_pairs"), xs[0], axis(0), axis(1), n.name + ".x_windows");
   const int64_t C2 = (ws[1] + 1) / 2;
@@ -165,7 +168,7 @@ std::vector<Value> rewrite_conv_grad_input(const OpNode& n) {
   Value dy = bfloat16_source(n.inputs[0]), w = bfloat16_source(n.inputs[1]);
   const std::vector<int64_t>& xs = n.attrs.get_ints("input_shape");
   std::vector<int64_t> ys = static_shape(dy), ws = static_shape(w);
-  if (!dy.defined() || !w.defined() || ys.empty() || ws.empty() || xs.size() != 4 || !tiles_fit(xs[0] * xs[2] * xs[3], xs[1])) return {};
+  if (!dy.defined() || !w.defined() || ys.empty() || ws.empty() || xs.size() != 4 || !tiles_fit(xs[0] * xs[2] * xs[3], xs[1], ws[0])) return {};
   // dX at pixel i, tap t reads dY at (i + pad - t * dilation) / stride where that divides.
   auto axis = [&](int j) { return Axis{ys[2 + j], ws[2 + j], 1, win.pads[j], -win.dilations[j], win.strides[j], xs[2 + j]}; };
   Value cols = windows(pack(rows_of(dy, n.name + ".dy"), 1, n.name + ".dy_pairs"), ys[0], axis(0), axis(1), n.name + ".dy_windows");
@@ -182,7 +185,7 @@ std::vector<Value> rewrite_conv_grad_weight(const OpNode& n) {
   if (!windows_of(n, &win)) return {};
   Value x = bfloat16_source(n.inputs[0]), dy = bfloat16_source(n.inputs[1]);
   std::vector<int64_t> xs = static_shape(x), ys = static_shape(dy), ks = ints_or(n, "kernel_shape", {});
-  if (!x.defined() || !dy.defined() || xs.empty() || ys.empty() || ks.size() != 2 || !tiles_fit(ys[1], xs[1] * ks[0] * ks[1])) return {};
+  if (!x.defined() || !dy.defined() || xs.empty() || ys.empty() || ks.size() != 2 || !tiles_fit(ys[1], xs[1] * ks[0] * ks[1], xs[1])) return {};
   auto axis = [&](int j) { return Axis{xs[2 + j], ks[j], win.strides[j], -win.pads[j], win.dilations[j], 1, ys[2 + j]}; };
   const int64_t K = ys[1], C = xs[1], P = ys[0] * ys[2] * ys[3], Pp = P <= 32 ? P : (P + 31) / 32 * 32;
   // Pairs along the pixels (the sum), so the windows are gathered before the packing.
