@@ -68,8 +68,9 @@ def check(exe, x, w, dy, stride, pad, dil):
 
 
 # ResNet's kinds: 3x3 stride 1, 3x3 stride 2, the 1x1 stride-2 shortcut, a 7x7 stride-2 one of 16 channels
-# (392 words of reduction, padded to whole tiles), a dilated one, and a 7x7 map whose pixels (98) pad to 128 for dW.
-SHAPES = [(2, 32, 9, 32, 3, 1, 1, 1), (2, 16, 10, 32, 3, 2, 1, 1), (2, 32, 8, 16, 1, 2, 0, 1), (1, 16, 16, 16, 7, 2, 3, 1),
+# (392 words of reduction, padded to whole tiles), a dilated one, a 7x7 map whose pixels (98) pad to 128 for dW,
+# and two with fewer pixels than weights' rows (ResNet's last stage), whose Y and dX come transposed.
+SHAPES = [(1, 32, 4, 64, 3, 1, 1, 1), (2, 64, 4, 64, 3, 2, 1, 1), (2, 32, 9, 32, 3, 1, 1, 1), (2, 16, 10, 32, 3, 2, 1, 1), (2, 32, 8, 16, 1, 2, 0, 1), (1, 16, 16, 16, 7, 2, 3, 1),
           (2, 16, 9, 32, 3, 1, 2, 2), (2, 32, 7, 32, 3, 1, 1, 1)]
 
 

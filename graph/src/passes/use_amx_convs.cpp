@@ -82,22 +82,41 @@ Value rows_of(const Value& v, const std::string& name) {
   return pad(r, {0, 0}, {1, 0}, name + ".zero_row");
 }
 
+// The row each output pixel reads at each tap (N*H*W for the zero row),
+// [P, T] ordered (n, oh, ow) x (tap h, tap w), or [T, P] when `taps_first`.
+NDArray window_table(int64_t N, const Axis& h, const Axis& w, bool taps_first, int64_t zero) {
+  const int64_t T = h.kernel * w.kernel, P = N * h.out * w.out;
+  NDArray table = NDArray::empty(taps_first ? std::vector<int64_t>{T, P} : std::vector<int64_t>{P, T}, DataType::Int(32));
+  int32_t* at = table.data_as<int32_t>();
+  int64_t p = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t oh = 0; oh < h.out; ++oh)
+      for (int64_t ow = 0; ow < w.out; ++ow, ++p)
+        for (int64_t th = 0; th < h.kernel; ++th)
+          for (int64_t tw = 0; tw < w.kernel; ++tw) {
+            const int64_t ih = h.at(oh, th), iw = w.at(ow, tw), t = th * w.kernel + tw;
+            at[taps_first ? t * P + p : p * T + t] = static_cast<int32_t>(ih < 0 || iw < 0 ? zero : (n * h.src + ih) * w.src + iw);
+          }
+  return table;
+}
+
 // The windows of rows_of(source [N, ., H, W]) as [N*OH*OW, KH*KW*C'] (C' the rows' width),
 // columns ordered (tap h, tap w, channel): one Gather by a constant table of row numbers.
 Value windows(const Value& rows, int64_t N, const Axis& h, const Axis& w, const std::string& name) {
-  const int64_t zero = N * h.src * w.src, T = h.kernel * w.kernel, P = N * h.out * w.out;
-  NDArray table = NDArray::empty({P, T}, DataType::Int(32));
-  int32_t* at = table.data_as<int32_t>();
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t oh = 0; oh < h.out; ++oh)
-      for (int64_t ow = 0; ow < w.out; ++ow)
-        for (int64_t th = 0; th < h.kernel; ++th)
-          for (int64_t tw = 0; tw < w.kernel; ++tw) {
-            const int64_t ih = h.at(oh, th), iw = w.at(ow, tw);
-            *at++ = static_cast<int32_t>(ih < 0 || iw < 0 ? zero : (n * h.src + ih) * w.src + iw);
-          }
+  NDArray table = window_table(N, h, w, false, N * h.src * w.src);
   Value g = op("Gather", {rows, make_constant(name + ".table", table)->output()}, Attrs({{"axis", int64_t(0)}}), name);
-  return reshape(g, {P, T * rows.type().shape[1].value()}, name + ".cols");
+  return reshape(g, {table.shape()[0], table.shape()[1] * rows.type().shape[1].value()}, name + ".cols");
+}
+
+// The same transposed, from a source [N, C', H, W] of pair words: [C'*KH*KW, N*OH*OW], rows
+// ordered (channel, tap h, tap w) as the weights [., C', KH, KW] hold them, so they need no transpose.
+Value windows_by_channel(const Value& words, const Axis& h, const Axis& w, const std::string& name) {
+  std::vector<int64_t> s = static_shape(words);
+  Value cols = reshape(transpose(words, {1, 0, 2, 3}, name + ".cnhw"), {s[1], s[0] * s[2] * s[3]}, name + ".rows");
+  cols = pad(cols, {0, 0}, {0, 1}, name + ".zero_col");
+  NDArray table = window_table(s[0], h, w, true, s[0] * s[2] * s[3]);
+  Value g = op("Gather", {cols, make_constant(name + ".table", table)->output()}, Attrs({{"axis", int64_t(1)}}), name);
+  return reshape(g, {s[1] * table.shape()[0], table.shape()[1]}, name + ".cols");
 }
 
 Value pack(const Value& v, int64_t axis, const std::string& name) { return op("kiln.PackBF16Pairs", {v}, Attrs({{"axis", axis}}), name); }
@@ -152,11 +171,18 @@ std::vector<Value> rewrite_conv(const OpNode& n) {
   std::vector<int64_t> xs = static_shape(x), ws = static_shape(w), ys = static_shape(n.output());
   if (xs.empty() || ws.empty() || ys.empty() || !tiles_fit(ys[0] * ys[2] * ys[3], ys[1], ws[1])) return {};
   auto axis = [&](int j) { return Axis{xs[2 + j], ws[2 + j], win.strides[j], -win.pads[j], win.dilations[j], 1, ys[2 + j]}; };
+  const int64_t C2 = (ws[1] + 1) / 2, T = ws[2] * ws[3], P = ys[0] * ys[2] * ys[3], K = ws[0];
+  Value bias = n.inputs.size() > 2 ? n.inputs[2] : Value();
+  if (K >= P) {  // more weights than windows: Y^T = W [K, C*T] x windows [C*T, P], the weights as they are
+    Value cols = windows_by_channel(pack(x, 1, n.name + ".x_pairs"), axis(0), axis(1), n.name + ".x_windows");
+    Value y = pair_matmul(reshape(pack(w, 1, n.name + ".w_pairs"), {K, C2 * T}, n.name + ".w_rows"), cols, n.name);
+    if (bias.defined()) y = op("Add", {y, reshape(bias, {K, 1}, n.name + ".bias_rows")}, {}, n.name + ".bias");
+    return {transpose(reshape(y, {K, ys[0], ys[2], ys[3]}, n.name + ".y_knhw"), {1, 0, 2, 3}, n.name + ".y")};
+  }
   Value cols = windows(pack(rows_of(x, n.name + ".x"), 1, n.name + ".x_pairs"), xs[0], axis(0), axis(1), n.name + ".x_windows");
-  const int64_t C2 = (ws[1] + 1) / 2;
-  Value wm = reshape(transpose(pack(w, 1, n.name + ".w_pairs"), {2, 3, 1, 0}, n.name + ".w_taps"), {C2 * ws[2] * ws[3], ws[0]}, n.name + ".w_rows");
+  Value wm = reshape(transpose(pack(w, 1, n.name + ".w_pairs"), {2, 3, 1, 0}, n.name + ".w_taps"), {C2 * T, K}, n.name + ".w_rows");
   Value y = pair_matmul(cols, wm, n.name);
-  if (n.inputs.size() > 2 && n.inputs[2].defined()) y = op("Add", {y, n.inputs[2]}, {}, n.name + ".bias");
+  if (bias.defined()) y = op("Add", {y, bias}, {}, n.name + ".bias");
   return {transpose(reshape(y, {ys[0], ys[2], ys[3], ys[1]}, n.name + ".y_nhwc"), {0, 3, 1, 2}, n.name + ".y")};
 }
 
@@ -171,9 +197,15 @@ std::vector<Value> rewrite_conv_grad_input(const OpNode& n) {
   if (!dy.defined() || !w.defined() || ys.empty() || ws.empty() || xs.size() != 4 || !tiles_fit(xs[0] * xs[2] * xs[3], xs[1], ws[0])) return {};
   // dX at pixel i, tap t reads dY at (i + pad - t * dilation) / stride where that divides.
   auto axis = [&](int j) { return Axis{ys[2 + j], ws[2 + j], 1, win.pads[j], -win.dilations[j], win.strides[j], xs[2 + j]}; };
+  const int64_t K2 = (ws[0] + 1) / 2, T = ws[2] * ws[3], P = xs[0] * xs[2] * xs[3], C = ws[1];
+  if (C >= P) {  // more weights than windows: dX^T = W as [C, K*T] x windows [K*T, P]
+    Value cols = windows_by_channel(pack(dy, 1, n.name + ".dy_pairs"), axis(0), axis(1), n.name + ".dy_windows");
+    Value wm = reshape(transpose(pack(w, 0, n.name + ".w_pairs"), {1, 0, 2, 3}, n.name + ".w_by_c"), {C, K2 * T}, n.name + ".w_rows");
+    Value dx = pair_matmul(wm, cols, n.name);
+    return {transpose(reshape(dx, {C, xs[0], xs[2], xs[3]}, n.name + ".dx_cnhw"), {1, 0, 2, 3}, n.name + ".dx")};
+  }
   Value cols = windows(pack(rows_of(dy, n.name + ".dy"), 1, n.name + ".dy_pairs"), ys[0], axis(0), axis(1), n.name + ".dy_windows");
-  const int64_t K2 = (ws[0] + 1) / 2;
-  Value wm = reshape(transpose(pack(w, 0, n.name + ".w_pairs"), {2, 3, 0, 1}, n.name + ".w_taps"), {K2 * ws[2] * ws[3], ws[1]}, n.name + ".w_rows");
+  Value wm = reshape(transpose(pack(w, 0, n.name + ".w_pairs"), {2, 3, 0, 1}, n.name + ".w_taps"), {K2 * T, C}, n.name + ".w_rows");
   Value dx = pair_matmul(cols, wm, n.name);
   return {transpose(reshape(dx, {xs[0], xs[2], xs[3], xs[1]}, n.name + ".dx_nhwc"), {0, 3, 1, 2}, n.name + ".dx")};
 }
