@@ -164,6 +164,14 @@ def test_bf16_dot_products_train_as_the_rounded_matmuls(monkeypatch):
     assert np.abs(w_dot - w_emul).max() <= 0.02 * np.abs(w_emul).max(), np.abs(w_dot - w_emul).max()
 
 
+def host_without_amx():
+    """The host's target less its AMX tiles: the pair convolutions below (vdpbf16ps, or emulated without AVX-512 BF16)
+    on every host, where AMX hosts would take use_amx_convs' tiles instead (test_amx_train_convs.py)."""
+    t = kiln.Target("llvm")
+    keep = [f for f in t.features if not f.startswith("amx")]
+    return f"llvm -mcpu={t.mcpu} -mattr=" + ",".join(["+" + f for f in keep] + ["-amx-tile", "-amx-bf16", "-amx-int8"])
+
+
 @pytest.mark.parametrize("bf16_dot", [True, False])
 @pytest.mark.parametrize("N,C,H,K,k,stride,pad,bias", [(2, 7, 9, 16, 3, 1, 1, True), (2, 32, 12, 32, 3, 1, 1, False),
                                                       (1, 16, 15, 32, 3, 2, 1, False), (2, 16, 8, 24, 1, 1, 0, True)])
@@ -175,7 +183,7 @@ def test_bf16_dot_convolutions_compute_the_rounded_conv(bf16_dot, N, C, H, K, k,
     bv = rng.standard_normal(K).astype("float32")
     ins = [b.input("x", xv.shape), b.input("w", wv.shape)] + ([b.input("b", bv.shape)] if bias else [])
     g = kiln.graph.autocast(b.build(b.op("Conv", *ins, strides=[stride, stride], pads=[pad] * 4)), "bfloat16")
-    exe = kiln.compile(g, bf16_dot=bf16_dot)
+    exe = kiln.compile(g, bf16_dot=bf16_dot, target=host_without_amx())
     assert ("kiln.ConvBF16Pairs" in " ".join(gr["ops"] for gr in exe.groups())) == bf16_dot  # odd C pads a zero channel
     got = exe(xv, wv, *([bv] if bias else []))[0]
     t = lambda a: torch.tensor(round_to(a, "bfloat16"), dtype=torch.float64)  # noqa: E731
@@ -204,7 +212,7 @@ def test_bf16_dot_convolutions_train_as_the_rounded_convolutions(monkeypatch):
     runs = {}
     for dot in (True, False):
         monkeypatch.setattr(kiln.graph, "compile", lambda *a, dot=dot, **k: real(*a, bf16_dot=dot, **k))
-        step = kiln.train.compile(small_cnn(), optimizer=kiln.train.SGD(lr=0.1, momentum=0.9), precision="bfloat16")
+        step = kiln.train.compile(small_cnn(), optimizer=kiln.train.SGD(lr=0.1, momentum=0.9), precision="bfloat16", target=host_without_amx())
         ops = " ".join(gr["ops"] for gr in step._exe.groups())
         assert (ops.count("kiln.ConvBF16Pairs"), ops.count("kiln.ConvGradInputBF16Pairs")) == ((3, 2) if dot else (0, 0)), ops
         assert ops.count("kiln.ConvGradWeightBF16Pairs") == (3 if dot else 0), ops

@@ -17,6 +17,7 @@ Graph optimize(const Graph& g, const Target& target, const PipelineOptions& opti
   after("remove_identity", remove_identity);
   after("fold_transposes", fold_transposes);
   bool bf16_dot = target.kind == Target::Kind::LLVM && (options.bf16_dot == 1 || (options.bf16_dot < 0 && target.has_feature("avx512bf16")));
+  if (bf16_dot) after("use_amx_convs", [&](const Graph& in) { return use_amx_convs(in, target); });
   if (bf16_dot) after("use_bf16_dot", use_bf16_dot);
   if (bf16_dot) after("use_amx_operands", [&](const Graph& in) { return use_amx_operands(in, target); });
   // Before fold_constants, which would fold the weights' DequantizeLinear to float32.

@@ -85,6 +85,16 @@ bool holds_bfloat16_values(const Value& v);
 Value bfloat16_source(const Value& v);
 
 /**
+ * On targets with AMX-BF16 (ops::target_has_amx), before use_bf16_dot: a
+ * 2-D group-1 Conv of computed weights and Conv's gradients, of operands
+ * that hold bfloat16 values, become an im2col (the windows as rows,
+ * channels-last) and one kiln.MatMulBF16Pairs, which AMX tiles run
+ * (use_amx_convs.cpp). Other targets, and shapes the tiles do not take,
+ * are left to use_bf16_dot.
+ */
+Graph use_amx_convs(const Graph& g, const Target& target);
+
+/**
  * On targets with AMX-BF16 (ops::target_has_amx): a kiln.MatMulBF16Pairs
  * with transA or transB reads that operand through a Transpose of its pair
  * words, flags cleared, so that AMX tiles take it (use_amx_operands.cpp).
@@ -137,7 +147,7 @@ struct PipelineOptions {
   bool int8_dot = true;
 };
 
-/** The pipeline: remove_identity, fold_transposes, use_bf16_dot (see bf16_dot) and use_amx_operands, use_int8_dot, use_int8_conv, fold_constants, fold_batch_norm, eliminate_common_subexpr,
+/** The pipeline: remove_identity, fold_transposes, use_amx_convs and use_bf16_dot (see bf16_dot) and use_amx_operands, use_int8_dot, use_int8_conv, fold_constants, fold_batch_norm, eliminate_common_subexpr,
  *  alter_conv_layout, use_bf16_packed_weights (with use_bf16_dot), then fuse_ops (or wrap_ops). */
 Graph optimize(const Graph& g, const Target& target, const PipelineOptions& options = {});
 
