@@ -174,8 +174,9 @@ def test_export_runs_on_onnx_runtime(tmp_path):
     assert list(inits["x.scale"].dims) == [] and list(inits["x.zero_point"].dims) == []
     x = batches[1]
     want = kiln.compile(q)(x)[0]
-    # kiln reads its own export back to the same graph
-    np.testing.assert_allclose(kiln.compile(kiln.graph.from_onnx(str(path)))(x)[0], want, rtol=0, atol=0)
+    # kiln reads its own export back to the same graph; the import folds the weights' DequantizeLinear, so its
+    # Gemm runs in float where q's runs on the int8 codes (an exact integer sum, scaled once): rounding apart
+    np.testing.assert_allclose(kiln.compile(kiln.graph.from_onnx(str(path)))(x)[0], want, rtol=0, atol=1e-6 * np.abs(want).max())
     why = ort_peer.unavailable()
     if why:
         pytest.skip(f"ONNX Runtime: {why}")

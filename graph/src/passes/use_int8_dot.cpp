@@ -218,6 +218,61 @@ std::vector<Value> rewrite_qdq(const OpNode& q, const Dot& how) {
   return {int8_matmul(q.name, a->first, a->second.zero[0], b->first, b->second.zero, rq, how)};
 }
 
+// MatMul(DQ(a), DQ(b)) whose float output no QuantizeLinear takes (rewrite_qdq's pattern goes first): a
+// classifier's logits. The int32 product of the codes times a_scale * b_scale[n]: the weights' bytes are read
+// instead of their floats (2048 x 1000 at batch 1 was a float GEMV bound by its 8 MB of weights).
+std::vector<Value> rewrite_dq_matmul(const OpNode& mm, const Dot& how) {
+  auto a = dequantized(mm.inputs[0], false), b = dequantized(mm.inputs[1], true);
+  if (!a || !b || !fits(a->first, b->first) || mm.types[0].dtype != DataType::Float(32)) return {};
+  if (a->second.zero.size() != 1 || a->second.scale.size() != 1) return {};
+  std::vector<double> scale;
+  for (double bs : b->second.scale) scale.push_back(static_cast<float>(a->second.scale[0]) * static_cast<float>(bs));
+  Value acc = int8_matmul(mm.name + ".i8", a->first, a->second.zero[0], b->first, b->second.zero, std::nullopt, how);
+  Value f = make_op("Cast", {acc}, Attrs({{"to", int64_t(1)}}), mm.name + ".float")->output();
+  return {make_op("Mul", {f, constant_of(mm.name + ".scale", DataType::Float(32), scale)}, Attrs(), mm.name)->output()};
+}
+
+// A constant byte matrix [N, K] as [K, N] (Gemm's transB weights in the matmul's layout).
+std::optional<Value> transposed_bytes(const Value& w, const std::string& name) {
+  const NDArray* a = match_detail::constant_of(w);
+  if (!a || a->ndim() != 2 || !is_byte(a->dtype())) return std::nullopt;
+  const int64_t N = a->shape()[0], K = a->shape()[1];
+  NDArray t = NDArray::empty({K, N}, a->dtype());
+  const auto* in = static_cast<const uint8_t*>(a->data());
+  auto* out = static_cast<uint8_t*>(t.data());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) out[k * N + n] = in[n * K + k];
+  return make_constant(name, t)->output();
+}
+
+// Gemm(DQ(a), DQ(w)[^T], C) with float output, alpha = beta = 1, A not transposed: as rewrite_dq_matmul,
+// the bias C added after the scaling (a torchvision classifier: transB with per-row weight scales).
+std::vector<Value> rewrite_dq_gemm(const OpNode& g, const Dot& how) {
+  if (g.attrs.get_int_or("transA", 0) || g.attrs.get_float_or("alpha", 1.0) != 1.0 || g.attrs.get_float_or("beta", 1.0) != 1.0) return {};
+  if (g.types[0].dtype != DataType::Float(32)) return {};
+  auto a = dequantized(g.inputs[0], false);
+  std::optional<std::pair<Value, QParams>> b;
+  if (!g.attrs.get_int_or("transB", 0)) {
+    b = dequantized(g.inputs[1], true);
+  } else if (const OpNode* dq = producer(g.inputs[1], "DequantizeLinear"); dq && dq->inputs[0].type().ndim() == 2 && dq->inputs[0].type().is_static()) {
+    int64_t rows = dq->inputs[0].type().shape[0].value();
+    QParams p;
+    auto t = transposed_bytes(dq->inputs[0], g.name + ".w_t");
+    if (!t || !read_param(*dq, 1, rows, {}, &p.scale) || !read_param(*dq, 2, rows, {0.0}, &p.zero)) return {};
+    if ((p.scale.size() > 1 || p.zero.size() > 1) && dq->attrs.get_int_or("axis", 1) != 0) return {};
+    if (p.zero.size() > 1 && p.scale.size() == 1) p.scale.assign(p.zero.size(), p.scale[0]);
+    b = std::make_pair(*t, p);
+  }
+  if (!a || !b || !fits(a->first, b->first) || a->second.zero.size() != 1 || a->second.scale.size() != 1) return {};
+  std::vector<double> scale;
+  for (double bs : b->second.scale) scale.push_back(static_cast<float>(a->second.scale[0]) * static_cast<float>(bs));
+  Value acc = int8_matmul(g.name + ".i8", a->first, a->second.zero[0], b->first, b->second.zero, std::nullopt, how);
+  Value f = make_op("Cast", {acc}, Attrs({{"to", int64_t(1)}}), g.name + ".float")->output();
+  Value y = make_op("Mul", {f, constant_of(g.name + ".scale", DataType::Float(32), scale)}, Attrs(), g.name + ".scaled")->output();
+  if (g.inputs.size() < 3 || !g.inputs[2].defined()) return {y};
+  return {make_op("Add", {y, g.inputs[2]}, Attrs(), g.name)->output()};
+}
+
 }  // namespace
 
 Graph use_int8_dot(const Graph& g, const Target& target) {
@@ -230,12 +285,19 @@ Graph use_int8_dot(const Graph& g, const Target& target) {
   bool dot = arm ? target.has_feature("dotprod") : target.has_feature("avx512vnni") || target.has_feature("avxvnni");
   if (!dot) return g;
   Dot how{unsigned_acts, ops::target_has_amx(target, "i8")};
-  return rewrite_graph(g, [how](const Ref<OpNode>& n) -> std::vector<Value> {
+  Graph fused = rewrite_graph(g, [how](const Ref<OpNode>& n) -> std::vector<Value> {
     if (n->num_outputs() != 1) return {};
     const std::string& op = n->op->name;
     if (op == "MatMulInteger") return rewrite_matmul_integer(*n, how);
     if (op == "QLinearMatMul") return rewrite_qlinear_matmul(*n, how);
     if (op == "QuantizeLinear") return rewrite_qdq(*n, how);
+    return {};
+  });
+  // Then the float-output products the quantized patterns above did not take.
+  return rewrite_graph(fused, [how](const Ref<OpNode>& n) -> std::vector<Value> {
+    if (n->num_outputs() != 1) return {};
+    if (n->op->name == "MatMul") return rewrite_dq_matmul(*n, how);
+    if (n->op->name == "Gemm") return rewrite_dq_gemm(*n, how);
     return {};
   });
 }
