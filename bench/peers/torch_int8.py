@@ -56,14 +56,19 @@ def describe():
 def quantize(module, example, calib, engine):
     """FX static post-training quantization of `module` for `engine`, calibrated on `calib` (numpy batches)."""
     import torch
-    from torch.ao.quantization import MinMaxObserver, PerChannelMinMaxObserver, QConfig, get_default_qconfig_mapping
+    from torch.ao.quantization import MinMaxObserver, PerChannelMinMaxObserver, QConfig, QConfigMapping, get_default_qconfig_mapping
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
     torch.backends.quantized.engine = engine
     # kiln.quantize's method (minmax, per-channel weights) rather than the engine's default histogram observer:
     # the same quantization on both sides (the histogram's clipping left random-weight logits 20% off float).
     qc = QConfig(activation=MinMaxObserver.with_args(dtype=torch.quint8),
                  weight=PerChannelMinMaxObserver.with_args(dtype=torch.qint8, qscheme=torch.per_channel_symmetric))
-    mapping = get_default_qconfig_mapping(engine).set_global(qc)
+    mapping = QConfigMapping().set_global(qc)
+    # The engine's default names each conv and linear type with its histogram qconfig too: only its entries of
+    # another kind (fixed ranges for sigmoid / tanh / softmax, reshapes reusing their input's) are kept.
+    for op, q in get_default_qconfig_mapping(engine).object_type_qconfigs.items():
+        if q is not None and type(q.activation()).__name__ != "HistogramObserver":
+            mapping.set_object_type(op, q)
     prepared = prepare_fx(copy.deepcopy(module).eval(), mapping, example_inputs=(example,))
     with torch.no_grad():
         for b in calib:
