@@ -1,18 +1,21 @@
 #!/usr/bin/python3
-"""int8 CNNs: kiln's int8 kernels against kiln's own float32 and ONNX Runtime on the same QDQ model.
+"""int8 CNNs: kiln's int8 kernels against kiln's own float32, ONNX Runtime on the same QDQ model and PyTorch's int8.
 
-  bench/int8_bench.py [--models resnet18,mobilenet_v2] [--threads 2] [--image-size 224] [--repeat 7]
+  bench/int8_bench.py [--models resnet18,resnet50,mobilenet_v2] [--threads 2] [--image-size 224] [--repeat 7]
                       [--repeat-ms 200] [--calib 4] [--target llvm] [--build DIR] [--json FILE]
+                      [--no-ort] [--no-torch]
 
 Setup per (model, threads), in one process per thread count (kiln reads KILN_NUM_THREADS once): the torchvision model (random
 weights, seeded, eval, batch 1) exported to ONNX, imported by kiln, quantized by kiln.quantize
 (minmax, per channel, --calib random calibration batches) with export= writing the QDQ ONNX file; kiln
 compiles the float model and the QDQ model twice: int8 (the int8 kernels, use_int8_conv/use_int8_dot)
 and int8=False (the same QDQ graph on float kernels). ONNX Runtime (onnxruntime-node, CPU provider, all
-optimizations, intra-op threads = T) runs the exported QDQ file in its peer process. Rounds interleave
-kiln float32, kiln int8, kiln QDQ-on-float and ORT; each row gives min and median ms and the median of
+optimizations, intra-op threads = T) runs the exported QDQ file in its peer process. PyTorch int8
+(peers/torch_int8.py: torch.ao.quantization FX static quantization of the same float model, calibrated on
+the same batches, on fbgemm where this PyTorch has it, else the engine its label names; T threads) runs
+in a peer process of its own. Rounds interleave kiln float32, kiln int8, kiln QDQ-on-float, ORT and PyTorch; each row gives min and median ms and the median of
 the per-round ratios. The int8 outputs are compared with the float model's (relative error of the
-logits) and ORT's with kiln int8's.
+logits), ORT's and PyTorch int8's with kiln int8's.
 """
 import argparse
 import json
@@ -29,6 +32,7 @@ sys.path.insert(0, os.path.join(HERE, "peers"))
 import blas_choice  # noqa: E402
 import launcher  # noqa: E402
 import ort_peer  # noqa: E402
+import torch_int8  # noqa: E402
 import torch_models  # noqa: E402
 from peer_timing import calls_per_repeat, time_calls, warm_up  # noqa: E402
 
@@ -38,7 +42,7 @@ INT8_OPS = ("kiln.QConvNCHWcI8", "kiln.QDepthwiseNCHWcI8", "kiln.QMatMulI8x4")
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="int8_bench.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default="resnet18,mobilenet_v2")
+    ap.add_argument("--models", default="resnet18,resnet50,mobilenet_v2")
     ap.add_argument("--threads", default="2", help="comma-separated thread counts")
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--repeat", type=int, default=7, help="interleaved rounds (at least 5)")
@@ -48,6 +52,7 @@ def parse_args(argv=None):
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--json")
     ap.add_argument("--no-ort", action="store_true")
+    ap.add_argument("--no-torch", action="store_true", help="leave out the PyTorch int8 peer")
     a = ap.parse_args(argv)
     a.models = [m for m in a.models.split(",") if m]
     a.threads = [int(t) for t in a.threads.split(",") if t]
@@ -101,6 +106,15 @@ def row(args, model, threads):
                 peers.append(ort_peer.OrtPeer(qdq_path.name, {"input": xn}, None, threads))
             except launcher.PeerError as e2:
                 res["ort_error"] = str(e2)
+    if not args.no_torch:
+        try:
+            tp = torch_int8.TorchInt8Peer(model, args.image_size, xn, calib, threads)
+            peers.append(tp)
+            res["torch_label"] = tp.label
+            res["torch_vs_kiln_int8_rel_err"] = torch_models.rel_err(tp.output, outs["kiln int8"])
+            res["torch_vs_fp32_rel_err"] = torch_models.rel_err(tp.output, outs["kiln fp32"])
+        except launcher.PeerError as e:
+            res["torch_error"] = str(e)
     times = {k: [] for k in list(runs) + [p.label for p in peers]}
     for _ in range(max(5, args.repeat)):
         for k, r in runs.items():
@@ -109,8 +123,9 @@ def row(args, model, threads):
             times[p.label].extend(p.time(1, args.repeat_ms))
             time.sleep(0.15)
     for p in peers:
-        res["ort_label"] = p.label
-        res["ort_vs_kiln_int8_rel_err"] = p.check_error
+        if isinstance(p, ort_peer.OrtPeer):
+            res["ort_label"] = p.label
+            res["ort_vs_kiln_int8_rel_err"] = p.check_error
         p.close()
     res["sides"] = {k: {"min_ms": 1e3 * min(v), "median_ms": 1e3 * median(v)} for k, v in times.items()}
     for k in sides:
@@ -150,7 +165,8 @@ def main():
     print(f"# {cpu} ({blas_choice.vector_isa(flags)}, {os.cpu_count()} CPUs)")
     print(f"int8_bench: target '{args.target}', batch 1, image {args.image_size}, {args.repeat} interleaved rounds of "
           f"{args.repeat_ms:g} ms; kiln.quantize minmax per-channel, {args.calib} random calibration batches; "
-          f"ONNX Runtime {ort_peer.version() or '(unavailable)'} on kiln.quantize's exported QDQ model; load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+          f"ONNX Runtime {ort_peer.version() or '(unavailable)'} on kiln.quantize's exported QDQ model; "
+          f"{torch_int8.describe()}; load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
     rows = []
     for m in args.models:
         for t in args.threads:
@@ -162,7 +178,10 @@ def main():
             print(f"    rel err of logits: int8 vs fp32 {r['int8_vs_fp32_rel_err']:.3g}, int8 vs QDQ on float {r['int8_vs_qdq_float_rel_err']:.3g}"
                   + (f", ORT vs kiln int8 {r['ort_vs_kiln_int8_rel_err']:.3g}" if r.get("ort_vs_kiln_int8_rel_err") is not None else "")
                   + (f"; ORT check: {r['ort_check']}" if r.get("ort_check") else "")
-                  + (f"; ORT failed: {r['ort_error']}" if r.get("ort_error") else ""), flush=True)
+                  + (f"; ORT failed: {r['ort_error']}" if r.get("ort_error") else "")
+                  + (f", PyTorch int8 vs kiln int8 {r['torch_vs_kiln_int8_rel_err']:.3g} (vs fp32 {r['torch_vs_fp32_rel_err']:.3g})"
+                     if r.get("torch_label") else "")
+                  + (f"; PyTorch int8 failed: {r['torch_error']}" if r.get("torch_error") else ""), flush=True)
     print(f"int8_bench: load at the end {os.getloadavg()[0]:.1f}")
     if args.json:
         with open(args.json, "w") as f:

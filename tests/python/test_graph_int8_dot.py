@@ -134,3 +134,37 @@ def test_aarch64_build_uses_the_kernel_and_matches_under_qemu(runner, tmp_path, 
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     np.testing.assert_array_equal(np.fromfile(tmp_path / "out.bin", dtype="uint8").reshape(want.shape), want)
+
+
+def dq_product(op, a, w, sa, za, sw, bias=None, **attrs):
+    """DQ(a) op DQ(w) [+ bias] with a float output (a classifier's logits: no QuantizeLinear after it)."""
+    b = Builder()
+    x = b.op("DequantizeLinear", b.input("a", a.shape, str(a.dtype)), b.constant("sa", sa), b.constant("za", za))
+    wd = b.op("DequantizeLinear", b.constant("w", w), b.constant("sw", sw), b.constant("zw", np.zeros(sw.shape, w.dtype)),
+              axis=0 if attrs.get("transB") else 1)
+    extra = [b.constant("c", bias)] if bias is not None else []
+    return b.build(b.op(op, x, wd, *extra, **attrs))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("op,trans_b,with_bias", [("MatMul", 0, False), ("Gemm", 1, True), ("Gemm", 0, False)])
+def test_float_output_product_runs_on_the_codes(op, trans_b, with_bias, target):
+    """DQ -> MatMul / Gemm (transB: per-row weight scales, as torchvision's classifier) with a float output:
+    the int32 product of the codes times a_scale * w_scale[n] (+ bias), against numpy's integer product."""
+    if not has_dot(target):
+        pytest.skip(f"{target} has no int8 dot instruction: the QDQ ops stay float")
+    M, K, N = 1, 200, 48
+    a, w = bytes_of((M, K), np.uint8), bytes_of((N, K) if trans_b else (K, N), np.int8)
+    sa, za = p(0.02, np.float32), p(121, np.uint8)
+    sw = RNG.uniform(0.005, 0.02, N).astype(np.float32)
+    bias = RNG.standard_normal(N).astype(np.float32) if with_bias else None
+    attrs = {"transB": trans_b} if op == "Gemm" else {}
+    exe = kiln.compile(dq_product(op, a, w, sa, za, sw, bias, **attrs), target=target)
+    groups = int8_groups(exe)
+    assert len(groups) == 1 and op + "," not in groups[0] and "DequantizeLinear" not in groups[0], exe.groups()
+    acc = np_integer(a, w.T if trans_b else w, za, 0)
+    want = acc.astype(np.float32) * (sa * sw).astype(np.float32)
+    if with_bias:  # the add may be contracted into a multiply-add: one rounding fewer
+        np.testing.assert_allclose(exe(a)[0], want + bias, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+    else:
+        np.testing.assert_array_equal(exe(a)[0], want)

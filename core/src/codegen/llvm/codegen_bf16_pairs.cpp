@@ -105,6 +105,7 @@ void CodeGenLLVM::visit(const Add* op) {
       value = emit_dot_bf16x2(acc, codegen(dot->args[0]), codegen(dot->args[1]));
     return;
   }
+  if ((value = try_emit_byte_quad(op))) return;
   llvm::Value* a = codegen(op->a);
   llvm::Value* b = codegen(op->b);
   value = emit_arith(IRNodeKind::Add, op->dtype, a, b);

@@ -140,6 +140,10 @@ class CodeGenLLVM : public IRVisitor {
   llvm::Value* emit_dot_i8x4_instr(llvm::Value* acc, llvm::Value* a, llvm::Value* b, bool a_signed, bool b_signed, int w);
   std::vector<int> i8_dot_widths(bool a_signed, bool b_signed) const;
 
+  // ---- byte quads (codegen_byte_quads.cpp)
+  /** Four consecutive bytes packed into a uint32 (ops::pad_quads_nchwc) as one load; null when `op` is not that sum. */
+  llvm::Value* try_emit_byte_quad(const Add* op);
+
   // ---- AMX tiles (codegen_amx.cpp)
   /** A nest marked "amx" (kiln/pass/amx.h) as tile code; throws kiln::Error for a target without AMX. */
   void emit_amx_block(const AttrStmt* op);
