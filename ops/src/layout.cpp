@@ -105,15 +105,21 @@ te::Tensor conv2d_nchwc_general(const te::Tensor& X, const te::Tensor& Wt, const
   const std::vector<int64_t> xs = {0, static_dim(X, 1, "conv2d_nchwc"), 0, 0, static_dim(X, 4, "conv2d_nchwc")};  // the channel dims
   // Grouped: every group_blocks output blocks read their own ws[1] input blocks.
   const int64_t chunks = group_blocks > 0 && ws.size() == 6 && ws[0] % group_blocks == 0 ? ws[0] / group_blocks : 1;
-  KILN_USER_CHECK(group_blocks >= 0 && xs.size() == 5 && ws.size() == 6 && xs[1] == chunks * ws[1] && xs[4] == ws[4] && (group_blocks == 0 || ws[0] % group_blocks == 0))
-      << "conv2d_nchwc: input " << extents_to_string(X.shape()) << " and weights " << shape_to_string(ws) << " do not match (group_blocks " << group_blocks << ")";
+  KILN_USER_CHECK(group_blocks >= 0 && xs.size() == 5 && ws.size() == 6 && xs[4] % ws[4] == 0 && xs[1] * xs[4] == chunks * ws[1] * ws[4] &&
+                  (group_blocks == 0 || ws[0] % group_blocks == 0))
+      << "conv2d_nchwc: input " << extents_to_string(X.shape()) << " and weights " << shape_to_string(ws) << " do not match (group_blocks " << group_blocks
+      << "; the input's block must be the weights' or a multiple of it, with the same channels)";
+  const int64_t xb = xs[4], cb = ws[4];
   auto [P, OH, OW] = pad_for_kernel(X, p, ws[2], ws[3], name, "conv2d_nchwc");
   IterVar rco = te::reduce_axis(Range(0, E(ws[1])), "rco"), ry = te::reduce_axis(Range(0, E(ws[2])), "ry"),
-          rx = te::reduce_axis(Range(0, E(ws[3])), "rx"), rci = te::reduce_axis(Range(0, E(xs[4])), "rci");
+          rx = te::reduce_axis(Range(0, E(ws[3])), "rx"), rci = te::reduce_axis(Range(0, E(ws[4])), "rci");
   return te::compute({X.shape()[0], E(ws[0]), OH, OW, E(ws[5])},
                      [&](const std::vector<Var>& i) {
                        Expr block = group_blocks > 0 ? floordiv(i[1], E(group_blocks)) * E(ws[1]) + rco.var() : Expr(rco.var());
-                       Expr in = P(std::vector<Expr>{i[0], block, tap(i[2], ry, p.stride_h, p.dilation_h), tap(i[3], rx, p.stride_w, p.dilation_w), rci.var()});
+                       // Channel block*cb + rci, in the input's wider block where it has one.
+                       Expr c = block * E(cb) + rci.var();
+                       Expr outer = xb == cb ? block : floordiv(c, E(xb)), inner = xb == cb ? Expr(rci.var()) : floormod(c, E(xb));
+                       Expr in = P(std::vector<Expr>{i[0], outer, tap(i[2], ry, p.stride_h, p.dilation_h), tap(i[3], rx, p.stride_w, p.dilation_w), inner});
                        Expr w = Wt(std::vector<Expr>{i[1], rco.var(), ry.var(), rx.var(), rci.var(), i[4]});
                        return te::sum(product ? product(in, w) : in * w, {rco, ry, rx, rci});
                      },

@@ -254,6 +254,37 @@ TEST(GraphPasses, AlterConvLayoutLeavesTransformsAtTheBoundary) {
   for (int64_t i = 0; i < plain[0].numel(); ++i) EXPECT_NEAR(blocked[0].data_as<float>()[i], plain[0].data_as<float>()[i], 1e-4);
 }
 
+// A grouped kiln.ConvNCHWc in blocks of 16 reads an input blocked by 32 (a multiple) as it reads
+// the same channels blocked by 16 (the relayout alter_conv_layout no longer inserts before it);
+// an input block that is not a multiple of the weights' is refused, naming the shapes.
+TEST(GraphPasses, BlockedConvReadsAnInputInAWiderBlock) {
+  auto x = make_input("x", {{1, 2, 6, 6, 32}, DataType::Float(32)});
+  Value w = make_constant("w", random_array({4, 1, 3, 3, 16, 16}, 21))->output();
+  Attrs a;
+  a.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  a.set("group_blocks", int64_t(1));  // each block of 16 output channels reads its own 16 input channels
+  Attrs relayout;
+  relayout.set("src_block", int64_t(32));
+  relayout.set("dst_block", int64_t(16));
+  Value narrow = make_op("kiln.LayoutTransform", {x->output()}, relayout, "narrow")->output();
+  Value wide_read = make_op("kiln.ConvNCHWc", {x->output(), w}, a, "wide")->output();
+  Value narrow_read = make_op("kiln.ConvNCHWc", {narrow, w}, a, "narrow_conv")->output();
+  EXPECT_EQ(wide_read.type().shape, narrow_read.type().shape);
+  NDArray in = random_array({1, 2, 6, 6, 32}, 22);
+  std::vector<NDArray> out = compile(Graph::make({x}, {wide_read, narrow_read})).run({in});
+  ASSERT_EQ(out[0].numel(), out[1].numel());
+  for (int64_t i = 0; i < out[0].numel(); ++i) ASSERT_NEAR(out[0].data_as<float>()[i], out[1].data_as<float>()[i], 1e-4) << i;
+  // Blocks of 16 under weights of 32 (16 is not a multiple of 32): refused.
+  Value w32 = make_constant("w32", random_array({2, 1, 3, 3, 32, 32}, 23))->output();
+  std::string msg;
+  try {
+    make_op("kiln.ConvNCHWc", {narrow, w32}, a, "bad");
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("do not match"), std::string::npos) << msg;
+}
+
 // g compiled blocked for `target` computes what it computes in plain NCHW.
 // Within 1e-4, or `relative` times the output's largest magnitude where that is more.
 void expect_blocked_matches_plain(const Graph& g, const NDArray& in, const std::string& target, double relative = 0) {

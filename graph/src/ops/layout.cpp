@@ -108,7 +108,9 @@ const bool registered = [] {
     const int64_t gb = c.attrs.get_int_or("group_blocks", 0);
     if (gb < 0 || (gb > 0 && w[0] % gb != 0)) c.fail("group_blocks " + std::to_string(gb) + " does not divide the " + std::to_string(w[0]) + " output blocks");
     const int64_t chunks = gb > 0 ? w[0] / gb : 1;
-    if (x[1] != chunks * w[1] || x[4] != w[4]) c.fail("input " + c.input_types[0].str() + " and weights " + c.input_types[1].str() + " do not match");
+    // The input's block may be a multiple of the weights' (the same channels, read across blocks).
+    if (x[4] % w[4] != 0 || x[1] * x[4] != chunks * w[1] * w[4])
+      c.fail("input " + c.input_types[0].str() + " and weights " + c.input_types[1].str() + " do not match");
     return std::vector<TensorType>{conv_out(c, w[0], w[5], w[2], w[3])};
   };
   conv.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {

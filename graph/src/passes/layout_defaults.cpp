@@ -69,17 +69,18 @@ int64_t default_conv_cap(const OpNode& conv, const Target& target) {
   const int64_t group = conv.attrs.get_int_or("group", 1), lanes = target.natural_lanes(DataType::Float(32));
   if (group != 1 && conv.inputs[0].type().ndim() == 4 && conv.inputs[0].type().shape[1] != group) {
     // A grouped conv (not depthwise) whose groups are narrower than two
-    // vectors takes one at stride 1: a block of b over groups of Cg < b
-    // multiplies b / Cg times the MACs it needs, and the fewer zero products
-    // are worth the two relayouts from and to its neighbours' two vectors.
-    // On AVX-512 (2 cores, Xeon) ResNeXt-50's grouped 3x3 convs at 28 x 28
-    // and 14 x 14 ran 1.8x faster in blocks of 16 than of 32, relayouts
-    // included, at 56 x 56 1.15x; at stride 2 the input's relayout (4x the
-    // output's pixels) ate the gain. AVX2: 1.1x-1.3x at stride 1.
+    // vectors takes one: a block of b over groups of Cg < b multiplies
+    // b / Cg times the MACs it needs, and the fewer zero products are worth
+    // the relayout to its neighbours' two vectors after it (it reads its
+    // input in their block: conv2d_nchwc_general). On AVX-512 (2 cores,
+    // Xeon) ResNeXt-50's grouped 3x3 convs at 28 x 28 and 14 x 14 ran 1.8x
+    // faster in blocks of 16 than of 32, relayouts included, at 56 x 56
+    // 1.15x; AVX2: 1.1x-1.3x. At stride 2, once the input (4x the output's
+    // pixels) was no longer relayouted, too: ResNeXt-50's 56 -> 28 (8
+    // channels a group) 1.06 -> 0.93 ms and 28 -> 14 (16) 0.52 -> 0.38 ms,
+    // the output's new relayout included (1 thread, Xeon, minimum of 40).
     const int64_t Cg = conv.inputs[0].type().shape[1] / group;
-    const auto st = layout_detail::ints_or(conv.attrs, "strides", {1, 1});
-    const bool unit = std::all_of(st.begin(), st.end(), [](int64_t s) { return s == 1; });
-    return unit && Cg < 2 * lanes ? lanes : 2 * lanes;
+    return Cg < 2 * lanes ? lanes : 2 * lanes;
   }
   if (group != 1) return 2 * lanes;
   // A symbolic image size (a dynamic model) has no one tile to weigh: two vectors, the cap of most convolutions.

@@ -85,9 +85,10 @@ int64_t default_conv_cap(int64_t out_channels, int64_t out_h, int64_t out_w, con
  * The cap a Conv node takes without a plan: default_conv_cap's for a dense
  * one, two vectors for a depthwise one (which alter_conv_layout overrides
  * with its input's block where that is whole vectors), and for a grouped one
- * two vectors, or one at stride 1 where its groups are narrower than two
- * (fewer zero products between groups; alter_conv_layout takes its input's
- * block where that fits its groups and the cap).
+ * two vectors, or one where its groups are narrower than two (fewer zero
+ * products between groups; alter_conv_layout takes its input's block where
+ * that fits its groups and the cap, and otherwise reads the input in its
+ * producer's block where that is a multiple of its own).
  */
 int64_t default_conv_cap(const OpNode& conv, const Target& target);
 

@@ -53,6 +53,9 @@ te::Tensor channel_concat_nchwc(const std::vector<te::Tensor>& Xs, const std::ve
  * from (k / group_blocks) * R on (input [N, (K/kb / group_blocks) * R, H, W, cb]): a block inside a group
  * (R = group's C / cb, group_blocks = group's K / kb), or one spanning whole groups (R = group_blocks = 1,
  * the weights zero between groups).
+ * The input may come in a wider block xb, a multiple of cb ([N, C/xb, H, W, xb], the same channels): input
+ * channel c is read at [c / xb, c % xb], so a conv computing in blocks of cb needs no relayout of an input
+ * its producer wrote in blocks of xb (a grouped conv in one vector between two-vector neighbours).
  * `product` multiplies an input and a weight element (a * b when empty); the
  * bfloat16 form passes dot_bf16x2, X and W then holding bfloat16 pairs along
  * the block's channels ([N, C/cb, H, W, cb/2] and [K/kb, C/cb, KH, KW, cb/2, kb]).
