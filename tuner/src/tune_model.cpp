@@ -365,10 +365,17 @@ void gate(const Graph& g, const CompileOptions& options, const ModelTuneOptions&
     r->gate.skipped = e.what();
     return;
   }
-  if (tune.progress && r->gate.skipped.empty())
-    std::fprintf(stderr, "[model] records gate: with records %.3f ms, defaults %.3f ms (ratio %.3f): %s\n", r->gate.tuned_time * 1e3,
-                 r->gate.default_time * 1e3, r->gate.ratio,
-                 r->gate.kept ? "records kept" : ("records lost; " + std::to_string(r->gate.reverted) + " workloads back to their default").c_str());
+  if (!tune.progress || !r->gate.skipped.empty()) return;
+  const RecordsGateResult& gr = r->gate;
+  std::fprintf(stderr, "[model] records gate: the model with all records %.3f ms, defaults %.3f ms (ratio %.3f)\n", gr.tuned_time * 1e3,
+               gr.default_time * 1e3, gr.ratio);
+  for (const RecordVerdict& v : gr.records)
+    std::fprintf(stderr, "[model]   %-40s x%d in the model: record %.3f ms, default %.3f ms (%.2f): %s\n", v.ops.substr(0, 40).c_str(), v.groups,
+                 v.record_time * 1e3, v.default_time * 1e3, v.ratio, v.kept ? "kept" : "back to the default");
+  if (gr.kept_ratio > 0)
+    std::fprintf(stderr, "[model] records gate: with the kept records %.3f ms (ratio %.3f)%s\n", gr.kept_time * 1e3, gr.kept_ratio,
+                 gr.kept ? "" : ": slower than the defaults, all back to the default");
+  std::fprintf(stderr, "[model] records gate: %d workloads back to their default schedule\n", gr.reverted);
 }
 
 }  // namespace
