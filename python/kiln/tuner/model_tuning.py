@@ -51,9 +51,12 @@ def tune_model(model, target="llvm", trials=1000, db="kiln_tuning.db", time_budg
     confirm_top, confirm_rounds: after the search, each task's best few schedules and its default schedule
     are measured again side by side in that many rounds (not counted in `trials`; 0 skips it): the
     fastest of thousands of single measurements is partly the luckiest one (see ``remeasure``).
-    gate_records: at the end (with confirmation on), the model with its records is timed against the
-    model with the default schedules; where the records do not win by 2%, the model's workloads go back
-    to their default schedules (kiln/tuner/records_gate.h). The result's "gate" says what it measured.
+    gate_records: at the end (with confirmation on), each record is judged inside the model: the model
+    with its records and the model with the default schedules are profiled round by round, and a record
+    stays only where its groups run faster than with the default by 2%; the others go back to their default
+    schedules, and the kept ones too where the whole model with them is slower (kiln/tuner/records_gate.h).
+    The result's "gate" says what it measured: the whole model's ratio with all records, per record
+    ("records": record_time, default_time, ratio, kept), and the ratio with the records kept.
     A cuda target tunes the groups ``kiln.compile(model, target="cuda ...")`` builds, on the GPU
     (``gpu_simulate=True``: in the GPU simulator, records kept apart; see ``kiln.tune``).
     A model with symbolic dimensions is tuned at the sizes calls will most likely have: ``sizes=`` maps
