@@ -72,6 +72,8 @@ py::dict gate_dict(const RecordsGateResult& r) {
   d["kept"] = r.kept;
   d["reverted"] = r.reverted;
   d["mismatch"] = r.mismatch;
+  d["plan_ratio"] = r.plan_ratio;
+  d["plan_reverted"] = r.plan_reverted;
   return d;
 }
 
@@ -110,8 +112,9 @@ void define_tune_model(py::module_& root) {
   m.def("tune_model", [](const Graph& g, const std::string& target, const std::string& db, int trials, int batch, double time_budget_s,
                          int early_stop_rounds, bool progress, uint64_t seed, bool layout, bool cold_inputs, int confirm_top,
                          int confirm_rounds, bool gpu_simulate, const Sizes& sizes, const Ranges& dims, double graph_share,
-                         int graph_candidate_trials, bool gate_records) {
+                         int graph_candidate_trials, bool gate_records, bool fastest_call) {
     ModelTuneOptions t;
+    t.fastest_call = fastest_call;
     t.gate_records = gate_records;
     t.graph_share = graph_share;
     t.graph_candidate_trials = graph_candidate_trials;
@@ -146,7 +149,7 @@ void define_tune_model(py::module_& root) {
      py::arg("early_stop_rounds"), py::arg("progress"), py::arg("seed"), py::arg("layout"), py::arg("cold_inputs") = true,
      py::arg("confirm_top") = 4, py::arg("confirm_rounds") = 3, py::arg("gpu_simulate") = false, py::arg("sizes") = Sizes{},
      py::arg("dims") = Ranges{}, py::arg("graph_share") = 0.25, py::arg("graph_candidate_trials") = 10,
-     py::arg("gate_records") = true);
+     py::arg("gate_records") = true, py::arg("fastest_call") = false);
   // records_gate.h: the model with its records against the defaults; the records reverted where they lose.
   m.def("gate_records", [](const Graph& g, const std::string& target, const std::string& db, int rounds, double margin, bool cold_inputs,
                            bool per_record) {

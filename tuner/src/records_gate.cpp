@@ -41,7 +41,9 @@ LayoutPlan plan_compile_takes(const Graph& g, const Target& target, const Compil
 
 // Confirms the default schedule of each task in `keys` whose compiled schedule is a record of another: measured
 // alone (for the record's times), stored as the newest confirmation. Returns how many.
-int revert_to_defaults(const Graph& g, const CompileOptions& options, const LayoutPlan& plan, const std::set<std::string>& keys, bool cold) {
+int revert_to_defaults(const Graph& g, const CompileOptions& options, const LayoutPlan& plan, const std::set<std::string>& keys,
+                       const RecordsGateOptions& o) {
+  const bool cold = o.cold_inputs;
   CompileOptions one = options;
   one.choose_layouts = false;
   one.layout_plan = plan;
@@ -59,6 +61,7 @@ int revert_to_defaults(const Graph& g, const CompileOptions& options, const Layo
     mo.repeat = 3;
     mo.min_repeat_ms = 10;
     mo.cold_inputs = cold;
+    mo.fastest_call = o.fastest_call;
     MeasureResult m = Measurer(t.task, mo).measure({def}).front();
     if (m.error != MeasureError::None || m.run_times.empty()) continue;  // the default cannot run alone: leave the record
     tuning_db::TuningRun run;
@@ -151,31 +154,27 @@ std::vector<RecordVerdict> judge_records(const std::vector<std::string>& step_ke
   return out;
 }
 
-RecordsGateResult gate_records(const Graph& g, const CompileOptions& options, const RecordsGateOptions& o) {
-  KILN_USER_CHECK(o.rounds > 0 && o.margin >= 0 && o.margin < 1) << "gate_records: rounds must be positive and margin in [0, 1)";
-  RecordsGateResult r;
-  const Target target = Target::parse(options.target);
-  if (options.db.empty() || !std::filesystem::exists(options.db)) r.skipped = "no tuning database";
-  else if (target.kind != Target::Kind::LLVM) r.skipped = "the gate times llvm targets only";
-  else if (!shape_var_names(g).empty()) r.skipped = "the model has symbolic dimensions";
-  if (!r.skipped.empty()) return r;
-  const LayoutPlan plan = plan_compile_takes(g, target, options);
+namespace {
+
+// Steps 1-3 of the gate (records_gate.h) under `plan`.
+void gate_schedules(const Graph& g, const CompileOptions& options, const LayoutPlan& plan, const std::vector<NDArray>& inputs,
+                    const RecordsGateOptions& o, RecordsGateResult* out) {
+  RecordsGateResult& r = *out;
   Executor tuned = compile_under(g, options, plan);
   std::set<std::string> from_records;
   for (const GroupInfo& gi : tuned.groups())
     if (gi.schedule == "database") from_records.insert(gi.workload_key);
   if (from_records.empty()) {
     r.skipped = "no group of the model runs a record";
-    return r;
+    return;
   }
   CompileOptions none = options;
   none.db.clear();
   Executor defaults = compile_under(g, none, plan);
-  const std::vector<NDArray> inputs = random_inputs(g, o.seed);
   r.mismatch = mismatch(tuned.run(inputs), defaults.run(inputs));
   if (!r.mismatch.empty()) {
-    r.reverted = revert_to_defaults(g, options, plan, from_records, o.cold_inputs);
-    return r;
+    r.reverted = revert_to_defaults(g, options, plan, from_records, o);
+    return;
   }
   detail::Comparison all = compare_whole(defaults, tuned, inputs, o);
   r.ratio = all.decisive();
@@ -184,8 +183,8 @@ RecordsGateResult gate_records(const Graph& g, const CompileOptions& options, co
   std::vector<std::vector<double>> with, without;
   if (!o.per_record || !profile_rounds(tuned, defaults, inputs, o.rounds, o.round_ms, &with, &without)) {
     r.kept = r.ratio < 1 - o.margin;  // all or nothing, on the whole model
-    if (!r.kept) r.reverted = revert_to_defaults(g, options, plan, from_records, o.cold_inputs);
-    return r;
+    if (!r.kept) r.reverted = revert_to_defaults(g, options, plan, from_records, o);
+    return;
   }
   std::vector<std::string> keys;
   for (const GroupInfo& gi : tuned.groups()) keys.push_back(gi.schedule == "database" ? gi.workload_key : "");
@@ -196,8 +195,8 @@ RecordsGateResult gate_records(const Graph& g, const CompileOptions& options, co
       if (gi.workload_key == v.workload_key) v.ops = gi.ops;
     (v.kept ? winners : losers).insert(v.workload_key);
   }
-  r.reverted = revert_to_defaults(g, options, plan, losers, o.cold_inputs);
-  if (winners.empty()) return r;
+  r.reverted = revert_to_defaults(g, options, plan, losers, o);
+  if (winners.empty()) return;
   // What the winners leave their neighbours (caches, the pool) shows only in the whole model.
   Executor kept = losers.empty() ? tuned : compile_under(g, options, plan);
   detail::Comparison c = compare_whole(defaults, kept, inputs, o);
@@ -206,8 +205,56 @@ RecordsGateResult gate_records(const Graph& g, const CompileOptions& options, co
   r.kept = !(detail::Comparison::median(c.ratios) > 1 && r.kept_time > fastest(c.inc));
   if (!r.kept) {
     for (RecordVerdict& v : r.records) v.kept = false;
-    r.reverted += revert_to_defaults(g, options, plan, winners, o.cold_inputs);
+    r.reverted += revert_to_defaults(g, options, plan, winners, o);
   }
+}
+
+// Step 4: the tuned model as compile(db=) now takes it (the stored plan, the records that stayed) against the
+// untuned one (the plan and schedules compile takes without a database); where it is slower both ways, the
+// untuned plan is stored as the model's plan, so compile(db=) takes that.
+void gate_plan(const Graph& g, const CompileOptions& options, const LayoutPlan& plan, const LayoutPlan& untuned,
+               const std::vector<NDArray>& inputs, const RecordsGateOptions& o, RecordsGateResult* r) {
+  CompileOptions none = options;
+  none.db.clear();
+  Executor base = compile_under(g, none, untuned);
+  Executor now = compile_under(g, options, plan);
+  // Plans that build the same groups (a cap that gives the default blocks) differ in their records only: steps 2-3 judged those.
+  auto same_group = [](const GroupInfo& a, const GroupInfo& b) { return a.name == b.name && a.workload_key == b.workload_key; };
+  if (std::equal(now.groups().begin(), now.groups().end(), base.groups().begin(), base.groups().end(), same_group)) return;
+  std::string wrong = mismatch(now.run(inputs), base.run(inputs));
+  bool lost = !wrong.empty();
+  if (!lost) {
+    detail::Comparison c = compare_whole(base, now, inputs, o);
+    r->plan_ratio = c.decisive();
+    lost = detail::Comparison::median(c.ratios) > 1 && fastest(c.cand) > fastest(c.inc);
+  }
+  if (!lost) return;
+  const Target target = Target::parse(options.target);
+  tuning_db::GraphPlan p;
+  p.model_key = model_key(g);
+  p.target = ops::detail::target_info(target);
+  p.plan = plan_to_json(untuned);
+  tuning_db::Database::open(options.db).put_graph_plan(p);
+  r->plan_reverted = true;
+}
+
+}  // namespace
+
+RecordsGateResult gate_records(const Graph& g, const CompileOptions& options, const RecordsGateOptions& o) {
+  KILN_USER_CHECK(o.rounds > 0 && o.margin >= 0 && o.margin < 1) << "gate_records: rounds must be positive and margin in [0, 1)";
+  RecordsGateResult r;
+  const Target target = Target::parse(options.target);
+  if (options.db.empty() || !std::filesystem::exists(options.db)) r.skipped = "no tuning database";
+  else if (target.kind != Target::Kind::LLVM) r.skipped = "the gate times llvm targets only";
+  else if (!shape_var_names(g).empty()) r.skipped = "the model has symbolic dimensions";
+  if (!r.skipped.empty()) return r;
+  const LayoutPlan plan = plan_compile_takes(g, target, options);
+  CompileOptions none = options;
+  none.db.clear();
+  const LayoutPlan untuned = plan_compile_takes(g, target, none);
+  const std::vector<NDArray> inputs = random_inputs(g, o.seed);
+  gate_schedules(g, options, plan, inputs, o, &r);
+  if (o.check_plan && plan_to_json(plan) != plan_to_json(untuned)) gate_plan(g, options, plan, untuned, inputs, o, &r);
   return r;
 }
 

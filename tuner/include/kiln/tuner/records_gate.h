@@ -26,8 +26,15 @@
  *     the defaults whole: where it is slower both ways (median per-round
  *     ratio and fastest rounds above 1), what a record leaves its neighbours
  *     cost more than it gained, and those records are reverted too.
+ *  4. where the plan compile(db=) takes (a graph search's, graph_search.h)
+ *     builds other groups than the one it takes without a database: the model as compile(db=)
+ *     now builds it against the untuned model, whole; where it is slower
+ *     both ways, the untuned plan is stored as the model's plan. (SqueezeNet,
+ *     160 trials at load 13: the search took every conv at cap 16 by its
+ *     rounds, 0.85 of the incumbent, then cap 32 again; a plan measured at
+ *     such load is a gamble the untuned model must check.)
  * Outputs that differ between the two compiles revert every record.
- * The cost: three compiles and 3 x rounds x 2 model runs of >= round_ms.
+ * The cost: five compiles and 4 x rounds x 2 model runs of >= round_ms.
  */
 #ifndef KILN_TUNER_RECORDS_GATE_H
 #define KILN_TUNER_RECORDS_GATE_H
@@ -45,7 +52,9 @@ struct RecordsGateOptions {
   double round_ms = 20;      ///< per round and side: back-to-back calls (or profiled runs) of at least this long
   double margin = 0.02;      ///< a record must be this much faster in the model (median per-round ratio and fastest rounds both)
   bool per_record = true;    ///< judge each record in the model (false: all records stay or go together, by the whole model's ratio)
+  bool check_plan = true;    ///< step 4: the stored graph plan must not lose to the untuned model
   bool cold_inputs = true;   ///< how the default schedules' confirmations are timed (confirm.h)
+  bool fastest_call = false; ///< the same (MeasureOptions::fastest_call)
   uint64_t seed = 0;         ///< of the random inputs
 };
 
@@ -71,6 +80,8 @@ struct RecordsGateResult {
   bool kept = false;         ///< some record stays
   int reverted = 0;          ///< workloads given back their default schedule
   std::string mismatch;      ///< where the two compiles' outputs differed (the records are then reverted too)
+  double plan_ratio = 0;     ///< step 4: the tuned model / the untuned one, as `ratio` (0: not checked, or their outputs differed)
+  bool plan_reverted = false;  ///< step 4 stored the untuned plan
 };
 
 /** Times, judges and reverts as described above; options.db must exist. */
