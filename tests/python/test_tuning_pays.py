@@ -106,7 +106,10 @@ def test_the_records_gate_gives_a_losing_record_back(tmp_path):
     assert before["schedule_detail"] == "[]", "without the gate the model runs the losing record"
     gate = ffi._kiln.tuner.gate_records(model, AVX2, db, rounds=3)
     assert gate["skipped"] == "" and gate["mismatch"] == "" and not gate["kept"], gate
-    assert gate["ratio"] > 1 and gate["tuned_time"] > gate["default_time"] and gate["reverted"] >= 1, gate
+    # The whole model with it loses (by the median of its rounds or by the fastest: under load one of them can tie),
+    # and the record itself loses in its group.
+    assert gate["ratio"] > 1 and gate["reverted"] >= 1, gate
+    assert [v["kept"] for v in gate["records"]] == [False] and gate["records"][0]["ratio"] > 1, gate
     tasks = {t["workload_key"]: t for t in extract_tasks(model, target=AVX2, db=db)[0]}
     exe = kiln.compile(model, target=AVX2, db=db, quiet=True)
     after = next(g for g in exe.groups() if g["workload_key"] == conv["workload_key"])
