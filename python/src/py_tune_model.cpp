@@ -44,6 +44,39 @@ CompileOptions compile_options(const std::string& target, const std::string& db,
   return o;
 }
 
+py::list verdict_list(const std::vector<RecordVerdict>& vs) {
+  py::list out;
+  for (const RecordVerdict& v : vs) {
+    py::dict d;
+    d["workload_key"] = v.workload_key;
+    d["ops"] = v.ops;
+    d["groups"] = v.groups;
+    d["record_time"] = v.record_time;
+    d["default_time"] = v.default_time;
+    d["ratio"] = v.ratio;
+    d["kept"] = v.kept;
+    out.append(d);
+  }
+  return out;
+}
+
+py::dict gate_dict(const RecordsGateResult& r) {
+  py::dict d;
+  d["skipped"] = r.skipped;
+  d["ratio"] = r.ratio;
+  d["tuned_time"] = r.tuned_time;
+  d["default_time"] = r.default_time;
+  d["records"] = verdict_list(r.records);
+  d["kept_ratio"] = r.kept_ratio;
+  d["kept_time"] = r.kept_time;
+  d["kept"] = r.kept;
+  d["reverted"] = r.reverted;
+  d["mismatch"] = r.mismatch;
+  d["plan_ratio"] = r.plan_ratio;
+  d["plan_reverted"] = r.plan_reverted;
+  return d;
+}
+
 py::dict graph_search_dict(const GraphSearchResult& r) {
   py::dict d;
   d["model_key"] = r.model_key;
@@ -79,8 +112,9 @@ void define_tune_model(py::module_& root) {
   m.def("tune_model", [](const Graph& g, const std::string& target, const std::string& db, int trials, int batch, double time_budget_s,
                          int early_stop_rounds, bool progress, uint64_t seed, bool layout, bool cold_inputs, int confirm_top,
                          int confirm_rounds, bool gpu_simulate, const Sizes& sizes, const Ranges& dims, double graph_share,
-                         int graph_candidate_trials, bool gate_records) {
+                         int graph_candidate_trials, bool gate_records, bool fastest_call) {
     ModelTuneOptions t;
+    t.fastest_call = fastest_call;
     t.gate_records = gate_records;
     t.graph_share = graph_share;
     t.graph_candidate_trials = graph_candidate_trials;
@@ -109,24 +143,18 @@ void define_tune_model(py::module_& root) {
     d["failures"] = r.failures;
     d["graph_trials"] = r.graph_trials;
     d["graph"] = graph_search_dict(r.graph);
-    py::dict gate;
-    gate["skipped"] = r.gate.skipped;
-    gate["ratio"] = r.gate.ratio;
-    gate["tuned_time"] = r.gate.tuned_time;
-    gate["default_time"] = r.gate.default_time;
-    gate["kept"] = r.gate.kept;
-    gate["reverted"] = r.gate.reverted;
-    gate["mismatch"] = r.gate.mismatch;
-    d["gate"] = gate;
+    d["gate"] = gate_dict(r.gate);
     return d;
   }, py::arg("graph"), py::arg("target"), py::arg("db"), py::arg("trials"), py::arg("batch"), py::arg("time_budget_s"),
      py::arg("early_stop_rounds"), py::arg("progress"), py::arg("seed"), py::arg("layout"), py::arg("cold_inputs") = true,
      py::arg("confirm_top") = 4, py::arg("confirm_rounds") = 3, py::arg("gpu_simulate") = false, py::arg("sizes") = Sizes{},
      py::arg("dims") = Ranges{}, py::arg("graph_share") = 0.25, py::arg("graph_candidate_trials") = 10,
-     py::arg("gate_records") = true);
+     py::arg("gate_records") = true, py::arg("fastest_call") = false);
   // records_gate.h: the model with its records against the defaults; the records reverted where they lose.
-  m.def("gate_records", [](const Graph& g, const std::string& target, const std::string& db, int rounds, double margin, bool cold_inputs) {
+  m.def("gate_records", [](const Graph& g, const std::string& target, const std::string& db, int rounds, double margin, bool cold_inputs,
+                           bool per_record) {
     RecordsGateOptions o;
+    o.per_record = per_record;
     o.rounds = rounds;
     o.margin = margin;
     o.cold_inputs = cold_inputs;
@@ -135,16 +163,12 @@ void define_tune_model(py::module_& root) {
       py::gil_scoped_release release;
       r = gate_records(g, compile_options(target, db, true, Sizes{}, Ranges{}), o);
     }
-    py::dict d;
-    d["skipped"] = r.skipped;
-    d["ratio"] = r.ratio;
-    d["tuned_time"] = r.tuned_time;
-    d["default_time"] = r.default_time;
-    d["kept"] = r.kept;
-    d["reverted"] = r.reverted;
-    d["mismatch"] = r.mismatch;
-    return d;
-  }, py::arg("graph"), py::arg("target"), py::arg("db"), py::arg("rounds") = 5, py::arg("margin") = 0.02, py::arg("cold_inputs") = true);
+    return gate_dict(r);
+  }, py::arg("graph"), py::arg("target"), py::arg("db"), py::arg("rounds") = 5, py::arg("margin") = 0.02, py::arg("cold_inputs") = true,
+     py::arg("per_record") = true);
+  m.def("judge_records", [](const std::vector<std::string>& keys, const std::vector<std::vector<double>>& with,
+                            const std::vector<std::vector<double>>& without, double margin) { return verdict_list(judge_records(keys, with, without, margin)); },
+        py::arg("step_keys"), py::arg("with_records"), py::arg("with_defaults"), py::arg("margin") = 0.02);
   m.def("search_graph_plan", [](const Graph& g, const std::string& target, const std::string& db, int max_candidates, double time_budget_s,
                                 int rounds, double min_gain, bool progress, uint64_t seed) {
     GraphSearchOptions o;

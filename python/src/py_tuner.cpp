@@ -55,6 +55,7 @@ tuner::TuneOptions options_of(const py::dict& d) {
   get("build_threads", &o.measure.build_threads);
   get("inject_faults", &o.measure.inject_faults);
   get("cold_inputs", &o.measure.cold_inputs);
+  get("fastest_call", &o.measure.fastest_call);
   get("gpu_simulate", &o.measure.gpu_simulate);
   return o;
 }

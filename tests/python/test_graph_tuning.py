@@ -154,3 +154,24 @@ def test_a_damaged_stored_plan_is_ignored_with_a_warning(tmp_path, capfd, damage
     x = _x()
     ref = _reference(model, x)
     assert np.max(np.abs(exe(x)[0] - ref)) <= 1e-4 * np.max(np.abs(ref))
+
+
+def test_the_records_gate_times_a_stored_plan_against_the_untuned_model(tmp_path):
+    """The gate's last step (kiln/tuner/records_gate.h): a stored plan that builds other groups than the untuned
+    model is timed against it, and where it loses, the untuned plan is stored so that compile(db=) builds the
+    untuned groups again; a plan that builds the untuned model's very groups is not timed."""
+    db = str(tmp_path / "g.db")
+    model = _two_convs()
+    kiln.tuner.search_graph_plan(model, target=AVX2, db=db, max_candidates=1, rounds=1, progress=False)
+    untuned = _groups_ops(kiln.compile(model, target=AVX2))
+    _store_plan(db, model, {"version": 1, "max_block": 0, "winograd": 4, "conv_max_block": {}, "conv_winograd": {}})
+    gate = kiln._ffi._kiln.tuner.gate_records(model, AVX2, db, rounds=3)
+    assert gate["plan_ratio"] == 0 and not gate["plan_reverted"], gate
+    _store_plan(db, model, {"version": 1, "max_block": 8, "winograd": 4, "conv_max_block": {}, "conv_winograd": {"conv1": 0, "conv2": 0}})
+    assert _groups_ops(kiln.compile(model, target=AVX2, db=db)) != untuned
+    gate = kiln._ffi._kiln.tuner.gate_records(model, AVX2, db, rounds=3)
+    assert gate["skipped"] == "no group of the model runs a record" and gate["plan_ratio"] > 0, gate
+    after = _groups_ops(kiln.compile(model, target=AVX2, db=db))
+    assert (after == untuned) == gate["plan_reverted"], (gate, after)
+    if gate["plan_reverted"]:
+        assert gate["plan_ratio"] > 1, gate

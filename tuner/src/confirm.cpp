@@ -79,6 +79,7 @@ ConfirmResult confirm_best(const Task& task, const std::string& db_path, const C
   mo.repeat = 3;
   mo.min_repeat_ms = 10;
   mo.cold_inputs = o.cold_inputs;
+  mo.fastest_call = o.fastest_call;
   Measurer m(task, mo);
   std::vector<std::vector<double>> times(contenders.size()), round_best(contenders.size());
   std::vector<bool> failed(contenders.size(), false);

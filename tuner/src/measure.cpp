@@ -335,6 +335,7 @@ std::vector<MeasureResult> Measurer::measure(const std::vector<Candidate>& candi
     job.repeat = impl_->opts.repeat;
     job.min_repeat_ms = impl_->opts.min_repeat_ms;
     if (impl_->opts.cold_inputs) job.flush_args = impl_->cold_args();
+    job.fastest_call = impl_->opts.fastest_call;
     job.fault = impl_->faults.at(index);
     if (job.fault == Fault::Wrong) job.fault = Fault::None;  // wrong results show in check_correct only
     WorkerOutcome o = impl_->run(built[i], job, impl_->opts.timeout_s);

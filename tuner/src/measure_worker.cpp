@@ -99,7 +99,7 @@ std::vector<double> run_job(const Module& mod, const std::vector<NDArray>& args,
   std::vector<Arg> call_args(args.begin(), args.end());
   std::vector<double> times;
   if (job.time && !job.flush_args.empty()) {
-    times = time_evaluator_cold(mod, "main", call_args, job.flush_args, job.number, job.repeat, job.min_repeat_ms).results;
+    times = time_evaluator_cold(mod, "main", call_args, job.flush_args, job.number, job.repeat, job.min_repeat_ms, job.fastest_call).results;
   } else if (job.time) {
     times = mod.time_evaluator("main", call_args, job.number, job.repeat, job.min_repeat_ms).results;
   } else {

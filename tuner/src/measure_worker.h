@@ -42,6 +42,7 @@ struct WorkerJob {
   double min_repeat_ms = 0;
   /** Arguments evicted from the caches before each timed call (MeasureOptions::cold_inputs); empty: warm timing. */
   std::vector<size_t> flush_args;
+  bool fastest_call = false;  ///< with flush_args: each repeat's fastest call, not its mean (MeasureOptions::fastest_call)
   Fault fault = Fault::None;
 };
 

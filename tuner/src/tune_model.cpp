@@ -213,6 +213,7 @@ void confirm_tasks(ModelTuneResult* r, const std::string& db, const ModelTuneOpt
   c.top = tune.confirm_top;
   c.rounds = tune.confirm_rounds;
   c.cold_inputs = tune.cold_inputs && !gpu;
+  c.fastest_call = tune.fastest_call;
   for (size_t i = 0; i < r->tasks.size(); ++i) {
     ModelTask& t = r->tasks[i];
     if (t.best_time <= 0) continue;
@@ -255,6 +256,7 @@ ModelTuneResult tune_loops(const Graph& g, const CompileOptions& options, const 
     o.seed = tune.seed + static_cast<uint64_t>(r.rounds);
     // Cache eviction is a CPU matter; a GPU kernel's inputs are in device memory.
     o.measure.cold_inputs = tune.cold_inputs && !gpu;
+    o.measure.fastest_call = tune.fastest_call;
     o.measure.gpu_simulate = tune.gpu_simulate;
     // One task's failure must not cost the whole session: the task keeps
     // what it has, and the failure is reported (a bug's message carries the
@@ -357,6 +359,7 @@ void gate(const Graph& g, const CompileOptions& options, const ModelTuneOptions&
   }
   RecordsGateOptions o;
   o.cold_inputs = tune.cold_inputs;
+  o.fastest_call = tune.fastest_call;
   o.seed = tune.seed;
   try {
     r->gate = gate_records(g, options, o);
@@ -365,10 +368,20 @@ void gate(const Graph& g, const CompileOptions& options, const ModelTuneOptions&
     r->gate.skipped = e.what();
     return;
   }
-  if (tune.progress && r->gate.skipped.empty())
-    std::fprintf(stderr, "[model] records gate: with records %.3f ms, defaults %.3f ms (ratio %.3f): %s\n", r->gate.tuned_time * 1e3,
-                 r->gate.default_time * 1e3, r->gate.ratio,
-                 r->gate.kept ? "records kept" : ("records lost; " + std::to_string(r->gate.reverted) + " workloads back to their default").c_str());
+  const RecordsGateResult& gr = r->gate;
+  if (tune.progress && gr.plan_ratio > 0)
+    std::fprintf(stderr, "[model] records gate: the tuned model against the untuned one (its plan): ratio %.3f%s\n", gr.plan_ratio,
+                 gr.plan_reverted ? ", slower: the untuned plan is stored" : "");
+  if (!tune.progress || !gr.skipped.empty()) return;
+  std::fprintf(stderr, "[model] records gate: the model with all records %.3f ms, defaults %.3f ms (ratio %.3f)\n", gr.tuned_time * 1e3,
+               gr.default_time * 1e3, gr.ratio);
+  for (const RecordVerdict& v : gr.records)
+    std::fprintf(stderr, "[model]   %-40s x%d in the model: record %.3f ms, default %.3f ms (%.2f): %s\n", v.ops.substr(0, 40).c_str(), v.groups,
+                 v.record_time * 1e3, v.default_time * 1e3, v.ratio, v.kept ? "kept" : "back to the default");
+  if (gr.kept_ratio > 0)
+    std::fprintf(stderr, "[model] records gate: with the kept records %.3f ms (ratio %.3f)%s\n", gr.kept_time * 1e3, gr.kept_ratio,
+                 gr.kept ? "" : ": slower than the defaults, all back to the default");
+  std::fprintf(stderr, "[model] records gate: %d workloads back to their default schedule\n", gr.reverted);
 }
 
 }  // namespace

@@ -44,6 +44,9 @@ options:
   --warm-inputs       time candidates with their inputs in cache between calls
                       (default: every input but the first evicted before each
                       call, as a layer's weights are in a model run)
+  --fastest-call      time each cold measurement by its fastest call, not the
+                      mean of its calls (under load the mean penalizes kernels
+                      on several threads)
   --gpu-simulate      cuda targets: run the candidates in the GPU simulator, not on a
                       GPU (checks a session anywhere; records kept apart, never used)
   --graph-share F     the share of --trials for the graph-level search (each
@@ -136,6 +139,7 @@ int run_model(int argc, char** argv) {
     if (a == "--rank-report") { rank_report = true; continue; }
     if (a == "--quiet") { topt.progress = false; continue; }
     if (a == "--warm-inputs") { topt.cold_inputs = false; continue; }
+    if (a == "--fastest-call") { topt.fastest_call = true; continue; }
     if (a == "--gpu-simulate") { topt.gpu_simulate = true; continue; }
     if (a == "--help" || a == "-h") { std::fputs(kModelUsage, stdout); return 0; }
     if (i + 1 >= argc) {

@@ -37,7 +37,8 @@ def extract_tasks(model, target="llvm", db=None, layout=True, sizes=None, dims=N
 
 def tune_model(model, target="llvm", trials=1000, db="kiln_tuning.db", time_budget=None, batch=16, early_stop_rounds=3,
                progress=True, seed=0, layout=True, cold_inputs=True, confirm_top=4, confirm_rounds=3, gpu_simulate=False,
-               sizes=None, dims=None, graph_share=0.25, graph_candidate_trials=10, gate_records=True):
+               sizes=None, dims=None, graph_share=0.25, graph_candidate_trials=10, gate_records=True,
+               fastest_call=False):
     """Tunes every task of `model` into `db`; returns a dict with the tasks, the table, trials, rounds, elapsed_s, estimated_latency (s) and failures (tasks stopped by an error, with its message).
 
     graph_share: the share of `trials` the graph-level search may spend (``search_graph_plan``: each
@@ -51,9 +52,16 @@ def tune_model(model, target="llvm", trials=1000, db="kiln_tuning.db", time_budg
     confirm_top, confirm_rounds: after the search, each task's best few schedules and its default schedule
     are measured again side by side in that many rounds (not counted in `trials`; 0 skips it): the
     fastest of thousands of single measurements is partly the luckiest one (see ``remeasure``).
-    gate_records: at the end (with confirmation on), the model with its records is timed against the
-    model with the default schedules; where the records do not win by 2%, the model's workloads go back
-    to their default schedules (kiln/tuner/records_gate.h). The result's "gate" says what it measured.
+    gate_records: at the end (with confirmation on), each record is judged inside the model: the model
+    with its records and the model with the default schedules are profiled round by round, and a record
+    stays only where its groups run faster than with the default by 2%; the others go back to their default
+    schedules, and the kept ones too where the whole model with them is slower (kiln/tuner/records_gate.h).
+    The result's "gate" says what it measured: the whole model's ratio with all records, per record
+    ("records": record_time, default_time, ratio, kept), and the ratio with the records kept; then the
+    tuned model against the untuned one, whose plan is stored where the graph search's loses (plan_ratio,
+    plan_reverted).
+    fastest_call: with cold_inputs, a measurement's time is its fastest call rather than the mean of its
+    calls (kiln/tuner/measure.h: on a loaded machine the mean penalizes kernels on several threads).
     A cuda target tunes the groups ``kiln.compile(model, target="cuda ...")`` builds, on the GPU
     (``gpu_simulate=True``: in the GPU simulator, records kept apart; see ``kiln.tune``).
     A model with symbolic dimensions is tuned at the sizes calls will most likely have: ``sizes=`` maps
@@ -64,7 +72,8 @@ def tune_model(model, target="llvm", trials=1000, db="kiln_tuning.db", time_budg
     result = _kiln.tuner.tune_model(model, str(target), db, int(trials), int(batch), _seconds(time_budget),
                                     int(early_stop_rounds), bool(progress), int(seed), layout, bool(cold_inputs),
                                     int(confirm_top), int(confirm_rounds), bool(gpu_simulate), parse_sizes(sizes), parse_dims(dims),
-                                    float(graph_share), int(graph_candidate_trials), bool(gate_records))
+                                    float(graph_share), int(graph_candidate_trials), bool(gate_records),
+                                    bool(fastest_call))
     for failure in result["failures"]:
         warnings.warn("tune_model: a task was not tuned further after an error (please report it): " + failure)
     return result

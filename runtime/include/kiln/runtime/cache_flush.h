@@ -30,11 +30,15 @@ void evict_from_cache(const void* data, size_t bytes);
  * timed alone (the eviction is not counted). A repeat takes at least `number`
  * calls, and more until its wall time, evictions included, reaches
  * min_repeat_ms, so a repeat costs about the wall time a warm one does.
+ * A repeat's result is the mean of its calls, or with fastest_call its
+ * fastest call: on a loaded machine the mean counts every time the
+ * scheduler took a core from the kernel mid-call, which hits a kernel on
+ * two threads about twice as often as one on a single thread.
  * Throws kiln::Error for a flush index that is not a tensor argument.
  */
 TimeResult time_evaluator_cold(const Module& mod, const std::string& name, const std::vector<Arg>& args,
                                const std::vector<size_t>& flush_args, int number = 1, int repeat = 1,
-                               double min_repeat_ms = 0);
+                               double min_repeat_ms = 0, bool fastest_call = false);
 
 }  // namespace kiln
 

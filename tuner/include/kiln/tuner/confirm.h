@@ -36,6 +36,7 @@ struct ConfirmOptions {
   int rounds = 3;            ///< each measures every contender once (repeat 3, >= 10 ms each)
   bool cold_inputs = true;   ///< time them with cold inputs (MeasureOptions::cold_inputs)
   double margin = 0.03;      ///< how much faster than the default a record must be to replace it (confirmed_winner)
+  bool fastest_call = false; ///< MeasureOptions::fastest_call
 };
 
 struct ConfirmResult {

@@ -39,6 +39,16 @@ struct MeasureOptions {
    */
   bool cold_inputs = false;
   /**
+   * With cold_inputs: each repeat's time is its fastest call rather than the
+   * mean of its calls (time_evaluator_cold). On a loaded machine the mean
+   * of a kernel on two threads catches every slice the scheduler takes from
+   * either; one on a single thread only its own. SqueezeNet at load 12: the
+   * default classifier conv measured 3.0 ms by the mean, 0.73 by the
+   * fastest call and 0.80 inside the model; a single-threaded record 2.3,
+   * 2.1 and 2.2. The mean ranked the record first.
+   */
+  bool fastest_call = false;
+  /**
    * cuda tasks: run each candidate in the GPU simulator (kiln/interp) instead
    * of on the device, so a whole GPU session (search, workers, correctness
    * checks, records) runs on a machine without a GPU. The times are the

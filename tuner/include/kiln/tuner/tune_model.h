@@ -76,6 +76,8 @@ struct ModelTuneOptions {
    * model run. Such records are kept apart from warm ones and preferred by compile.
    */
   bool cold_inputs = true;
+  /** With cold_inputs: a repeat's time is its fastest call, in the search, the confirmation and the gate (MeasureOptions::fastest_call). */
+  bool fastest_call = false;
   /**
    * After the search, each task's confirm_top best schedules and its default
    * schedule are measured again in confirm_rounds interleaved rounds
