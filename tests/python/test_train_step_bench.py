@@ -91,3 +91,25 @@ def test_bfloat16_run_uses_mixed_precision_on_both_sides(tmp_path):
     assert "with CPU autocast bfloat16" in t["setup"]
     # Each side rounds to bfloat16 in its own places: the first losses agree to bfloat16's precision.
     assert abs(k["loss1"] - t["loss1"]) <= 2e-2 * t["loss1"]
+
+
+def test_isa_argument_picks_an_avx2_target_unless_one_is_given():
+    assert tsb.parse_args([]).target == "llvm" and tsb.parse_args([]).isa == "host"
+    assert tsb.parse_args(["--isa", "avx2"]).target == "llvm -mcpu=znver3"
+    assert tsb.parse_args(["--isa", "avx2", "--target", "llvm -mcpu=haswell"]).target == "llvm -mcpu=haswell"
+    env = tsb.peer_env(tsb.parse_args(["--isa", "avx2", "--threads", "1"]))
+    assert (env["DNNL_MAX_CPU_ISA"], env["OPENBLAS_CORETYPE"], env["ATEN_CPU_CAPABILITY"], env["OMP_NUM_THREADS"]) == \
+        ("AVX2", "Haswell", "avx2", "1")
+
+
+def test_small_avx2_run_checks_and_prints_the_peers_limits(tmp_path):
+    """--isa avx2: the header says what each of PyTorch's libraries ran, limited and not; the peer reports its limits."""
+    out = tmp_path / "rows.json"
+    proc = _run_bench("--json", str(out), "--isa", "avx2")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "target llvm -mcpu=znver3 -num-cores=1" in proc.stdout
+    (limited,) = [line for line in proc.stdout.splitlines() if line.startswith("peer ISA check, AVX2-limited")]
+    assert "core Haswell" in limited and "forward_training jit:avx2" in limited and "NOT LIMITED" not in limited
+    (row,) = json.loads(out.read_text())["rows"]
+    assert "DNNL_MAX_CPU_ISA=AVX2" in row["torch"]["setup"] and "OPENBLAS_CORETYPE=Haswell" in row["torch"]["setup"]
+    assert abs(row["kiln"]["loss1"] - row["torch"]["loss1"]) <= 1e-4 * row["torch"]["loss1"]
