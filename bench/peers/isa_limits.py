@@ -17,8 +17,12 @@ kernels. check() runs a probe in a fresh process with a given environment:
 the BLAS core type threadpoolctl reports, a 1024^3 matmul's GFLOP/s on one
 thread, ATen's reported CPU capability, and the implementation oneDNN's
 verbose log names for a convolution's forward and both gradients. With the
-limits, none may name AVX-512 or AMX, and the matmul may not pass the AVX2
-peak of one core (2 FMA x 8 lanes x 2 flops per cycle).
+limits, none may name AVX-512 or AMX. The matmul's rate is printed against
+one core's AVX2 peak (2 FMA x 8 lanes x 2 flops per cycle) at the clock
+/proc/cpuinfo gives, with the clock the rate implies: a VM reports its base
+clock while the core turbos (OpenBLAS's Haswell kernels ran 106 GFLOP/s, 3.3
+GHz x 32, on the 2.6 GHz Xeon of 2026-12-07), so the rate alone proves
+nothing and the kernels' names are the check.
 
   isa_limits.py [THREADS]    prints the check with and without the limits
 """
@@ -110,11 +114,11 @@ def verdict(res, limited, ghz=None):
             problems.append(f"OpenBLAS runs {res['blas_core']} kernels, not Haswell")
         if not res["onednn_conv"]:
             problems.append("oneDNN logged no convolution (its verbose log is missing)")
-        if peak and res["mm_gflops"] > 1.05 * peak:
-            problems.append(f"the matmul's {res['mm_gflops']:.0f} GFLOP/s passes the AVX2 peak of one core ({peak:.0f})")
     conv = ", ".join(f"{k} {v}" for k, v in sorted(res["onednn_conv"].items())) or "-"
     line = (f"ATen '{res['aten']}'; {res['blas']} core {res['blas_core']}: 1024^3 matmul {res['mm_gflops']:.1f} GFLOP/s on 1 thread"
-            + (f" (AVX2 peak {peak:.0f} at {ghz:.2f} GHz)" if peak else "") + f"; oneDNN conv: {conv}")
+            + (f" (AVX2 peak {peak:.0f} at the reported {ghz:.2f} GHz)" if peak else "")
+            + (f" (on AVX2 kernels the rate implies {res['mm_gflops'] / AVX2_FLOPS_PER_CYCLE:.2f} GHz or more)" if limited else "")
+            + f"; oneDNN conv: {conv}")
     return not problems, line + ("" if not problems else "; NOT LIMITED: " + "; ".join(problems))
 
 
