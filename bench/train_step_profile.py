@@ -32,7 +32,7 @@ def kiln_profile(args):
     real = step._run
     step._run = lambda feed, a, b: fed.append(list(feed)) or real(feed, a, b)
     step_fn()
-    rows = step._exe.profile(fed[-1], repeats=args.repeat)
+    rows = step._exe.profile(*fed[-1], repeats=args.repeat)
     total = sum(r["seconds"] for r in rows)
     print(f"kiln {args.workload}, target {args.target}, {args.threads} thread(s): {len(rows)} groups, {total * 1e3:.1f} ms summed")
     kinds = collections.Counter()
