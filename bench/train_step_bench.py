@@ -27,7 +27,10 @@ must agree (printed). Each process is started and takes its 3 warm-up
 steps alone (the other waits); then --repeat rounds time one step of each,
 alternating, so that a busy machine slows both alike: min and median;
 kiln/torch = ratio of the medians, below 1 kiln is faster. The timed steps
-go on training (the weights change; the work per step does not).
+go on training (the weights change; the work per step does not). Each step's
+CPU time (process_time, all the process's threads) is printed below its row
+too: on a loaded machine it moves less with the other processes than the
+wall time (with 1 thread; with more, spinning threads count).
 
 With --db, kiln's step is compiled with the tuning records of that
 database (kiln.train.compile(db=)); with --tune-trials N as well, the kiln
@@ -279,9 +282,9 @@ def child_main(spec_json):
     for line in sys.stdin:
         if line.strip() != "step" or step is None:
             break
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         step()
-        print(json.dumps({"t": time.perf_counter() - t0}), file=out, flush=True)
+        print(json.dumps({"t": time.perf_counter() - t0, "cpu": time.process_time() - c0}), file=out, flush=True)
     return 0
 
 
@@ -304,7 +307,7 @@ class Side:
         t0 = time.perf_counter()
         self.facts = self._read() or {"ready": False, "error": f"the {side} process died while starting (status {self.proc.poll()}); its log is above"}
         self.facts["start_s"] = time.perf_counter() - t0
-        self.facts["times"] = []
+        self.facts["times"], self.facts["cpu_times"] = [], []
 
     def _read(self):
         # One line per request, so nothing waits in the pipe's buffer and select sees what readline would.
@@ -326,6 +329,7 @@ class Side:
             self.facts.update(ready=False, error=f"the {self.name} process died while timing (status {self.proc.poll()})")
         else:
             self.facts["times"].append(got["t"])
+            self.facts["cpu_times"].append(got.get("cpu"))
 
     def close(self):
         try:
@@ -428,6 +432,11 @@ def format_table(rows):
             elif rel > 1e-5:
                 lines.append(f"    the first losses differ by {rel:.1e} relative (same weights and batch: float32 rounding "
                              "of the forward pass and of the loss's sum)")
+        kc, tc = [v for v in k.get("cpu_times") or [] if v is not None], [v for v in t.get("cpu_times") or [] if v is not None]
+        if kc and tc:
+            lines.append(f"    CPU time (process_time, all threads; less sensitive to other processes' load): kiln {min(kc) * 1e3:.1f} / "
+                         f"{statistics.median(kc) * 1e3:.1f}, torch {min(tc) * 1e3:.1f} / {statistics.median(tc) * 1e3:.1f} ms (min / median), "
+                         f"ratio of medians {statistics.median(kc) / statistics.median(tc):.2f}")
         if k.get("bf16_dot_groups"):
             lines.append(f"    {r['workload']}: {k['bf16_dot_groups']} groups are bfloat16 dot products (kiln.*BF16Pairs)")
         if k.get("tune_s") is not None:

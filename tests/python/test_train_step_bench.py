@@ -40,6 +40,8 @@ def test_table_rows_errors_and_loss_note():
     bert = next(line for line in lines if line.startswith("bert"))
     assert " 2.00 " in bert and "114.0" in bert and "2.5s" in bert  # ratio of medians 0.5 / 0.25
     assert "differ by 5.0e-04 relative" in text
+    rows[1]["kiln"]["cpu_times"], rows[1]["torch"]["cpu_times"] = [0.4, 0.5, 0.3], [0.2, 0.25, 0.1]
+    assert "kiln 300.0 / 400.0, torch 100.0 / 200.0 ms (min / median), ratio of medians 2.00" in tsb.format_table(rows)
 
 
 def _run_bench(*extra):
@@ -60,7 +62,7 @@ def test_small_run_end_to_end(tmp_path):
     assert "AVX" in proc.stdout.splitlines()[0] or "SSE" in proc.stdout.splitlines()[0]
     (row,) = json.loads(out.read_text())["rows"]
     k, t = row["kiln"], row["torch"]
-    assert len(k["times"]) == 2 and len(t["times"]) == 2
+    assert len(k["times"]) == 2 and len(t["times"]) == 2 and len(k["cpu_times"]) == 2 and all(c > 0 for c in t["cpu_times"])
     assert k["arena_mb"] > 0 and k["num_kernels"] > 0 and t["rss_rise_mb"] >= 0
     assert abs(k["loss1"] - t["loss1"]) <= 1e-4 * t["loss1"]
     assert "torch.set_num_threads(1)" in proc.stdout and "at::get_num_threads() : 1" in proc.stdout
