@@ -565,7 +565,8 @@ int64_t tile_extent(const DagInfo& dag, const StageInfo& s, size_t axis, bool pa
     // AVX2 (1 core, CPU time): 4 x 2 at 84 GFLOP/s, 6 x 2 at 94.
     // The rows count over every axis that shares the vector operand: a
     // batched matmul with one weight (BERT's [8, 128, 768] x [768, 3072]
-    // forward) walks 1024 rows in tiles that pad each batch's 128 to 132.
+    // forward) walks 1024 rows in tiles that pad each batch's 128 to 132:
+    // 0.92x the CPU time of 4 x 2 (93-95 GFLOP/s against 86-88, AVX2, 1 core).
     int64_t shared_rows = 1;
     for (size_t k = 0; k + 1 < n; ++k)
       if (!(k < indexes.size() && indexes[k])) shared_rows *= s.spatial[k];
