@@ -3,7 +3,7 @@
 
   bench/train_step_bench.py [--workloads resnet18,bert[,mobilenetv2]] [--threads 2] [--repeat 5] [--batch 8]
                             [--image-size 112] [--seq-len 128] [--json FILE] [--build DIR] [--timeout 1800]
-                            [--db FILE [--tune-trials N]] [--precision bfloat16] [--target T]
+                            [--db FILE [--tune-trials N]] [--precision bfloat16] [--target T] [--isa avx2]
 
 One training step is forward + loss + backward + torch.optim.SGD's update
 with momentum (lr 0.01, momentum 0.9), on one fixed batch:
@@ -27,13 +27,27 @@ must agree (printed). Each process is started and takes its 3 warm-up
 steps alone (the other waits); then --repeat rounds time one step of each,
 alternating, so that a busy machine slows both alike: min and median;
 kiln/torch = ratio of the medians, below 1 kiln is faster. The timed steps
-go on training (the weights change; the work per step does not).
+go on training (the weights change; the work per step does not). Each step's
+CPU time (process_time, all the process's threads) is printed below its row
+too: on a loaded machine it moves less with the other processes than the
+wall time (with 1 thread; with more, spinning threads count).
 
 With --db, kiln's step is compiled with the tuning records of that
 database (kiln.train.compile(db=)); with --tune-trials N as well, the kiln
 process first tunes the step's groups into it (kiln.tune_model on the
 step's graph, N trials, resumed from what the database holds), alone,
 before either side is timed. The table then says "tuned" and the seconds.
+
+With --isa avx2, both sides are held to AVX2 on any host (an AVX2-only CPU,
+such as AMD Zen 3, on an AVX-512 one): kiln compiles for --target (default
+'llvm -mcpu=znver3'), and every library PyTorch computes with is limited
+(bench/peers/isa_limits.py: ATEN_CPU_CAPABILITY=avx2 for ATen's kernels,
+DNNL_MAX_CPU_ISA=AVX2 for oneDNN's convolutions, OPENBLAS_CORETYPE=Haswell
+for OpenBLAS's matmuls; limiting oneDNN alone leaves the matmuls on AVX-512).
+Before timing, a probe in the peer's environment checks that each limit took
+(OpenBLAS's core type, oneDNN's convolution kernels, a matmul's GFLOP/s
+against one core's AVX2 peak); the bench stops if one did not. The table's
+header prints the probe's findings, limited and not.
 
 With --precision bfloat16, both sides train in mixed precision: kiln with
 kiln.train.compile(precision="bfloat16") (its matmuls as bfloat16 dot
@@ -71,6 +85,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "peers"))
 import blas_choice  # noqa: E402
+import isa_limits  # noqa: E402
 from peer_env import clean_env  # noqa: E402
 from torch_models import _status_kb  # noqa: E402  (a /proc/self/status field in kB)
 
@@ -94,11 +109,16 @@ def parse_args(argv=None):
     ap.add_argument("--timeout", type=float, default=1800, help="seconds one side may take to start (or one step)")
     ap.add_argument("--db", help="compile kiln's step with this tuning database's records")
     ap.add_argument("--tune-trials", type=int, default=0, help="with --db: first tune the step's groups into it (trials)")
-    ap.add_argument("--target", default="llvm", help="kiln's target, e.g. 'llvm -mcpu=znver3' for AVX2 code on this host; -num-cores=T is added")
+    ap.add_argument("--target", default=None,
+                    help="kiln's target (default 'llvm', with --isa avx2 'llvm -mcpu=znver3'); -num-cores=T is added")
+    ap.add_argument("--isa", choices=("host", "avx2"), default="host",
+                    help="avx2: kiln built for AVX2 and PyTorch's libraries (ATen, oneDNN, OpenBLAS) limited to AVX2, checked")
     ap.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
                     help="bfloat16: mixed precision on both sides (kiln precision=, PyTorch CPU autocast)")
     args = ap.parse_args(argv)
     args.workloads = [w for w in args.workloads.split(",") if w]
+    if args.target is None:
+        args.target = "llvm -mcpu=znver3" if args.isa == "avx2" else "llvm"
     unknown = [w for w in args.workloads if w not in WORKLOADS]
     if unknown or not args.workloads:
         ap.error(f"unknown --workloads {unknown}; known: {', '.join(WORKLOADS)}")
@@ -200,7 +220,7 @@ def torch_side(spec):
     cap = [line.strip(" -") for line in torch.__config__.show().splitlines() if "CPU capability" in line]
     setup = (f"PyTorch {torch.__version__} eager{' with CPU autocast bfloat16' if low else ''}, {cap[0] if cap else '?'}, "
              f"mkldnn bf16 {'yes' if torch.backends.mkldnn.is_available() else 'no'}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
-             f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '-')}; " + "; ".join(info[:6]))
+             f"{isa_limits.describe(os.environ)}; " + "; ".join(info[:6]))
     return step, {"setup": setup}
 
 
@@ -262,9 +282,9 @@ def child_main(spec_json):
     for line in sys.stdin:
         if line.strip() != "step" or step is None:
             break
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         step()
-        print(json.dumps({"t": time.perf_counter() - t0}), file=out, flush=True)
+        print(json.dumps({"t": time.perf_counter() - t0, "cpu": time.process_time() - c0}), file=out, flush=True)
     return 0
 
 
@@ -278,7 +298,7 @@ class Side:
         if side == "kiln":
             env = dict(os.environ, KILN_NUM_THREADS=str(args.threads))
         else:
-            env = clean_env(args.threads, blas=blas_choice.choose(args.threads))
+            env = peer_env(args)
             env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
         print(f"== {workload}: {side}", file=sys.stderr, flush=True)
         self.name, self.timeout = side, args.timeout
@@ -287,7 +307,7 @@ class Side:
         t0 = time.perf_counter()
         self.facts = self._read() or {"ready": False, "error": f"the {side} process died while starting (status {self.proc.poll()}); its log is above"}
         self.facts["start_s"] = time.perf_counter() - t0
-        self.facts["times"] = []
+        self.facts["times"], self.facts["cpu_times"] = [], []
 
     def _read(self):
         # One line per request, so nothing waits in the pipe's buffer and select sees what readline would.
@@ -309,6 +329,7 @@ class Side:
             self.facts.update(ready=False, error=f"the {self.name} process died while timing (status {self.proc.poll()})")
         else:
             self.facts["times"].append(got["t"])
+            self.facts["cpu_times"].append(got.get("cpu"))
 
     def close(self):
         try:
@@ -320,6 +341,25 @@ class Side:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def peer_env(args):
+    """PyTorch's environment: the peers' clean one, with OpenBLAS's best core type, or every library limited to AVX2."""
+    if args.isa == "avx2":
+        return isa_limits.limited_env(clean_env(args.threads))
+    return clean_env(args.threads, blas=blas_choice.choose(args.threads))
+
+
+def isa_check(args):
+    """(ok, lines): with --isa avx2, what PyTorch's libraries run in the peer's environment, limited and not."""
+    if args.isa != "avx2":
+        return True, []
+    ok, lines = True, []
+    for name, env, limited in (("unlimited", clean_env(1), False), ("AVX2-limited (timed)", peer_env(args), True)):
+        good, line = isa_limits.verdict(isa_limits.check(env), limited)
+        ok &= good
+        lines.append(f"peer ISA check, {name}, {isa_limits.describe(env)}: {line}")
+    return ok, lines
 
 
 def run_workload(args, workload):
@@ -351,6 +391,8 @@ def header(args, m):
             f"avx512f {'yes' if m['avx512f'] else 'no'}), {m['cores']} cores; {datetime.datetime.now():%Y-%m-%d %H:%M}",
             f"peer: PyTorch {torch.__version__} eager training step (zero_grad, forward, loss, backward, SGD step) in train mode, "
             f"torch.set_num_threads({args.threads}), OMP_NUM_THREADS={args.threads}, the peers' clean environment (its own report below the table)",
+            (f"ISA: AVX2 on both sides (kiln's target {args.target!r}; PyTorch's libraries limited: "
+             f"{isa_limits.describe(isa_limits.AVX2_ENV)})" if args.isa == "avx2" else "ISA: each side's own choice for this host"),
             f"kiln: kiln.train.from_torch + kiln.train.compile, target {args.target} -num-cores={args.threads}, KILN_NUM_THREADS={args.threads}, "
             + (f"schedules from {args.db}" + (f" after tuning the step {args.tune_trials} trials into it" if args.tune_trials else "")
                if args.db else "default schedules (no tuning database)"),
@@ -390,6 +432,11 @@ def format_table(rows):
             elif rel > 1e-5:
                 lines.append(f"    the first losses differ by {rel:.1e} relative (same weights and batch: float32 rounding "
                              "of the forward pass and of the loss's sum)")
+        kc, tc = [v for v in k.get("cpu_times") or [] if v is not None], [v for v in t.get("cpu_times") or [] if v is not None]
+        if kc and tc:
+            lines.append(f"    CPU time (process_time, all threads; less sensitive to other processes' load): kiln {min(kc) * 1e3:.1f} / "
+                         f"{statistics.median(kc) * 1e3:.1f}, torch {min(tc) * 1e3:.1f} / {statistics.median(tc) * 1e3:.1f} ms (min / median), "
+                         f"ratio of medians {statistics.median(kc) / statistics.median(tc):.2f}")
         if k.get("bf16_dot_groups"):
             lines.append(f"    {r['workload']}: {k['bf16_dot_groups']} groups are bfloat16 dot products (kiln.*BF16Pairs)")
         if k.get("tune_s") is not None:
@@ -417,7 +464,12 @@ def main(argv=None):
         return 2
     m = machine()
     head = header(args, m)
+    ok, checked = isa_check(args)
+    head += checked
     print("\n".join(head), flush=True)
+    if not ok:
+        print("train_step_bench: --isa avx2, but a library of PyTorch's still runs wider kernels (above); not timing", file=sys.stderr)
+        return 1
     rows = []
     for w in args.workloads:
         rows.append(run_workload(args, w))

@@ -40,6 +40,8 @@ def test_table_rows_errors_and_loss_note():
     bert = next(line for line in lines if line.startswith("bert"))
     assert " 2.00 " in bert and "114.0" in bert and "2.5s" in bert  # ratio of medians 0.5 / 0.25
     assert "differ by 5.0e-04 relative" in text
+    rows[1]["kiln"]["cpu_times"], rows[1]["torch"]["cpu_times"] = [0.4, 0.5, 0.3], [0.2, 0.25, 0.1]
+    assert "kiln 300.0 / 400.0, torch 100.0 / 200.0 ms (min / median), ratio of medians 2.00" in tsb.format_table(rows)
 
 
 def _run_bench(*extra):
@@ -60,7 +62,7 @@ def test_small_run_end_to_end(tmp_path):
     assert "AVX" in proc.stdout.splitlines()[0] or "SSE" in proc.stdout.splitlines()[0]
     (row,) = json.loads(out.read_text())["rows"]
     k, t = row["kiln"], row["torch"]
-    assert len(k["times"]) == 2 and len(t["times"]) == 2
+    assert len(k["times"]) == 2 and len(t["times"]) == 2 and len(k["cpu_times"]) == 2 and all(c > 0 for c in t["cpu_times"])
     assert k["arena_mb"] > 0 and k["num_kernels"] > 0 and t["rss_rise_mb"] >= 0
     assert abs(k["loss1"] - t["loss1"]) <= 1e-4 * t["loss1"]
     assert "torch.set_num_threads(1)" in proc.stdout and "at::get_num_threads() : 1" in proc.stdout
@@ -91,3 +93,25 @@ def test_bfloat16_run_uses_mixed_precision_on_both_sides(tmp_path):
     assert "with CPU autocast bfloat16" in t["setup"]
     # Each side rounds to bfloat16 in its own places: the first losses agree to bfloat16's precision.
     assert abs(k["loss1"] - t["loss1"]) <= 2e-2 * t["loss1"]
+
+
+def test_isa_argument_picks_an_avx2_target_unless_one_is_given():
+    assert tsb.parse_args([]).target == "llvm" and tsb.parse_args([]).isa == "host"
+    assert tsb.parse_args(["--isa", "avx2"]).target == "llvm -mcpu=znver3"
+    assert tsb.parse_args(["--isa", "avx2", "--target", "llvm -mcpu=haswell"]).target == "llvm -mcpu=haswell"
+    env = tsb.peer_env(tsb.parse_args(["--isa", "avx2", "--threads", "1"]))
+    assert (env["DNNL_MAX_CPU_ISA"], env["OPENBLAS_CORETYPE"], env["ATEN_CPU_CAPABILITY"], env["OMP_NUM_THREADS"]) == \
+        ("AVX2", "Haswell", "avx2", "1")
+
+
+def test_small_avx2_run_checks_and_prints_the_peers_limits(tmp_path):
+    """--isa avx2: the header says what each of PyTorch's libraries ran, limited and not; the peer reports its limits."""
+    out = tmp_path / "rows.json"
+    proc = _run_bench("--json", str(out), "--isa", "avx2")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "target llvm -mcpu=znver3 -num-cores=1" in proc.stdout
+    (limited,) = [line for line in proc.stdout.splitlines() if line.startswith("peer ISA check, AVX2-limited")]
+    assert "core Haswell" in limited and "forward_training jit:avx2" in limited and "NOT LIMITED" not in limited
+    (row,) = json.loads(out.read_text())["rows"]
+    assert "DNNL_MAX_CPU_ISA=AVX2" in row["torch"]["setup"] and "OPENBLAS_CORETYPE=Haswell" in row["torch"]["setup"]
+    assert abs(row["kiln"]["loss1"] - row["torch"]["loss1"]) <= 1e-4 * row["torch"]["loss1"]

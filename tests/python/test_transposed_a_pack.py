@@ -19,7 +19,8 @@ def gemm_ta(K, M, N, target, alpha=1.0):
 
 # B over 1 MB and 64 rows or more: the pack rule packs B, so A too where the row tile divides M.
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("K,M,N", [(256, 96, 1280), (200, 120, 1344), (256, 97, 1280)])
+# 384 and 126 rows: 64 and 21 row tiles of 6 on AVX2, copied in blocks of 16 and 7 (pack_transposed_a).
+@pytest.mark.parametrize("K,M,N", [(256, 96, 1280), (200, 120, 1344), (256, 97, 1280), (256, 384, 1280), (256, 126, 1280)])
 def test_transposed_a_gemm_matches_numpy(rng, target, K, M, N):
     exe = gemm_ta(K, M, N, target, alpha=0.5)
     A, B = rng.standard_normal((K, M)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
