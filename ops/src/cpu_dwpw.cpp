@@ -1,6 +1,7 @@
 // The fused depthwise + pointwise schedule (cpu_dwpw.h).
 #include "kiln/ops/cpu_dwpw.h"
 
+#include <algorithm>
 #include <functional>
 #include <numeric>
 #include <unordered_set>
@@ -120,7 +121,9 @@ te::Schedule apply_dwpw(const Task& task, const DwPwPlan& p) {
   te::Stage& st = sch[p.act];
   st.compute_at(so, row);
   std::vector<IterVar> ta = st.leaf_iter_vars();  // n, c, y, x, ci (+ ry, rx when act is dw)
-  const int dt = depthwise_pointwise_tile(task.target, extent(p.dw.shape()[3]), static_cast<int>((cb + lanes - 1) / lanes));
+  // Per tap the tile's accumulators take the tap's weight vectors and one input vector at a time beside them.
+  const int dv = static_cast<int>((cb + lanes - 1) / lanes);
+  const int dt = pick_conv_tile_width(static_cast<int>(extent(p.dw.shape()[3])), std::max(1, (register_budget(task.target).registers - 1 - 2 * dv) / dv));
   auto [txo, txi] = st.split(ta[3], dt);
   // A tile of dt pixels x one block summed over the taps in registers: dt independent
   // accumulators (one pixel at a time chains its taps' multiply-adds on one register).

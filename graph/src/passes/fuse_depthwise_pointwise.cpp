@@ -12,8 +12,11 @@
 // Where the depthwise output fits the caches the unfused kernels already
 // read it from there, and their schedules (tiled across rows, tuned) beat
 // the fused one: measured on a 2-core Xeon (AVX-512, 2 MB L2) per block,
-// fused / unfused 0.70-0.95 at 1.2-1.8 MB (MobileNetV2's 112x112 and 56x56
-// blocks) and 0.99-1.2 at 0.1-0.6 MB (28x28 and smaller). Hence min_bytes.
+// fused / unfused 0.67-0.96 where the depthwise input or output holds 1.2-4.8 MB
+// (MobileNetV2's 112x112 and 56x56 blocks, the stride-2 one out of 56x56
+// included) and 0.99-1.2 at 0.1-0.6 MB (28x28 and smaller). Hence min_bytes,
+// on the larger of the two.
+#include <algorithm>
 #include <unordered_map>
 
 #include "kiln/graph/op_registry.h"
@@ -61,6 +64,12 @@ int pointwise_input(const OpNode& g) {
 // A depthwise conv group with one output (its epilogue: fuse_ops' elementwise nodes).
 bool is_depthwise_group(const OpNode& g) {
   return starts_with(g.attrs.get_string("ops"), "kiln.DepthwiseConvNCHWc") && g.num_outputs() == 1 && only_op(Graph(g.body), "kiln.DepthwiseConvNCHWc");
+}
+
+// The larger of the depthwise conv's input and output (a stride-2 one reads four times what it writes).
+int64_t depthwise_bytes(const OpNode& g) {
+  const OpNode* dw = only_op(Graph(g.body), "kiln.DepthwiseConvNCHWc");
+  return std::max(dw->inputs[0].type().bytes(), dw->types[0].bytes());
 }
 
 // Group a (depthwise) and group b (its 1x1 conv, reading a's output as its input k) as one group.
@@ -127,7 +136,7 @@ Graph fuse_depthwise_pointwise(const Graph& g, const Target& target, int64_t min
     int k = is_group(&op) ? pointwise_input(op) : -1;
     const Value src = k >= 0 ? op.inputs[k] : Value();
     if (k >= 0 && is_group(src.node.get()) && is_depthwise_group(static_cast<const OpNode&>(*src.node)) && readers[src] == 1 &&
-        src.type().bytes() >= min_bytes) {
+        depthwise_bytes(static_cast<const OpNode&>(*src.node)) >= min_bytes) {
       const auto& a = static_cast<const OpNode&>(*map(src).node);
       node = merge(a, *node, k);
       changed = true;

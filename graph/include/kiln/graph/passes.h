@@ -65,7 +65,7 @@ Graph eliminate_common_subexpr(const Graph& g);
  */
 Graph fuse_ops(const Graph& g, int max_group_size = 64);
 
-/** The depthwise output from which fusing it with its 1x1 conv measured faster (fuse_depthwise_pointwise.cpp). */
+/** The depthwise input or output from which fusing it with its 1x1 conv measured faster (fuse_depthwise_pointwise.cpp). */
 inline constexpr int64_t kDepthwisePointwiseMinBytes = int64_t(1) << 20;
 
 /**
@@ -73,7 +73,7 @@ inline constexpr int64_t kDepthwisePointwiseMinBytes = int64_t(1) << 20;
  * group of the 1x1 stride-1 conv that is its only reader become one group
  * (the bodies joined), which kiln/ops/cpu_dwpw.h schedules row by row so the
  * depthwise output stays in the cache (fuse_depthwise_pointwise.cpp), where
- * that output holds min_bytes or more (smaller ones stay in the cache unfused).
+ * its input or output holds min_bytes or more (smaller ones stay in the cache unfused).
  */
 Graph fuse_depthwise_pointwise(const Graph& g, const Target& target, int64_t min_bytes = kDepthwisePointwiseMinBytes);
 
@@ -146,7 +146,7 @@ struct PipelineOptions {
   int bf16_dot = -1;
   /** use_int8_dot and use_int8_conv: on llvm targets unless false. */
   bool int8_dot = true;
-  /** fuse_depthwise_pointwise (with fuse): -1 where the depthwise output holds kDepthwisePointwiseMinBytes (the default; the
+  /** fuse_depthwise_pointwise (with fuse): -1 where the depthwise input or output holds kDepthwisePointwiseMinBytes (the default; the
    *  environment's KILN_FUSE_DWPW=0 turns it off, =1 fuses every size), 0 never, 1 every size. */
   int depthwise_pointwise = -1;
 };
