@@ -88,3 +88,19 @@ def test_two_blocks_fuse_each(monkeypatch):
     exe = compile_torch(net, x, "llvm")
     assert len(_fused_groups(exe)) == 2, [g["ops"] for g in exe.groups()]
     _check(net, x, exe)
+
+
+def test_symbolic_image_stays_unfused(monkeypatch):
+    """The fused schedule needs static sizes: a symbolic height and width keep the two groups (and the right result)."""
+    import io
+
+    import kiln
+    monkeypatch.setenv("KILN_FUSE_DWPW", "1")
+    net, x = _block(24, 24, 1, 6, 12, seed=7)
+    buf = io.BytesIO()
+    torch.onnx.export(net, x, buf, input_names=["input"], output_names=["output"], opset_version=13,
+                      dynamic_axes={"input": {2: "h", 3: "w"}, "output": {2: "h", 3: "w"}})
+    model = kiln.graph.from_onnx(buf.getvalue(), shapes={"input": (1, 24, "h", "w")})
+    exe = kiln.compile(model, target="llvm")
+    assert _fused_groups(exe) == []
+    _check(net, x, exe)

@@ -69,6 +69,7 @@ bool is_depthwise_group(const OpNode& g) {
 // The larger of the depthwise conv's input and output (a stride-2 one reads four times what it writes).
 int64_t depthwise_bytes(const OpNode& g) {
   const OpNode* dw = only_op(Graph(g.body), "kiln.DepthwiseConvNCHWc");
+  if (!dw->inputs[0].type().is_static() || !dw->types[0].is_static()) return -1;  // symbolic sizes: the fused schedule needs static ones
   return std::max(dw->inputs[0].type().bytes(), dw->types[0].bytes());
 }
 
