@@ -8,6 +8,7 @@
 #include "kiln/graph/op_registry.h"
 #include "kiln/ops/best_record.h"
 #include "kiln/ops/cpu_amx.h"
+#include "kiln/ops/cpu_dwpw.h"
 #include "kiln/ops/search_space.h"
 #include "kiln/support/error.h"
 #include "kiln/te/trace.h"
@@ -44,6 +45,13 @@ te::Schedule group_schedule(const ops::Task& task, const std::string& db_path, S
       std::vector<std::string> others = ops::other_core_count_targets(task, db_path);
       if (!others.empty()) *records_only_for = others.front();
     }
+  }
+  // A depthwise conv fused with its 1x1 conv (fuse_depthwise_pointwise) has a hand schedule the rules cannot express.
+  std::string why;
+  if (auto fused = ops::depthwise_pointwise_schedule(task, &why)) {
+    *source = ScheduleSource::Default;
+    *detail = "depthwise+pointwise rows";
+    return *fused;
   }
   ops::SearchSpace space(task);
   ops::Candidate c = space.default_candidate();

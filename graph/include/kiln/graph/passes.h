@@ -65,6 +65,18 @@ Graph eliminate_common_subexpr(const Graph& g);
  */
 Graph fuse_ops(const Graph& g, int max_group_size = 64);
 
+/** The depthwise input or output from which fusing it with its 1x1 conv measured faster (fuse_depthwise_pointwise.cpp). */
+inline constexpr int64_t kDepthwisePointwiseMinBytes = int64_t(1) << 20;
+
+/**
+ * After fuse_ops, on CPU targets: a blocked depthwise conv's group and the
+ * group of the 1x1 stride-1 conv that is its only reader become one group
+ * (the bodies joined), which kiln/ops/cpu_dwpw.h schedules row by row so the
+ * depthwise output stays in the cache (fuse_depthwise_pointwise.cpp), where
+ * its input or output holds min_bytes or more (smaller ones stay in the cache unfused).
+ */
+Graph fuse_depthwise_pointwise(const Graph& g, const Target& target, int64_t min_bytes = kDepthwisePointwiseMinBytes);
+
 /** One node per operator, each wrapped as a group of one (what fuse_ops gives with fusion off). */
 Graph wrap_ops(const Graph& g);
 
@@ -145,10 +157,13 @@ struct PipelineOptions {
   int bf16_dot = -1;
   /** use_int8_dot and use_int8_conv: on llvm targets unless false. */
   bool int8_dot = true;
+  /** fuse_depthwise_pointwise (with fuse): -1 where the depthwise input or output holds kDepthwisePointwiseMinBytes (the default; the
+   *  environment's KILN_FUSE_DWPW=0 turns it off, =1 fuses every size), 0 never, 1 every size. */
+  int depthwise_pointwise = -1;
 };
 
 /** The pipeline: remove_identity, fold_transposes, use_amx_convs and use_bf16_dot (see bf16_dot) and use_amx_operands, use_int8_dot, use_int8_conv, fold_constants, fold_batch_norm, eliminate_common_subexpr,
- *  alter_conv_layout, use_bf16_packed_weights (with use_bf16_dot), then fuse_ops (or wrap_ops). */
+ *  alter_conv_layout, use_bf16_packed_weights (with use_bf16_dot), then fuse_ops (or wrap_ops) and fuse_depthwise_pointwise. */
 Graph optimize(const Graph& g, const Target& target, const PipelineOptions& options = {});
 
 }  // namespace kiln::graph
