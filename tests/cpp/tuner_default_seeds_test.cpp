@@ -141,6 +141,36 @@ TEST_P(TunerSketch, DefaultStreamsTheChannelBlocksOfAWideOneByOneConvOnAvx2) {
   EXPECT_TRUE(has(t, "conv.location=0")) << t;
 }
 
+// A 1 x 1 conv whose weights reach 4 MiB (ResNet-50's layer4: 2048 -> 512
+// at 7 x 7) and whose output for one block of output channels fits the
+// accumulator streams its channel blocks by default on every target: on
+// AVX-512 too (streams_from_l3, search_space_seeds.cpp), so each weight is
+// fetched from beyond L2 once for all the image's pixels instead of once
+// per row of tiles. With weights that stay in L2 (512 -> 512), or an image
+// whose output outgrows the accumulator (14 x 14), AVX-512 keeps the plain
+// seed. Decisions only: the streamed form computes (the test above).
+TEST_P(TunerSketch, DefaultStreamsTheWeightsOfALargeOneByOneConvOnASmallImage) {
+  const int lanes = rules_lanes(), block = 2 * lanes;
+  const bool avx2 = rules_target().num_vector_registers() <= 16;
+  auto has = [](const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; };
+  auto default_of = [&](int C, int K, int HW) {
+    SearchSpace space(task_of(conv_nchwc_case({1, C, HW, HW, K, 1, 1, 1, 0, 1}, block, block)));
+    return space.describe_candidate(space.default_candidate());
+  };
+  for (auto [C, K] : {std::pair{2048, 512}, std::pair{512, 2048}}) {
+    std::string text = default_of(C, K, 7);
+    EXPECT_TRUE(has(text, "conv.location=1")) << rules_target().str() << " " << C << " -> " << K << ": " << text;
+    EXPECT_TRUE(has(text, "conv.rco=" + std::to_string(C / block) + "x1")) << text;
+    EXPECT_TRUE(has(text, "conv.rci=1x" + std::to_string(block))) << text;
+    EXPECT_TRUE(has(text, "conv.y=1x1x7x1")) << text;  // every row of tiles inside each step
+  }
+  if (!avx2) {
+    std::string small = default_of(512, 512, 7), large_image = default_of(2048, 512, 14);
+    EXPECT_TRUE(has(small, "conv.location=0")) << small;
+    EXPECT_TRUE(has(large_image, "conv.location=0")) << large_image;
+  }
+}
+
 // A 3 x 3 conv whose weights for one output-channel block reach 512 KiB
 // (ResNet-18's 512 -> 512 at 7 x 7: 590 KiB a block of two vectors on
 // AVX-512; here 1024 -> 2 vectors) streams its channel blocks by default on a target of 32 vector
