@@ -1,0 +1,19 @@
+"""A 3x3 stride-2 conv whose padded input outgrows 1 MiB (ResNet-50's layer2 entry: 128 -> 128 at 56 x 56)
+reads its input with the padding inlined by default, where a smaller one (256 -> 256 at 28 x 28) stores the
+padded copy first (kInlinePadBytes, ops/src/search_space.cpp); both against PyTorch, on the host and an AVX2
+target."""
+import pytest
+
+from kiln_helpers import check_against_torch, cpu_targets
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("target", cpu_targets())
+@pytest.mark.parametrize("channels,side,inlined", [(128, 56, True), (256, 28, False)])
+def test_large_padded_input_is_inlined_and_matches_pytorch(target, channels, side, inlined):
+    torch.manual_seed(channels)
+    net = torch.nn.Sequential(torch.nn.Conv2d(channels, channels, 3, 2, 1), torch.nn.ReLU())
+    exe = check_against_torch(net, torch.randn(1, channels, side, side), target)
+    (conv,) = [g["schedule_detail"] for g in exe.groups() if g["ops"].startswith("kiln.ConvNCHWc")]
+    assert ("conv.pad: inline" in conv) == inlined, conv
