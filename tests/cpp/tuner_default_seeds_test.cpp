@@ -59,21 +59,23 @@ TEST_P(TunerSketch, DefaultInlinesTheDepthwisePadding) {
   EXPECT_NE(conv.describe_sketch(conv.default_candidate().sketch).find("conv.pad: simple"), std::string::npos) << conv.describe_sketch(conv.default_candidate().sketch);
 }
 
-// A conv whose padded input outgrows 1 MiB (ResNet-50's 128 -> 128 3 x 3
-// stride-2 conv at 56 x 56: 1.7 MiB padded) reads its input with the
+// A stride-2 conv whose padded input outgrows 1 MiB (ResNet-50's 128 -> 128
+// 3 x 3 stride-2 conv at 56 x 56: 1.7 MiB padded) reads its input with the
 // padding inlined by default: the stored copy beside its source outgrows
 // L2 and the conv read it back from L3 (kInlinePadBytes, search_space.cpp).
-// At 28 x 28 x 256 (0.9 MiB) the padding stays stored. Sketch choice only:
-// the inlined form computes (check_all_sketches, tuner_search_space_test).
-TEST_P(TunerSketch, DefaultInlinesTheLargePaddedInputOfAConv) {
+// At 28 x 28 x 256 (0.9 MiB), or at stride 1 (each input read 9 times), the
+// padding stays stored. Sketch choice only: the inlined form computes
+// (check_all_sketches, tuner_search_space_test).
+TEST_P(TunerSketch, DefaultInlinesTheLargePaddedInputOfAStridedConv) {
   const int block = 2 * rules_lanes();
-  auto sketch_of = [&](int C, int HW) {
-    SearchSpace space(task_of(conv_nchwc_case({1, C, HW, HW, C, 3, 3, 2, 1, 1}, block, block)));
+  auto sketch_of = [&](int C, int HW, int stride) {
+    SearchSpace space(task_of(conv_nchwc_case({1, C, HW, HW, C, 3, 3, stride, 1, 1}, block, block)));
     return space.describe_sketch(space.default_candidate().sketch);
   };
-  std::string large = sketch_of(128, 56), small = sketch_of(256, 28);
+  std::string large = sketch_of(128, 56, 2), small = sketch_of(256, 28, 2), unstrided = sketch_of(128, 56, 1);
   EXPECT_NE(large.find("conv.pad: inline"), std::string::npos) << rules_target().str() << ": " << large;
   EXPECT_NE(small.find("conv.pad: simple"), std::string::npos) << rules_target().str() << ": " << small;
+  EXPECT_NE(unstrided.find("conv.pad: simple"), std::string::npos) << rules_target().str() << ": " << unstrided;
 }
 
 // A depthwise conv's default register tile takes at most half the target's
