@@ -396,11 +396,13 @@ bool default_streams_windows(const DagInfo& dag) { return dag.registers > 16; }
 // FMAs a weight vector, and the L2 prefetcher does not keep up; streamed,
 // each step's few KiB serve every pixel of the image from L1, so each
 // weight is fetched once, behind 49 FMAs at 7 x 7. ResNet-50's layer4
-// (2048 -> 512 and 512 -> 2048 at 7 x 7, 4 MiB of weights) in a model of
-// six such blocks, 1 thread, Sapphire Rapids-class Xeon (2 MiB L2),
-// interleaved in one process, 60 runs on a loaded machine: 0.79-0.88 ms
-// against 0.85-0.90 (min), 0.85-0.92 against 0.90-0.95 (median), faster
-// in 11 of 12 convs (ONNX Runtime: 0.59-0.63); at 2 threads level. Where
+// (2048 -> 512 and 512 -> 2048 at 7 x 7, 4 MiB of weights; 1024 -> 2048
+// stride 2, 8 MiB) in the model, Sapphire Rapids-class Xeon (2 MiB L2),
+// both forms compiled and profiled interleaved in one process, 40-60 runs,
+// machine load 3: 0.87-0.90 ms against 0.96-1.02 (min) at 1 thread, the
+// stride-2 one 1.79 against 1.94; 0.43-0.46 against 0.46-0.48 at 2
+// threads (its stride-2 one level). ONNX Runtime's nodes took 0.74-0.78
+// at 1 thread in the same hour: the gap narrows, it does not close. Where
 // the weights stay in L2 streaming loses (256 -> 256 at 7 x 7: 0.032 ms
 // against 0.028): each step stores and reloads the accumulator.
 constexpr int64_t kStreamedL3WeightBytes = 4 << 20;
