@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "kiln/driver/build_cuda.h"
+#include "kiln/ir/functor.h"
 #include "kiln/support/error.h"
 #include "search_space_internal.h"
 
@@ -55,6 +56,9 @@ std::vector<int> panel_widths(int64_t extent, int lanes, int registers) {
   }
   return {};
 }
+
+// Padded inputs above this many bytes stay inlined in the default (default_candidate).
+constexpr int64_t kInlinePadBytes = 1 << 20;
 
 namespace {
 
@@ -343,6 +347,46 @@ Candidate SearchSpace::default_candidate() const {
       if (impl_->dag.stages[r].reduce.size() > 2) return false;
     return !pad.pad_readers.empty();
   };
+  // Nor where strided readers (a stride-2 conv) read a large padded input
+  // (kInlinePadBytes): each input is read about twice, so the copy is a
+  // large share of the traffic, and the copy and its source together
+  // outgrow L2, so the conv reads the copy back from L3. Sapphire
+  // Rapids-class Xeon (2 MiB L2), in the model, 1 thread unless said, min
+  // of 12-40 runs on a loaded machine: ResNet-50's 128 -> 128 3 x 3
+  // stride-2 conv at 56 x 56 (1.7 MiB padded) 1.10-1.21 ms against
+  // 1.35-1.38 (2 threads: 0.66 against 0.81; AVX2 code 2.25 against 2.50);
+  // ResNeXt-50's grouped stride-2 ones 0.65 against 1.18 (56 x 56 x 256)
+  // and 0.42 against 0.62 (28 x 28 x 512). 256 -> 256 at 28 x 28 (0.9 MiB)
+  // gained nothing, 512 -> 512 at 14 x 14 lost. Stride 1 keeps the copy:
+  // ResNeXt-50's 56 x 56 x 128 grouped convs ran 1.13-1.32x slower inlined.
+  auto strided = [&](const detail::StageInfo& pad) {
+    bool found = false;
+    for (int r : pad.pad_readers) {
+      const detail::StageInfo& rd = impl_->dag.stages[r];
+      if (!rd.op || !rd.body.defined()) continue;
+      post_order_visit(rd.body, [&](const Expr& e) {
+        const Mul* m = e.as<Mul>();
+        if (!m) return;
+        for (auto [c, v] : {std::pair{m->a, m->b}, std::pair{m->b, m->a}}) {
+          const int64_t* k = as_const_int(c);
+          const Variable* var = v.as<Variable>();
+          if (!k || *k < 2 || !var) continue;
+          for (const auto& ax : rd.op->axis) found = found || ax->var.get() == var;
+        }
+      });
+    }
+    return found;
+  };
+  auto large = [&](const detail::StageInfo& pad) {
+    if (!strided(pad)) return false;
+    int64_t bytes = pad.tensor.dtype().bytes();
+    for (const Expr& d : pad.tensor.shape()) {
+      const int64_t* e = as_const_int(d);
+      if (!e) return false;
+      bytes *= *e;
+    }
+    return bytes > detail::kInlinePadBytes;
+  };
   // Row reductions (softmax's, a layer norm's mean) run row-wise where rule 7
   // gives them that sketch: vectorized along the row, at the row loop of
   // their output. The simple sketch runs them one element at a time, across
@@ -361,7 +405,9 @@ Candidate SearchSpace::default_candidate() const {
     const detail::Sketch& sk = impl_->sketches[i];
     bool stored = true;
     for (size_t k = 0; k < sk.plans.size(); ++k)
-      if (impl_->dag.stages[k].may_materialize && !window_only(impl_->dag.stages[k]) && sk.plans[k].kind != detail::PlanKind::Simple) stored = false;
+      if (impl_->dag.stages[k].may_materialize && !window_only(impl_->dag.stages[k]) && !large(impl_->dag.stages[k]) &&
+          sk.plans[k].kind != detail::PlanKind::Simple)
+        stored = false;
     if (!stored) continue;
     if (first_stored < 0) first_stored = i;
     if (row_wise(sk)) first_row_wise = i;

@@ -60,6 +60,25 @@ TEST_P(TunerSketch, DefaultInlinesTheDepthwisePadding) {
   EXPECT_NE(conv.describe_sketch(conv.default_candidate().sketch).find("conv.pad: simple"), std::string::npos) << conv.describe_sketch(conv.default_candidate().sketch);
 }
 
+// A stride-2 conv whose padded input outgrows 1 MiB (ResNet-50's 128 -> 128
+// 3 x 3 stride-2 conv at 56 x 56: 1.7 MiB padded) reads its input with the
+// padding inlined by default: the stored copy beside its source outgrows
+// L2 and the conv read it back from L3 (kInlinePadBytes, search_space.cpp).
+// At 28 x 28 x 256 (0.9 MiB), or at stride 1 (each input read 9 times), the
+// padding stays stored. Sketch choice only: the inlined form computes
+// (check_all_sketches, tuner_search_space_test).
+TEST_P(TunerSketch, DefaultInlinesTheLargePaddedInputOfAStridedConv) {
+  const int block = 2 * rules_lanes();
+  auto sketch_of = [&](int C, int HW, int stride) {
+    SearchSpace space(task_of(conv_nchwc_case({1, C, HW, HW, C, 3, 3, stride, 1, 1}, block, block)));
+    return space.describe_sketch(space.default_candidate().sketch);
+  };
+  std::string large = sketch_of(128, 56, 2), small = sketch_of(256, 28, 2), unstrided = sketch_of(128, 56, 1);
+  EXPECT_NE(large.find("conv.pad: inline"), std::string::npos) << rules_target().str() << ": " << large;
+  EXPECT_NE(small.find("conv.pad: simple"), std::string::npos) << rules_target().str() << ": " << small;
+  EXPECT_NE(unstrided.find("conv.pad: simple"), std::string::npos) << rules_target().str() << ": " << unstrided;
+}
+
 // A depthwise conv's default register tile takes at most half the target's
 // registers: every FMA loads its own input, so a wider tile saves only
 // weight loads, and the other half holds the loads and the epilogue. Two
@@ -140,6 +159,36 @@ TEST_P(TunerSketch, DefaultStreamsTheChannelBlocksOfAWideOneByOneConvOnAvx2) {
   SearchSpace other(task_of(conv_nchwc_case({1, 256, 7, 7, 2 * lanes, 1, 1, 1, 0, 1}, lanes, lanes)));
   std::string t = other.describe_candidate(other.default_candidate());
   EXPECT_TRUE(has(t, "conv.location=0")) << t;
+}
+
+// A 1 x 1 conv whose weights reach 4 MiB (ResNet-50's layer4: 2048 -> 512
+// at 7 x 7) and whose output for one block of output channels fits the
+// accumulator streams its channel blocks by default on every target: on
+// AVX-512 too (streams_from_l3, search_space_seeds.cpp), so each weight is
+// fetched from beyond L2 once for all the image's pixels instead of once
+// per row of tiles. With weights that stay in L2 (512 -> 512), or an image
+// whose output outgrows the accumulator (14 x 14), AVX-512 keeps the plain
+// seed. Decisions only: the streamed form computes (the test above).
+TEST_P(TunerSketch, DefaultStreamsTheWeightsOfALargeOneByOneConvOnASmallImage) {
+  const int lanes = rules_lanes(), block = 2 * lanes;
+  const bool avx2 = rules_target().num_vector_registers() <= 16;
+  auto has = [](const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; };
+  auto default_of = [&](int C, int K, int HW) {
+    SearchSpace space(task_of(conv_nchwc_case({1, C, HW, HW, K, 1, 1, 1, 0, 1}, block, block)));
+    return space.describe_candidate(space.default_candidate());
+  };
+  for (auto [C, K] : {std::pair{2048, 512}, std::pair{512, 2048}}) {
+    std::string text = default_of(C, K, 7);
+    EXPECT_TRUE(has(text, "conv.location=1")) << rules_target().str() << " " << C << " -> " << K << ": " << text;
+    EXPECT_TRUE(has(text, "conv.rco=" + std::to_string(C / block) + "x1")) << text;
+    EXPECT_TRUE(has(text, "conv.rci=1x" + std::to_string(block))) << text;
+    EXPECT_TRUE(has(text, "conv.y=1x1x7x1")) << text;  // every row of tiles inside each step
+  }
+  if (!avx2) {
+    std::string small = default_of(512, 512, 7), large_image = default_of(2048, 512, 14);
+    EXPECT_TRUE(has(small, "conv.location=0")) << small;
+    EXPECT_TRUE(has(large_image, "conv.location=0")) << large_image;
+  }
 }
 
 // A 3 x 3 conv whose weights for one output-channel block reach 512 KiB

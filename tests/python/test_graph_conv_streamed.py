@@ -39,3 +39,33 @@ def test_wide_3x3_convs_match_pytorch(target):
     streams = kiln.Target(target).num_vector_registers > 16
     assert ("conv.location=1" in wide[0]) == streams, wide[0]
     assert all("conv.location=0" in d for d in narrow), narrow
+
+
+class _Bottleneck(torch.nn.Module):
+    """ResNet-50's layer4 bottleneck without its 3x3: 2048 -> 512 -> 2048 at 7 x 7 (4 MiB of weights each),
+    with the residual; beside it a 512 -> 512 1x1 whose 1 MiB stays in L2."""
+
+    def __init__(self):
+        super().__init__()
+        self.reduce = torch.nn.Conv2d(2048, 512, 1)
+        self.mid = torch.nn.Conv2d(512, 512, 1)
+        self.expand = torch.nn.Conv2d(512, 2048, 1)
+
+    def forward(self, x):
+        return torch.relu(self.expand(torch.relu(self.mid(torch.relu(self.reduce(x))))) + x)
+
+
+@pytest.mark.parametrize("target", cpu_targets())
+def test_large_1x1_convs_stream_their_weights_and_match_pytorch(target):
+    """On a target of 32 vector registers (AVX-512), 1x1 convs whose weights outgrow every target's L2 over a
+    7 x 7 image stream their channel blocks by default (search_space_seeds.cpp, streams_from_l3): each
+    weight fetched once for the image's 49 pixels; the 1 MiB conv keeps the plain register tile. An AVX2
+    target keeps its own rule (default_streams: blocks of 32 KiB of weights and more stream, here the
+    2048 -> 512 one's 64 KiB blocks of 8 channels; the others' 16 KiB do not)."""
+    torch.manual_seed(50)
+    exe = check_against_torch(_Bottleneck(), torch.randn(1, 2048, 7, 7), target)
+    convs = {g["name"].split(" @ ")[-1].split("/")[1]: g["schedule_detail"] for g in exe.groups() if g["ops"].startswith("kiln.ConvNCHWc")}
+    assert sorted(convs) == ["expand", "mid", "reduce"], list(convs)
+    streamed = {name for name, d in convs.items() if "conv.location=1" in d}
+    avx512 = kiln.Target(target).num_vector_registers > 16
+    assert streamed == ({"reduce", "expand"} if avx512 else {"reduce"}), convs
