@@ -132,13 +132,8 @@ class DecoderPeer(launcher.Peer):
 
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "serve":
-        import types
         import worker
-        shim = types.ModuleType("peer_kernels")  # worker.serve asks peer_kernels for its kernel: this module's make()
-        shim.make = make
-        sys.modules["peer_kernels"] = shim
-        sys.argv = [sys.argv[0], sys.argv[2]]
-        return worker.main()
+        return worker.serve_module(make, sys.argv[2])
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -125,14 +125,8 @@ class TorchInt8Peer(launcher.Peer):
 
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "serve":
-        import types
         import worker
-        # worker.serve asks the module named peer_kernels for its kernel: here, this module's make().
-        shim = types.ModuleType("peer_kernels")
-        shim.make = make
-        sys.modules["peer_kernels"] = shim
-        sys.argv = [sys.argv[0], sys.argv[2]]
-        return worker.main()
+        return worker.serve_module(make, sys.argv[2])
     print(__doc__, file=sys.stderr)
     return 2
 

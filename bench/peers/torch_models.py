@@ -265,14 +265,8 @@ def measure_peak_memory(impl, name, image_size, seq_len, threads, timeout=600, b
 
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "serve":
-        import types
         import worker
-        # worker.serve asks the module named peer_kernels for its kernel: here, this module's make().
-        shim = types.ModuleType("peer_kernels")
-        shim.make = make
-        sys.modules["peer_kernels"] = shim
-        sys.argv = [sys.argv[0], sys.argv[2]]
-        return worker.main()
+        return worker.serve_module(make, sys.argv[2])
     if len(sys.argv) == 3 and sys.argv[1] == "memory":
         print(json.dumps(peak_memory(json.loads(sys.argv[2]))))
         return 0

@@ -67,5 +67,16 @@ def main():
     return 0
 
 
+def serve_module(make, spec_json):
+    """main() for a peer module that makes its own kernels (`MODULE.py serve SPEC`): serve() asks the module
+    named peer_kernels for its kernel, so `make` stands in for it."""
+    import types
+    shim = types.ModuleType("peer_kernels")
+    shim.make = make
+    sys.modules["peer_kernels"] = shim
+    sys.argv = [sys.argv[0], spec_json]
+    return main()
+
+
 if __name__ == "__main__":
     sys.exit(main())
