@@ -159,6 +159,30 @@ def test_quantize_dequantize(shape, axis, dtype, front, target):
     np.testing.assert_array_equal(d, np_dequantize(want, s, z, axis if axis is not None else 1))
 
 
+def near_ties(s, n=4096):
+    """float32 values at and beside x / s = k + 0.5 (the float32 nearest each tie and its neighbours), plus random ones."""
+    k = RNG.integers(-140, 140, n // 4).astype(np.float64)
+    t = ((k + 0.5) * np.float64(s)).astype(np.float32)
+    return np.concatenate([t, np.nextafter(t, np.float32(np.inf)), np.nextafter(t, np.float32(-np.inf)),
+                           RNG.standard_normal(n // 4).astype(np.float32) * np.float32(s) * 100]).reshape(4, -1)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_quantize_constant_scale_matches_division(target):
+    """A constant per-tensor scale gives the float32 division's codes bit for bit on values at and beside the
+    rounding ties, where a multiply by the float32 reciprocal differs (a guard for any division-free rewrite; an
+    exact one is float32(double(x) * double(1/s)), measured no faster here, issue 51)."""
+    naive_differs = False
+    for s in np.array([0.0731, 0.1, 1 / 3, 0.0123457, 0.011764706], np.float32):
+        x = near_ties(s)
+        z = np.uint8(128).reshape(())
+        want = np_quantize(x, s.reshape(()), z)
+        np.testing.assert_array_equal(run_built("QuantizeLinear", [("in", x), ("const", s.reshape(())), ("const", z)], target), want)
+        naive = np.clip(np.round(x * (np.float32(1) / s)) + np.float32(128), 0, 255).astype(np.uint8)
+        naive_differs |= bool((naive != want).any())
+    assert naive_differs  # the values reach the ties a float32 reciprocal rounds the wrong way
+
+
 def test_quantize_defaults_and_runtime_scale():
     """No zero point: uint8 with zero point 0; a scale given as a graph input (a kernel argument) computes the same."""
     x = float_input((5, 9))
