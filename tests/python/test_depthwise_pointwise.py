@@ -69,7 +69,7 @@ def test_switch_off_keeps_two_groups(monkeypatch):
 
 
 def test_default_fuses_only_large_depthwise_outputs(monkeypatch):
-    """144 x 56 x 56 floats (1.8 MB) fuse by default; 144 x 14 x 14 (0.1 MB) stay apart."""
+    """144 x 56 x 56 floats (1.8 MB) fuse by default (at any core count); 144 x 14 x 14 (0.1 MB) stay apart."""
     monkeypatch.delenv("KILN_FUSE_DWPW", raising=False)
     net, x = _block(24, 24, 1, 6, 56, seed=4)
     exe = compile_torch(net, x, "llvm")
@@ -77,6 +77,17 @@ def test_default_fuses_only_large_depthwise_outputs(monkeypatch):
     _check(net, x, exe)
     net, x = _block(24, 24, 1, 6, 14, seed=5)
     assert _fused_groups(compile_torch(net, x, "llvm")) == []
+
+
+def test_default_on_several_cores_weighs_the_output(monkeypatch):
+    """A stride-2 block reading 144 x 56 x 56 floats (1.8 MB) and writing 144 x 28 x 28 (0.44 MB):
+    fused for a 1-core target (its input counts), apart for a 2-core one (its output alone counts)."""
+    monkeypatch.delenv("KILN_FUSE_DWPW", raising=False)
+    net, x = _block(24, 32, 2, 6, 56, seed=8)
+    one = compile_torch(net, x, "llvm -num-cores=1")
+    assert len(_fused_groups(one)) == 1, [g["ops"] for g in one.groups()]
+    _check(net, x, one)
+    assert _fused_groups(compile_torch(net, x, "llvm -num-cores=2")) == []
 
 
 def test_two_blocks_fuse_each(monkeypatch):

@@ -71,9 +71,10 @@ inline constexpr int64_t kDepthwisePointwiseMinBytes = int64_t(1) << 20;
 /**
  * After fuse_ops, on CPU targets: a blocked depthwise conv's group and the
  * group of the 1x1 stride-1 conv that is its only reader become one group
- * (the bodies joined), which kiln/ops/cpu_dwpw.h schedules row by row so the
+ * (the bodies joined), which kiln/ops/cpu_dwpw.h schedules tile by tile so the
  * depthwise output stays in the cache (fuse_depthwise_pointwise.cpp), where
- * its input or output holds min_bytes or more (smaller ones stay in the cache unfused).
+ * its input or output holds min_bytes or more (smaller ones stay in the cache unfused);
+ * its output alone where the target has several cores (target.num_cores > 1).
  */
 Graph fuse_depthwise_pointwise(const Graph& g, const Target& target, int64_t min_bytes = kDepthwisePointwiseMinBytes);
 

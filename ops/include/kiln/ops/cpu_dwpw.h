@@ -3,17 +3,18 @@
  * reads it, both in the blocked layout (an inverted residual block's 3x3
  * depthwise -> ReLU6 -> 1x1 projection, which fuse_depthwise_pointwise puts
  * in one group). Unfused, the depthwise output (e.g. 144 channels x 56 x 56,
- * 1.8 MB) goes to memory and comes back for the 1x1 conv; here one output
- * row of the depthwise conv, all its channels (C x OW floats, tens of KB:
- * L1/L2), is computed and then read by the 1x1 conv for all its output
- * channels before the next row, so it never leaves the cache.
+ * 1.8 MB) goes to memory and comes back for the 1x1 conv; here a tile of
+ * the depthwise output, a few pixels of one row in all its channels (C x
+ * tile floats, a few KB: L1), is computed and then read by the 1x1 conv for
+ * all its output channels before the next tile, so it never leaves the cache.
  *
- * The loops: output rows (batch x height) in one parallel loop; per row the
- * depthwise stage (bias and activation applied as it is stored, each pixel's
- * taps summed in vector registers over the block's channels), then the 1x1
- * conv per output block and register tile of pixels x one block (the tile
- * from the target's vector registers, kiln/ops/register_tile.h), its
- * epilogue (bias, residual add) on the tile's vectors.
+ * The loops: output tiles (batch x height x tiles of a row; the tile is the
+ * 1x1 conv's register tile of pixels, from the target's vector registers,
+ * kiln/ops/register_tile.h) in one parallel loop; per tile the depthwise
+ * stage (bias and activation applied as it is stored, each pixel's taps
+ * summed in vector registers over the block's channels), then the 1x1 conv
+ * per output block on the tile's pixels x one block, its epilogue (bias,
+ * residual add) on the tile's vectors.
  *
  * It takes a task of one output whose computed stages are: an optional
  * padding, a depthwise reduction (kiln::ops::depthwise_conv2d_nchwc: 5-D,
