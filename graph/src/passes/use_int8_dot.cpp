@@ -236,6 +236,18 @@ Value transposed(const Value& b, const std::string& name) {
   return make_constant(name, t)->output();
 }
 
+// The float product of two dequantized operands computed on their codes: the int32 product of the codes (zero
+// points in the kernel) cast to float and times a_scale * b_scale[n], the Mul named `out` (a classifier's logits,
+// where no QuantizeLinear takes the result).
+Value scaled_codes_product(const std::string& name, const std::string& out, const std::pair<Value, QParams>& a, const Value& b_codes,
+                           const QParams& b, const Dot& how) {
+  Value acc = int8_matmul(name + ".i8", a.first, a.second.zero[0], b_codes, b.zero, std::nullopt, how);
+  Value f = make_op("Cast", {acc}, Attrs({{"to", int64_t(1)}}), name + ".float")->output();
+  std::vector<double> scale;
+  for (double bs : b.scale) scale.push_back(static_cast<float>(a.second.scale[0]) * static_cast<float>(bs));
+  return make_op("Mul", {f, constant_of(name + ".scale", DataType::Float(32), scale)}, Attrs(), out)->output();
+}
+
 // Gemm(DequantizeLinear(a), DequantizeLinear(b)[, C]) with constant b (per tensor or per output column), alpha = beta = 1, no transA.
 std::vector<Value> rewrite_gemm(const OpNode& g, const Dot& how) {
   if (g.inputs.size() < 2 || g.attrs.get_float_or("alpha", 1.0) != 1.0 || g.attrs.get_float_or("beta", 1.0) != 1.0 ||
@@ -255,12 +267,9 @@ std::vector<Value> rewrite_gemm(const OpNode& g, const Dot& how) {
   if (a->first.type().ndim() != 2 || a->second.zero.size() != 1 || a->second.scale.size() != 1) return {};
   Value bq = trans_b ? transposed(dqb->inputs[0], g.name + ".b_kn") : dqb->inputs[0];
   if (!fits(a->first, bq)) return {};
-  Value acc = int8_matmul(g.name + ".int8", a->first, a->second.zero[0], bq, bp.zero, std::nullopt, how);
-  Value y = make_op("Cast", {acc}, Attrs({{"to", int64_t(1)}}), g.name + ".acc_f32")->output();
-  std::vector<double> scale;
-  for (double s : bp.scale) scale.push_back(static_cast<float>(static_cast<float>(a->second.scale[0]) * static_cast<float>(s)));
-  y = make_op("Mul", {y, constant_of(g.name + ".scale", DataType::Float(32), scale)}, {}, g.name + ".scaled")->output();
-  if (g.inputs.size() > 2 && g.inputs[2].defined()) y = make_op("Add", {y, g.inputs[2]}, {}, g.name)->output();
+  const bool bias = g.inputs.size() > 2 && g.inputs[2].defined();
+  Value y = scaled_codes_product(g.name, bias ? g.name + ".scaled" : g.name, *a, bq, bp, how);
+  if (bias) y = make_op("Add", {y, g.inputs[2]}, {}, g.name)->output();
   return {y};
 }
 
@@ -271,11 +280,7 @@ std::vector<Value> rewrite_dq_matmul(const OpNode& mm, const Dot& how) {
   auto a = dequantized(mm.inputs[0], false), b = dequantized(mm.inputs[1], true);
   if (!a || !b || !fits(a->first, b->first) || mm.types[0].dtype != DataType::Float(32)) return {};
   if (a->second.zero.size() != 1 || a->second.scale.size() != 1) return {};
-  std::vector<double> scale;
-  for (double bs : b->second.scale) scale.push_back(static_cast<float>(a->second.scale[0]) * static_cast<float>(bs));
-  Value acc = int8_matmul(mm.name + ".i8", a->first, a->second.zero[0], b->first, b->second.zero, std::nullopt, how);
-  Value f = make_op("Cast", {acc}, Attrs({{"to", int64_t(1)}}), mm.name + ".float")->output();
-  return {make_op("Mul", {f, constant_of(mm.name + ".scale", DataType::Float(32), scale)}, Attrs(), mm.name)->output()};
+  return {scaled_codes_product(mm.name, mm.name, *a, b->first, b->second, how)};
 }
 
 }  // namespace
