@@ -419,14 +419,18 @@ Candidate SearchSpace::default_candidate() const {
       if (sk.plans[k].kind != detail::PlanKind::RowReduce) return false;
     return true;
   };
+  // The paddings the default stores (a fact of the DAG: decided once, not per sketch; `strided` walks the readers' bodies).
+  std::vector<bool> store_pad(impl_->dag.stages.size());
+  for (size_t k = 0; k < store_pad.size(); ++k) {
+    const detail::StageInfo& st = impl_->dag.stages[k];
+    store_pad[k] = st.may_materialize && !window_only(st) && !large(st);
+  }
   int first_stored = -1, first_row_wise = -1;
   for (int i = 0; i < num_sketches() && first_row_wise < 0; ++i) {
     const detail::Sketch& sk = impl_->sketches[i];
     bool stored = true;
     for (size_t k = 0; k < sk.plans.size(); ++k)
-      if (impl_->dag.stages[k].may_materialize && !window_only(impl_->dag.stages[k]) && !large(impl_->dag.stages[k]) &&
-          sk.plans[k].kind != detail::PlanKind::Simple)
-        stored = false;
+      if (store_pad[k] && sk.plans[k].kind != detail::PlanKind::Simple) stored = false;
     if (!stored) continue;
     if (first_stored < 0) first_stored = i;
     if (row_wise(sk)) first_row_wise = i;
