@@ -60,6 +60,13 @@ TEST(Target, ParsesHostNamedCpuAndFeatures) {
   EXPECT_GE(h.num_cores, 1);
   EXPECT_EQ(Target::parse(h.str()).str(), h.str());
 
+  // The host's string names its CPU; parsed back it must not gain what the
+  // CPU's name implies and the host lacks (a VM's Sapphire Rapids without AMX).
+  Target back = Target::parse(h.str());
+  for (const char* f : {"amx-tile", "amx-bf16", "amx-int8", "avx512f", "avx512bf16", "avx512fp16", "avx512vnni", "avxvnni", "avx2", "fma"})
+    EXPECT_EQ(back.has_feature(f), h.has_feature(f)) << f << " in " << h.str();
+  EXPECT_EQ(back, h);
+
   Target z = Target::parse("llvm -mcpu=znver3 -num-cores=2");
   EXPECT_EQ(z.mcpu, "znver3");
   EXPECT_EQ(z.num_cores, 2);

@@ -95,6 +95,21 @@ def test_targets_without_amx_keep_the_pair_convolutions():
         check(exe, x, w, dy, 2, 1, 1)
 
 
+def test_the_host_target_as_an_object_takes_tiles_only_where_the_host_has_amx():
+    """kiln.Target("llvm") passes through its string (llvm -mcpu=<host cpu>): a host whose CPU name implies AMX but
+    that lacks it (a VM) must not get tiles back from the name, or the step dies on its first tile instruction."""
+    host = kiln.Target("llvm -num-cores=2")
+    assert all(kiln.Target(str(host)).has_feature(f) == host.has_feature(f) for f in ("amx-tile", "amx-bf16", "avx512bf16"))
+    if not host.has_feature("avx512bf16"):
+        pytest.skip("this host has no AVX-512 BF16: no bfloat16 pair forms to compare")
+    step = kiln.train.compile(small_cnn(), optimizer=kiln.train.SGD(lr=0.1, momentum=0.9), precision="bfloat16", target=host)
+    tiles = "amx tiles" in " ".join(gr.get("schedule_detail", "") for gr in step._exe.groups())
+    assert tiles == (host_has("amx-tile") and host_has("amx-bf16")), ops_of(step._exe)
+    rng = np.random.default_rng(1)
+    loss = float(np.asarray(step(rng.standard_normal((4, 16, 8, 8)).astype("float32"), rng.integers(0, 5, 4))).ravel()[0])
+    assert np.isfinite(loss) and 0 < loss < 10, loss
+
+
 def test_pixels_the_tiles_cannot_take_keep_the_pair_convolutions():
     """37 output pixels (a prime over 32: no row block from 4 to 32): the forward conv keeps its pair form."""
     b = Builder()

@@ -110,6 +110,13 @@ Target Target::parse(const std::string& s) {
 
 Target Target::host() { return parse("llvm"); }
 
+#ifdef KILN_WITH_LLVM
+// A target parsed from "llvm" alone (and a -num-cores or -fast-math).
+static bool is_detected_host(const Target& t) {
+  return t.triple == codegen::detail::llvm_host_triple() && t.mcpu == codegen::detail::llvm_host_cpu() && t.features == codegen::detail::llvm_host_features();
+}
+#endif
+
 const char* Target::kind_name() const { return kind == Kind::LLVM ? "llvm" : "cuda"; }
 
 std::string Target::str() const {
@@ -118,6 +125,13 @@ std::string Target::str() const {
   if (kind == Kind::LLVM && !mcpu.empty()) s += " -mcpu=" + mcpu;
   if (kind == Kind::LLVM && !mattr.empty()) s += " -mattr=" + join(mattr, ",");
 #ifdef KILN_WITH_LLVM
+  // The host as detected names its CPU; where it lacks features the name
+  // implies (a VM without AMX), say so, or parsing the string would enable them.
+  if (kind == Kind::LLVM && mattr.empty() && is_detected_host(*this)) {
+    std::vector<std::string> off;
+    for (const std::string& f : codegen::detail::llvm_host_hidden_features()) off.push_back("-" + f);
+    if (!off.empty()) s += " -mattr=" + join(off, ",");
+  }
   if (kind == Kind::LLVM && !triple.empty() && triple != codegen::detail::llvm_host_triple()) s += " -mtriple=" + triple;
 #endif
   if (num_cores > 0) s += " -num-cores=" + std::to_string(num_cores);

@@ -40,15 +40,35 @@ void ensure_llvm_initialized() {
 
 std::string llvm_host_triple() { return llvm::sys::getProcessTriple(); }
 
-std::string llvm_host_cpu() { return llvm::sys::getHostCPUName().str(); }
+// Detected once: cpuid traps to the hypervisor in a VM, and Target::str() asks on every call.
+std::string llvm_host_cpu() {
+  static const std::string cpu = llvm::sys::getHostCPUName().str();
+  return cpu;
+}
 
 std::vector<std::string> llvm_host_features() {
-  std::vector<std::string> out;
-  for (const auto& kv : llvm::sys::getHostCPUFeatures()) {
-    if (kv.getValue()) out.push_back(kv.getKey().str());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+  static const std::vector<std::string> features = [] {
+    std::vector<std::string> out;
+    for (const auto& kv : llvm::sys::getHostCPUFeatures()) {
+      if (kv.getValue()) out.push_back(kv.getKey().str());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }();
+  return features;
+}
+
+const std::vector<std::string>& llvm_host_hidden_features() {
+  static const std::vector<std::string> hidden = [] {
+    // Only what host detection reports off: the table's tuning flags (no detection) are not hidden.
+    std::vector<std::string> table = llvm_cpu_features(llvm_host_triple(), llvm_host_cpu(), ""), out;
+    std::sort(table.begin(), table.end());
+    for (const auto& kv : llvm::sys::getHostCPUFeatures())
+      if (!kv.getValue() && std::binary_search(table.begin(), table.end(), kv.getKey().str())) out.push_back(kv.getKey().str());
+    std::sort(out.begin(), out.end());
+    return out;
+  }();
+  return hidden;
 }
 
 static const llvm::Target* lookup_target(const std::string& triple) {

@@ -19,6 +19,11 @@ std::string llvm_host_cpu();
 /** The host's enabled features, without '+' ("avx2", "fma", ...). */
 std::vector<std::string> llvm_host_features();
 /**
+ * The features the host CPU's name enables in LLVM's table but the host
+ * lacks (a VM hiding AMX from a Sapphire Rapids), sorted; computed once.
+ */
+const std::vector<std::string>& llvm_host_hidden_features();
+/**
  * The features enabled for `cpu` on `triple` after applying `mattr`
  * ("+avx2,-avx512f"), without '+'. Throws kiln::Error for an unknown CPU or
  * feature, listing the known ones.
