@@ -3,12 +3,15 @@
 
   bench/train_step_profile.py [--workload resnet18|bert|mobilenetv2] [--threads 1] [--isa host|avx2] [--target T]
                               [--batch 8] [--image-size 112] [--seq-len 128] [--repeat 3] [--top 25] [--side kiln|torch|both]
+                              [--precision float32|bfloat16]
 
 The same workloads and settings as bench/train_step_bench.py (its build(),
 its --isa avx2 limits for PyTorch's libraries); each side in its own process.
 kiln: the compiled step's groups, timed one at a time by exe.profile (ms,
 GFLOP/s, share), summed by kind too (the group's first operator). PyTorch:
 self CPU time per operator over --repeat steps after 3 warm-up steps.
+--precision bfloat16 profiles both sides in the bench's mixed precision
+(kiln precision="bfloat16", PyTorch's CPU autocast).
 """
 import argparse
 import collections
@@ -23,7 +26,7 @@ import train_step_bench as tsb  # noqa: E402
 
 def kiln_profile(args):
     spec = {"side": "kiln", "workload": args.workload, "threads": args.threads, "batch": args.batch, "image_size": args.image_size,
-            "seq_len": args.seq_len, "build": args.build, "target": args.target}
+            "seq_len": args.seq_len, "build": args.build, "target": args.target, "precision": args.precision}
     step_fn, facts = tsb.kiln_side(spec)
     step_fn()
     # The step's own feed (parameters, state, scalars), caught as it goes to the executor.
@@ -34,7 +37,7 @@ def kiln_profile(args):
     step_fn()
     rows = step._exe.profile(*fed[-1], repeats=args.repeat)
     total = sum(r["seconds"] for r in rows)
-    print(f"kiln {args.workload}, target {args.target}, {args.threads} thread(s): {len(rows)} groups, {total * 1e3:.1f} ms summed")
+    print(f"kiln {args.workload} {args.precision}, target {args.target}, {args.threads} thread(s): {len(rows)} groups, {total * 1e3:.1f} ms summed")
     kinds = collections.Counter()
     for r in rows:
         kinds[r["name"].split("(")[0].split("+")[0].strip()[:40]] += r["seconds"]
@@ -48,13 +51,13 @@ def torch_profile(args):
     import torch
     from torch.profiler import ProfilerActivity, profile
     step, _ = tsb.torch_side({"workload": args.workload, "threads": args.threads, "batch": args.batch, "image_size": args.image_size,
-                              "seq_len": args.seq_len})
+                              "seq_len": args.seq_len, "precision": args.precision})
     for _ in range(3):
         step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(args.repeat):
             step()
-    print(f"PyTorch {args.workload}, {args.threads} thread(s), {torch.__version__}, {args.repeat} steps (per step below):")
+    print(f"PyTorch {args.workload} {args.precision}, {args.threads} thread(s), {torch.__version__}, {args.repeat} steps (per step below):")
     events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
     total = sum(e.self_cpu_time_total for e in events)
     print(f"  total self CPU {total / 1e3 / args.repeat:.1f} ms per step")
@@ -73,6 +76,7 @@ def main():
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--precision", choices=("float32", "bfloat16"), default="float32")
     ap.add_argument("--side", choices=("kiln", "torch", "both"), default="both")
     ap.add_argument("--build", default=os.path.join(tsb.ROOT, "build"))
     args = ap.parse_args()
