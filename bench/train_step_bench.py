@@ -51,7 +51,8 @@ header prints the probe's findings, limited and not.
 
 With --precision bfloat16, both sides train in mixed precision: kiln with
 kiln.train.compile(precision="bfloat16") (its matmuls as bfloat16 dot
-products, vdpbf16ps, where the CPU has AVX-512 BF16), PyTorch with its CPU
+products, vdpbf16ps, where the CPU has AVX-512 BF16 and they beat FMAs;
+on Intel cores without AMX as FMAs of the rounded operands), PyTorch with its CPU
 autocast (torch.autocast("cpu", dtype=torch.bfloat16) around forward and
 loss, its documented way; oneDNN's bfloat16 kernels where the CPU has them).
 Both keep float32 master weights.

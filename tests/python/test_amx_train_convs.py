@@ -88,11 +88,22 @@ def test_training_convs_and_their_gradients_run_on_amx_tiles(N, C, H, K, k, stri
 
 def test_targets_without_amx_keep_the_pair_convolutions():
     x, w, dy, g = case(2, 32, 9, 32, 3, 2, 1, 1)
-    exe = kiln.compile(g, target=NO_AMX)
+    exe = kiln.compile(g, target=NO_AMX, bf16_dot=True)
     assert all(p in ops_of(exe) for p in PAIR_CONVS), ops_of(exe)
     assert "amx" not in " ".join(gr.get("schedule_detail", "") for gr in exe.groups())
     if host_has("avx512bf16"):
         check(exe, x, w, dy, 2, 1, 1)
+
+
+def test_sapphire_rapids_without_amx_convolves_the_rounded_operands_in_float32():
+    """By default an Intel target without AMX multiplies the rounded operands with FMAs (its vdpbf16ps runs at half
+    their multiply-adds per second): no pair form, no tiles, the same convolution and gradients."""
+    x, w, dy, g = case(2, 32, 9, 32, 3, 1, 1, 1)
+    exe = kiln.compile(g, target=NO_AMX)
+    assert "BF16Pairs" not in ops_of(exe), ops_of(exe)
+    assert "amx" not in " ".join(gr.get("schedule_detail", "") for gr in exe.groups())
+    if host_has("avx512f") and host_has("avx512bw"):
+        check(exe, x, w, dy, 1, 1, 1)
 
 
 def test_the_host_target_as_an_object_takes_tiles_only_where_the_host_has_amx():
@@ -141,7 +152,7 @@ def small_cnn(batch=4, channels=16, size=8, classes=5):
 
 
 def test_a_bfloat16_training_step_on_tiles_follows_the_vector_one():
-    """kiln.train with precision bfloat16: the same losses and weights, step by step, on tiles as on vdpbf16ps."""
+    """kiln.train with precision bfloat16: the same losses and weights, step by step, on tiles as without AMX (FMAs)."""
     rng = np.random.default_rng(6)
     data = [(rng.standard_normal((4, 16, 8, 8)).astype("float32"), rng.integers(0, 5, 4)) for _ in range(4)]
     steps = {t: kiln.train.compile(small_cnn(), optimizer=kiln.train.SGD(lr=0.1, momentum=0.9), precision="bfloat16", target=t)

@@ -135,6 +135,23 @@ def test_bf16_dot_products_compute_the_rounded_matmul(bf16_dot, case):
     assert np.mean(got == want) > 0.97
 
 
+def test_the_default_takes_pair_dot_products_only_where_they_beat_fma():
+    """By default (bf16_dot=None) the rounded products run as pair dot products on Zen 4 and on AMX Xeons, but on an
+    Intel core without AMX, whose vdpbf16ps issues at a quarter of the FMA rate, as float32 FMAs of the rounded
+    operands: the same products, so the same rounded result, on every target that runs here."""
+    g, feeds, want = bf16_products(((40, 64), (64, 48)))
+    for target, pairs in (("llvm -mcpu=znver4", True), ("llvm -mcpu=sapphirerapids", True),
+                          ("llvm -mcpu=sapphirerapids -mattr=-amx-tile,-amx-bf16,-amx-int8", False),
+                          ("llvm -mcpu=emeraldrapids -mattr=-amx-tile", False), ("llvm -mcpu=znver3", False)):
+        exe = kiln.compile(g, target=target)
+        assert ("kiln.MatMulBF16Pairs" in " ".join(gr["ops"] for gr in exe.groups())) == pairs, target
+        t = kiln.Target(target)
+        if all(f in kiln.Target("llvm").features for f in t.features if f.startswith("avx") or f.startswith("amx")):
+            got = exe(*feeds)[0]
+            np.testing.assert_allclose(got, want, rtol=2 ** -7, atol=1e-6)  # one bfloat16 ulp
+            assert np.mean(got == want) > 0.97, target
+
+
 def test_bf16_dot_leaves_float32_matmuls_alone():
     rng = np.random.default_rng(0)
     b = kiln.graph.Builder()

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "kiln/graph/passes.h"
+#include "kiln/ops/bf16_pairs.h"
 #include "kiln/support/ir_log.h"
 
 namespace kiln::graph {
@@ -31,7 +32,8 @@ Graph optimize(const Graph& g, const Target& target, const PipelineOptions& opti
   log.heading("input graph", [&] { return g.str(); });
   after("remove_identity", remove_identity);
   after("fold_transposes", fold_transposes);
-  bool bf16_dot = target.kind == Target::Kind::LLVM && (options.bf16_dot == 1 || (options.bf16_dot < 0 && target.has_feature("avx512bf16")));
+  // By default only where the pair dot products beat float32 FMAs on the rounded operands.
+  bool bf16_dot = target.kind == Target::Kind::LLVM && (options.bf16_dot == 1 || (options.bf16_dot < 0 && ops::target_bf16_dot_pays(target)));
   if (bf16_dot) after("use_amx_convs", [&](const Graph& in) { return use_amx_convs(in, target); });
   if (bf16_dot) after("use_bf16_dot", use_bf16_dot);
   if (bf16_dot) after("use_amx_operands", [&](const Graph& in) { return use_amx_operands(in, target); });

@@ -154,7 +154,8 @@ struct PipelineOptions {
   bool dump = false;
   /** The convolutions' channel blocking (alter_conv_layout). */
   LayoutPlan layout_plan = {};
-  /** use_bf16_dot: -1 on llvm targets with AVX-512 BF16 (the default), 0 never, 1 on every llvm target (emulated without the instructions). */
+  /** use_bf16_dot: -1 where the pair dot products pay (the default; ops::target_bf16_dot_pays: AVX-512 BF16, but not on Intel's
+   *  slow vdpbf16ps without AMX), 0 never, 1 on every llvm target (emulated without the instructions). */
   int bf16_dot = -1;
   /** use_int8_dot and use_int8_conv: on llvm targets unless false. */
   bool int8_dot = true;

@@ -16,6 +16,7 @@
 
 #include <string>
 
+#include "kiln/codegen/target.h"
 #include "kiln/te/operation.h"
 
 namespace kiln::ops {
@@ -30,6 +31,17 @@ Tensor pack_bf16_pairs(const Tensor& X, int axis, const std::string& name = "pac
  * trans_a (A2 is [K2, M]) and trans_b (B2 is [N, K2]) for 2-D operands.
  */
 Tensor matmul_bf16_pairs(const Tensor& A2, const Tensor& B2, bool trans_a, bool trans_b, const std::string& name = "matmul_bf16");
+
+/**
+ * Whether bfloat16-rounded products should run as pair dot products on
+ * `target` by default (the graph pipeline's use_bf16_dot): x86 with AVX-512
+ * BF16, except the Intel cores whose vdpbf16ps issues at a quarter of the FMA
+ * rate (Cooper Lake to Granite Rapids: half the float32 multiply-adds per
+ * second, bench/bf16_dot_rate.c), unless AMX-BF16 takes the pairs there.
+ * Elsewhere the rounded operands are multiplied in float32 FMAs (the same
+ * products, exact in float32).
+ */
+bool target_bf16_dot_pays(const Target& target);
 
 }  // namespace kiln::ops
 
