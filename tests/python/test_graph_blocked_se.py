@@ -71,3 +71,20 @@ def test_scale_broadcast_from_one_image_matches_pytorch(target):
 
     torch.manual_seed(12)
     check_against_torch(Net(), torch.randn(3, 16, 8, 8), target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_blocked_scale_of_a_plain_tensor_matches_pytorch(target):
+    # The scale comes out of a blocked conv, the large operand is the model's input in NCHW: the product stays in NCHW.
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Conv2d(32, 32, 1)
+
+        def forward(self, x):
+            return torch.relu(x) * torch.sigmoid(self.fc(torch.nn.functional.adaptive_avg_pool2d(x, 1)))
+
+    torch.manual_seed(13)
+    exe = check_against_torch(Net(), torch.randn(1, 32, 10, 10), target)
+    # No relayout of the 32 x 10 x 10 operand: only the [1, 32, 1, 1] values cross layouts.
+    assert not any("Mul" in g["ops"] and g["ops"].count("kiln.LayoutTransform") > 1 for g in exe.groups()), [g["ops"] for g in exe.groups()]

@@ -685,6 +685,8 @@ class LayoutRewriter {
     if (b == 0 || !n.types[0].shape[1].is_static()) return {};
     int64_t C = n.types[0].shape[1];
     if (C % b != 0 && !finite_on_finite(n.op->name)) return {};
+    bool full_blocked = false;  // an operand of the output's shape comes blocked
+    for (const Value& v : n.inputs) full_blocked = full_blocked || (v.defined() && block_behind(v) > 0 && v.type().shape == n.types[0].shape);
     std::vector<Value> in;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       const Value& v = n.inputs[i];
@@ -696,11 +698,12 @@ class LayoutRewriter {
         auto bc = blocked_constant(*c, C, b);
         if (!bc) return {};
         in.push_back(*bc);
-      } else if (per_channel(v.type(), n.types[0])) {
+      } else if (per_channel(v.type(), n.types[0]) && full_blocked) {
         // A squeeze-excitation scale [N, C, 1, 1]: blocked too, [N, C/b, 1, 1, b]
         // broadcasts over the pixels. Left in NCHW, the product ran as two
         // relayouts of the large operand around it (EfficientNet-B0: 0.41 ms
-        // of 10, 1 thread).
+        // of 10, 1 thread). Not where the large operand is in NCHW (a conv
+        // that stays there): the small one goes to it instead.
         in.push_back(relayout(v, 0, b, C));
       } else {
         return {};  // a tensor broadcast along other axes: leave it in NCHW
