@@ -456,8 +456,10 @@ TEST(CodegenLLVM, Float64AndHalfMath) {
 // A stand-in for kiln_parallel_launch with a chosen task count, run on real threads.
 std::atomic<int> g_launches{0};
 int g_num_tasks = 1;
+int32_t g_asked_tasks = -1;  // the task count the last launch asked for (0: one per thread)
 int32_t test_launch(KilnParallelBody body, void* closure, int32_t num_tasks) {
   ++g_launches;
+  g_asked_tasks = num_tasks;
   int n = num_tasks > 0 ? num_tasks : g_num_tasks;
   std::vector<int32_t> rc(n, 0);
   if (n <= 16) {
@@ -505,6 +507,20 @@ TEST(CodegenLLVM, ParallelLoopCoversEveryIterationOnce) {
   // The real runtime's thread pool.
   Kernel real = compile(parallel_fn());
   for (int32_t n : {0, 3, 100000}) check_parallel(real, n);
+}
+
+TEST(CodegenLLVM, ParallelLoopOfOneIterationAsksForOneTask) {
+  // One task runs on the calling thread: no worker woken for an empty chunk.
+  Kernel k = compile(parallel_fn(), with_test_launch());
+  g_num_tasks = 4;
+  for (int32_t n : {0, 1}) {
+    check_parallel(k, n);
+    EXPECT_EQ(g_asked_tasks, 1) << "extent " << n;
+  }
+  for (int32_t n : {2, 3, 1000}) {
+    check_parallel(k, n);
+    EXPECT_EQ(g_asked_tasks, 0) << "extent " << n << ": one task per thread";
+  }
 }
 
 TEST(CodegenLLVM, FailingAssertInParallelBodyReachesTheCaller) {

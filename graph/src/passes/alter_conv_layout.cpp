@@ -105,6 +105,15 @@ bool finite_on_finite(const std::string& op) {
   return std::find(std::begin(ops), std::end(ops), op) != std::end(ops);
 }
 
+// Whether a 4-D operand of an elementwise op with output type `out` holds one
+// value per image and channel ([N, C, 1, 1] or [1, C, 1, 1]): broadcast over
+// the pixels only, so it blocks along its channels like the output.
+bool per_channel(const TensorType& v, const TensorType& out) {
+  if (v.ndim() != 4 || out.ndim() != 4 || !v.shape[2].is_static() || !v.shape[3].is_static()) return false;
+  if (v.shape[2].value() != 1 || v.shape[3].value() != 1 || !(v.shape[1] == out.shape[1])) return false;
+  return v.shape[0] == out.shape[0] || (v.shape[0].is_static() && v.shape[0].value() == 1);
+}
+
 struct ConvShape {
   ops::Conv2dParams p;
   int64_t group = 1;
@@ -676,6 +685,8 @@ class LayoutRewriter {
     if (b == 0 || !n.types[0].shape[1].is_static()) return {};
     int64_t C = n.types[0].shape[1];
     if (C % b != 0 && !finite_on_finite(n.op->name)) return {};
+    bool full_blocked = false;  // an operand of the output's shape comes blocked
+    for (const Value& v : n.inputs) full_blocked = full_blocked || (v.defined() && block_behind(v) > 0 && v.type().shape == n.types[0].shape);
     std::vector<Value> in;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       const Value& v = n.inputs[i];
@@ -687,6 +698,13 @@ class LayoutRewriter {
         auto bc = blocked_constant(*c, C, b);
         if (!bc) return {};
         in.push_back(*bc);
+      } else if (per_channel(v.type(), n.types[0]) && full_blocked) {
+        // A squeeze-excitation scale [N, C, 1, 1]: blocked too, [N, C/b, 1, 1, b]
+        // broadcasts over the pixels. Left in NCHW, the product ran as two
+        // relayouts of the large operand around it (EfficientNet-B0: 0.41 ms
+        // of 10, 1 thread). Not where the large operand is in NCHW (a conv
+        // that stays there): the small one goes to it instead.
+        in.push_back(relayout(v, 0, b, C));
       } else {
         return {};  // a tensor broadcast along other axes: leave it in NCHW
       }

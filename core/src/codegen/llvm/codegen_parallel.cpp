@@ -148,8 +148,13 @@ void CodeGenLLVM::emit_parallel_loop(const For* op) {
   builder_->restoreIP(ip);
   in_parallel_ = saved_in_parallel;
 
-  // Launch; 0 tasks lets the runtime use one per pool thread.
-  llvm::Value* rc = builder_->CreateCall(runtime_function("kiln_parallel_launch"), {body, closure, builder_->getInt32(0)}, "rc");
+  // Launch; 0 tasks lets the runtime use one per pool thread. An extent of 1
+  // (a squeeze-excitation conv's single block of channels, a pool over one
+  // block) asks for one task, which the runtime runs on this thread: no
+  // worker is woken or waited for, to find an empty chunk.
+  llvm::Value* single = builder_->CreateICmpSLE(extent, llvm::ConstantInt::get(ity, 1));
+  llvm::Value* tasks = builder_->CreateSelect(single, builder_->getInt32(1), builder_->getInt32(0), "tasks");
+  llvm::Value* rc = builder_->CreateCall(runtime_function("kiln_parallel_launch"), {body, closure, tasks}, "rc");
   auto* ok = llvm::BasicBlock::Create(*ctx_, "parallel_ok", fn_.function);
   auto* fail = llvm::BasicBlock::Create(*ctx_, "parallel_fail", fn_.function);
   builder_->CreateCondBr(builder_->CreateICmpEQ(rc, builder_->getInt32(0)), ok, fail, likely_weights());
