@@ -186,8 +186,8 @@ void apply_row_reduce(const StageInfo& info, const Sketch& sk, const StagePlan& 
     if (f[1] <= kMaxVectorExtent) rf.vectorize(leaves[0]);
     if (step > 0) rf.pragma(order[0], "auto_unroll_max_step", step);
   }
-  int lanes = f[1] >= 2 && f[1] <= kMaxVectorExtent ? static_cast<int>(f[1]) : 1;
-  if (lanes > 1) lanes = fold_halves(info, s, out, row, lanes);
+  int lanes = f[1] >= 2 ? static_cast<int>(f[1]) : 1;  // the partial results the fold reduces
+  if (lanes > 1 && lanes <= kMaxVectorExtent) lanes = fold_halves(info, s, out, row, lanes);
   te::Stage& folded = s[info.tensor];  // reduces over the lanes (or the whole row when not factored)
   folded.compute_at(out, row);
   std::vector<IterVar> fl = folded.leaf_iter_vars();
