@@ -134,7 +134,7 @@ Executor compile(const Graph& g, const CompileOptions& options) {
   auto st = std::make_shared<Executor::State>();
   Target target = Target::parse(options.target);
   PipelineOptions popt{options.fuse, options.layout, options.dump, options.layout_plan, options.bf16_dot, options.int8};
-  bool given = options.layout_plan.max_block > 0 || !options.layout_plan.conv_max_block.empty() || !options.layout_plan.conv_winograd.empty();
+  bool given = options.layout_plan.decides();
   if (options.layout && options.choose_layouts && !options.db.empty() && !given) {
     // A plan a graph search measured (tuned_plan.h) beats one estimated from the records.
     if (std::optional<LayoutPlan> tuned = tuned_graph_plan(g, target, options.db, &st->layouts)) {

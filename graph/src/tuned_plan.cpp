@@ -41,6 +41,8 @@ std::string plan_to_json(const LayoutPlan& plan) {
   for (const auto& [conv, cap] : plan.conv_max_block) j["conv_max_block"][conv] = cap;
   j["conv_winograd"] = nlohmann::json::object();
   for (const auto& [conv, m] : plan.conv_winograd) j["conv_winograd"][conv] = m;
+  // Only where the plan decides a pair: a plan from before the field keeps its text, so its stored outcomes still match.
+  for (const auto& [conv, fuse] : plan.dwpw_fuse) j["dwpw_fuse"][conv] = fuse;
   return j.dump();
 }
 
@@ -78,6 +80,13 @@ LayoutPlan plan_from_json(const std::string& text) {
       }
     }
   }
+  if (j.contains("dwpw_fuse")) {  // optional: plans stored before it have none
+    KILN_USER_CHECK(j["dwpw_fuse"].is_object()) << "graph plan: 'dwpw_fuse' is not an object";
+    for (const auto& [conv, v] : j["dwpw_fuse"].items()) {
+      KILN_USER_CHECK(v.is_boolean()) << "graph plan: dwpw_fuse['" << conv << "'] is not true or false";
+      plan.dwpw_fuse[conv] = v.get<bool>();
+    }
+  }
   return plan;
 }
 
@@ -101,6 +110,7 @@ void check_plan_fits(const LayoutPlan& plan, const Graph& g, const Target& targe
     KILN_USER_CHECK(offered(cap)) << "graph plan: convolution '" << conv << "' has cap " << cap << ", not one this target offers";
   }
   for (const auto& [conv, m] : plan.conv_winograd) KILN_USER_CHECK(known(conv)) << "graph plan: the model has no convolution '" << conv << "'";
+  for (const auto& [conv, fuse] : plan.dwpw_fuse) KILN_USER_CHECK(known(conv)) << "graph plan: the model has no convolution '" << conv << "'";
 }
 
 std::optional<LayoutPlan> tuned_graph_plan(const Graph& g, const Target& target, const std::string& db, std::vector<LayoutDecision>* decisions) {

@@ -134,7 +134,7 @@ def test_resuming_measures_no_candidate_twice(tmp_path):
     assert len(after) == 4 and len({(r["plan"], r["against"]) for r in after}) == 4
 
 
-@pytest.mark.parametrize("damage", ["checksum", "unknown_conv"])
+@pytest.mark.parametrize("damage", ["checksum", "unknown_conv", "unknown_depthwise", "fusion_not_bool"])
 def test_a_damaged_stored_plan_is_ignored_with_a_warning(tmp_path, capfd, damage):
     db = str(tmp_path / "g.db")
     model = _two_convs()
@@ -143,9 +143,15 @@ def test_a_damaged_stored_plan_is_ignored_with_a_warning(tmp_path, capfd, damage
         with sqlite3.connect(db) as c:
             c.execute("UPDATE graph_plans SET plan = replace(plan, '\"winograd\":4', '\"winograd\":2')")
         expect = "checksum does not match"
-    else:
+    elif damage == "unknown_conv":
         _store_plan(db, model, {"version": 1, "max_block": 0, "winograd": 4, "conv_max_block": {"gone": 8}, "conv_winograd": {}})
         expect = "no convolution 'gone'"
+    elif damage == "unknown_depthwise":
+        _store_plan(db, model, {"version": 1, "max_block": 0, "winograd": 4, "conv_max_block": {}, "conv_winograd": {}, "dwpw_fuse": {"gone": True}})
+        expect = "no convolution 'gone'"
+    else:
+        _store_plan(db, model, {"version": 1, "max_block": 0, "winograd": 4, "conv_max_block": {}, "conv_winograd": {}, "dwpw_fuse": {"conv1": 1}})
+        expect = "dwpw_fuse['conv1'] is not true or false"
     capfd.readouterr()
     exe = kiln.compile(model, target=AVX2, db=db)
     err = capfd.readouterr().err
@@ -175,3 +181,96 @@ def test_the_records_gate_times_a_stored_plan_against_the_untuned_model(tmp_path
     assert (after == untuned) == gate["plan_reverted"], (gate, after)
     if gate["plan_reverted"]:
         assert gate["plan_ratio"] > 1, gate
+
+
+def _inverted_residual(side):
+    """MobileNetV2's inverted residual block (24 -> 144 -> 24 channels, random batch norms) at side x side, as an
+    ONNX model, with the PyTorch module, and the name of its depthwise conv (the key of the plan's dwpw_fuse)."""
+    import io
+
+    torch = pytest.importorskip("torch")
+    mobilenetv2 = pytest.importorskip("torchvision.models.mobilenetv2")
+    from kiln_helpers import randomize_batch_norms
+    torch.manual_seed(side)
+    net = randomize_batch_norms(mobilenetv2.InvertedResidual(24, 24, 1, 6).eval(), seed=side)
+    x = torch.randn(1, 24, side, side)
+    buf = io.BytesIO()
+    torch.onnx.export(net, x, buf, input_names=["input"], output_names=["output"], opset_version=13)
+    proto = onnx.load_from_string(buf.getvalue())
+    depthwise = [n.name for n in proto.graph.node if n.op_type == "Conv" and any(a.name == "group" and a.i > 1 for a in n.attribute)]
+    assert len(depthwise) == 1, depthwise
+    return kiln.graph.from_onnx(buf.getvalue()), net, x, depthwise[0]
+
+
+def _fused_pairs(exe):
+    return [g["ops"] for g in exe.groups() if "DepthwiseConvNCHWc" in g["ops"] and "+kiln.ConvNCHWc" in g["ops"]]
+
+
+def test_depthwise_pointwise_fusion_is_a_plan_decision(tmp_path, monkeypatch):
+    """A plan's dwpw_fuse fuses (or keeps apart) the depthwise conv and its 1x1 conv against the size rule and
+    KILN_FUSE_DWPW; it goes through the database as the plan's text, compile(db=) builds one group fewer, and the
+    outputs stay PyTorch's. The search measures the move (its candidate stored with the decision)."""
+    monkeypatch.delenv("KILN_FUSE_DWPW", raising=False)
+    torch = pytest.importorskip("torch")
+    model, net, x, dw = _inverted_residual(12)  # 144 x 12 x 12 floats: far below the size rule's 1 MiB, so apart by default
+    with torch.no_grad():
+        ref = net(x).numpy()
+    untuned = kiln.compile(model, target=AVX2)
+    assert _fused_pairs(untuned) == [], _groups_ops(untuned)
+    db = str(tmp_path / "g.db")
+    r = kiln.tuner.search_graph_plan(model, target=AVX2, db=db, max_candidates=2, rounds=1, min_gain=1.0, progress=False)
+    assert any(line.startswith("every depthwise conv fused with its 1x1 conv: ") and "failed" not in line for line in r["log"]), r["log"]
+    fused_candidates = [json.loads(c["plan"]) for c in _rows(db, "graph_candidates") if "dwpw_fuse" in c["plan"]]
+    assert fused_candidates and fused_candidates[0]["dwpw_fuse"] == {dw: True}, _rows(db, "graph_candidates")
+    base = {"version": 1, "max_block": 0, "winograd": 4, "conv_max_block": {}, "conv_winograd": {}}
+    _store_plan(db, model, dict(base, dwpw_fuse={dw: True}))
+    fused = kiln.compile(model, target=AVX2, db=db)
+    assert len(_fused_pairs(fused)) == 1 and len(fused.groups()) == len(untuned.groups()) - 1, _groups_ops(fused)
+    assert all("tuned graph plan" in d["why"] for d in fused.layout_decisions())
+    for exe in (fused, untuned):
+        err = np.max(np.abs(exe(x.numpy())[0] - ref)) / np.max(np.abs(ref))
+        assert err <= 1e-4, f"relative error {err:.2e}"
+    # The plan's decision beats the environment's global switch both ways.
+    monkeypatch.setenv("KILN_FUSE_DWPW", "0")
+    assert len(_fused_pairs(kiln.compile(model, target=AVX2, db=db))) == 1
+    monkeypatch.setenv("KILN_FUSE_DWPW", "1")
+    assert len(_fused_pairs(kiln.compile(model, target=AVX2))) == 1  # the rule, switched to every size
+    _store_plan(db, model, dict(base, dwpw_fuse={dw: False}))
+    apart = kiln.compile(model, target=AVX2, db=db)
+    assert _fused_pairs(apart) == [] and len(apart.groups()) == len(untuned.groups()), _groups_ops(apart)
+    err = np.max(np.abs(apart(x.numpy())[0] - ref)) / np.max(np.abs(ref))
+    assert err <= 1e-4, f"relative error {err:.2e}"
+
+
+def test_a_large_depthwise_output_fused_by_the_rule_can_be_kept_apart(tmp_path, monkeypatch):
+    """The other way: 144 x 56 x 56 floats (1.8 MB) fuse by the size rule; a plan that keeps them apart builds two groups."""
+    monkeypatch.delenv("KILN_FUSE_DWPW", raising=False)
+    torch = pytest.importorskip("torch")
+    model, net, x, dw = _inverted_residual(56)
+    assert len(_fused_pairs(kiln.compile(model, target=AVX2))) == 1
+    db = str(tmp_path / "g.db")
+    kiln.tuner.search_graph_plan(model, target=AVX2, db=db, max_candidates=1, rounds=1, min_gain=1.0, progress=False)
+    _store_plan(db, model, {"version": 1, "max_block": 0, "winograd": 4, "conv_max_block": {}, "conv_winograd": {}, "dwpw_fuse": {dw: False}})
+    exe = kiln.compile(model, target=AVX2, db=db)
+    assert _fused_pairs(exe) == [], _groups_ops(exe)
+    with torch.no_grad():
+        ref = net(x).numpy()
+    err = np.max(np.abs(exe(x.numpy())[0] - ref)) / np.max(np.abs(ref))
+    assert err <= 1e-4, f"relative error {err:.2e}"
+
+
+def test_the_graph_search_gets_its_share_of_a_time_budget(tmp_path):
+    """Under time_budget the loop tuning stops at its (1 - graph_share) share of the time, so loops that could use the
+    whole budget (200 trials of two convs take longer than 20 s here) leave the graph search its half: before, the
+    search got what the loops left, 1 s, and measured one candidate (MobileNetV2 on a loaded machine: none)."""
+    import time
+    db = str(tmp_path / "g.db")
+    t0 = time.time()
+    r = kiln.tune_model(_two_convs(), target=AVX2, trials=400, batch=2, db=db, time_budget=40, progress=False, confirm_top=0,
+                        graph_share=0.5, graph_candidate_trials=10, gate_records=False)
+    elapsed = time.time() - t0
+    g = r["graph"]
+    assert g["skipped"] == "", g
+    if r["trials"] >= 200:
+        pytest.skip(f"the loops finished their 200 trials inside their share ({elapsed:.0f} s): nothing to check")
+    assert g["measured"] >= 2, (r["trials"], g["log"])

@@ -24,6 +24,10 @@
 // way finds it, while the fused group (pixels in parallel, every channel)
 // reads half of it from the other core; the 1x1 conv reads the depthwise
 // output so, unfused, hence what fusing saves scales with the output.
+//
+// The size rule is a guess from a few blocks on one machine; a LayoutPlan's
+// dwpw_fuse decides pairs one by one instead, and the graph search
+// (tuner/graph_search.h) measures those decisions on the whole model.
 #include <algorithm>
 #include <unordered_map>
 
@@ -125,17 +129,64 @@ Ref<OpNode> merge(const OpNode& a, const OpNode& b, int k) {
 
 }  // namespace
 
-Graph fuse_depthwise_pointwise(const Graph& g, const Target& target, int64_t min_bytes) {
-  if (target.kind != Target::Kind::LLVM) return g;
-  // Readers of each value: the depthwise output must have the 1x1 conv as its only one.
+namespace {
+
+// Readers of each value (a graph output counts twice): the depthwise output must have the 1x1 conv as its only one.
+std::unordered_map<Value, int, ValueHash> reader_counts(const Graph& g) {
   std::unordered_map<Value, int, ValueHash> readers;
   for (const OpNode* n : g.op_nodes())
     for (const Value& v : n->inputs) readers[v] += v.defined() ? 1 : 0;
   for (const Value& v : g.outputs()) readers[v] += 2;
+  return readers;
+}
+
+// Where `op` is a 1x1 conv group whose input k is a depthwise group's output that it alone reads: k, else -1.
+int pair_input(const OpNode& op, std::unordered_map<Value, int, ValueHash>& readers) {
+  int k = is_group(&op) ? pointwise_input(op) : -1;
+  if (k < 0) return -1;
+  const Value& src = op.inputs[k];
+  bool depthwise = is_group(src.node.get()) && is_depthwise_group(static_cast<const OpNode&>(*src.node)) && readers[src] == 1;
+  return depthwise ? k : -1;
+}
+
+std::string depthwise_name(const OpNode& group) { return only_op(Graph(group.body), "kiln.DepthwiseConvNCHWc")->name; }
+
+}  // namespace
+
+std::vector<DepthwisePointwisePair> depthwise_pointwise_pairs(const Graph& g, const Target& target, int64_t min_bytes) {
+  std::vector<DepthwisePointwisePair> out;
+  if (target.kind != Target::Kind::LLVM) return out;
+  auto readers = reader_counts(g);
+  for (const OpNode* op : g.op_nodes()) {
+    int k = pair_input(*op, readers);
+    if (k < 0) continue;
+    const auto& dw = static_cast<const OpNode&>(*op->inputs[k].node);
+    DepthwisePointwisePair p;
+    p.depthwise = depthwise_name(dw);
+    p.pointwise = only_op(Graph(op->body), "kiln.ConvNCHWc")->name;
+    p.bytes = depthwise_bytes(dw, target.num_cores);
+    p.by_rule = min_bytes >= 0 && p.bytes >= min_bytes;
+    if (p.bytes >= 0) out.push_back(p);  // symbolic sizes: never fused
+  }
+  return out;
+}
+
+Graph fuse_depthwise_pointwise(const Graph& g, const Target& target, int64_t min_bytes) { return fuse_depthwise_pointwise(g, target, min_bytes, {}); }
+
+Graph fuse_depthwise_pointwise(const Graph& g, const Target& target, int64_t min_bytes, const std::map<std::string, bool>& decisions) {
+  if (target.kind != Target::Kind::LLVM || (min_bytes < 0 && decisions.empty())) return g;
+  auto readers = reader_counts(g);
   std::unordered_map<const NodeObj*, std::vector<Value>> mapped;
   auto map = [&](const Value& v) -> Value {
     auto it = v.defined() ? mapped.find(v.node.get()) : mapped.end();
     return it == mapped.end() ? v : it->second[v.index];
+  };
+  // A pair the plan decides takes its decision; any other the size rule's (none under a negative min_bytes).
+  auto fuse = [&](const OpNode& dw) {
+    int64_t bytes = depthwise_bytes(dw, target.num_cores);
+    if (bytes < 0) return false;  // symbolic sizes: the fused schedule needs static ones
+    auto it = decisions.find(depthwise_name(dw));
+    return it != decisions.end() ? it->second : min_bytes >= 0 && bytes >= min_bytes;
   };
   bool changed = false;
   for (const auto& n : g.topo_order()) {
@@ -144,11 +195,9 @@ Graph fuse_depthwise_pointwise(const Graph& g, const Target& target, int64_t min
     std::vector<Value> inputs;
     for (const Value& v : op.inputs) inputs.push_back(map(v));
     Ref<OpNode> node(new OpNode(op.name, op.op, op.attrs, inputs, op.types, op.body));
-    int k = is_group(&op) ? pointwise_input(op) : -1;
-    const Value src = k >= 0 ? op.inputs[k] : Value();
-    if (k >= 0 && is_group(src.node.get()) && is_depthwise_group(static_cast<const OpNode&>(*src.node)) && readers[src] == 1 &&
-        depthwise_bytes(static_cast<const OpNode&>(*src.node), target.num_cores) >= min_bytes) {
-      const auto& a = static_cast<const OpNode&>(*map(src).node);
+    int k = pair_input(op, readers);
+    if (k >= 0 && fuse(static_cast<const OpNode&>(*op.inputs[k].node))) {
+      const auto& a = static_cast<const OpNode&>(*map(op.inputs[k]).node);
       node = merge(a, *node, k);
       changed = true;
     }

@@ -9,18 +9,13 @@
 
 namespace kiln::graph {
 
-namespace {
-
-// The smallest depthwise output to fuse (-1: none), from the option or, where
+// The smallest depthwise output to fuse (-1: none), from the mode or, where
 // it is left to the default, the environment's KILN_FUSE_DWPW (0 off, 1 every size; for A/B runs).
-int64_t depthwise_pointwise_bytes(const PipelineOptions& options) {
-  int mode = options.depthwise_pointwise;
+int64_t depthwise_pointwise_min_bytes(int mode) {
   const char* env = std::getenv("KILN_FUSE_DWPW");
   if (mode < 0 && env && (std::string(env) == "0" || std::string(env) == "1")) mode = env[0] - '0';
   return mode == 0 ? -1 : mode == 1 ? 0 : kDepthwisePointwiseMinBytes;
 }
-
-}  // namespace
 
 Graph optimize(const Graph& g, const Target& target, const PipelineOptions& options) {
   IrLog log(options.dump);
@@ -47,8 +42,9 @@ Graph optimize(const Graph& g, const Target& target, const PipelineOptions& opti
   if (options.layout && bf16_dot) after("use_bf16_packed_weights", [&](const Graph& in) { return use_bf16_packed_weights(in, target); });
   if (options.fuse) after("fuse_ops", [](const Graph& in) { return fuse_ops(in); });
   else after("wrap_ops", wrap_ops);
-  if (int64_t dwpw = depthwise_pointwise_bytes(options); options.fuse && dwpw >= 0)
-    after("fuse_depthwise_pointwise", [&](const Graph& in) { return fuse_depthwise_pointwise(in, target, dwpw); });
+  // The plan's per-pair decisions, then the size rule for the other pairs.
+  if (int64_t dwpw = depthwise_pointwise_min_bytes(options.depthwise_pointwise); options.fuse && (dwpw >= 0 || !options.layout_plan.dwpw_fuse.empty()))
+    after("fuse_depthwise_pointwise", [&](const Graph& in) { return fuse_depthwise_pointwise(in, target, dwpw, options.layout_plan.dwpw_fuse); });
   return out;
 }
 

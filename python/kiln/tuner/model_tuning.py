@@ -42,7 +42,8 @@ def tune_model(model, target="llvm", trials=1000, db="kiln_tuning.db", time_budg
     """Tunes every task of `model` into `db`; returns a dict with the tasks, the table, trials, rounds, elapsed_s, estimated_latency (s) and failures (tasks stopped by an error, with its message).
 
     graph_share: the share of `trials` the graph-level search may spend (``search_graph_plan``: each
-    convolution's channel block and Winograd form, measured on the whole model), each candidate plan
+    convolution's channel block and Winograd form, and each depthwise conv fused with the 1x1 conv after
+    it or not, measured on the whole model), each candidate plan
     counting `graph_candidate_trials` trials; the loop schedules are tuned first on the rest, and what the
     search leaves unspent goes back to them. The winner is stored in `db` and ``kiln.compile(db=)`` takes
     it. The result's "graph" says what the search did, "graph_trials" what it was charged. 0: loops only.
@@ -82,9 +83,11 @@ def tune_model(model, target="llvm", trials=1000, db="kiln_tuning.db", time_budg
 def search_graph_plan(model, target="llvm", db="kiln_tuning.db", max_candidates=16, time_budget=None, rounds=5, min_gain=0.02,
                       progress=True, seed=0):
     """The graph-level search alone (kiln/tuner/graph_search.h): from the plan ``kiln.compile(db=)`` would take,
-    moves over each convolution's channel-block cap and Winograd form, each candidate compiled as the whole
-    model with `db`'s loop schedules, checked against the incumbent's output and timed against it in
-    interleaved rounds; a move at least `min_gain` faster (median ratio) is taken. Every outcome and the
+    moves over each convolution's channel-block cap and Winograd form and over each depthwise conv's fusion
+    with the 1x1 conv after it, each candidate compiled as the whole model with `db`'s loop schedules,
+    checked against the incumbent's output and timed against it in interleaved rounds; a move at least
+    `min_gain` faster in each of two sets of `rounds` rounds (the larger of the median per-round ratio and
+    the ratio of the fastest rounds) is taken. Every outcome and the
     winner go into `db` (a second call re-uses the outcomes instead of measuring them again), and
     ``kiln.compile(model, db=db)`` then compiles with the winner. Returns a dict: model_key, plan (JSON),
     start (the plan it started from), time and start_time (s), measured, reused, taken, moves, log, skipped

@@ -37,6 +37,9 @@ struct LayoutPlan {
   int winograd = 4;
   /** Per convolution (node name): the largest Winograd output tile it may take (as `winograd`; the smaller of the two applies). */
   std::map<std::string, int> conv_winograd;
+  /** Per depthwise convolution (node name) whose output a 1x1 conv alone reads: whether the two run as one
+   * group (true) or two (false) (fuse_depthwise_pointwise). A pair not listed follows the pass's size rule. */
+  std::map<std::string, bool> dwpw_fuse;
   /** The likely size of each shape variable (by name; CompileOptions sizes/dims
    * through likely_bindings): a symbolic batch counts as that many images when
    * choosing Winograd and its tile, so that the likely batch runs the form its
@@ -44,6 +47,8 @@ struct LayoutPlan {
   std::map<std::string, int64_t> likely_sizes;
 
   int64_t cap_of(const std::string& conv, int64_t fallback) const;
+  /** Whether the plan decides anything (a cap, a Winograd tile, a depthwise+pointwise fusion) beyond the defaults' two-vector, F(4x4) plan. */
+  bool decides() const { return max_block > 0 || !conv_max_block.empty() || !conv_winograd.empty() || !dwpw_fuse.empty(); }
   /** Whether the plan sets this convolution's cap (uniformly or by name). */
   bool names(const std::string& conv) const;
   /** The largest Winograd output tile this convolution may take: `winograd`, or less where conv_winograd says so. */

@@ -78,6 +78,27 @@ inline constexpr int64_t kDepthwisePointwiseMinBytes = int64_t(1) << 20;
  */
 Graph fuse_depthwise_pointwise(const Graph& g, const Target& target, int64_t min_bytes = kDepthwisePointwiseMinBytes);
 
+/**
+ * As above, where `decisions` (a LayoutPlan's dwpw_fuse: per depthwise conv
+ * name, fuse or not) overrides the size rule for the pairs it names; a
+ * negative min_bytes fuses no other pair.
+ */
+Graph fuse_depthwise_pointwise(const Graph& g, const Target& target, int64_t min_bytes, const std::map<std::string, bool>& decisions);
+
+/** A depthwise conv group and the 1x1 conv group that alone reads its output: a pair fuse_depthwise_pointwise may merge. */
+struct DepthwisePointwisePair {
+  std::string depthwise;  ///< the depthwise conv's node name (the key of LayoutPlan::dwpw_fuse)
+  std::string pointwise;  ///< the 1x1 conv's node name
+  int64_t bytes = 0;      ///< what the size rule weighs (depthwise_bytes in the pass)
+  bool by_rule = false;   ///< whether the size rule (under min_bytes) fuses it
+};
+
+/** The pairs of `g` (after fuse_ops, before fuse_depthwise_pointwise), in graph order. */
+std::vector<DepthwisePointwisePair> depthwise_pointwise_pairs(const Graph& g, const Target& target, int64_t min_bytes = kDepthwisePointwiseMinBytes);
+
+/** The smallest depthwise bytes the size rule fuses (-1: none) under PipelineOptions::depthwise_pointwise's mode and KILN_FUSE_DWPW. */
+int64_t depthwise_pointwise_min_bytes(int mode);
+
 /** One node per operator, each wrapped as a group of one (what fuse_ops gives with fusion off). */
 Graph wrap_ops(const Graph& g);
 

@@ -1,12 +1,16 @@
 /** \file
  * A model's tuned graph plan: the LayoutPlan (channel block cap and largest
- * Winograd tile per convolution) a graph-level search measured fastest
+ * Winograd tile per convolution, depthwise+pointwise fusion per pair) a graph-level search measured fastest
  * (tuner/graph_search.h), stored in the tuning database beside the records,
  * keyed by the model's key and the hardware, and taken by compile(db=).
  *
  * The plan's text is JSON:
  *   {"version": 1, "max_block": 0, "winograd": 4,
- *    "conv_max_block": {"/layer1/conv1/Conv": 16}, "conv_winograd": {"/layer2/conv2/Conv": 0}}
+ *    "conv_max_block": {"/layer1/conv1/Conv": 16}, "conv_winograd": {"/layer2/conv2/Conv": 0},
+ *    "dwpw_fuse": {"/features.2/conv/conv.1/Conv": false}}
+ * dwpw_fuse (per depthwise conv, whether it runs fused with the 1x1 conv after
+ * it) is written only where the plan decides a pair, and a plan without it
+ * (stored before it existed) reads as deciding none.
  * A plan that cannot be used (its checksum does not match its text, the
  * text does not parse, it names a convolution the model lacks or a cap the
  * target does not offer) is ignored with a warning on stderr naming the

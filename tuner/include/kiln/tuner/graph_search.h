@@ -4,12 +4,16 @@
  *
  * The choices are those of a LayoutPlan (kiln/graph/layout_plan.h): each
  * convolution's channel-block cap (layout_block_choices: one or two
- * vectors) and, for each 3x3 convolution that takes Winograd by default,
- * its largest Winograd tile (F(4x4), F(2x2) or direct). The search starts
+ * vectors); for each 3x3 convolution that takes Winograd by default, its
+ * largest Winograd tile (F(4x4), F(2x2) or direct); and for each depthwise
+ * conv whose output a 1x1 conv alone reads, whether the two run as one group
+ * (fuse_depthwise_pointwise; by default a size rule decides). The search starts
  * from the plan compile(db=) would take (a stored tuned plan, else the one
  * choose_layout_plan estimates from the records) and tries moves from it
- * greedily, coarse first: every convolution at one cap; Winograd off, or at
- * F(2x2), for all; each stage (convolutions of one output size) at one cap;
+ * greedily, coarse first: every convolution at one cap; every depthwise
+ * conv fused with its 1x1 conv, or none; Winograd off, or at F(2x2), for all;
+ * each depthwise+1x1 pair the other way, those nearest the size rule's
+ * threshold first; each stage (convolutions of one output size) at one cap;
  * then each Winograd convolution alone, then each convolution's cap alone,
  * the most FLOPs first. Each candidate is compiled as the whole model with
  * the database's loop schedules (kiln::graph::compile, db=), its output
@@ -18,7 +22,8 @@
  * compile(db=) would run anyway; a compile or run error costs the
  * candidate, not the search). A move becomes the incumbent where its ratio
  * to the incumbent (the larger of the median per-round ratio and the ratio
- * of the fastest rounds) is below 1 - min_gain over two sets of rounds.
+ * of the fastest rounds) is below 1 - min_gain in each of two sets of rounds
+ * on its own (the second set is measured only where the first shows a win).
  *
  * Every candidate's outcome goes into the tuning database (graph_candidates,
  * keyed by the model's key, the hardware, the candidate and its rival), and

@@ -92,7 +92,8 @@ struct ModelTuneOptions {
    * each candidate plan it measures counting graph_candidate_trials trials
    * (a whole-model compile and timing costs about that many kernel
    * measurements). The loop tuning runs first, on the rest, so that the
-   * candidates are timed with tuned schedules; what the search leaves
+   * candidates are timed with tuned schedules (and, under time_budget_s,
+   * stops at its 1 - graph_share share of the time); what the search leaves
    * unspent (no more moves, or outcomes found in the database) goes back
    * to loop tuning, on the tasks of the winning plan. 0: no graph search;
    * neither is there one for a GPU target, a model with symbolic dims, or a
