@@ -311,6 +311,41 @@ TEST(GraphPasses, DefaultConvCapIsOneVectorWhereTwoFitTooFewOutputPixels) {
   EXPECT_EQ(default_conv_cap(512, 7, 7, avx512), 32);
 }
 
+// On AVX-512, a 1x1 conv whose default streams 4 MiB of weights or more
+// from L3 over a small image (ResNet-50's layer4) takes one-vector blocks;
+// one of 1 MiB, or over an image whose output block outgrows the streamed
+// accumulator (14 x 14), keeps two. AVX2 keeps its 7 x 7 rule.
+TEST(GraphPasses, OneByOneConvsStreamingFromL3TakeOneVectorBlocksOnAvx512) {
+  auto conv_node = [](int64_t C, int64_t K, int64_t HW) {
+    auto x = make_input("x", {{1, C, HW, HW}, DataType::Float(32)});
+    Value y = make_op("Conv", {x->output(), make_constant("w", random_array({K, C, 1, 1}, 30))->output()}, {}, "c")->output();
+    return Graph::make({x}, {y});
+  };
+  const Target avx2 = Target::parse("llvm -mcpu=haswell"), avx512 = Target::parse("llvm -mcpu=skylake-avx512");
+  auto cap = [](const Graph& g, const Target& t) {
+    for (const OpNode* n : g.op_nodes())
+      if (n->op->name == "Conv") return default_conv_cap(*n, t);
+    return int64_t{0};
+  };
+  Graph reduce = conv_node(2048, 512, 7), expand = conv_node(512, 2048, 7), mid = conv_node(512, 512, 7), wide = conv_node(2048, 512, 14);
+  EXPECT_EQ(cap(reduce, avx512), 16);
+  EXPECT_EQ(cap(expand, avx512), 16);
+  EXPECT_EQ(cap(mid, avx512), 32);   // 1 MiB: stays in L2
+  EXPECT_EQ(cap(wide, avx512), 32);  // 196 pixels x 32 channels: more than the streamed accumulator
+  EXPECT_EQ(cap(reduce, avx2), 8);
+  EXPECT_EQ(cap(wide, avx2), 16);
+  EXPECT_EQ(default_layout_plan(reduce, avx512).max_block, 0);
+  EXPECT_EQ(default_layout_plan(mid, avx512).max_block, 32);
+  Graph a = alter_conv_layout(reduce, avx512);
+  int convs = 0;
+  for (const OpNode* n : a.op_nodes())
+    if (n->op->name == "kiln.ConvNCHWc") {
+      ++convs;
+      EXPECT_EQ(n->inputs[1].type().shape, (std::vector<int64_t>{32, 128, 1, 1, 16, 16}));
+    }
+  EXPECT_EQ(convs, 1) << a.str();
+}
+
 TEST(GraphPasses, SevenWideConvolutionsTakeOneVectorBlocksAndStayCorrect) {
   auto x = make_input("x", {{1, 16, 7, 7}, DataType::Float(32)});
   Attrs pad1;
