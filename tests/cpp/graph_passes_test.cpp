@@ -346,6 +346,38 @@ TEST(GraphPasses, OneByOneConvsStreamingFromL3TakeOneVectorBlocksOnAvx512) {
   EXPECT_EQ(convs, 1) << a.str();
 }
 
+// A 1x1 conv after a grouped conv of narrow groups (one-vector blocks, as
+// ResNeXt's) reads the grouped conv's blocks as they come: no relayout
+// between them; a 3x3 conv there keeps its own block. Equal to the plain graph.
+TEST(GraphPasses, OneByOneConvReadsANarrowerInputBlockWithoutARelayout) {
+  auto graph = [](int64_t KH) {
+    auto x = make_input("x", {{1, 64, 14, 14}, DataType::Float(32)});
+    Attrs grouped;
+    grouped.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    grouped.set("group", int64_t{16});  // 4 channels a group: one-vector blocks
+    Value g = make_op("Conv", {x->output(), make_constant("wg", random_array({64, 4, 3, 3}, 40))->output()}, grouped, "grouped")->output();
+    Attrs pads;
+    pads.set("pads", std::vector<int64_t>(4, KH / 2));
+    Value y = make_op("Conv", {op("Relu", {g}), make_constant("w", random_array({128, 64, KH, KH}, 41))->output()}, pads, "dense")->output();
+    return Graph::make({x}, {y});
+  };
+  for (const char* target : {"llvm -mcpu=haswell", "llvm -mcpu=skylake-avx512"}) {
+    const Target t = Target::parse(target);
+    const int64_t lanes = t.natural_lanes(DataType::Float(32));
+    for (int64_t KH : {1, 3}) {
+      Graph a = alter_conv_layout(graph(KH), t);
+      int transforms = 0;
+      for (const OpNode* n : a.op_nodes()) {
+        transforms += n->op->name == "kiln.LayoutTransform";
+        if (n->op->name == "kiln.ConvNCHWc" && n->name == "dense" && KH == 1)
+          EXPECT_EQ(n->inputs[1].type().shape, (std::vector<int64_t>{128 / (2 * lanes), 64 / lanes, 1, 1, lanes, 2 * lanes})) << target;
+      }
+      EXPECT_EQ(transforms, KH == 1 ? 2 : 3) << target << " " << KH << "x" << KH << "\n" << a.str();
+    }
+  }
+  expect_blocked_matches_plain(graph(1), random_array({1, 64, 14, 14}, 42), "llvm -mcpu=haswell", 1e-5);
+}
+
 TEST(GraphPasses, SevenWideConvolutionsTakeOneVectorBlocksAndStayCorrect) {
   auto x = make_input("x", {{1, 16, 7, 7}, DataType::Float(32)});
   Attrs pad1;
