@@ -12,6 +12,7 @@
 
 #include "kiln/ir/functor.h"
 #include "kiln/ops/broadcast.h"
+#include "kiln/ops/streamed_weights.h"
 #include "kiln/ops/tile_padding.h"
 #include "search_space_internal.h"
 
@@ -281,7 +282,6 @@ bool seed_plan(const DagInfo& dag, const StageInfo& st, const Sketch& sk, const 
 // 1 x 1 and whose block's weights reach kStreamedWindowWeightBytes (see
 // default_streams_windows): the taps run inside each step (R1).
 constexpr int64_t kStreamedWeightBytes = 32 << 10;
-constexpr int64_t kStreamedAccumulatorBytes = 16 << 10;
 constexpr int64_t kStreamedWindowWeightBytes = 512 << 10;
 
 // Turns seed d of plan p into the streamed form above (windows: only a
@@ -404,9 +404,10 @@ bool default_streams_windows(const DagInfo& dag) { return dag.registers > 16; }
 // threads (its stride-2 one level). ONNX Runtime's nodes took 0.74-0.78
 // at 1 thread in the same hour: the gap narrows, it does not close. Where
 // the weights stay in L2 streaming loses (256 -> 256 at 7 x 7: 0.032 ms
-// against 0.028): each step stores and reloads the accumulator.
-constexpr int64_t kStreamedL3WeightBytes = 4 << 20;
-
+// against 0.028): each step stores and reloads the accumulator. The
+// graph gives these convolutions one-vector channel blocks (default_conv_cap,
+// graph/src/passes/layout_defaults.cpp); kStreamedL3WeightBytes and the
+// test are shared with it (kiln/ops/streamed_weights.h).
 bool streams_from_l3(const DagInfo& dag, const StageInfo& st) {
   if (dag.registers <= 16 || st.reduce.size() != 4 || st.reduce[1] != 1 || st.reduce[2] != 1 || st.spatial.size() < 2) return false;
   for (bool v : st.spatial_var)
@@ -415,7 +416,7 @@ bool streams_from_l3(const DagInfo& dag, const StageInfo& st) {
   const int64_t bytes = st.tensor.dtype().bytes(), block = st.spatial.back();
   int64_t K = block, pixels = 1;
   for (size_t k = 0; k + 1 < st.spatial.size(); ++k) (k < weight_axis.size() && weight_axis[k] ? K : pixels) *= st.spatial[k];
-  return st.reduce_size() * K * bytes >= kStreamedL3WeightBytes && pixels * block * bytes <= kStreamedAccumulatorBytes;
+  return ops::streams_1x1_weights_from_l3(st.reduce_size(), K, pixels, block, bytes, dag.registers);
 }
 
 // Applies stream_channel_blocks to every tiled plan of d; whether any changed.

@@ -311,6 +311,73 @@ TEST(GraphPasses, DefaultConvCapIsOneVectorWhereTwoFitTooFewOutputPixels) {
   EXPECT_EQ(default_conv_cap(512, 7, 7, avx512), 32);
 }
 
+// On AVX-512, a 1x1 conv whose default streams 4 MiB of weights or more
+// from L3 over a small image (ResNet-50's layer4) takes one-vector blocks;
+// one of 1 MiB, or over an image whose output block outgrows the streamed
+// accumulator (14 x 14), keeps two. AVX2 keeps its 7 x 7 rule.
+TEST(GraphPasses, OneByOneConvsStreamingFromL3TakeOneVectorBlocksOnAvx512) {
+  auto conv_node = [](int64_t C, int64_t K, int64_t HW) {
+    auto x = make_input("x", {{1, C, HW, HW}, DataType::Float(32)});
+    Value y = make_op("Conv", {x->output(), make_constant("w", random_array({K, C, 1, 1}, 30))->output()}, {}, "c")->output();
+    return Graph::make({x}, {y});
+  };
+  const Target avx2 = Target::parse("llvm -mcpu=haswell"), avx512 = Target::parse("llvm -mcpu=skylake-avx512");
+  auto cap = [](const Graph& g, const Target& t) {
+    for (const OpNode* n : g.op_nodes())
+      if (n->op->name == "Conv") return default_conv_cap(*n, t);
+    return int64_t{0};
+  };
+  Graph reduce = conv_node(2048, 512, 7), expand = conv_node(512, 2048, 7), mid = conv_node(512, 512, 7), wide = conv_node(2048, 512, 14);
+  EXPECT_EQ(cap(reduce, avx512), 16);
+  EXPECT_EQ(cap(expand, avx512), 16);
+  EXPECT_EQ(cap(mid, avx512), 32);   // 1 MiB: stays in L2
+  EXPECT_EQ(cap(wide, avx512), 32);  // 196 pixels x 32 channels: more than the streamed accumulator
+  EXPECT_EQ(cap(reduce, avx2), 8);
+  EXPECT_EQ(cap(wide, avx2), 16);
+  EXPECT_EQ(default_layout_plan(reduce, avx512).max_block, 0);
+  EXPECT_EQ(default_layout_plan(mid, avx512).max_block, 32);
+  Graph a = alter_conv_layout(reduce, avx512);
+  int convs = 0;
+  for (const OpNode* n : a.op_nodes())
+    if (n->op->name == "kiln.ConvNCHWc") {
+      ++convs;
+      EXPECT_EQ(n->inputs[1].type().shape, (std::vector<int64_t>{32, 128, 1, 1, 16, 16}));
+    }
+  EXPECT_EQ(convs, 1) << a.str();
+}
+
+// A 1x1 conv after a grouped conv of narrow groups (one-vector blocks, as
+// ResNeXt's) reads the grouped conv's blocks as they come: no relayout
+// between them; a 3x3 conv there keeps its own block. Equal to the plain graph.
+TEST(GraphPasses, OneByOneConvReadsANarrowerInputBlockWithoutARelayout) {
+  auto graph = [](int64_t KH) {
+    auto x = make_input("x", {{1, 64, 14, 14}, DataType::Float(32)});
+    Attrs grouped;
+    grouped.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    grouped.set("group", int64_t{16});  // 4 channels a group: one-vector blocks
+    Value g = make_op("Conv", {x->output(), make_constant("wg", random_array({64, 4, 3, 3}, 40))->output()}, grouped, "grouped")->output();
+    Attrs pads;
+    pads.set("pads", std::vector<int64_t>(4, KH / 2));
+    Value y = make_op("Conv", {op("Relu", {g}), make_constant("w", random_array({128, 64, KH, KH}, 41))->output()}, pads, "dense")->output();
+    return Graph::make({x}, {y});
+  };
+  for (const char* target : {"llvm -mcpu=haswell", "llvm -mcpu=skylake-avx512"}) {
+    const Target t = Target::parse(target);
+    const int64_t lanes = t.natural_lanes(DataType::Float(32));
+    for (int64_t KH : {1, 3}) {
+      Graph a = alter_conv_layout(graph(KH), t);
+      int transforms = 0;
+      for (const OpNode* n : a.op_nodes()) {
+        transforms += n->op->name == "kiln.LayoutTransform";
+        if (n->op->name == "kiln.ConvNCHWc" && n->name == "dense" && KH == 1)
+          EXPECT_EQ(n->inputs[1].type().shape, (std::vector<int64_t>{128 / (2 * lanes), 64 / lanes, 1, 1, lanes, 2 * lanes})) << target;
+      }
+      EXPECT_EQ(transforms, KH == 1 ? 2 : 3) << target << " " << KH << "x" << KH << "\n" << a.str();
+    }
+  }
+  expect_blocked_matches_plain(graph(1), random_array({1, 64, 14, 14}, 42), "llvm -mcpu=haswell", 1e-5);
+}
+
 TEST(GraphPasses, SevenWideConvolutionsTakeOneVectorBlocksAndStayCorrect) {
   auto x = make_input("x", {{1, 16, 7, 7}, DataType::Float(32)});
   Attrs pad1;

@@ -7,6 +7,8 @@ accumulator outside the reduction's channel blocks, every row of tiles
 inside each step: search_space_seeds.cpp, default_streams_windows); an AVX2
 target keeps the register tile that runs the whole reduction."""
 
+import re
+
 import pytest
 
 import kiln
@@ -61,7 +63,8 @@ def test_large_1x1_convs_stream_their_weights_and_match_pytorch(target):
     7 x 7 image stream their channel blocks by default (search_space_seeds.cpp, streams_from_l3): each
     weight fetched once for the image's 49 pixels; the 1 MiB conv keeps the plain register tile. An AVX2
     target keeps its own rule (default_streams: blocks of 32 KiB of weights and more stream, here the
-    2048 -> 512 one's 64 KiB blocks of 8 channels; the others' 16 KiB do not)."""
+    2048 -> 512 one's 64 KiB blocks of 8 channels; the others' 16 KiB do not). The streamed AVX-512 convs
+    take one-vector channel blocks; the output is checked against PyTorch across the relayouts between."""
     torch.manual_seed(50)
     exe = check_against_torch(_Bottleneck(), torch.randn(1, 2048, 7, 7), target)
     convs = {g["name"].split(" @ ")[-1].split("/")[1]: g["schedule_detail"] for g in exe.groups() if g["ops"].startswith("kiln.ConvNCHWc")}
@@ -69,3 +72,9 @@ def test_large_1x1_convs_stream_their_weights_and_match_pytorch(target):
     streamed = {name for name, d in convs.items() if "conv.location=1" in d}
     avx512 = kiln.Target(target).num_vector_registers > 16
     assert streamed == ({"reduce", "expand"} if avx512 else {"reduce"}), convs
+    # The AVX-512 streamed ones run in one-vector channel blocks (layout_defaults.cpp,
+    # streams_weights_from_l3), the 1 MiB conv between them in two; AVX2 in one throughout
+    # (7 x 7 outputs: default_conv_cap). A block is the innermost factor of conv.fi.
+    lanes = kiln.Target(target).natural_lanes()
+    blocks = {name: int(re.search(r"conv\.fi=(?:\d+x)*(\d+)", d).group(1)) for name, d in convs.items()}
+    assert blocks == ({"reduce": lanes, "mid": 2 * lanes, "expand": lanes} if avx512 else dict.fromkeys(convs, lanes)), blocks

@@ -226,6 +226,14 @@ class LayoutRewriter {
       if (!plan_.names(conv.name) && in_block > 0 && in_block < lanes() && C % in_block == 0 && C * lanes() == in_block * padded_channels(C, lanes()))
         cb = in_block;
       kb = channel_block_for(K, cap, lanes());
+      // A 1x1 conv whose input comes in narrower whole vectors (a grouped
+      // conv's one-vector blocks) reads them as they come: no relayout before
+      // it. ResNeXt-50 (Xeon AVX-512, 1 thread, interleaved in one process):
+      // the 13 relayouts after its grouped convs (0.02-0.18 ms each, 0.69 in
+      // all) gone, and the 1x1 convs after them as fast or faster
+      // (layer1's 1.32-1.39 ms against 1.41-1.58).
+      if (!plan_.names(conv.name) && KH == 1 && KW == 1 && in_block > 0 && in_block < cb && in_block % lanes() == 0 && C % in_block == 0)
+        cb = in_block;
       Value blocked = relayout(x, 0, cb, C);
       // Channels padded to their blocks meet zero weights.
       NDArray padded = zero_padded_weights(*W, padded_channels(K, kb), padded_channels(C, cb));

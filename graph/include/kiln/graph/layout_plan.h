@@ -88,7 +88,8 @@ int64_t default_conv_cap(int64_t out_channels, int64_t out_h, int64_t out_w, con
 
 /**
  * The cap a Conv node takes without a plan: default_conv_cap's for a dense
- * one, two vectors for a depthwise one (which alter_conv_layout overrides
+ * one (one vector for a 1 x 1 conv whose default streams its weights from
+ * L3: ops/streamed_weights.h), two vectors for a depthwise one (which alter_conv_layout overrides
  * with its input's block where that is whole vectors), and for a grouped one
  * two vectors, or one where its groups are narrower than two (fewer zero
  * products between groups; alter_conv_layout takes its input's block where
