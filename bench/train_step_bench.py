@@ -441,6 +441,10 @@ def _f(v, fmt):
     return "-" if v is None else format(v, fmt)
 
 
+def share_of(rate, peak):
+    return f" ({rate / peak * 100:.1f}% of peak)" if peak else ""
+
+
 def format_table(rows):
     fmt = "{:<9} {:>2} {:>9} {:>9} {:>9} {:>9} {:>6}  {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>11} {:>11}"
     lines = [fmt.format("workload", "T", "kiln min", "kiln med", "torch min", "torch med", "ratio", "compile", "1st step", "arena MB",
@@ -476,6 +480,10 @@ def format_table(rows):
             lines.append(f"    rate at the medians: {r['step_gflop']:.2f} GFLOP per step; kiln {rate(kt):.1f} GFLOP/s{share(kt)}, "
                          f"torch {rate(tt):.1f} GFLOP/s{share(tt)}"
                          + (f"; FMA peak {pk:.1f} GFLOP/s" if pk else ""))
+            if kc and tc:  # on a loaded host: the CPU time spread over the threads, as if each had a core
+                cpu_rate = lambda v: r["step_gflop"] / (statistics.median(v) / r["threads"])  # noqa: E731
+                lines.append(f"    rate by CPU time (median CPU time / {r['threads']} threads): kiln {cpu_rate(kc):.1f} GFLOP/s{share_of(cpu_rate(kc), pk)}, "
+                             f"torch {cpu_rate(tc):.1f} GFLOP/s{share_of(cpu_rate(tc), pk)}")
         if k.get("bf16_dot_groups"):
             lines.append(f"    {r['workload']}: {k['bf16_dot_groups']} groups are bfloat16 dot products (kiln.*BF16Pairs)")
         if k.get("tune_s") is not None:

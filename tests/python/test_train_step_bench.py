@@ -168,3 +168,6 @@ def test_fma_peak_and_the_rate_line():
              "kiln": {"times": [0.2, 0.25, 0.1]}, "torch": {"times": [0.4, 0.5, 0.6]}}]
     assert "20.00 GFLOP per step; kiln 100.0 GFLOP/s (50.0% of peak), torch 40.0 GFLOP/s (20.0% of peak); FMA peak 200.0" \
         in tsb.format_table(rows)
+    rows[0]["kiln"]["cpu_times"], rows[0]["torch"]["cpu_times"] = [0.4, 0.4, 0.4], [0.8, 0.8, 0.8]
+    assert "rate by CPU time (median CPU time / 2 threads): kiln 100.0 GFLOP/s (50.0% of peak), torch 50.0 GFLOP/s (25.0% of peak)" \
+        in tsb.format_table(rows)
