@@ -11,6 +11,7 @@ import torch
 
 import kiln
 from kiln import graph as kg
+from test_train_blocked import large_transforms
 
 
 def run(graph, *feed):
@@ -102,10 +103,14 @@ def model():
 def test_depthwise_convs_and_their_gradients_run_blocked(model):
     _, g = model
     step = kiln.train.compile(g, optimizer=kiln.train.SGD(lr=0.1))
-    ops = collections.Counter(kg.optimize(step.graph, "llvm", False).op_types())
+    opt = kg.optimize(step.graph, "llvm", False)
+    ops = collections.Counter(opt.op_types())
     assert ops["kiln.DepthwiseConvNCHWc"] == 2 and ops["Conv"] == 0
     assert ops["kiln.ConvGradInput"] == 0 and ops["kiln.ConvGradWeight"] == 0
     assert ops["kiln.ConvGradInputNCHWc"] == 6 and ops["kiln.ConvGradWeightNCHWc"] == 7  # the stem's dX is never needed
+    # No activation changes layout around the depthwise convs: only the image and the head's last batch norm gradient do.
+    transforms = large_transforms(opt)
+    assert all("(%input0)" in line or "/b2/b2.7/" in line for line in transforms) and len(transforms) <= 2, transforms
 
 
 def test_step_gradients_equal_torch_autograd(model):
