@@ -141,3 +141,15 @@ def test_loss_curve_equals_the_nchw_step(model):
     b = [plain(x, y) for _ in range(4)]
     np.testing.assert_allclose(a, b, rtol=1e-5)
     assert a[-1] < a[0]
+
+
+def test_recomputation_with_depthwise_gradients_follows_the_plain_step(model):
+    """Segments (recomputation) hold depthwise gradients without their forward conv: they take the blocked forms too."""
+    _, g = model
+    x, y = data()
+    plain = kiln.train.compile(g, optimizer=kiln.train.SGD(lr=0.1, momentum=0.9), layout=False)
+    recomputed = kiln.train.compile(g, optimizer=kiln.train.SGD(lr=0.1, momentum=0.9), segments=2)
+    assert any("kiln.DepthwiseConvNCHWc" in grp["ops"] for c in recomputed._bwds for grp in c.exe.groups())
+    a = [recomputed(x, y) for _ in range(3)]
+    b = [plain(x, y) for _ in range(3)]
+    np.testing.assert_allclose(a, b, rtol=1e-5)
