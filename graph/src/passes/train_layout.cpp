@@ -159,7 +159,6 @@ std::vector<Value> TrainLayoutRules::depthwise_conv(const OpNode& n) {
   return {relayout_(y, b, 0, C)};
 }
 
-// The window attributes a blocked gradient takes from an NCHW one (2-D, group 1, float32), or none.
 // C where weights w are a depthwise conv's [C, 1, KH, KW] in whole blocks, else 0.
 int64_t TrainLayoutRules::depthwise_channels(const TensorType& w) const {
   if (w.ndim() != 4 || !w.is_static() || w.shape[1].value() != 1) return 0;
@@ -167,7 +166,8 @@ int64_t TrainLayoutRules::depthwise_channels(const TensorType& w) const {
   return C % block(C) == 0 ? C : 0;
 }
 
-// Group 1, or a depthwise conv's (group = C, weights [C, 1, KH, KW]: `depthwise_channels`, else 0).
+// The window attributes a blocked gradient takes from an NCHW one (2-D, float32, group 1 or a
+// depthwise conv's: group = `depthwise_channels`, weights [C, 1, KH, KW]), or none.
 static std::optional<Attrs> blocked_grad_attrs(const OpNode& n, const char* blocked_op, int64_t depthwise_channels) {
   const int64_t g = n.attrs.get_int_or("group", 1);
   if (!find_op(blocked_op) || (g != 1 && g != depthwise_channels) || n.num_outputs() != 1 || n.types[0].dtype != DataType::Float(32)) return std::nullopt;
