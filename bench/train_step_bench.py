@@ -4,6 +4,7 @@
   bench/train_step_bench.py [--workloads resnet18,bert[,mobilenetv2]] [--threads 2] [--repeat 5] [--batch 8]
                             [--image-size 112] [--seq-len 128] [--json FILE] [--build DIR] [--timeout 1800]
                             [--db FILE [--tune-trials N]] [--precision bfloat16] [--target T] [--isa avx2]
+                            [--clock-ghz GHZ] [--fma-units 2]
 
 One training step is forward + loss + backward + torch.optim.SGD's update
 with momentum (lr 0.01, momentum 0.9), on one fixed batch:
@@ -57,6 +58,14 @@ autocast (torch.autocast("cpu", dtype=torch.bfloat16) around forward and
 loss, its documented way; oneDNN's bfloat16 kernels where the CPU has them).
 Both keep float32 master weights.
 
+Each row's rate: the step's FLOPs (bench/step_flops.py: the products of
+PyTorch's convolutions and matrix products in forward and backward, counted
+at batch 2 and scaled by --batch / 2) over each side's median step, in GFLOP/s
+and as a share of the FMA peak of the threads used: T cores x --fma-units
+(2) x float32 lanes of the ISA timed (16 AVX-512, 8 AVX2) x 2 x --clock-ghz
+(default: the clock /proc/cpuinfo reports, a VM's base clock; turbo runs
+above it, so give the measured one where known).
+
 Memory, weights excluded on both sides:
   kiln arena / planned peak  the compiled step's memory plan (exe.memory():
                              arena_bytes, peak_bytes), the activations and
@@ -86,6 +95,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "peers"))
 import blas_choice  # noqa: E402
+import step_flops  # noqa: E402
 import isa_limits  # noqa: E402
 from peer_env import clean_env  # noqa: E402
 from torch_models import _status_kb  # noqa: E402  (a /proc/self/status field in kB)
@@ -116,6 +126,9 @@ def parse_args(argv=None):
                     help="avx2: kiln built for AVX2 and PyTorch's libraries (ATen, oneDNN, OpenBLAS) limited to AVX2, checked")
     ap.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
                     help="bfloat16: mixed precision on both sides (kiln precision=, PyTorch CPU autocast)")
+    ap.add_argument("--clock-ghz", type=float, default=None,
+                    help="the clock of the FMA peak the GFLOP/s are set against (default: /proc/cpuinfo's cpu MHz)")
+    ap.add_argument("--fma-units", type=int, default=2, help="FMA instructions a core issues per cycle, for the peak (default 2)")
     args = ap.parse_args(argv)
     args.workloads = [w for w in args.workloads.split(",") if w]
     if args.target is None:
@@ -127,6 +140,10 @@ def parse_args(argv=None):
         ap.error("--tune-trials needs --db (the database the records go to)")
     if args.tune_trials < 0:
         ap.error("--tune-trials must be 0 or more")
+    if args.clock_ghz is None:
+        args.clock_ghz = step_flops.reported_clock_ghz()
+    if (args.clock_ghz is not None and args.clock_ghz <= 0) or args.fma_units < 1:
+        ap.error("--clock-ghz must be positive and --fma-units at least 1")
     if args.threads < 1 or args.repeat < 1 or args.batch < 1 or args.seq_len < 1 or args.image_size < 32:
         ap.error("--threads, --repeat, --batch and --seq-len must be positive, --image-size at least 32 (ResNet downsamples 32x)")
     return args
@@ -375,7 +392,19 @@ def run_workload(args, workload):
     finally:
         for s in sides:
             s.close()
-    return {"workload": workload, "threads": args.threads, "precision": args.precision, **{s.name: s.facts for s in sides}}
+    return {"workload": workload, "threads": args.threads, "precision": args.precision, **rate_facts(args, workload),
+            **{s.name: s.facts for s in sides}}
+
+
+def rate_facts(args, workload):
+    """The step's FLOPs (counted on PyTorch's step at batch 2, times --batch / 2: every product scales with the batch;
+    batch norm in training mode needs 2 values a channel after ResNet's 32x downsampling) and the FMA peak."""
+    import torch.nn.functional as F
+    module, x, y, loss = build(workload, 2, args.image_size, args.seq_len)
+    flops = step_flops.step_flops(module, x, y, F.cross_entropy if loss == "cross_entropy" else F.mse_loss) * args.batch / 2
+    lanes = 8 if args.isa == "avx2" or not machine()["avx512f"] else 16
+    peak = step_flops.fma_peak(args.threads, lanes, args.clock_ghz, args.fma_units) if args.clock_ghz else None
+    return {"step_gflop": flops / 1e9, "peak_gflops": peak, "peak_lanes": lanes}
 
 
 # ---------------------------------------------------------------- the table
@@ -402,12 +431,19 @@ def header(args, m):
             f"step = forward + backward + SGD(lr {LR}, momentum {MOMENTUM}); workloads: " + "; ".join(shapes[w] for w in args.workloads),
             f"each side in a fresh process, started and warmed up ({WARMUP} steps) alone; then {args.repeat} rounds of one timed step "
             "per side, alternating; kiln/torch = ratio of medians, below 1 kiln is faster",
+            (f"rate: the step's products (convolutions, matrix products; forward and backward) over the median step; FMA peak = "
+             f"{args.threads} cores x {args.fma_units} FMA x {16 if m['avx512f'] and args.isa != 'avx2' else 8} float32 lanes x 2 x "
+             + (f"{args.clock_ghz:.2f} GHz" if args.clock_ghz else "? GHz (give --clock-ghz)")),
             "memory (weights excluded): kiln arena / plan pk = exe.memory() arena_bytes / peak_bytes of the compiled step; "
             f"RSS rise = peak RSS rise over the {WARMUP} warm-up steps from after building (VmHWM reset by clear_refs), same method both sides"]
 
 
 def _f(v, fmt):
     return "-" if v is None else format(v, fmt)
+
+
+def share_of(rate, peak):
+    return f" ({rate / peak * 100:.1f}% of peak)" if peak else ""
 
 
 def format_table(rows):
@@ -438,6 +474,17 @@ def format_table(rows):
             lines.append(f"    CPU time (process_time, all threads; less sensitive to other processes' load): kiln {min(kc) * 1e3:.1f} / "
                          f"{statistics.median(kc) * 1e3:.1f}, torch {min(tc) * 1e3:.1f} / {statistics.median(tc) * 1e3:.1f} ms (min / median), "
                          f"ratio of medians {statistics.median(kc) / statistics.median(tc):.2f}")
+        if r.get("step_gflop") and kt and tt:
+            rate = lambda v: r["step_gflop"] / statistics.median(v)  # noqa: E731
+            pk = r.get("peak_gflops")
+            share = lambda v: f" ({rate(v) / pk * 100:.1f}% of peak)" if pk else ""  # noqa: E731
+            lines.append(f"    rate at the medians: {r['step_gflop']:.2f} GFLOP per step; kiln {rate(kt):.1f} GFLOP/s{share(kt)}, "
+                         f"torch {rate(tt):.1f} GFLOP/s{share(tt)}"
+                         + (f"; FMA peak {pk:.1f} GFLOP/s" if pk else ""))
+            if kc and tc:  # on a loaded host: the CPU time spread over the threads, as if each had a core
+                cpu_rate = lambda v: r["step_gflop"] / (statistics.median(v) / r["threads"])  # noqa: E731
+                lines.append(f"    rate by CPU time (median CPU time / {r['threads']} threads): kiln {cpu_rate(kc):.1f} GFLOP/s{share_of(cpu_rate(kc), pk)}, "
+                             f"torch {cpu_rate(tc):.1f} GFLOP/s{share_of(cpu_rate(tc), pk)}")
         if k.get("bf16_dot_groups"):
             lines.append(f"    {r['workload']}: {k['bf16_dot_groups']} groups are bfloat16 dot products (kiln.*BF16Pairs)")
         if k.get("tune_s") is not None:

@@ -263,4 +263,104 @@ te::Tensor conv2d_nchwc_grad_weight(const te::Tensor& X, const te::Tensor& dY, c
   return te::compute({E(K), E(C), E(KH), E(KW)}, [&](const std::vector<Var>& i) { return te::sum(at(i, rg.var()), {rg}); }, name, {"k", "c", "ky", "kx"});
 }
 
+// The depthwise forms: each channel its own 1-channel convolution, so a
+// product is one vector of the block's lanes (dY's and X's, the same
+// channels) by one of the weights', no reduction over channels.
+
+te::Tensor depthwise_nchwc_grad_input(const te::Tensor& dY, const te::Tensor& W, const Conv2dParams& p, int64_t H, int64_t Wd, const std::string& name) {
+  const char* what = "depthwise_nchwc_grad_input";
+  check_params(p, what);
+  std::vector<int64_t> ys = static_shape(dY, 5, what, "[N, C/b, OH, OW, b]"), ws = static_shape(W, 4, what, "[C, 1, KH, KW]");
+  const int64_t b = ys[4], Cb = ys[1], C = ws[0], KH = ws[2], KW = ws[3], OH = ys[2], OW = ys[3];
+  KILN_USER_CHECK(ws[1] == 1 && Cb * b == C) << what << ": dY " << shape_to_string(ys) << " and W " << shape_to_string(ws)
+                                             << " are not a depthwise conv's (W [C, 1, KH, KW], C in whole blocks of dY)";
+  KILN_USER_CHECK(conv_out(H, p.pad_top + p.pad_bottom, KH, p.dilation_h, p.stride_h) == OH && conv_out(Wd, p.pad_left + p.pad_right, KW, p.dilation_w, p.stride_w) == OW)
+      << what << ": dY " << shape_to_string(ys) << " is not the output of a " << KH << "x" << KW << " conv over a " << H << "x" << Wd << " input";
+  const int64_t sh = p.stride_h, sw = p.stride_w;
+  std::vector<Phase> ph = phases_of(H, KH, sh, p.dilation_h, p.pad_top), pw = phases_of(Wd, KW, sw, p.dilation_w, p.pad_left);
+  auto [top, bottom] = dy_pads(ph, OH);
+  auto [left, right] = dy_pads(pw, OW);
+  te::Tensor D = pad_hw(dY, static_cast<int>(top), static_cast<int>(left), static_cast<int>(bottom), static_cast<int>(right), name + ".pad");
+  const bool one_phase = sh == 1 && sw == 1;
+  int64_t th = 0, tw = 0;
+  for (const Phase& f : ph) th = std::max(th, f.taps);
+  for (const Phase& f : pw) tw = std::max(tw, f.taps);
+  auto tap = [](const std::vector<Phase>& fs, const Expr& phase, const Expr& j) {
+    Expr t = fs.back().tap(j);
+    for (size_t k = fs.size() - 1; k-- > 0;) t = select(phase == E(static_cast<int64_t>(k)), fs[k].tap(j), t);
+    return t;
+  };
+  // The phases' flipped weights [phases, C/b, taps_h, taps_w, b]: a tap's b channels
+  // contiguous (the plain W holds them KH * KW apart). The guard, as the group-1 form's,
+  // keeps the rules from inlining the gather into every product.
+  te::Tensor Wp;
+  if (th > 0 && tw > 0)
+    Wp = te::compute({E(sh * sw), E(Cb), E(th), E(tw), E(b)}, [&](const std::vector<Var>& i) {
+      Expr a = one_phase ? E(0) : floordiv(i[0], E(sw)), bb = one_phase ? E(0) : floormod(i[0], E(sw));
+      Expr ry = min(max(tap(ph, a, i[2]), E(0)), E(KH - 1)), rx = min(max(tap(pw, bb, i[3]), E(0)), E(KW - 1));
+      Expr guard = i[2] < fs_taps(ph, a) && i[3] < fs_taps(pw, bb);
+      return if_then_else(guard, W(std::vector<Expr>{i[1] * E(b) + i[4], E(0), ry, rx}), make_zero(W.dtype()));
+    }, name + ".weights", {"phase", "co", "jy", "jx", "ci"});
+  std::vector<std::vector<te::Tensor>> Z(sh, std::vector<te::Tensor>(sw));
+  for (int64_t a = 0; a < sh; ++a)
+    for (int64_t c = 0; c < sw; ++c) {
+      const Phase &fh = ph[a], &fw = pw[c];
+      if (fh.taps == 0 || fw.taps == 0) continue;
+      const std::string tag = one_phase ? name : name + ".phase" + std::to_string(a) + std::to_string(c);
+      IterVar ry = te::reduce_axis(Range(0, E(fh.taps)), "ry"), rx = te::reduce_axis(Range(0, E(fw.taps)), "rx");
+      Z[a][c] = te::compute({dY.shape()[0], E(Cb), E(fh.count), E(fw.count), E(b)}, [&](const std::vector<Var>& i) {
+        Expr y = i[2] + E(fh.offset + top) + ry.var() * E(fh.dilation), x = i[3] + E(fw.offset + left) + rx.var() * E(fw.dilation);
+        Expr d = D(std::vector<Expr>{i[0], i[1], y, x, i[4]});
+        return te::sum(d * Wp(std::vector<Expr>{E(a * sw + c), i[1], ry.var(), rx.var(), i[4]}), {ry, rx});
+      }, tag, {"n", "co", "y", "x", "ci"});
+    }
+  if (one_phase && Z[0][0].defined()) return Z[0][0];
+  return te::compute({dY.shape()[0], E(Cb), E(H), E(Wd), E(b)}, [&](const std::vector<Var>& i) {
+    Expr v = make_zero(dY.dtype());
+    for (int64_t a = 0; a < sh; ++a)
+      for (int64_t c = 0; c < sw; ++c) {
+        if (!Z[a][c].defined()) continue;
+        Expr q = min(floordiv(i[2], E(sh)), E(ph[a].count - 1)), r = min(floordiv(i[3], E(sw)), E(pw[c].count - 1));
+        Expr here = floormod(i[2], E(sh)) == E(a) && floormod(i[3], E(sw)) == E(c);
+        v = if_then_else(here, Z[a][c](std::vector<Expr>{i[0], i[1], q, r, i[4]}), v);
+      }
+    return v;
+  }, name, {"n", "co", "h", "w", "ci"});
+}
+
+te::Tensor depthwise_nchwc_grad_weight(const te::Tensor& X, const te::Tensor& dY, const Conv2dParams& p, int64_t KH, int64_t KW, const std::string& name) {
+  const char* what = "depthwise_nchwc_grad_weight";
+  check_params(p, what);
+  std::vector<int64_t> xs = static_shape(X, 5, what, "[N, C/b, H, W, b]"), ys = static_shape(dY, 5, what, "[N, C/b, OH, OW, b]");
+  const int64_t b = xs[4], Cb = xs[1], OH = ys[2], OW = ys[3];
+  KILN_USER_CHECK(KH > 0 && KW > 0) << what << ": the kernel extents must be positive";
+  KILN_USER_CHECK(xs[0] == ys[0] && xs[1] == ys[1] && xs[4] == ys[4]) << what << ": X " << shape_to_string(xs) << " and dY " << shape_to_string(ys)
+                                                                      << " differ in batch or channel blocks";
+  KILN_USER_CHECK(conv_out(xs[2], p.pad_top + p.pad_bottom, KH, p.dilation_h, p.stride_h) == OH &&
+                  conv_out(xs[3], p.pad_left + p.pad_right, KW, p.dilation_w, p.stride_w) == OW)
+      << what << ": dY " << shape_to_string(ys) << " is not the output of a " << KH << "x" << KW << " conv over X " << shape_to_string(xs);
+  const int64_t rows = (OH - 1) * p.stride_h + (KH - 1) * p.dilation_h + 1, cols = (OW - 1) * p.stride_w + (KW - 1) * p.dilation_w + 1;
+  te::Tensor P = pad_hw(X, p.pad_top, p.pad_left, static_cast<int>(std::max<int64_t>(0, rows - p.pad_top - xs[2])),
+                        static_cast<int>(std::max<int64_t>(0, cols - p.pad_left - xs[3])), name + ".pad");
+  // The batch in G groups (an rfactor over it, as the group-1 form's): more parallel
+  // work than the few channel blocks, and each group's images stay in L2.
+  const int64_t G = batch_groups(xs[0], OH * OW, KH * KW * Cb * b);
+  const int64_t nb = xs[0] / G;
+  IterVar rn = te::reduce_axis(Range(0, E(nb)), "rn"), ry = te::reduce_axis(Range(0, E(OH)), "roh"), rx = te::reduce_axis(Range(0, E(OW)), "row");
+  // R [G, C/b, KH, KW, b]: a register tile of the taps times the block's vector; per
+  // output pixel one load of dY and one of X per tap.
+  te::Tensor R = te::compute({E(G), E(Cb), E(KH), E(KW), E(b)}, [&](const std::vector<Var>& i) {
+    Expr n = i[0] * E(nb) + rn.var();
+    Expr h = ry.var() * E(p.stride_h) + i[2] * E(p.dilation_h), w = rx.var() * E(p.stride_w) + i[3] * E(p.dilation_w);
+    return te::sum(P(std::vector<Expr>{n, i[1], h, w, i[4]}) * dY(std::vector<Expr>{n, i[1], ry.var(), rx.var(), i[4]}), {rn, ry, rx});
+  }, name + ".blocked", {"g", "co", "ky", "kx", "ci"});
+  auto at = [&](const std::vector<Var>& i, const Expr& g) {
+    return R(std::vector<Expr>{g, floordiv(i[0], E(b)), i[2], i[3], floormod(i[0], E(b))});
+  };
+  const std::vector<Expr> shape{E(Cb * b), E(1), E(KH), E(KW)};
+  if (G == 1) return te::compute(shape, [&](const std::vector<Var>& i) { return at(i, E(0)); }, name, {"k", "c", "ky", "kx"});
+  IterVar rg = te::reduce_axis(Range(0, E(G)), "rg");
+  return te::compute(shape, [&](const std::vector<Var>& i) { return te::sum(at(i, rg.var()), {rg}); }, name, {"k", "c", "ky", "kx"});
+}
+
 }  // namespace kiln::ops

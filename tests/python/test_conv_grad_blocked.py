@@ -138,7 +138,7 @@ def test_bad_operands_are_named():
     dy, w = b.input("dy", (1, 2, 4, 4, 8)), b.input("w", (16, 8, 3, 3))
     with pytest.raises(kiln.KilnError, match="not the output"):
         b.op("kiln.ConvGradInputNCHWc", dy, w, input_shape=[1, 8, 9, 9], block=8, strides=[1, 1], pads=[1, 1, 1, 1])
-    with pytest.raises(kiln.KilnError, match="group 2 is not supported"):
+    with pytest.raises(kiln.KilnError, match="group 2 is supported in the blocked layout only as a depthwise"):
         b.op("kiln.ConvGradInputNCHWc", dy, w, input_shape=[1, 8, 4, 4], group=2, pads=[1, 1, 1, 1])
     with pytest.raises(kiln.KilnError, match="does not hold 24 channels"):
         b.op("kiln.ConvGradInputNCHWc", b.input("dy3", (1, 2, 4, 4, 8)), b.input("w3", (24, 8, 3, 3)), input_shape=[1, 8, 4, 4], pads=[1, 1, 1, 1])

@@ -115,3 +115,59 @@ def test_small_avx2_run_checks_and_prints_the_peers_limits(tmp_path):
     (row,) = json.loads(out.read_text())["rows"]
     assert "DNNL_MAX_CPU_ISA=AVX2" in row["torch"]["setup"] and "OPENBLAS_CORETYPE=Haswell" in row["torch"]["setup"]
     assert abs(row["kiln"]["loss1"] - row["torch"]["loss1"]) <= 1e-4 * row["torch"]["loss1"]
+
+
+def _hooked_forward_flops(module, x):
+    """Products of each Conv2d and Linear in one forward, from the layers' output sizes (an independent count)."""
+    import torch
+    total, first = [0], []
+
+    def hook(m, inp, out):
+        if isinstance(m, torch.nn.Conv2d):
+            f = 2 * out.numel() * (m.in_channels // m.groups) * m.kernel_size[0] * m.kernel_size[1]
+        else:
+            f = 2 * out.numel() * m.in_features
+        total[0] += f
+        first.append(f)
+
+    hs = [m.register_forward_hook(hook) for m in module.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    with torch.no_grad():
+        module(x)
+    for h in hs:
+        h.remove()
+    return total[0], first[0]
+
+
+@pytest.mark.parametrize("workload", ["resnet18", "mobilenetv2"])
+def test_step_flops_are_three_forwards_less_the_first_input_gradient(workload):
+    """A CNN step's products: forward, input gradient and weight gradient of every layer, but no input gradient of the first."""
+    import torch.nn.functional as F
+    import step_flops
+    module, x, y, _ = tsb.build(workload, 2, 64, 0)
+    fwd, first = _hooked_forward_flops(module, x)
+    assert step_flops.step_flops(module, x, y, F.cross_entropy) == 3 * fwd - first
+    assert all(p.grad is None for p in module.parameters())
+
+
+def test_step_flops_of_the_bert_layer():
+    """The encoder layer: 4 projections and 2 FFN matmuls (x3 less the input projection's dX) and the attention's 2 batched products x3."""
+    import torch.nn.functional as F
+    import step_flops
+    B, L, D, Fd, heads = 2, 16, 768, 3072, 12
+    module, x, y, _ = tsb.build("bert", B, 32, L)
+    rows = B * L
+    linears = 2 * rows * (D * 3 * D + D * D + 2 * D * Fd)
+    attention = 2 * 2 * B * heads * L * L * (D // heads)
+    assert step_flops.step_flops(module, x, y, F.mse_loss) == 3 * linears - 2 * rows * D * 3 * D + 3 * attention
+
+
+def test_fma_peak_and_the_rate_line():
+    import step_flops
+    assert step_flops.fma_peak(2, 16, 2.5) == 2 * 2 * 16 * 2 * 2.5
+    rows = [{"workload": "resnet18", "threads": 2, "step_gflop": 20.0, "peak_gflops": 200.0,
+             "kiln": {"times": [0.2, 0.25, 0.1]}, "torch": {"times": [0.4, 0.5, 0.6]}}]
+    assert "20.00 GFLOP per step; kiln 100.0 GFLOP/s (50.0% of peak), torch 40.0 GFLOP/s (20.0% of peak); FMA peak 200.0" \
+        in tsb.format_table(rows)
+    rows[0]["kiln"]["cpu_times"], rows[0]["torch"]["cpu_times"] = [0.4, 0.4, 0.4], [0.8, 0.8, 0.8]
+    assert "rate by CPU time (median CPU time / 2 threads): kiln 100.0 GFLOP/s (50.0% of peak), torch 50.0 GFLOP/s (25.0% of peak)" \
+        in tsb.format_table(rows)

@@ -7,7 +7,8 @@
 //     W may instead be the forward kiln.ConvNCHWc's packed weights
 //     [ceil(K/kb), ceil(C/cb), KH, KW, cb, kb] (padded channels zero; cheaper to repack).
 //     attributes: strides [sh, sw], pads [top, left, bottom, right],
-//     dilations [dh, dw] (the forward's, resolved: no auto_pad), group (1),
+//     dilations [dh, dw] (the forward's, resolved: no auto_pad), group (1, or a
+//     depthwise conv's C: W [C, 1, KH, KW], dY and dX in the same whole blocks),
 //     input_shape [N, C, H, W] (the forward input's plain shape: true channels),
 //     block cb (0: dY's kb). W is the plain weights; dX's padded channels are 0,
 //     dY's padded channels meet zero weights.
@@ -16,7 +17,7 @@
 //       -> dW [K, C, KH, KW] (plain, X's dtype), or with packed=1 in the
 //          forward kiln.ConvNCHWc's weight layout [ceil(K/kb), ceil(C/cb), KH, KW, cb, kb]
 //          (padded channels zero), for an optimizer that keeps the weights packed
-//     attributes: strides, pads, dilations, group (1) as above,
+//     attributes: strides, pads, dilations, group (1, or C: depthwise, X and dY in the same blocks) as above,
 //     weight_shape [K, C, KH, KW] (true channel counts and the kernel), packed (0).
 //
 // A blocked tensor may hold more channels than it has (its last block
@@ -41,13 +42,21 @@ ops::Conv2dParams params_of(const OpCall& c) {
   if (s[0] < 1 || s[1] < 1 || d[0] < 1 || d[1] < 1 || p[0] < 0 || p[1] < 0 || p[2] < 0 || p[3] < 0)
     c.fail("strides and dilations must be positive and pads non-negative, got strides " + attr_to_string(s) + ", dilations " + attr_to_string(d) + ", pads " +
            attr_to_string(p));
-  if (c.attrs.get_int("group") != 1)
-    c.fail("group " + std::to_string(c.attrs.get_int("group")) + " is not supported in the blocked layout yet; use kiln.ConvGradInput / kiln.ConvGradWeight (NCHW)");
   ops::Conv2dParams q;
   q.stride_h = static_cast<int>(s[0]), q.stride_w = static_cast<int>(s[1]);
   q.pad_top = static_cast<int>(p[0]), q.pad_left = static_cast<int>(p[1]), q.pad_bottom = static_cast<int>(p[2]), q.pad_right = static_cast<int>(p[3]);
   q.dilation_h = static_cast<int>(d[0]), q.dilation_w = static_cast<int>(d[1]);
   return q;
+}
+
+// The group: 1, or a depthwise conv's C (W [C, 1, KH, KW], C in whole blocks of b); others stay in NCHW.
+int64_t group_of(const OpCall& c, int64_t C, int64_t w1, int64_t blocks, int64_t b) {
+  const int64_t g = c.attrs.get_int("group");
+  if (g == 1) return 1;
+  if (g != C || w1 != 1 || blocks * b != C)
+    c.fail("group " + std::to_string(g) + " is supported in the blocked layout only as a depthwise conv's (group = channels = " + std::to_string(C) +
+           ", weights [C, 1, KH, KW], the channels in whole blocks of " + std::to_string(b) + "); use kiln.ConvGradInput / kiln.ConvGradWeight (NCHW)");
+  return g;
 }
 
 int64_t out_extent(int64_t in, int64_t pads, int64_t kernel, int64_t dilation, int64_t stride) { return (in + pads - dilation * (kernel - 1) - 1) / stride + 1; }
@@ -93,6 +102,14 @@ std::vector<TensorType> infer_grad_input(const OpCall& c) {
       c.fail("packed W " + attr_to_string(w) + " does not match dY " + attr_to_string(dy) + " and input_shape " + attr_to_string(in) + " in blocks of " + std::to_string(cb));
     w = {w[0] * w[5], in[1], w[2], w[3]};
   }
+  if (c.attrs.get_int("group") != 1) {  // depthwise: dX in dY's blocks
+    group_of(c, in[1], w[1], dy[1], dy[4]);
+    if (w.size() != 4 || w[0] != in[1] || in[0] != dy[0] || block_of(c) != dy[4])
+      c.fail("depthwise: W " + attr_to_string(w) + ", dY " + attr_to_string(dy) + " and input_shape " + attr_to_string(in) +
+             " must be [C, 1, KH, KW], [N, C/b, OH, OW, b] and [N, C, H, W], with block b (0)");
+    check_output(c, p, dy, in[2], in[3], w[2], w[3]);
+    return {TensorType{{in[0], dy[1], in[2], in[3], dy[4]}, c.input_types[0].dtype}};
+  }
   if (in[0] != dy[0] || in[1] != w[1]) c.fail("input_shape " + attr_to_string(in) + ", dY " + attr_to_string(dy) + " and W " + attr_to_string(w) + " disagree in batch or input channels");
   check_blocks(c, "dY", dy, w[0]);
   check_output(c, p, dy, in[2], in[3], w[2], w[3]);
@@ -107,6 +124,13 @@ std::vector<TensorType> infer_grad_weight(const OpCall& c) {
   if (ws.size() != 4) c.fail("weight_shape must be [K, C, KH, KW], got " + attr_to_string(ws));
   if (x[0] != dy[0]) c.fail("X " + attr_to_string(x) + " and dY " + attr_to_string(dy) + " differ in batch");
   if (c.input_types[0].dtype != c.input_types[1].dtype) c.fail("X and dY differ in dtype");
+  if (c.attrs.get_int("group") != 1) {  // depthwise: X and dY in the same blocks, dW plain
+    group_of(c, ws[1] == 1 ? ws[0] : ws[1], ws[1], x[1], x[4]);
+    if (x[1] != dy[1] || x[4] != dy[4] || c.attrs.get_int("packed") != 0)
+      c.fail("depthwise: X " + attr_to_string(x) + " and dY " + attr_to_string(dy) + " must be in the same blocks, and packed 0");
+    check_output(c, p, dy, x[2], x[3], ws[2], ws[3]);
+    return {TensorType{{ws[0], ws[1], ws[2], ws[3]}, c.input_types[0].dtype}};
+  }
   check_blocks(c, "X", x, ws[1]);
   check_blocks(c, "dY", dy, ws[0]);
   if (ws[2] < 1 || ws[3] < 1) c.fail("the kernel extents of weight_shape " + attr_to_string(ws) + " must be positive");
@@ -139,12 +163,14 @@ const bool registered = [] {
   gi.infer = infer_grad_input;
   gi.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
     const auto& s = c.attrs.get_ints("input_shape");
+    if (c.attrs.get_int("group") != 1) return std::vector<te::Tensor>{ops::depthwise_nchwc_grad_input(in[0], in[1], params_of(c), s[2], s[3])};
     return std::vector<te::Tensor>{ops::conv2d_nchwc_grad_input(in[0], in[1], params_of(c), s[2], s[3], block_of(c), "conv_grad_input", s[1])};
   };
   gi.cost = [](const OpCall& c, const std::vector<TensorType>&) {
     const auto& dy = c.input_types[0].shape;
     const auto& w = c.input_types[1].shape;
-    const double C = double(c.attrs.get_ints("input_shape")[1]), K = w.size() == 6 ? double(w[0].value() * w[5].value()) : double(w[0].value());
+    const double C = double(c.attrs.get_ints("input_shape")[1]) / double(c.attrs.get_int("group")),
+                 K = w.size() == 6 ? double(w[0].value() * w[5].value()) : double(w[0].value());
     return grad_cost(double(dy[0].value()), double(dy[2].value() * dy[3].value()), K, C, double(w[2].value() * w[3].value()));
   };
   gi.sharding = replicated_rule();  // made after distribution, as the forward's blocked convs
@@ -162,6 +188,7 @@ const bool registered = [] {
   gw.infer = infer_grad_weight;
   gw.compute = [](const OpCall& c, const std::vector<te::Tensor>& in) {
     const auto& ws = c.attrs.get_ints("weight_shape");
+    if (c.attrs.get_int("group") != 1) return std::vector<te::Tensor>{ops::depthwise_nchwc_grad_weight(in[0], in[1], params_of(c), ws[2], ws[3])};
     return std::vector<te::Tensor>{ops::conv2d_nchwc_grad_weight(in[0], in[1], params_of(c), ws[0], ws[1], ws[2], ws[3], "conv_grad_weight",
                                                                  c.attrs.get_int("packed") == 1)};
   };

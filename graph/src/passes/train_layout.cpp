@@ -5,7 +5,9 @@
 // the step in NCHW. Here a 2-D group-1 Conv of such weights becomes
 //   LayoutTransform(NCHW -> cb) -> ConvNCHWc(kiln.PackConvWeights(W)) -> LayoutTransform(kb -> NCHW)
 // with the plain weights packed by a small kernel once per step (the
-// optimizer keeps updating the plain ones). The inference rules then move
+// optimizer keeps updating the plain ones), and a depthwise one
+// kiln.DepthwiseConvNCHWc of W as [C/b, KH, KW, b] (a Reshape and Transpose),
+// its gradients the depthwise forms of the blocked gradient ops. The inference rules then move
 // the transforms out of the way through the elementwise operators and the
 // pools, and the rules here take the rest of a training step through:
 //  - batch norm's statistics and their gradients, per-channel ReduceMean /
@@ -57,6 +59,16 @@ bool trainable_conv(const OpNode& n) {
   return !n.attrs.has("auto_pad") || n.attrs.get_string("auto_pad") == "NOTSET";
 }
 
+// A 2-D depthwise float32 Conv (group = C = K, weights [C, 1, KH, KW]) of weights the graph computes.
+bool trainable_depthwise(const OpNode& n) {
+  if (n.op->name != "Conv" || n.inputs.size() < 2 || n.num_outputs() != 1 || is_constant(n.inputs[1])) return false;
+  const TensorType &x = n.inputs[0].type(), &w = n.inputs[1].type();
+  if (x.ndim() != 4 || w.ndim() != 4 || x.dtype != DataType::Float(32) || w.dtype != DataType::Float(32) || !w.is_static() || !x.shape[1].is_static()) return false;
+  const int64_t C = x.shape[1].value(), g = n.attrs.get_int_or("group", 1);
+  if (g == 1 || g != C || w.shape[0].value() != C || w.shape[1].value() != 1) return false;
+  return !n.attrs.has("auto_pad") || n.attrs.get_string("auto_pad") == "NOTSET";
+}
+
 // [1, C, 1, 1] or [N, C, 1, 1]: one value per channel (and image), broadcast over the pixels.
 bool per_channel(const TensorType& t, int64_t C) {
   return t.ndim() == 4 && t.shape[1].is_static() && t.shape[1] == C && t.shape[2] == 1 && t.shape[3] == 1;
@@ -83,11 +95,12 @@ TrainLayoutRules::TrainLayoutRules(const Graph& g, int64_t max_block, int64_t la
   // convolution's gradients without the convolution: they take the blocked
   // kernels there too, so the sums do not depend on where the step was cut.
   for (const OpNode* n : g.op_nodes())
-    active_ = active_ || trainable_conv(*n) || n->op->name == "kiln.ConvGradInput" || n->op->name == "kiln.ConvGradWeight";
+    active_ = active_ || trainable_conv(*n) || trainable_depthwise(*n) || n->op->name == "kiln.ConvGradInput" || n->op->name == "kiln.ConvGradWeight";
 }
 
 std::vector<Value> TrainLayoutRules::operator()(const Ref<OpNode>& n) {
   if (trainable_conv(*n)) return conv(*n);
+  if (trainable_depthwise(*n)) return depthwise_conv(*n);
   if (n->op->name == "kiln.ConvGradInput") return conv_grad_input(*n);
   if (n->op->name == "kiln.ConvGradWeight") return conv_grad_weight(*n);
   if (n->op->name == "ReduceMean" || n->op->name == "ReduceSum") return channel_reduce(*n);
@@ -122,20 +135,53 @@ std::vector<Value> TrainLayoutRules::conv(const OpNode& n) {
   return {relayout_(y, kb, 0, K)};
 }
 
-// The window attributes a blocked gradient takes from an NCHW one (2-D, group 1, float32), or none.
-static std::optional<Attrs> blocked_grad_attrs(const OpNode& n, const char* blocked_op) {
-  if (!find_op(blocked_op) || n.attrs.get_int_or("group", 1) != 1 || n.num_outputs() != 1 || n.types[0].dtype != DataType::Float(32)) return std::nullopt;
+// A depthwise conv: kiln.DepthwiseConvNCHWc in the block of its channels (the
+// convs around it take the same), its weights [C, 1, KH, KW] packed to
+// [C/b, KH, KW, b] by a Reshape and a Transpose each step.
+std::vector<Value> TrainLayoutRules::depthwise_conv(const OpNode& n) {
+  const auto& ws = n.inputs[1].type().shape;
+  const int64_t C = ws[0], KH = ws[2], KW = ws[3], b = block(C);
+  if (C % b != 0) return {};
+  const std::string& wn = n.inputs[1].node->name;
+  Value w = make_op("Reshape", {n.inputs[1], ints({C / b, b, KH, KW}, wn + ".dw_shape")}, {}, wn + ".dw_blocks")->output();
+  Attrs perm;
+  perm.set("perm", std::vector<int64_t>{0, 2, 3, 1});
+  w = make_op("Transpose", {w}, perm, wn + ".nchwc")->output();
+  Attrs a;
+  a.set("strides", ints_or(n.attrs, "strides", {1, 1}));
+  a.set("pads", ints_or(n.attrs, "pads", {0, 0, 0, 0}));
+  a.set("dilations", ints_or(n.attrs, "dilations", {1, 1}));
+  Value y = make_op("kiln.DepthwiseConvNCHWc", {relayout_(n.inputs[0], 0, b, C), w}, a, n.name)->output();
+  if (n.inputs.size() > 2 && n.inputs[2].defined()) {
+    Value bias = make_op("Reshape", {n.inputs[2], ints({1, C, 1, 1}, n.name + ".bias_shape")}, {}, n.name + ".bias_4d")->output();
+    y = make_op("Add", {y, relayout_(bias, 0, b, C)}, {}, n.name + ".bias")->output();
+  }
+  return {relayout_(y, b, 0, C)};
+}
+
+// C where weights w are a depthwise conv's [C, 1, KH, KW] in whole blocks, else 0.
+int64_t TrainLayoutRules::depthwise_channels(const TensorType& w) const {
+  if (w.ndim() != 4 || !w.is_static() || w.shape[1].value() != 1) return 0;
+  const int64_t C = w.shape[0].value();
+  return C % block(C) == 0 ? C : 0;
+}
+
+// The window attributes a blocked gradient takes from an NCHW one (2-D, float32, group 1 or a
+// depthwise conv's: group = `depthwise_channels`, weights [C, 1, KH, KW]), or none.
+static std::optional<Attrs> blocked_grad_attrs(const OpNode& n, const char* blocked_op, int64_t depthwise_channels) {
+  const int64_t g = n.attrs.get_int_or("group", 1);
+  if (!find_op(blocked_op) || (g != 1 && g != depthwise_channels) || n.num_outputs() != 1 || n.types[0].dtype != DataType::Float(32)) return std::nullopt;
   const auto& pads = n.attrs.get_ints("pads");
   if (n.attrs.get_ints("strides").size() != 2 || n.attrs.get_ints("dilations").size() != 2 || pads.size() != 4) return std::nullopt;
   Attrs a;
   for (const char* name : {"strides", "pads", "dilations"}) a.set(name, n.attrs.get_ints(name));
-  a.set("group", int64_t{1});
+  a.set("group", g);
   return a;
 }
 
 // dX = kiln.ConvGradInputNCHWc(dY blocked, W plain), in the block of X's channels the forward conv read.
 std::vector<Value> TrainLayoutRules::conv_grad_input(const OpNode& n) {
-  auto a = blocked_grad_attrs(n, "kiln.ConvGradInputNCHWc");
+  auto a = blocked_grad_attrs(n, "kiln.ConvGradInputNCHWc", depthwise_channels(n.inputs[1].type()));
   if (!a || n.types[0].ndim() != 4 || !n.types[0].is_static() || is_constant(n.inputs[1])) return {};
   const auto& in = n.attrs.get_ints("input_shape");
   const int64_t C = in[1], K = n.inputs[1].type().shape[0], cb = block(C);
@@ -148,11 +194,11 @@ std::vector<Value> TrainLayoutRules::conv_grad_input(const OpNode& n) {
 
 // dW (plain, for the optimizer) = kiln.ConvGradWeightNCHWc(X blocked, dY blocked).
 std::vector<Value> TrainLayoutRules::conv_grad_weight(const OpNode& n) {
-  auto a = blocked_grad_attrs(n, "kiln.ConvGradWeightNCHWc");
+  auto a = blocked_grad_attrs(n, "kiln.ConvGradWeightNCHWc", depthwise_channels(n.types[0]));
   if (!a || n.types[0].ndim() != 4 || !n.types[0].is_static() || n.inputs[0].type().ndim() != 4) return {};
   std::vector<int64_t> ws;
   for (const Dim& d : n.types[0].shape) ws.push_back(d.value());
-  const int64_t C = ws[1], K = ws[0];
+  const int64_t K = ws[0], C = a->get_int("group") == 1 ? ws[1] : K;  // depthwise: X's channels are dY's
   const int64_t kb = block(K);  // dY's block wherever it comes from (in NCHW when a segment's input)
   a->set("weight_shape", ws);
   return {make_op("kiln.ConvGradWeightNCHWc", {relayout_(n.inputs[0], 0, block(C), C), relayout_(n.inputs[1], 0, kb, K)}, *a, n.name)->output()};

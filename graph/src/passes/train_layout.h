@@ -28,12 +28,14 @@ class TrainLayoutRules {
 
  private:
   std::vector<Value> conv(const OpNode& n);
+  std::vector<Value> depthwise_conv(const OpNode& n);
   std::vector<Value> conv_grad_input(const OpNode& n);
   std::vector<Value> conv_grad_weight(const OpNode& n);
   std::vector<Value> channel_reduce(const OpNode& n);
   std::vector<Value> max_pool_grad(const OpNode& n);
   std::vector<Value> elementwise(const OpNode& n);
   int64_t block(int64_t C) const;
+  int64_t depthwise_channels(const TensorType& w) const;
 
   bool active_ = false;
   int64_t max_block_, lanes_;

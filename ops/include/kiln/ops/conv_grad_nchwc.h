@@ -61,6 +61,19 @@ te::Tensor conv2d_nchwc_grad_input(const te::Tensor& dY, const te::Tensor& W, co
 te::Tensor conv2d_nchwc_grad_weight(const te::Tensor& X, const te::Tensor& dY, const Conv2dParams& p, int64_t K, int64_t C, int64_t KH, int64_t KW,
                                     const std::string& name = "conv_grad_weight", bool packed = false);
 
+/**
+ * The depthwise forms (group = C = K, W [C, 1, KH, KW], depthwise_conv2d_nchwc's
+ * gradients): dY [N, C/b, OH, OW, b] and X [N, C/b, H, W, b] in the same
+ * whole blocks (b divides C). dX [N, C/b, H, W, b] split by stride phase as
+ * above, each phase one tap-by-tap product of dY and the flipped weights per
+ * lane; dW [C, 1, KH, KW] from R [G, C/b, KH, KW, b], a reduction over the
+ * output pixels and a batch group's images, the G groups summed.
+ */
+te::Tensor depthwise_nchwc_grad_input(const te::Tensor& dY, const te::Tensor& W, const Conv2dParams& p, int64_t H, int64_t Wd,
+                                      const std::string& name = "conv_grad_input");
+te::Tensor depthwise_nchwc_grad_weight(const te::Tensor& X, const te::Tensor& dY, const Conv2dParams& p, int64_t KH, int64_t KW,
+                                       const std::string& name = "conv_grad_weight");
+
 }  // namespace kiln::ops
 
 #endif  // KILN_OPS_CONV_GRAD_NCHWC_H
