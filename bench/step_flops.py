@@ -55,15 +55,3 @@ def step_flops(module, x, y, loss_fn):
 def fma_peak(cores, lanes, clock_ghz, fma_units=2):
     """GFLOP/s: cores x FMA units x float32 lanes x 2 (multiply and add) x clock."""
     return cores * fma_units * lanes * 2 * clock_ghz
-
-
-def reported_clock_ghz():
-    """The clock /proc/cpuinfo reports (a VM's is its base clock; turbo runs above it), or None."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("cpu MHz"):
-                    return float(line.split(":")[1]) / 1000.0
-    except (OSError, ValueError):
-        pass
-    return None

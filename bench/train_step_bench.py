@@ -141,7 +141,7 @@ def parse_args(argv=None):
     if args.tune_trials < 0:
         ap.error("--tune-trials must be 0 or more")
     if args.clock_ghz is None:
-        args.clock_ghz = step_flops.reported_clock_ghz()
+        args.clock_ghz = isa_limits.cpu_ghz()
     if (args.clock_ghz is not None and args.clock_ghz <= 0) or args.fma_units < 1:
         ap.error("--clock-ghz must be positive and --fma-units at least 1")
     if args.threads < 1 or args.repeat < 1 or args.batch < 1 or args.seq_len < 1 or args.image_size < 32:

@@ -65,6 +65,36 @@ std::pair<int64_t, int64_t> dy_pads(const std::vector<Phase>& phases, int64_t ou
   return {lo, hi};
 }
 
+// The stride phases of a data gradient and dY padded so every phase's reads stay inside.
+struct PhasedDy {
+  std::vector<Phase> ph, pw;  // per phase of rows and columns
+  te::Tensor D;               // dY with the zeros dy_pads asks for
+  bool one_phase = true;      // stride 1: one phase, no selects
+  int64_t th = 0, tw = 0;     // the most taps of any phase, rows and columns
+  int64_t top = 0, left = 0;  // D's zeros before dY's first row and column
+};
+
+PhasedDy phased_dy(const te::Tensor& dY, const Conv2dParams& p, int64_t H, int64_t Wd, int64_t KH, int64_t KW, int64_t OH, int64_t OW, const std::string& name) {
+  PhasedDy r;
+  r.ph = phases_of(H, KH, p.stride_h, p.dilation_h, p.pad_top);
+  r.pw = phases_of(Wd, KW, p.stride_w, p.dilation_w, p.pad_left);
+  auto [top, bottom] = dy_pads(r.ph, OH);
+  auto [left, right] = dy_pads(r.pw, OW);
+  r.top = top, r.left = left;
+  r.D = pad_hw(dY, static_cast<int>(top), static_cast<int>(left), static_cast<int>(bottom), static_cast<int>(right), name + ".pad");
+  r.one_phase = p.stride_h == 1 && p.stride_w == 1;
+  for (const Phase& f : r.ph) r.th = std::max(r.th, f.taps);
+  for (const Phase& f : r.pw) r.tw = std::max(r.tw, f.taps);
+  return r;
+}
+
+// A phase's tap j, by its index (the per-phase constants as a chain of selects).
+Expr phase_tap(const std::vector<Phase>& fs, const Expr& phase, const Expr& j) {
+  Expr t = fs.back().tap(j);
+  for (size_t k = fs.size() - 1; k-- > 0;) t = select(phase == E(static_cast<int64_t>(k)), fs[k].tap(j), t);
+  return t;
+}
+
 int64_t static_extent(const te::Tensor& t, size_t d, const char* what) {
   const int64_t* c = d < t.shape().size() ? as_const_int(t.shape()[d]) : nullptr;
   KILN_USER_CHECK(c) << what << ": dimension " << d << " of '" << t.name() << "' " << extents_to_string(t.shape()) << " must be static";
@@ -123,11 +153,12 @@ te::Tensor conv2d_nchwc_grad_input(const te::Tensor& dY, const te::Tensor& W, co
   KILN_USER_CHECK(conv_out(H, p.pad_top + p.pad_bottom, KH, p.dilation_h, p.stride_h) == OH && conv_out(Wd, p.pad_left + p.pad_right, KW, p.dilation_w, p.stride_w) == OW)
       << what << ": dY " << shape_to_string(ys) << " is not the output of a " << KH << "x" << KW << " conv over a " << H << "x" << Wd << " input";
   const int64_t Cb = (C + cb - 1) / cb, sh = p.stride_h, sw = p.stride_w;
-  std::vector<Phase> ph = phases_of(H, KH, sh, p.dilation_h, p.pad_top), pw = phases_of(Wd, KW, sw, p.dilation_w, p.pad_left);
-  auto [top, bottom] = dy_pads(ph, OH);
-  auto [left, right] = dy_pads(pw, OW);
-  te::Tensor D = pad_hw(dY, static_cast<int>(top), static_cast<int>(left), static_cast<int>(bottom), static_cast<int>(right), name + ".pad");
-  const bool one_phase = sh == 1 && sw == 1;
+  const PhasedDy phased = phased_dy(dY, p, H, Wd, KH, KW, OH, OW, name);
+  const std::vector<Phase>&ph = phased.ph, &pw = phased.pw;
+  const te::Tensor& D = phased.D;
+  const bool one_phase = phased.one_phase;
+  const int64_t th = phased.th, tw = phased.tw, top = phased.top, left = phased.left;
+  auto tap = phase_tap;
   // The phases' weights in one stage, flipped and transposed,
   // [phases, C/cb, K/kb, taps_h, taps_w, kb, cb] (the most taps of any phase; a phase reads
   // only its own): the cb input channels of a step contiguous, the register tile's vector.
@@ -136,15 +167,6 @@ te::Tensor conv2d_nchwc_grad_input(const te::Tensor& dY, const te::Tensor& W, co
   // only in a sketch they reach. The guard zeroes the padded channels and makes the
   // rules store the stage rather than inline it (which would gather each vector from
   // cb rows of W).
-  int64_t th = 0, tw = 0;
-  for (const Phase& f : ph) th = std::max(th, f.taps);
-  for (const Phase& f : pw) tw = std::max(tw, f.taps);
-  // A phase's tap j, by its index (the per-phase constants as a chain of selects).
-  auto tap = [](const std::vector<Phase>& fs, const Expr& phase, const Expr& j) {
-    Expr t = fs.back().tap(j);
-    for (size_t k = fs.size() - 1; k-- > 0;) t = select(phase == E(static_cast<int64_t>(k)), fs[k].tap(j), t);
-    return t;
-  };
   te::Tensor Wp;
   if (th > 0 && tw > 0)
     Wp = te::compute({E(sh * sw), E(Cb), E(ys[1]), E(th), E(tw), E(kb), E(cb)}, [&](const std::vector<Var>& i) {
@@ -277,19 +299,12 @@ te::Tensor depthwise_nchwc_grad_input(const te::Tensor& dY, const te::Tensor& W,
   KILN_USER_CHECK(conv_out(H, p.pad_top + p.pad_bottom, KH, p.dilation_h, p.stride_h) == OH && conv_out(Wd, p.pad_left + p.pad_right, KW, p.dilation_w, p.stride_w) == OW)
       << what << ": dY " << shape_to_string(ys) << " is not the output of a " << KH << "x" << KW << " conv over a " << H << "x" << Wd << " input";
   const int64_t sh = p.stride_h, sw = p.stride_w;
-  std::vector<Phase> ph = phases_of(H, KH, sh, p.dilation_h, p.pad_top), pw = phases_of(Wd, KW, sw, p.dilation_w, p.pad_left);
-  auto [top, bottom] = dy_pads(ph, OH);
-  auto [left, right] = dy_pads(pw, OW);
-  te::Tensor D = pad_hw(dY, static_cast<int>(top), static_cast<int>(left), static_cast<int>(bottom), static_cast<int>(right), name + ".pad");
-  const bool one_phase = sh == 1 && sw == 1;
-  int64_t th = 0, tw = 0;
-  for (const Phase& f : ph) th = std::max(th, f.taps);
-  for (const Phase& f : pw) tw = std::max(tw, f.taps);
-  auto tap = [](const std::vector<Phase>& fs, const Expr& phase, const Expr& j) {
-    Expr t = fs.back().tap(j);
-    for (size_t k = fs.size() - 1; k-- > 0;) t = select(phase == E(static_cast<int64_t>(k)), fs[k].tap(j), t);
-    return t;
-  };
+  const PhasedDy phased = phased_dy(dY, p, H, Wd, KH, KW, OH, OW, name);
+  const std::vector<Phase>&ph = phased.ph, &pw = phased.pw;
+  const te::Tensor& D = phased.D;
+  const bool one_phase = phased.one_phase;
+  const int64_t th = phased.th, tw = phased.tw, top = phased.top, left = phased.left;
+  auto tap = phase_tap;
   // The phases' flipped weights [phases, C/b, taps_h, taps_w, b]: a tap's b channels
   // contiguous (the plain W holds them KH * KW apart). The guard, as the group-1 form's,
   // keeps the rules from inlining the gather into every product.

@@ -91,6 +91,15 @@ def flip_bytes(path, offset, count=64):
 AVX2 = "llvm -mcpu=znver3"
 
 
+def host_has(flag):
+    """Whether /proc/cpuinfo lists `flag` among this CPU's features."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(flag in line.split() for line in f if line.startswith("flags"))
+    except OSError:
+        return False
+
+
 def host_has_avx512():
     """Whether this CPU runs AVX-512 code (then AVX2 code can be tested on it too)."""
     try:

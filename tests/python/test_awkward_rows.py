@@ -9,17 +9,10 @@ import pytest
 
 import kiln
 from kiln.graph import Builder
+from kiln_helpers import host_has
 
 AVX2 = "llvm -mcpu=znver3 -num-cores=2"
 AVX512 = "llvm -mcpu=skylake-avx512 -num-cores=2"
-
-
-def host_has(flag):
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(flag in line.split() for line in f if line.startswith("flags"))
-    except OSError:
-        return False
 
 
 TARGETS = [
