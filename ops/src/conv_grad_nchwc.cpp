@@ -95,6 +95,27 @@ Expr phase_tap(const std::vector<Phase>& fs, const Expr& phase, const Expr& j) {
   return t;
 }
 
+// The data gradient [N, Cb, H, W, lanes] from its phases' stride-1 convolutions Z[a][b]
+// (undefined where no tap reaches: zero there). One phase is the gradient itself; else
+// the phases interleave, their reads clamped, as each is evaluated at every position,
+// not only its own phase's.
+te::Tensor interleave_phases(const std::vector<std::vector<te::Tensor>>& Z, const PhasedDy& phased, const te::Tensor& dY, int64_t Cb, int64_t H, int64_t Wd,
+                             int64_t lanes, const std::string& name) {
+  if (phased.one_phase && Z[0][0].defined()) return Z[0][0];
+  const int64_t sh = static_cast<int64_t>(phased.ph.size()), sw = static_cast<int64_t>(phased.pw.size());
+  return te::compute({dY.shape()[0], E(Cb), E(H), E(Wd), E(lanes)}, [&](const std::vector<Var>& i) {
+    Expr v = make_zero(dY.dtype());
+    for (int64_t a = 0; a < sh; ++a)
+      for (int64_t b = 0; b < sw; ++b) {
+        if (!Z[a][b].defined()) continue;
+        Expr q = min(floordiv(i[2], E(sh)), E(phased.ph[a].count - 1)), r = min(floordiv(i[3], E(sw)), E(phased.pw[b].count - 1));
+        Expr here = floormod(i[2], E(sh)) == E(a) && floormod(i[3], E(sw)) == E(b);
+        v = if_then_else(here, Z[a][b](std::vector<Expr>{i[0], i[1], q, r, i[4]}), v);
+      }
+    return v;
+  }, name, {"n", "co", "h", "w", "ci"});
+}
+
 int64_t static_extent(const te::Tensor& t, size_t d, const char* what) {
   const int64_t* c = d < t.shape().size() ? as_const_int(t.shape()[d]) : nullptr;
   KILN_USER_CHECK(c) << what << ": dimension " << d << " of '" << t.name() << "' " << extents_to_string(t.shape()) << " must be static";
@@ -196,20 +217,7 @@ te::Tensor conv2d_nchwc_grad_input(const te::Tensor& dY, const te::Tensor& W, co
         return te::sum(d * Wp(std::vector<Expr>{E(a * sw + b), i[1], rko.var(), ry.var(), rx.var(), rki.var(), i[4]}), {rko, ry, rx, rki});
       }, tag, {"n", "co", "y", "x", "ci"});
     }
-  if (one_phase && Z[0][0].defined()) return Z[0][0];
-  // Interleave the phases (zero where no tap reaches); the reads are clamped, as each is
-  // evaluated at every position, not only its own phase's.
-  return te::compute({dY.shape()[0], E(Cb), E(H), E(Wd), E(cb)}, [&](const std::vector<Var>& i) {
-    Expr v = make_zero(dY.dtype());
-    for (int64_t a = 0; a < sh; ++a)
-      for (int64_t b = 0; b < sw; ++b) {
-        if (!Z[a][b].defined()) continue;
-        Expr q = min(floordiv(i[2], E(sh)), E(ph[a].count - 1)), r = min(floordiv(i[3], E(sw)), E(pw[b].count - 1));
-        Expr here = floormod(i[2], E(sh)) == E(a) && floormod(i[3], E(sw)) == E(b);
-        v = if_then_else(here, Z[a][b](std::vector<Expr>{i[0], i[1], q, r, i[4]}), v);
-      }
-    return v;
-  }, name, {"n", "co", "h", "w", "ci"});
+  return interleave_phases(Z, phased, dY, Cb, H, Wd, cb, name);
 }
 
 te::Tensor conv2d_nchwc_grad_weight(const te::Tensor& X, const te::Tensor& dY, const Conv2dParams& p, int64_t K, int64_t C, int64_t KH, int64_t KW,
@@ -329,18 +337,7 @@ te::Tensor depthwise_nchwc_grad_input(const te::Tensor& dY, const te::Tensor& W,
         return te::sum(d * Wp(std::vector<Expr>{E(a * sw + c), i[1], ry.var(), rx.var(), i[4]}), {ry, rx});
       }, tag, {"n", "co", "y", "x", "ci"});
     }
-  if (one_phase && Z[0][0].defined()) return Z[0][0];
-  return te::compute({dY.shape()[0], E(Cb), E(H), E(Wd), E(b)}, [&](const std::vector<Var>& i) {
-    Expr v = make_zero(dY.dtype());
-    for (int64_t a = 0; a < sh; ++a)
-      for (int64_t c = 0; c < sw; ++c) {
-        if (!Z[a][c].defined()) continue;
-        Expr q = min(floordiv(i[2], E(sh)), E(ph[a].count - 1)), r = min(floordiv(i[3], E(sw)), E(pw[c].count - 1));
-        Expr here = floormod(i[2], E(sh)) == E(a) && floormod(i[3], E(sw)) == E(c);
-        v = if_then_else(here, Z[a][c](std::vector<Expr>{i[0], i[1], q, r, i[4]}), v);
-      }
-    return v;
-  }, name, {"n", "co", "h", "w", "ci"});
+  return interleave_phases(Z, phased, dY, Cb, H, Wd, b, name);
 }
 
 te::Tensor depthwise_nchwc_grad_weight(const te::Tensor& X, const te::Tensor& dY, const Conv2dParams& p, int64_t KH, int64_t KW, const std::string& name) {
