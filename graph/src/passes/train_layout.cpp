@@ -48,25 +48,26 @@ Value ints(const std::vector<int64_t>& v, const std::string& name) {
   return make_constant(name, a)->output();
 }
 
-// A 2-D group-1 float32 Conv of weights the graph computes (a training step's parameters).
-bool trainable_conv(const OpNode& n) {
-  if (n.op->name != "Conv" || n.inputs.size() < 2 || n.num_outputs() != 1 || is_constant(n.inputs[1])) return false;
+// The group of a 2-D float32 Conv of static weights the graph computes (a training step's
+// parameters) and explicit pads, or 0 where the conv is not such a one.
+int64_t trainable_conv_group(const OpNode& n) {
+  if (n.op->name != "Conv" || n.inputs.size() < 2 || n.num_outputs() != 1 || is_constant(n.inputs[1])) return 0;
   const TensorType &x = n.inputs[0].type(), &w = n.inputs[1].type();
-  if (x.ndim() != 4 || w.ndim() != 4 || x.dtype != DataType::Float(32) || w.dtype != DataType::Float(32)) return false;
-  for (int k = 0; k < 4; ++k)
-    if (!w.shape[k].is_static()) return false;
-  if (!x.shape[1].is_static() || n.attrs.get_int_or("group", 1) != 1) return false;
-  return !n.attrs.has("auto_pad") || n.attrs.get_string("auto_pad") == "NOTSET";
+  if (x.ndim() != 4 || w.ndim() != 4 || x.dtype != DataType::Float(32) || w.dtype != DataType::Float(32) || !w.is_static() || !x.shape[1].is_static()) return 0;
+  if (n.attrs.has("auto_pad") && n.attrs.get_string("auto_pad") != "NOTSET") return 0;
+  return n.attrs.get_int_or("group", 1);
 }
 
-// A 2-D depthwise float32 Conv (group = C = K, weights [C, 1, KH, KW]) of weights the graph computes.
+// A group-1 one.
+bool trainable_conv(const OpNode& n) { return trainable_conv_group(n) == 1; }
+
+// A depthwise one (group = C = K, weights [C, 1, KH, KW]).
 bool trainable_depthwise(const OpNode& n) {
-  if (n.op->name != "Conv" || n.inputs.size() < 2 || n.num_outputs() != 1 || is_constant(n.inputs[1])) return false;
-  const TensorType &x = n.inputs[0].type(), &w = n.inputs[1].type();
-  if (x.ndim() != 4 || w.ndim() != 4 || x.dtype != DataType::Float(32) || w.dtype != DataType::Float(32) || !w.is_static() || !x.shape[1].is_static()) return false;
-  const int64_t C = x.shape[1].value(), g = n.attrs.get_int_or("group", 1);
-  if (g == 1 || g != C || w.shape[0].value() != C || w.shape[1].value() != 1) return false;
-  return !n.attrs.has("auto_pad") || n.attrs.get_string("auto_pad") == "NOTSET";
+  const int64_t g = trainable_conv_group(n);
+  if (g <= 1) return false;
+  const int64_t C = n.inputs[0].type().shape[1].value();
+  const auto& ws = n.inputs[1].type().shape;
+  return g == C && ws[0].value() == C && ws[1].value() == 1;
 }
 
 // [1, C, 1, 1] or [N, C, 1, 1]: one value per channel (and image), broadcast over the pixels.
