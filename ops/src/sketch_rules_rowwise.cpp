@@ -138,6 +138,23 @@ namespace {
 // many. Wider, each halving is a vector step of its own (fold_halves).
 constexpr int kSerialFoldLanes = 4;
 
+// Splits the row reduction of info.tensor's current stage into `factor` lanes and
+// rfactors them out: a stage of the lanes' partial results, its loops reordered to
+// [spatial..., outer, lane] (returned in that order) and computed at the row.
+std::pair<te::Tensor, std::vector<IterVar>> rfactor_lanes(const StageInfo& info, te::Schedule& s, te::Stage& out, const IterVar& row, int64_t factor) {
+  te::Stage& st = s[info.tensor];
+  auto [outer, lane] = st.split(st.leaf_iter_vars()[info.spatial.size()], factor);
+  (void)outer;
+  te::Tensor t = s.rfactor(info.tensor, lane, 0);
+  te::Stage& rf = s[t];
+  std::vector<IterVar> leaves = rf.leaf_iter_vars();  // [lane, spatial..., outer]
+  std::vector<IterVar> order(leaves.begin() + 1, leaves.end());
+  order.push_back(leaves[0]);
+  rf.reorder(order);
+  rf.compute_at(out, row);
+  return {t, order};
+}
+
 // Folds the `lanes` partial results of a factored row reduction in halves,
 // each half a vector operation (another rfactor of the fold, vectorized),
 // until kSerialFoldLanes are left for the serial fold; returns that count.
@@ -147,19 +164,10 @@ constexpr int kSerialFoldLanes = 4;
 // (12 x 197 x 197) on one core, Xeon AVX-512: 0.22 ms (0.38-0.60) against
 // 0.34 (0.79) folded serially.
 int fold_halves(const StageInfo& info, te::Schedule& s, te::Stage& out, const IterVar& row, int lanes) {
-  size_t n = info.spatial.size();
   while (lanes > kSerialFoldLanes && lanes % 2 == 0) {
-    te::Stage& fold = s[info.tensor];
-    auto [ho, hi] = fold.split(fold.leaf_iter_vars()[n], lanes / 2);
-    (void)ho;
-    te::Tensor half = s.rfactor(info.tensor, hi, 0);
+    auto [half, order] = rfactor_lanes(info, s, out, row, lanes / 2);
     te::Stage& hs = s[half];
-    std::vector<IterVar> leaves = hs.leaf_iter_vars();  // [hi, spatial..., ho]
-    std::vector<IterVar> order(leaves.begin() + 1, leaves.end());
-    order.push_back(leaves[0]);
-    hs.reorder(order);
-    hs.compute_at(out, row);
-    hs.vectorize(leaves[0]);
+    hs.vectorize(order.back());
     hs.unroll(order[order.size() - 2]);
     lanes /= 2;
   }
@@ -169,21 +177,12 @@ int fold_halves(const StageInfo& info, te::Schedule& s, te::Stage& out, const It
 }  // namespace
 
 void apply_row_reduce(const StageInfo& info, const Sketch& sk, const StagePlan& p, const std::vector<int>& d, te::Schedule& s, te::Stage& out, const IterVar& row) {
-  te::Stage& st = s[info.tensor];
-  size_t n = info.spatial.size();
   const int* f = tile_of(sk, d, p.vector_tile);
   int step = kUnrollSteps[choice_of(sk, d, p.unroll)];
   if (f[1] >= 2) {
-    auto [ko, ki] = st.split(st.leaf_iter_vars()[n], f[1]);
-    (void)ko;
-    te::Tensor rf_t = s.rfactor(info.tensor, ki, 0);
+    auto [rf_t, order] = rfactor_lanes(info, s, out, row, f[1]);
     te::Stage& rf = s[rf_t];
-    std::vector<IterVar> leaves = rf.leaf_iter_vars();  // [ki, spatial..., ko]
-    std::vector<IterVar> order(leaves.begin() + 1, leaves.end());
-    order.push_back(leaves[0]);
-    rf.reorder(order);
-    rf.compute_at(out, row);
-    if (f[1] <= kMaxVectorExtent) rf.vectorize(leaves[0]);
+    if (f[1] <= kMaxVectorExtent) rf.vectorize(order.back());
     if (step > 0) rf.pragma(order[0], "auto_unroll_max_step", step);
   }
   int lanes = f[1] >= 2 ? static_cast<int>(f[1]) : 1;  // the partial results the fold reduces
