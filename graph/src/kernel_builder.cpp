@@ -8,8 +8,7 @@
 #include "kiln/graph/op_registry.h"
 #include "kiln/ops/best_record.h"
 #include "kiln/ops/cpu_amx.h"
-#include "kiln/ops/cpu_dwpw.h"
-#include "kiln/ops/search_space.h"
+#include "kiln/ops/default_schedule.h"
 #include "kiln/support/error.h"
 #include "kiln/te/trace.h"
 
@@ -46,19 +45,10 @@ te::Schedule group_schedule(const ops::Task& task, const std::string& db_path, S
       if (!others.empty()) *records_only_for = others.front();
     }
   }
-  // A depthwise conv fused with its 1x1 conv (fuse_depthwise_pointwise) has a hand schedule the rules cannot express.
-  std::string why;
-  if (auto fused = ops::depthwise_pointwise_schedule(task, &why)) {
-    *source = ScheduleSource::Default;
-    *detail = "depthwise+pointwise rows";
-    return *fused;
-  }
-  ops::SearchSpace space(task);
-  ops::Candidate c = space.default_candidate();
-  te::Schedule sch = space.materialize(&c);
+  ops::DefaultSchedule def = ops::default_schedule(task);
   *source = ScheduleSource::Default;
-  *detail = space.describe_sketch(c.sketch) + "; " + space.describe_candidate(c);
-  return sch;
+  *detail = def.detail;
+  return def.schedule;
 }
 
 GroupKernel build_group_kernel(const Graph& body, const Target& target, const std::string& name, bool plain, const std::string& db_path) {

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "kiln/codegen/target.h"
+#include "kiln/ops/default_schedule.h"
 #include "kiln/support/error.h"
 #include "kiln/te/trace.h"
 #include "kiln/tuner/confirm.h"
@@ -171,13 +172,8 @@ void define_tuner(py::module_& m) {
     return w == round_times.size() ? py::object(py::none()) : py::int_(w);
   }, py::arg("round_times"), py::arg("default_index"), py::arg("margin") = 0.03);
 
-  // The trace of the schedule a task gets without tuning (the graph compiler's default for a group).
-  t.def("default_trace", [](const tuner::Task& task) {
-    tuner::SearchSpace space(task);
-    tuner::Candidate c = space.default_candidate();
-    space.materialize(&c);
-    return c.trace.to_json();
-  }, py::arg("task"));
+  // The trace of the schedule a task gets without tuning (the graph compiler's default for a group: default_schedule.h).
+  t.def("default_trace", [](const tuner::Task& task) { return kiln::ops::default_schedule(task).schedule.trace().to_json(); }, py::arg("task"));
 
   // The default candidate's decisions as describe_candidate writes them
   // ("sketch 0: C.i=... C.unroll=1"), the text candidate_trace reads.

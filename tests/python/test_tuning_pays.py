@@ -186,3 +186,56 @@ def test_the_gate_gives_back_only_the_record_that_loses_in_the_model(tmp_path):
     x = np.random.default_rng(9).standard_normal((1, 32, 28, 28)).astype(np.float32)
     ref = kiln.compile(model, fuse=False, plain=True, layout=False)(x)[0]
     assert np.max(np.abs(exe(x)[0] - ref)) <= 1e-5 * np.max(np.abs(ref))
+
+
+def _inverted_residual_model():
+    """1x1 expand (24 -> 96), ReLU, 3x3 depthwise, ReLU, 1x1 project (96 -> 24): the pair fuse_depthwise_pointwise joins."""
+    rng = np.random.default_rng(10)
+    w1 = numpy_helper.from_array(0.2 * rng.standard_normal((96, 24, 1, 1)).astype(np.float32), "w1")
+    wd = numpy_helper.from_array(0.3 * rng.standard_normal((96, 1, 3, 3)).astype(np.float32), "wd")
+    w2 = numpy_helper.from_array(0.1 * rng.standard_normal((24, 96, 1, 1)).astype(np.float32), "w2")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "wd"], ["c"], group=96, pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["d"]),
+             helper.make_node("Conv", ["d", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 24, 14, 14])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w1, wd, w2])
+    return kiln.graph.from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+
+
+def test_a_depthwise_pointwise_group_goes_back_to_its_hand_schedule(tmp_path, monkeypatch):
+    """A fused depthwise + pointwise group's default is a hand schedule (cpu_dwpw.h), not the search space's
+    default candidate. Confirmations and the gate compete against, and revert to, what compile takes without a
+    record (default_schedule.h): MobileNetV2's gated database once stored the search space's default for these
+    groups, 2x slower than the hand schedule, and the "reverted" model stayed 1.3x slower than the untuned one."""
+    monkeypatch.setenv("KILN_FUSE_DWPW", "1")
+    db = str(tmp_path / "dwpw.db")
+    model = _inverted_residual_model()
+    pair = [g for g in kiln.compile(model, target=AVX2, quiet=True).groups() if "DepthwiseConvNCHWc" in g["ops"] and "+kiln.ConvNCHWc" in g["ops"]]
+    assert len(pair) == 1 and pair[0]["schedule_detail"].startswith("depthwise+pointwise rows"), pair
+    key = pair[0]["workload_key"]
+    kiln.tune_model(model, target=AVX2, trials=4, batch=4, db=db, progress=False, confirm_top=2, confirm_rounds=2,
+                    graph_share=0, gate_records=False)
+    task = {t["workload_key"]: t for t in extract_tasks(model, target=AVX2, db=db)[0]}[key]["task"]
+    hand = ffi._kiln.tuner.default_trace(task)
+    sketch_default = ffi._kiln.tuner.candidate_trace(task, ffi._kiln.tuner.default_description(task))
+    assert hand != sketch_default, "the pair's default is its hand schedule, not the search space's default"
+    with kiln.tuning_db.open(db) as d:
+        confirmed = [r.target for r in d.find() if r.target.target.endswith(" [confirmed]")]
+        assert confirmed, "the session confirmed some records"
+        run = d.start_run(machine="a confirmation that went wrong")
+        d.add_records([kiln.tuning_db.Record(workload_key=key, target=confirmed[0], trace="[]", run_times=[1e-7] * 3, run_uid=run)])
+        d.end_run(run)
+    gate = ffi._kiln.tuner.gate_records(model, AVX2, db, rounds=3)
+    assert gate["skipped"] == "" and gate["mismatch"] == "" and gate["reverted"] >= 1, gate
+    assert not {v["workload_key"]: v for v in gate["records"]}[key]["kept"], gate
+    exe = kiln.compile(model, target=AVX2, db=db, quiet=True)
+    got = next(g for g in exe.groups() if g["workload_key"] == key)
+    assert got["schedule_detail"] == hand, "the reverted pair runs its hand schedule, as without a database"
+    # A confirmation that only the default can win (margin 0.99) keeps the hand schedule too.
+    row = ffi._kiln.tuner.confirm_best(task, db, top=2, rounds=1, margin=0.99)
+    assert row["default_won"] or not row["changed"], row
+    with kiln.tuning_db.open(db) as d:
+        assert [r for r in d.records(key) if r.target.target.endswith(" [confirmed]")][-1].trace == hand
+    x = np.random.default_rng(11).standard_normal((1, 24, 14, 14)).astype(np.float32)
+    ref = kiln.compile(model, fuse=False, plain=True, layout=False)(x)[0]
+    assert np.max(np.abs(exe(x)[0] - ref)) <= 1e-5 * np.max(np.abs(ref))

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "kiln/ops/default_schedule.h"
 #include "kiln/support/error.h"
 #include "kiln/tuner/measure.h"
 #include "kiln/tuner/peer.h"  // median_of
@@ -66,9 +67,8 @@ ConfirmResult confirm_best(const Task& task, const std::string& db_path, const C
     keys.push_back(r.trace);
   }
   // The default schedule competes: a record must beat what the task gets without one.
-  SearchSpace space(task);
-  Candidate def = space.default_candidate();
-  space.materialize(&def);
+  Candidate def;
+  def.trace = ops::default_schedule(task).schedule.trace();
   std::string def_key = canonical_trace(def.trace);
   size_t def_index = static_cast<size_t>(std::find(keys.begin(), keys.end(), def_key) - keys.begin());
   if (def_index == keys.size()) {

@@ -11,6 +11,7 @@
 #include "kiln/graph/layout_plan.h"
 #include "kiln/graph/tuned_plan.h"
 #include "kiln/ops/best_record.h"
+#include "kiln/ops/default_schedule.h"
 #include "kiln/support/error.h"
 #include "kiln/tuner/confirm.h"
 #include "kiln/tuner/peer.h"  // median_of
@@ -51,9 +52,8 @@ int revert_to_defaults(const Graph& g, const CompileOptions& options, const Layo
   int reverted = 0;
   for (const ModelTask& t : extract_tasks(g, one)) {
     if (!keys.count(t.task.workload_key)) continue;
-    SearchSpace space(t.task);
-    Candidate def = space.default_candidate();
-    space.materialize(&def);
+    Candidate def;
+    def.trace = ops::default_schedule(t.task).schedule.trace();
     std::string key = canonical_trace(def.trace);
     std::optional<ops::BestRecord> now = ops::best_record(t.task, options.db);
     if (now && now->trace_json == key) continue;
