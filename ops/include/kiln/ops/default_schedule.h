@@ -2,8 +2,9 @@
  * The schedule a task gets without a tuning record: what kiln.compile builds
  * for a group when the database has nothing for it. In order: AMX tiles for
  * an int8 / bfloat16 matmul on an AMX target (cpu_amx.h), the hand schedule
- * of a fused depthwise + pointwise pair (cpu_dwpw.h), else the search
- * space's default candidate (search_space.h).
+ * of a fused depthwise + pointwise pair (cpu_dwpw.h), that of a blocked
+ * grouped conv (cpu_grouped_conv.h), else the search space's default
+ * candidate (search_space.h).
  *
  * One function, because everything that competes against "the default" must
  * compete against this one: a confirmation (tuner/confirm.h) that pitted the
@@ -23,12 +24,12 @@
 namespace kiln::ops {
 
 /** Which of the defaults above a task gets. */
-enum class DefaultKind { AmxTiles, DepthwisePointwise, SearchSpace };
+enum class DefaultKind { AmxTiles, DepthwisePointwise, GroupedConv, SearchSpace };
 
 struct DefaultSchedule {
   te::Schedule schedule;  ///< its trace() is what a record of it stores (canonical_trace for the DB's form)
   DefaultKind kind = DefaultKind::SearchSpace;
-  std::string detail;     ///< for logs: "amx tiles", "depthwise+pointwise rows", or the sketch and its decisions
+  std::string detail;     ///< for logs: "amx tiles", "depthwise+pointwise rows", "grouped conv rows: ...", or the sketch and its decisions
 };
 
 /** The default schedule of `task` as described above. */
