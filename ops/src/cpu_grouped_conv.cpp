@@ -28,12 +28,11 @@ bool static_shape(const std::vector<Expr>& s) {
 
 int64_t extent(const Expr& e) { return *as_const_int(e); }
 
-int64_t largest_divisor_up_to(int64_t n, int64_t limit) {
-  int64_t best = 1;
-  for (int64_t d = 1; d <= std::min(n, limit); ++d)
-    if (n % d == 0) best = d;
-  return best;
-}
+// A block's channels unrolled a step: with 16, LLVM's Zen 4 schedule loaded
+// later steps' weights early and spilled 27 to 39 accumulators of ResNeXt's
+// 14 x 14 x 1024 and 7 x 7 x 1024 tiles a tap (none with 8); on a Xeon
+// (AVX-512) 8 and 16 time the same.
+constexpr int64_t kChannelUnroll = 8;
 
 // The stages the schedule names: conv (the grouped reduction), input (its
 // computed 5-D input, the padding; undefined where it reads a placeholder),
@@ -106,7 +105,6 @@ te::Schedule apply_grouped(const Task& task, const GroupedPlan& p, const Grouped
     if (!s.same_tensor(p.conv) && !s.same_tensor(p.out) && !(p.input.defined() && s.same_tensor(p.input))) sch[s].compute_inline();
   te::Tensor acc = p.conv;
   if (p.out.same_tensor(p.conv)) acc = sch.cache_write(p.out, "local");
-  const int lanes = register_budget(task.target).lanes;
   auto vectorizable = [](int64_t e) { return e >= 2 && e <= 64; };
 
   // Output: images x groups of blocks x rows of tiles in parallel; the tile's blocks, rows, columns and channels inside.
@@ -125,7 +123,7 @@ te::Schedule apply_grouped(const Task& task, const GroupedPlan& p, const Grouped
   sa.compute_at(so, xo);
   std::vector<IterVar> aa = sa.leaf_iter_vars();  // n, fo, y, x, fi, rco, ry, rx, rci
   const int64_t rci = extent(compute_of(p.conv)->reduce_axis[3]->dom.extent);
-  auto [rci_o, rci_i] = sa.split(aa[8], static_cast<int>(rci <= lanes ? rci : std::gcd<int64_t>(rci, lanes)));
+  auto [rci_o, rci_i] = sa.split(aa[8], static_cast<int>(std::gcd<int64_t>(rci, kChannelUnroll)));
   sa.reorder({aa[0], aa[5], aa[6], aa[7], rci_o, rci_i, aa[1], aa[2], aa[3], aa[4]});
   sa.unroll(rci_i);
   sa.unroll(aa[1]);
@@ -158,8 +156,11 @@ GroupedConvTile grouped_conv_tile(const Target& target, int64_t oh, int64_t ow, 
     // The weight vectors stay in registers beside the accumulators, one
     // broadcast and a spare: on AVX2 (no broadcast folded into the FMA) a
     // 14 x 14 output in blocks of two vectors ran 2 x 2 pixels in 0.78x
-    // the time of 1 x 7 with the weights read by the FMAs from memory.
-    const int64_t v = k * vectors, pixels = max_tile_rows(b.registers - 1, static_cast<int>(v));
+    // the time of 1 x 7 with the weights read by the FMAs from memory. Two
+    // spare of 16 registers: 13 pixels x 1 vector (15 registers) spilled 3
+    // accumulators a tap on AVX2, as LLVM loads the next step's weights early.
+    const int spare = b.registers > 16 ? 1 : 2;
+    const int64_t v = k * vectors, pixels = max_tile_rows(b.registers - spare, static_cast<int>(v));
     for (int64_t rows = 1; rows <= std::min(oh, pixels); ++rows) {
       if (oh % rows != 0) continue;  // row tails ran slow: 7 rows in tiles of 2 took 1.6x the time of whole rows
       for (int64_t cols = 1; cols <= std::min(ow, pixels / rows); ++cols) {
