@@ -2,6 +2,7 @@
 #include "kiln/ops/cpu_grouped_conv.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <numeric>
 #include <unordered_set>
@@ -142,17 +143,29 @@ te::Schedule apply_grouped(const Task& task, const GroupedPlan& p, const Grouped
 
 }  // namespace
 
-GroupedConvTile grouped_conv_tile(const Target& target, int64_t oh, int64_t ow, int vectors, int64_t blocks_per_group) {
+GroupedConvTile grouped_conv_tile(const Target& target, int64_t oh, int64_t ow, int vectors, int64_t blocks, int64_t blocks_per_group) {
   RegisterBudget b = register_budget(target);
   // Cycles of one reduce step of a tile of `acc` accumulators and `loads`
   // loads (its weight vectors and broadcasts): two FMAs and two loads a
   // cycle, and each accumulator's chain waits out an FMA's latency (about
   // 4 cycles) a step, so a tile under 8 accumulators runs at its latency.
   auto step = [](int64_t acc, int64_t loads) { return std::max({acc / 2.0, loads / 2.0, 4.0}); };
-  GroupedConvTile best, best_tail;
-  double best_rate = 0, best_tail_rate = 0;
-  for (int64_t k = blocks_per_group; k >= 1; --k) {
-    if (blocks_per_group % k != 0) continue;
+  struct Choice {
+    GroupedConvTile tile;
+    double rate = 0;
+    int64_t acc = 0, loads = 0;
+  } best, best_tail;
+  // Equal rates: the larger tile (fewer loop steps and epilogues), then fewer loads a step.
+  auto better = [](const Choice& a, const Choice& o) {
+    if (std::abs(a.rate - o.rate) > 1e-9) return a.rate > o.rate;
+    return a.acc != o.acc ? a.acc > o.acc : a.loads < o.loads;
+  };
+  for (int64_t k = blocks; k >= 1; --k) {
+    // k blocks of one group share their broadcasts; more span whole groups,
+    // each group's own (RegNet's 7 x 7 groups of 8, one block each: two
+    // blocks a tile ran in 0.9x the time of one).
+    if (blocks % k != 0 || (blocks_per_group % k != 0 && k % blocks_per_group != 0)) continue;
+    const int64_t groups = (k + blocks_per_group - 1) / blocks_per_group;
     // The weight vectors stay in registers beside the accumulators, one
     // broadcast and a spare: on AVX2 (no broadcast folded into the FMA) a
     // 14 x 14 output in blocks of two vectors ran 2 x 2 pixels in 0.78x
@@ -160,26 +173,22 @@ GroupedConvTile grouped_conv_tile(const Target& target, int64_t oh, int64_t ow, 
     // spare of 16 registers: 13 pixels x 1 vector (15 registers) spilled 3
     // accumulators a tap on AVX2, as LLVM loads the next step's weights early.
     const int spare = b.registers > 16 ? 1 : 2;
-    const int64_t v = k * vectors, pixels = max_tile_rows(b.registers - spare, static_cast<int>(v));
+    const int64_t v = k * vectors, pixels = (b.registers - spare - 1 - v) / v;
     for (int64_t rows = 1; rows <= std::min(oh, pixels); ++rows) {
       if (oh % rows != 0) continue;  // row tails ran slow: 7 rows in tiles of 2 took 1.6x the time of whole rows
       for (int64_t cols = 1; cols <= std::min(ow, pixels / rows); ++cols) {
         // A row of tiles: ow / cols whole ones and a tail.
         const int64_t whole = ow / cols, tail = ow % cols;
-        const double cycles = whole * step(v * rows * cols, v + rows * cols) + (tail ? step(v * rows * tail, v + rows * tail) : 0.0);
+        const double cycles = whole * step(v * rows * cols, v + groups * rows * cols) + (tail ? step(v * rows * tail, v + groups * rows * tail) : 0.0);
         const double rate = double(v * rows * ow) / cycles;
-        GroupedConvTile t{k, rows, cols};
-        // Equal rates: the larger tile, then more blocks (fewer broadcasts; k runs down).
-        auto better = [&](const GroupedConvTile& o, double o_rate) {
-          return rate > o_rate + 1e-9 || (rate > o_rate - 1e-9 && rows * cols * k > o.rows * o.cols * o.blocks);
-        };
-        if (tail == 0 && better(best, best_rate)) best = t, best_rate = rate;
-        if (tail != 0 && better(best_tail, best_tail_rate)) best_tail = t, best_tail_rate = rate;
+        Choice c{{k, rows, cols}, rate, v * rows * cols, v + groups * rows * cols};
+        Choice& kept = tail ? best_tail : best;
+        if (better(c, kept)) kept = c;
       }
     }
   }
   // A tail tile only where it gains more than its extra code costs: a prime width.
-  return best_tail_rate > 1.1 * best_rate ? best_tail : best;
+  return best_tail.rate > 1.1 * best.rate ? best_tail.tile : best.tile;
 }
 
 std::optional<te::Schedule> grouped_conv_schedule(const Task& task, std::string* why, GroupedConvTile* tile) {
@@ -187,7 +196,7 @@ std::optional<te::Schedule> grouped_conv_schedule(const Task& task, std::string*
   if (!plan_grouped(task, &plan, why)) return std::nullopt;
   const int lanes = register_budget(task.target).lanes;
   const int vectors = static_cast<int>((extent(plan.out.shape()[4]) + lanes - 1) / lanes);
-  GroupedConvTile t = grouped_conv_tile(task.target, extent(plan.out.shape()[2]), extent(plan.out.shape()[3]), vectors, plan.blocks_per_group);
+  GroupedConvTile t = grouped_conv_tile(task.target, extent(plan.out.shape()[2]), extent(plan.out.shape()[3]), vectors, extent(plan.out.shape()[1]), plan.blocks_per_group);
   try {
     te::Schedule sch = apply_grouped(task, plan, t);
     te::LowerOptions options;

@@ -89,8 +89,8 @@ INSTANTIATE_TEST_SUITE_P(Cpu, GroupedConvTargets, ::testing::ValuesIn(testing::c
 
 TEST(GroupedConvTile, FromTheTargetsRegisters) {
   const Target avx512 = Target::parse("llvm -mcpu=skylake-avx512"), avx2 = Target::parse("llvm -mcpu=znver3");
-  auto tile = [](const Target& t, int64_t oh, int64_t ow, int vectors, int64_t blocks) {
-    ops::GroupedConvTile g = ops::grouped_conv_tile(t, oh, ow, vectors, blocks);
+  auto tile = [](const Target& t, int64_t oh, int64_t ow, int vectors, int64_t per_group, int64_t blocks = 32) {
+    ops::GroupedConvTile g = ops::grouped_conv_tile(t, oh, ow, vectors, blocks, per_group);
     return std::to_string(g.blocks) + "x" + std::to_string(g.rows) + "x" + std::to_string(g.cols);
   };
   // AVX-512: one vector a block, 2 rows of 14 (28 accumulators of 32); two vectors, a row of 7;
@@ -99,6 +99,8 @@ TEST(GroupedConvTile, FromTheTargetsRegisters) {
   EXPECT_EQ(tile(avx512, 28, 28, 1, 1), "1x1x28");
   EXPECT_EQ(tile(avx512, 7, 7, 2, 1), "1x1x7");
   EXPECT_EQ(tile(avx512, 7, 7, 1, 2), "2x1x7");
+  // RegNet's 7 x 7 blocks of one group each: two blocks a tile (14 accumulators, not 7).
+  EXPECT_EQ(tile(avx512, 7, 7, 1, 1, 28), "2x1x7");
   // AVX2: two-vector blocks keep their weights in registers, 2 x 2 pixels (not 1 x 7 with the weights reread).
   EXPECT_EQ(tile(avx2, 14, 14, 2, 1), "1x2x2");
   // A prime width takes a tail tile rather than one pixel a tile: 5 + 5 + 3 (a tail of 1 would run at its latency).

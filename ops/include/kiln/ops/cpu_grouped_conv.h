@@ -45,15 +45,15 @@ struct GroupedConvTile {
 };
 
 /**
- * The register tile for an `oh` x `ow` output whose blocks are `vectors`
- * vectors wide, `blocks_per_group` of them reading the same input channels,
- * from the target's vector registers: the most accumulators that fit beside
- * one broadcast and a spare register (and the weight vectors, where FMAs
- * cannot read them from memory), the larger block count on a tie; columns a
- * divisor of `ow` unless that leaves the tile under half the width that
- * fits (a prime width: a tail tile then), rows a divisor of `oh`.
+ * The register tile for an `oh` x `ow` output of `blocks` blocks, each
+ * `vectors` vectors wide, `blocks_per_group` of them reading the same input
+ * channels (sharing each broadcast), from the target's vector registers: of
+ * the tiles whose accumulators fit beside their weight vectors, one
+ * broadcast and a spare register, the fastest by a model of FMA, load and
+ * latency cycles (the larger tile on a tie); rows divide `oh`, columns
+ * divide `ow` unless a tail tile gains 10% (a prime width).
  */
-GroupedConvTile grouped_conv_tile(const Target& target, int64_t oh, int64_t ow, int vectors, int64_t blocks_per_group);
+GroupedConvTile grouped_conv_tile(const Target& target, int64_t oh, int64_t ow, int vectors, int64_t blocks, int64_t blocks_per_group);
 
 /** The schedule above for `task`; nullopt (and *why, when given) where the task is no such grouped conv or the target no CPU. */
 std::optional<te::Schedule> grouped_conv_schedule(const Task& task, std::string* why = nullptr, GroupedConvTile* tile = nullptr);
