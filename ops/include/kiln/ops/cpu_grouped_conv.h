@@ -17,9 +17,10 @@
  * The loops: images x groups of output blocks x rows of tiles in one
  * parallel loop; per iteration the padded input rows, then the register
  * tiles along the row: `rows` x `cols` output pixels x `blocks` output
- * blocks of one group (blocks that read the same input channels share each
- * broadcast), each summed over the group's input blocks, the taps and the
- * block's channels (unrolled by one vector's lanes) before its epilogue.
+ * blocks (blocks of one group read the same input channels and share each
+ * broadcast; where one group's blocks cannot fill the registers a tile
+ * spans several groups), each summed over its group's input blocks, the
+ * taps and the block's channels (8 a step, unrolled) before its epilogue.
  *
  * It takes a task of one output whose computed stages are: an optional
  * input stage (the padding), a blocked conv reduction reading fewer input
