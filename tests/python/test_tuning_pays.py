@@ -216,6 +216,8 @@ def test_a_depthwise_pointwise_group_goes_back_to_its_hand_schedule(tmp_path, mo
     kiln.tune_model(model, target=AVX2, trials=4, batch=4, db=db, progress=False, confirm_top=2, confirm_rounds=2,
                     graph_share=0, gate_records=False)
     task = {t["workload_key"]: t for t in extract_tasks(model, target=AVX2, db=db)[0]}[key]["task"]
+    # The session passes the pair over (its default is out of the search's reach); a search of its own stores its workload.
+    kiln.tune(task, target=AVX2, trials=4, batch_size=4, db=db, progress=False, min_repeat_ms=2)
     hand = ffi._kiln.tuner.default_trace(task)
     sketch_default = ffi._kiln.tuner.candidate_trace(task, ffi._kiln.tuner.default_description(task))
     assert hand != sketch_default, "the pair's default is its hand schedule, not the search space's default"
@@ -262,3 +264,18 @@ def test_a_session_measures_each_default_before_the_search(tmp_path, monkeypatch
     pair = next(t for t in r["tasks"] if "DepthwiseConvNCHWc" in t["ops"] and "+kiln.ConvNCHWc" in t["ops"])
     again = kiln.tuner.measure(pair["task"], [ffi._kiln.tuner.default_trace(pair["task"])], repeat=3, min_repeat_ms=5)[0]
     assert again["error"] == "none" and 0.2 < pair["default_time"] / np.median(again["run_times"]) < 5, (pair["default_time"], again)
+
+
+def test_a_hand_default_gets_no_warm_up_round(tmp_path, monkeypatch):
+    """The fused pair's default is a hand schedule the search space cannot express: the warm-up passes it over
+    (before, the heaviest task, it took the whole budget) and the budget goes to the 1x1 expansion conv."""
+    monkeypatch.setenv("KILN_FUSE_DWPW", "1")
+    model = _inverted_residual_model()
+    r = kiln.tune_model(model, target=AVX2, trials=8, batch=8, db=str(tmp_path / "hand.db"), progress=False, confirm_top=0,
+                        graph_share=0, gate_records=False)
+    pair = [t for t in r["tasks"] if "DepthwiseConvNCHWc" in t["ops"] and "+kiln.ConvNCHWc" in t["ops"]]
+    others = [t for t in r["tasks"] if t not in pair]
+    # The pair under each channel-block cap the layout search considers: every variant has the hand schedule.
+    assert pair and all(t["hand_default"] for t in pair) and not any(t["hand_default"] for t in others), r["tasks"]
+    assert min(t["flop"] for t in pair) > max(t["flop"] for t in others), "the pair is the heaviest task: the warm-up's first pick before"
+    assert all(t["records"] == 0 for t in pair) and sum(t["records"] for t in others) > 0, [(t["ops"], t["records"]) for t in r["tasks"]]

@@ -13,6 +13,7 @@
 #include "kiln/graph/passes.h"
 #include "kiln/graph/to_te.h"
 #include "kiln/graph/tuned_plan.h"
+#include "kiln/ops/cpu_amx.h"
 #include "kiln/ops/default_schedule.h"
 #include "kiln/support/error.h"
 #include "kiln/tuner/confirm.h"
@@ -256,8 +257,10 @@ void measure_defaults(ModelTuneResult* r, const std::vector<size_t>& order, cons
     mo.fastest_call = tune.fastest_call;
     std::string why;
     try {
+      ops::DefaultSchedule d = ops::default_schedule(t.task);
+      t.hand_default = d.kind != ops::DefaultKind::SearchSpace;
       Candidate def;
-      def.trace = ops::default_schedule(t.task).schedule.trace();
+      def.trace = d.schedule.trace();
       MeasureResult m = Measurer(t.task, mo).measure({def}).front();
       if (m.error == MeasureError::None && !m.run_times.empty()) t.default_time = median_of(m.run_times);
       else why = m.error_msg.empty() ? "no run times" : m.error_msg;
@@ -349,9 +352,14 @@ ModelTuneResult tune_loops(const Graph& g, const CompileOptions& options, const 
     return r.tasks[a].weight * r.tasks[a].task.flop > r.tasks[b].weight * r.tasks[b].task.flop;
   });
   if (!gpu) measure_defaults(&r, order, tune, out_of_budget);
+  for (size_t i = 0; i < n; ++i)
+    if (r.tasks[i].hand_default) {
+      rounds_without[i] = std::max(0, tune.early_stop_rounds - 1);
+      done[i] = done[i] || ops::amx_schedule(r.tasks[i].task).has_value();
+    }
   for (size_t i : order) {
     if (out_of_budget()) break;
-    if (r.tasks[i].best_time <= 0) run_round(i);
+    if (r.tasks[i].best_time <= 0 && !r.tasks[i].hand_default) run_round(i);
   }
   while (!out_of_budget()) {
     // Best GFLOP/s reached per operator pattern: what a similar task may reach.

@@ -41,6 +41,12 @@ struct ModelTask {
    */
   double default_time = 0;
   /**
+   * Its default is a hand schedule outside the search space (a fused depthwise + pointwise pair's rows, AMX
+   * tiles; default_schedule.h), set with default_time: the search rarely reaches it, so the task gets no
+   * warm-up round and one round without gain ends it (AMX tiles: none, compile takes them ahead of records).
+   */
+  bool hand_default = false;
+  /**
    * 0 for a task of the model under any layout; else the channel-block cap
    * (layout_plan.h) of this variant: its groups have a variant under
    * another cap too, and compiling picks one per convolution.
@@ -143,8 +149,8 @@ struct ModelTuneResult {
  * gains only where it beats what compile takes anyway, so tasks whose
  * default the search cannot reach (a fused depthwise + pointwise pair's hand
  * schedule: its records ran 2x slower on MobileNetV2) stop early instead of
- * drawing rounds for catching up. Tasks without records
- * get one round each first (round robin); then each round goes to the task
+ * drawing rounds for catching up (ModelTask::hand_default). Other tasks
+ * without records get one round each first (round robin); then each round goes to the task
  * with the largest expected gain in the weighted total: its weight times the
  * larger of its last round's improvement and an optimistic share of the
  * distance to the best GFLOP/s a similar task (same operators) reached.
