@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Transformer dense layers, one kiln group each, against numpy (OpenBLAS): GFLOP/s.
+"""Transformer dense layers, one kiln group each: GFLOP/s, and an A/B of two compiles.
 
   bench/large_weight_gemm_bench.py [--target llvm] [--threads 2] [--rounds 7] [--repeat-ms 40]
                                    [--rows 128,197,77] [--build DIR] [--details]
@@ -8,10 +8,15 @@ The shapes of BERT-base's and ViT-B/16's layers as ONNX exports them:
 x[1, M, K] @ W[K, N] + bias (the batched form with one weight), with the
 FFN's activation fused: 768 -> 768 (a projection), 768 -> 3072 + GELU
 (erf form), 3072 -> 768; and the 2-D x[M, 768] @ W + bias, ReLU.
-Each round times every case back to back for at least --repeat-ms, kiln
-and numpy interleaved; GFLOP/s of the best (min time) and median round.
---details prints each group's schedule detail. Old against new: run it
-once per build (--build), alternately.
+Each case is checked against numpy (float64 GELU). Each round times every
+case back to back for at least --repeat-ms, the A/B pair interleaved;
+GFLOP/s of the best (min time) and median round. --details prints each
+group's schedule detail. --ab VAR=VALUE compiles each case a second time
+with that environment setting (an experiment's switch) and times both in
+one process. No peer column: numpy in this process ran at a quarter of
+its own rate beside kiln's thread pool (OpenBLAS SkylakeX, 31 against 130
+GFLOP/s); bench/gemm_bench and bench/profile_vs_ort.py time the peers in
+processes of their own.
 """
 import argparse
 import os
@@ -20,13 +25,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(HERE, "peers"))
 
 SHAPES = ((768, 768, "none"), (768, 3072, "gelu"), (3072, 768, "none"), (768, 3072, "relu2d"))
 
 
 def make(M, K, N, act, target, np, kiln, Builder):
-    """(kiln callable, numpy callable, executable) for one dense layer on seeded inputs."""
+    """(kiln callable, numpy reference callable, executable) for one dense layer on seeded inputs."""
     rng = np.random.default_rng(0)
     two_d = act.endswith("2d")
     x = rng.standard_normal((M, K) if two_d else (1, M, K)).astype(np.float32)
@@ -52,17 +56,13 @@ def make(M, K, N, act, target, np, kiln, Builder):
             r = np.maximum(r, 0)
         return r
 
-    def peer():
-        r = x @ w + bias
-        return np.maximum(r, 0) if act.startswith("relu") else r
-
-    return (lambda: exe(x)), peer, ref, exe
+    return (lambda: exe(x)), ref, exe
 
 
 def time_round(fn, repeat_ms, clock=time.perf_counter):
     best, deadline = float("inf"), time.perf_counter() + repeat_ms / 1e3
     while True:
-        t0, c0 = time.perf_counter(), clock()
+        c0 = clock()
         fn()
         t = clock() - c0
         best = min(best, t)
@@ -83,32 +83,28 @@ def main():
                     help="cpu: the process's CPU time (all its threads), steadier on a shared machine at 1 thread")
     ap.add_argument("--ab", default="", help="VAR=VALUE: also time kiln compiled with this environment setting (column 'kiln B')")
     args = ap.parse_args()
-    import blas_choice
-    choice = blas_choice.choose(args.threads)
-    if choice.get("coretype"):
-        os.environ["OPENBLAS_CORETYPE"] = choice["coretype"]
-    os.environ["OPENBLAS_NUM_THREADS"] = os.environ["KILN_NUM_THREADS"] = str(args.threads)
+    os.environ["KILN_NUM_THREADS"] = str(args.threads)
     sys.path[:0] = [os.path.join(ROOT, "python"), os.path.join(args.build, "python")]
     import numpy as np
     import kiln
     from kiln.graph import Builder
     target = f"{args.target} -num-cores={args.threads}"
-    print(f"# target '{target}', {args.threads} threads, OpenBLAS {choice.get('arch')}, build {args.build}, load {os.getloadavg()[0]:.1f}")
+    print(f"# target '{target}', {args.threads} threads, build {args.build}, load {os.getloadavg()[0]:.1f}")
     rows = []
     for M in (int(m) for m in args.rows.split(",")):
         for K, N, act in SHAPES:
-            k, n, ref, exe = make(M, K, N, act, target, np, kiln, Builder)
-            fns = [("kiln", k), ("numpy", n)]
+            k, ref, exe = make(M, K, N, act, target, np, kiln, Builder)
+            fns = [("kiln", k)]
             details = [exe.groups()[0]["schedule_detail"]]
             if args.ab:
                 var, _, val = args.ab.partition("=")
                 old = os.environ.get(var)
                 os.environ[var] = val
-                kb, _, _, exe_b = make(M, K, N, act, target, np, kiln, Builder)
+                kb, _, exe_b = make(M, K, N, act, target, np, kiln, Builder)
                 os.environ.pop(var) if old is None else os.environ.__setitem__(var, old)
                 fns.append(("kiln B", kb))
                 details.append(exe_b.groups()[0]["schedule_detail"])
-            for _, fn in fns[::2]:
+            for _, fn in fns:
                 np.testing.assert_allclose(fn()[0].reshape(-1, N), ref().reshape(-1, N), rtol=2e-3, atol=2e-3)
             rows.append((f"{M}x{K}x{N} {act}", 2 * M * K * N, fns, details))
     times = {}
