@@ -266,6 +266,12 @@ void fit_rows_to_registers(const DagInfo& dag, const Sketch& sketch, std::mt1993
  * assume the FMAs read the vector operand from memory); none for other
  * sketches. */
 std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& sketch, bool folded_loads = true);
+/** The K-blocked form of matmul seed d where a K x panel slice of its
+ * weights outgrows a small L2 (search_space_k_blocks.cpp): the reduction in
+ * blocks outside the row tiles, a block's slice of a panel in L1, the
+ * accumulator at S0. A seed only (measured slower as the default on a 2 MiB
+ * L2); false (d unchanged) where it does not apply. */
+bool block_k_of_wide_panels(const StageInfo& st, const Sketch& sk, const StagePlan& p, std::vector<int>* d);
 /** The decisions a schedule gets without measurement: the first seed, or
  * where there is none the seeds' structure with the widest tile that divides. */
 std::vector<int> default_decisions(const DagInfo& dag, const Sketch& sketch);

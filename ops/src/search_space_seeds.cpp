@@ -622,6 +622,14 @@ std::vector<std::vector<int>> seed_decisions(const DagInfo& dag, const Sketch& s
     if (stream_seed(dag, sk, &d) && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
     d = out[i];
     if (stream_seed(dag, sk, &d, true) && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(std::move(d));
+    // A matmul's K-blocked form (search_space_k_blocks.cpp), for the search
+    // only: its register tile is the plain seed's, so the default's pick (the
+    // first of the highest tile_intensity) keeps the plain seed.
+    d = out[i];
+    bool blocked = false;
+    for (size_t si = 0; si < sk.plans.size(); ++si)
+      if (!sk.plans[si].spatial_tiles.empty()) blocked = block_k_of_wide_panels(dag.stages[si], sk, sk.plans[si], &d) || blocked;
+    if (blocked && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(std::move(d));
   }
   return out;
 }

@@ -178,7 +178,7 @@ class Database:
 
     def add_workload(self, workload, name="", compute_dag=None):
         """Adds a Workload (or ``key, name, compute_dag``); the same key again is a no-op
-        unless the DAG differs, which is an error."""
+        unless the DAG differs beyond its "name" members (labels), which is an error."""
         if isinstance(workload, str):
             if compute_dag is None:
                 raise KilnError(f"add_workload({workload!r}): pass compute_dag (JSON text or a dict)")

@@ -25,6 +25,8 @@ py::list task_list(const std::vector<ModelTask>& tasks) {
     d["groups"] = t.groups;
     d["records"] = t.records;
     d["best_time"] = t.best_time;
+    d["default_time"] = t.default_time;
+    d["hand_default"] = t.hand_default;
     d["layout_cap"] = t.layout_cap;
     d["in_default_plan"] = t.in_default_plan;
     out.append(d);

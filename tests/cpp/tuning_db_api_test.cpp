@@ -79,6 +79,26 @@ TEST_F(TuningDbApi, WorkloadsAreIdempotentAndCanonical) {
   EXPECT_FALSE(db.workload("1111111111111111"));
 }
 
+// The workload key is a structural hash without names, so conv1's and conv2's
+// Winograd matmuls share one; their DAGs differ only in the tensors' names.
+TEST_F(TuningDbApi, AWorkloadWhoseDagDiffersOnlyInNamesIsTheSame) {
+  Workload first{"2222222222222222", "conv1.matmul",
+                 R"({"ops":[{"canonical":"placeholder [36,49,16]","name":"conv1.winograd_input"}],"outputs":[0]})"};
+  db.add_workload(first);
+  Workload renamed = first;
+  renamed.name = "conv2.matmul";
+  renamed.compute_dag = R"({"ops":[{"canonical":"placeholder [36,49,16]","name":"conv2.winograd_input"}],"outputs":[0]})";
+  EXPECT_NO_THROW(db.add_workload(renamed));
+  EXPECT_EQ(db.workload(first.key)->compute_dag, first.compute_dag);  // the first stored stays
+  EXPECT_EQ(db.workload(first.key)->name, "conv1.matmul");
+  Workload reshaped = renamed;
+  reshaped.compute_dag = R"({"ops":[{"canonical":"placeholder [36,49,8]","name":"conv1.winograd_input"}],"outputs":[0]})";
+  EXPECT_NE(error_of([&] { db.add_workload(reshaped); }).find("different compute DAG"), std::string::npos);
+  Workload unnamed = renamed;
+  unnamed.compute_dag = R"({"ops":[{"canonical":"placeholder [36,49,16]"}],"outputs":[0]})";
+  EXPECT_NO_THROW(db.add_workload(unnamed));
+}
+
 TEST_F(TuningDbApi, WorkloadSummariesCountRecordsAndErrors) {
   db.add_workload(sample_workload("aaaaaaaaaaaaaaaa", "empty"));
   db.add_records({sample_record(key, 1e-3), failed_record(key, ErrorKind::timeout, "slow")});

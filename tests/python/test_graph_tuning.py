@@ -19,13 +19,13 @@ if not hasattr(kiln, "tune_model"):
 AVX2 = "llvm -mcpu=znver3 -num-cores=2"
 
 
-def _two_convs():
+def _two_convs(names=("conv1", "conv2")):
     """Two 3x3 convs at 28x28: each takes Winograd F(4x4) by default (49 tiles), and either cap blocks its 16 channels."""
     rng = np.random.default_rng(0)
     w1 = numpy_helper.from_array((0.2 * rng.standard_normal((16, 16, 3, 3))).astype(np.float32), "w1")
     w2 = numpy_helper.from_array((0.2 * rng.standard_normal((16, 16, 3, 3))).astype(np.float32), "w2")
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1], name="conv1"), helper.make_node("Relu", ["a"], ["b"]),
-             helper.make_node("Conv", ["b", "w2"], ["y"], pads=[1, 1, 1, 1], name="conv2")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1], name=names[0]), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "w2"], ["y"], pads=[1, 1, 1, 1], name=names[1])]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 28, 28])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w1, w2])
     return kiln.graph.from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
@@ -274,3 +274,29 @@ def test_the_graph_search_gets_its_share_of_a_time_budget(tmp_path):
     if r["trials"] >= 200:
         pytest.skip(f"the loops finished their 200 trials inside their share ({elapsed:.0f} s): nothing to check")
     assert g["measured"] >= 2, (r["trials"], g["log"])
+
+
+def test_same_shape_winograd_matmuls_named_apart_are_one_workload(tmp_path):
+    """The workload key leaves names out, so conv1's and conv2's Winograd matmuls share one while their DAGs name
+    different tensors (conv1.winograd_input, conv2.winograd_input). Which one a session tunes first follows the plan
+    it starts from (a graph search's, timed); the other, tuned into the same database, was refused as "already stored
+    with a different compute DAG". Here: the conv2-first twin of the model, tuned after the model, takes its records."""
+    db = str(tmp_path / "w.db")
+    model, twin = _two_convs(), _two_convs(names=("conv2", "conv1"))
+
+    def winograd_matmul(m):
+        return next(t for t in kiln.tuner.extract_tasks(m, target=AVX2, db=db)[0] if t["ops"] == "kiln.WinogradMatMul")
+
+    first, second = winograd_matmul(model), winograd_matmul(twin)
+    assert first["workload_key"] == second["workload_key"]
+    tuning = dict(target=AVX2, trials=4, batch_size=4, db=db, progress=False, population=8, generations=1)
+    kiln.tune(first["task"], **tuning)
+    kiln.tune(second["task"], **tuning)
+    with kiln.tuning_db.open(db) as d:
+        assert len(d.records(first["workload_key"])) == 8
+        assert "conv1.winograd_input" in d.workload(first["workload_key"]).compute_dag  # the first stored stays
+    exe = kiln.compile(twin, target=AVX2, db=db, quiet=True)
+    assert any(g["workload_key"] == first["workload_key"] and g["schedule"] == "database" for g in exe.groups()), exe.groups()
+    x = _x()
+    ref = _reference(twin, x)
+    assert np.max(np.abs(exe(x)[0] - ref)) <= 1e-4 * np.max(np.abs(ref))

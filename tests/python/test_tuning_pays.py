@@ -216,6 +216,8 @@ def test_a_depthwise_pointwise_group_goes_back_to_its_hand_schedule(tmp_path, mo
     kiln.tune_model(model, target=AVX2, trials=4, batch=4, db=db, progress=False, confirm_top=2, confirm_rounds=2,
                     graph_share=0, gate_records=False)
     task = {t["workload_key"]: t for t in extract_tasks(model, target=AVX2, db=db)[0]}[key]["task"]
+    # The session passes the pair over (its default is out of the search's reach); a search of its own stores its workload.
+    kiln.tune(task, target=AVX2, trials=4, batch_size=4, db=db, progress=False, min_repeat_ms=2)
     hand = ffi._kiln.tuner.default_trace(task)
     sketch_default = ffi._kiln.tuner.candidate_trace(task, ffi._kiln.tuner.default_description(task))
     assert hand != sketch_default, "the pair's default is its hand schedule, not the search space's default"
@@ -239,3 +241,41 @@ def test_a_depthwise_pointwise_group_goes_back_to_its_hand_schedule(tmp_path, mo
     x = np.random.default_rng(11).standard_normal((1, 24, 14, 14)).astype(np.float32)
     ref = kiln.compile(model, fuse=False, plain=True, layout=False)(x)[0]
     assert np.max(np.abs(exe(x)[0] - ref)) <= 1e-5 * np.max(np.abs(ref))
+
+
+def test_a_session_measures_each_default_before_the_search(tmp_path, monkeypatch):
+    """tune_model measures every task's default schedule first: a task's rounds count only where they beat it,
+    and the model's estimate is complete even where the budget left tasks without records (before, 0: unknown)."""
+    monkeypatch.setenv("KILN_FUSE_DWPW", "1")
+    model = _inverted_residual_model()
+    db = str(tmp_path / "defaults.db")
+    r = kiln.tune_model(model, target=AVX2, trials=2, batch=2, db=db, progress=False, confirm_top=0, graph_share=0, gate_records=False)
+    assert r["failures"] == [] and len(r["tasks"]) >= 2, r["failures"]
+    assert all(t["default_time"] > 0 for t in r["tasks"]), [(t["ops"], t["default_time"]) for t in r["tasks"]]
+    assert any(t["best_time"] == 0 for t in r["tasks"]), "two trials leave a task without records"
+    assert r["estimated_latency"] > 0
+    # The estimate is, per group, the fastest of its tasks' best records and defaults.
+    per_group = {}
+    for t in r["tasks"]:
+        for g in t["groups"]:
+            per_group[g] = min([per_group.get(g, np.inf)] + [x for x in (t["best_time"], t["default_time"]) if x > 0])
+    assert r["estimated_latency"] == pytest.approx(sum(per_group.values()), rel=1e-9)
+    # Each default time is the default schedule's, measured again here within a factor the machine's noise allows.
+    pair = next(t for t in r["tasks"] if "DepthwiseConvNCHWc" in t["ops"] and "+kiln.ConvNCHWc" in t["ops"])
+    again = kiln.tuner.measure(pair["task"], [ffi._kiln.tuner.default_trace(pair["task"])], repeat=3, min_repeat_ms=5)[0]
+    assert again["error"] == "none" and 0.2 < pair["default_time"] / np.median(again["run_times"]) < 5, (pair["default_time"], again)
+
+
+def test_a_hand_default_gets_no_warm_up_round(tmp_path, monkeypatch):
+    """The fused pair's default is a hand schedule the search space cannot express: the warm-up passes it over
+    (before, the heaviest task, it took the whole budget) and the budget goes to the 1x1 expansion conv."""
+    monkeypatch.setenv("KILN_FUSE_DWPW", "1")
+    model = _inverted_residual_model()
+    r = kiln.tune_model(model, target=AVX2, trials=8, batch=8, db=str(tmp_path / "hand.db"), progress=False, confirm_top=0,
+                        graph_share=0, gate_records=False)
+    pair = [t for t in r["tasks"] if "DepthwiseConvNCHWc" in t["ops"] and "+kiln.ConvNCHWc" in t["ops"]]
+    others = [t for t in r["tasks"] if t not in pair]
+    # The pair under each channel-block cap the layout search considers: every variant has the hand schedule.
+    assert pair and all(t["hand_default"] for t in pair) and not any(t["hand_default"] for t in others), r["tasks"]
+    assert min(t["flop"] for t in pair) > max(t["flop"] for t in others), "the pair is the heaviest task: the warm-up's first pick before"
+    assert all(t["records"] == 0 for t in pair) and sum(t["records"] for t in others) > 0, [(t["ops"], t["records"]) for t in r["tasks"]]

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -12,8 +13,12 @@
 #include "kiln/graph/passes.h"
 #include "kiln/graph/to_te.h"
 #include "kiln/graph/tuned_plan.h"
+#include "kiln/ops/cpu_amx.h"
+#include "kiln/ops/default_schedule.h"
 #include "kiln/support/error.h"
 #include "kiln/tuner/confirm.h"
+#include "kiln/tuner/measure.h"
+#include "kiln/tuner/peer.h"  // median_of
 #include "kiln/tuner/tune.h"
 #include "kiln/tuning_db/database.h"
 
@@ -34,18 +39,20 @@ double best_time_in_db(const tuner::Task& task, const std::string& db) {
   return best ? best->median_time : 0;
 }
 
-// Per group name, the best time of the tasks that can run it (0: none has a record).
+// The smaller of two times, where 0 means unknown.
+double faster(double a, double b) { return a > 0 && b > 0 ? std::min(a, b) : std::max(a, b); }
+
+// Per group name, the expected time of the tasks that can run it (0: none has a record or a measured default).
 std::map<std::string, double> best_per_group(const std::vector<ModelTask>& tasks) {
   std::map<std::string, double> best;
   for (const ModelTask& t : tasks)
-    for (const std::string& g : t.groups) {
-      double& b = best[g];
-      if (t.best_time > 0 && (b <= 0 || t.best_time < b)) b = t.best_time;
-    }
+    for (const std::string& g : t.groups) best[g] = faster(best[g], expected_time(t));
   return best;
 }
 
 }  // namespace
+
+double expected_time(const ModelTask& t) { return faster(t.best_time, t.default_time); }
 
 double estimated_latency(const std::vector<ModelTask>& tasks) {
   double total = 0;
@@ -183,8 +190,8 @@ std::vector<ModelTask> extract_tasks(const Graph& g, const CompileOptions& optio
 std::string tasks_table(const std::vector<ModelTask>& tasks) {
   std::ostringstream os;
   char line[512];
-  std::snprintf(line, sizeof line, "%-4s %-16s %-44s %10s %6s %6s %8s %12s %10s\n", "#", "workload", "operators", "MFLOP", "weight", "layout",
-                "records", "best (ms)", "GFLOP/s");
+  std::snprintf(line, sizeof line, "%-4s %-16s %-44s %10s %6s %6s %8s %12s %10s %12s\n", "#", "workload", "operators", "MFLOP", "weight", "layout",
+                "records", "best (ms)", "GFLOP/s", "default (ms)");
   os << line;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const ModelTask& t = tasks[i];
@@ -192,8 +199,9 @@ std::string tasks_table(const std::vector<ModelTask>& tasks) {
     std::string gf = t.best_time > 0 ? std::to_string(t.task.flop / t.best_time * 1e-9).substr(0, 7) : "-";
     // "*": the variant compile runs.
     std::string layout = t.layout_cap > 0 ? "c" + std::to_string(t.layout_cap) + (t.in_default_plan ? "*" : "") : "-";
-    std::snprintf(line, sizeof line, "%-4zu %-16s %-44s %10.2f %6d %6s %8d %12s %10s\n", i, t.task.workload_key.c_str(), t.ops.substr(0, 44).c_str(),
-                  t.task.flop * 1e-6, t.weight, layout.c_str(), t.records, best.c_str(), gf.c_str());
+    std::string def = t.default_time > 0 ? std::to_string(t.default_time * 1e3).substr(0, 8) : "-";
+    std::snprintf(line, sizeof line, "%-4zu %-16s %-44s %10.2f %6d %6s %8d %12s %10s %12s\n", i, t.task.workload_key.c_str(), t.ops.substr(0, 44).c_str(),
+                  t.task.flop * 1e-6, t.weight, layout.c_str(), t.records, best.c_str(), gf.c_str(), def.c_str());
     os << line;
   }
   double lat = estimated_latency(tasks);
@@ -234,6 +242,38 @@ void confirm_tasks(ModelTuneResult* r, const std::string& db, const ModelTuneOpt
 }  // namespace
 
 namespace {
+
+// Each task's default schedule measured alone as the search measures its candidates (ModelTask::default_time), the
+// model's heaviest tasks first, until `out_of_budget`. A default that cannot be measured leaves 0 (its records alone
+// count, as before) and a failure.
+void measure_defaults(ModelTuneResult* r, const std::vector<size_t>& order, const ModelTuneOptions& tune, const std::function<bool()>& out_of_budget) {
+  auto t0 = Clock::now();
+  int measured = 0;
+  for (size_t i : order) {
+    if (out_of_budget()) break;
+    ModelTask& t = r->tasks[i];
+    MeasureOptions mo;
+    mo.cold_inputs = tune.cold_inputs;
+    mo.fastest_call = tune.fastest_call;
+    std::string why;
+    try {
+      ops::DefaultSchedule d = ops::default_schedule(t.task);
+      t.hand_default = d.kind != ops::DefaultKind::SearchSpace;
+      Candidate def;
+      def.trace = d.schedule.trace();
+      MeasureResult m = Measurer(t.task, mo).measure({def}).front();
+      if (m.error == MeasureError::None && !m.run_times.empty()) t.default_time = median_of(m.run_times);
+      else why = m.error_msg.empty() ? "no run times" : m.error_msg;
+    } catch (const Error& e) {
+      why = e.what();
+    }
+    if (!why.empty()) r->failures.push_back("measuring the default schedule of task " + std::to_string(i) + " (" + t.ops + "): " + why);
+    else ++measured;
+  }
+  if (tune.progress)
+    std::fprintf(stderr, "[model] default schedules measured: %d of %zu tasks in %.1f s; the model at its defaults and records ~%.3f ms\n", measured,
+                 r->tasks.size(), seconds_since(t0), estimated_latency(r->tasks) * 1e3);
+}
 
 // The task scheduler over the loop schedules of the model's tasks (tune_model.h), `start` the session's.
 ModelTuneResult tune_loops(const Graph& g, const CompileOptions& options, const ModelTuneOptions& tune, Clock::time_point start) {
@@ -282,7 +322,7 @@ ModelTuneResult tune_loops(const Graph& g, const CompileOptions& options, const 
     r.trials += tr.trials_measured;
     ++r.rounds;
     if (tr.trials_measured == 0) done[i] = true;
-    double before = t.best_time, group_before = best_per_group(r.tasks)[t.groups.front()];
+    double before = expected_time(t), group_before = best_per_group(r.tasks)[t.groups.front()];
     if (tr.best_time > 0) t.best_time = before > 0 ? std::min(before, tr.best_time) : tr.best_time;
     t.records += tr.trials_measured - tr.errors;
     // What the model gained: a layout variant's progress counts only where it beats its rivals.
@@ -311,15 +351,21 @@ ModelTuneResult tune_loops(const Graph& g, const CompileOptions& options, const 
     if (variant(a) != variant(b)) return variant(b);
     return r.tasks[a].weight * r.tasks[a].task.flop > r.tasks[b].weight * r.tasks[b].task.flop;
   });
+  if (!gpu) measure_defaults(&r, order, tune, out_of_budget);
+  for (size_t i = 0; i < n; ++i)
+    if (r.tasks[i].hand_default) {
+      rounds_without[i] = std::max(0, tune.early_stop_rounds - 1);
+      done[i] = done[i] || ops::amx_schedule(r.tasks[i].task).has_value();
+    }
   for (size_t i : order) {
     if (out_of_budget()) break;
-    if (r.tasks[i].best_time <= 0) run_round(i);
+    if (r.tasks[i].best_time <= 0 && !r.tasks[i].hand_default) run_round(i);
   }
   while (!out_of_budget()) {
     // Best GFLOP/s reached per operator pattern: what a similar task may reach.
     std::map<std::string, double> best_rate;
     for (const ModelTask& t : r.tasks)
-      if (t.best_time > 0) best_rate[t.ops] = std::max(best_rate[t.ops], t.task.flop / t.best_time);
+      if (expected_time(t) > 0) best_rate[t.ops] = std::max(best_rate[t.ops], t.task.flop / expected_time(t));
     std::map<std::string, double> group_best = best_per_group(r.tasks);
     double best_gain = -1;
     size_t pick = n;
@@ -327,8 +373,8 @@ ModelTuneResult tune_loops(const Graph& g, const CompileOptions& options, const 
       if (done[i]) continue;
       const ModelTask& t = r.tasks[i];
       // A layout variant behind its rival first has to catch up: its hope shrinks with the gap.
-      double current = std::min(t.best_time, group_best[t.groups.front()]);
-      double behind = t.best_time > 0 ? current / t.best_time : 1;
+      double current = std::min(expected_time(t), group_best[t.groups.front()]);
+      double behind = expected_time(t) > 0 ? current / expected_time(t) : 1;
       double reachable = best_rate[t.ops] > 0 && t.task.flop > 0 ? t.task.flop / best_rate[t.ops] : current;
       double optimistic = (0.05 * std::max(0.0, current - reachable) + 0.01 * current) * behind * behind;
       double gain = t.weight * std::max(last_gain[i], optimistic);

@@ -25,6 +25,26 @@ double median_of(std::vector<double> times) {
   return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
 }
 
+// Drops every member named "name": a DAG's names label it (kiln's dag_json names
+// each op's tensor) but are not what the workload key identifies.
+void drop_names(nlohmann::json& j) {
+  if (j.is_object()) j.erase("name");
+  if (j.is_object() || j.is_array())
+    for (nlohmann::json& v : j) drop_names(v);
+}
+
+// Whether two canonical DAG texts are one workload. The key is a structural
+// hash that leaves names out, so two same-shape layers (conv1's and conv2's
+// Winograd matmul) share it while their DAG texts differ in tensor names only.
+bool same_dag(const std::string& stored, const std::string& added) {
+  if (stored == added) return true;
+  nlohmann::json a = nlohmann::json::parse(stored, nullptr, false), b = nlohmann::json::parse(added);
+  if (a.is_discarded()) return false;
+  drop_names(a);
+  drop_names(b);
+  return a == b;
+}
+
 }  // namespace
 
 int64_t trace_hash(const std::string& canonical_trace) {
@@ -89,7 +109,7 @@ void upsert_workload(Connection& conn, const Workload& w) {
   Stmt find = conn.query("SELECT compute_dag FROM workloads WHERE workload_key = ?");
   find.bind(1, w.key);
   if (find.step()) {
-    KILN_USER_CHECK(find.col_text(0) == dag)
+    KILN_USER_CHECK(same_dag(find.col_text(0), dag))
         << "workload " << w.key << " is already stored with a different compute DAG; "
         << "two DAGs must not share a key (a hash collision, or a changed DAG format): "
         << "delete the old workload or use another key";

@@ -48,6 +48,11 @@ def tune_model(model, target="llvm", trials=1000, db="kiln_tuning.db", time_budg
     search leaves unspent goes back to them. The winner is stored in `db` and ``kiln.compile(db=)`` takes
     it. The result's "graph" says what the search did, "graph_trials" what it was charged. 0: loops only.
 
+    On CPU targets each task's default schedule (what compile takes without a record) is measured first
+    (each task's "default_time", s): rounds go where the search can beat it, and the estimated latency
+    counts the faster of a task's best record and its default. A task whose default is a hand schedule
+    the search space cannot express ("hand_default": a fused depthwise + pointwise pair, AMX tiles) gets
+    no warm-up round, and one round that does not beat its default ends it.
     cold_inputs: time each candidate with every input but the first evicted from the caches, as a layer's
     weights are inside a model run (records kept apart from warm ones; compile prefers them).
     confirm_top, confirm_rounds: after the search, each task's best few schedules and its default schedule

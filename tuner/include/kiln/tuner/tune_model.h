@@ -36,6 +36,17 @@ struct ModelTask {
   int records = 0;                  ///< valid records in the DB (0 without a DB)
   double best_time = 0;             ///< seconds, the DB's best (0: none)
   /**
+   * Seconds, the default schedule (what compile takes without a record, ops/default_schedule.h) measured
+   * alone by tune_model at the session's start; 0: not measured (extract_tasks, GPU targets, an error).
+   */
+  double default_time = 0;
+  /**
+   * Its default is a hand schedule outside the search space (a fused depthwise + pointwise pair's rows, AMX
+   * tiles; default_schedule.h), set with default_time: the search rarely reaches it, so the task gets no
+   * warm-up round and one round without gain ends it (AMX tiles: none, compile takes them ahead of records).
+   */
+  bool hand_default = false;
+  /**
    * 0 for a task of the model under any layout; else the channel-block cap
    * (layout_plan.h) of this variant: its groups have a variant under
    * another cap too, and compiling picks one per convolution.
@@ -53,10 +64,12 @@ struct ModelTask {
  * their records for its symbolic kernels (graph::build_group_kernel).
  */
 std::vector<ModelTask> extract_tasks(const Graph& g, const CompileOptions& options = {});
+/** The time the task's groups can expect: the faster of its best record and its measured default (0: neither known). */
+double expected_time(const ModelTask& t);
 /**
- * The model's estimated latency: per group (by name), the best time of the
+ * The model's estimated latency: per group (by name), the expected time of the
  * tasks that can run it (variants under other layouts are alternatives),
- * summed; 0 while a group has no task with a record.
+ * summed; 0 while a group has no task with a record or a measured default.
  */
 double estimated_latency(const std::vector<ModelTask>& tasks);
 
@@ -114,7 +127,7 @@ struct ModelTuneResult {
   int trials = 0;                    ///< measured in this session
   int rounds = 0;
   double elapsed_s = 0;
-  /** estimated_latency(tasks) after the session (seconds); 0 while a group has no task with a record. */
+  /** estimated_latency(tasks) after the session (seconds); 0 while a group has no task with a record or a measured default. */
   double estimated_latency = 0;
   /** Tasks the session stopped because tuning them raised an error (each with the message): they keep their earlier records or the default schedule. */
   std::vector<std::string> failures;
@@ -131,8 +144,13 @@ struct ModelTuneResult {
  * and, with tune.graph_share, its graph-level choices (graph_search.h), one
  * trial budget for both (ModelTuneOptions::graph_share says how it is split).
  *
- * The loop tuning: tunes the model's tasks. Tasks without records
- * get one round each first (round robin); then each round goes to the task
+ * The loop tuning: tunes the model's tasks. On CPU targets each task's
+ * default schedule is measured first (ModelTask::default_time): a round
+ * gains only where it beats what compile takes anyway, so tasks whose
+ * default the search cannot reach (a fused depthwise + pointwise pair's hand
+ * schedule: its records ran 2x slower on MobileNetV2) stop early instead of
+ * drawing rounds for catching up (ModelTask::hand_default). Other tasks
+ * without records get one round each first (round robin); then each round goes to the task
  * with the largest expected gain in the weighted total: its weight times the
  * larger of its last round's improvement and an optimistic share of the
  * distance to the best GFLOP/s a similar task (same operators) reached.

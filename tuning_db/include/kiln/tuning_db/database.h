@@ -45,7 +45,7 @@ class Database {
   int schema_version() const;
 
   // ---- workloads ----
-  /** Adds a workload; adding the same key again is a no-op unless the DAG differs (error). */
+  /** Adds a workload; adding the same key again is a no-op unless the DAG differs beyond its names (error). */
   void add_workload(const Workload& workload);
   std::optional<Workload> workload(const std::string& key) const;
   /** Every workload with its record counts, ordered by key. */

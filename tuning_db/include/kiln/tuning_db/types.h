@@ -50,7 +50,10 @@ enum class Metric { median, min };
 struct Workload {
   std::string key;          ///< opaque; the compiler's 16-hex-digit structural hash
   std::string name;         ///< readable, e.g. "matmul_1024x1024x1024_float32"
-  std::string compute_dag;  ///< JSON text; stored in canonical (compact, sorted-key) form
+  /** JSON text; stored in canonical (compact, sorted-key) form. Members named "name" are labels
+   *  (tensor names), not identity: a DAG that differs from the stored one only there is the same
+   *  workload, and the first one stored stays. */
+  std::string compute_dag;
 };
 
 /** A workload with its record counts, as listed by Database::workloads(). */
