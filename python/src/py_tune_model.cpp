@@ -168,6 +168,7 @@ void define_tune_model(py::module_& root) {
     return gate_dict(r);
   }, py::arg("graph"), py::arg("target"), py::arg("db"), py::arg("rounds") = 5, py::arg("margin") = 0.02, py::arg("cold_inputs") = true,
      py::arg("per_record") = true);
+  m.def("tuned_side_holds", &tuned_side_holds, py::arg("round_ratios"), py::arg("fastest_tuned"), py::arg("fastest_default"));
   m.def("judge_records", [](const std::vector<std::string>& keys, const std::vector<std::vector<double>>& with,
                             const std::vector<std::vector<double>>& without, double margin) { return verdict_list(judge_records(keys, with, without, margin)); },
         py::arg("step_keys"), py::arg("with_records"), py::arg("with_defaults"), py::arg("margin") = 0.02);

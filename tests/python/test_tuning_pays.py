@@ -143,6 +143,19 @@ def test_each_record_is_judged_on_its_own_groups_in_the_model():
         judge(["a", "b"], [[1.0]], [[1.0]], 0.02)
 
 
+def test_the_tuned_side_must_not_lose_either_way():
+    """The gate's whole-model checks keep the records (or the stored plan) only where neither the median per-round
+    ratio nor the fastest rounds say they are slower: before, they stayed unless they lost both ways, and under load
+    (MobileNetV2, 2000 trials, the test suite beside it) records 1.11x slower than the defaults stayed."""
+    holds = ffi._kiln.tuner.tuned_side_holds
+    assert holds([0.97, 0.99, 1.0], 0.9, 1.0)
+    assert not holds([0.97, 0.99, 1.0], 1.01, 1.0), "faster by the median, slower by the fastest rounds"
+    assert not holds([1.02, 1.05, 0.9], 0.9, 1.0), "faster by the fastest rounds, slower by the median"
+    assert holds([1.0], 1.0, 1.0) and not holds([1.0 + 1e-9], 1.0, 1.0)
+    with pytest.raises(kiln.KilnError, match="rounds"):
+        holds([], 1.0, 1.0)
+
+
 def _two_conv_model():
     rng = np.random.default_rng(8)
     w1 = numpy_helper.from_array(rng.standard_normal((64, 32, 1, 1)).astype(np.float32), "w1")

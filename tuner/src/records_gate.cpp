@@ -119,6 +119,12 @@ double fastest(const std::vector<double>& v) { return *std::min_element(v.begin(
 
 }  // namespace
 
+bool tuned_side_holds(const std::vector<double>& round_ratios, double fastest_tuned, double fastest_default) {
+  KILN_USER_CHECK(!round_ratios.empty() && fastest_tuned > 0 && fastest_default > 0) << "tuned_side_holds: needs rounds and positive times";
+  // The defaults are the incumbent: a tie, or a loss either way, goes to them.
+  return detail::Comparison::median(round_ratios) <= 1 && fastest_tuned <= fastest_default;
+}
+
 std::vector<RecordVerdict> judge_records(const std::vector<std::string>& step_keys, const std::vector<std::vector<double>>& with_records,
                                          const std::vector<std::vector<double>>& with_defaults, double margin) {
   KILN_USER_CHECK(!with_records.empty() && with_records.size() == with_defaults.size()) << "judge_records: both sides need the same rounds, at least one";
@@ -202,7 +208,7 @@ void gate_schedules(const Graph& g, const CompileOptions& options, const LayoutP
   detail::Comparison c = compare_whole(defaults, kept, inputs, o);
   r.kept_ratio = c.decisive();
   r.kept_time = fastest(c.cand);
-  r.kept = !(detail::Comparison::median(c.ratios) > 1 && r.kept_time > fastest(c.inc));
+  r.kept = tuned_side_holds(c.ratios, r.kept_time, fastest(c.inc));
   if (!r.kept) {
     for (RecordVerdict& v : r.records) v.kept = false;
     r.reverted += revert_to_defaults(g, options, plan, winners, o);
@@ -210,7 +216,7 @@ void gate_schedules(const Graph& g, const CompileOptions& options, const LayoutP
 }
 
 // Step 4: the tuned model as compile(db=) now takes it (the stored plan, the records that stayed) against the
-// untuned one (the plan and schedules compile takes without a database); where it is slower both ways, the
+// untuned one (the plan and schedules compile takes without a database); where it is slower either way, the
 // untuned plan is stored as the model's plan, so compile(db=) takes that.
 void gate_plan(const Graph& g, const CompileOptions& options, const LayoutPlan& plan, const LayoutPlan& untuned,
                const std::vector<NDArray>& inputs, const RecordsGateOptions& o, RecordsGateResult* r) {
@@ -226,7 +232,7 @@ void gate_plan(const Graph& g, const CompileOptions& options, const LayoutPlan& 
   if (!lost) {
     detail::Comparison c = compare_whole(base, now, inputs, o);
     r->plan_ratio = c.decisive();
-    lost = detail::Comparison::median(c.ratios) > 1 && fastest(c.cand) > fastest(c.inc);
+    lost = !tuned_side_holds(c.ratios, fastest(c.cand), fastest(c.inc));
   }
   if (!lost) return;
   const Target target = Target::parse(options.target);
