@@ -11,14 +11,14 @@
 #include "kiln/te/lower.h"
 #include "kiln/te/operation.h"
 
+#include "hand_schedule_util.h"
+
 namespace kiln::ops {
 
 namespace {
 
-const te::ComputeOpNode* compute_of(const te::Tensor& t) {
-  const te::OperationNode* op = t.op().get();
-  return op && op->kind == te::OpKind::Compute ? static_cast<const te::ComputeOpNode*>(op) : nullptr;
-}
+using detail::compute_of;
+using detail::static_shape;
 
 // The dot a reduction sums (sum over its axes of dot_i8x4 / dot_bf16x2 of two loads), else null.
 const Call* summed_dot(const te::ComputeOpNode* op) {
@@ -27,12 +27,6 @@ const Call* summed_dot(const te::ComputeOpNode* op) {
   const Call* c = r && r->reduce_kind == ReduceKind::Sum && is_one(r->condition) ? r->source.as<Call>() : nullptr;
   if (!c || (c->op != Intrinsic::DotI8x4 && c->op != Intrinsic::DotBF16x2)) return nullptr;
   return c->args[0].as<TensorLoad>() && c->args[1].as<TensorLoad>() ? c : nullptr;
-}
-
-bool static_shape(const std::vector<Expr>& s) {
-  for (const Expr& e : s)
-    if (!as_const_int(e)) return false;
-  return true;
 }
 
 // The largest divisor of n up to `most`.

@@ -12,22 +12,15 @@
 #include "kiln/te/lower.h"
 #include "kiln/te/operation.h"
 
+#include "hand_schedule_util.h"
+
 namespace kiln::ops {
 
 namespace {
 
-const te::ComputeOpNode* compute_of(const te::Tensor& t) {
-  const te::OperationNode* op = t.op().get();
-  return op && op->kind == te::OpKind::Compute ? static_cast<const te::ComputeOpNode*>(op) : nullptr;
-}
-
-bool static_shape(const std::vector<Expr>& s) {
-  for (const Expr& e : s)
-    if (!as_const_int(e)) return false;
-  return true;
-}
-
-int64_t extent(const Expr& e) { return *as_const_int(e); }
+using detail::compute_of;
+using detail::static_shape;
+using detail::extent;
 
 // A block's channels unrolled a step: with 16, LLVM's Zen 4 schedule loaded
 // later steps' weights early and spilled 27 to 39 accumulators of ResNeXt's
