@@ -110,9 +110,12 @@ def test_grouped_conv_no_block_fits_stays_correct(target):
     assert not any(g["ops"].startswith("kiln.ConvNCHWc") for g in exe.groups())
 
 
-def test_grouped_conv_is_tuned_under_each_cap_and_runs_its_record(tmp_path):
+def test_grouped_conv_is_tuned_under_each_cap_and_runs_its_record(tmp_path, monkeypatch):
     # The tuner's layout variants reach the grouped conv too: under cap 8 its block of 8 is one
     # group, under 16 a block spans two groups; compiled with the records it runs them, correctly.
+    # Its default is the grouped conv's hand schedule (cpu_grouped_conv.h), which tune_model passes
+    # over (hand_default: the search cannot express it); with the rules' default it is searched.
+    monkeypatch.setenv("KILN_GROUPED_CONV", "0")
     tuner = pytest.importorskip("kiln.tuner")
     db, target = str(tmp_path / "grouped.db"), "llvm -mcpu=znver3 -num-cores=2"
     torch.manual_seed(8)
@@ -124,9 +127,13 @@ def test_grouped_conv_is_tuned_under_each_cap_and_runs_its_record(tmp_path):
     grouped = [t for t in tasks if t["groups"] == ["/2/Conv"]]
     # (and, in the default plan (cap 0), one vector reading its input in the 1x1 conv's block of 16: a task of its own)
     assert sorted(t["layout_cap"] for t in grouped) == [0, 8, 16] and all(t["ops"].startswith("kiln.ConvNCHWc") for t in grouped), grouped
-    kiln.tune_model(model, target=target, trials=16, batch=8, db=db, progress=False)
+    r = kiln.tune_model(model, target=target, trials=16, batch=8, db=db, progress=False)
+    assert not any(t["hand_default"] for t in r["tasks"] if t["groups"] == ["/2/Conv"])
     exe = kiln.compile(model, target=target, db=db, quiet=True)
     assert any(g["name"].endswith("/2/Conv") and g["schedule"] == "database" for g in exe.groups()), exe.groups()
+    monkeypatch.delenv("KILN_GROUPED_CONV")
+    hand = kiln.tune_model(model, target=target, trials=8, batch=8, db=str(tmp_path / "hand.db"), progress=False, graph_share=0)
+    assert all(t["hand_default"] for t in hand["tasks"] if t["groups"] == ["/2/Conv"]), hand["tasks"]
     (y,) = exe(x.numpy())
     with torch.no_grad():
         ref = net(x).numpy()
