@@ -323,7 +323,7 @@ ModelTuneResult tune_loops(const Graph& g, const CompileOptions& options, const 
     ++r.rounds;
     if (tr.trials_measured == 0) done[i] = true;
     double before = expected_time(t), group_before = best_per_group(r.tasks)[t.groups.front()];
-    if (tr.best_time > 0) t.best_time = before > 0 ? std::min(before, tr.best_time) : tr.best_time;
+    if (tr.best_time > 0) t.best_time = t.best_time > 0 ? std::min(t.best_time, tr.best_time) : tr.best_time;  // records only
     t.records += tr.trials_measured - tr.errors;
     // What the model gained: a layout variant's progress counts only where it beats its rivals.
     last_gain[i] = group_before > 0 ? std::max(0.0, group_before - best_per_group(r.tasks)[t.groups.front()]) : 0;
